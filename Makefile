@@ -1,0 +1,29 @@
+GO ?= go
+FUZZTIME ?= 20s
+
+.PHONY: test lint generate check-generate bench fuzz build
+
+build:
+	$(GO) build -o bin/console ./cmd/console
+
+# Every test: unit, integration, processes, the browser suite, with the race detector.
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+generate:
+	$(GO) tool templ generate
+
+# Fails when the committed generated code differs from what the sources produce.
+check-generate: generate
+	@git diff --exit-code -- '*_templ.go' || (echo "generated templ code is stale: run make generate and commit"; exit 1)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)

@@ -1,0 +1,84 @@
+// Command console runs Countersign: the approval console for AI agents' tool
+// calls, and the administrative commands beside it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// env is what a command may touch of the outside world, so tests can run
+// commands in-process.
+type env struct {
+	getenv func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// A command runs with its arguments and returns the process exit code:
+// 0 success, 1 failure, 2 refused input.
+type command struct {
+	summary string
+	run     func(ctx context.Context, e *env, args []string) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"serve":    {"run the console server", cmdServe},
+		"demo":     {"run a demo console with sample tools, logins and an agent", cmdDemo},
+		"digest":   {"print the digest of a proposal", cmdDigest},
+		"validate": {"parse, validate and digest a proposal against a tools file", cmdValidate},
+		"tools":    {"tools lint FILE: check a tools file", cmdTools},
+		"keys":     {"keys list|rotate: grant signing keys", cmdKeys},
+		"token":    {"token create|list|revoke: agent API tokens", cmdToken},
+		"user":     {"user add|list|disable: console accounts", cmdUser},
+		"approve":  {"approve a call as an operator", cmdApprove},
+		"deny":     {"deny a call as an operator", cmdDeny},
+		"call":     {"call submit|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
+		"audit":    {"audit verify|export: the tamper-evident audit trail", cmdAudit},
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "console: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: console COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'console COMMAND -h' for a command's flags.")
+}

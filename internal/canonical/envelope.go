@@ -1,0 +1,252 @@
+package canonical
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// DigestPrefix separates call digests from every other SHA-256 the system
+// computes.
+const DigestPrefix = "countersign/v1/call:"
+
+// Limits on the proposal's top-level strings.
+const (
+	MaxToolBytes      = 128
+	MaxTargetBytes    = 512
+	MaxRationaleBytes = 4096
+)
+
+var toolName = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+
+// Envelope is the closed object that a digest covers. Actor and Audience come
+// from the authenticated token, never from the proposal.
+type Envelope struct {
+	Actor    string
+	Audience string
+	Tool     string
+	Target   string
+	Args     Object
+}
+
+// Canonical returns the RFC 8785 bytes of
+// {"v":1,"actor","audience","tool","target","args"}.
+func (e Envelope) Canonical() ([]byte, error) {
+	// Members in UTF-16 order: actor, args, audience, target, tool, v.
+	b := make([]byte, 0, 256)
+	b = append(b, `{"actor":`...)
+	b, err := AppendString(b, e.Actor)
+	if err != nil {
+		return nil, fmt.Errorf("canonical: actor: %w", err)
+	}
+	b = append(b, `,"args":`...)
+	args := e.Args
+	if args == nil {
+		args = Object{}
+	}
+	if b, err = Append(b, args); err != nil {
+		return nil, fmt.Errorf("canonical: args: %w", err)
+	}
+	b = append(b, `,"audience":`...)
+	if b, err = AppendString(b, e.Audience); err != nil {
+		return nil, fmt.Errorf("canonical: audience: %w", err)
+	}
+	b = append(b, `,"target":`...)
+	if b, err = AppendString(b, e.Target); err != nil {
+		return nil, fmt.Errorf("canonical: target: %w", err)
+	}
+	b = append(b, `,"tool":`...)
+	if b, err = AppendString(b, e.Tool); err != nil {
+		return nil, fmt.Errorf("canonical: tool: %w", err)
+	}
+	return append(b, `,"v":1}`...), nil
+}
+
+// Digest returns the lowercase hex SHA-256 of DigestPrefix followed by the
+// envelope's canonical bytes.
+func (e Envelope) Digest() (string, error) {
+	b, err := e.Canonical()
+	if err != nil {
+		return "", err
+	}
+	return DigestOf(b), nil
+}
+
+// DigestOf hashes canonical envelope bytes with the call domain prefix.
+func DigestOf(canonicalEnvelope []byte) string {
+	h := sha256.New()
+	h.Write([]byte(DigestPrefix))
+	h.Write(canonicalEnvelope)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// IsDigest reports whether s looks like a digest: 64 lowercase hex digits.
+func IsDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Proposal is what an agent sends: an untrusted request to run Tool on
+// Target with Args. Rationale is the agent's own words; it is shown to the
+// operator but never hashed.
+type Proposal struct {
+	Tool      string
+	Target    string
+	Args      Object
+	Rationale string
+}
+
+// Envelope binds the proposal to the trusted context of the token that sent
+// it.
+func (p Proposal) Envelope(actor, audience string) Envelope {
+	return Envelope{Actor: actor, Audience: audience, Tool: p.Tool, Target: p.Target, Args: p.Args}
+}
+
+// ParseProposal strictly parses a proposal body and checks its top-level
+// shape. The error, when not nil, is Problems listing everything found.
+func ParseProposal(data []byte) (Proposal, error) {
+	v, err := Parse(data)
+	if err != nil {
+		return Proposal{}, Problems{*err.(*Problem)}
+	}
+	p, problems := ProposalFrom(v, "", true)
+	if len(problems) > 0 {
+		return Proposal{}, problems
+	}
+	return p, nil
+}
+
+// ProposalFrom checks a parsed value as a proposal found at the JSON Pointer
+// base. With allowRationale false, a rationale member is unknown (the call
+// presented at redemption has only tool, target and args).
+func ProposalFrom(v any, base string, allowRationale bool) (Proposal, Problems) {
+	var p Proposal
+	var problems Problems
+	add := func(code, path, format string, args ...any) {
+		problems = append(problems, Problem{Code: code, Path: path, Message: fmt.Sprintf(format, args...), Offset: -1})
+	}
+	o, ok := v.(Object)
+	if !ok {
+		add(CodeWrongType, base, "the proposal must be a JSON object with tool, target and args")
+		return p, problems
+	}
+	for _, m := range o {
+		switch m.Name {
+		case "tool", "target", "args":
+		case "rationale":
+			if allowRationale {
+				break
+			}
+			fallthrough
+		default:
+			add(CodeUnknownField, Join(base, m.Name), "%s is not a member of a proposal (allowed: %s)",
+				quoteName(m.Name), allowedTop(allowRationale))
+		}
+	}
+	if t, ok := o.Get("tool"); !ok {
+		add(CodeMissingField, Join(base, "tool"), "tool is required")
+	} else if s, ok := t.(string); !ok {
+		add(CodeWrongType, Join(base, "tool"), "tool must be a string, not %s", TypeName(t))
+	} else if len(s) > MaxToolBytes || !toolName.MatchString(s) {
+		add(CodeInvalidTool, Join(base, "tool"), "tool must be dotted lower-case words like payments.refund, at most %d bytes", MaxToolBytes)
+	} else {
+		p.Tool = s
+	}
+	if t, ok := o.Get("target"); !ok {
+		add(CodeMissingField, Join(base, "target"), "target is required")
+	} else if s, ok := t.(string); !ok {
+		add(CodeWrongType, Join(base, "target"), "target must be a string, not %s", TypeName(t))
+	} else if IsBlank(s) {
+		add(CodeEmptyString, Join(base, "target"), "target must not be empty or only white space")
+	} else if len(s) > MaxTargetBytes {
+		add(CodeInvalidTarget, Join(base, "target"), "target is %d bytes; at most %d are allowed", len(s), MaxTargetBytes)
+	} else if r, ok := firstControlOrFormat(s); ok {
+		add(CodeInvalidTarget, Join(base, "target"), "target contains the invisible or control character U+%04X", r)
+	} else {
+		p.Target = s
+	}
+	if a, ok := o.Get("args"); !ok {
+		add(CodeMissingField, Join(base, "args"), "args is required (use {} for a tool without parameters)")
+	} else if obj, ok := a.(Object); !ok {
+		add(CodeWrongType, Join(base, "args"), "args must be an object, not %s", TypeName(a))
+	} else {
+		p.Args = obj
+	}
+	if allowRationale {
+		if r, ok := o.Get("rationale"); ok {
+			if s, ok := r.(string); !ok {
+				add(CodeWrongType, Join(base, "rationale"), "rationale must be a string, not %s", TypeName(r))
+			} else if len(s) > MaxRationaleBytes {
+				add(CodeTooLong, Join(base, "rationale"), "rationale is %d bytes; at most %d are allowed", len(s), MaxRationaleBytes)
+			} else {
+				p.Rationale = s
+			}
+		}
+	}
+	return p, problems
+}
+
+func allowedTop(rationale bool) string {
+	if rationale {
+		return "tool, target, args, rationale"
+	}
+	return "tool, target, args"
+}
+
+// quoteName shows a member name safely in a message: quoted, with control
+// and invisible characters escaped.
+func quoteName(s string) string {
+	const max = 64
+	if len(s) > max {
+		s = s[:max]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		return fmt.Sprintf("%+q…", s)
+	}
+	return fmt.Sprintf("%+q", s)
+}
+
+// IsBlank reports whether s is empty or only white space.
+func IsBlank(s string) bool {
+	return strings.TrimFunc(s, unicode.IsSpace) == ""
+}
+
+func firstControlOrFormat(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TypeName names the JSON type of a parsed value for messages.
+func TypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case int64, int:
+		return "an integer"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case Object:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

@@ -1,0 +1,547 @@
+package canonical
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Limits of the strict parser (DESIGN §4).
+const (
+	// MaxInt is the largest integer accepted: 2^53−1, the largest that every
+	// JSON runtime (including JavaScript's) holds exactly.
+	MaxInt = 1<<53 - 1
+	// MaxBodyBytes is the largest proposal accepted.
+	MaxBodyBytes = 256 << 10
+	// MaxArgsDepth is how deeply args may nest, counting args itself.
+	MaxArgsDepth = 32
+)
+
+// Options bound a parse.
+type Options struct {
+	// MaxBytes refuses longer input with too_large. Zero means MaxBodyBytes.
+	MaxBytes int
+	// MaxDepth refuses input whose containers nest deeper, counting the
+	// outermost as 1, with too_deep. Zero means MaxArgsDepth+1: a proposal
+	// object holding args at MaxArgsDepth.
+	MaxDepth int
+}
+
+// Parse reads one JSON text under the default Options.
+func Parse(data []byte) (any, error) {
+	return ParseWith(data, Options{})
+}
+
+// ParseWith reads one JSON text (RFC 8259) into nil, bool, int64, string,
+// []any and Object values. On failure it returns a *Problem whose Path is the
+// JSON Pointer of the offending value and whose Offset is the byte where the
+// parser stopped.
+func ParseWith(data []byte, opt Options) (any, error) {
+	if opt.MaxBytes == 0 {
+		opt.MaxBytes = MaxBodyBytes
+	}
+	if opt.MaxDepth == 0 {
+		opt.MaxDepth = MaxArgsDepth + 1
+	}
+	if len(data) > opt.MaxBytes {
+		return nil, &Problem{Code: CodeTooLarge, Offset: -1,
+			Message: fmt.Sprintf("the body is %d bytes; at most %d are accepted", len(data), opt.MaxBytes)}
+	}
+	p := parser{data: data, maxDepth: opt.MaxDepth}
+	p.skipSpace()
+	v := p.value()
+	if p.err == nil {
+		p.skipSpace()
+		if p.pos < len(p.data) {
+			p.fail(CodeMalformedJSON, "unexpected %s after the JSON value", p.describe())
+		}
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return v, nil
+}
+
+type segment struct {
+	name  string
+	index int // -1 for an object member
+}
+
+type parser struct {
+	data     []byte
+	pos      int
+	depth    int
+	maxDepth int
+	path     []segment
+	err      *Problem
+	scratch  []byte
+}
+
+func (p *parser) pointer() string {
+	var b []byte
+	for _, s := range p.path {
+		b = append(b, '/')
+		if s.index >= 0 {
+			b = strconv.AppendInt(b, int64(s.index), 10)
+		} else {
+			b = appendPointerToken(b, s.name)
+		}
+	}
+	return string(b)
+}
+
+func (p *parser) fail(code, format string, args ...any) {
+	if p.err != nil {
+		return
+	}
+	line, col := 1, 1
+	for _, c := range p.data[:min(p.pos, len(p.data))] {
+		if c == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+	}
+	msg := fmt.Sprintf(format, args...)
+	if code == CodeMalformedJSON {
+		msg = fmt.Sprintf("%s at line %d, column %d (byte %d)", msg, line, col, p.pos)
+	}
+	p.err = &Problem{Code: code, Path: p.pointer(), Message: msg, Offset: p.pos}
+}
+
+func (p *parser) describe() string {
+	if p.pos >= len(p.data) {
+		return "end of input"
+	}
+	c := p.data[p.pos]
+	if c >= 0x20 && c < 0x7f {
+		return fmt.Sprintf("character %q", c)
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value() any {
+	if p.pos >= len(p.data) {
+		p.fail(CodeMalformedJSON, "expected a value, found end of input")
+		return nil
+	}
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		s, _ := p.string()
+		return s
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return p.literal("true", true)
+	case c == 'f':
+		return p.literal("false", false)
+	case c == 'n':
+		return p.literal("null", nil)
+	case c >= 0x80:
+		p.failUTF8OrMalformed("expected a value")
+		return nil
+	default:
+		p.fail(CodeMalformedJSON, "expected a value, found %s", p.describe())
+		return nil
+	}
+}
+
+// failUTF8OrMalformed reports bytes outside a string: invalid UTF-8 is
+// invalid_utf8, a valid non-ASCII character is simply not JSON.
+func (p *parser) failUTF8OrMalformed(what string) {
+	if r, _ := utf8.DecodeRune(p.data[p.pos:]); r == utf8.RuneError {
+		p.fail(CodeInvalidUTF8, "the text is not valid UTF-8 at byte %d", p.pos)
+		return
+	}
+	p.fail(CodeMalformedJSON, "%s, found a non-ASCII character", what)
+}
+
+func (p *parser) literal(word string, v any) any {
+	if len(p.data)-p.pos >= len(word) && string(p.data[p.pos:p.pos+len(word)]) == word {
+		p.pos += len(word)
+		return v
+	}
+	p.fail(CodeMalformedJSON, "invalid literal; expected %q", word)
+	return nil
+}
+
+func (p *parser) enter() bool {
+	p.depth++
+	if p.depth > p.maxDepth {
+		p.fail(CodeTooDeep, "containers nest more than %d deep", p.maxDepth)
+		return false
+	}
+	return true
+}
+
+func (p *parser) object() any {
+	if !p.enter() {
+		return nil
+	}
+	defer func() { p.depth-- }()
+	p.pos++ // {
+	p.skipSpace()
+	var members Object
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		return Object{}
+	}
+	for {
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			p.fail(CodeMalformedJSON, "expected a member name in double quotes, found %s", p.describe())
+			return nil
+		}
+		name, ok := p.string()
+		if !ok {
+			return nil
+		}
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			p.fail(CodeMalformedJSON, "expected ':' after member name, found %s", p.describe())
+			return nil
+		}
+		p.pos++
+		p.skipSpace()
+		p.path = append(p.path, segment{name: name, index: -1})
+		v := p.value()
+		if p.err != nil {
+			return nil
+		}
+		members = append(members, Member{Name: name, Value: v})
+		p.path = p.path[:len(p.path)-1]
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			p.fail(CodeMalformedJSON, "unterminated object")
+			return nil
+		}
+		if p.data[p.pos] == ',' {
+			p.pos++
+			p.skipSpace()
+			continue
+		}
+		if p.data[p.pos] == '}' {
+			p.pos++
+			break
+		}
+		p.fail(CodeMalformedJSON, "expected ',' or '}' in object, found %s", p.describe())
+		return nil
+	}
+	if !sortedUTF16(members) {
+		slices.SortStableFunc(members, func(a, b Member) int { return CompareUTF16(a.Name, b.Name) })
+	}
+	for i := 1; i < len(members); i++ {
+		if members[i-1].Name == members[i].Name {
+			p.path = append(p.path, segment{name: members[i].Name, index: -1})
+			p.err = &Problem{Code: CodeDuplicateKey, Path: p.pointer(), Offset: -1,
+				Message: fmt.Sprintf("member %q appears more than once", members[i].Name)}
+			return nil
+		}
+	}
+	return members
+}
+
+func sortedUTF16(ms Object) bool {
+	for i := 1; i < len(ms); i++ {
+		if CompareUTF16(ms[i-1].Name, ms[i].Name) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) array() any {
+	if !p.enter() {
+		return nil
+	}
+	defer func() { p.depth-- }()
+	p.pos++ // [
+	p.skipSpace()
+	items := []any{}
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return items
+	}
+	for {
+		p.path = append(p.path, segment{index: len(items)})
+		v := p.value()
+		if p.err != nil {
+			return nil
+		}
+		p.path = p.path[:len(p.path)-1]
+		items = append(items, v)
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			p.fail(CodeMalformedJSON, "unterminated array")
+			return nil
+		}
+		if p.data[p.pos] == ',' {
+			p.pos++
+			p.skipSpace()
+			continue
+		}
+		if p.data[p.pos] == ']' {
+			p.pos++
+			return items
+		}
+		p.fail(CodeMalformedJSON, "expected ',' or ']' in array, found %s", p.describe())
+		return nil
+	}
+}
+
+// string reads a quoted string starting at p.pos.
+func (p *parser) string() (string, bool) {
+	p.pos++ // opening quote
+	start := p.pos
+	// Fast path: no escapes, printable ASCII or valid UTF-8.
+	ascii := true
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		if c == '"' {
+			s := p.data[start:p.pos]
+			if !ascii && !utf8.Valid(s) {
+				p.pos = start + invalidAt(s)
+				p.fail(CodeInvalidUTF8, "string is not valid UTF-8 at byte %d", p.pos)
+				return "", false
+			}
+			p.pos++
+			return string(s), true
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
+			return "", false
+		}
+		if c >= 0x80 {
+			ascii = false
+		}
+		p.pos++
+	}
+	if p.pos >= len(p.data) {
+		p.fail(CodeMalformedJSON, "unterminated string")
+		return "", false
+	}
+	// Slow path: decode escapes into scratch.
+	buf := append(p.scratch[:0], p.data[start:p.pos]...)
+	if !ascii && !utf8.Valid(buf) {
+		p.pos = start + invalidAt(buf)
+		p.fail(CodeInvalidUTF8, "string is not valid UTF-8 at byte %d", p.pos)
+		return "", false
+	}
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			p.scratch = buf
+			return string(buf), true
+		case c == '\\':
+			if p.pos+1 >= len(p.data) {
+				p.fail(CodeMalformedJSON, "unterminated escape")
+				return "", false
+			}
+			e := p.data[p.pos+1]
+			p.pos += 2
+			switch e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok := p.hex4()
+				if !ok {
+					return "", false
+				}
+				if utf16.IsSurrogate(r) {
+					if r >= 0xDC00 || p.pos+6 > len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
+						p.fail(CodeInvalidUTF8, "escaped lone surrogate \\u%04x", r)
+						return "", false
+					}
+					p.pos += 2
+					lo, ok := p.hex4()
+					if !ok {
+						return "", false
+					}
+					if lo < 0xDC00 || lo > 0xDFFF {
+						p.fail(CodeInvalidUTF8, "escaped lone surrogate \\u%04x", r)
+						return "", false
+					}
+					r = utf16.DecodeRune(r, lo)
+				}
+				buf = utf8.AppendRune(buf, r)
+			default:
+				p.pos--
+				p.fail(CodeMalformedJSON, "invalid escape %s", p.describe())
+				return "", false
+			}
+		case c < 0x20:
+			p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
+			return "", false
+		case c < 0x80:
+			buf = append(buf, c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.data[p.pos:])
+			if r == utf8.RuneError && size <= 1 {
+				p.fail(CodeInvalidUTF8, "string is not valid UTF-8 at byte %d", p.pos)
+				return "", false
+			}
+			buf = append(buf, p.data[p.pos:p.pos+size]...)
+			p.pos += size
+		}
+	}
+	p.fail(CodeMalformedJSON, "unterminated string")
+	return "", false
+}
+
+func invalidAt(s []byte) int {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return len(s)
+}
+
+func (p *parser) hex4() (rune, bool) {
+	if p.pos+4 > len(p.data) {
+		p.fail(CodeMalformedJSON, "\\u escape needs four hex digits")
+		return 0, false
+	}
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := p.data[p.pos+i]
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			p.pos += i
+			p.fail(CodeMalformedJSON, "\\u escape needs four hex digits")
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	p.pos += 4
+	return r, true
+}
+
+// number reads the RFC 8259 number grammar, then refuses anything that is
+// not an integer within ±MaxInt.
+func (p *parser) number() any {
+	start := p.pos
+	neg := false
+	if p.data[p.pos] == '-' {
+		neg = true
+		p.pos++
+	}
+	digits := p.pos
+	if p.pos >= len(p.data) || p.data[p.pos] < '0' || p.data[p.pos] > '9' {
+		p.fail(CodeMalformedJSON, "expected a digit")
+		return nil
+	}
+	if p.data[p.pos] == '0' {
+		p.pos++
+	} else {
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+		}
+	}
+	intEnd := p.pos
+	isFloat := false
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		p.pos++
+		if p.pos >= len(p.data) || p.data[p.pos] < '0' || p.data[p.pos] > '9' {
+			p.fail(CodeMalformedJSON, "expected a digit after the decimal point")
+			return nil
+		}
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+		}
+		isFloat = true
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if p.pos >= len(p.data) || p.data[p.pos] < '0' || p.data[p.pos] > '9' {
+			p.fail(CodeMalformedJSON, "expected a digit in the exponent")
+			return nil
+		}
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+		}
+		isFloat = true
+	}
+	if isFloat {
+		p.pos = start
+		p.fail(CodeFloatNotAllowed, "%s has a fraction or exponent; only integers are accepted (money is an integer in minor units)",
+			p.data[start:min(start+40, len(p.data))][:p.numberLen(start)])
+		return nil
+	}
+	if intEnd-digits > 16 {
+		p.pos = start
+		p.fail(CodeOutOfRange, "integer is outside ±%d", int64(MaxInt))
+		return nil
+	}
+	var n int64
+	for _, c := range p.data[digits:intEnd] {
+		n = n*10 + int64(c-'0')
+	}
+	if n > MaxInt {
+		p.pos = start
+		p.fail(CodeOutOfRange, "integer %s is outside ±%d", p.data[start:intEnd], int64(MaxInt))
+		return nil
+	}
+	if neg {
+		n = -n
+	}
+	return n
+}
+
+func (p *parser) numberLen(start int) int {
+	i := start
+	for i < len(p.data) && i-start < 40 {
+		switch c := p.data[i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			i++
+		default:
+			return i - start
+		}
+	}
+	return i - start
+}
