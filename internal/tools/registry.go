@@ -1,0 +1,213 @@
+// Package tools is Countersign's tool registry: which tools agents may
+// propose, who executes them, how many operators must approve, and the
+// closed JSON Schema their arguments must satisfy.
+//
+// A registry is loaded from a YAML tools file (see docs/tools.md). Loading
+// lints the file and refuses, listing every problem, any schema that could
+// let an unnamed member, an unchecked array or a fractional number through.
+// Validation then reports every problem of a proposal, each with the JSON
+// Pointer of the offending value from the proposal's root, and never strips
+// or coerces anything.
+package tools
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/canonical"
+)
+
+// Registry is the set of tools declared in one tools file. It is read-only
+// after loading and safe for concurrent use.
+type Registry struct {
+	tools map[string]*Tool
+	names []string // sorted
+}
+
+// Load reads and lints the tools file at path. The error is a *LintError
+// listing every problem when the file is refused.
+func Load(path string) (*Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	r, err := Parse(data)
+	if le, ok := err.(*LintError); ok {
+		le.File = path
+	}
+	return r, err
+}
+
+// Parse lints and loads a tools file's contents, as Load does.
+func Parse(data []byte) (*Registry, error) {
+	return parseFile(data)
+}
+
+// Tool returns the tool with that name.
+func (r *Registry) Tool(name string) (*Tool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Tools returns every tool, sorted by name.
+func (r *Registry) Tools() []*Tool {
+	out := make([]*Tool, len(r.names))
+	for i, n := range r.names {
+		out[i] = r.tools[n]
+	}
+	return out
+}
+
+// Names returns the tool names, sorted.
+func (r *Registry) Names() []string {
+	return append([]string(nil), r.names...)
+}
+
+// Check looks up the proposal's tool and validates the proposal against it.
+// An unknown tool is a single unknown_tool problem at /tool and a nil Tool.
+func (r *Registry) Check(p canonical.Proposal) (*Tool, canonical.Problems) {
+	t, ok := r.tools[p.Tool]
+	if !ok {
+		return nil, canonical.Problems{{
+			Code:    canonical.CodeUnknownTool,
+			Path:    "/tool",
+			Message: fmt.Sprintf("%s is not a tool of this console (tools: %s)", displayName(p.Tool), listNames(r.names, 30)),
+			Offset:  -1,
+		}}
+	}
+	return t, t.Validate(p)
+}
+
+// Tool is one declared tool and its policy.
+type Tool struct {
+	// Name is the dotted lower-case name agents propose, e.g. payments.refund.
+	Name string
+	// Description says what the tool does, for operators and agents.
+	Description string
+	// Audience is the host that executes the tool; a proposal is accepted
+	// only from a token for this audience.
+	Audience string
+	// Target matches the whole target of a proposal (the pattern from the
+	// file, anchored at both ends).
+	Target *regexp.Regexp
+	// TargetPattern is the target pattern as written in the file.
+	TargetPattern string
+	// Approvals is how many distinct operators must approve a call.
+	Approvals int
+	// GrantTTL is how long a minted grant lives (at most 300 s).
+	GrantTTL time.Duration
+	// DecideWithin is how long a pending call waits for a decision before
+	// it expires.
+	DecideWithin time.Duration
+	// Informational lists JSON Pointers into args whose members are shown
+	// to the operator labelled "not bound" and left out of the digest.
+	Informational []string
+	// Money names the args members shown as an amount of money; nil when
+	// the tool has no money display.
+	Money *Money
+
+	args   *schema
+	schema []byte // canonical JSON of the args schema
+}
+
+// Money names, as JSON Pointers into args, the integer amount in minor
+// units and the ISO 4217 currency code of a tool's money display.
+type Money struct{ Amount, Currency string }
+
+// Parameters returns the names of the top-level args members, sorted.
+func (t *Tool) Parameters() []string {
+	return append([]string(nil), t.args.names...)
+}
+
+// SchemaJSON returns the args schema as canonical JSON (a JSON Schema
+// 2020-12 document), for API descriptions and tool listings.
+func (t *Tool) SchemaJSON() []byte {
+	return append([]byte(nil), t.schema...)
+}
+
+// Validate reports every problem of the proposal for this tool: a target
+// that does not match the target pattern, and every way args departs from
+// the args schema. Paths are JSON Pointers from the proposal's root. Nothing
+// is stripped or coerced; a nil result means the proposal is valid.
+func (t *Tool) Validate(p canonical.Proposal) canonical.Problems {
+	v := validation{tool: t, segs: make([]segment, 0, 8)}
+	if p.Tool != t.Name {
+		v.add(canonical.CodeUnknownTool, "/tool", "this proposal names %s; it was checked against %s", displayName(p.Tool), t.Name)
+	}
+	if !t.Target.MatchString(p.Target) {
+		v.add(canonical.CodePatternMismatch, "/target", "target must match %s for %s", t.TargetPattern, t.Name)
+	}
+	args := p.Args
+	if args == nil {
+		args = canonical.Object{}
+	}
+	v.value(t.args, args)
+	return v.problems
+}
+
+// Bound returns args without the informational members: the args that the
+// digest covers. args itself is not modified.
+func (t *Tool) Bound(args canonical.Object) canonical.Object {
+	for _, ptr := range t.Informational {
+		args = canonical.Without(args, ptr)
+	}
+	return args
+}
+
+// IsInformational reports whether the args member at ptr (a JSON Pointer
+// relative to args, e.g. "/notes") is informational: named in the tool's
+// informational list, or inside a member that is.
+func (t *Tool) IsInformational(ptr string) bool {
+	for _, p := range t.Informational {
+		if ptr == p || strings.HasPrefix(ptr, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// listNames joins names for a message, at most max of them.
+func listNames(names []string, max int) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + fmt.Sprintf(" and %d more", len(names)-max)
+}
+
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_.$@-]{1,64}$`)
+
+// displayName shows a member or tool name in a message: as it is when it is
+// plain, otherwise quoted with invisible and control characters escaped and
+// cut to 64 bytes.
+func displayName(s string) string {
+	if plainName.MatchString(s) {
+		return s
+	}
+	const max = 64
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !isRuneStart(s[cut]) {
+			cut--
+		}
+		return fmt.Sprintf("%+q…", s[:cut])
+	}
+	return fmt.Sprintf("%+q", s)
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
