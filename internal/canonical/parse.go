@@ -96,12 +96,15 @@ func (p *parser) fail(code, format string, args ...any) {
 	if p.err != nil {
 		return
 	}
+	// Columns count characters, not bytes: UTF-8 continuation bytes do not
+	// advance the column.
 	line, col := 1, 1
 	for _, c := range p.data[:min(p.pos, len(p.data))] {
-		if c == '\n' {
+		switch {
+		case c == '\n':
 			line++
 			col = 1
-		} else {
+		case c&0xC0 != 0x80:
 			col++
 		}
 	}

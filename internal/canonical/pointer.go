@@ -45,12 +45,26 @@ func SplitPointer(ptr string) ([]string, error) {
 	}
 	parts := strings.Split(ptr[1:], "/")
 	for i, p := range parts {
-		if strings.Contains(strings.ReplaceAll(strings.ReplaceAll(p, "~0", ""), "~1", ""), "~") {
+		if !validEscapes(p) {
 			return nil, fmt.Errorf("canonical: JSON Pointer %q has a bad escape", ptr)
 		}
 		parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
 	}
 	return parts, nil
+}
+
+// validEscapes reports whether every '~' in a reference token starts "~0" or
+// "~1".
+func validEscapes(token string) bool {
+	for i := 0; i < len(token); i++ {
+		if token[i] == '~' {
+			if i+1 == len(token) || (token[i+1] != '0' && token[i+1] != '1') {
+				return false
+			}
+			i++
+		}
+	}
+	return true
 }
 
 // Lookup returns the value at ptr inside v.
