@@ -1,15 +1,132 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
 )
 
 func cmdApprove(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory")
+	as := fs.String("as", "", "operator name (required)")
+	digest := fs.String("digest", "", "the digest you checked (required)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 || *as == "" || *digest == "" {
+		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR]")
+		return 2
+	}
+	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "approve", ID: fs.Arg(0), Operator: *as, Digest: *digest})
 }
+
 func cmdDeny(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	fs := flag.NewFlagSet("deny", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory")
+	as := fs.String("as", "", "operator name (required)")
+	reason := fs.String("reason", "", "why, in words the agent will receive (required)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 || *as == "" || *reason == "" {
+		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")
+		return 2
+	}
+	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "deny", ID: fs.Arg(0), Operator: *as, Reason: *reason})
+}
+
+// decide hands the decision to a running server over its control socket, or,
+// when none is running, applies it to the database directly. Either way the
+// same queue rules apply and the audit records the cli channel.
+func decide(ctx context.Context, e *env, data string, req server.ControlRequest) int {
+	resp, err := decideViaSocket(ctx, controlPath(data), req)
+	if errors.Is(err, errNoServer) {
+		resp, err = decideDirect(ctx, data, req)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console %s: %v\n", req.Action, err)
+		return 1
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if resp.Error != nil {
+		enc.Encode(map[string]any{"error": resp.Error})
+		return 1
+	}
+	enc.Encode(resp.Call)
+	return 0
+}
+
+var errNoServer = errors.New("no server on the control socket")
+
+func decideViaSocket(ctx context.Context, sock string, req server.ControlRequest) (server.ControlResponse, error) {
+	var out server.ControlResponse
+	if _, err := os.Stat(sock); err != nil {
+		return out, errNoServer
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	body, _ := json.Marshal(req)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://control/v1/decide", bytes.NewReader(body))
+	if err != nil {
+		return out, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(hreq)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return out, errNoServer
+		}
+		return out, fmt.Errorf("control socket: %w", err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("control socket: bad answer: %w", err)
+	}
+	return out, nil
+}
+
+func decideDirect(ctx context.Context, data string, req server.ControlRequest) (server.ControlResponse, error) {
+	var out server.ControlResponse
+	if _, err := os.Stat(dbPath(data)); err != nil {
+		return out, fmt.Errorf("no database at %s: pass --data DIR", dbPath(data))
+	}
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		return out, err
+	}
+	defer d.Close()
+	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		return out, err
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Signer: keys})
+	call, err := server.Decide(ctx, q, req)
+	if err != nil {
+		out.Error = server.DecisionError(err)
+		return out, nil
+	}
+	if call != nil {
+		out.Call = server.CallView(call)
+	}
+	return out, nil
 }

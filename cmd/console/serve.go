@@ -2,14 +2,183 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/tools"
 )
 
-func cmdServe(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+// Issuer is the iss claim of every grant this console mints.
+const Issuer = "countersign"
+
+// dataDir resolves the data directory: the flag, then COUNTERSIGN_DATA, then
+// ./countersign-data.
+func dataDir(e *env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := e.getenv("COUNTERSIGN_DATA"); v != "" {
+		return v
+	}
+	return "countersign-data"
 }
-func cmdDemo(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+
+func dbPath(data string) string      { return filepath.Join(data, "countersign.db") }
+func keysDir(data string) string     { return filepath.Join(data, "keys") }
+func controlPath(data string) string { return filepath.Join(data, "control.sock") }
+
+// app is an opened data directory: database, keys, tools and queue.
+type app struct {
+	data  string
+	db    *db.DB
+	keys  *grant.Keyring
+	tools *tools.Registry
+	queue *queue.Service
+	log   *slog.Logger
+}
+
+func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", data, err)
+	}
+	reg, err := loadTools(data, toolsFile)
+	if err != nil {
+		return nil, err
+	}
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		return nil, err
+	}
+	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
+	return &app{data: data, db: d, keys: keys, tools: reg, queue: q, log: log}, nil
+}
+
+// loadTools reads the tools file: the flag, else DATA/tools.yaml.
+func loadTools(data, file string) (*tools.Registry, error) {
+	if file == "" {
+		file = filepath.Join(data, "tools.yaml")
+	}
+	reg, err := tools.Load(file)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no tools file at %s: pass --tools FILE (see examples/tools.yaml)", file)
+		}
+		return nil, err
+	}
+	return reg, nil
+}
+
+func (a *app) Close() error { return a.db.Close() }
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+type serveFlags struct {
+	addr, data, tools, logLevel string
+	idle, absolute              time.Duration
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
+	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
+}
+
+func cmdServe(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := newLogger(e.stderr, f.logLevel)
+	a, err := openApp(dataDir(e, f.data), f.tools, log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 1
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data)
+	if err := a.serve(ctx, ln, f); err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the HTTP server, the control socket and the expiry loop until
+// ctx ends, then shuts them down in order.
+func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
+	srv, err := server.New(server.Config{
+		Queue: a.queue, DB: a.db, Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI,
+		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: "http://" + ln.Addr().String()},
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); a.queue.Run(ctx) }()
+
+	ctl, err := server.ListenControl(controlPath(a.data))
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := server.ServeControl(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
+			a.log.Error("control socket", slog.Any("error", err))
+		}
+	}()
+	err = srv.Serve(ctx, ln)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// splitList splits a comma-separated flag.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

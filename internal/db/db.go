@@ -1,0 +1,245 @@
+// Package db stores Countersign's state in SQLite: calls, decisions, the
+// nonce ledger, the audit chain, tokens and accounts. It implements the store
+// that internal/queue declares.
+//
+// The database runs in WAL mode with synchronous=FULL; every write is one
+// BEGIN IMMEDIATE transaction, so writers across goroutines and processes
+// are serialized by SQLite's write lock.
+package db
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// DB is an open Countersign database.
+type DB struct {
+	sql      *sql.DB
+	path     string
+	identity string
+	dev, ino uint64
+	now      func() time.Time
+}
+
+// ErrReplaced is returned when the database file was removed or replaced
+// after it was opened.
+var ErrReplaced = errors.New("db: the database file was removed or replaced while the console was running")
+
+// ErrUnavailable wraps storage failures that a client may retry later (disk
+// full, read-only file, locked too long).
+var ErrUnavailable = errors.New("db: storage unavailable")
+
+// DSN returns the connection string with every pragma Countersign relies on,
+// so that each pooled connection gets them.
+func DSN(path string) string {
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_foreign_keys", "on")
+	q.Set("_busy_timeout", "10000")
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the database at path and applies pending
+// migrations.
+func Open(path string) (*DB, error) {
+	if path == "" || strings.Contains(path, ":memory:") {
+		return nil, fmt.Errorf("db: a database file path is required")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("db: create directory: %w", err)
+	}
+	sqldb, err := sql.Open("sqlite3", DSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("db: open %s: %w", path, err)
+	}
+	sqldb.SetMaxOpenConns(8)
+	sqldb.SetMaxIdleConns(8)
+	d := &DB{sql: sqldb, path: path, now: time.Now}
+	if err := d.migrate(); err != nil {
+		sqldb.Close()
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		sqldb.Close()
+		return nil, fmt.Errorf("db: restrict %s: %w", path, err)
+	}
+	if err := d.loadIdentity(); err != nil {
+		sqldb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close closes the database.
+func (d *DB) Close() error { return d.sql.Close() }
+
+// SQL exposes the pool for read-only views and tests.
+func (d *DB) SQL() *sql.DB { return d.sql }
+
+// Path is the database file.
+func (d *DB) Path() string { return d.path }
+
+// Identity is the random id recorded when the database was created.
+func (d *DB) Identity() string { return d.identity }
+
+func (d *DB) migrate() error {
+	ctx := context.Background()
+	if _, err := d.sql.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`); err != nil {
+		return fmt.Errorf("db: create migrations table: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := filepath.Base(name)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("db: migration %s: name must start with a number", base)
+		}
+		if err := d.applyMigration(ctx, v, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *DB) applyMigration(ctx context.Context, version int, name string) error {
+	tx, err := d.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("db: begin migration %d: %w", version, err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+		return fmt.Errorf("db: read migrations: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	body, err := migrations.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return fmt.Errorf("db: migration %s: %w", filepath.Base(name), err)
+	}
+	if version == 1 {
+		var id [16]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('identity', ?)`, hex.EncodeToString(id[:])); err != nil {
+			return fmt.Errorf("db: record identity: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		version, filepath.Base(name), time.Now().UTC().Format(time.RFC3339)); err != nil {
+		return fmt.Errorf("db: record migration %d: %w", version, err)
+	}
+	return tx.Commit()
+}
+
+func (d *DB) loadIdentity() error {
+	if err := d.sql.QueryRow(`SELECT value FROM meta WHERE key = 'identity'`).Scan(&d.identity); err != nil {
+		return fmt.Errorf("db: read identity: %w", err)
+	}
+	dev, ino, err := fileID(d.path)
+	if err != nil {
+		return err
+	}
+	d.dev, d.ino = dev, ino
+	return nil
+}
+
+func fileID(path string) (uint64, uint64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %v", ErrReplaced, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, nil
+	}
+	return uint64(st.Dev), uint64(st.Ino), nil
+}
+
+// checkIdentity fails closed when the file on disk is not the database that
+// was opened: removed, replaced by another file, or holding another identity.
+func (d *DB) checkIdentity(ctx context.Context, tx *sql.Tx) error {
+	dev, ino, err := fileID(d.path)
+	if err != nil {
+		return err
+	}
+	if dev != d.dev || ino != d.ino {
+		return ErrReplaced
+	}
+	var id string
+	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {
+		return fmt.Errorf("%w: %v", ErrReplaced, err)
+	}
+	if id != d.identity {
+		return ErrReplaced
+	}
+	return nil
+}
+
+// classify marks errors that mean the storage itself is in trouble.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrFull, sqlite3.ErrReadonly, sqlite3.ErrIoErr, sqlite3.ErrCantOpen,
+			sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrCorrupt, sqlite3.ErrNotADB:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func nullMS(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
+}
+
+func fromMS(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(n.Int64).UTC()
+}

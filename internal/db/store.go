@@ -1,0 +1,354 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Store adapts DB to queue.Store.
+type Store struct{ *DB }
+
+// Store returns the queue's view of the database.
+func (d *DB) Store() Store { return Store{d} }
+
+var _ queue.Store = Store{}
+
+// Update runs fn in one BEGIN IMMEDIATE transaction and commits when fn
+// returns nil. The commit has happened when Update returns nil.
+func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
+	return s.DB.update(ctx, func(tx *sql.Tx) error {
+		return fn(&storeTx{ctx: ctx, tx: tx, db: s.DB})
+	})
+}
+
+// update is the one place write transactions begin and commit.
+func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := d.sql.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
+	if err != nil {
+		return classify(fmt.Errorf("db: begin: %w", err))
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return classify(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return classify(fmt.Errorf("db: commit: %w", err))
+	}
+	return nil
+}
+
+type storeTx struct {
+	ctx context.Context
+	tx  *sql.Tx
+	db  *DB
+}
+
+func (t *storeTx) CheckIdentity() error {
+	if err := t.db.checkIdentity(t.ctx, t.tx); err != nil {
+		return fmt.Errorf("%w: %v", queue.ErrStoreReplaced, err)
+	}
+	return nil
+}
+
+const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
+	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanCall(r rowScanner) (*queue.Call, error) {
+	var c queue.Call
+	var args, status string
+	var ttl, created, decideBy int64
+	var decidedAt, grantExp, redeemedAt, outcomeAt sql.NullInt64
+	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
+	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
+		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, queue.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("db: scan call: %w", err)
+	}
+	v, err := canonical.Parse([]byte(args))
+	if err != nil {
+		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
+	}
+	obj, ok := v.(canonical.Object)
+	if !ok {
+		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
+	}
+	c.Args = obj
+	c.Status = queue.Status(status)
+	c.GrantTTL = time.Duration(ttl) * time.Millisecond
+	c.CreatedAt = time.UnixMilli(created).UTC()
+	c.DecideBy = time.UnixMilli(decideBy).UTC()
+	c.DecidedAt = fromMS(decidedAt)
+	if deniedBy.Valid {
+		c.Denial = &queue.Denial{By: deniedBy.String, Channel: deniedChannel.String, Reason: denyReason.String, At: c.DecidedAt}
+	}
+	c.Grant, c.GrantJTI, c.GrantKID = token.String, jti.String, kid.String
+	c.GrantExpiresAt = fromMS(grantExp)
+	c.RedeemedAt = fromMS(redeemedAt)
+	if outStatus.Valid {
+		c.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outcomeAt)}
+	}
+	return &c, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
+	c, err := scanCall(q.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE `+where, args...))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a queue.Approval
+		var at int64
+		if err := rows.Scan(&a.Operator, &a.Channel, &at); err != nil {
+			return nil, fmt.Errorf("db: scan approval: %w", err)
+		}
+		a.At = time.UnixMilli(at).UTC()
+		c.Approvals = append(c.Approvals, a)
+	}
+	return c, rows.Err()
+}
+
+func (t *storeTx) Call(id string) (*queue.Call, error) {
+	return loadCall(t.ctx, t.tx, `id = ?`, id)
+}
+
+func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
+	return loadCall(t.ctx, t.tx, `actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`, actor, digest)
+}
+
+func (t *storeTx) InsertCall(c *queue.Call) error {
+	args, err := canonical.Encode(c.Args)
+	if err != nil {
+		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
+	}
+	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
+		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy))
+	if err != nil {
+		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
+	}
+	c.Seq, _ = res.LastInsertId()
+	return nil
+}
+
+func (t *storeTx) UpdateCall(c *queue.Call) error {
+	var deniedBy, deniedChannel, reason sql.NullString
+	if c.Denial != nil {
+		deniedBy = sql.NullString{String: c.Denial.By, Valid: true}
+		deniedChannel = sql.NullString{String: c.Denial.Channel, Valid: true}
+		reason = sql.NullString{String: c.Denial.Reason, Valid: true}
+	}
+	var outStatus, outDetail sql.NullString
+	var outAt sql.NullInt64
+	if c.Outcome != nil {
+		outStatus = sql.NullString{String: c.Outcome.Status, Valid: true}
+		outDetail = sql.NullString{String: c.Outcome.Detail, Valid: true}
+		outAt = nullMS(c.Outcome.At)
+	}
+	nullStr := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET status = ?, decided_at = ?, denied_by = ?, denied_channel = ?,
+		deny_reason = ?, grant_token = ?, grant_jti = ?, grant_kid = ?, grant_expires_at = ?, redeemed_at = ?,
+		outcome_status = ?, outcome_detail = ?, outcome_at = ? WHERE id = ?`,
+		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
+		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt, c.ID)
+	if err != nil {
+		return fmt.Errorf("db: update call %s: %w", c.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("db: update call %s: %w", c.ID, queue.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at) VALUES (?,?,?,?)`,
+		callID, a.Operator, a.Channel, ms(a.At))
+	if err != nil {
+		return fmt.Errorf("db: add approval to %s: %w", callID, err)
+	}
+	return nil
+}
+
+func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
+	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO redemptions (jti, call_id, at) VALUES (?,?,?) ON CONFLICT (jti) DO NOTHING`,
+		jti, callID, ms(at))
+	if err != nil {
+		return false, fmt.Errorf("db: consume nonce: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("db: consume nonce: %w", err)
+	}
+	return n == 1, nil
+}
+
+func (t *storeTx) Retry(actor, tool string) (queue.RetryState, error) {
+	var st queue.RetryState
+	var blocked sql.NullInt64
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count, blocked_at FROM retries WHERE actor = ? AND tool = ?`, actor, tool).
+		Scan(&st.Count, &blocked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("db: read retries: %w", err)
+	}
+	st.BlockedAt = fromMS(blocked)
+	return st, nil
+}
+
+func (t *storeTx) SetRetry(actor, tool string, st queue.RetryState) error {
+	var err error
+	if st.Count == 0 && !st.Blocked() {
+		_, err = t.tx.ExecContext(t.ctx, `DELETE FROM retries WHERE actor = ? AND tool = ?`, actor, tool)
+	} else {
+		_, err = t.tx.ExecContext(t.ctx, `INSERT INTO retries (actor, tool, count, blocked_at) VALUES (?,?,?,?)
+			ON CONFLICT (actor, tool) DO UPDATE SET count = excluded.count, blocked_at = excluded.blocked_at`,
+			actor, tool, st.Count, nullMS(st.BlockedAt))
+	}
+	if err != nil {
+		return fmt.Errorf("db: write retries: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) Append(e *audit.Entry) error {
+	return appendAudit(t.ctx, t.tx, e)
+}
+
+// appendAudit seals e onto the chain inside tx. Because the entry is written
+// by the same transaction as the change it records, a crash leaves both or
+// neither.
+func appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
+	var seq int64
+	var prev string
+	err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("db: read audit head: %w", err)
+	}
+	if err := e.Seal(seq, prev); err != nil {
+		return err
+	}
+	details, err := canonical.Encode(detailsOrEmpty(e.Details))
+	if err != nil {
+		return fmt.Errorf("db: encode audit details: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash)
+		VALUES (?,?,?,?,?,?,?,?,?)`, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash)
+	if err != nil {
+		return fmt.Errorf("db: append audit entry: %w", err)
+	}
+	return nil
+}
+
+func detailsOrEmpty(v any) any {
+	if v == nil {
+		return canonical.Object{}
+	}
+	return v
+}
+
+// Call reads one call.
+func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
+	c, err := loadCall(ctx, s.sql, `id = ?`, id)
+	return c, classify(err)
+}
+
+// DueCalls lists pending calls whose deadline has passed.
+func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls WHERE status = 'pending' AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
+		ms(now), limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: due calls: %w", err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// NextDeadline returns the earliest decide_by of a pending call.
+func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var n sql.NullInt64
+	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(decide_by) FROM calls WHERE status = 'pending'`).Scan(&n); err != nil {
+		return time.Time{}, false, classify(fmt.Errorf("db: next deadline: %w", err))
+	}
+	return fromMS(n), n.Valid, nil
+}
+
+// PendingCalls lists pending calls, newest first.
+func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls WHERE status = 'pending' ORDER BY seq DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	calls := make([]*queue.Call, 0, len(ids))
+	for _, id := range ids {
+		c, err := s.Call(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, nil
+}
+
+// Blocks lists (actor, tool) pairs blocked by the retry cap.
+func (s Store) Blocks(ctx context.Context) ([]queue.Block, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT actor, tool, count, blocked_at FROM retries WHERE blocked_at IS NOT NULL ORDER BY blocked_at DESC`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: blocks: %w", err))
+	}
+	defer rows.Close()
+	var out []queue.Block
+	for rows.Next() {
+		var b queue.Block
+		var at sql.NullInt64
+		if err := rows.Scan(&b.Actor, &b.Tool, &b.Count, &at); err != nil {
+			return nil, err
+		}
+		b.BlockedAt = fromMS(at)
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,193 @@
+// Package queue holds Countersign's calls and the rules for moving them:
+// submission, decisions and quorum, grants, redemption, expiry, outcomes and
+// the retry cap. It declares the store it needs; internal/db implements it.
+package queue
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/canonical"
+)
+
+// Status is where a call is in its life.
+type Status string
+
+// Call statuses. Every status but Pending and Approved is terminal; Approved
+// moves only to Redeemed.
+const (
+	StatusPending   Status = "pending"
+	StatusApproved  Status = "approved"
+	StatusDenied    Status = "denied"
+	StatusExpired   Status = "expired"
+	StatusCancelled Status = "cancelled"
+	StatusRedeemed  Status = "redeemed"
+)
+
+// Terminal reports whether no decision can change the status any more.
+func (s Status) Terminal() bool {
+	return s != StatusPending && s != StatusApproved
+}
+
+// Call is one stored proposal with its envelope, digest and state.
+type Call struct {
+	ID        string
+	Seq       int64 // insertion order, for paging
+	Actor     string
+	Audience  string
+	Tool      string
+	Target    string
+	Args      canonical.Object // every argument as proposed, informational ones included
+	Rationale string
+	// Envelope is the canonical envelope that Digest hashes (informational
+	// members removed).
+	Envelope []byte
+	Digest   string
+	Status   Status
+
+	ApprovalsRequired int
+	Approvals         []Approval
+	GrantTTL          time.Duration
+
+	CreatedAt time.Time
+	DecideBy  time.Time
+	DecidedAt time.Time // zero until approved, denied, expired or cancelled
+
+	Denial *Denial
+
+	Grant          string // the signed token, set when approved
+	GrantJTI       string
+	GrantKID       string
+	GrantExpiresAt time.Time
+
+	RedeemedAt time.Time
+	Outcome    *Outcome
+}
+
+// Approval is one operator's approval of a call.
+type Approval struct {
+	Operator string
+	Channel  string
+	At       time.Time
+}
+
+// Denial records who denied a call and why.
+type Denial struct {
+	By      string
+	Channel string
+	Reason  string
+	At      time.Time
+}
+
+// Outcome is what the executor reported after running the call.
+type Outcome struct {
+	Status string // succeeded, failed, unknown
+	Detail string
+	At     time.Time
+}
+
+// ApprovedBy reports whether operator has approved the call.
+func (c *Call) ApprovedBy(operator string) bool {
+	for _, a := range c.Approvals {
+		if a.Operator == operator {
+			return true
+		}
+	}
+	return false
+}
+
+// Clone returns a deep enough copy for publishing: slices and pointers that
+// the service may change later are copied.
+func (c *Call) Clone() *Call {
+	cp := *c
+	cp.Approvals = append([]Approval(nil), c.Approvals...)
+	if c.Denial != nil {
+		d := *c.Denial
+		cp.Denial = &d
+	}
+	if c.Outcome != nil {
+		o := *c.Outcome
+		cp.Outcome = &o
+	}
+	return &cp
+}
+
+// Principal is the trusted context of an agent's API token.
+type Principal struct {
+	Actor    string
+	Audience string
+}
+
+// Errors returned by the service. The HTTP layer maps them to status codes.
+var (
+	ErrNotFound          = errors.New("queue: call not found")
+	ErrNotPending        = errors.New("queue: call is no longer pending")
+	ErrDigestMismatch    = errors.New("queue: digest differs from the call's digest")
+	ErrOwnCall           = errors.New("queue: an operator cannot approve a call proposed under their own name")
+	ErrAlreadyApproved   = errors.New("queue: operator has already approved this call")
+	ErrReasonRequired    = errors.New("queue: a denial needs a reason")
+	ErrAudienceNotAllow  = errors.New("queue: the tool's audience is not the token's audience")
+	ErrNotRedeemed       = errors.New("queue: the call has not been redeemed")
+	ErrOutcomeReported   = errors.New("queue: an outcome was already reported")
+	ErrInvalidOutcome    = errors.New("queue: outcome status must be succeeded, failed or unknown")
+	ErrRetryLimit        = errors.New("queue: too many rejected proposals in a row for this tool")
+	ErrUnavailable       = errors.New("queue: storage unavailable")
+	ErrStoreReplaced     = errors.New("queue: the database file was removed or replaced while running")
+	ErrNotBlocked        = errors.New("queue: no retry block for that actor and tool")
+	ErrShuttingDown      = errors.New("queue: shutting down")
+	ErrMalformedRedeem   = errors.New("queue: malformed redemption request")
+	ErrPreviouslyDenied  = errors.New("queue: the same call was denied recently")
+	ErrOperatorRequired  = errors.New("queue: an operator name is required")
+	ErrDecisionByUnknown = errors.New("queue: unknown operator")
+)
+
+// ProposalError is a proposal refused for its content: every problem found.
+type ProposalError struct {
+	// Kind is "parse" (the text is not acceptable JSON: 400, or 413 for
+	// too_large), "unknown_tool" or "invalid_arguments" (422).
+	Kind     string
+	Tool     string
+	Problems canonical.Problems
+}
+
+func (e *ProposalError) Error() string {
+	return fmt.Sprintf("queue: proposal refused: %v", e.Problems)
+}
+
+// DeniedError is ErrPreviouslyDenied with the operator's reason.
+type DeniedError struct {
+	CallID string
+	Reason string
+	At     time.Time
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("queue: the same call (%s) was denied at %s: %s", e.CallID, e.At.Format(time.RFC3339), e.Reason)
+}
+
+func (e *DeniedError) Unwrap() error { return ErrPreviouslyDenied }
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewCallID returns a random call id such as "call_k2j4…".
+func NewCallID() string {
+	var b [15]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return "call_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
+}
+
+// NewJTI returns 128 random bits in hex.
+func NewJTI() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,133 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// expire moves a pending call to expired inside tx.
+func (s *Service) expire(tx Tx, c *Call, emit func(Event)) error {
+	c.Status = StatusExpired
+	c.DecidedAt = s.now()
+	if err := tx.UpdateCall(c); err != nil {
+		return err
+	}
+	if err := tx.Append(s.entry(audit.KindExpired, c, "console", audit.ChannelAPI, map[string]any{
+		"decide_by": formatTime(c.DecideBy)})); err != nil {
+		return err
+	}
+	emit(Event{Kind: audit.KindExpired, Call: c})
+	return nil
+}
+
+// ExpireDue expires every pending call whose deadline has passed, each in its
+// own transaction, and returns how many it expired.
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	ids, err := s.store.DueCalls(ctx, s.now(), 500)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+			c, err := tx.Call(id)
+			if err != nil {
+				return err
+			}
+			if c.Status != StatusPending || s.now().Before(c.DecideBy) {
+				return nil // decided meanwhile
+			}
+			n++
+			return s.expire(tx, c, emit)
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (s *Service) kickExpiry() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run expires calls at their deadlines until ctx ends or Shutdown is called.
+// It sleeps until the earliest deadline (or a new submission), with no
+// polling in between.
+func (s *Service) Run(ctx context.Context) {
+	for {
+		if _, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("expire due calls", slog.Any("error", err))
+		}
+		wait := time.Minute
+		if next, ok, err := s.store.NextDeadline(ctx); err == nil && ok {
+			wait = max(next.Sub(s.now()), 0) + 5*time.Millisecond
+		}
+		if wait > time.Minute {
+			wait = time.Minute
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.stopping:
+			t.Stop()
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// waiters wakes long-polls when their call changes. Each waiter is a
+// one-slot channel; waking never blocks.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string]map[chan struct{}]struct{}
+	n  atomic.Int64
+}
+
+func (w *waiters) add(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	set := w.m[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		w.m[id] = set
+	}
+	set[ch] = struct{}{}
+	w.mu.Unlock()
+	w.n.Add(1)
+	return ch, func() {
+		w.mu.Lock()
+		delete(set, ch)
+		if len(set) == 0 && w.m[id] != nil && len(w.m[id]) == 0 {
+			delete(w.m, id)
+		}
+		w.mu.Unlock()
+		w.n.Add(-1)
+	}
+}
+
+func (w *waiters) wake(id string) {
+	w.mu.Lock()
+	for ch := range w.m[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	w.mu.Unlock()
+}
+
+func (w *waiters) count() int64 { return w.n.Load() }

@@ -1,0 +1,183 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/grant"
+)
+
+// Redemption is the answer to a redemption request.
+type Redemption struct {
+	Accepted bool
+	CallID   string
+	Reason   string // empty when accepted
+	Checks   []grant.Check
+	Call     *Call // the redeemed call, when accepted
+}
+
+// Decision is "accepted" or "rejected".
+func (r *Redemption) Decision() string {
+	if r.Accepted {
+		return "accepted"
+	}
+	return "rejected"
+}
+
+// maxRedeemDepth allows args at canonical.MaxArgsDepth inside
+// {"call":{"args":...}}.
+const maxRedeemDepth = canonical.MaxArgsDepth + 2
+
+// ParseRedemption strictly reads {"grant": "...", "call": {"tool","target","args"}}.
+func ParseRedemption(body []byte) (string, canonical.Proposal, canonical.Problems) {
+	v, err := canonical.ParseWith(body, canonical.Options{MaxDepth: maxRedeemDepth})
+	if err != nil {
+		return "", canonical.Proposal{}, canonical.Problems{*err.(*canonical.Problem)}
+	}
+	var problems canonical.Problems
+	add := func(code, path, msg string) {
+		problems = append(problems, canonical.Problem{Code: code, Path: path, Message: msg, Offset: -1})
+	}
+	o, ok := v.(canonical.Object)
+	if !ok {
+		add(canonical.CodeWrongType, "", "the body must be an object with grant and call")
+		return "", canonical.Proposal{}, problems
+	}
+	for _, m := range o {
+		if m.Name != "grant" && m.Name != "call" {
+			add(canonical.CodeUnknownField, canonical.Pointer(m.Name), fmt.Sprintf("%+q is not a member of a redemption (allowed: grant, call)", m.Name))
+		}
+	}
+	var token string
+	if g, ok := o.Get("grant"); !ok {
+		add(canonical.CodeMissingField, "/grant", "grant is required")
+	} else if token, ok = g.(string); !ok {
+		add(canonical.CodeWrongType, "/grant", "grant must be a string")
+	}
+	var p canonical.Proposal
+	if c, ok := o.Get("call"); !ok {
+		add(canonical.CodeMissingField, "/call", "call is required: the exact tool, target and args to run")
+	} else {
+		var ps canonical.Problems
+		p, ps = canonical.ProposalFrom(c, "/call", false)
+		problems = append(problems, ps...)
+	}
+	return token, p, problems
+}
+
+// Redeem checks a grant against the call presented and the redeeming
+// token's context, and consumes it at most once. Nothing is consumed unless
+// every check passes; an error from storage means no acceptance.
+func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Redemption, error) {
+	token, p, problems := ParseRedemption(body)
+	if len(problems) > 0 {
+		return nil, &ProposalError{Kind: "parse", Problems: problems}
+	}
+	args := p.Args
+	if t, ok := s.tools.Tool(p.Tool); ok {
+		args = t.Bound(p.Args)
+	}
+	presented := grant.Presented{Tool: p.Tool, Target: p.Target, Args: args}
+	res := s.signer.Verify(token, grant.Context{Actor: who.Actor, Audience: who.Audience}, presented, s.now())
+	out := &Redemption{}
+	if res.Claims != nil {
+		out.CallID = res.Claims.CallID
+	}
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := tx.CheckIdentity(); err != nil {
+			return err
+		}
+		var c *Call
+		if res.Reason == "" {
+			// Time again, now that the write lock is held.
+			now := s.now()
+			if ok, reason := grant.CheckTime(res.Claims, now); !ok {
+				res.Set("time", false, reason)
+			}
+		}
+		if res.Reason == "" {
+			var err error
+			c, err = tx.Call(res.Claims.CallID)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				res.Set("status", false, grant.ReasonRevoked)
+			case err != nil:
+				return err
+			case c.Actor != who.Actor || c.Digest != res.Claims.Digest || c.GrantJTI != res.Claims.JTI:
+				// A validly signed grant that this database did not issue
+				// for this call: refuse as revoked.
+				res.Set("status", false, grant.ReasonRevoked)
+			case c.Status != StatusApproved && c.Status != StatusRedeemed:
+				res.Set("status", false, grant.ReasonRevoked)
+			default:
+				res.Set("status", true, "")
+			}
+		}
+		if res.Reason == "" {
+			fresh, err := tx.ConsumeNonce(res.Claims.JTI, c.ID, s.now())
+			if err != nil {
+				return err
+			}
+			if !fresh {
+				res.Set("nonce", false, grant.ReasonReplayed)
+			} else {
+				res.Set("nonce", true, "")
+			}
+		}
+		out.Checks, out.Reason = res.Checks, res.Reason
+		details := map[string]any{"checks": checksDetail(res.Checks)}
+		if res.Reason != "" {
+			details["reason"] = res.Reason
+			if res.Claims != nil {
+				details["jti"] = res.Claims.JTI
+			}
+			if c == nil {
+				c = &Call{ID: out.CallID}
+			}
+			if err := tx.Append(s.entry(audit.KindRedemptionRefused, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+				return err
+			}
+			emit(Event{Kind: audit.KindRedemptionRefused, Reason: res.Reason, Call: nilIfEmpty(c)})
+			return nil
+		}
+		c.Status = StatusRedeemed
+		c.RedeemedAt = s.now()
+		if err := tx.UpdateCall(c); err != nil {
+			return err
+		}
+		details["jti"] = res.Claims.JTI
+		if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+			return err
+		}
+		out.Accepted = true
+		out.Call = c
+		emit(Event{Kind: audit.KindRedeemed, Call: c})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func nilIfEmpty(c *Call) *Call {
+	if c == nil || c.Status == "" {
+		return nil
+	}
+	return c
+}
+
+func checksDetail(checks []grant.Check) []any {
+	out := make([]any, len(checks))
+	for i, c := range checks {
+		var ok any
+		if c.OK != nil {
+			ok = *c.OK
+		}
+		out[i] = map[string]any{"name": c.Name, "ok": ok}
+	}
+	return out
+}

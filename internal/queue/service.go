@@ -1,0 +1,634 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// Policy constants of DESIGN §5.
+const (
+	// RetryLimit is how many content rejections in a row an (actor, tool)
+	// pair may have before it is blocked.
+	RetryLimit = 3
+	// DeniedMemory is how long a denied digest is refused outright.
+	DeniedMemory = 10 * time.Minute
+	// MaxWait bounds a long-poll.
+	MaxWait = 60 * time.Second
+	// MaxReasonBytes bounds a denial reason and an outcome detail.
+	MaxReasonBytes = 2000
+)
+
+// Signer mints and verifies grants; *grant.Keyring implements it.
+type Signer interface {
+	Mint(c grant.Claims) (token, kid string, err error)
+	Verify(token string, ctx grant.Context, call grant.Presented, now time.Time) grant.Result
+}
+
+// Event is a committed change, published after the transaction commits.
+type Event struct {
+	Kind  string // an audit kind: submitted, approved, granted, denied, ...
+	Call  *Call  // the call after the change; nil for retry events
+	Block *Block // for retry_blocked and retry_cleared
+	// Reason is set for redemption_refused.
+	Reason string
+}
+
+// Config holds the service's collaborators.
+type Config struct {
+	Store  Store
+	Tools  *tools.Registry
+	Signer Signer
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Service applies the queue's rules. It is safe for concurrent use; the
+// store's write transactions serialize every decision.
+type Service struct {
+	store  Store
+	tools  *tools.Registry
+	signer Signer
+	now    func() time.Time
+	log    *slog.Logger
+
+	waiters waiters
+
+	mu        sync.RWMutex
+	listeners []func(Event)
+	kick      chan struct{} // wakes the expiry loop when a deadline may have moved
+	stopping  chan struct{}
+	stopOnce  sync.Once
+}
+
+// NewService returns a queue over the given store.
+func NewService(cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		store: cfg.Store, tools: cfg.Tools, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger,
+		waiters:  waiters{m: map[string]map[chan struct{}]struct{}{}},
+		kick:     make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+	}
+}
+
+// Tools returns the registry the service validates against.
+func (s *Service) Tools() *tools.Registry { return s.tools }
+
+// Store returns the service's store, for read-only views.
+func (s *Service) Store() Store { return s.store }
+
+// Subscribe registers fn to receive every committed change. fn runs on the
+// goroutine that made the change and must not block.
+func (s *Service) Subscribe(fn func(Event)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, fn)
+}
+
+func (s *Service) publish(events ...Event) {
+	s.mu.RLock()
+	ls := s.listeners
+	s.mu.RUnlock()
+	for _, ev := range events {
+		if ev.Call != nil {
+			s.waiters.wake(ev.Call.ID)
+		}
+		for _, fn := range ls {
+			fn(ev)
+		}
+	}
+}
+
+// update runs fn in a transaction and publishes its events after commit.
+// When fn returns commitAnd(err), what fn wrote is committed and err is
+// returned: a refusal that is itself recorded (an audited rejection, or an
+// overdue call expired on the spot).
+func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) error) error {
+	var events []Event
+	var refusal error
+	err := s.store.Update(ctx, func(tx Tx) error {
+		events, refusal = events[:0], nil
+		err := fn(tx, func(ev Event) {
+			if ev.Call != nil {
+				ev.Call = ev.Call.Clone()
+			}
+			events = append(events, ev)
+		})
+		var r refused
+		if errors.As(err, &r) {
+			refusal = r.err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.publish(events...)
+	return refusal
+}
+
+// refused carries a refusal out of a transaction that must still commit.
+type refused struct{ err error }
+
+func (r refused) Error() string { return r.err.Error() }
+
+func commitAnd(err error) error { return refused{err} }
+
+func (s *Service) entry(kind string, c *Call, principal, channel string, details map[string]any) *audit.Entry {
+	id := ""
+	if c != nil {
+		id = c.ID
+	}
+	if details == nil {
+		details = map[string]any{}
+	}
+	return &audit.Entry{Time: audit.FormatTime(s.now()), Kind: kind, CallID: id,
+		Principal: principal, Channel: channel, Details: details}
+}
+
+// Submit parses, validates and stores a proposal from an agent. It returns
+// the call and whether it was newly created (false when an identical
+// envelope from the same actor is still pending or approved).
+func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call, bool, error) {
+	p, perr := canonical.ParseProposal(body)
+	var t *tools.Tool
+	var problems canonical.Problems
+	var kind string
+	if perr != nil {
+		problems = perr.(canonical.Problems)
+		kind = "invalid_arguments"
+		if len(problems) == 1 && isParseCode(problems[0].Code) {
+			kind = "parse"
+		}
+	} else if t, problems = s.tools.Check(p); len(problems) > 0 {
+		kind = "invalid_arguments"
+		if t == nil {
+			kind = "unknown_tool"
+		}
+	}
+	toolName := p.Tool
+	if toolName == "" {
+		toolName = toolHint(body)
+	}
+	if len(problems) > 0 {
+		return nil, false, s.reject(ctx, who, toolName, &ProposalError{Kind: kind, Tool: toolName, Problems: problems})
+	}
+	if t.Audience != who.Audience {
+		err := fmt.Errorf("%w: %s runs on %q, this token is for %q", ErrAudienceNotAllow, t.Name, t.Audience, who.Audience)
+		if aerr := s.update(ctx, func(tx Tx, emit func(Event)) error {
+			return tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": t.Name, "codes": []string{"audience_not_allowed"}, "audience": who.Audience}))
+		}); aerr != nil {
+			return nil, false, aerr
+		}
+		return nil, false, err
+	}
+	env := p.Envelope(who.Actor, who.Audience)
+	env.Args = t.Bound(p.Args)
+	envBytes, err := env.Canonical()
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: canonical envelope: %w", err)
+	}
+	now := s.now()
+	c := &Call{
+		ID: NewCallID(), Actor: who.Actor, Audience: who.Audience, Tool: p.Tool, Target: p.Target,
+		Args: p.Args, Rationale: p.Rationale, Envelope: envBytes, Digest: canonical.DigestOf(envBytes),
+		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
+		CreatedAt: now, DecideBy: now.Add(t.DecideWithin),
+	}
+	var result *Call
+	created := false
+	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := tx.CheckIdentity(); err != nil {
+			return err
+		}
+		rs, err := tx.Retry(who.Actor, p.Tool)
+		if err != nil {
+			return err
+		}
+		if rs.Blocked() {
+			return ErrRetryLimit
+		}
+		prev, err := tx.LatestByDigest(who.Actor, c.Digest)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		case prev.Status == StatusPending && prev.DecideBy.After(now),
+			prev.Status == StatusApproved && prev.GrantExpiresAt.After(now):
+			result = prev
+			return nil
+		case prev.Status == StatusDenied && now.Sub(prev.DecidedAt) < DeniedMemory:
+			reason := ""
+			if prev.Denial != nil {
+				reason = prev.Denial.Reason
+			}
+			if err := tx.Append(s.entry(audit.KindRejected, prev, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": p.Tool, "codes": []string{"previously_denied"}, "digest": c.Digest})); err != nil {
+				return err
+			}
+			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
+		}
+		if rs.Count > 0 {
+			if err := tx.SetRetry(who.Actor, p.Tool, RetryState{}); err != nil {
+				return err
+			}
+		}
+		if err := tx.InsertCall(c); err != nil {
+			return err
+		}
+		if err := tx.Append(s.entry(audit.KindSubmitted, c, who.Actor, audit.ChannelAPI, map[string]any{
+			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
+			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),
+			"approvals_required": int64(c.ApprovalsRequired)})); err != nil {
+			return err
+		}
+		result, created = c, true
+		emit(Event{Kind: audit.KindSubmitted, Call: c})
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		s.kickExpiry()
+	}
+	return result, created, nil
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// isParseCode reports whether code comes from reading the JSON text itself
+// rather than from checking its content.
+func isParseCode(code string) bool {
+	switch code {
+	case canonical.CodeMalformedJSON, canonical.CodeInvalidUTF8, canonical.CodeDuplicateKey,
+		canonical.CodeFloatNotAllowed, canonical.CodeOutOfRange, canonical.CodeTooDeep, canonical.CodeTooLarge:
+		return true
+	}
+	return false
+}
+
+// toolHint finds the tool a body meant to call when the body did not parse
+// as a whole, so its rejection counts against the right (actor, tool) pair.
+// Only a well-formed tool name is used; otherwise the pair's tool is "".
+func toolHint(body []byte) string {
+	i := strings.Index(string(body[:min(len(body), 4096)]), `"tool"`)
+	if i < 0 {
+		return ""
+	}
+	rest := strings.TrimLeft(string(body[i+6:min(len(body), i+6+200)]), " \t\r\n")
+	if !strings.HasPrefix(rest, ":") {
+		return ""
+	}
+	rest = strings.TrimLeft(rest[1:], " \t\r\n")
+	if !strings.HasPrefix(rest, `"`) {
+		return ""
+	}
+	end := strings.IndexByte(rest[1:], '"')
+	if end < 0 {
+		return ""
+	}
+	name := rest[1 : 1+end]
+	v, err := canonical.Parse([]byte(`{"tool":"` + name + `","target":"x","args":{}}`))
+	if err != nil {
+		return ""
+	}
+	if p, problems := canonical.ProposalFrom(v, "", false); len(problems) == 0 {
+		return p.Tool
+	}
+	return ""
+}
+
+// reject records a content rejection and applies the retry cap. It returns
+// perr, or ErrRetryLimit when the pair is already blocked.
+func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *ProposalError) error {
+	s.log.Info("proposal rejected", slog.String("actor", who.Actor), slog.String("tool", tool),
+		slog.String("kind", perr.Kind), slog.Any("codes", perr.Problems.Codes()))
+	var out error = perr
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		out = perr
+		rs, err := tx.Retry(who.Actor, tool)
+		if err != nil {
+			return err
+		}
+		if rs.Blocked() {
+			out = ErrRetryLimit
+			return nil
+		}
+		problems := make([]any, 0, len(perr.Problems))
+		for _, p := range perr.Problems {
+			problems = append(problems, map[string]any{"code": p.Code, "path": p.Path, "message": p.Message})
+		}
+		if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+			"tool": tool, "codes": perr.Problems.Codes(), "problems": problems})); err != nil {
+			return err
+		}
+		rs.Count++
+		if rs.Count >= RetryLimit {
+			rs.BlockedAt = s.now()
+			b := &Block{Actor: who.Actor, Tool: tool, Count: rs.Count, BlockedAt: rs.BlockedAt}
+			if err := tx.Append(s.entry(audit.KindRetryBlocked, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"actor": who.Actor, "tool": tool, "count": int64(rs.Count)})); err != nil {
+				return err
+			}
+			emit(Event{Kind: audit.KindRetryBlocked, Block: b})
+		}
+		return tx.SetRetry(who.Actor, tool, rs)
+	})
+	if err != nil {
+		return err
+	}
+	return out
+}
+
+// ClearRetry lifts the retry cap for (actor, tool).
+func (s *Service) ClearRetry(ctx context.Context, operator, channel, actor, tool string) error {
+	return s.update(ctx, func(tx Tx, emit func(Event)) error {
+		rs, err := tx.Retry(actor, tool)
+		if err != nil {
+			return err
+		}
+		if !rs.Blocked() {
+			return ErrNotBlocked
+		}
+		if err := tx.SetRetry(actor, tool, RetryState{}); err != nil {
+			return err
+		}
+		if err := tx.Append(s.entry(audit.KindRetryCleared, nil, operator, channel, map[string]any{
+			"actor": actor, "tool": tool})); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindRetryCleared, Block: &Block{Actor: actor, Tool: tool}})
+		return nil
+	})
+}
+
+// Get returns one of the principal's calls. Another actor's call is
+// ErrNotFound.
+func (s *Service) Get(ctx context.Context, who Principal, id string) (*Call, error) {
+	c, err := s.store.Call(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.Actor != who.Actor {
+		return nil, ErrNotFound
+	}
+	return c, nil
+}
+
+// Call returns any call, for operators and auditors.
+func (s *Service) Call(ctx context.Context, id string) (*Call, error) {
+	return s.store.Call(ctx, id)
+}
+
+// Wait returns the principal's call as soon as it is no longer pending, or
+// when d has passed, ctx ends or the service shuts down.
+func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Duration) (*Call, error) {
+	if d > MaxWait {
+		d = MaxWait
+	}
+	ch, done := s.waiters.add(id)
+	defer done()
+	c, err := s.Get(ctx, who, id)
+	if err != nil || c.Status != StatusPending || d <= 0 {
+		return c, err
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.stopping:
+	}
+	return s.Get(context.WithoutCancel(ctx), who, id)
+}
+
+// Waiting returns how many long-polls are open.
+func (s *Service) Waiting() int64 { return s.waiters.count() }
+
+// Shutdown releases every open long-poll with the call's current state and
+// stops the expiry loop.
+func (s *Service) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Approve records operator's approval of call id, bound to the digest the
+// operator was shown. The last approval the tool requires mints the grant in
+// the same transaction.
+func (s *Service) Approve(ctx context.Context, operator, channel, id, digest string) (*Call, error) {
+	if operator == "" {
+		return nil, ErrOperatorRequired
+	}
+	var out *Call
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		c, err := s.loadPending(tx, id, emit)
+		if err != nil {
+			return err
+		}
+		if digest != c.Digest {
+			return ErrDigestMismatch
+		}
+		if operator == c.Actor {
+			return ErrOwnCall
+		}
+		if c.ApprovedBy(operator) {
+			return ErrAlreadyApproved
+		}
+		now := s.now()
+		a := Approval{Operator: operator, Channel: channel, At: now}
+		if err := tx.AddApproval(c.ID, a); err != nil {
+			return err
+		}
+		c.Approvals = append(c.Approvals, a)
+		if err := tx.Append(s.entry(audit.KindApproved, c, operator, channel, map[string]any{
+			"digest": c.Digest, "received": int64(len(c.Approvals)), "required": int64(c.ApprovalsRequired)})); err != nil {
+			return err
+		}
+		if len(c.Approvals) >= c.ApprovalsRequired {
+			if err := s.mint(tx, c, now); err != nil {
+				return err
+			}
+			emit(Event{Kind: audit.KindGranted, Call: c})
+		} else {
+			emit(Event{Kind: audit.KindApproved, Call: c})
+		}
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+func (s *Service) mint(tx Tx, c *Call, now time.Time) error {
+	ttl := c.GrantTTL
+	if ttl <= 0 || ttl > grant.MaxTTL {
+		ttl = grant.MaxTTL
+	}
+	claims := grant.Claims{
+		Subject: c.Actor, Audience: c.Audience, JTI: NewJTI(),
+		IssuedAt: now.Unix(), ExpiresAt: now.Unix() + int64(ttl/time.Second),
+		CallID: c.ID, Tool: c.Tool, Target: c.Target, Digest: c.Digest,
+	}
+	token, kid, err := s.signer.Mint(claims)
+	if err != nil {
+		return fmt.Errorf("queue: mint grant for %s: %w", c.ID, err)
+	}
+	c.Status = StatusApproved
+	c.DecidedAt = now
+	c.Grant, c.GrantJTI, c.GrantKID = token, claims.JTI, kid
+	c.GrantExpiresAt = time.Unix(claims.ExpiresAt, 0)
+	if err := tx.UpdateCall(c); err != nil {
+		return err
+	}
+	return tx.Append(s.entry(audit.KindGranted, c, "console", audit.ChannelAPI, map[string]any{
+		"jti": claims.JTI, "kid": kid, "iat": claims.IssuedAt, "exp": claims.ExpiresAt, "digest": c.Digest}))
+}
+
+// loadPending reads a call that must still be pending. A call found past its
+// deadline is expired on the spot, and that expiry is committed with the
+// refusal.
+func (s *Service) loadPending(tx Tx, id string, emit func(Event)) (*Call, error) {
+	if err := tx.CheckIdentity(); err != nil {
+		return nil, err
+	}
+	c, err := tx.Call(id)
+	if err != nil {
+		return nil, err
+	}
+	if c.Status != StatusPending {
+		return nil, fmt.Errorf("%w (it is %s)", ErrNotPending, c.Status)
+	}
+	if !s.now().Before(c.DecideBy) {
+		if err := s.expire(tx, c, emit); err != nil {
+			return nil, err
+		}
+		return nil, commitAnd(fmt.Errorf("%w (its decision deadline passed; it is now expired)", ErrNotPending))
+	}
+	return c, nil
+}
+
+// Deny ends call id with the operator's reason, which the agent receives.
+func (s *Service) Deny(ctx context.Context, operator, channel, id, reason string) (*Call, error) {
+	if operator == "" {
+		return nil, ErrOperatorRequired
+	}
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return nil, ErrReasonRequired
+	}
+	if len(reason) > MaxReasonBytes {
+		return nil, fmt.Errorf("%w (at most %d bytes)", ErrReasonRequired, MaxReasonBytes)
+	}
+	var out *Call
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		c, err := s.loadPending(tx, id, emit)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		c.Status = StatusDenied
+		c.DecidedAt = now
+		c.Denial = &Denial{By: operator, Channel: channel, Reason: reason, At: now}
+		if err := tx.UpdateCall(c); err != nil {
+			return err
+		}
+		if err := tx.Append(s.entry(audit.KindDenied, c, operator, channel, map[string]any{
+			"digest": c.Digest, "reason": reason})); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindDenied, Call: c})
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// Cancel withdraws one of the principal's pending calls.
+func (s *Service) Cancel(ctx context.Context, who Principal, id string) (*Call, error) {
+	var out *Call
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := tx.CheckIdentity(); err != nil {
+			return err
+		}
+		c, err := tx.Call(id)
+		if err != nil {
+			return err
+		}
+		if c.Actor != who.Actor {
+			return ErrNotFound
+		}
+		if c.Status != StatusPending {
+			return fmt.Errorf("%w (it is %s)", ErrNotPending, c.Status)
+		}
+		c.Status = StatusCancelled
+		c.DecidedAt = s.now()
+		if err := tx.UpdateCall(c); err != nil {
+			return err
+		}
+		if err := tx.Append(s.entry(audit.KindCancelled, c, who.Actor, audit.ChannelAPI, nil)); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindCancelled, Call: c})
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// ReportOutcome records what happened when the executor ran the call.
+func (s *Service) ReportOutcome(ctx context.Context, who Principal, id, status, detail string) (*Call, error) {
+	switch status {
+	case "succeeded", "failed", "unknown":
+	default:
+		return nil, ErrInvalidOutcome
+	}
+	if len(detail) > MaxReasonBytes {
+		detail = detail[:MaxReasonBytes]
+	}
+	var out *Call
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		c, err := tx.Call(id)
+		if err != nil {
+			return err
+		}
+		if c.Actor != who.Actor {
+			return ErrNotFound
+		}
+		if c.Status != StatusRedeemed {
+			return ErrNotRedeemed
+		}
+		if c.Outcome != nil {
+			return ErrOutcomeReported
+		}
+		c.Outcome = &Outcome{Status: status, Detail: detail, At: s.now()}
+		if err := tx.UpdateCall(c); err != nil {
+			return err
+		}
+		if err := tx.Append(s.entry(audit.KindOutcome, c, who.Actor, audit.ChannelAPI, map[string]any{
+			"status": status, "detail": detail})); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindOutcome, Call: c})
+		out = c
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,67 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// Store is the persistence the queue needs. Update runs fn inside one write
+// transaction (SQLite BEGIN IMMEDIATE): either everything fn did, audit
+// entries included, is committed, or nothing is.
+type Store interface {
+	Update(ctx context.Context, fn func(Tx) error) error
+	// Call reads one call outside any write transaction.
+	Call(ctx context.Context, id string) (*Call, error)
+	// DueCalls lists pending calls whose decide_by is at or before now.
+	DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextDeadline returns the earliest decide_by of a pending call, or
+	// false when none is pending.
+	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// PendingCalls lists pending calls, newest first.
+	PendingCalls(ctx context.Context, limit int) ([]*Call, error)
+	// Blocks lists the (actor, tool) pairs blocked by the retry cap.
+	Blocks(ctx context.Context) ([]Block, error)
+}
+
+// Tx is what one transaction may do. Methods that find nothing return
+// ErrNotFound.
+type Tx interface {
+	// CheckIdentity fails with ErrStoreReplaced when the database is not
+	// the one opened at start.
+	CheckIdentity() error
+	Call(id string) (*Call, error)
+	// LatestByDigest returns the newest call of actor with that digest.
+	LatestByDigest(actor, digest string) (*Call, error)
+	InsertCall(c *Call) error
+	// UpdateCall writes the call's status, decision, grant, redemption and
+	// outcome fields.
+	UpdateCall(c *Call) error
+	AddApproval(callID string, a Approval) error
+	// ConsumeNonce records a grant's jti as used. It returns false, and
+	// changes nothing, when the jti was already consumed.
+	ConsumeNonce(jti, callID string, at time.Time) (bool, error)
+	Retry(actor, tool string) (RetryState, error)
+	SetRetry(actor, tool string, st RetryState) error
+	// Append seals the entry onto the audit chain.
+	Append(e *audit.Entry) error
+}
+
+// RetryState counts an (actor, tool) pair's content rejections in a row.
+type RetryState struct {
+	Count     int
+	BlockedAt time.Time // zero when not blocked
+}
+
+// Blocked reports whether the pair is refused with retry_limit.
+func (r RetryState) Blocked() bool { return !r.BlockedAt.IsZero() }
+
+// Block is an (actor, tool) pair refused by the retry cap until an operator
+// clears it.
+type Block struct {
+	Actor     string
+	Tool      string
+	Count     int
+	BlockedAt time.Time
+}

@@ -1,0 +1,409 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+const principalKey = "countersign.principal"
+
+func (s *Server) routesAPI(e *echo.Echo) {
+	e.GET("/healthz", s.healthz)
+	e.GET("/metrics", s.metrics.handler())
+	e.GET("/api/v1/keys", s.keys)
+	e.GET("/api/v1/openapi.yaml", s.openAPI)
+
+	api := e.Group("/api/v1", s.bearer)
+	api.POST("/calls", s.submit)
+	api.GET("/calls/:id", s.getCall)
+	api.DELETE("/calls/:id", s.cancelCall)
+	api.POST("/calls/:id/outcome", s.outcome)
+	api.POST("/redeem", s.redeem)
+}
+
+// APIError is the one error shape of the agent API.
+type APIError struct {
+	Status   int                `json:"-"`
+	Code     string             `json:"code"`
+	Message  string             `json:"message"`
+	Problems canonical.Problems `json:"problems,omitempty"`
+	// Extra members for particular codes (reason, call_id, retry hint).
+	Reason string `json:"reason,omitempty"`
+	CallID string `json:"call_id,omitempty"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func newAPIError(status int, code, format string, args ...any) *APIError {
+	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// toAPIError maps a domain error to the API's status and code.
+func toAPIError(err error) *APIError {
+	var ae *APIError
+	var pe *queue.ProposalError
+	var de *queue.DeniedError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &pe):
+		return proposalError(pe)
+	case errors.As(err, &de):
+		return &APIError{Status: http.StatusConflict, Code: "previously_denied", CallID: de.CallID, Reason: de.Reason,
+			Message: fmt.Sprintf("an operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
+				de.At.UTC().Format(time.RFC3339), de.Reason)}
+	case errors.Is(err, queue.ErrAudienceNotAllow):
+		return newAPIError(http.StatusForbidden, "audience_not_allowed", "%s", strings.TrimPrefix(err.Error(), "queue: "))
+	case errors.Is(err, queue.ErrRetryLimit):
+		return &APIError{Status: http.StatusTooManyRequests, Code: "retry_limit",
+			Message: "three proposals in a row for this tool were rejected; stop retrying and ask a person",
+			Hint:    "an operator can clear the block in the console"}
+	case errors.Is(err, queue.ErrNotFound):
+		return newAPIError(http.StatusNotFound, "not_found", "no such call")
+	case errors.Is(err, queue.ErrNotPending):
+		return newAPIError(http.StatusConflict, "not_pending", "%s", strings.TrimPrefix(err.Error(), "queue: "))
+	case errors.Is(err, queue.ErrNotRedeemed):
+		return newAPIError(http.StatusConflict, "not_redeemed", "report an outcome only after the grant was redeemed")
+	case errors.Is(err, queue.ErrOutcomeReported):
+		return newAPIError(http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call")
+	case errors.Is(err, queue.ErrInvalidOutcome):
+		return newAPIError(http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown")
+	case errors.Is(err, queue.ErrStoreReplaced), errors.Is(err, db.ErrReplaced):
+		return newAPIError(http.StatusServiceUnavailable, "unavailable",
+			"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.")
+	case errors.Is(err, db.ErrUnavailable):
+		return newAPIError(http.StatusServiceUnavailable, "unavailable",
+			"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.")
+	case errors.Is(err, queue.ErrShuttingDown):
+		return newAPIError(http.StatusServiceUnavailable, "unavailable", "the console is restarting; retry in a few seconds")
+	case errors.As(err, &he):
+		return httpError(he)
+	}
+	return newAPIError(http.StatusInternalServerError, "internal", "internal error; nothing was changed")
+}
+
+func httpError(he *echo.HTTPError) *APIError {
+	switch he.Code {
+	case http.StatusNotFound:
+		return newAPIError(he.Code, "not_found", "no such route")
+	case http.StatusMethodNotAllowed:
+		return newAPIError(he.Code, "method_not_allowed", "method not allowed on this route")
+	case http.StatusRequestEntityTooLarge:
+		return newAPIError(he.Code, "too_large", "the body is larger than %d bytes", canonical.MaxBodyBytes)
+	case http.StatusUnauthorized:
+		return newAPIError(he.Code, "unauthorized", "%v", he.Message)
+	case http.StatusForbidden:
+		return newAPIError(he.Code, "forbidden", "%v", he.Message)
+	case http.StatusBadRequest:
+		return newAPIError(he.Code, "bad_request", "%v", he.Message)
+	}
+	return newAPIError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%v", he.Message)
+}
+
+func proposalError(pe *queue.ProposalError) *APIError {
+	ae := &APIError{Problems: pe.Problems}
+	switch pe.Kind {
+	case "parse":
+		ae.Status, ae.Code = http.StatusBadRequest, pe.Problems[0].Code
+		if ae.Code == canonical.CodeTooLarge {
+			ae.Status = http.StatusRequestEntityTooLarge
+		}
+		ae.Message = pe.Problems[0].Message
+	case "unknown_tool":
+		ae.Status, ae.Code = http.StatusUnprocessableEntity, "unknown_tool"
+		ae.Message = pe.Problems[0].Message
+	default:
+		ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_arguments"
+		if len(pe.Problems) == 1 {
+			ae.Message = "1 problem in the proposal"
+		} else {
+			ae.Message = fmt.Sprintf("%d problems in the proposal", len(pe.Problems))
+		}
+	}
+	return ae
+}
+
+// handleError is the server's one error handler. API and unknown paths get
+// the JSON error shape; console pages get an HTML page. Only 5xx is logged
+// as an error.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	ae := toAPIError(err)
+	if ae.Status >= 500 {
+		s.log.Error("request failed", slog.String("path", c.Request().URL.Path), slog.Any("error", err),
+			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
+	}
+	if s.console != nil && s.console.wantsHTML(c) {
+		s.console.errorPage(c, ae.Status, ae.Message)
+		return
+	}
+	if ae.Status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="countersign"`)
+	}
+	_ = c.JSON(ae.Status, map[string]any{"error": ae})
+}
+
+// bearer authenticates the agent's token and puts its trusted context on
+// the request.
+func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get("Authorization")
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || secret == "" {
+			return newAPIError(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
+		}
+		t, err := s.cfg.DB.TokenBySecret(c.Request().Context(), strings.TrimSpace(secret))
+		if errors.Is(err, db.ErrTokenNotFound) {
+			return newAPIError(http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
+		}
+		if err != nil {
+			return err
+		}
+		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience})
+		return next(c)
+	}
+}
+
+func principal(c echo.Context) queue.Principal {
+	p, _ := c.Get(principalKey).(queue.Principal)
+	return p
+}
+
+// readJSON reads a JSON body of at most MaxBodyBytes.
+func readJSON(c echo.Context) ([]byte, error) {
+	ct := c.Request().Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return nil, newAPIError(http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return nil, newAPIError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be UTF-8")
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, canonical.MaxBodyBytes+1))
+	if err != nil {
+		return nil, newAPIError(http.StatusBadRequest, "malformed_json", "could not read the body: %v", err)
+	}
+	if len(body) > canonical.MaxBodyBytes {
+		return nil, newAPIError(http.StatusRequestEntityTooLarge, "too_large",
+			"the body is larger than %d bytes", canonical.MaxBodyBytes)
+	}
+	return body, nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.DB.SQL().PingContext(ctx); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) keys(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "max-age=30")
+	return c.Blob(http.StatusOK, "application/jwk-set+json", s.cfg.Keys.JWKS())
+}
+
+func (s *Server) openAPI(c echo.Context) error {
+	if len(s.cfg.OpenAPI) == 0 {
+		return echo.ErrNotFound
+	}
+	return c.Blob(http.StatusOK, "application/yaml", s.cfg.OpenAPI)
+}
+
+func (s *Server) submit(c echo.Context) error {
+	body, err := readJSON(c)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	call, created, err := s.cfg.Queue.Submit(c.Request().Context(), principal(c), body)
+	s.metrics.proposal(err, time.Since(start))
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		c.Response().Header().Set("Location", "/api/v1/calls/"+call.ID)
+	}
+	return c.JSON(status, CallView(call))
+}
+
+func (s *Server) getCall(c echo.Context) error {
+	var wait time.Duration
+	if w := c.QueryParam("wait"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil || d < 0 {
+			return newAPIError(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
+		}
+		wait = min(d, queue.MaxWait)
+	}
+	start := time.Now()
+	call, err := s.cfg.Queue.Wait(c.Request().Context(), principal(c), c.Param("id"), wait)
+	if wait > 0 {
+		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil // the agent went away; its waiter is already gone
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, CallView(call))
+}
+
+func (s *Server) cancelCall(c echo.Context) error {
+	call, err := s.cfg.Queue.Cancel(c.Request().Context(), principal(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, CallView(call))
+}
+
+func (s *Server) outcome(c echo.Context) error {
+	body, err := readJSON(c)
+	if err != nil {
+		return err
+	}
+	v, err := canonical.Parse(body)
+	if err != nil {
+		return &queue.ProposalError{Kind: "parse", Problems: canonical.Problems{*err.(*canonical.Problem)}}
+	}
+	o, ok := v.(canonical.Object)
+	var problems canonical.Problems
+	if !ok {
+		problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Message: "the body must be an object with status and detail"})
+	}
+	var status, detail string
+	for _, m := range o {
+		switch m.Name {
+		case "status":
+			if status, ok = m.Value.(string); !ok {
+				problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/status", Message: "status must be a string"})
+			}
+		case "detail":
+			if detail, ok = m.Value.(string); !ok {
+				problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/detail", Message: "detail must be a string"})
+			}
+		default:
+			problems = append(problems, canonical.Problem{Code: canonical.CodeUnknownField, Path: canonical.Pointer(m.Name),
+				Message: fmt.Sprintf("%+q is not a member of an outcome (allowed: status, detail)", m.Name)})
+		}
+	}
+	if _, ok := o.Get("status"); !ok && o != nil {
+		problems = append(problems, canonical.Problem{Code: canonical.CodeMissingField, Path: "/status", Message: "status is required: succeeded, failed or unknown"})
+	}
+	if len(problems) > 0 {
+		return &queue.ProposalError{Kind: "invalid_arguments", Problems: problems}
+	}
+	call, err := s.cfg.Queue.ReportOutcome(c.Request().Context(), principal(c), c.Param("id"), status, detail)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, CallView(call))
+}
+
+func (s *Server) redeem(c echo.Context) error {
+	body, err := readJSON(c)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	r, err := s.cfg.Queue.Redeem(c.Request().Context(), principal(c), body)
+	s.metrics.redeemSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		var pe *queue.ProposalError
+		if errors.As(err, &pe) {
+			ae := proposalError(pe)
+			ae.Status, ae.Code = http.StatusBadRequest, "malformed"
+			ae.Message = "the redemption request must be {\"grant\": \"...\", \"call\": {\"tool\", \"target\", \"args\"}}"
+			return ae
+		}
+		return err
+	}
+	status := http.StatusOK
+	switch {
+	case r.Accepted:
+	case r.Reason == "replayed":
+		status = http.StatusConflict
+	default:
+		status = http.StatusForbidden
+	}
+	out := map[string]any{"decision": r.Decision(), "checks": r.Checks}
+	if r.CallID != "" {
+		out["call_id"] = r.CallID
+	}
+	if !r.Accepted {
+		out["reason"] = r.Reason
+		out["message"] = redeemMessage(r.Reason)
+	}
+	return c.JSON(status, out)
+}
+
+func redeemMessage(reason string) string {
+	switch reason {
+	case "replayed":
+		return "this grant was already redeemed; a grant runs a call once"
+	case "expired":
+		return "the grant has expired; propose the call again for a new approval"
+	case "not_yet_valid":
+		return "the grant is not valid yet; check the executor's clock"
+	case "digest_mismatch", "tool_mismatch", "target_mismatch":
+		return "the call presented is not the call that was approved; present exactly the approved tool, target and args"
+	case "actor_mismatch", "audience_mismatch":
+		return "this grant was issued to another actor or host"
+	case "revoked":
+		return "the call was cancelled or its grant revoked"
+	}
+	return "the grant is not valid; nothing was consumed"
+}
+
+// CallView is the API's call object.
+func CallView(c *queue.Call) map[string]any {
+	v := map[string]any{
+		"id":         c.ID,
+		"status":     c.Status,
+		"actor":      c.Actor,
+		"audience":   c.Audience,
+		"tool":       c.Tool,
+		"target":     c.Target,
+		"args":       c.Args,
+		"digest":     c.Digest,
+		"created_at": c.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"decide_by":  c.DecideBy.UTC().Format(time.RFC3339Nano),
+		"approvals":  map[string]int{"required": c.ApprovalsRequired, "received": len(c.Approvals)},
+	}
+	if c.Rationale != "" {
+		v["rationale"] = c.Rationale
+	}
+	if c.Status == queue.StatusApproved {
+		v["grant"] = c.Grant
+		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if c.Denial != nil {
+		v["decision"] = map[string]string{"by": c.Denial.By, "reason": c.Denial.Reason,
+			"at": c.Denial.At.UTC().Format(time.RFC3339Nano)}
+	}
+	if c.Outcome != nil {
+		v["outcome"] = map[string]string{"status": c.Outcome.Status, "detail": c.Outcome.Detail}
+	}
+	return v
+}

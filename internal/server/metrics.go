@@ -1,0 +1,107 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// metrics are the server's Prometheus series, on a registry of its own.
+type metrics struct {
+	reg           *prometheus.Registry
+	proposals     *prometheus.CounterVec
+	problems      *prometheus.CounterVec
+	decisions     *prometheus.CounterVec
+	redemptions   *prometheus.CounterVec
+	submitSeconds prometheus.Histogram
+	waitSeconds   prometheus.Histogram
+	redeemSeconds prometheus.Histogram
+	pushes        *prometheus.CounterVec
+}
+
+func newMetrics(q *queue.Service) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposals_total",
+		Help: "Proposals by outcome: created, duplicate, rejected, refused (audience, retry limit, previously denied), error."}, []string{"outcome"})
+	m.problems = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposal_problems_total",
+		Help: "Problems found in rejected proposals, by problem code."}, []string{"code"})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_decisions_total",
+		Help: "Operator decisions by kind (approved, granted, denied) and channel."}, []string{"decision", "channel"})
+	m.redemptions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_redemptions_total",
+		Help: "Redemptions by result: accepted or the rejection reason."}, []string{"reason"})
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	m.submitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "countersign_submit_seconds",
+		Help: "Time to handle a proposal.", Buckets: buckets})
+	m.waitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "countersign_wait_seconds",
+		Help: "How long long-polls waited.", Buckets: buckets})
+	m.redeemSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "countersign_redemption_seconds",
+		Help: "Time to check and consume a grant.", Buckets: buckets})
+	m.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_live_pushes_total",
+		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
+	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters",
+		Help: "Agents currently long-polling for a decision."}, func() float64 { return float64(q.Waiting()) })
+	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
+		m.redeemSeconds, m.pushes, waiters,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() echo.HandlerFunc {
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return func(c echo.Context) error {
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
+
+// proposal counts one submission's outcome.
+func (m *metrics) proposal(err error, d time.Duration) {
+	m.submitSeconds.Observe(d.Seconds())
+	var pe *queue.ProposalError
+	switch {
+	case err == nil:
+		return // counted from the submitted event, or as duplicate below
+	case errors.As(err, &pe):
+		m.proposals.WithLabelValues("rejected").Inc()
+		for _, p := range pe.Problems {
+			m.problems.WithLabelValues(p.Code).Inc()
+		}
+	case errors.Is(err, queue.ErrAudienceNotAllow), errors.Is(err, queue.ErrRetryLimit), errors.Is(err, queue.ErrPreviouslyDenied):
+		m.proposals.WithLabelValues("refused").Inc()
+		m.problems.WithLabelValues(toAPIError(err).Code).Inc()
+	default:
+		m.proposals.WithLabelValues("error").Inc()
+	}
+}
+
+// observe counts committed changes.
+func (m *metrics) observe(ev queue.Event) {
+	switch ev.Kind {
+	case audit.KindSubmitted:
+		m.proposals.WithLabelValues("created").Inc()
+	case audit.KindApproved, audit.KindGranted, audit.KindDenied:
+		ch := ""
+		if ev.Call != nil {
+			if ev.Call.Denial != nil {
+				ch = ev.Call.Denial.Channel
+			} else if n := len(ev.Call.Approvals); n > 0 {
+				ch = ev.Call.Approvals[n-1].Channel
+			}
+		}
+		m.decisions.WithLabelValues(ev.Kind, ch).Inc()
+	case audit.KindRedeemed:
+		m.redemptions.WithLabelValues("accepted").Inc()
+	case audit.KindRedemptionRefused:
+		m.redemptions.WithLabelValues(ev.Reason).Inc()
+	}
+}
+
+var _ = http.StatusOK

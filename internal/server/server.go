@@ -1,0 +1,151 @@
+// Package server serves Countersign over HTTP: the agent API, the operator
+// console and its WebSocket, metrics, and the control socket that the
+// command line hands decisions to.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Config holds what the server serves.
+type Config struct {
+	Queue   *queue.Service
+	DB      *db.DB
+	Keys    *grant.Keyring
+	Logger  *slog.Logger
+	Now     func() time.Time
+	OpenAPI []byte
+	// Console configures the browser console; nil serves the agent API only.
+	Console *ConsoleConfig
+}
+
+// Server is Countersign's HTTP front end.
+type Server struct {
+	cfg     Config
+	echo    *echo.Echo
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	console *console
+}
+
+// New builds the routes.
+func New(cfg Config) (*Server, error) {
+	if cfg.Queue == nil || cfg.DB == nil || cfg.Keys == nil {
+		return nil, errors.New("server: queue, db and keys are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	s.metrics = newMetrics(cfg.Queue)
+	cfg.Queue.Subscribe(s.metrics.observe)
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(middleware.RequestID())
+	e.Use(s.accessLog())
+	e.Use(middleware.Recover())
+	e.Use(securityHeaders)
+	s.echo = e
+
+	s.routesAPI(e)
+	if cfg.Console != nil {
+		c, err := newConsole(s, *cfg.Console)
+		if err != nil {
+			return nil, err
+		}
+		s.console = c
+		c.routes(e)
+	}
+	return s, nil
+}
+
+// Handler returns the server's http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve serves on ln until ctx ends, then drains: open long-polls are
+// answered with the call's current state, in-flight requests finish, and
+// Serve returns once the listener is closed and requests are done (or after
+// drainTimeout).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      queue.MaxWait + 15*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: draining requests")
+	s.cfg.Queue.Shutdown()
+	if s.console != nil {
+		s.console.shutdown()
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// securityHeaders sets the headers every response carries, error pages
+// included.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		return next(c)
+	}
+}
+
+func (s *Server) accessLog() echo.MiddlewareFunc {
+	return middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogStatus: true, LogURIPath: true, LogMethod: true, LogLatency: true, LogRequestID: true, LogRemoteIP: true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			level := slog.LevelInfo
+			if v.Status >= 500 {
+				level = slog.LevelError
+			}
+			s.log.LogAttrs(c.Request().Context(), level, "request",
+				slog.String("method", v.Method), slog.String("path", v.URIPath), slog.Int("status", v.Status),
+				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID), slog.String("remote", v.RemoteIP))
+			return nil
+		},
+	})
+}
