@@ -94,8 +94,9 @@ func Lookup(v any, ptr string) (any, bool) {
 }
 
 // Without returns a copy of o with the object member at ptr removed; o itself
-// is not modified. A pointer that names nothing, or names an array item,
-// leaves the value as it was.
+// is not modified. Only members reached through objects alone can be
+// removed: a pointer that names nothing, or that passes through or names an
+// array item, leaves the value as it was.
 func Without(o Object, ptr string) Object {
 	tokens, err := SplitPointer(ptr)
 	if err != nil || len(tokens) == 0 {
