@@ -262,13 +262,14 @@ func (k *Keyring) JWKS() []byte {
 }
 
 // verifyingKey returns the public key kid names if it may verify at now.
-// An id not known here makes the keyring look at the directory at once,
-// since another process may have just rotated.
+// An id not known here makes the keyring look at the directory at once
+// (waiting for a rotation in progress), since another process may have
+// just rotated.
 func (k *Keyring) verifyingKey(kid string, now time.Time) (ed25519.PublicKey, bool) {
 	k.maybeRefresh()
 	pub, found, ok := k.lookup(kid, now)
 	if !found {
-		if unlock, err := k.lock(lockSharedNoWait); err == nil {
+		if unlock, err := k.lock(lockShared); err == nil {
 			k.refresh() // on error the keys in memory stay as they were
 			unlock()
 		}
