@@ -1,0 +1,147 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Error is an error answer of the console: the API's one error shape
+// {"error":{"code","message","problems",...}} with its HTTP status. Message
+// and Problems are written to be handed back to the model that proposed the
+// call.
+type Error struct {
+	// Status is the HTTP status code.
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Problems lists every problem found in a refused proposal.
+	Problems []Problem `json:"problems,omitempty"`
+	// Reason is the operator's reason (previously_denied).
+	Reason string `json:"reason,omitempty"`
+	// CallID names the call an error refers to (previously_denied).
+	CallID string `json:"call_id,omitempty"`
+	// Hint says what a person can do about it (retry_limit).
+	Hint string `json:"hint,omitempty"`
+	// Raw is the response body.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Problem is one thing wrong with a proposal: a problem code, the JSON
+// Pointer of the offending value from the proposal's root, and a sentence.
+type Problem struct {
+	Code    string `json:"code"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "countersign: %d %s: %s", e.Status, e.Code, e.Message)
+	for _, p := range e.Problems {
+		b.WriteString("; ")
+		b.WriteString(p.Code)
+		if p.Path != "" {
+			b.WriteString(" at ")
+			b.WriteString(p.Path)
+		}
+		if p.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(p.Message)
+		}
+	}
+	return b.String()
+}
+
+// Is reports whether target is an *Error with the same code (and, when
+// target's Status is set, the same status), so that
+// errors.Is(err, &client.Error{Code: client.CodeRetryLimit}) works.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok || t.Code != e.Code {
+		return false
+	}
+	return t.Status == 0 || t.Status == e.Status
+}
+
+// HasProblem reports whether the error lists a problem with code at path;
+// an empty path matches any path.
+func (e *Error) HasProblem(code, path string) bool {
+	for _, p := range e.Problems {
+		if p.Code == code && (path == "" || p.Path == path) {
+			return true
+		}
+	}
+	return false
+}
+
+// AsError returns the console's error inside err, if there is one.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
+
+// IsCode reports whether err is (or wraps) a console error with code.
+func IsCode(err error, code string) bool {
+	e, ok := AsError(err)
+	return ok && e.Code == code
+}
+
+// StatusCode returns the HTTP status of a console error in err, or 0.
+func StatusCode(err error) int {
+	if e, ok := AsError(err); ok {
+		return e.Status
+	}
+	return 0
+}
+
+// Error codes of the agent API. A refused proposal whose JSON text could
+// not be read carries the problem code itself (malformed_json,
+// duplicate_key, float_not_allowed, ...) as its error code.
+const (
+	CodeInvalidArguments     = "invalid_arguments"
+	CodeUnknownTool          = "unknown_tool"
+	CodeAudienceNotAllowed   = "audience_not_allowed"
+	CodePreviouslyDenied     = "previously_denied"
+	CodeRetryLimit           = "retry_limit"
+	CodeUnauthorized         = "unauthorized"
+	CodeNotFound             = "not_found"
+	CodeNotPending           = "not_pending"
+	CodeNotRedeemed          = "not_redeemed"
+	CodeOutcomeReported      = "outcome_already_reported"
+	CodeInvalidOutcome       = "invalid_outcome"
+	CodeInvalidWait          = "invalid_wait"
+	CodeMalformed            = "malformed"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeUnavailable          = "unavailable"
+	CodeInternal             = "internal"
+	// CodeUnexpectedResponse is set by this package when the answer was not
+	// in the API's error shape (a proxy's error page, for instance).
+	CodeUnexpectedResponse = "unexpected_response"
+)
+
+// Problem codes (DESIGN §5), found in Error.Problems.
+const (
+	ProblemUnknownField    = "unknown_field"
+	ProblemMissingField    = "missing_field"
+	ProblemEmptyString     = "empty_string"
+	ProblemWrongType       = "wrong_type"
+	ProblemFloatNotAllowed = "float_not_allowed"
+	ProblemOutOfRange      = "out_of_range"
+	ProblemPatternMismatch = "pattern_mismatch"
+	ProblemEnumMismatch    = "enum_mismatch"
+	ProblemTooLong         = "too_long"
+	ProblemTooManyItems    = "too_many_items"
+	ProblemDuplicateKey    = "duplicate_key"
+	ProblemInvalidUTF8     = "invalid_utf8"
+	ProblemTooDeep         = "too_deep"
+	ProblemTooLarge        = "too_large"
+	ProblemUnknownTool     = "unknown_tool"
+	ProblemInvalidTool     = "invalid_tool"
+	ProblemInvalidTarget   = "invalid_target"
+	ProblemMalformedJSON   = "malformed_json"
+)

@@ -1,0 +1,155 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is where a call is in its life.
+type Status string
+
+// Call statuses. Every status but StatusPending and StatusApproved is
+// terminal; an approved call moves only to redeemed (or its grant expires).
+const (
+	StatusPending   Status = "pending"
+	StatusApproved  Status = "approved"
+	StatusDenied    Status = "denied"
+	StatusExpired   Status = "expired"
+	StatusCancelled Status = "cancelled"
+	StatusRedeemed  Status = "redeemed"
+)
+
+// Decided reports whether an operator (or the clock) has settled the call:
+// any status but pending.
+func (s Status) Decided() bool { return s != StatusPending }
+
+// Proposal is what an agent asks to run.
+//
+// Args is sent as given: a map, a struct, or a json.RawMessage holding the
+// exact JSON text. Numbers must be integers that fit in ±(2^53−1): the
+// console refuses fractions and exponents (1.0, 1e2) with float_not_allowed,
+// so money is an integer in minor units. Use int, int64 or json.Number, not
+// float64. A nil Args is sent as an empty object.
+type Proposal struct {
+	Tool      string `json:"tool"`
+	Target    string `json:"target"`
+	Args      any    `json:"args"`
+	Rationale string `json:"rationale,omitempty"`
+}
+
+// CallSpec is the call presented with a grant at redemption: exactly the
+// approved tool, target and args. Args follows the rules of Proposal.Args;
+// Call.Spec returns the approved call's own spec.
+type CallSpec struct {
+	Tool   string `json:"tool"`
+	Target string `json:"target"`
+	Args   any    `json:"args"`
+}
+
+// Call is the API's call object.
+type Call struct {
+	ID       string `json:"id"`
+	Status   Status `json:"status"`
+	Actor    string `json:"actor"`
+	Audience string `json:"audience"`
+	Tool     string `json:"tool"`
+	Target   string `json:"target"`
+	// Args are the arguments as the console stored them, as JSON text.
+	// Integers keep every digit; decode with json.Decoder.UseNumber (or into
+	// integer fields) to keep it that way.
+	Args      json.RawMessage `json:"args"`
+	Rationale string          `json:"rationale,omitempty"`
+	// Digest is the lowercase hex SHA-256 of the call's canonical envelope.
+	Digest    string    `json:"digest"`
+	CreatedAt time.Time `json:"created_at"`
+	// DecideBy is when a pending call expires.
+	DecideBy  time.Time `json:"decide_by"`
+	Approvals Approvals `json:"approvals"`
+	// Grant is the signed single-use token, present while the call is
+	// approved and not yet redeemed.
+	Grant          string    `json:"grant,omitempty"`
+	GrantExpiresAt time.Time `json:"grant_expires_at,omitzero"`
+	// Decision is set when an operator denied the call.
+	Decision *Decision `json:"decision,omitempty"`
+	// Outcome is set once the executor reported what happened.
+	Outcome *Outcome `json:"outcome,omitempty"`
+
+	// Created is set by Submit: true when the console stored a new call
+	// (201), false when it returned the same actor's identical call that is
+	// still pending or approved (200).
+	Created bool `json:"-"`
+	// Raw is the response body the call was read from.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Spec returns the call as it must be presented at redemption: its tool,
+// target and args exactly as the console returned them.
+func (c *Call) Spec() CallSpec {
+	return CallSpec{Tool: c.Tool, Target: c.Target, Args: c.Args}
+}
+
+// Approvals counts the approvals a call needs and has.
+type Approvals struct {
+	Required int `json:"required"`
+	Received int `json:"received"`
+}
+
+// Decision is an operator's denial: who, why, and when.
+type Decision struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Outcome is what the executor reported after running the call.
+type Outcome struct {
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Outcome statuses accepted by ReportOutcome.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeUnknown   = "unknown"
+)
+
+// Redemption is the console's answer to a grant presented with a call. A
+// rejection is an answer, not an error: Accepted is false and Reason says
+// which check failed.
+type Redemption struct {
+	// Decision is "accepted" or "rejected".
+	Decision string `json:"decision"`
+	// Accepted is true when the grant was consumed and the call may run now.
+	Accepted bool   `json:"-"`
+	CallID   string `json:"call_id,omitempty"`
+	// Reason is the rejection reason: malformed, bad_signature, unknown_key,
+	// bad_claims, actor_mismatch, audience_mismatch, tool_mismatch,
+	// target_mismatch, digest_mismatch, not_yet_valid, expired, revoked or
+	// replayed.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Checks lists every check in the order the console ran them.
+	Checks []Check `json:"checks"`
+	// StatusCode is the HTTP status: 200 accepted, 403 rejected, 409 replayed.
+	StatusCode int `json:"-"`
+	// Raw is the response body the redemption was read from.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Check is one step of a redemption. OK is nil when the check was not
+// reached because an earlier one failed.
+type Check struct {
+	Name string `json:"name"`
+	OK   *bool  `json:"ok"`
+}
+
+// Failed returns the first check that failed, or nil.
+func (r *Redemption) Failed() *Check {
+	for i := range r.Checks {
+		if ok := r.Checks[i].OK; ok != nil && !*ok {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
