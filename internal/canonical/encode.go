@@ -112,20 +112,16 @@ const hexDigits = "0123456789abcdef"
 // '"' and '\\', the five short control escapes, other code points below
 // U+0020 as \u00xx in lowercase hex, and everything else as raw UTF-8.
 func AppendString(dst []byte, s string) ([]byte, error) {
+	if !utf8.ValidString(s) {
+		return nil, fmt.Errorf("canonical: string is not valid UTF-8")
+	}
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s); i++ {
+		// Every byte that needs an escape is ASCII, so the bytes of a
+		// multi-byte character are copied as they are.
 		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				return nil, fmt.Errorf("canonical: string is not valid UTF-8")
-			}
-			i += size
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
+		if !stringSpecial[c] {
 			continue
 		}
 		dst = append(dst, s[start:i]...)
@@ -145,8 +141,7 @@ func AppendString(dst []byte, s string) ([]byte, error) {
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 		}
-		i++
-		start = i
+		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"'), nil

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -21,7 +20,30 @@ const (
 	MaxRationaleBytes = 4096
 )
 
-var toolName = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+// validToolName reports whether s matches ^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$
+// (DESIGN §4): dot-separated words, each a lower-case letter followed by
+// lower-case letters, digits and underscores.
+func validToolName(s string) bool {
+	wordStart := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z':
+			wordStart = false
+		case c >= '0' && c <= '9' || c == '_':
+			if wordStart {
+				return false
+			}
+		case c == '.':
+			if wordStart {
+				return false
+			}
+			wordStart = true
+		default:
+			return false
+		}
+	}
+	return !wordStart
+}
 
 // Envelope is the closed object that a digest covers. Actor and Audience come
 // from the authenticated token, never from the proposal.
@@ -36,8 +58,12 @@ type Envelope struct {
 // Canonical returns the RFC 8785 bytes of
 // {"v":1,"actor","audience","tool","target","args"}.
 func (e Envelope) Canonical() ([]byte, error) {
+	return e.appendCanonical(make([]byte, 0, 512))
+}
+
+// appendCanonical appends the envelope's canonical bytes to b.
+func (e Envelope) appendCanonical(b []byte) ([]byte, error) {
 	// Members in UTF-16 order: actor, args, audience, target, tool, v.
-	b := make([]byte, 0, 256)
 	b = append(b, `{"actor":`...)
 	b, err := AppendString(b, e.Actor)
 	if err != nil {
@@ -69,11 +95,14 @@ func (e Envelope) Canonical() ([]byte, error) {
 // Digest returns the lowercase hex SHA-256 of DigestPrefix followed by the
 // envelope's canonical bytes.
 func (e Envelope) Digest() (string, error) {
-	b, err := e.Canonical()
+	// Most envelopes fit the buffer on the stack; larger ones grow it.
+	var buf [2048]byte
+	b, err := e.appendCanonical(append(buf[:0], DigestPrefix...))
 	if err != nil {
 		return "", err
 	}
-	return DigestOf(b), nil
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // DigestOf hashes canonical envelope bytes with the call domain prefix.
@@ -158,7 +187,7 @@ func ProposalFrom(v any, base string, allowRationale bool) (Proposal, Problems) 
 		add(CodeMissingField, Join(base, "tool"), "tool is required")
 	} else if s, ok := t.(string); !ok {
 		add(CodeWrongType, Join(base, "tool"), "tool must be a string, not %s", TypeName(t))
-	} else if len(s) > MaxToolBytes || !toolName.MatchString(s) {
+	} else if len(s) > MaxToolBytes || !validToolName(s) {
 		add(CodeInvalidTool, Join(base, "tool"), "tool must be dotted lower-case words like payments.refund, at most %d bytes", MaxToolBytes)
 	} else {
 		p.Tool = s

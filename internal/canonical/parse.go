@@ -49,7 +49,9 @@ func ParseWith(data []byte, opt Options) (any, error) {
 		return nil, &Problem{Code: CodeTooLarge, Offset: -1,
 			Message: fmt.Sprintf("the body is %d bytes; at most %d are accepted", len(data), opt.MaxBytes)}
 	}
-	p := parser{data: data, maxDepth: opt.MaxDepth}
+	// One copy of the whole text: strings without escapes are substrings of
+	// it rather than allocations of their own.
+	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth}
 	p.skipSpace()
 	v := p.value()
 	if p.err == nil {
@@ -71,12 +73,18 @@ type segment struct {
 
 type parser struct {
 	data     []byte
+	text     string // data as a string
 	pos      int
 	depth    int
 	maxDepth int
 	path     []segment
 	err      *Problem
 	scratch  []byte
+	// members and items are stacks shared by the objects and arrays being
+	// read: a container's elements collect at the top and are copied out
+	// once, into a slice of exactly their number, when it closes.
+	members []Member
+	items   []any
 }
 
 func (p *parser) pointer() string {
@@ -202,11 +210,11 @@ func (p *parser) object() any {
 	defer func() { p.depth-- }()
 	p.pos++ // {
 	p.skipSpace()
-	var members Object
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
 		return Object{}
 	}
+	base := len(p.members)
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 			p.fail(CodeMalformedJSON, "expected a member name in double quotes, found %s", p.describe())
@@ -228,7 +236,7 @@ func (p *parser) object() any {
 		if p.err != nil {
 			return nil
 		}
-		members = append(members, Member{Name: name, Value: v})
+		p.members = append(p.members, Member{Name: name, Value: v})
 		p.path = p.path[:len(p.path)-1]
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -247,6 +255,7 @@ func (p *parser) object() any {
 		p.fail(CodeMalformedJSON, "expected ',' or '}' in object, found %s", p.describe())
 		return nil
 	}
+	members := Object(p.members[base:])
 	if !sortedUTF16(members) {
 		slices.SortStableFunc(members, func(a, b Member) int { return CompareUTF16(a.Name, b.Name) })
 	}
@@ -258,7 +267,10 @@ func (p *parser) object() any {
 			return nil
 		}
 	}
-	return members
+	out := make(Object, len(members))
+	copy(out, members)
+	p.members = p.members[:base]
+	return out
 }
 
 func sortedUTF16(ms Object) bool {
@@ -277,19 +289,19 @@ func (p *parser) array() any {
 	defer func() { p.depth-- }()
 	p.pos++ // [
 	p.skipSpace()
-	items := []any{}
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
-		return items
+		return []any{}
 	}
+	base := len(p.items)
 	for {
-		p.path = append(p.path, segment{index: len(items)})
+		p.path = append(p.path, segment{index: len(p.items) - base})
 		v := p.value()
 		if p.err != nil {
 			return nil
 		}
 		p.path = p.path[:len(p.path)-1]
-		items = append(items, v)
+		p.items = append(p.items, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			p.fail(CodeMalformedJSON, "unterminated array")
@@ -302,6 +314,9 @@ func (p *parser) array() any {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
+			items := make([]any, len(p.items)-base)
+			copy(items, p.items[base:])
+			p.items = p.items[:base]
 			return items
 		}
 		p.fail(CodeMalformedJSON, "expected ',' or ']' in array, found %s", p.describe())
@@ -313,32 +328,32 @@ func (p *parser) array() any {
 func (p *parser) string() (string, bool) {
 	p.pos++ // opening quote
 	start := p.pos
-	// Fast path: no escapes, printable ASCII or valid UTF-8.
-	ascii := true
+	// Fast path: no escapes. The string is a substring of the text.
+	var high byte // OR of every byte: its top bit says "not all ASCII"
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
+		if !stringSpecial[c] {
+			high |= c
+			p.pos++
+			continue
+		}
 		if c == '"' {
 			s := p.data[start:p.pos]
-			if !ascii && !utf8.Valid(s) {
+			if high >= utf8.RuneSelf && !utf8.Valid(s) {
 				p.pos = start + invalidAt(s)
 				p.fail(CodeInvalidUTF8, "string is not valid UTF-8 at byte %d", p.pos)
 				return "", false
 			}
 			p.pos++
-			return string(s), true
+			return p.text[start : p.pos-1], true
 		}
 		if c == '\\' {
 			break
 		}
-		if c < 0x20 {
-			p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
-			return "", false
-		}
-		if c >= 0x80 {
-			ascii = false
-		}
-		p.pos++
+		p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
+		return "", false
 	}
+	ascii := high < utf8.RuneSelf
 	if p.pos >= len(p.data) {
 		p.fail(CodeMalformedJSON, "unterminated string")
 		return "", false
@@ -422,6 +437,16 @@ func (p *parser) string() (string, bool) {
 	}
 	p.fail(CodeMalformedJSON, "unterminated string")
 	return "", false
+}
+
+// stringSpecial marks the bytes that end the fast scan of a string: the
+// closing quote, a backslash, and the control characters that must be
+// escaped.
+var stringSpecial = [256]bool{'"': true, '\\': true,
+	0x00: true, 0x01: true, 0x02: true, 0x03: true, 0x04: true, 0x05: true, 0x06: true, 0x07: true,
+	0x08: true, 0x09: true, 0x0a: true, 0x0b: true, 0x0c: true, 0x0d: true, 0x0e: true, 0x0f: true,
+	0x10: true, 0x11: true, 0x12: true, 0x13: true, 0x14: true, 0x15: true, 0x16: true, 0x17: true,
+	0x18: true, 0x19: true, 0x1a: true, 0x1b: true, 0x1c: true, 0x1d: true, 0x1e: true, 0x1f: true,
 }
 
 func invalidAt(s []byte) int {
