@@ -165,7 +165,7 @@ func (l *linter) file(data []byte) *Registry {
 				toolNamePattern, canonical.MaxToolBytes)
 			continue
 		}
-		if t := l.tool(e.key, e.val); t != nil {
+		if t := l.tool(e.key, e.keyNode, e.val); t != nil {
 			r.tools[t.Name] = t
 		}
 	}
@@ -358,7 +358,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 var toolFields = []string{"approvals", "args", "audience", "decide_within", "description", "display", "grant_ttl", "informational", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
-func (l *linter) tool(name string, n *yaml.Node) *Tool {
+func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	before := len(l.problems)
 	entries, ok := l.mapping(n, name, "")
 	if !ok {
@@ -377,7 +377,7 @@ func (l *linter) tool(name string, n *yaml.Node) *Tool {
 		t.Description, _ = l.str(f, name, "description")
 	}
 	if f := fields["audience"]; f == nil {
-		l.add(n, name, "", "audience is required: the host that executes this tool")
+		l.add(key, name, "", "audience is required: the host that executes this tool")
 	} else if s, ok := l.str(f, name, "audience"); ok {
 		if s == "" || strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
 			l.add(f, name, "audience", "must be a non-empty name without spaces or invisible characters")
@@ -385,7 +385,7 @@ func (l *linter) tool(name string, n *yaml.Node) *Tool {
 		t.Audience = s
 	}
 	if f := fields["target"]; f == nil {
-		l.add(n, name, "", "target is required: a pattern the whole target must match (write '.+' to allow any)")
+		l.add(key, name, "", "target is required: a pattern the whole target must match (write '.+' to allow any)")
 	} else if s, ok := l.str(f, name, "target"); ok {
 		if s == "" {
 			l.add(f, name, "target", "must be a non-empty pattern")
@@ -423,7 +423,7 @@ func (l *linter) tool(name string, n *yaml.Node) *Tool {
 		}
 	}
 	if f := fields["args"]; f == nil {
-		l.add(n, name, "", "args is required: a closed object schema (use {type: object, additionalProperties: false} for none)")
+		l.add(key, name, "", "args is required: a closed object schema (use {type: object, additionalProperties: false} for none)")
 	} else {
 		t.args = l.schema(f, name, "args", 1)
 		if t.args != nil && t.args.types != typeObject {

@@ -356,10 +356,10 @@ func (l *linter) examples(n *yaml.Node, s *schema, tool, path string) {
 		if !ok {
 			continue
 		}
-		val := validation{tool: &Tool{Name: tool}}
+		val := validation{tool: &Tool{Name: tool}, root: "the example"}
 		val.value(s, v)
 		if len(val.problems) > 0 {
-			l.add(c, tool, path+"/examples/"+strconv.Itoa(i), "the example is not accepted by its own schema: %s", val.problems[0].Message)
+			l.add(c, tool, path+"/examples/"+strconv.Itoa(i), "not accepted by its own schema: %s", val.problems[0].Message)
 		}
 	}
 }

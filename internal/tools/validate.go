@@ -134,6 +134,8 @@ type validation struct {
 	// segs is the path of the value being checked, relative to args. Paths
 	// are built only when a problem is reported.
 	segs []segment
+	// root names args itself in messages; "args" when empty.
+	root string
 }
 
 // segment is one step into args: a member name, or an array index when
@@ -181,6 +183,9 @@ func (v *validation) path() string { return "/args" + v.rel() }
 func (v *validation) label() string {
 	rel := v.rel()
 	if rel == "" {
+		if v.root != "" {
+			return v.root
+		}
 		return "args"
 	}
 	s := rel[1:]
