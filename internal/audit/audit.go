@@ -8,10 +8,13 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/canonical"
@@ -96,6 +99,30 @@ func (e *Entry) Body() ([]byte, error) {
 	return b, nil
 }
 
+// Limits on stored details, generous beside the largest proposal.
+const (
+	MaxDetailsBytes = 8 << 20
+	maxDetailsDepth = 2*canonical.MaxArgsDepth + 8
+)
+
+// ParseDetails reads an entry's details as stored: canonical JSON text.
+// Text that parses but is not in canonical form is refused, so that the
+// stored bytes are exactly the bytes that were hashed.
+func ParseDetails(text []byte) (any, error) {
+	v, err := canonical.ParseWith(text, canonical.Options{MaxBytes: MaxDetailsBytes, MaxDepth: maxDetailsDepth})
+	if err != nil {
+		return nil, fmt.Errorf("audit: details do not parse: %w", err)
+	}
+	enc, err := canonical.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("audit: details: %w", err)
+	}
+	if !bytes.Equal(enc, text) {
+		return nil, errors.New("audit: details are not in canonical form")
+	}
+	return v, nil
+}
+
 // ComputeHash returns the hash the entry should carry given its PrevHash.
 func (e *Entry) ComputeHash() (string, error) {
 	prev, err := hex.DecodeString(e.PrevHash)
@@ -144,20 +171,37 @@ func (b *BreakError) Error() string {
 func (b *BreakError) Unwrap() error { return ErrBroken }
 
 // Verifier checks entries one at a time, in order, so a chain of any length
-// verifies in constant memory.
+// verifies in constant memory (plus one hash per checkpoint it is given).
 type Verifier struct {
 	count    int64
 	lastSeq  int64
 	headHash string
+	// ranged verifiers accept the first entry's seq and prev_hash as given:
+	// a range export that starts after entry 1 has nothing to link it to.
+	ranged   bool
+	started  bool
+	firstSeq int64
+	firstPrv string
 	// heads remembers the hash at each sequence number that a checkpoint
 	// may ask about.
 	wantHeads map[int64]string
 	gotHeads  map[int64]string
+
+	trusted map[string]bool // key ids; empty means any key that signs correctly
+	keyIDs  map[string]bool
 }
 
 // NewVerifier starts a verifier for a chain that begins at sequence 1.
 func NewVerifier() *Verifier {
-	return &Verifier{headHash: GenesisHash}
+	return &Verifier{headHash: GenesisHash, firstSeq: 1, firstPrv: GenesisHash}
+}
+
+// NewRangeVerifier starts a verifier for a run of entries that may begin
+// anywhere in the chain: the first entry's seq and prev_hash are taken as
+// given (First reports them), and every entry after it must link to it.
+// Checkpoints before the first entry cannot be checked and are skipped.
+func NewRangeVerifier() *Verifier {
+	return &Verifier{ranged: true}
 }
 
 // ExpectHead asks the verifier to record the hash at seq, to be compared
@@ -170,8 +214,68 @@ func (v *Verifier) ExpectHead(seq int64, hash string) {
 	v.wantHeads[seq] = hash
 }
 
+// Trust restricts the keys that checkpoints may be signed with. Without a
+// trusted key, a checkpoint signed correctly by the public key it carries
+// is accepted, and KeyIDs reports which keys those were.
+func (v *Verifier) Trust(kid string) {
+	if v.trusted == nil {
+		v.trusted = map[string]bool{}
+	}
+	v.trusted[kid] = true
+}
+
+// AddCheckpoint checks a signed checkpoint and asks that the chain's hash at
+// its seq equal its head. Give checkpoints before the entries they cover.
+// Two valid checkpoints that disagree about one entry prove a rewrite.
+func (v *Verifier) AddCheckpoint(c Checkpoint) error {
+	if err := c.Verify(); err != nil {
+		return &BreakError{Seq: c.Seq, Reason: "checkpoint: " + strings.TrimPrefix(err.Error(), "audit: ")}
+	}
+	if len(v.trusted) > 0 && !v.trusted[c.KID] {
+		return &BreakError{Seq: c.Seq, Reason: fmt.Sprintf("checkpoint is signed by key %s, which is not a trusted audit key", c.KID)}
+	}
+	if v.keyIDs == nil {
+		v.keyIDs = map[string]bool{}
+	}
+	v.keyIDs[c.KID] = true
+	if want, ok := v.wantHeads[c.Seq]; ok {
+		if want != c.Head {
+			return &BreakError{Seq: c.Seq, Reason: "two signed checkpoints disagree about this entry (the log was rewritten)"}
+		}
+		return nil
+	}
+	if v.started && c.Seq <= v.lastSeq {
+		switch {
+		case c.Seq < v.firstSeq:
+			return nil // before the range: cannot be checked
+		case c.Seq == v.lastSeq:
+			if c.Head != v.headHash {
+				return &BreakError{Seq: c.Seq, Reason: "hash differs from the signed checkpoint at this entry (the log up to here was rewritten)"}
+			}
+			v.ExpectHead(c.Seq, c.Head)
+			v.gotHeads[c.Seq] = c.Head
+			return nil
+		default:
+			return fmt.Errorf("audit: checkpoint at entry %d came after entry %d; checkpoints must precede the entries they cover", c.Seq, v.lastSeq)
+		}
+	}
+	v.ExpectHead(c.Seq, c.Head)
+	return nil
+}
+
 // Add checks the next entry.
 func (v *Verifier) Add(e *Entry) error {
+	if !v.started && v.ranged {
+		if e.Seq < 1 {
+			return &BreakError{Seq: e.Seq, Reason: "sequence numbers start at 1"}
+		}
+		v.lastSeq, v.headHash = e.Seq-1, e.PrevHash
+		v.firstSeq, v.firstPrv = e.Seq, e.PrevHash
+		if e.Seq == 1 && e.PrevHash != GenesisHash {
+			return &BreakError{Seq: 1, Reason: "the first entry's prev_hash is not the genesis hash"}
+		}
+	}
+	v.started = true
 	if e.Seq != v.lastSeq+1 {
 		return &BreakError{Seq: v.lastSeq + 1, Reason: fmt.Sprintf("expected entry %d, found %d (an entry is missing or out of order)", v.lastSeq+1, e.Seq)}
 	}
@@ -180,7 +284,7 @@ func (v *Verifier) Add(e *Entry) error {
 	}
 	h, err := e.ComputeHash()
 	if err != nil {
-		return &BreakError{Seq: e.Seq, Reason: err.Error()}
+		return &BreakError{Seq: e.Seq, Reason: strings.TrimPrefix(err.Error(), "audit: ")}
 	}
 	if h != e.Hash {
 		return &BreakError{Seq: e.Seq, Reason: "hash does not match the entry's contents (the entry was altered)"}
@@ -190,7 +294,7 @@ func (v *Verifier) Add(e *Entry) error {
 	v.headHash = e.Hash
 	if want, ok := v.wantHeads[e.Seq]; ok {
 		if want != e.Hash {
-			return &BreakError{Seq: e.Seq, Reason: "hash differs from the signed checkpoint at this entry (the log was rewritten)"}
+			return &BreakError{Seq: e.Seq, Reason: "hash differs from the signed checkpoint at this entry (the log up to here was rewritten)"}
 		}
 		v.gotHeads[e.Seq] = e.Hash
 	}
@@ -198,13 +302,48 @@ func (v *Verifier) Add(e *Entry) error {
 }
 
 // Finish checks that every expected checkpoint head was reached, and returns
-// the number of entries and the head hash.
+// the number of entries and the head hash. When entries are missing from
+// the end, the error names the first missing one.
 func (v *Verifier) Finish() (count int64, head string, err error) {
+	missing := int64(-1)
 	for seq := range v.wantHeads {
-		if _, ok := v.gotHeads[seq]; !ok {
-			return v.count, v.headHash, &BreakError{Seq: v.lastSeq + 1,
-				Reason: fmt.Sprintf("the chain ends at entry %d but a signed checkpoint covers entry %d (entries were removed from the end)", v.lastSeq, seq)}
+		if _, ok := v.gotHeads[seq]; ok || (v.ranged && v.started && seq < v.firstSeq) {
+			continue
+		}
+		if missing < 0 || seq > missing {
+			missing = seq
 		}
 	}
+	if missing >= 0 {
+		return v.count, v.headHash, &BreakError{Seq: v.lastSeq + 1,
+			Reason: fmt.Sprintf("the chain ends at entry %d but a signed checkpoint covers entry %d (entries were removed from the end)", v.lastSeq, missing)}
+	}
 	return v.count, v.headHash, nil
+}
+
+// First returns the sequence number and prev_hash the verified run starts
+// from: 1 and the genesis hash for a whole chain.
+func (v *Verifier) First() (seq int64, prevHash string) { return v.firstSeq, v.firstPrv }
+
+// Last returns the sequence number and hash of the last entry verified.
+func (v *Verifier) Last() (seq int64, hash string) { return v.lastSeq, v.headHash }
+
+// Checkpoints returns how many checkpoints the entries matched, and the
+// newest such sequence number (0 when none).
+func (v *Verifier) Checkpoints() (n int, newest int64) {
+	for seq := range v.gotHeads {
+		newest = max(newest, seq)
+	}
+	return len(v.gotHeads), newest
+}
+
+// KeyIDs lists the ids of the keys that signed the checkpoints given,
+// sorted.
+func (v *Verifier) KeyIDs() []string {
+	out := make([]string, 0, len(v.keyIDs))
+	for k := range v.keyIDs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -1,0 +1,475 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/countersign/countersign/internal/canonical"
+)
+
+// ExportFormat names the JSONL export format written by AppendEntryLine and
+// friends and read by ExportReader.
+//
+// A JSONL export is UTF-8 text, one canonical (RFC 8785) JSON object per
+// line, in this order:
+//
+//   - one header line {"export":{...}} (see ExportHeader);
+//   - one line {"checkpoint":{...}} per signed checkpoint whose seq falls
+//     within the exported entries, oldest first;
+//   - one line per entry, oldest first, holding every field exactly as
+//     hashed plus the hash: {"call_id","channel","details","hash","kind",
+//     "prev_hash","principal","seq","time"}.
+//
+// Because every line is canonical, changing any byte of an entry line is
+// detected even where the change would not alter the parsed value.
+const ExportFormat = "countersign-audit-export/v1"
+
+// ExportHeader is the first line of a JSONL export. It is not signed: it
+// lets a verifier notice a file cut short, while the chain and the
+// checkpoints carry the proof.
+type ExportHeader struct {
+	Format string `json:"format"`
+	// Database is the random identity of the database exported.
+	Database string `json:"database"`
+	// FromSeq and ToSeq are the first and last entries exported (both 0
+	// when the export is empty).
+	FromSeq int64 `json:"from_seq"`
+	ToSeq   int64 `json:"to_seq"`
+	// PrevHash is the hash of entry FromSeq-1 (the genesis hash when
+	// FromSeq is 1): where a range export starts its chain.
+	PrevHash string `json:"prev_hash"`
+	// Head is the hash of entry ToSeq.
+	Head string `json:"head"`
+	// Since and Until repeat the time filter asked for, if any.
+	Since      string `json:"since"`
+	Until      string `json:"until"`
+	ExportedAt string `json:"exported_at"`
+}
+
+func (h *ExportHeader) object() map[string]any {
+	return map[string]any{"format": h.Format, "database": h.Database, "from_seq": h.FromSeq, "to_seq": h.ToSeq,
+		"prev_hash": h.PrevHash, "head": h.Head, "since": h.Since, "until": h.Until, "exported_at": h.ExportedAt}
+}
+
+// AppendHeaderLine appends the header line (with its newline) to dst.
+func AppendHeaderLine(dst []byte, h *ExportHeader) ([]byte, error) {
+	dst, err := canonical.Append(dst, map[string]any{"export": h.object()})
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode export header: %w", err)
+	}
+	return append(dst, '\n'), nil
+}
+
+func (c Checkpoint) object() map[string]any {
+	return map[string]any{"seq": c.Seq, "head": c.Head, "time": c.Time, "kid": c.KID,
+		"public_key": c.PublicKey, "signature": c.Signature}
+}
+
+// AppendCheckpointLine appends a checkpoint line (with its newline) to dst.
+func AppendCheckpointLine(dst []byte, c Checkpoint) ([]byte, error) {
+	dst, err := canonical.Append(dst, map[string]any{"checkpoint": c.object()})
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode checkpoint line: %w", err)
+	}
+	return append(dst, '\n'), nil
+}
+
+// AppendEntryLine appends an entry line (with its newline) to dst. When
+// details is not nil it is the entry's details as stored (canonical JSON
+// text) and is copied as it is; otherwise e.Details is encoded.
+func AppendEntryLine(dst []byte, e *Entry, details []byte) ([]byte, error) {
+	var err error
+	if details == nil {
+		if details, err = canonical.Encode(detailsValue(e.Details)); err != nil {
+			return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+		}
+	}
+	// Members in canonical order: call_id, channel, details, hash, kind,
+	// prev_hash, principal, seq, time.
+	str := func(name, v string) {
+		if err != nil {
+			return
+		}
+		dst = append(dst, ',', '"')
+		dst = append(dst, name...)
+		dst = append(dst, '"', ':')
+		dst, err = canonical.AppendString(dst, v)
+	}
+	dst = append(dst, `{"call_id":`...)
+	if dst, err = canonical.AppendString(dst, e.CallID); err != nil {
+		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+	}
+	str("channel", e.Channel)
+	dst = append(dst, `,"details":`...)
+	dst = append(dst, details...)
+	str("hash", e.Hash)
+	str("kind", e.Kind)
+	str("prev_hash", e.PrevHash)
+	str("principal", e.Principal)
+	if err == nil {
+		dst = append(dst, `,"seq":`...)
+		dst, err = canonical.Append(dst, e.Seq)
+	}
+	str("time", e.Time)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+	}
+	return append(dst, '}', '\n'), nil
+}
+
+func detailsValue(v any) any {
+	if v == nil {
+		return canonical.Object{}
+	}
+	return v
+}
+
+// Record is one line of an export: exactly one field is set.
+type Record struct {
+	Header     *ExportHeader
+	Checkpoint *Checkpoint
+	Entry      *Entry
+}
+
+// MaxLineBytes bounds one line of an export.
+const MaxLineBytes = MaxDetailsBytes + 64<<10
+
+// ExportReader reads a JSONL export one line at a time.
+type ExportReader struct {
+	r    *bufio.Reader
+	line int
+}
+
+// NewExportReader reads an export from r.
+func NewExportReader(r io.Reader) *ExportReader {
+	return &ExportReader{r: bufio.NewReaderSize(r, 1<<16)}
+}
+
+// Line returns the number of the line Next read last (1-based).
+func (x *ExportReader) Line() int { return x.line }
+
+// Next returns the next record, or io.EOF after the last line. A line that
+// is not a canonical record is an error naming the line.
+func (x *ExportReader) Next() (Record, error) {
+	var buf []byte
+	for {
+		chunk, err := x.r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if len(buf) > MaxLineBytes {
+			x.line++
+			return Record{}, fmt.Errorf("line %d is longer than %d bytes", x.line, MaxLineBytes)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			if len(buf) == 0 {
+				return Record{}, io.EOF
+			}
+			x.line++
+			return Record{}, fmt.Errorf("line %d does not end with a newline (the file was cut short)", x.line)
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		break
+	}
+	x.line++
+	rec, err := ParseLine(buf[:len(buf)-1])
+	if err != nil {
+		return Record{}, fmt.Errorf("line %d: %w", x.line, err)
+	}
+	return rec, nil
+}
+
+// ParseLine reads one export line (without its newline).
+func ParseLine(line []byte) (Record, error) {
+	v, err := canonical.ParseWith(line, canonical.Options{MaxBytes: MaxLineBytes, MaxDepth: maxDetailsDepth + 1})
+	if err != nil {
+		return Record{}, fmt.Errorf("not valid JSON: %v", err)
+	}
+	enc, err := canonical.Encode(v)
+	if err != nil {
+		return Record{}, err
+	}
+	if !bytes.Equal(enc, line) {
+		return Record{}, errors.New("not in canonical form (the line was edited)")
+	}
+	o, ok := v.(canonical.Object)
+	if !ok {
+		return Record{}, errors.New("not a JSON object")
+	}
+	if len(o) == 1 {
+		switch o[0].Name {
+		case "export":
+			h, err := headerFrom(o[0].Value)
+			return Record{Header: h}, err
+		case "checkpoint":
+			c, err := checkpointFrom(o[0].Value)
+			return Record{Checkpoint: c}, err
+		}
+	}
+	e, err := entryFrom(o)
+	return Record{Entry: e}, err
+}
+
+// fields reads an object's members into typed destinations: *string or
+// *int64 (or *any for "details"). Every member must be present and no other
+// member is allowed.
+func fields(v any, what string, dst map[string]any) error {
+	o, ok := v.(canonical.Object)
+	if !ok {
+		return fmt.Errorf("%s is not an object", what)
+	}
+	if len(o) != len(dst) {
+		return fmt.Errorf("%s has %d members, want %d", what, len(o), len(dst))
+	}
+	for _, m := range o {
+		p, ok := dst[m.Name]
+		if !ok {
+			return fmt.Errorf("%s has an unknown member %q", what, m.Name)
+		}
+		switch p := p.(type) {
+		case *string:
+			s, ok := m.Value.(string)
+			if !ok {
+				return fmt.Errorf("%s member %q is not a string", what, m.Name)
+			}
+			*p = s
+		case *int64:
+			n, ok := m.Value.(int64)
+			if !ok {
+				return fmt.Errorf("%s member %q is not an integer", what, m.Name)
+			}
+			*p = n
+		case *any:
+			*p = m.Value
+		}
+	}
+	return nil
+}
+
+func headerFrom(v any) (*ExportHeader, error) {
+	var h ExportHeader
+	err := fields(v, "the export header", map[string]any{"format": &h.Format, "database": &h.Database,
+		"from_seq": &h.FromSeq, "to_seq": &h.ToSeq, "prev_hash": &h.PrevHash, "head": &h.Head,
+		"since": &h.Since, "until": &h.Until, "exported_at": &h.ExportedAt})
+	if err != nil {
+		return nil, err
+	}
+	if h.Format != ExportFormat {
+		return nil, fmt.Errorf("the export format is %q; this version reads %q", h.Format, ExportFormat)
+	}
+	return &h, nil
+}
+
+func checkpointFrom(v any) (*Checkpoint, error) {
+	var c Checkpoint
+	err := fields(v, "the checkpoint", map[string]any{"seq": &c.Seq, "head": &c.Head, "time": &c.Time,
+		"kid": &c.KID, "public_key": &c.PublicKey, "signature": &c.Signature})
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func entryFrom(o canonical.Object) (*Entry, error) {
+	var e Entry
+	err := fields(o, "the entry", map[string]any{"seq": &e.Seq, "time": &e.Time, "kind": &e.Kind,
+		"call_id": &e.CallID, "principal": &e.Principal, "channel": &e.Channel, "details": &e.Details,
+		"prev_hash": &e.PrevHash, "hash": &e.Hash})
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// ReadCheckpoints reads checkpoints kept by an outside party: one or more
+// JSON objects, each either a checkpoint as GET /api/v1/audit/checkpoint
+// returns it or an export's {"checkpoint":{...}} line.
+func ReadCheckpoints(r io.Reader) ([]Checkpoint, error) {
+	dec := json.NewDecoder(r)
+	var out []Checkpoint
+	for {
+		var raw map[string]json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+		}
+		body, _ := json.Marshal(raw)
+		if inner, ok := raw["checkpoint"]; ok && len(raw) == 1 {
+			body = inner
+		}
+		var c Checkpoint
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&c); err != nil {
+			return nil, fmt.Errorf("audit: read checkpoint %d: %w", len(out)+1, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("audit: read checkpoints: the file holds no checkpoint")
+	}
+	return out, nil
+}
+
+// Report is the result of verifying a chain or a run of it.
+type Report struct {
+	// Count entries were verified, from FromSeq (whose prev_hash is
+	// PrevHash) to LastSeq (whose hash is Head).
+	Count    int64
+	FromSeq  int64
+	PrevHash string
+	LastSeq  int64
+	Head     string
+	// Checkpoints is how many signed checkpoints matched the chain;
+	// CheckpointSeq is the newest of them (0 when none).
+	Checkpoints   int
+	CheckpointSeq int64
+	// KeyIDs lists the keys that signed those checkpoints.
+	KeyIDs []string
+	// Uncovered lists outside checkpoints that fall before the run verified
+	// and so could not be compared.
+	Uncovered []int64
+	// Header is the export's header, when verifying an export.
+	Header *ExportHeader
+}
+
+// VerifyOptions adds what an outside party brings to a verification.
+type VerifyOptions struct {
+	// Checkpoints kept outside the log; each must match the chain.
+	Checkpoints []Checkpoint
+	// TrustedKeys, when not empty, are the only key ids that checkpoints
+	// may be signed with.
+	TrustedKeys []string
+}
+
+// Prepare applies the options to v.
+func (o VerifyOptions) Prepare(v *Verifier) error {
+	for _, k := range o.TrustedKeys {
+		v.Trust(k)
+	}
+	for _, c := range o.Checkpoints {
+		if err := v.AddCheckpoint(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Report summarizes a verifier that has finished without error.
+func (o VerifyOptions) Report(v *Verifier, count int64, head string) Report {
+	r := Report{Count: count, Head: head, KeyIDs: v.KeyIDs()}
+	r.FromSeq, r.PrevHash = v.First()
+	r.LastSeq, _ = v.Last()
+	r.Checkpoints, r.CheckpointSeq = v.Checkpoints()
+	for _, c := range o.Checkpoints {
+		if count == 0 || c.Seq < r.FromSeq {
+			r.Uncovered = append(r.Uncovered, c.Seq)
+		}
+	}
+	return r
+}
+
+// VerifyExport verifies a JSONL export offline: every entry line against
+// the chain, every checkpoint line's signature and head, the header's
+// range and head, and the outside checkpoints in opts. An export that
+// starts after entry 1 is verified from its first entry's prev_hash, which
+// the report returns so it can be matched with the head of the export
+// before it. Damage is a *BreakError naming the first bad entry.
+func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
+	xr := NewExportReader(r)
+	var v *Verifier
+	var header *ExportHeader
+	prepared := false
+	prepare := func() error {
+		if prepared {
+			return nil
+		}
+		prepared = true
+		if header != nil && header.FromSeq == 1 {
+			v = NewVerifier()
+		} else {
+			v = NewRangeVerifier()
+		}
+		return opts.Prepare(v)
+	}
+	broken := func(reason string) error {
+		next := int64(1)
+		if v != nil {
+			last, _ := v.Last()
+			next = last + 1
+			if !v.started && header != nil && header.FromSeq > 0 {
+				next = header.FromSeq
+			}
+		}
+		return &BreakError{Seq: next, Reason: reason}
+	}
+	sawEntry := false
+	for {
+		rec, err := xr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Report{}, broken(err.Error())
+		}
+		switch {
+		case rec.Header != nil:
+			if header != nil || prepared {
+				return Report{}, broken(fmt.Sprintf("line %d: a header line must come first, and only once", xr.Line()))
+			}
+			header = rec.Header
+		case rec.Checkpoint != nil:
+			if err := prepare(); err != nil {
+				return Report{}, err
+			}
+			if err := v.AddCheckpoint(*rec.Checkpoint); err != nil {
+				return Report{}, fmt.Errorf("line %d: %w", xr.Line(), err)
+			}
+		case rec.Entry != nil:
+			if err := prepare(); err != nil {
+				return Report{}, err
+			}
+			if !sawEntry && header != nil && rec.Entry.Seq != header.FromSeq {
+				return Report{}, broken(fmt.Sprintf("the header says the export starts at entry %d but the first entry is %d", header.FromSeq, rec.Entry.Seq))
+			}
+			sawEntry = true
+			if err := v.Add(rec.Entry); err != nil {
+				return Report{}, err
+			}
+		}
+	}
+	if err := prepare(); err != nil {
+		return Report{}, err
+	}
+	count, head, err := v.Finish()
+	if err != nil {
+		return Report{}, err
+	}
+	if header != nil {
+		first, prev := v.First()
+		last, _ := v.Last()
+		switch {
+		case header.ToSeq > last:
+			return Report{}, &BreakError{Seq: last + 1, Reason: fmt.Sprintf("the export ends at entry %d but its header says it runs to entry %d (lines were removed from the end)", last, header.ToSeq)}
+		case header.ToSeq < last:
+			return Report{}, &BreakError{Seq: header.ToSeq + 1, Reason: fmt.Sprintf("the header says the export ends at entry %d but it goes on to %d", header.ToSeq, last)}
+		case count > 0 && (header.PrevHash != prev || first != header.FromSeq):
+			return Report{}, &BreakError{Seq: first, Reason: "the first entry's prev_hash differs from the header's"}
+		case count > 0 && header.Head != head:
+			return Report{}, &BreakError{Seq: last, Reason: "the last entry's hash differs from the header's head"}
+		}
+	}
+	rep := opts.Report(v, count, head)
+	rep.Header = header
+	return rep, nil
+}

@@ -1,0 +1,517 @@
+package db
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// ErrNoCheckpoint means no audit checkpoint has been signed yet (or, for
+// Checkpoint, that the audit trail is still empty).
+var ErrNoCheckpoint = errors.New("db: no audit checkpoint yet")
+
+// ErrFormat is an export format other than jsonl or csv.
+var ErrFormat = errors.New("db: export format must be jsonl or csv")
+
+// OpenReadOnly opens an existing database for reading only, without
+// migrating it or taking any write lock: for verifying and exporting the
+// audit trail while the server runs, or from a copy.
+func OpenReadOnly(path string) (*DB, error) {
+	if path == "" || strings.Contains(path, ":memory:") {
+		return nil, fmt.Errorf("db: a database file path is required")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("db: open %s: %w", path, err)
+	}
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Set("_busy_timeout", "10000")
+	q.Set("_txlock", "deferred")
+	sqldb, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("db: open %s: %w", path, err)
+	}
+	sqldb.SetMaxOpenConns(4)
+	d := &DB{sql: sqldb, path: path, now: time.Now}
+	if err := sqldb.QueryRow(`SELECT value FROM meta WHERE key = 'identity'`).Scan(&d.identity); err != nil {
+		sqldb.Close()
+		return nil, fmt.Errorf("db: %s is not a Countersign database: %w", path, err)
+	}
+	return d, nil
+}
+
+// readSnapshot runs fn on one connection inside a deferred read
+// transaction: fn sees one consistent state of the database while writers
+// go on (WAL), and no write lock is taken.
+func (d *DB) readSnapshot(ctx context.Context, fn func(q querier) error) (err error) {
+	conn, err := d.sql.Conn(ctx)
+	if err != nil {
+		return classify(fmt.Errorf("db: connect: %w", err))
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN DEFERRED`); err != nil {
+		return classify(fmt.Errorf("db: begin read: %w", err))
+	}
+	defer func() {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); rerr != nil {
+			// Never hand a connection that may still be inside a
+			// transaction back to the pool.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	return fn(conn)
+}
+
+// AuditHead returns the sequence number and hash of the newest audit entry
+// (0 and the genesis hash when there is none).
+func (d *DB) AuditHead(ctx context.Context) (int64, string, error) {
+	return auditHead(ctx, d.sql)
+}
+
+func auditHead(ctx context.Context, q querier) (int64, string, error) {
+	var seq int64
+	var hash string
+	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, audit.GenesisHash, nil
+	}
+	if err != nil {
+		return 0, "", classify(fmt.Errorf("db: read audit head: %w", err))
+	}
+	return seq, hash, nil
+}
+
+const checkpointColumns = `seq, head, time, kid, public_key, signature`
+
+func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
+	var c audit.Checkpoint
+	err := r.Scan(&c.Seq, &c.Head, &c.Time, &c.KID, &c.PublicKey, &c.Signature)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, ErrNoCheckpoint
+	}
+	if err != nil {
+		return c, classify(fmt.Errorf("db: read checkpoint: %w", err))
+	}
+	return c, nil
+}
+
+// Checkpoint signs the current head of the audit trail and stores the
+// checkpoint, unless the newest checkpoint already covers the head, in
+// which case that one is returned. The head is read and the checkpoint
+// written in one write transaction. An empty trail is ErrNoCheckpoint.
+func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error) {
+	var out audit.Checkpoint
+	err := d.update(ctx, func(tx *sql.Tx) error {
+		if err := d.checkIdentity(ctx, tx); err != nil {
+			return err
+		}
+		seq, head, err := auditHead(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if seq == 0 {
+			return ErrNoCheckpoint
+		}
+		latest, err := scanCheckpoint(tx.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
+		if err == nil && latest.Seq == seq {
+			out = latest
+			return nil
+		}
+		if err != nil && !errors.Is(err, ErrNoCheckpoint) {
+			return err
+		}
+		c, err := signer.Sign(seq, head, d.now())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES (?,?,?,?,?,?)`,
+			c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature); err != nil {
+			return fmt.Errorf("db: store checkpoint: %w", err)
+		}
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// LatestCheckpoint returns the newest signed checkpoint.
+func (d *DB) LatestCheckpoint(ctx context.Context) (audit.Checkpoint, error) {
+	return scanCheckpoint(d.sql.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
+}
+
+// checkpointsIn lists the checkpoints covering entries from..to, oldest
+// first. A database from before checkpoints existed has none.
+func checkpointsIn(ctx context.Context, q querier, from, to int64) ([]audit.Checkpoint, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'`).Scan(&n); err != nil {
+		return nil, classify(fmt.Errorf("db: read schema: %w", err))
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	rows, err := q.QueryContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: read checkpoints: %w", err))
+	}
+	defer rows.Close()
+	var out []audit.Checkpoint
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// RunCheckpoints signs a checkpoint whenever the audit trail has grown by
+// every entries since the last one, or when interval has passed and the
+// head has moved; and once more when ctx ends. It looks at the head about
+// once a second (or every interval, if shorter) and returns when ctx ends.
+// A failure is logged and retried later; it never stops the loop.
+func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger) {
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	if every <= 0 {
+		every = 1000
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var lastSeq int64
+	var lastAt, failedAt time.Time
+	if c, err := d.LatestCheckpoint(ctx); err == nil {
+		lastSeq = c.Seq
+		lastAt, _ = time.Parse(time.RFC3339Nano, c.Time)
+	}
+	take := func(ctx context.Context) {
+		c, err := d.Checkpoint(ctx, signer)
+		if err != nil {
+			if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
+				log.Error("audit checkpoint", slog.Any("error", err))
+			}
+			failedAt = d.now()
+			return
+		}
+		failedAt = time.Time{}
+		lastSeq, lastAt = c.Seq, d.now()
+		log.Debug("audit checkpoint", slog.Int64("seq", c.Seq), slog.String("head", c.Head))
+	}
+	t := time.NewTicker(min(time.Second, interval))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if seq, _, err := d.AuditHead(fctx); err == nil && seq > lastSeq {
+				take(fctx)
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+		now := d.now()
+		if !failedAt.IsZero() && now.Sub(failedAt) < min(30*time.Second, interval) {
+			continue
+		}
+		seq, _, err := d.AuditHead(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("audit head", slog.Any("error", err))
+			}
+			failedAt = now
+			continue
+		}
+		if seq > lastSeq && (seq-lastSeq >= every || now.Sub(lastAt) >= interval) {
+			take(ctx)
+		}
+	}
+}
+
+// VerifyResult is what VerifyChain found.
+type VerifyResult struct {
+	// Count entries verified; Head is the last one's hash.
+	Count int64
+	Head  string
+	// CheckpointSeq is the newest checkpoint that matched the chain (0 when
+	// none); Checkpoints counts them; KeyIDs are the keys that signed them.
+	CheckpointSeq int64
+	Checkpoints   int
+	KeyIDs        []string
+	// Uncovered lists outside checkpoints that could not be compared.
+	Uncovered []int64
+	// OK is true when the chain and every checkpoint verified. Otherwise
+	// Err says what is wrong: a *audit.BreakError names the first bad entry.
+	OK  bool
+	Err error
+}
+
+// VerifyChain recomputes the whole audit chain in one read snapshot, and
+// checks every stored checkpoint's signature and head. Damage is reported
+// in the result; the error is for failing to read the database at all.
+func (d *DB) VerifyChain(ctx context.Context) (VerifyResult, error) {
+	return d.Verify(ctx, audit.VerifyOptions{})
+}
+
+// Verify is VerifyChain with checkpoints kept outside the database (which
+// expose a database replaced by an older copy) and, optionally, the only
+// key ids that checkpoints may be signed with.
+func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (VerifyResult, error) {
+	var res VerifyResult
+	err := d.readSnapshot(ctx, func(q querier) error {
+		cps, err := checkpointsIn(ctx, q, 1, 1<<62)
+		if err != nil {
+			return err
+		}
+		v := audit.NewVerifier()
+		all := opts
+		all.Checkpoints = append(append([]audit.Checkpoint(nil), opts.Checkpoints...), cps...)
+		if err := all.Prepare(v); err != nil {
+			res.Err = err
+			return nil
+		}
+		rows, err := q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit ORDER BY seq`)
+		if err != nil {
+			return classify(fmt.Errorf("db: read audit: %w", err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, details, err := scanEntry(rows)
+			if err != nil {
+				return err
+			}
+			last, _ := v.Last()
+			if e.Details, err = audit.ParseDetails(details); err != nil && e.Seq == last+1 {
+				res.Err = &audit.BreakError{Seq: e.Seq, Reason: strings.TrimPrefix(err.Error(), "audit: ") + " (the entry was altered)"}
+				break
+			}
+			if err := v.Add(e); err != nil {
+				res.Err = err
+				break
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return classify(fmt.Errorf("db: read audit: %w", err))
+		}
+		// The chain starts at entry 1, so the last good seq is the count.
+		count, head := v.Last()
+		if res.Err == nil {
+			count, head, res.Err = v.Finish()
+		}
+		rep := opts.Report(v, count, head)
+		res.Count, res.Head, res.Uncovered = rep.Count, rep.Head, rep.Uncovered
+		res.Checkpoints, res.CheckpointSeq, res.KeyIDs = rep.Checkpoints, rep.CheckpointSeq, rep.KeyIDs
+		return nil
+	})
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	res.OK = res.Err == nil
+	return res, nil
+}
+
+const entryColumns = `seq, time, kind, call_id, principal, channel, details, prev_hash, hash`
+
+// scanEntry reads an audit row; details are returned as stored, not parsed.
+func scanEntry(r rowScanner) (*audit.Entry, []byte, error) {
+	var e audit.Entry
+	var details []byte
+	if err := r.Scan(&e.Seq, &e.Time, &e.Kind, &e.CallID, &e.Principal, &e.Channel, &details, &e.PrevHash, &e.Hash); err != nil {
+		return nil, nil, classify(fmt.Errorf("db: scan audit entry: %w", err))
+	}
+	return &e, details, nil
+}
+
+// ExportOptions select and shape an audit export.
+type ExportOptions struct {
+	// Since and Until bound the entries' times: the export is the
+	// contiguous run from the first entry at or after Since to the last
+	// entry before Until (zero means unbounded).
+	Since, Until time.Time
+	// Format is "jsonl" (verifiable offline) or "csv".
+	Format string
+}
+
+// ExportResult describes what an export wrote.
+type ExportResult struct {
+	FromSeq, ToSeq int64
+	Count          int64
+	Head           string
+	Checkpoints    int
+}
+
+// ExportAudit streams the audit trail to w from one read snapshot, row by
+// row, in constant memory. JSONL is the format of audit.ExportFormat: a
+// header, the checkpoints within the range, then every entry exactly as
+// hashed. CSV has one row per entry with details as canonical JSON text.
+func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt ExportOptions) (ExportResult, error) {
+	if opt.Format != "jsonl" && opt.Format != "csv" {
+		return ExportResult{}, ErrFormat
+	}
+	var res ExportResult
+	err := d.readSnapshot(ctx, func(q querier) error {
+		from, to, err := auditRange(ctx, q, opt.Since, opt.Until)
+		if err != nil {
+			return err
+		}
+		bw := bufio.NewWriterSize(w, 64<<10)
+		var cw *csv.Writer
+		var buf []byte
+		if opt.Format == "jsonl" {
+			h := &audit.ExportHeader{Format: audit.ExportFormat, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
+			if !opt.Since.IsZero() {
+				h.Since = audit.FormatTime(opt.Since)
+			}
+			if !opt.Until.IsZero() {
+				h.Until = audit.FormatTime(opt.Until)
+			}
+			if from > 0 && to >= from {
+				h.FromSeq, h.ToSeq = from, to
+				h.PrevHash, h.Head = audit.GenesisHash, ""
+				if from > 1 {
+					if err := q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, from-1).Scan(&h.PrevHash); err != nil {
+						return classify(fmt.Errorf("db: read audit entry %d: %w", from-1, err))
+					}
+				}
+				if err := q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, to).Scan(&h.Head); err != nil {
+					return classify(fmt.Errorf("db: read audit entry %d: %w", to, err))
+				}
+			}
+			if buf, err = audit.AppendHeaderLine(buf[:0], h); err != nil {
+				return err
+			}
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
+			cps, err := checkpointsIn(ctx, q, from, to)
+			if err != nil {
+				return err
+			}
+			for _, c := range cps {
+				if buf, err = audit.AppendCheckpointLine(buf[:0], c); err != nil {
+					return err
+				}
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+			}
+			res.Checkpoints = len(cps)
+		} else {
+			cw = csv.NewWriter(bw)
+			if err := cw.Write([]string{"seq", "time", "kind", "call_id", "principal", "channel", "details", "prev_hash", "hash"}); err != nil {
+				return err
+			}
+		}
+		res.FromSeq, res.ToSeq = from, to
+		if from == 0 || to < from {
+			res.FromSeq, res.ToSeq = 0, 0
+			return flush(bw, cw)
+		}
+		rows, err := q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
+		if err != nil {
+			return classify(fmt.Errorf("db: read audit: %w", err))
+		}
+		defer rows.Close()
+		record := make([]string, 9)
+		for rows.Next() {
+			e, details, err := scanEntry(rows)
+			if err != nil {
+				return err
+			}
+			if cw != nil {
+				record[0], record[1], record[2] = strconv.FormatInt(e.Seq, 10), e.Time, csvCell(e.Kind)
+				record[3], record[4], record[5] = csvCell(e.CallID), csvCell(e.Principal), csvCell(e.Channel)
+				record[6], record[7], record[8] = csvCell(string(details)), e.PrevHash, e.Hash
+				if err := cw.Write(record); err != nil {
+					return err
+				}
+			} else {
+				if buf, err = audit.AppendEntryLine(buf[:0], e, details); err != nil {
+					return err
+				}
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+			}
+			res.Count++
+			res.Head = e.Hash
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return classify(fmt.Errorf("db: read audit: %w", err))
+		}
+		return flush(bw, cw)
+	})
+	return res, err
+}
+
+func flush(bw *bufio.Writer, cw *csv.Writer) error {
+	if cw != nil {
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// auditRange turns a time window into the contiguous run of entries to
+// export: from the first entry (in time order) at or after since to the last
+// entry before until. from is 0 when the trail is empty or nothing matches.
+func auditRange(ctx context.Context, q querier, since, until time.Time) (from, to int64, err error) {
+	scan := func(query string, args ...any) (int64, error) {
+		var n sql.NullInt64
+		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, classify(fmt.Errorf("db: audit range: %w", err))
+		}
+		return n.Int64, nil
+	}
+	if since.IsZero() {
+		from, err = scan(`SELECT MIN(seq) FROM audit`)
+	} else {
+		from, err = scan(`SELECT seq FROM audit WHERE time >= ? ORDER BY time, seq LIMIT 1`, audit.FormatTime(since))
+	}
+	if err != nil || from == 0 {
+		return 0, 0, err
+	}
+	if until.IsZero() {
+		to, err = scan(`SELECT MAX(seq) FROM audit`)
+	} else {
+		to, err = scan(`SELECT seq FROM audit WHERE time < ? ORDER BY time DESC, seq DESC LIMIT 1`, audit.FormatTime(until))
+	}
+	if err != nil || to < from {
+		return 0, 0, err
+	}
+	return from, to, nil
+}
+
+// csvCell keeps a spreadsheet from reading a cell as a formula: text that
+// begins with =, +, -, @, a tab or a carriage return gets a leading
+// apostrophe. JSONL exports are never altered.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}

@@ -1,0 +1,419 @@
+package db
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// History page sizes.
+const (
+	DefaultHistoryLimit = 50
+	MaxHistoryLimit     = 500
+)
+
+// ErrFilter is a history filter that cannot be applied (an unknown status,
+// a digest prefix that is not hex, a cursor that names no call).
+var ErrFilter = errors.New("db: invalid history filter")
+
+// HistoryFilter selects calls for the history pages and their exports.
+// Empty fields do not filter. Calls are listed newest first, by creation
+// time and then seq.
+type HistoryFilter struct {
+	Actor  string // the call's actor, exactly
+	Tool   string // the tool, exactly
+	Status string // pending, approved, denied, expired, cancelled or redeemed
+	// Operator keeps calls this operator approved or denied; Channel keeps
+	// calls approved or denied through this channel (web, cli, api). Both
+	// together keep calls that operator decided through that channel.
+	Operator string
+	Channel  string
+	// Since and Until bound the creation time: Since <= created_at < Until.
+	Since, Until time.Time
+	// DigestPrefix keeps calls whose digest starts with these hex digits
+	// (spaces are ignored, so a digest copied in groups of four works).
+	DigestPrefix string
+	// After is the cursor: the next value History returned, or 0 for the
+	// first page.
+	After int64
+	// Limit is the page size: DefaultHistoryLimit when 0, at most
+	// MaxHistoryLimit.
+	Limit int
+}
+
+var statuses = map[string]bool{"pending": true, "approved": true, "denied": true, "expired": true, "cancelled": true, "redeemed": true}
+
+// historyQuery is a filter turned into SQL: FROM ... WHERE ... ORDER BY.
+type historyQuery struct {
+	from     string
+	where    []string
+	args     []any
+	order    string
+	deciders bool // rows come from call_deciders and may repeat a call
+}
+
+// qualified is callColumns with every column prefixed by "c.".
+var qualified = func() string {
+	cols := strings.Split(callColumns, ",")
+	for i, c := range cols {
+		cols[i] = "c." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}()
+
+// approvalsColumn is every approval of the row's call as a JSON array, in
+// the order loadCall reads them.
+const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at))
+	FROM (SELECT operator, channel, at FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
+
+func (d *DB) historyQuery(ctx context.Context, f HistoryFilter) (*historyQuery, error) {
+	q := &historyQuery{}
+	// The ordering key lives on call_deciders when an operator or channel
+	// filter drives the query, so that its index delivers rows in order;
+	// otherwise on calls.
+	key, seq := "c.created_at", "c.seq"
+	if f.Operator != "" || f.Channel != "" {
+		q.deciders = true
+		key, seq = "d.created_at", "d.call_seq"
+		// CROSS JOIN keeps call_deciders as the outer loop.
+		q.from = `call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq`
+		if f.Operator != "" {
+			q.where, q.args = append(q.where, "d.operator = ?"), append(q.args, f.Operator)
+		}
+		if f.Channel != "" {
+			q.where, q.args = append(q.where, "d.channel = ?"), append(q.args, f.Channel)
+		}
+	} else {
+		q.from = `calls c`
+	}
+	add := func(cond string, args ...any) {
+		q.where = append(q.where, cond)
+		q.args = append(q.args, args...)
+	}
+	if f.Actor != "" {
+		add("c.actor = ?", f.Actor)
+	}
+	if f.Tool != "" {
+		add("c.tool = ?", f.Tool)
+	}
+	if f.Status != "" {
+		if !statuses[f.Status] {
+			return nil, fmt.Errorf("%w: unknown status %q", ErrFilter, f.Status)
+		}
+		add("c.status = ?", f.Status)
+	}
+	if p := strings.ToLower(strings.Join(strings.Fields(f.DigestPrefix), "")); p != "" {
+		if len(p) > 64 || strings.Trim(p, "0123456789abcdef") != "" {
+			return nil, fmt.Errorf("%w: the digest prefix must be hex digits", ErrFilter)
+		}
+		// Every digest that starts with p sorts in [p, p+"g").
+		add("c.digest >= ? AND c.digest < ?", p, p+"g")
+	}
+	if !f.Since.IsZero() {
+		add(key+" >= ?", f.Since.UnixMilli())
+	}
+	if !f.Until.IsZero() {
+		add(key+" < ?", f.Until.UnixMilli())
+	}
+	if f.After > 0 {
+		var at int64
+		err := d.sql.QueryRowContext(ctx, `SELECT created_at FROM calls WHERE seq = ?`, f.After).Scan(&at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("%w: the cursor names no call", ErrFilter)
+		}
+		if err != nil {
+			return nil, classify(fmt.Errorf("db: history cursor: %w", err))
+		}
+		// (created_at, seq) < (at, After), written so that the index can
+		// use the first term as a range.
+		add(key+" <= ? AND ("+key+" < ? OR "+seq+" < ?)", at, at, f.After)
+	}
+	q.order = key + " DESC, " + seq + " DESC"
+	return q, nil
+}
+
+func (q *historyQuery) sql(columns string) string {
+	s := `SELECT ` + columns + ` FROM ` + q.from
+	if len(q.where) > 0 {
+		s += ` WHERE ` + strings.Join(q.where, " AND ")
+	}
+	return s + ` ORDER BY ` + q.order
+}
+
+// withExtra scans a row's call columns followed by extra destinations.
+type withExtra struct {
+	r     rowScanner
+	extra []any
+}
+
+func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
+
+type approvalJSON struct {
+	Operator string `json:"operator"`
+	Channel  string `json:"channel"`
+	At       int64  `json:"at"`
+}
+
+// History returns one page of calls matching f, newest first, and the
+// cursor of the next page (0 when this page is the last).
+func (d *DB) History(ctx context.Context, f HistoryFilter) ([]*queue.Call, int64, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultHistoryLimit
+	}
+	limit = min(limit, MaxHistoryLimit)
+	q, err := d.historyQuery(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	query := q.sql(qualified + ", " + approvalsColumn)
+	if !q.deciders {
+		query += ` LIMIT ?`
+		q.args = append(q.args, limit+1)
+	}
+	rows, err := d.sql.QueryContext(ctx, query, q.args...)
+	if err != nil {
+		return nil, 0, classify(fmt.Errorf("db: history: %w", err))
+	}
+	defer rows.Close()
+	var calls []*queue.Call
+	for rows.Next() {
+		var approvals string
+		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		if err != nil {
+			return nil, 0, err
+		}
+		// Rows from call_deciders repeat a call once per matching decider,
+		// next to each other in this order.
+		if n := len(calls); n > 0 && calls[n-1].Seq == c.Seq {
+			continue
+		}
+		var as []approvalJSON
+		if err := json.Unmarshal([]byte(approvals), &as); err != nil {
+			return nil, 0, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
+		}
+		for _, a := range as {
+			c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC()})
+		}
+		calls = append(calls, c)
+		if len(calls) > limit {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, classify(fmt.Errorf("db: history: %w", err))
+	}
+	var next int64
+	if len(calls) > limit {
+		calls = calls[:limit]
+		next = calls[limit-1].Seq
+	}
+	return calls, next, nil
+}
+
+// Timeline returns every audit entry about one call, oldest first, with
+// details parsed. A call that does not exist is queue.ErrNotFound.
+func (d *DB) Timeline(ctx context.Context, callID string) ([]audit.Entry, error) {
+	if callID == "" {
+		return nil, queue.ErrNotFound
+	}
+	rows, err := d.sql.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE call_id = ? ORDER BY seq`, callID)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
+	}
+	defer rows.Close()
+	var out []audit.Entry
+	for rows.Next() {
+		e, details, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		if e.Details, err = audit.ParseDetails(details); err != nil {
+			return nil, fmt.Errorf("db: audit entry %d: %w", e.Seq, err)
+		}
+		out = append(out, *e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
+	}
+	if len(out) == 0 {
+		var n int
+		if err := d.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM calls WHERE id = ?`, callID).Scan(&n); err != nil {
+			return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
+		}
+		if n == 0 {
+			return nil, queue.ErrNotFound
+		}
+	}
+	return out, nil
+}
+
+// exportColumns are read for call exports: args stay as their stored
+// canonical text, and the grant token itself is never exported.
+const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.digest,
+	c.approvals_required, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
+	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at`
+
+// ExportCalls streams every call matching f (Limit is ignored; After, when
+// set, starts after that call) to w as "jsonl" or "csv", newest first, from
+// one read snapshot and in constant memory. Grant tokens are not exported.
+func (d *DB) ExportCalls(ctx context.Context, f HistoryFilter, w io.Writer, format string) error {
+	if format != "jsonl" && format != "csv" {
+		return ErrFormat
+	}
+	q, err := d.historyQuery(ctx, f)
+	if err != nil {
+		return err
+	}
+	return d.readSnapshot(ctx, func(db querier) error {
+		rows, err := db.QueryContext(ctx, q.sql(exportColumns+", "+approvalsColumn), q.args...)
+		if err != nil {
+			return classify(fmt.Errorf("db: export calls: %w", err))
+		}
+		defer rows.Close()
+		bw := bufio.NewWriterSize(w, 64<<10)
+		var cw *csv.Writer
+		if format == "csv" {
+			cw = csv.NewWriter(bw)
+			if err := cw.Write(callCSVHeader); err != nil {
+				return err
+			}
+		}
+		var buf []byte
+		var last int64
+		record := make([]string, len(callCSVHeader))
+		for rows.Next() {
+			var r exportRow
+			if err := rows.Scan(&r.seq, &r.id, &r.status, &r.actor, &r.audience, &r.tool, &r.target, &r.args, &r.rationale,
+				&r.digest, &r.required, &r.created, &r.decideBy, &r.decidedAt, &r.deniedBy, &r.deniedChannel, &r.denyReason,
+				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &r.outDetail, &r.outAt, &r.approvals); err != nil {
+				return classify(fmt.Errorf("db: export calls: %w", err))
+			}
+			if r.seq == last {
+				continue // the same call through another decider
+			}
+			last = r.seq
+			var as []approvalJSON
+			if err := json.Unmarshal([]byte(r.approvals), &as); err != nil {
+				return fmt.Errorf("db: approvals of %s: %w", r.id, err)
+			}
+			if cw != nil {
+				r.csv(record, as)
+				if err := cw.Write(record); err != nil {
+					return err
+				}
+			} else {
+				if buf, err = r.appendJSON(buf[:0], as); err != nil {
+					return err
+				}
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return classify(fmt.Errorf("db: export calls: %w", err))
+		}
+		return flush(bw, cw)
+	})
+}
+
+type exportRow struct {
+	seq                                                        int64
+	id, status, actor, audience, tool, target, args, rationale string
+	digest                                                     string
+	required, created, decideBy                                int64
+	decidedAt, grantExp, redeemedAt, outAt                     sql.NullInt64
+	deniedBy, deniedChannel, denyReason, jti, kid, outStatus   sql.NullString
+	outDetail                                                  sql.NullString
+	approvals                                                  string
+}
+
+var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audience", "tool", "target", "digest",
+	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
+	"grant_kid", "grant_expires_at", "redeemed_at", "outcome_status", "outcome_detail", "outcome_at", "args", "rationale"}
+
+// exportTime writes unix milliseconds as RFC 3339 with milliseconds.
+func exportTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func nullTime(n sql.NullInt64) any {
+	if !n.Valid {
+		return nil
+	}
+	return exportTime(n.Int64)
+}
+
+func nullText(s sql.NullString) any {
+	if !s.Valid {
+		return nil
+	}
+	return s.String
+}
+
+func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
+	args, err := canonical.ParseWith([]byte(r.args), canonical.Options{MaxBytes: audit.MaxDetailsBytes, MaxDepth: canonical.MaxArgsDepth + 1})
+	if err != nil {
+		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", r.id, err)
+	}
+	approvals := make([]any, len(as))
+	for i, a := range as {
+		approvals[i] = map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
+	}
+	var denial, outcome any
+	if r.deniedBy.Valid {
+		denial = map[string]any{"by": r.deniedBy.String, "channel": r.deniedChannel.String, "reason": r.denyReason.String}
+	}
+	if r.outStatus.Valid {
+		outcome = map[string]any{"status": r.outStatus.String, "detail": r.outDetail.String, "at": nullTime(r.outAt)}
+	}
+	o := map[string]any{
+		"seq": r.seq, "id": r.id, "status": r.status, "actor": r.actor, "audience": r.audience, "tool": r.tool,
+		"target": r.target, "args": args, "rationale": r.rationale, "digest": r.digest,
+		"approvals_required": r.required, "approvals": approvals, "created_at": exportTime(r.created),
+		"decide_by": exportTime(r.decideBy), "decided_at": nullTime(r.decidedAt), "denial": denial,
+		"grant_jti": nullText(r.jti), "grant_kid": nullText(r.kid), "grant_expires_at": nullTime(r.grantExp),
+		"redeemed_at": nullTime(r.redeemedAt), "outcome": outcome,
+	}
+	dst, err = canonical.Append(dst, o)
+	if err != nil {
+		return nil, fmt.Errorf("db: export call %s: %w", r.id, err)
+	}
+	return append(dst, '\n'), nil
+}
+
+func (r *exportRow) csv(record []string, as []approvalJSON) {
+	t := func(n sql.NullInt64) string {
+		if !n.Valid {
+			return ""
+		}
+		return exportTime(n.Int64)
+	}
+	parts := make([]string, len(as))
+	for i, a := range as {
+		parts[i] = a.Operator + " via " + a.Channel + " at " + exportTime(a.At)
+	}
+	vals := []string{strconv.FormatInt(r.seq, 10), r.id, exportTime(r.created), r.status, r.actor, r.audience, r.tool,
+		r.target, r.digest, strconv.FormatInt(r.required, 10), strings.Join(parts, "; "), t(r.decidedAt),
+		r.deniedBy.String, r.deniedChannel.String, r.denyReason.String, r.jti.String, r.kid.String, t(r.grantExp),
+		t(r.redeemedAt), r.outStatus.String, r.outDetail.String, t(r.outAt), r.args, r.rationale}
+	for i, v := range vals {
+		record[i] = csvCell(v)
+	}
+}
