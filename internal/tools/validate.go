@@ -265,7 +265,19 @@ func (v *validation) array(s *schema, x []any) {
 	if s.minItems >= 0 && len(x) < s.minItems {
 		v.addHere(canonical.CodeOutOfRange, "%s has %d items; at least %d are required", v.label(), len(x), s.minItems)
 	}
-	if s.uniqueItems && len(x) > 1 {
+	if s.uniqueItems && len(x) > 1 && len(x) <= 32 {
+		// Few items: compare pairs, which allocates nothing.
+		for i := 1; i < len(x); i++ {
+			for j := range i {
+				if equal(x[j], x[i]) {
+					v.push("", i)
+					v.addHere(canonical.CodeDuplicateKey, "%s repeats item %d; the items must be distinct", v.label(), j)
+					v.pop()
+					break
+				}
+			}
+		}
+	} else if s.uniqueItems && len(x) > 1 {
 		seen := make(map[string]int, len(x))
 		for i, item := range x {
 			b, err := canonical.Encode(item)

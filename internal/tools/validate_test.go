@@ -532,3 +532,27 @@ func TestRegistryAccessors(t *testing.T) {
 		t.Error("target pattern must match the whole target")
 	}
 }
+
+func TestUniqueItems(t *testing.T) {
+	r, err := Parse([]byte(toolFile("    args: {type: object, additionalProperties: false, properties: {ids: {type: array, uniqueItems: true, items: {type: [integer, object], additionalProperties: false, properties: {a: {type: integer}}}}}}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short arrays are compared pairwise, long ones by canonical encoding;
+	// both must report the same problems.
+	for _, n := range []int{6, 32, 33, 200} {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = fmt.Sprint(i)
+		}
+		items[n-1] = "3"
+		items[1] = `{"a":1}`
+		items[n-2] = `{"a":1}`
+		args := `{"ids":[` + strings.Join(items, ",") + `]}`
+		got := summary(proposalProblems(t, r, proposal("demo.tool", "demo:x", args)))
+		want := []string{fmt.Sprintf("duplicate_key /args/ids/%d", n-2), fmt.Sprintf("duplicate_key /args/ids/%d", n-1)}
+		if !slices.Equal(got, want) {
+			t.Errorf("%d items: problems %q, want %q", n, got, want)
+		}
+	}
+}
