@@ -2,10 +2,81 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/countersign/countersign/internal/grant"
 )
 
+const keysUsage = "usage: console keys list|rotate [--data DIR]"
+
+// cmdKeys lists and rotates the grant signing keys in DATA/keys. A rotation
+// may run while the server runs: the server signs its next grant with the
+// new key.
 func cmdKeys(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, keysUsage)
+		return 2
+	}
+	sub := args[0]
+	if sub == "-h" || sub == "--help" || sub == "help" {
+		fmt.Fprintln(e.stderr, keysUsage)
+		return 0
+	}
+	if sub != "list" && sub != "rotate" {
+		fmt.Fprintf(e.stderr, "console keys: unknown subcommand %q (list, rotate)\n", sub)
+		return 2
+	}
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "console keys %s: unexpected argument %q\n%s\n", sub, fs.Arg(0), keysUsage)
+		return 2
+	}
+	k, err := grant.OpenKeyring(keysDir(dataDir(e, *data)), Issuer, time.Now)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys %s: %v\n", sub, err)
+		return 1
+	}
+	switch sub {
+	case "rotate":
+		old := k.Keys()[0]
+		ki, err := k.Rotate()
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console keys rotate: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(e.stdout, "New grants are signed with %s.\n", ki.KID)
+		for _, o := range k.Keys() {
+			if o.KID == old.KID {
+				fmt.Fprintf(e.stdout, "%s stopped signing; it verifies until %s, then retires.\n",
+					o.KID, o.RetiredAt.UTC().Format(time.RFC3339))
+			}
+		}
+		return 0
+	default: // list
+		w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "KID\tSTATE\tCREATED\tRETIRES AT")
+		for _, ki := range k.Keys() {
+			retires := "-"
+			if !ki.RetiredAt.IsZero() {
+				retires = ki.RetiredAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ki.KID, ki.State, ki.Created.UTC().Format(time.RFC3339), retires)
+		}
+		if err := w.Flush(); err != nil {
+			fmt.Fprintf(e.stderr, "console keys list: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/grant"
+)
+
+// keysRun runs the console in-process with env as its environment.
+func keysRun(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	code = run(context.Background(), args, getenv, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// keysTable parses `keys list` output into rows of fields.
+func keysTable(t *testing.T, out string) [][]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if got, want := strings.Join(strings.Fields(lines[0]), " "), "KID STATE CREATED RETIRES AT"; got != want {
+		t.Fatalf("header = %q, want %q", got, want)
+	}
+	var rows [][]string
+	for _, l := range lines[1:] {
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows
+}
+
+func TestKeysListAndRotate(t *testing.T) {
+	data := t.TempDir()
+	start := time.Now()
+
+	code, out, errs := keysRun(t, nil, "keys", "list", "--data", data)
+	if code != 0 {
+		t.Fatalf("keys list = %d, stderr %s", code, errs)
+	}
+	rows := keysTable(t, out)
+	if len(rows) != 1 || rows[0][1] != grant.StateCurrent || rows[0][3] != "-" {
+		t.Fatalf("first list = %v, want one current key that never retires", rows)
+	}
+	first := rows[0][0]
+	created, err := time.Parse(time.RFC3339, rows[0][2])
+	if err != nil || created.Before(start.Truncate(time.Second)) || created.After(time.Now()) {
+		t.Errorf("created = %q (%v), want about now", rows[0][2], err)
+	}
+	keys := filepath.Join(data, "keys")
+	for path, want := range map[string]os.FileMode{keys: 0o700 | os.ModeDir, filepath.Join(keys, first+".pem"): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode() & (os.ModeDir | os.ModePerm); got != want {
+			t.Errorf("%s mode %v, want %v", path, got, want)
+		}
+	}
+
+	code, out, errs = keysRun(t, nil, "keys", "rotate", "--data", data)
+	if code != 0 {
+		t.Fatalf("keys rotate = %d, stderr %s", code, errs)
+	}
+	if !strings.Contains(out, first+" stopped signing; it verifies until ") {
+		t.Errorf("rotate output %q does not say when %s retires", out, first)
+	}
+
+	// COUNTERSIGN_DATA stands in for --data.
+	code, out, errs = keysRun(t, map[string]string{"COUNTERSIGN_DATA": data}, "keys", "list")
+	if code != 0 {
+		t.Fatalf("keys list = %d, stderr %s", code, errs)
+	}
+	rows = keysTable(t, out)
+	if len(rows) != 2 {
+		t.Fatalf("after rotate list = %v, want two keys", rows)
+	}
+	if rows[0][0] == first || rows[0][1] != grant.StateCurrent || rows[0][3] != "-" {
+		t.Errorf("newest row = %v, want a new current key", rows[0])
+	}
+	if rows[1][0] != first || rows[1][1] != grant.StateVerifying {
+		t.Errorf("older row = %v, want %s verifying", rows[1], first)
+	}
+	retires, err := time.Parse(time.RFC3339, rows[1][3])
+	if err != nil {
+		t.Fatalf("retires at %q: %v", rows[1][3], err)
+	}
+	if lo, hi := start.Add(grant.MaxTTL).Truncate(time.Second), time.Now().Add(grant.MaxTTL); retires.Before(lo) || retires.After(hi) {
+		t.Errorf("retires at %v, want rotation time + %v (between %v and %v)", retires, grant.MaxTTL, lo, hi)
+	}
+	if !strings.Contains(out, rows[0][0]) || strings.Contains(out, "PRIVATE") {
+		t.Errorf("list output %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(keys, first+".pem")); !os.IsNotExist(err) {
+		t.Errorf("private key of the rotated key still present: %v", err)
+	}
+}
+
+func TestKeysSeenByARunningKeyring(t *testing.T) {
+	data := t.TempDir()
+	server, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--data", data); code != 0 {
+		t.Fatalf("keys rotate = %d: %s", code, errs)
+	}
+	_, out, _ := keysRun(t, nil, "keys", "list", "--data", data)
+	current := keysTable(t, out)[0][0]
+	_, kid, err := server.Mint(grant.Claims{Subject: "agent:a", Audience: "host", CallID: "c1", Tool: "t.x",
+		Target: "x", Digest: strings.Repeat("0", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kid != current {
+		t.Errorf("server minted with %s after `keys rotate`, want %s", kid, current)
+	}
+}
+
+func TestKeysRefusals(t *testing.T) {
+	open := t.TempDir()
+	if err := os.Mkdir(filepath.Join(open, "keys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(open, "keys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		{"no subcommand", []string{"keys"}, 2, "usage: console keys"},
+		{"unknown subcommand", []string{"keys", "delete"}, 2, `unknown subcommand "delete"`},
+		{"extra argument", []string{"keys", "list", "--data", t.TempDir(), "extra"}, 2, `unexpected argument "extra"`},
+		{"unknown flag", []string{"keys", "rotate", "--force"}, 2, "flag provided but not defined"},
+		{"open key directory", []string{"keys", "list", "--data", open}, 1, "want 0700"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := keysRun(t, nil, tt.args...)
+			if code != tt.code || !strings.Contains(errs, tt.err) {
+				t.Errorf("%v = %d, stderr %q; want %d and %q", tt.args, code, errs, tt.code, tt.err)
+			}
+		})
+	}
+}
