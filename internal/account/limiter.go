@@ -1,0 +1,127 @@
+package account
+
+import (
+	"sync"
+	"time"
+)
+
+// LimitPolicy shapes the backoff for one kind of key. The first Free
+// failures cost nothing; after the n-th failure (n > Free) the next attempt
+// must wait Base·2^(n−Free−1) after it, up to Max. Failures older than Forget are forgotten. There is
+// never a permanent lockout: the wait never exceeds Max.
+type LimitPolicy struct {
+	Free   int
+	Base   time.Duration
+	Max    time.Duration
+	Forget time.Duration
+}
+
+// Default policies: an account tolerates a few typos; an address, which
+// several people may share, tolerates more before it slows down.
+var (
+	AccountPolicy = LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+	AddressPolicy = LimitPolicy{Free: 20, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+)
+
+// maxKeys bounds the limiter's memory; the stalest keys go first.
+const maxKeys = 10000
+
+// Limiter throttles failed logins per key (an account name or an address).
+// It is safe for concurrent use.
+type Limiter struct {
+	policy LimitPolicy
+	mu     sync.Mutex
+	keys   map[string]*strikes
+}
+
+type strikes struct {
+	n    int
+	last time.Time
+}
+
+// NewLimiter returns a limiter with the given policy.
+func NewLimiter(p LimitPolicy) *Limiter {
+	return &Limiter{policy: p, keys: map[string]*strikes{}}
+}
+
+func (l *Limiter) delay(n int) time.Duration {
+	over := n - l.policy.Free
+	if over <= 0 {
+		return 0
+	}
+	d := l.policy.Base
+	for i := 1; i < over && d < l.policy.Max; i++ {
+		d *= 2
+	}
+	return min(d, l.policy.Max)
+}
+
+// Wait returns how long key must wait before its next attempt; zero means
+// it may try now.
+func (l *Limiter) Wait(key string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.keys[key]
+	if !ok {
+		return 0
+	}
+	if now.Sub(s.last) >= l.policy.Forget {
+		delete(l.keys, key)
+		return 0
+	}
+	return max(s.last.Add(l.delay(s.n)).Sub(now), 0)
+}
+
+// Fail records a failed attempt by key.
+func (l *Limiter) Fail(key string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.keys[key]
+	if !ok {
+		if len(l.keys) >= maxKeys {
+			l.prune(now)
+		}
+		s = &strikes{}
+		l.keys[key] = s
+	} else if now.Sub(s.last) >= l.policy.Forget {
+		s.n = 0
+	}
+	s.n++
+	s.last = now
+}
+
+// Reset forgets key's failures (after a successful login).
+func (l *Limiter) Reset(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.keys, key)
+}
+
+// prune drops forgotten keys, and if that is not enough, the half whose
+// last failure is oldest. Called with mu held.
+func (l *Limiter) prune(now time.Time) {
+	var oldest time.Time
+	for k, s := range l.keys {
+		if now.Sub(s.last) >= l.policy.Forget {
+			delete(l.keys, k)
+		} else if oldest.IsZero() || s.last.Before(oldest) {
+			oldest = s.last
+		}
+	}
+	if len(l.keys) < maxKeys {
+		return
+	}
+	cut := oldest.Add(now.Sub(oldest) / 2)
+	for k, s := range l.keys {
+		if !s.last.After(cut) {
+			delete(l.keys, k)
+		}
+	}
+}
+
+// Len returns how many keys the limiter remembers.
+func (l *Limiter) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}

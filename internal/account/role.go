@@ -1,0 +1,58 @@
+package account
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Role is what a console account may do.
+type Role string
+
+// The roles. Operators decide calls; auditors read the queue, the calls and
+// the history; admins manage accounts and tokens and may also decide.
+const (
+	RoleOperator Role = "operator"
+	RoleAuditor  Role = "auditor"
+	RoleAdmin    Role = "admin"
+)
+
+// ParseRole reads a role name.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleOperator, RoleAuditor, RoleAdmin:
+		return r, nil
+	}
+	return "", fmt.Errorf("account: unknown role %q (operator, auditor or admin)", s)
+}
+
+// CanDecide reports whether the role may approve, deny and clear retry
+// blocks.
+func (r Role) CanDecide() bool { return r == RoleOperator || r == RoleAdmin }
+
+// CanAdminister reports whether the role may manage accounts and tokens.
+func (r Role) CanAdminister() bool { return r == RoleAdmin }
+
+// MaxNameBytes bounds an account name.
+const MaxNameBytes = 64
+
+// ErrBadName is an account name outside the rules of CheckName.
+var ErrBadName = errors.New("account: a name is 1 to 64 characters of letters, digits and . _ - : @, starting with a letter or digit")
+
+// CheckName applies the account name rules. The name is the operator's
+// identity in decisions and in the audit trail, so it is kept to plain
+// ASCII that reads the same everywhere.
+func CheckName(name string) error {
+	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) {
+		return ErrBadName
+	}
+	for i, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-' || c == ':' || c == '@'):
+		default:
+			return ErrBadName
+		}
+	}
+	return nil
+}
