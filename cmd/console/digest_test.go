@@ -167,3 +167,26 @@ func TestDigestCommandUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestDigestDocError checks the error example of docs/canonical.md against
+// the command's output for the body shown beside it.
+func TestDigestDocError(t *testing.T) {
+	raw, err := os.ReadFile(filepath.FromSlash("../../docs/canonical.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	block := func(name string) string {
+		marker := "<!-- example:" + name + " -->\n```json\n"
+		i := strings.Index(doc, marker)
+		if i < 0 {
+			t.Fatalf("docs/canonical.md: no %q block", name)
+		}
+		rest := doc[i+len(marker):]
+		return rest[:strings.Index(rest, "```")]
+	}
+	code, stdout, stderr := digestRun(t, block("error-input"), "--actor", "agent:billing-bot", "--audience", "payments-host")
+	if want := block("error"); code != 2 || stdout != want {
+		t.Errorf("exit %d, stdout\n%s(stderr %q)\nthe page shows\n%s", code, stdout, stderr, want)
+	}
+}
