@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,6 +39,7 @@ type DB struct {
 	identity string
 	dev, ino uint64
 	now      func() time.Time
+	writeMu  sync.Mutex
 }
 
 // ErrReplaced is returned when the database file was removed or replaced

@@ -28,8 +28,14 @@ func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
 	})
 }
 
-// update is the one place write transactions begin and commit.
+// update is the one place write transactions begin and commit. Writers in
+// this process queue on a mutex before asking SQLite for its write lock:
+// SQLite's busy handler sleeps and retries, which under contention costs
+// tens of milliseconds, while the mutex hands over in microseconds. Other
+// processes are still serialized by SQLite itself (busy_timeout).
 func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
 	tx, err := d.sql.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
 	if err != nil {
 		return classify(fmt.Errorf("db: begin: %w", err))
