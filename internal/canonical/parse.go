@@ -85,6 +85,30 @@ type parser struct {
 	// once, into a slice of exactly their number, when it closes.
 	members []Member
 	items   []any
+	// The finished containers' elements are carved from larger blocks, so
+	// that small objects and arrays do not each cost an allocation.
+	memberSlab slab[Member]
+	itemSlab   slab[any]
+}
+
+// slab hands out slices carved from a block, allocating a new block when
+// the current one runs out. Each slice's capacity is its length, so an
+// append to one never writes into its neighbour.
+type slab[T any] struct{ free []T }
+
+func (s *slab[T]) take(n, inputLen int) []T {
+	if n > len(s.free) {
+		// Size blocks by the input: about one element per 32 bytes of
+		// text, between 16 and 1024 elements.
+		size := min(max(inputLen/32, 16), 1024)
+		if n > size/2 {
+			return make([]T, n)
+		}
+		s.free = make([]T, size)
+	}
+	out := s.free[:n:n]
+	s.free = s.free[n:]
+	return out
 }
 
 func (p *parser) pointer() string {
@@ -194,6 +218,8 @@ func (p *parser) literal(word string, v any) any {
 	return nil
 }
 
+// enter counts one more level of nesting. The object and array readers
+// count it back on success; after a failure the depth no longer matters.
 func (p *parser) enter() bool {
 	p.depth++
 	if p.depth > p.maxDepth {
@@ -207,11 +233,11 @@ func (p *parser) object() any {
 	if !p.enter() {
 		return nil
 	}
-	defer func() { p.depth-- }()
 	p.pos++ // {
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
+		p.depth--
 		return Object{}
 	}
 	base := len(p.members)
@@ -267,10 +293,11 @@ func (p *parser) object() any {
 			return nil
 		}
 	}
-	out := make(Object, len(members))
+	out := p.memberSlab.take(len(members), len(p.data))
 	copy(out, members)
 	p.members = p.members[:base]
-	return out
+	p.depth--
+	return Object(out)
 }
 
 func sortedUTF16(ms Object) bool {
@@ -286,11 +313,11 @@ func (p *parser) array() any {
 	if !p.enter() {
 		return nil
 	}
-	defer func() { p.depth-- }()
 	p.pos++ // [
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
+		p.depth--
 		return []any{}
 	}
 	base := len(p.items)
@@ -314,9 +341,10 @@ func (p *parser) array() any {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
-			items := make([]any, len(p.items)-base)
+			items := p.itemSlab.take(len(p.items)-base, len(p.data))
 			copy(items, p.items[base:])
 			p.items = p.items[:base]
+			p.depth--
 			return items
 		}
 		p.fail(CodeMalformedJSON, "expected ',' or ']' in array, found %s", p.describe())

@@ -167,6 +167,11 @@ func TestParseLimitsAtTheEdge(t *testing.T) {
 	if _, err := ParseWith([]byte(`[[[]]]`), Options{MaxDepth: 3}); err != nil {
 		t.Errorf("3 deep under MaxDepth 3: %v", err)
 	}
+	// Depth is nesting, not a count of containers: many siblings are fine.
+	siblings := "[" + strings.Repeat(`[{"a":[]},{}],`, 100) + "[]]"
+	if _, err := ParseWith([]byte(siblings), Options{MaxDepth: 4}); err != nil {
+		t.Errorf("siblings 4 deep under MaxDepth 4: %v", err)
+	}
 	deep := strings.Repeat("[", MaxArgsDepth+1) + strings.Repeat("]", MaxArgsDepth+1)
 	if _, err := Parse([]byte(deep)); err != nil {
 		t.Errorf("%d deep under the default: %v", MaxArgsDepth+1, err)
