@@ -457,7 +457,10 @@ func TestFailedAuditRollsBackTheChange(t *testing.T) {
 			}
 		}},
 		{audit.KindTokenCreated, func(t *testing.T, h *auditHarness) func() error {
-			return func() error { _, _, err := h.d.CreateToken(ctx, "agent:y", "pay-host", "", "cli:root", audit.ChannelCLI); return err }
+			return func() error {
+				_, _, err := h.d.CreateToken(ctx, "agent:y", "pay-host", "", "cli:root", audit.ChannelCLI)
+				return err
+			}
 		}},
 	}
 	for _, tt := range tests {
@@ -576,13 +579,21 @@ func TestVerifyChainFindsTampering(t *testing.T) {
 		{"details re-spaced", func(t *testing.T, h *auditHarness) {
 			mustExec(t, h.d, `UPDATE audit SET details = replace(details, ',"', ', "') WHERE seq = ?`, k)
 		}, k},
-		{"kind", func(t *testing.T, h *auditHarness) { mustExec(t, h.d, `UPDATE audit SET kind = 'approved' WHERE seq = ?`, k) }, k},
+		{"kind", func(t *testing.T, h *auditHarness) {
+			mustExec(t, h.d, `UPDATE audit SET kind = 'approved' WHERE seq = ?`, k)
+		}, k},
 		{"time byte", func(t *testing.T, h *auditHarness) {
 			mustExec(t, h.d, `UPDATE audit SET time = replace(time, ':0', ':1') WHERE seq = ?`, k)
 		}, k},
-		{"principal", func(t *testing.T, h *auditHarness) { mustExec(t, h.d, `UPDATE audit SET principal = 'op:eve' WHERE seq = ?`, k) }, k},
-		{"channel", func(t *testing.T, h *auditHarness) { mustExec(t, h.d, `UPDATE audit SET channel = 'cli' WHERE seq = ?`, k) }, k},
-		{"call id", func(t *testing.T, h *auditHarness) { mustExec(t, h.d, `UPDATE audit SET call_id = 'call_x' WHERE seq = ?`, k) }, k},
+		{"principal", func(t *testing.T, h *auditHarness) {
+			mustExec(t, h.d, `UPDATE audit SET principal = 'op:eve' WHERE seq = ?`, k)
+		}, k},
+		{"channel", func(t *testing.T, h *auditHarness) {
+			mustExec(t, h.d, `UPDATE audit SET channel = 'cli' WHERE seq = ?`, k)
+		}, k},
+		{"call id", func(t *testing.T, h *auditHarness) {
+			mustExec(t, h.d, `UPDATE audit SET call_id = 'call_x' WHERE seq = ?`, k)
+		}, k},
 		{"hash", func(t *testing.T, h *auditHarness) {
 			mustExec(t, h.d, `UPDATE audit SET hash = (SELECT hash FROM audit WHERE seq = 1) WHERE seq = ?`, k)
 		}, k},
