@@ -1,157 +1,16 @@
 package server
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// TestServerChildProcess is not a test: it is the server half of
-// TestIdleWaiterMemory, run in a child process so that the parent's client
-// connections do not count against the server's memory.
-func TestServerChildProcess(t *testing.T) {
-	if os.Getenv("COUNTERSIGN_CHILD_SERVER") != "1" {
-		t.Skip("runs only as the child of TestIdleWaiterMemory")
-	}
-	st := startAPIStack(t)
-	agent := st.token("agent:weather", "weather-host")
-	r := st.submit(agent, `{"tool":"weather.search","target":"weather:forecast","args":{"city":"Bergen"}}`, 201)
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"url": st.url, "token": agent, "id": r.str("id"), "pid": os.Getpid()})
-	// Serve until the parent closes stdin.
-	buf := make([]byte, 1)
-	os.Stdin.Read(buf)
-}
-
-func rssKiB(tb testing.TB, pid int) int64 {
-	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			return n
-		}
-	}
-	tb.Fatal("no VmRSS")
-	return 0
-}
-
-// TestIdleWaiterMemory opens 10,000 long-polls against a server in another
-// process and measures what they cost it: the growth of its resident set
-// divided by the number of waiters must stay under 64 KiB.
-func TestIdleWaiterMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("opens 10,000 connections")
-	}
-	const waiters = 10000
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServerChildProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), "COUNTERSIGN_CHILD_SERVER=1", "GOMAXPROCS=2")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	var info struct {
-		URL, Token, ID string
-		PID            int
-	}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if err := json.Unmarshal(sc.Bytes(), &info); err == nil && info.URL != "" {
-			break
-		}
-	}
-	if info.URL == "" {
-		t.Fatal("child server did not report its address")
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	addr := strings.TrimPrefix(info.URL, "http://")
-	request := fmt.Sprintf("GET /api/v1/calls/%s?wait=60s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", info.ID, addr, info.Token)
-
-	// Warm the server up with a few hundred waiters first, so the baseline
-	// includes the runtime's fixed costs.
-	open := func(n int) []net.Conn {
-		conns := make([]net.Conn, 0, n)
-		for i := 0; i < n; i++ {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatalf("dial %d: %v", i, err)
-			}
-			if _, err := c.Write([]byte(request)); err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, c)
-		}
-		return conns
-	}
-	openWaiters := func() int {
-		res, err := http.Get(info.URL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		sc := bufio.NewScanner(res.Body)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "countersign_open_waiters "); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				return int(n)
-			}
-		}
-		return -1
-	}
-	waitFor := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for openWaiters() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("open waiters = %d, want %d", openWaiters(), n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	warm := open(200)
-	waitFor(200)
-	before := rssKiB(t, info.PID)
-	conns := open(waiters)
-	waitFor(200 + waiters)
-	time.Sleep(500 * time.Millisecond)
-	after := rssKiB(t, info.PID)
-	perWaiter := float64(after-before) / waiters
-	t.Logf("server RSS %d KiB -> %d KiB with %d more idle waiters: %.1f KiB per waiter", before, after, waiters, perWaiter)
-	if perWaiter >= 64 {
-		t.Errorf("%.1f KiB per idle waiter, want under 64 KiB", perWaiter)
-	}
-	for _, c := range append(warm, conns...) {
-		c.Close()
-	}
-}
 
 // BenchmarkWakeLatency measures the time from an approval's commit to the
 // long-polling agent's receipt of the decision.
