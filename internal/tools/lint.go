@@ -163,6 +163,7 @@ func (l *linter) file(data []byte) *Registry {
 		if !toolNamePattern.MatchString(e.key) || len(e.key) > canonical.MaxToolBytes {
 			l.add(e.keyNode, displayName(e.key), "", "tool names are dotted lower-case words matching %s, at most %d bytes",
 				toolNamePattern, canonical.MaxToolBytes)
+			l.tool(displayName(e.key), e.keyNode, e.val) // lint the rest all the same
 			continue
 		}
 		if t := l.tool(e.key, e.keyNode, e.val); t != nil {
@@ -389,10 +390,11 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	} else if s, ok := l.str(f, name, "target"); ok {
 		if s == "" {
 			l.add(f, name, "target", "must be a non-empty pattern")
-		} else if re, err := regexp.Compile(`^(?:` + s + `)$`); err != nil {
+		} else if _, err := regexp.Compile(s); err != nil {
 			l.add(f, name, "target", "pattern does not compile: %v", err)
 		} else {
-			t.Target, t.TargetPattern = re, s
+			// Anchored: the pattern must match the whole target.
+			t.Target, t.TargetPattern = regexp.MustCompile(`^(?:`+s+`)$`), s
 		}
 	}
 	if f := fields["approvals"]; f != nil {
