@@ -16,7 +16,9 @@ import (
 func toolFile(fields string) string {
 	var b strings.Builder
 	b.WriteString("tools:\n  demo.tool:\n")
-	has := func(k string) bool { return strings.Contains(fields, "\n    "+k+":") || strings.HasPrefix(fields, "    "+k+":") }
+	has := func(k string) bool {
+		return strings.Contains(fields, "\n    "+k+":") || strings.HasPrefix(fields, "    "+k+":")
+	}
 	if !has("audience") && !strings.Contains(fields, "#no-audience") {
 		b.WriteString("    audience: demo-host\n")
 	}
