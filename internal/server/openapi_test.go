@@ -1,0 +1,620 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// apiDoc is docs/openapi.yaml read for checking: every operation with its
+// documented responses, each response schema compiled as JSON Schema.
+type apiDoc struct {
+	ops      map[string]*docOp // "GET /api/v1/calls/{id}"
+	compiler *jsonschema.Compiler
+	schemas  map[string]*jsonschema.Schema
+}
+
+type docOp struct {
+	public bool
+	// responses maps a status code to media type to the $defs key of the
+	// schema of its body.
+	responses map[string]map[string]string
+}
+
+const docRoot = "https://countersign.invalid/openapi.json"
+
+var docMethods = []string{"get", "put", "post", "delete", "patch", "head", "options"}
+
+func loadAPIDoc(t *testing.T) *apiDoc {
+	t.Helper()
+	var raw any
+	if err := yaml.Unmarshal(docs.OpenAPI, &raw); err != nil {
+		t.Fatalf("docs/openapi.yaml: %v", err)
+	}
+	root := jsonCompatible(t, raw).(map[string]any)
+	if got := root["openapi"]; got != "3.1.0" {
+		t.Fatalf("openapi=%v, want 3.1.0", got)
+	}
+	components := mapAt(t, root, "components")
+	if _, ok := mapAt(t, components, "securitySchemes")["bearer"]; !ok {
+		t.Fatalf("components.securitySchemes has no bearer scheme")
+	}
+	defs := map[string]any{}
+	for name, s := range mapAt(t, components, "schemas") {
+		defs[name] = rewriteRefs(s)
+	}
+	responses := mapAt(t, components, "responses")
+	globalPublic := isEmptyList(root["security"])
+
+	d := &apiDoc{ops: map[string]*docOp{}, schemas: map[string]*jsonschema.Schema{}}
+	n := 0
+	for path, item := range mapAt(t, root, "paths") {
+		for _, method := range docMethods {
+			o, ok := item.(map[string]any)[method].(map[string]any)
+			if !ok {
+				continue
+			}
+			key := strings.ToUpper(method) + " " + path
+			op := &docOp{public: globalPublic, responses: map[string]map[string]string{}}
+			if sec, ok := o["security"]; ok {
+				op.public = isEmptyList(sec)
+			}
+			rs := mapAt(t, o, "responses")
+			if len(rs) == 0 {
+				t.Errorf("%s documents no responses", key)
+			}
+			for status, r := range rs {
+				resp := r.(map[string]any)
+				if ref, ok := resp["$ref"].(string); ok {
+					name, found := strings.CutPrefix(ref, "#/components/responses/")
+					if resp, found = responses[name].(map[string]any); !found {
+						t.Fatalf("%s %s: $ref %s does not resolve", key, status, ref)
+					}
+				}
+				if _, ok := resp["description"].(string); !ok {
+					t.Errorf("%s %s has no description", key, status)
+				}
+				op.responses[status] = map[string]string{}
+				content, _ := resp["content"].(map[string]any)
+				for mt, m := range content {
+					schema, ok := m.(map[string]any)["schema"]
+					if !ok {
+						t.Errorf("%s %s %s has no schema", key, status, mt)
+						continue
+					}
+					n++
+					def := fmt.Sprintf("response_%d", n)
+					defs[def] = rewriteRefs(schema)
+					op.responses[status][mt] = def
+				}
+			}
+			d.ops[key] = op
+		}
+	}
+	text, err := json.Marshal(map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema", "$defs": defs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.compiler = jsonschema.NewCompiler()
+	d.compiler.AssertFormat()
+	if err := d.compiler.AddResource(docRoot, doc); err != nil {
+		t.Fatal(err)
+	}
+	// Every schema compiles, so a dangling $ref fails here.
+	for name := range defs {
+		if _, err := d.schema(name); err != nil {
+			t.Errorf("schema %s: %v", name, err)
+		}
+	}
+	return d
+}
+
+func (d *apiDoc) schema(def string) (*jsonschema.Schema, error) {
+	if s, ok := d.schemas[def]; ok {
+		return s, nil
+	}
+	s, err := d.compiler.Compile(docRoot + "#/$defs/" + def)
+	if err != nil {
+		return nil, err
+	}
+	d.schemas[def] = s
+	return s, nil
+}
+
+// conform checks that op documents the response's status, content type and
+// body.
+func (d *apiDoc) conform(t *testing.T, op string, status int, contentType string, body []byte) {
+	t.Helper()
+	o, ok := d.ops[op]
+	if !ok {
+		t.Errorf("%s is not documented", op)
+		return
+	}
+	media, ok := o.responses[strconv.Itoa(status)]
+	if !ok {
+		t.Errorf("%s answered %d, which is not documented: %s", op, status, body)
+		return
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		t.Errorf("%s %d: Content-Type %q: %v", op, status, contentType, err)
+		return
+	}
+	def, ok := media[mt]
+	if !ok {
+		t.Errorf("%s %d answered %s, documented %v", op, status, mt, media)
+		return
+	}
+	s, err := d.schema(def)
+	if err != nil {
+		t.Errorf("%s %d: %v", op, status, err)
+		return
+	}
+	var v any = string(body)
+	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
+		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(body)); err != nil {
+			t.Errorf("%s %d: body is not JSON: %v", op, status, err)
+			return
+		}
+	}
+	if err := s.Validate(v); err != nil {
+		t.Errorf("%s %d: the body does not match the documented schema: %v\nbody: %s", op, status, err, body)
+	}
+}
+
+func mapAt(t *testing.T, m map[string]any, key string) map[string]any {
+	t.Helper()
+	v, ok := m[key].(map[string]any)
+	if !ok {
+		t.Fatalf("%s is missing or not a mapping", key)
+	}
+	return v
+}
+
+func isEmptyList(v any) bool {
+	l, ok := v.([]any)
+	return ok && len(l) == 0
+}
+
+// jsonCompatible turns YAML values into what encoding/json writes.
+func jsonCompatible(t *testing.T, v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonCompatible(t, e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonCompatible(t, e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonCompatible(t, e)
+		}
+		return out
+	case nil, string, bool, int, int64, float64:
+		return x
+	}
+	t.Fatalf("unexpected YAML value %T", v)
+	return nil
+}
+
+// rewriteRefs points component schema references into $defs.
+func rewriteRefs(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if s, ok := e.(string); ok && k == "$ref" {
+				e = strings.Replace(s, "#/components/schemas/", "#/$defs/", 1)
+			}
+			out[k] = rewriteRefs(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = rewriteRefs(e)
+		}
+		return out
+	}
+	return v
+}
+
+// docPath turns a router path (/api/v1/calls/:id) into the OpenAPI form.
+func docPath(p string) string {
+	return regexp.MustCompile(`:([A-Za-z_][A-Za-z0-9_]*)`).ReplaceAllString(p, "{$1}")
+}
+
+// documentedPrefixes are the parts of the URL space the description covers;
+// the browser console is outside it.
+func documented(path string) bool {
+	return path == "/healthz" || path == "/metrics" || strings.HasPrefix(path, "/api/v1/")
+}
+
+// openAPIStack is a real server on 127.0.0.1, booted like `console serve`.
+type openAPIStack struct {
+	url   string
+	db    *db.DB
+	queue *queue.Service
+	srv   *server.Server
+}
+
+func startOpenAPIStack(t *testing.T) *openAPIStack {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := db.Open(filepath.Join(dir, "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.Load("../../examples/tools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
+	srv, err := server.New(server.Config{Queue: q, DB: d, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		d.Close()
+	})
+	return &openAPIStack{url: "http://" + ln.Addr().String(), db: d, queue: q, srv: srv}
+}
+
+func (st *openAPIStack) token(t *testing.T, actor, audience string) string {
+	t.Helper()
+	_, secret, err := st.db.CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+type docRequest struct {
+	op          string // documented operation: "POST /api/v1/calls"
+	path        string // concrete path and query
+	token       string
+	contentType string // default application/json when there is a body
+	body        string
+}
+
+type docResponse struct {
+	status      int
+	contentType string
+	body        []byte
+	json        map[string]any
+}
+
+func (st *openAPIStack) do(t *testing.T, r docRequest) docResponse {
+	t.Helper()
+	method, _, _ := strings.Cut(r.op, " ")
+	var rd io.Reader
+	if r.body != "" {
+		rd = strings.NewReader(r.body)
+	}
+	req, err := http.NewRequest(method, st.url+r.path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.body != "" {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, r.path, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := docResponse{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: body}
+	if strings.Contains(out.contentType, "json") {
+		_ = json.Unmarshal(body, &out.json)
+	}
+	return out
+}
+
+func TestOpenAPIRoutesMatchServer(t *testing.T) {
+	doc := loadAPIDoc(t)
+	st := startOpenAPIStack(t)
+
+	served := map[string]bool{}
+	for _, r := range st.srv.Routes() {
+		method, path, _ := strings.Cut(r, " ")
+		if documented(path) {
+			served[method+" "+docPath(path)] = true
+		}
+	}
+	if len(served) == 0 {
+		t.Fatalf("Routes() listed no API routes: %v", st.srv.Routes())
+	}
+	var undocumented, unserved []string
+	for r := range served {
+		if doc.ops[r] == nil {
+			undocumented = append(undocumented, r)
+		}
+	}
+	for op := range doc.ops {
+		if !served[op] {
+			unserved = append(unserved, op)
+		}
+	}
+	sort.Strings(undocumented)
+	sort.Strings(unserved)
+	if len(undocumented) > 0 {
+		t.Errorf("routes served but not in docs/openapi.yaml: %v", undocumented)
+	}
+	if len(unserved) > 0 {
+		t.Errorf("operations in docs/openapi.yaml that the server does not route: %v", unserved)
+	}
+
+	// Every documented operation answers, and asks for a token exactly
+	// when the description says so.
+	token := st.token(t, "agent:doc-bot", "payments-host")
+	call := st.do(t, docRequest{op: "POST /api/v1/calls", path: "/api/v1/calls", token: token,
+		body: `{"tool":"payments.refund","target":"invoice:INV-1","args":{"amount_minor":1,"currency":"USD","reason_code":"fraud"}}`})
+	id, _ := call.json["id"].(string)
+	if call.status != http.StatusCreated || id == "" {
+		t.Fatalf("submit: %d %s", call.status, call.body)
+	}
+	ops := make([]string, 0, len(doc.ops))
+	for op := range doc.ops {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		method, path, _ := strings.Cut(op, " ")
+		concrete := strings.ReplaceAll(path, "{id}", id)
+		if strings.Contains(concrete, "{") {
+			t.Errorf("%s: no value for a path parameter in the test", op)
+			continue
+		}
+		body := ""
+		if method == http.MethodPost {
+			body = `{}`
+		}
+		anon := st.do(t, docRequest{op: op, path: concrete, body: body})
+		if doc.ops[op].public {
+			if anon.status == http.StatusUnauthorized {
+				t.Errorf("%s is documented as public but answered 401", op)
+			}
+			doc.conform(t, op, anon.status, anon.contentType, anon.body)
+		} else {
+			if anon.status != http.StatusUnauthorized {
+				t.Errorf("%s without a token: %d, want 401 (the description requires a bearer token)", op, anon.status)
+			}
+		}
+		authed := st.do(t, docRequest{op: op, path: concrete, token: token, body: body})
+		// The router answers an unknown path 404 "no such route" and a known
+		// path with another method 405.
+		for _, r := range []docResponse{anon, authed} {
+			if r.status == http.StatusMethodNotAllowed ||
+				r.status == http.StatusNotFound && strings.Contains(string(r.body), "no such route") {
+				t.Errorf("%s: %d %s, want the route to answer", op, r.status, r.body)
+			}
+		}
+	}
+}
+
+func TestOpenAPIDescribesResponses(t *testing.T) {
+	doc := loadAPIDoc(t)
+	st := startOpenAPIStack(t)
+	ctx := context.Background()
+	token := st.token(t, "agent:billing-bot", "payments-host")
+	seen := map[string]map[int]bool{}
+
+	check := func(r docRequest, want int) docResponse {
+		t.Helper()
+		res := st.do(t, r)
+		if res.status != want {
+			t.Errorf("%s %s: %d %s, want %d", r.op, r.path, res.status, res.body, want)
+		}
+		doc.conform(t, r.op, res.status, res.contentType, res.body)
+		if seen[r.op] == nil {
+			seen[r.op] = map[int]bool{}
+		}
+		seen[r.op][res.status] = true
+		return res
+	}
+	const submit = "POST /api/v1/calls"
+	const get = "GET /api/v1/calls/{id}"
+	const cancel = "DELETE /api/v1/calls/{id}"
+	const outcome = "POST /api/v1/calls/{id}/outcome"
+	const redeem = "POST /api/v1/redeem"
+	refund := func(amount int) string {
+		return fmt.Sprintf(`{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":%d,"currency":"USD","reason_code":"duplicate","notes":"<&>"},"rationale":"charged twice"}`, amount)
+	}
+
+	created := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(1299)}, http.StatusCreated)
+	id, _ := created.json["id"].(string)
+	digest, _ := created.json["digest"].(string)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(1299)}, http.StatusOK)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: `{"tool":"payments.refund","tool":"x"}`}, http.StatusBadRequest)
+	check(docRequest{op: submit, path: "/api/v1/calls", body: refund(1)}, http.StatusUnauthorized)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token,
+		body: `{"tool":"files.delete","target":"file:/srv/shared/a","args":{"reason":"old"}}`}, http.StatusForbidden)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token,
+		body: `{"tool":"payments.refund","target":"invoice:INV-9","args":{"notes":"` + strings.Repeat("a", 300<<10) + `"}}`}, http.StatusRequestEntityTooLarge)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token, contentType: "text/plain", body: refund(1)}, http.StatusUnsupportedMediaType)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token,
+		body: `{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":5,"reason_code":"fraud","sql":"DROP"}}`}, http.StatusUnprocessableEntity)
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token,
+		body: `{"tool":"payments.teleport","target":"invoice:INV-9","args":{}}`}, http.StatusUnprocessableEntity)
+
+	loopy := st.token(t, "agent:loopy", "payments-host")
+	for range queue.RetryLimit {
+		check(docRequest{op: submit, path: "/api/v1/calls", token: loopy,
+			body: `{"tool":"payments.refund","target":"invoice:INV-9","args":{"sql":"1"}}`}, http.StatusUnprocessableEntity)
+	}
+	check(docRequest{op: submit, path: "/api/v1/calls", token: loopy, body: refund(2)}, http.StatusTooManyRequests)
+
+	denied := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(3)}, http.StatusCreated)
+	deniedID, _ := denied.json["id"].(string)
+	if _, err := st.queue.Deny(ctx, "alice", "cli", deniedID, "already refunded"); err != nil {
+		t.Fatal(err)
+	}
+	check(docRequest{op: get, path: "/api/v1/calls/" + deniedID, token: token}, http.StatusOK) // with its decision
+	check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(3)}, http.StatusConflict)
+
+	check(docRequest{op: get, path: "/api/v1/calls/" + id, token: token}, http.StatusOK)
+	check(docRequest{op: get, path: "/api/v1/calls/" + id + "?wait=50ms", token: token}, http.StatusOK)
+	check(docRequest{op: get, path: "/api/v1/calls/" + id + "?wait=soon", token: token}, http.StatusBadRequest)
+	check(docRequest{op: get, path: "/api/v1/calls/" + id}, http.StatusUnauthorized)
+	check(docRequest{op: get, path: "/api/v1/calls/call_nope", token: token}, http.StatusNotFound)
+
+	withdrawn := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(4)}, http.StatusCreated)
+	withdrawnID, _ := withdrawn.json["id"].(string)
+	check(docRequest{op: cancel, path: "/api/v1/calls/" + withdrawnID, token: token}, http.StatusOK)
+	check(docRequest{op: cancel, path: "/api/v1/calls/" + withdrawnID, token: token}, http.StatusConflict)
+	check(docRequest{op: cancel, path: "/api/v1/calls/call_nope", token: token}, http.StatusNotFound)
+	check(docRequest{op: cancel, path: "/api/v1/calls/" + withdrawnID}, http.StatusUnauthorized)
+
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusConflict)
+
+	if _, err := st.queue.Approve(ctx, "alice", "cli", id, digest); err != nil {
+		t.Fatal(err)
+	}
+	approved := check(docRequest{op: get, path: "/api/v1/calls/" + id + "?wait=5s", token: token}, http.StatusOK)
+	grantToken, _ := approved.json["grant"].(string)
+	if grantToken == "" {
+		t.Fatalf("approved call has no grant: %s", approved.body)
+	}
+	redeemBody := func(args string) string {
+		g, _ := json.Marshal(grantToken)
+		return `{"grant":` + string(g) + `,"call":{"tool":"payments.refund","target":"invoice:INV-9","args":` + args + `}}`
+	}
+	exact := `{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}`
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: `{"grant":"x"}`}, http.StatusBadRequest)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", body: redeemBody(exact)}, http.StatusUnauthorized)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, contentType: "text/plain", body: redeemBody(exact)}, http.StatusUnsupportedMediaType)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token,
+		body: `{"grant":"x","call":{"tool":"payments.refund","target":"invoice:INV-9","args":{"notes":"` + strings.Repeat("a", 300<<10) + `"}}}`}, http.StatusRequestEntityTooLarge)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(`{"amount_minor":9999,"currency":"USD","reason_code":"duplicate"}`)}, http.StatusForbidden)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: `{"grant":"not.a.grant","call":{"tool":"payments.refund","target":"invoice:INV-9","args":{}}}`}, http.StatusForbidden)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(exact)}, http.StatusOK)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(exact)}, http.StatusConflict)
+
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"great"}`}, http.StatusUnprocessableEntity)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"state":"succeeded"}`}, http.StatusUnprocessableEntity)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":`}, http.StatusBadRequest)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, contentType: "text/plain", body: `{}`}, http.StatusUnsupportedMediaType)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", body: `{"status":"succeeded"}`}, http.StatusUnauthorized)
+	check(docRequest{op: outcome, path: "/api/v1/calls/call_nope/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusNotFound)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"succeeded","detail":"issued"}`}, http.StatusOK)
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"failed"}`}, http.StatusConflict)
+	check(docRequest{op: get, path: "/api/v1/calls/" + id, token: token}, http.StatusOK) // redeemed, with its outcome
+
+	check(docRequest{op: "GET /api/v1/keys", path: "/api/v1/keys"}, http.StatusOK)
+	spec := check(docRequest{op: "GET /api/v1/openapi.yaml", path: "/api/v1/openapi.yaml"}, http.StatusOK)
+	if !bytes.Equal(spec.body, docs.OpenAPI) {
+		t.Errorf("/api/v1/openapi.yaml differs from docs/openapi.yaml")
+	}
+	check(docRequest{op: "GET /healthz", path: "/healthz"}, http.StatusOK)
+	check(docRequest{op: "GET /metrics", path: "/metrics"}, http.StatusOK)
+	check(docRequest{op: "GET /api/v1/audit/checkpoint", path: "/api/v1/audit/checkpoint"}, http.StatusOK)
+
+	// Every documented operation was seen succeeding.
+	for op := range doc.ops {
+		ok := false
+		for status := range seen[op] {
+			ok = ok || status/100 == 2
+		}
+		if !ok {
+			t.Errorf("%s: no successful answer checked against the description", op)
+		}
+	}
+}
+
+func TestOpenAPIDescriptionRefusesDrift(t *testing.T) {
+	doc := loadAPIDoc(t)
+	// The schemas are closed: a member the description does not name fails.
+	good := `{"id":"call_abcdefghijklmnopqrstuvwx","status":"pending","actor":"a","audience":"b","tool":"payments.refund",
+		"target":"invoice:INV-1","args":{},"digest":"` + strings.Repeat("ab", 32) + `","created_at":"2025-01-02T03:04:05.123Z",
+		"decide_by":"2025-01-02T03:19:05.123Z","approvals":{"required":1,"received":0}}`
+	tests := []struct {
+		name string
+		body string
+		ok   bool
+	}{
+		{"a pending call", good, true},
+		{"an unknown member", strings.Replace(good, `"status"`, `"colour":"red","status"`, 1), false},
+		{"an unknown status", strings.Replace(good, `"pending"`, `"parked"`, 1), false},
+		{"a grant without its expiry", strings.Replace(good, `"status"`, `"grant":"a.b.c","status"`, 1), false},
+		{"a bad time", strings.Replace(good, `2025-01-02T03:04:05.123Z`, `yesterday`, 1), false},
+	}
+	o := doc.ops["GET /api/v1/calls/{id}"]
+	if o == nil {
+		t.Fatal("GET /api/v1/calls/{id} is not documented")
+	}
+	s, err := doc.schema(o.responses["200"]["application/json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Validate(v); (err == nil) != tt.ok {
+			t.Errorf("%s: valid=%v, want %v (%v)", tt.name, err == nil, tt.ok, err)
+		}
+	}
+}
