@@ -219,7 +219,11 @@ func (v *validation) value(s *schema, x any) {
 			v.addHere(canonical.CodeEmptyString, "%s must not be empty or only white space", v.label())
 			return
 		}
-		if s.maxLength >= 0 || s.minLength >= 0 {
+		// Lengths count code points, as JSON Schema does. A string of at
+		// most maxLength bytes has at most maxLength code points, and one
+		// of at least 4×minLength bytes at least minLength: count only
+		// when the byte length does not decide.
+		if s.maxLength >= 0 && len(x) > s.maxLength || s.minLength >= 0 && len(x) < 4*s.minLength {
 			n := utf8.RuneCountInString(x)
 			if s.maxLength >= 0 && n > s.maxLength {
 				v.addHere(canonical.CodeTooLong, "%s is %d characters; at most %d are allowed", v.label(), n, s.maxLength)
