@@ -1,28 +1,292 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/a-h/templ"
+	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/web/static"
+	"github.com/countersign/countersign/web/templates"
 )
 
 // ConsoleConfig configures the browser console.
 type ConsoleConfig struct {
+	// IdleTimeout ends a session after this long without a request
+	// (default 30 min); AbsoluteTimeout ends it this long after login
+	// whatever happens (default 12 h).
 	IdleTimeout     time.Duration
 	AbsoluteTimeout time.Duration
-	PublicURL       string
+	// PublicURL is where browsers reach the console, e.g.
+	// https://console.example.com. Its scheme decides whether the session
+	// cookie is Secure with the __Host- prefix, and its origin is accepted
+	// in Origin headers besides the request's own host.
+	PublicURL string
+	// SweepInterval is how often open sockets' sessions are checked for
+	// expiry and revocation made elsewhere (default 2 s). Logout and
+	// disabling through the console close sockets at once.
+	SweepInterval time.Duration
+	// PingInterval is how often a socket is pinged (default 30 s); a
+	// socket that answers nothing for twice that long is closed.
+	PingInterval time.Duration
+	// WriteTimeout bounds each write to a socket (default 10 s).
+	WriteTimeout time.Duration
+	// SendBuffer is how many messages may wait for one socket before it is
+	// dropped as too slow (default 64).
+	SendBuffer int
 }
 
-type console struct{}
+func (cfg *ConsoleConfig) defaults() {
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 30 * time.Minute
+	}
+	if cfg.AbsoluteTimeout <= 0 {
+		cfg.AbsoluteTimeout = 12 * time.Hour
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 2 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 30 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.SendBuffer <= 0 {
+		cfg.SendBuffer = 64
+	}
+}
 
-func newConsole(s *Server, cfg ConsoleConfig) (*console, error) { return &console{}, nil }
+// console serves the operators' browser pages and their WebSocket.
+type console struct {
+	s   *Server
+	cfg ConsoleConfig
+	db  *db.DB
+	q   *queue.Service
+	log *slog.Logger
+	now func() time.Time
 
-func (c *console) routes(e *echo.Echo)            {}
-func (c *console) shutdown()                      {}
-func (c *console) wantsHTML(ec echo.Context) bool { return false }
+	cookies    *sessions.CookieStore
+	cookieName string
+	secure     bool
+	origin     string // PublicURL's origin, or ""
+	loginKey   []byte // keys the login form's token
+
+	accountLimiter *account.Limiter
+	addressLimiter *account.Limiter
+	verifySlots    chan struct{} // bounds concurrent password hashing
+	dummyHash      string        // verified for unknown names, so timing does not tell
+
+	hub  *hub
+	stop chan struct{}
+	wg   sync.WaitGroup // the hub, the sweeper and every socket goroutine
+	once sync.Once
+
+	connMu  sync.Mutex // guards closing, so no socket starts after shutdown
+	closing bool
+}
+
+func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
+	cfg.defaults()
+	c := &console{
+		s: s, cfg: cfg, db: s.cfg.DB, q: s.cfg.Queue, log: s.log, now: s.now,
+		accountLimiter: account.NewLimiter(account.AccountPolicy),
+		addressLimiter: account.NewLimiter(account.AddressPolicy),
+		verifySlots:    make(chan struct{}, 2),
+		stop:           make(chan struct{}),
+	}
+	c.cookieName = "countersign"
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("server: public URL %q must be http(s)://host[:port]", cfg.PublicURL)
+		}
+		c.origin = u.Scheme + "://" + strings.ToLower(u.Host)
+		if u.Scheme == "https" {
+			c.secure = true
+			c.cookieName = "__Host-countersign"
+		}
+	}
+	ctx := context.Background()
+	hashKey, err := c.db.ConsoleSecret(ctx, "cookie-hash", 64)
+	if err != nil {
+		return nil, err
+	}
+	blockKey, err := c.db.ConsoleSecret(ctx, "cookie-block", 32)
+	if err != nil {
+		return nil, err
+	}
+	if c.loginKey, err = c.db.ConsoleSecret(ctx, "login-form", 32); err != nil {
+		return nil, err
+	}
+	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
+	c.cookies.Options = &sessions.Options{Path: "/", HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteStrictMode}
+	c.cookies.MaxAge(int(cfg.AbsoluteTimeout / time.Second))
+	if c.dummyHash, err = account.Hash("countersign: no such account"); err != nil {
+		return nil, err
+	}
+	c.hub = newHub(c)
+	c.wg.Add(2)
+	go func() { defer c.wg.Done(); c.hub.run() }()
+	go func() { defer c.wg.Done(); c.sweepLoop() }()
+	c.q.Subscribe(c.hub.publish)
+	return c, nil
+}
+
+func (c *console) routes(e *echo.Echo) {
+	e.GET(static.Prefix+"*", echo.WrapHandler(static.Handler()))
+	e.HEAD(static.Prefix+"*", echo.WrapHandler(static.Handler()))
+	e.GET("/login", c.loginPage)
+	e.POST("/login", c.login)
+
+	auth := e.Group("", c.requireSession)
+	auth.GET("/", c.queuePage)
+	auth.GET("/calls/:id", c.callPage)
+	auth.GET("/ws", c.serveWS)
+	auth.GET("/admin", c.adminPage, c.requireAdmin)
+
+	post := e.Group("", c.requireSession, c.requireCSRF)
+	post.POST("/logout", c.logout)
+	post.POST("/calls/:id/approve", c.approve, c.requireDecider)
+	post.POST("/calls/:id/deny", c.deny, c.requireDecider)
+	post.POST("/blocks/clear", c.clearBlock, c.requireDecider)
+	post.POST("/admin/users", c.addUser, c.requireAdmin)
+	post.POST("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
+	post.POST("/admin/tokens", c.createToken, c.requireAdmin)
+	post.POST("/admin/tokens/:id/revoke", c.revokeToken, c.requireAdmin)
+}
+
+// shutdown closes every socket (asking pages to reconnect later) and
+// stops the console's goroutines.
+func (c *console) shutdown() {
+	c.once.Do(func() {
+		c.connMu.Lock()
+		c.closing = true
+		c.connMu.Unlock()
+		close(c.stop)
+	})
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		c.log.Warn("console: sockets still closing after 5 s")
+	}
+}
+
+// wantsHTML reports whether an error on this request is answered with a
+// page rather than the API's JSON.
+func (c *console) wantsHTML(ec echo.Context) bool {
+	p := ec.Request().URL.Path
+	switch {
+	case strings.HasPrefix(p, "/api/"), p == "/healthz", p == "/metrics", p == "/ws", strings.HasPrefix(p, static.Prefix):
+		return false
+	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history",
+		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
+		strings.HasPrefix(p, "/history/"):
+		return true
+	}
+	return strings.Contains(ec.Request().Header.Get("Accept"), "text/html")
+}
+
+// errorPage renders an error as a page, with the navigation when the
+// request had a session.
 func (c *console) errorPage(ec echo.Context, status int, msg string) {
-	_ = ec.String(status, msg)
+	p := templates.Page{Title: http.StatusText(status), Now: c.now()}
+	if v := viewerOf(ec); v != nil {
+		p.Viewer = v.templ()
+	}
+	if err := c.render(ec, status, templates.ErrorPage(templates.ErrorView{Page: p, Status: status, Message: msg})); err != nil {
+		_ = ec.String(status, msg)
+	}
 }
 
-var _ = http.StatusOK
+// render writes a component as the response. It renders into memory
+// first, so a failure yields an error page rather than half a page.
+func (c *console) render(ec echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(ec.Request().Context(), &buf); err != nil {
+		return fmt.Errorf("server: render page: %w", err)
+	}
+	ec.Response().Header().Set("Cache-Control", "no-store")
+	return ec.HTMLBlob(status, buf.Bytes())
+}
+
+// renderBytes renders a fragment for the socket.
+func renderBytes(comp templ.Component) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := comp.Render(context.Background(), &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// sweepLoop closes sockets whose sessions ended without passing through
+// this console (a timeout, or a user disabled from the command line).
+func (c *console) sweepLoop() {
+	t := time.NewTicker(c.cfg.SweepInterval)
+	defer t.Stop()
+	prune := time.NewTicker(time.Hour)
+	defer prune.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.sweep(context.Background())
+		case <-prune.C:
+			if _, err := c.db.PruneSessions(context.Background(), c.now().Add(-c.cfg.AbsoluteTimeout-24*time.Hour)); err != nil {
+				c.log.Warn("console: prune sessions", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// sweep checks the session of every open socket and closes those whose
+// session is over.
+func (c *console) sweep(ctx context.Context) {
+	ids := c.hub.sessionIDs()
+	if len(ids) == 0 {
+		return
+	}
+	rows, err := c.db.Sessions(ctx, ids)
+	if err != nil {
+		c.log.Warn("console: check socket sessions", slog.Any("error", err))
+		return
+	}
+	now := c.now()
+	var ended []string
+	for _, id := range ids {
+		row, ok := rows[id]
+		if !ok {
+			ended = append(ended, id)
+			continue
+		}
+		if reason := c.sessionOver(row, now); reason != "" {
+			if !row.Revoked() {
+				if err := c.db.RevokeSession(ctx, id, reason, now); err != nil {
+					c.log.Warn("console: end session", slog.Any("error", err))
+				}
+			}
+			ended = append(ended, id)
+		}
+	}
+	if len(ended) > 0 {
+		c.hub.endSessions(ended...)
+	}
+}
+
+var errNoSession = errors.New("server: no console session")

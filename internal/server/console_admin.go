@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/web/templates"
+)
+
+func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView, error) {
+	av := templates.AdminView{Page: c.page(v, "Administration", "admin", "", c.now())}
+	users, err := c.db.Users(ctx)
+	if err != nil {
+		return av, err
+	}
+	for _, u := range users {
+		av.Users = append(av.Users, templates.UserRow{Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt,
+			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name})
+	}
+	toks, err := c.db.Tokens(ctx)
+	if err != nil {
+		return av, err
+	}
+	for _, t := range toks {
+		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: t.Actor, Audience: t.Audience, Note: t.Note,
+			CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
+	}
+	return av, nil
+}
+
+// renderAdmin shows the admin page with a message or an error.
+func (c *console) renderAdmin(ec echo.Context, status int, msg, errMsg string, tok *templates.NewToken) error {
+	av, err := c.adminView(ec.Request().Context(), viewerOf(ec))
+	if err != nil {
+		return err
+	}
+	av.Message, av.Error, av.NewToken = msg, errMsg, tok
+	return c.render(ec, status, templates.AdminPage(av))
+}
+
+func (c *console) adminPage(ec echo.Context) error {
+	return c.renderAdmin(ec, http.StatusOK, "", "", nil)
+}
+
+func (c *console) addUser(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	name, password := strings.TrimSpace(form.Get("name")), form.Get("password")
+	role, err := account.ParseRole(form.Get("role"))
+	if err == nil {
+		err = account.CheckName(name)
+	}
+	if err == nil {
+		err = account.CheckPassword(password)
+	}
+	if err != nil {
+		return c.renderAdmin(ec, http.StatusBadRequest, "", strings.TrimPrefix(err.Error(), "account: "), nil)
+	}
+	hash, err := account.Hash(password)
+	if err != nil {
+		return err
+	}
+	if _, err := c.db.AddUser(ec.Request().Context(), name, role, hash, v.user.Name, audit.ChannelWeb); err != nil {
+		if errors.Is(err, db.ErrUserExists) {
+			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+name+" already exists", nil)
+		}
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, "Added "+name+" ("+string(role)+").", "", nil)
+}
+
+func (c *console) disableUser(ec echo.Context) error {
+	v, name := viewerOf(ec), ec.Param("name")
+	if name == v.user.Name {
+		return c.renderAdmin(ec, http.StatusConflict, "", "you cannot disable your own account", nil)
+	}
+	err := c.db.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
+	switch {
+	case errors.Is(err, db.ErrUserNotFound):
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+name, nil)
+	case errors.Is(err, db.ErrUserDisabled):
+		return c.renderAdmin(ec, http.StatusConflict, "", name+" is already disabled", nil)
+	case err != nil:
+		return err
+	}
+	c.hub.endUser(name)
+	return c.renderAdmin(ec, http.StatusOK, "Disabled "+name+"; their sessions have ended.", "", nil)
+}
+
+func (c *console) createToken(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	actor, audience, note := strings.TrimSpace(form.Get("actor")), strings.TrimSpace(form.Get("audience")), strings.TrimSpace(form.Get("note"))
+	if actor == "" || audience == "" || len(actor) > 128 || len(audience) > 128 || len(note) > 200 {
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience (at most 128 bytes each)", nil)
+	}
+	t, secret, err := c.db.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
+	if err != nil {
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: t.Actor, Audience: t.Audience, Secret: secret})
+}
+
+func (c *console) revokeToken(ec echo.Context) error {
+	v, id := viewerOf(ec), ec.Param("id")
+	err := c.db.RevokeToken(ec.Request().Context(), id, v.user.Name, audit.ChannelWeb)
+	if errors.Is(err, db.ErrTokenNotFound) {
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+id, nil)
+	}
+	if err != nil {
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, "Revoked "+id+".", "", nil)
+}

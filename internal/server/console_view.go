@@ -1,0 +1,262 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// maxQueueCards bounds the queue page; the count beside the heading says
+// when there are more.
+const maxQueueCards = 500
+
+// queueView reads the pending calls and the retry blocks.
+func (c *console) queueView(ctx context.Context, v *viewer, now time.Time) (templates.QueueView, error) {
+	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return templates.QueueView{}, err
+	}
+	blocks, err := c.q.Store().Blocks(ctx)
+	if err != nil {
+		return templates.QueueView{}, err
+	}
+	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", "/ws", now)}
+	decide := v.user.Role.CanDecide()
+	for _, call := range calls {
+		qv.Cards = append(qv.Cards, c.cardView(call, decide, now))
+	}
+	for _, b := range blocks {
+		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
+	}
+	return qv, nil
+}
+
+func (c *console) page(v *viewer, title, nav, ws string, now time.Time) templates.Page {
+	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
+	if v != nil {
+		p.Viewer = v.templ()
+	}
+	return p
+}
+
+func (c *console) cardView(call *queue.Call, canDecide bool, now time.Time) templates.Card {
+	card := templates.Card{
+		ID: call.ID, Tool: reveal(call.Tool), Target: reveal(call.Target), Actor: reveal(call.Actor),
+		CreatedAt: call.CreatedAt, DecideBy: call.DecideBy,
+		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
+	}
+	card.Deceptive = card.Tool.Deceptive() || card.Target.Deceptive() || card.Actor.Deceptive() ||
+		reveal(call.Audience).Deceptive() || reveal(call.Rationale).Deceptive() || valueDeceptive(call.Args)
+	return card
+}
+
+// valueDeceptive reports whether any key or string inside v would be
+// revealed with a warning.
+func valueDeceptive(v any) bool {
+	switch x := v.(type) {
+	case canonical.Object:
+		for _, m := range x {
+			if reveal(m.Name).Deceptive() || valueDeceptive(m.Value) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if valueDeceptive(e) {
+				return true
+			}
+		}
+	case string:
+		return reveal(x).Deceptive()
+	}
+	return false
+}
+
+// blockDOMID names a block's element after its (actor, tool) pair.
+func blockDOMID(actor, tool string) string {
+	h := sha256.Sum256([]byte(actor + "\x00" + tool))
+	return "block-" + hex.EncodeToString(h[:8])
+}
+
+func (c *console) blockView(b queue.Block, v *viewer, now time.Time) templates.Block {
+	bv := templates.Block{
+		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal(b.Actor), Tool: reveal(b.Tool),
+		RawActor: b.Actor, RawTool: b.Tool, Count: b.Count, BlockedAt: b.BlockedAt, Now: now,
+	}
+	bv.Deceptive = bv.Actor.Deceptive() || bv.Tool.Deceptive()
+	if v.user.Role.CanDecide() {
+		bv.CanClear, bv.CSRF = true, v.csrf
+	}
+	return bv
+}
+
+func optText(s string) *templates.Text {
+	if s == "" {
+		return nil
+	}
+	t := reveal(s)
+	return &t
+}
+
+func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templates.StatusView {
+	s := templates.StatusView{
+		CallID: call.ID, Status: string(call.Status), Digest: call.Digest,
+		Required: call.ApprovalsRequired, Received: len(call.Approvals),
+		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
+		RedeemedAt: call.RedeemedAt, Now: now,
+	}
+	for _, a := range call.Approvals {
+		s.Approvals = append(s.Approvals, templates.Approval{By: reveal(a.Operator), Channel: a.Channel, At: a.At})
+	}
+	if call.Denial != nil {
+		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
+	}
+	if call.Outcome != nil {
+		s.Outcome, s.OutcomeDetail = call.Outcome.Status, optText(call.Outcome.Detail)
+	}
+	if v.user.Role.CanDecide() {
+		s.CanDecide, s.CSRF = true, v.csrf
+		s.OwnCall = v.user.Name == call.Actor
+		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
+	}
+	return s
+}
+
+// callView builds a call's page from the stored call: the same parsed
+// value whose canonical form was hashed.
+func (c *console) callView(call *queue.Call, v *viewer, now time.Time) templates.CallView {
+	cv := templates.CallView{
+		Page: c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now),
+		ID:   call.ID, Actor: reveal(call.Actor), Audience: reveal(call.Audience), Tool: reveal(call.Tool),
+		Target: reveal(call.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
+		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now),
+	}
+	var tool *tools.Tool
+	if reg := c.q.Tools(); reg != nil {
+		tool, cv.ToolKnown = reg.Tool(call.Tool)
+	}
+	if tool != nil {
+		cv.ToolDescription = tool.Description
+	}
+	warn := func(where string, t templates.Text) {
+		if t.Deceptive() {
+			cv.Warnings = append(cv.Warnings, templates.Warning{Where: where, Kinds: t.Warnings})
+		}
+	}
+	warn("tool", cv.Tool)
+	warn("target", cv.Target)
+	warn("actor", cv.Actor)
+	warn("audience", cv.Audience)
+	args := call.Args
+	if args == nil {
+		args = canonical.Object{}
+	}
+	b := treeBuilder{tool: tool, args: args, warn: warn}
+	cv.Args = b.node(args, "", nil, -1)
+	if cv.Rationale != nil {
+		warn("rationale", *cv.Rationale)
+	}
+	return cv
+}
+
+func groupsOfFour(s string) []string {
+	var out []string
+	for len(s) > 4 {
+		out = append(out, s[:4])
+		s = s[4:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// treeBuilder turns args into the tree the page shows.
+type treeBuilder struct {
+	tool *tools.Tool
+	args canonical.Object
+	warn func(where string, t templates.Text)
+}
+
+// shownPointer is a pointer as a warning shows it: every deceptive
+// character already escaped.
+func shownPointer(ptr string) string {
+	if ptr == "" {
+		return "/"
+	}
+	var b strings.Builder
+	for _, s := range reveal(ptr).Segs {
+		b.WriteString(s.S)
+	}
+	return b.String()
+}
+
+func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) templates.ArgNode {
+	n := templates.ArgNode{Key: key, Index: index, Pointer: ptr, Kind: canonical.TypeName(v)}
+	if b.tool != nil && ptr != "" {
+		n.NotBound = b.tool.IsInformational(ptr)
+	}
+	switch x := v.(type) {
+	case canonical.Object:
+		n.Kind = "object"
+		for _, m := range x {
+			k := reveal(m.Name)
+			cp := canonical.Join(ptr, m.Name)
+			if k.Deceptive() {
+				b.warn("args "+shownPointer(cp)+" (name)", k)
+			}
+			n.Children = append(n.Children, b.node(m.Value, cp, &k, -1))
+		}
+	case []any:
+		n.Kind = "array"
+		for i, e := range x {
+			n.Children = append(n.Children, b.node(e, canonical.Join(ptr, strconv.Itoa(i)), nil, i))
+		}
+	case string:
+		n.Kind = "string"
+		if x != "" {
+			n.Value = reveal(x)
+		}
+		b.warn("args "+shownPointer(ptr), n.Value)
+	case int64:
+		n.Kind = "integer"
+		n.Value = templates.Plain(strconv.FormatInt(x, 10))
+		n.Money = b.money(ptr, x)
+	case bool:
+		n.Kind = "boolean"
+		n.Value = templates.Plain(strconv.FormatBool(x))
+	case nil:
+		n.Kind = "null"
+		n.Value = templates.Plain("null")
+	default:
+		// The canonical parser produces nothing else; show it rather than
+		// hide it.
+		n.Value = reveal(canonical.TypeName(v))
+	}
+	return n
+}
+
+// money formats the integer at ptr when the tool displays it as money and
+// the currency member is a string.
+func (b treeBuilder) money(ptr string, amount int64) string {
+	if b.tool == nil || b.tool.Money == nil || b.tool.Money.Amount != ptr {
+		return ""
+	}
+	cur, ok := canonical.Lookup(b.args, b.tool.Money.Currency)
+	if !ok {
+		return ""
+	}
+	code, ok := cur.(string)
+	if !ok || code == "" || reveal(code).Deceptive() {
+		return ""
+	}
+	return tools.FormatMoney(amount, code)
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/web/templates"
+)
+
+// maxClientMessage bounds what a page may send on its socket. Pages send
+// nothing meaningful; anything larger closes the socket.
+const maxClientMessage = 4 << 10
+
+// serveWS upgrades an authenticated, same-origin request to the page's
+// socket. The session was checked by requireSession before this runs; the
+// Origin is checked here, before the upgrade.
+func (c *console) serveWS(ec echo.Context) error {
+	r := ec.Request()
+	v := viewerOf(ec)
+	origin := r.Header.Get("Origin")
+	if origin == "" || !c.allowedOrigin(r, origin) {
+		return newAPIError(http.StatusForbidden, "forbidden", "refused: the socket must be opened by the console's own pages")
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		return newAPIError(http.StatusBadRequest, "bad_request", "this is the console's WebSocket endpoint")
+	}
+	callID := ec.QueryParam("call")
+	if callID != "" {
+		if _, err := c.q.Call(r.Context(), callID); err != nil {
+			return err
+		}
+	}
+	up := websocket.Upgrader{
+		ReadBufferSize: 1024, WriteBufferSize: 8192, HandshakeTimeout: 10 * time.Second,
+		CheckOrigin: func(r *http.Request) bool { return c.allowedOrigin(r, r.Header.Get("Origin")) },
+	}
+	c.connMu.Lock()
+	if c.closing {
+		c.connMu.Unlock()
+		return newAPIError(http.StatusServiceUnavailable, "unavailable", "the console is restarting; retry in a few seconds")
+	}
+	c.wg.Add(2)
+	c.connMu.Unlock()
+	conn, err := up.Upgrade(ec.Response(), r, nil)
+	if err != nil {
+		c.wg.Add(-2)
+		return nil // the upgrader has answered
+	}
+	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), viewer: v, callID: callID}
+	if !c.hub.add(cl) {
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "restarting"),
+			time.Now().Add(time.Second))
+		conn.Close()
+		c.wg.Add(-2)
+		return nil
+	}
+	// The snapshot is read after the client is registered, so no change
+	// committed in between is missed: it is either in the snapshot or
+	// queued behind it (and the fragments are idempotent).
+	first, err := c.snapshot(cl)
+	if err != nil {
+		c.log.Warn("console: socket snapshot", "error", err)
+		first = nil
+	}
+	go c.writePump(cl, first)
+	go c.readPump(cl)
+	return nil
+}
+
+// snapshot renders the first message of a socket: the whole queue, or
+// the call's status.
+func (c *console) snapshot(cl *client) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	now := c.now()
+	if cl.callID != "" {
+		call, err := c.q.Call(ctx, cl.callID)
+		if err != nil {
+			return nil, err
+		}
+		return renderBytes(templates.Status(c.statusView(call, cl.viewer, now), true))
+	}
+	qv, err := c.queueView(ctx, cl.viewer, now)
+	if err != nil {
+		return nil, err
+	}
+	return renderBytes(templates.QueueSync(qv))
+}
+
+// writePump is the only goroutine that writes to the connection: queued
+// fragments, pings, and the close frame when the hub closes the channel.
+func (c *console) writePump(cl *client, first []byte) {
+	defer c.wg.Done()
+	defer cl.conn.Close()
+	ping := time.NewTicker(c.cfg.PingInterval)
+	defer ping.Stop()
+	write := func(msg []byte) error {
+		if err := cl.conn.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout)); err != nil {
+			return err
+		}
+		return cl.conn.WriteMessage(websocket.TextMessage, msg)
+	}
+	if first != nil {
+		if err := write(first); err != nil {
+			c.hub.remove(cl)
+			return
+		}
+	}
+	for {
+		select {
+		case msg, ok := <-cl.send:
+			if !ok {
+				code, text := cl.closeCode, cl.closeText
+				if code == 0 {
+					code = websocket.CloseNormalClosure
+				}
+				cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
+					time.Now().Add(c.cfg.WriteTimeout))
+				return
+			}
+			if err := write(msg); err != nil {
+				c.hub.remove(cl)
+				return
+			}
+		case <-ping.C:
+			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteTimeout)); err != nil {
+				c.hub.remove(cl)
+				return
+			}
+		}
+	}
+}
+
+// readPump is the only goroutine that reads: it enforces the read limit
+// and the pong deadline, and discards what pages send.
+func (c *console) readPump(cl *client) {
+	defer c.wg.Done()
+	defer c.hub.remove(cl)
+	conn := cl.conn
+	wait := 2 * c.cfg.PingInterval
+	conn.SetReadLimit(maxClientMessage)
+	conn.SetReadDeadline(time.Now().Add(wait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wait)) })
+	for {
+		if _, _, err := conn.ReadMessage(); err != nil {
+			return
+		}
+	}
+}

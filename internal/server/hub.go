@@ -1,0 +1,322 @@
+package server
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// The hub owns the set of open sockets. Committed queue changes arrive
+// through publish (called on the committing goroutine, after commit, so it
+// never blocks); the hub renders each change as HTML fragments for the
+// pages that show it and queues them on each socket's buffered channel. A
+// socket whose channel is full is dropped: its page reconnects and
+// resynchronizes. Only the hub closes a socket's channel.
+
+// client is one open socket: one page in one tab.
+type client struct {
+	conn   *websocket.Conn
+	send   chan []byte
+	viewer *viewer
+	callID string // the call page it shows, or "" for the queue page
+
+	// closeCode and closeText are set by the hub before it closes send, and
+	// read by the writer after it sees send closed.
+	closeCode int
+	closeText string
+}
+
+type hub struct {
+	c          *console
+	register   chan *client
+	unregister chan *client
+	ops        chan func()
+	stopped    chan struct{}
+
+	mu      sync.Mutex // guards pending
+	pending []queue.Event
+	wake    chan struct{}
+
+	// Owned by the run goroutine.
+	clients map[*client]struct{}
+	seen    map[string]seenCall
+}
+
+// seenCall remembers the furthest state pushed for a call, so that an
+// event published late (after a later change of the same call) is not
+// pushed over the newer state.
+type seenCall struct {
+	rank int
+	at   time.Time
+}
+
+func newHub(c *console) *hub {
+	return &hub{
+		c: c, register: make(chan *client), unregister: make(chan *client), ops: make(chan func()),
+		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
+		clients: map[*client]struct{}{}, seen: map[string]seenCall{},
+	}
+}
+
+// publish queues a committed change for the hub. It never blocks.
+func (h *hub) publish(ev queue.Event) {
+	h.mu.Lock()
+	h.pending = append(h.pending, ev)
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) run() {
+	defer close(h.stopped)
+	forget := time.NewTicker(time.Minute)
+	defer forget.Stop()
+	for {
+		select {
+		case cl := <-h.register:
+			h.clients[cl] = struct{}{}
+		case cl := <-h.unregister:
+			if _, ok := h.clients[cl]; ok {
+				h.drop(cl, websocket.CloseNormalClosure, "")
+			}
+		case op := <-h.ops:
+			op()
+		case <-h.wake:
+			h.mu.Lock()
+			evs := h.pending
+			h.pending = nil
+			h.mu.Unlock()
+			for _, ev := range evs {
+				h.fanout(ev)
+			}
+		case <-forget.C:
+			cutoff := time.Now().Add(-10 * time.Minute)
+			for id, s := range h.seen {
+				if s.at.Before(cutoff) {
+					delete(h.seen, id)
+				}
+			}
+		case <-h.c.stop:
+			for cl := range h.clients {
+				h.drop(cl, websocket.CloseServiceRestart, "the console is restarting")
+			}
+			return
+		}
+	}
+}
+
+// drop removes a client and closes its channel; the writer then sends the
+// close frame and closes the connection.
+func (h *hub) drop(cl *client, code int, text string) {
+	delete(h.clients, cl)
+	cl.closeCode, cl.closeText = code, text
+	close(cl.send)
+}
+
+// deliver queues msg for cl, dropping cl if its buffer is full.
+func (h *hub) deliver(cl *client, msg []byte) {
+	select {
+	case cl.send <- msg:
+	default:
+		h.c.log.Info("console: dropping a socket that does not keep up", slog.String("user", cl.viewer.user.Name))
+		h.drop(cl, websocket.CloseTryAgainLater, "too slow; reconnect")
+	}
+}
+
+// add registers a client; false when the hub has stopped.
+func (h *hub) add(cl *client) bool {
+	select {
+	case h.register <- cl:
+		return true
+	case <-h.stopped:
+		return false
+	}
+}
+
+// remove unregisters a client if it is still registered.
+func (h *hub) remove(cl *client) {
+	select {
+	case h.unregister <- cl:
+	case <-h.stopped:
+	}
+}
+
+// do runs op on the hub goroutine and waits for it; false when the hub
+// has stopped.
+func (h *hub) do(op func()) bool {
+	done := make(chan struct{})
+	select {
+	case h.ops <- func() { op(); close(done) }:
+		<-done
+		return true
+	case <-h.stopped:
+		return false
+	}
+}
+
+// sessionIDs lists the sessions that have open sockets.
+func (h *hub) sessionIDs() []string {
+	var ids []string
+	h.do(func() {
+		set := map[string]bool{}
+		for cl := range h.clients {
+			if !set[cl.viewer.idHash] {
+				set[cl.viewer.idHash] = true
+				ids = append(ids, cl.viewer.idHash)
+			}
+		}
+	})
+	return ids
+}
+
+// endSessions tells the pages of these sessions that they ended, then
+// closes their sockets with a policy-violation code so they do not
+// reconnect.
+func (h *hub) endSessions(idHashes ...string) {
+	set := map[string]bool{}
+	for _, id := range idHashes {
+		set[id] = true
+	}
+	h.do(func() {
+		msg, err := renderBytes(templates.SessionEnded())
+		for cl := range h.clients {
+			if !set[cl.viewer.idHash] {
+				continue
+			}
+			if err == nil {
+				select {
+				case cl.send <- msg:
+				default:
+				}
+			}
+			h.drop(cl, websocket.ClosePolicyViolation, "session ended")
+		}
+	})
+}
+
+// endUser ends the sockets of every session of one user.
+func (h *hub) endUser(name string) {
+	var ids []string
+	h.do(func() {
+		for cl := range h.clients {
+			if cl.viewer.user.Name == name {
+				ids = append(ids, cl.viewer.idHash)
+			}
+		}
+	})
+	if len(ids) > 0 {
+		h.endSessions(ids...)
+	}
+}
+
+// clientCount is how many sockets are open.
+func (h *hub) clientCount() int {
+	n := 0
+	h.do(func() { n = len(h.clients) })
+	return n
+}
+
+// rank orders the states of one call: approvals only grow, and every
+// state after pending is final for the queue.
+func rank(c *queue.Call) int {
+	switch c.Status {
+	case queue.StatusPending:
+		return len(c.Approvals)
+	case queue.StatusApproved:
+		return 1000
+	}
+	if c.Outcome != nil {
+		return 3000
+	}
+	return 2000
+}
+
+// fanout renders ev for every client that shows it. Fragments are rendered
+// once per distinct view: per role for queue cards, per session for
+// anything that holds a form.
+func (h *hub) fanout(ev queue.Event) {
+	if ev.Call != nil {
+		r := rank(ev.Call)
+		if s, ok := h.seen[ev.Call.ID]; ok && r < s.rank {
+			return // a newer state of this call was already pushed
+		}
+		h.seen[ev.Call.ID] = seenCall{rank: r, at: time.Now()}
+	}
+	now := h.c.now()
+	cache := map[string][]byte{}
+	for cl := range h.clients {
+		key, render := h.c.fragmentFor(ev, cl, now)
+		if render == nil {
+			continue
+		}
+		msg, ok := cache[key]
+		if !ok {
+			var err error
+			if msg, err = render(); err != nil {
+				h.c.log.Error("console: render fragment", slog.String("kind", ev.Kind), slog.Any("error", err))
+				continue
+			}
+			cache[key] = msg
+		}
+		h.deliver(cl, msg)
+	}
+}
+
+// fragmentFor decides what a client is sent for ev: a cache key and a
+// renderer, or a nil renderer for nothing.
+func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string, func() ([]byte, error)) {
+	v := cl.viewer
+	if ev.Block != nil {
+		if cl.callID != "" {
+			return "", nil
+		}
+		b := c.blockView(*ev.Block, v, now)
+		switch ev.Kind {
+		case audit.KindRetryBlocked:
+			return "block:" + v.idHash, func() ([]byte, error) { return renderBytes(templates.BlockUpsert(b)) }
+		case audit.KindRetryCleared:
+			return "unblock", func() ([]byte, error) { return renderBytes(templates.Remove(b.DOMID)) }
+		}
+		return "", nil
+	}
+	call := ev.Call
+	if call == nil {
+		return "", nil
+	}
+	if cl.callID != "" {
+		if cl.callID != call.ID {
+			return "", nil
+		}
+		return "status:" + v.idHash, func() ([]byte, error) {
+			return renderBytes(templates.Status(c.statusView(call, v, now), true))
+		}
+	}
+	decide := v.user.Role.CanDecide()
+	switch {
+	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
+		return "upsert:" + boolKey(decide), func() ([]byte, error) {
+			return renderBytes(templates.CardUpsert(c.cardView(call, decide, now)))
+		}
+	case call.Status == queue.StatusPending:
+		return "card:" + boolKey(decide), func() ([]byte, error) {
+			return renderBytes(templates.CardItem(c.cardView(call, decide, now), "true"))
+		}
+	default:
+		return "remove", func() ([]byte, error) { return renderBytes(templates.Remove("call-" + call.ID)) }
+	}
+}
+
+func boolKey(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

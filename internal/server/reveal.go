@@ -1,0 +1,275 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/web/templates"
+)
+
+// What an operator sees is what they sign: every character that could make
+// two different calls look alike, or hide part of one, is shown as a
+// visible escape, and the call carries a warning. Nothing is dropped or
+// truncated.
+
+// Kinds of deceptive content, in the order warnings list them.
+const (
+	kindBidi       = "bidirectional control"
+	kindInvisible  = "invisible character"
+	kindTag        = "tag character"
+	kindControl    = "control character"
+	kindSpace      = "unusual space"
+	kindUnassigned = "unassigned or private-use character"
+	kindInvalid    = "invalid UTF-8"
+	kindMixed      = "mixed scripts"
+)
+
+var kindOrder = []string{kindBidi, kindInvisible, kindTag, kindControl, kindSpace, kindUnassigned, kindInvalid, kindMixed}
+
+// runeNames names the characters people meet most often.
+var runeNames = map[rune]string{
+	0x00A0: "NO-BREAK SPACE", 0x00AD: "SOFT HYPHEN", 0x034F: "COMBINING GRAPHEME JOINER",
+	0x061C: "ARABIC LETTER MARK", 0x180E: "MONGOLIAN VOWEL SEPARATOR",
+	0x200B: "ZERO WIDTH SPACE", 0x200C: "ZERO WIDTH NON-JOINER", 0x200D: "ZERO WIDTH JOINER",
+	0x200E: "LEFT-TO-RIGHT MARK", 0x200F: "RIGHT-TO-LEFT MARK",
+	0x2028: "LINE SEPARATOR", 0x2029: "PARAGRAPH SEPARATOR",
+	0x202A: "LEFT-TO-RIGHT EMBEDDING", 0x202B: "RIGHT-TO-LEFT EMBEDDING", 0x202C: "POP DIRECTIONAL FORMATTING",
+	0x202D: "LEFT-TO-RIGHT OVERRIDE", 0x202E: "RIGHT-TO-LEFT OVERRIDE",
+	0x2060: "WORD JOINER", 0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE",
+	0x2068: "FIRST STRONG ISOLATE", 0x2069: "POP DIRECTIONAL ISOLATE",
+	0x3164: "HANGUL FILLER", 0xFEFF: "ZERO WIDTH NO-BREAK SPACE (BOM)",
+}
+
+// classify says whether r must be escaped, and as what kind. Escaped
+// newlines, tabs and carriage returns are shown but are not deceptive.
+func classifyRune(r rune) (escape bool, kind string) {
+	switch {
+	case r == '\n' || r == '\t' || r == '\r':
+		return true, ""
+	case r < 0x20 || r == 0x7F || (r >= 0x80 && r <= 0x9F):
+		return true, kindControl
+	case r == 0x061C || r == 0x200E || r == 0x200F || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069):
+		return true, kindBidi
+	case r >= 0xE0000 && r <= 0xE007F:
+		return true, kindTag
+	case r == 0x2028 || r == 0x2029:
+		return true, kindControl
+	case r >= 0x200B && r <= 0x200D, r == 0x2060, r == 0xFEFF, r == 0x00AD,
+		r == 0x034F, r == 0x115F, r == 0x1160, r == 0x17B4, r == 0x17B5, r == 0x180E,
+		r == 0x2800, r == 0x3164, r == 0xFFA0,
+		r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF,
+		unicode.Is(unicode.Cf, r):
+		return true, kindInvisible
+	case r != ' ' && unicode.Is(unicode.Zs, r):
+		return true, kindSpace
+	case !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Zs):
+		return true, kindUnassigned
+	}
+	return false, ""
+}
+
+func escapeRune(r rune) (string, string) {
+	switch r {
+	case '\n':
+		return `\n`, "LINE FEED"
+	case '\t':
+		return `\t`, "CHARACTER TABULATION"
+	case '\r':
+		return `\r`, "CARRIAGE RETURN"
+	}
+	code := fmt.Sprintf("U+%04X", r)
+	name := runeNames[r]
+	switch {
+	case name != "":
+	case r < 0x20 || r == 0x7F || (r >= 0x80 && r <= 0x9F):
+		name = "control character"
+	case r >= 0xE0000 && r <= 0xE007F:
+		name = "TAG"
+		if t := r - 0xE0000; t >= 0x20 && t < 0x7F {
+			name = fmt.Sprintf("TAG %q", rune(t))
+		}
+	case r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF:
+		name = "VARIATION SELECTOR"
+	}
+	if name == "" {
+		return "[" + code + "]", code
+	}
+	return "[" + code + "]", code + " " + name
+}
+
+// reveal splits s into text, escapes and mixed-script words.
+func reveal(s string) templates.Text {
+	var t templates.Text
+	found := map[string]bool{}
+	var plain strings.Builder
+	flush := func() {
+		if plain.Len() > 0 {
+			t.Segs = appendWords(t.Segs, plain.String(), found)
+			plain.Reset()
+		}
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			flush()
+			t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegEscape, S: fmt.Sprintf("[0x%02X]", s[i]), Note: "a byte that is not UTF-8"})
+			found[kindInvalid] = true
+			i++
+			continue
+		}
+		i += size
+		esc, kind := classifyRune(r)
+		if !esc {
+			plain.WriteRune(r)
+			continue
+		}
+		flush()
+		shown, note := escapeRune(r)
+		t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegEscape, S: shown, Note: note})
+		if kind != "" {
+			found[kind] = true
+		}
+		if r == '\n' || r == 0x2028 || r == 0x2029 {
+			t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegBreak})
+		}
+	}
+	flush()
+	for _, k := range kindOrder {
+		if found[k] {
+			t.Warnings = append(t.Warnings, k)
+		}
+	}
+	return t
+}
+
+// appendWords appends plain text, marking each word whose letters come
+// from scripts that are not normally written together.
+func appendWords(segs []templates.Seg, s string, found map[string]bool) []templates.Seg {
+	start := 0 // start of pending ordinary text
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !isWordRune(r) {
+			i += size
+			continue
+		}
+		j := i
+		for j < len(s) {
+			r, size := utf8.DecodeRuneInString(s[j:])
+			if !isWordRune(r) {
+				break
+			}
+			j += size
+		}
+		if scripts := wordScripts(s[i:j]); len(scripts) > 1 && !allowedMix(scripts) {
+			if start < i {
+				segs = append(segs, templates.Seg{Kind: templates.SegText, S: s[start:i]})
+			}
+			segs = append(segs, templates.Seg{Kind: templates.SegMixed, S: s[i:j], Note: "mixes " + strings.Join(scripts, " and ")})
+			found[kindMixed] = true
+			start = j
+		}
+		i = j
+	}
+	if start < len(s) {
+		segs = append(segs, templates.Seg{Kind: templates.SegText, S: s[start:]})
+	}
+	return segs
+}
+
+func isWordRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
+}
+
+// namedScript is a Unicode script and its table.
+type namedScript struct {
+	name  string
+	table *unicode.RangeTable
+}
+
+// scriptTables are the scripts checked for letters, most common first.
+// It is built once and only read.
+var scriptTables = func() []namedScript {
+	first := []string{"Latin", "Cyrillic", "Greek", "Han", "Arabic", "Hebrew", "Hiragana", "Katakana", "Hangul", "Armenian", "Cherokee"}
+	out := make([]namedScript, 0, len(unicode.Scripts))
+	seen := map[string]bool{"Common": true, "Inherited": true}
+	for _, n := range first {
+		out = append(out, namedScript{n, unicode.Scripts[n]})
+		seen[n] = true
+	}
+	for n, t := range unicode.Scripts {
+		if !seen[n] {
+			out = append(out, namedScript{n, t})
+		}
+	}
+	return out
+}()
+
+func scriptOf(r rune) string {
+	if r < 0x80 {
+		if (r|0x20) >= 'a' && (r|0x20) <= 'z' {
+			return "Latin"
+		}
+		return ""
+	}
+	if !unicode.IsLetter(r) {
+		return "" // digits and marks belong to no script for this purpose
+	}
+	for _, s := range scriptTables {
+		if unicode.Is(s.table, r) {
+			return s.name
+		}
+	}
+	return ""
+}
+
+// wordScripts lists the scripts of a word's letters in order of first use.
+func wordScripts(w string) []string {
+	var out []string
+	for _, r := range w {
+		sc := scriptOf(r)
+		if sc == "" {
+			continue
+		}
+		known := false
+		for _, o := range out {
+			if o == sc {
+				known = true
+				break
+			}
+		}
+		if !known {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// allowedMixes are the script sets that one word may legitimately combine
+// (Unicode TS #39, "highly restrictive").
+var allowedMixes = [][]string{
+	{"Latin", "Han", "Hiragana", "Katakana"},
+	{"Latin", "Han", "Bopomofo"},
+	{"Latin", "Han", "Hangul"},
+}
+
+func allowedMix(scripts []string) bool {
+next:
+	for _, set := range allowedMixes {
+		for _, s := range scripts {
+			found := false
+			for _, a := range set {
+				if a == s {
+					found = true
+					break
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}

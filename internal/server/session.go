@@ -1,0 +1,362 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/sessions"
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// A console session: the browser holds a signed, encrypted cookie whose only
+// content is a random id; the row in the database (keyed by the id's
+// SHA-256) holds the user, the times and the CSRF token. Before login the
+// cookie holds a different random id that is never stored, only used to
+// key the login form's token; login always issues a new id.
+
+const (
+	viewerKey = "countersign.viewer"
+	cookieSID = "sid" // the session id after login
+	cookiePre = "pre" // the login form's id before login
+	// formLimit bounds a console form body.
+	formLimit = 64 << 10
+	// loginFormAge is how long a login form stays usable.
+	loginFormAge = time.Hour
+)
+
+// viewer is the logged-in person behind a request.
+type viewer struct {
+	idHash string
+	user   db.User
+	csrf   string
+}
+
+func (v *viewer) templ() *templates.Viewer {
+	return &templates.Viewer{Name: v.user.Name, Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
+		IsAdmin: v.user.Role.CanAdminister(), CSRF: v.csrf}
+}
+
+func viewerOf(ec echo.Context) *viewer {
+	v, _ := ec.Get(viewerKey).(*viewer)
+	return v
+}
+
+// newID returns 256 random bits, URL-safe.
+func newID() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func hashID(id string) string {
+	h := sha256.Sum256([]byte("countersign/session:" + id))
+	return hex.EncodeToString(h[:])
+}
+
+// cookieValues decodes the console cookie; a missing, forged, expired or
+// undecodable cookie reads as empty.
+func (c *console) cookieValues(r *http.Request) map[any]any {
+	s, err := c.cookies.New(r, c.cookieName)
+	if err != nil || s == nil {
+		return map[any]any{}
+	}
+	return s.Values
+}
+
+// setCookie replaces the console cookie with values; maxAge < 0 deletes it.
+func (c *console) setCookie(ec echo.Context, values map[any]any, maxAge time.Duration) error {
+	s := sessions.NewSession(c.cookies, c.cookieName)
+	s.Values = values
+	opts := *c.cookies.Options
+	opts.MaxAge = int(maxAge / time.Second)
+	if maxAge < 0 {
+		opts.MaxAge = -1
+	}
+	s.Options = &opts
+	return c.cookies.Save(ec.Request(), ec.Response(), s)
+}
+
+// sessionOver says why a session may no longer be used, or "" if it may.
+func (c *console) sessionOver(s db.Session, now time.Time) string {
+	switch {
+	case s.Revoked():
+		return s.RevokeReason
+	case s.User.Disabled():
+		return "disabled"
+	case now.Sub(s.CreatedAt) >= c.cfg.AbsoluteTimeout:
+		return "expired"
+	case now.Sub(s.LastSeen) >= c.cfg.IdleTimeout:
+		return "idle"
+	}
+	return ""
+}
+
+// currentViewer authenticates the request's cookie against the database,
+// ends a session that has timed out, and records activity.
+func (c *console) currentViewer(ec echo.Context) (*viewer, error) {
+	if v := viewerOf(ec); v != nil {
+		return v, nil
+	}
+	sid, _ := c.cookieValues(ec.Request())[cookieSID].(string)
+	if sid == "" {
+		return nil, errNoSession
+	}
+	ctx := ec.Request().Context()
+	idHash := hashID(sid)
+	s, err := c.db.Session(ctx, idHash)
+	if errors.Is(err, db.ErrSessionNotFound) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+	if reason := c.sessionOver(s, now); reason != "" {
+		if !s.Revoked() {
+			if err := c.db.RevokeSession(ctx, idHash, reason, now); err != nil {
+				return nil, err
+			}
+			c.hub.endSessions(idHash)
+		}
+		return nil, errNoSession
+	}
+	// Record activity, at most a few times per idle period.
+	if now.Sub(s.LastSeen) >= min(time.Minute, c.cfg.IdleTimeout/10) {
+		if err := c.db.TouchSession(ctx, idHash, now); err != nil {
+			return nil, err
+		}
+	}
+	v := &viewer{idHash: idHash, user: s.User, csrf: s.CSRF}
+	ec.Set(viewerKey, v)
+	return v, nil
+}
+
+// requireSession lets only logged-in people through. A page asked for
+// without a session redirects to the login page.
+func (c *console) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		_, err := c.currentViewer(ec)
+		if errors.Is(err, errNoSession) {
+			r := ec.Request()
+			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/ws" {
+				return ec.Redirect(http.StatusSeeOther, "/login")
+			}
+			return newAPIError(http.StatusUnauthorized, "unauthorized", "your session has ended; log in again")
+		}
+		if err != nil {
+			return err
+		}
+		return next(ec)
+	}
+}
+
+func (c *console) requireDecider(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		if v := viewerOf(ec); v == nil || !v.user.Role.CanDecide() {
+			return newAPIError(http.StatusForbidden, "forbidden", "your role (auditor) may read calls but not decide them")
+		}
+		return next(ec)
+	}
+}
+
+func (c *console) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		if v := viewerOf(ec); v == nil || !v.user.Role.CanAdminister() {
+			return newAPIError(http.StatusForbidden, "forbidden", "only admins manage accounts and tokens")
+		}
+		return next(ec)
+	}
+}
+
+// allowedOrigin reports whether a browser Origin is the console's own:
+// the public URL's origin, or the origin of the host the request came to.
+func (c *console) allowedOrigin(r *http.Request, origin string) bool {
+	origin = strings.ToLower(origin)
+	if c.origin != "" && origin == c.origin {
+		return true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return r.Host != "" && origin == scheme+"://"+strings.ToLower(r.Host)
+}
+
+// checkRequestSource refuses a state-changing request that a browser
+// marked as coming from another site, or whose Origin is not ours.
+func (c *console) checkRequestSource(r *http.Request) error {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return newAPIError(http.StatusForbidden, "forbidden", "refused: this request came from another site")
+	}
+	if o := r.Header.Get("Origin"); o != "" && !c.allowedOrigin(r, o) {
+		return newAPIError(http.StatusForbidden, "forbidden", "refused: this request came from another origin")
+	}
+	return nil
+}
+
+// parseForm reads a console form body of at most formLimit bytes.
+func parseForm(ec echo.Context) error {
+	r := ec.Request()
+	r.Body = http.MaxBytesReader(ec.Response(), r.Body, formLimit)
+	if err := r.ParseForm(); err != nil {
+		return newAPIError(http.StatusBadRequest, "bad_request", "could not read the form")
+	}
+	return nil
+}
+
+// requireCSRF checks the synchronizer token of the viewer's session on a
+// state-changing request, in constant time.
+func (c *console) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		if err := c.checkRequestSource(ec.Request()); err != nil {
+			return err
+		}
+		if err := parseForm(ec); err != nil {
+			return err
+		}
+		v := viewerOf(ec)
+		got := ec.Request().PostForm.Get("csrf")
+		if v == nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(v.csrf)) != 1 {
+			return newAPIError(http.StatusForbidden, "forbidden", "the form's security token is missing or stale; reload the page and try again")
+		}
+		return next(ec)
+	}
+}
+
+// loginToken is the login form's CSRF token for a pre-login id.
+func (c *console) loginToken(pre string) string {
+	m := hmac.New(sha256.New, c.loginKey)
+	m.Write([]byte("countersign/login:" + pre))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (c *console) loginPage(ec echo.Context) error {
+	if _, err := c.currentViewer(ec); err == nil {
+		return ec.Redirect(http.StatusSeeOther, "/")
+	}
+	return c.renderLogin(ec, http.StatusOK, "", "")
+}
+
+// renderLogin shows the login form, keeping the browser's pre-login id
+// when it has one so that several tabs can log in.
+func (c *console) renderLogin(ec echo.Context, status int, name, msg string) error {
+	pre, _ := c.cookieValues(ec.Request())[cookiePre].(string)
+	if pre == "" {
+		pre = newID()
+		if err := c.setCookie(ec, map[any]any{cookiePre: pre}, loginFormAge); err != nil {
+			return err
+		}
+	}
+	return c.render(ec, status, templates.LoginPage(templates.LoginView{
+		Page: templates.Page{Title: "Log in", Now: c.now()}, CSRF: c.loginToken(pre), Name: name, Error: msg}))
+}
+
+// remoteAddr is the peer's IP address, for throttling. Forwarding headers
+// are not trusted: anyone can send them.
+func remoteAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (c *console) login(ec echo.Context) error {
+	r := ec.Request()
+	if err := c.checkRequestSource(r); err != nil {
+		return err
+	}
+	if err := parseForm(ec); err != nil {
+		return err
+	}
+	pre, _ := c.cookieValues(r)[cookiePre].(string)
+	token := r.PostForm.Get("csrf")
+	if pre == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.loginToken(pre))) != 1 {
+		return c.renderLogin(ec, http.StatusForbidden, "", "The login form expired. Try again.")
+	}
+	name, password := r.PostForm.Get("name"), r.PostForm.Get("password")
+	shownName := name
+	if account.CheckName(name) != nil {
+		shownName = ""
+	}
+	now := c.now()
+	accountKey, addrKey := "account:"+name, "addr:"+remoteAddr(r)
+	if len(name) > account.MaxNameBytes {
+		accountKey = "account:!long"
+	}
+	if wait := max(c.accountLimiter.Wait(accountKey, now), c.addressLimiter.Wait(addrKey, now)); wait > 0 {
+		secs := int((wait + time.Second - 1) / time.Second)
+		ec.Response().Header().Set("Retry-After", fmt.Sprint(secs))
+		return c.renderLogin(ec, http.StatusTooManyRequests, shownName,
+			fmt.Sprintf("Too many failed logins. Try again in %d s.", secs))
+	}
+	ctx := r.Context()
+	user, err := c.db.UserByName(ctx, name)
+	hash := user.PasswordHash
+	switch {
+	case errors.Is(err, db.ErrUserNotFound) || account.CheckName(name) != nil:
+		hash, err = c.dummyHash, nil
+	case err != nil:
+		return err
+	}
+	ok := c.checkPassword(ctx, hash, password) && hash != c.dummyHash && !user.Disabled()
+	if !ok {
+		c.accountLimiter.Fail(accountKey, now)
+		c.addressLimiter.Fail(addrKey, now)
+		c.log.Info("console login failed", slog.String("name", shownName), slog.String("remote", remoteAddr(r)))
+		return c.renderLogin(ec, http.StatusUnauthorized, shownName, "Wrong name or password, or the account is disabled.")
+	}
+	c.accountLimiter.Reset(accountKey)
+	sid, csrf := newID(), newID()
+	if err := c.db.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
+		return err
+	}
+	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
+		return err
+	}
+	c.log.Info("console login", slog.String("user", user.Name), slog.String("remote", remoteAddr(r)))
+	return ec.Redirect(http.StatusSeeOther, "/")
+}
+
+// checkPassword verifies a password, at most two at a time: argon2id is
+// built to be expensive.
+func (c *console) checkPassword(ctx context.Context, hash, password string) bool {
+	select {
+	case c.verifySlots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-c.verifySlots }()
+	return account.Verify(hash, password) == nil
+}
+
+func (c *console) logout(ec echo.Context) error {
+	v := viewerOf(ec)
+	if err := c.db.RevokeSession(ec.Request().Context(), v.idHash, "logout", c.now()); err != nil {
+		return err
+	}
+	c.hub.endSessions(v.idHash)
+	if err := c.setCookie(ec, map[any]any{}, -1); err != nil {
+		return err
+	}
+	return ec.Redirect(http.StatusSeeOther, "/login")
+}

@@ -1,0 +1,303 @@
+// Package templates renders the console's pages and the HTML fragments its
+// WebSocket pushes. Components take the view models below; everything that
+// came from an agent is a Text, whose segments are always rendered as text.
+package templates
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SegKind says how a segment of agent text is shown.
+type SegKind int
+
+// Segment kinds.
+const (
+	// SegText is ordinary text.
+	SegText SegKind = iota
+	// SegEscape is a character that could deceive, shown as a visible
+	// escape such as [U+202E] or \n.
+	SegEscape
+	// SegBreak is a visible line break after an escaped newline.
+	SegBreak
+	// SegMixed is a word that mixes scripts, shown highlighted.
+	SegMixed
+)
+
+// Seg is one piece of a Text.
+type Seg struct {
+	Kind SegKind
+	S    string // the text, or the escape as shown
+	Note string // what the escape stands for, or which scripts mix
+}
+
+// Text is a string from an agent, split so that nothing in it can hide.
+type Text struct {
+	Segs []Seg
+	// Warnings name the kinds of deceptive characters found, in a fixed
+	// order, each once.
+	Warnings []string
+}
+
+// Plain returns a Text of trusted text with no escapes.
+func Plain(s string) Text { return Text{Segs: []Seg{{Kind: SegText, S: s}}} }
+
+// Deceptive reports whether the text holds anything that warrants a warning.
+func (t Text) Deceptive() bool { return len(t.Warnings) > 0 }
+
+// Warning is one field of a call that holds deceptive characters.
+type Warning struct {
+	Where string   // e.g. "target", "args /to/0/name (key)"
+	Kinds []string // what was found there
+}
+
+// Viewer is the person looking at a page.
+type Viewer struct {
+	Name      string
+	Role      string
+	CanDecide bool
+	IsAdmin   bool
+	CSRF      string
+}
+
+// Page is what every page's layout needs.
+type Page struct {
+	Title  string
+	Viewer *Viewer // nil when nobody is logged in
+	Nav    string  // the active nav item: queue, admin
+	// WS is the WebSocket path the page connects to, or "".
+	WS string
+	// Now is when the page was rendered; countdowns start from it.
+	Now time.Time
+}
+
+// LoginView is the login page.
+type LoginView struct {
+	Page
+	CSRF  string
+	Name  string
+	Error string
+}
+
+// ErrorView is an error page.
+type ErrorView struct {
+	Page
+	Status  int
+	Message string
+}
+
+// Card is a pending call on the queue page.
+type Card struct {
+	ID        string
+	Tool      Text
+	Target    Text
+	Actor     Text
+	CreatedAt time.Time
+	DecideBy  time.Time
+	Received  int
+	Required  int
+	Deceptive bool
+	CanDecide bool
+	Now       time.Time
+}
+
+// DOMID is the element id of the card.
+func (c Card) DOMID() string { return "call-" + c.ID }
+
+// Block is an (actor, tool) pair stopped by the retry cap.
+type Block struct {
+	DOMID     string
+	Actor     Text
+	Tool      Text
+	RawActor  string
+	RawTool   string
+	Count     int
+	BlockedAt time.Time
+	Deceptive bool
+	// CanClear is set for viewers who may clear the block; CSRF is then
+	// their form token.
+	CanClear bool
+	CSRF     string
+	Now      time.Time
+}
+
+// QueueView is the queue page.
+type QueueView struct {
+	Page
+	Cards   []Card
+	Blocks  []Block
+	Message string
+	Error   string
+}
+
+// ArgNode is one value in a call's argument tree.
+type ArgNode struct {
+	// Key is the member name; nil for the root and for array items.
+	Key *Text
+	// Index is the position of an array item, or -1.
+	Index   int
+	Pointer string // JSON Pointer relative to args, "" for the root
+	Kind    string // object, array, string, integer, boolean, null
+	Value   Text   // the scalar's value as shown
+	// Children are an object's members or an array's items, in order.
+	Children []ArgNode
+	// NotBound marks informational members, which the digest leaves out.
+	NotBound bool
+	// Money is the formatted amount when the tool shows this integer as
+	// money ("USD 12.99"); Value keeps the raw integer.
+	Money string
+}
+
+// Approval is one operator's approval.
+type Approval struct {
+	By      Text
+	Channel string
+	At      time.Time
+}
+
+// StatusView is the part of a call's page that changes: status, approvals,
+// decision, grant, and the decide controls.
+type StatusView struct {
+	CallID   string
+	Status   string
+	Digest   string
+	Required int
+	Received int
+
+	Approvals      []Approval
+	DecideBy       time.Time
+	DecidedAt      time.Time
+	GrantExpiresAt time.Time
+	DeniedBy       *Text
+	DenyReason     *Text
+	RedeemedAt     time.Time
+	Outcome        string
+	OutcomeDetail  *Text
+
+	// Decide controls: shown when the viewer may decide and the call is
+	// pending.
+	CanDecide        bool
+	ApprovedByViewer bool
+	OwnCall          bool
+	CSRF             string
+
+	// Message explains a refused decision; Notice confirms a decision.
+	Message string
+	Notice  string
+	// Reason is the denial reason the viewer typed, kept when a denial is
+	// refused.
+	Reason string
+	Now    time.Time
+}
+
+// CallView is a call's page.
+type CallView struct {
+	Page
+	ID              string
+	Actor           Text
+	Audience        Text
+	Tool            Text
+	Target          Text
+	Rationale       *Text
+	ToolKnown       bool
+	ToolDescription string
+	Args            ArgNode
+	DigestGroups    []string
+	CreatedAt       time.Time
+	Warnings        []Warning
+	Status          StatusView
+}
+
+// UserRow is an account on the admin page.
+type UserRow struct {
+	Name       string
+	Role       string
+	CreatedAt  time.Time
+	DisabledAt time.Time
+	Self       bool
+}
+
+// TokenRow is an API token on the admin page.
+type TokenRow struct {
+	ID        string
+	Actor     string
+	Audience  string
+	Note      string
+	CreatedAt time.Time
+	RevokedAt time.Time
+}
+
+// NewToken is a token just created, whose secret is shown once.
+type NewToken struct {
+	ID, Actor, Audience, Secret string
+}
+
+// AdminView is the admin page.
+type AdminView struct {
+	Page
+	Users    []UserRow
+	Tokens   []TokenRow
+	NewToken *NewToken
+	Message  string
+	Error    string
+}
+
+// rfc3339 formats a time for machines (datetime attributes, scripts).
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// when formats a time for people, in UTC.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// ago says how long before now t was.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return span(d) + " ago"
+}
+
+// left says how long from now until t.
+func left(now, t time.Time) string {
+	d := t.Sub(now)
+	if d <= 0 {
+		return "deadline passed"
+	}
+	return span(d) + " left"
+}
+
+func span(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + " min " + strconv.Itoa(int(d%time.Minute/time.Second)) + " s"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + " h " + strconv.Itoa(int(d%time.Hour/time.Minute)) + " min"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// quorum reads "1 of 2".
+func quorum(received, required int) string {
+	return strconv.Itoa(received) + " of " + strconv.Itoa(required)
+}
+
+func joinKinds(k []string) string { return strings.Join(k, ", ") }
+
+// shortDigest is the first and last groups of a digest, for a reminder
+// beside the approve button.
+func shortDigest(d string) string {
+	if len(d) < 16 {
+		return d
+	}
+	return d[:8] + "…" + d[len(d)-8:]
+}
