@@ -76,3 +76,23 @@ func BenchmarkCheckInvalid4KiB(b *testing.B) {
 		r.Check(p)
 	}
 }
+
+// BenchmarkJSONSchemaV6Check4KiB validates the same args with the reference
+// implementation, converting them to map[string]any as it requires, for
+// comparison with BenchmarkCheck4KiB.
+func BenchmarkJSONSchemaV6Check4KiB(b *testing.B) {
+	r := MustLoad(b, examplesFile)
+	p, err := canonical.ParseProposal(proposal4K(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tl, _ := r.Tool(p.Tool)
+	ref := compileV6(b, tl)
+	b.ReportAllocs()
+	b.SetBytes(4096)
+	for b.Loop() {
+		if err := ref.Validate(toV6(p.Args)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
