@@ -75,9 +75,21 @@ type Entry struct {
 // FormatTime formats t as entries store it.
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
 
+// RawDetails is an entry's details as stored: the canonical JSON text that
+// was hashed. An Entry whose Details is RawDetails hashes those bytes as
+// they are, without parsing them, so that any change to the stored text
+// (even white space that would parse to the same value) changes the hash.
+type RawDetails []byte
+
+// MarshalJSON writes the details as the JSON text they are.
+func (r RawDetails) MarshalJSON() ([]byte, error) { return r, nil }
+
 // Body returns the canonical bytes of the entry without its hash: the bytes
 // that are hashed.
 func (e *Entry) Body() ([]byte, error) {
+	if raw, ok := e.Details.(RawDetails); ok {
+		return e.appendBody(nil, raw)
+	}
 	details := e.Details
 	if details == nil {
 		details = canonical.Object{}
@@ -97,6 +109,36 @@ func (e *Entry) Body() ([]byte, error) {
 		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
 	}
 	return b, nil
+}
+
+// appendBody writes the canonical body around details that are already
+// canonical JSON text, members in RFC 8785 order: call_id, channel,
+// details, kind, prev_hash, principal, seq, time.
+func (e *Entry) appendBody(dst []byte, details []byte) ([]byte, error) {
+	var err error
+	str := func(name, v string) {
+		if err == nil {
+			dst = append(dst, `,"`+name+`":`...)
+			dst, err = canonical.AppendString(dst, v)
+		}
+	}
+	dst = append(dst, `{"call_id":`...)
+	dst, err = canonical.AppendString(dst, e.CallID)
+	str("channel", e.Channel)
+	dst = append(dst, `,"details":`...)
+	dst = append(dst, details...)
+	str("kind", e.Kind)
+	str("prev_hash", e.PrevHash)
+	str("principal", e.Principal)
+	if err == nil {
+		dst = append(dst, `,"seq":`...)
+		dst, err = canonical.Append(dst, e.Seq)
+	}
+	str("time", e.Time)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+	}
+	return append(dst, '}'), nil
 }
 
 // Limits on stored details, generous beside the largest proposal.

@@ -291,3 +291,34 @@ func TestParseDetails(t *testing.T) {
 		t.Errorf("hash after a round trip through storage = %s, want %s", h, e.Hash)
 	}
 }
+
+// TestRawDetailsBody: hashing the stored text gives the same hash as
+// hashing the value, and any change to the text changes it.
+func TestRawDetailsBody(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		e := &Entry{Time: FormatTime(time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "t"), 0)),
+			Kind: rapid.String().Draw(rt, "kind"), CallID: rapid.String().Draw(rt, "call"),
+			Principal: rapid.String().Draw(rt, "who"), Channel: rapid.String().Draw(rt, "ch"),
+			Details: map[string]any{rapid.String().Draw(rt, "k"): rapid.String().Draw(rt, "v"),
+				"list": []any{rapid.Int64Range(-1<<53+1, 1<<53-1).Draw(rt, "n"), nil, false}}}
+		if err := e.Seal(rapid.Int64Range(0, 1<<40).Draw(rt, "seq"), ""); err != nil {
+			rt.Fatal(err)
+		}
+		text, err := canonical.Encode(e.Details)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		raw := *e
+		raw.Details = RawDetails(text)
+		if h, err := raw.ComputeHash(); err != nil || h != e.Hash {
+			rt.Fatalf("hash over the stored text = %s, %v; want %s", h, err, e.Hash)
+		}
+		i := rapid.IntRange(0, len(text)-1).Draw(rt, "i")
+		changed := append([]byte(nil), text...)
+		changed[i] ^= byte(rapid.IntRange(1, 255).Draw(rt, "x"))
+		raw.Details = RawDetails(changed)
+		if h, _ := raw.ComputeHash(); h == e.Hash {
+			rt.Fatalf("byte %d of the details changed and the hash did not", i)
+		}
+	})
+}

@@ -62,6 +62,7 @@ type historyQuery struct {
 	args     []any
 	order    string
 	deciders bool // rows come from call_deciders and may repeat a call
+	empty    bool // an estimate found that nothing matches
 }
 
 // qualified is callColumns with every column prefixed by "c.".
@@ -78,68 +79,164 @@ var qualified = func() string {
 const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at))
 	FROM (SELECT operator, channel, at FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
 
+// estimateCap bounds the rows counted to estimate how selective a filter
+// is: enough to tell a rare value from a common one, cheap to count.
+const estimateCap = 2000
+
+// A cond is one SQL condition with its arguments.
+type cond struct {
+	sql  string
+	args []any
+}
+
+func conds(cs []cond) ([]string, []any) {
+	var ss []string
+	var args []any
+	for _, c := range cs {
+		ss = append(ss, c.sql)
+		args = append(args, c.args...)
+	}
+	return ss, args
+}
+
+// historyQuery plans a filter. SQLite has no statistics on how common a
+// value is, so the plan is chosen here: each filter that has an index in
+// history order counts its matching rows (up to estimateCap) and the
+// rarest one drives the query through its index, the others being checked
+// on each row it yields. A filter that matches nothing ends the search at
+// once. The cost of a page is then about the rows of the rarest filter, or
+// the rows read until the page is full.
 func (d *DB) historyQuery(ctx context.Context, f HistoryFilter) (*historyQuery, error) {
-	q := &historyQuery{}
-	// The ordering key lives on call_deciders when an operator or channel
-	// filter drives the query, so that its index delivers rows in order;
-	// otherwise on calls.
-	key, seq := "c.created_at", "c.seq"
-	if f.Operator != "" || f.Channel != "" {
-		q.deciders = true
-		key, seq = "d.created_at", "d.call_seq"
-		// CROSS JOIN keeps call_deciders as the outer loop.
-		q.from = `call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq`
-		if f.Operator != "" {
-			q.where, q.args = append(q.where, "d.operator = ?"), append(q.args, f.Operator)
+	var eq []cond // equality filters on calls, by preference on ties
+	for _, x := range []struct{ col, v string }{{"actor", f.Actor}, {"tool", f.Tool}, {"status", f.Status}} {
+		if x.v != "" {
+			eq = append(eq, cond{x.col + " = ?", []any{x.v}})
 		}
-		if f.Channel != "" {
-			q.where, q.args = append(q.where, "d.channel = ?"), append(q.args, f.Channel)
-		}
-	} else {
-		q.from = `calls c`
 	}
-	add := func(cond string, args ...any) {
-		q.where = append(q.where, cond)
-		q.args = append(q.args, args...)
+	if f.Status != "" && !statuses[f.Status] {
+		return nil, fmt.Errorf("%w: unknown status %q", ErrFilter, f.Status)
 	}
-	if f.Actor != "" {
-		add("c.actor = ?", f.Actor)
-	}
-	if f.Tool != "" {
-		add("c.tool = ?", f.Tool)
-	}
-	if f.Status != "" {
-		if !statuses[f.Status] {
-			return nil, fmt.Errorf("%w: unknown status %q", ErrFilter, f.Status)
-		}
-		add("c.status = ?", f.Status)
-	}
+	var digest *cond
 	if p := strings.ToLower(strings.Join(strings.Fields(f.DigestPrefix), "")); p != "" {
 		if len(p) > 64 || strings.Trim(p, "0123456789abcdef") != "" {
 			return nil, fmt.Errorf("%w: the digest prefix must be hex digits", ErrFilter)
 		}
 		// Every digest that starts with p sorts in [p, p+"g").
-		add("c.digest >= ? AND c.digest < ?", p, p+"g")
+		digest = &cond{"digest >= ? AND digest < ?", []any{p, p + "g"}}
 	}
-	if !f.Since.IsZero() {
-		add(key+" >= ?", f.Since.UnixMilli())
+	var decider []cond
+	if f.Operator != "" {
+		decider = append(decider, cond{"operator = ?", []any{f.Operator}})
 	}
-	if !f.Until.IsZero() {
-		add(key+" < ?", f.Until.UnixMilli())
+	if f.Channel != "" {
+		decider = append(decider, cond{"channel = ?", []any{f.Channel}})
 	}
+	// Conditions on the history order (created_at, seq): the time window
+	// and the cursor. seq is "seq" on calls and "call_seq" on call_deciders.
+	var cursorAt int64
 	if f.After > 0 {
-		var at int64
-		err := d.sql.QueryRowContext(ctx, `SELECT created_at FROM calls WHERE seq = ?`, f.After).Scan(&at)
+		err := d.sql.QueryRowContext(ctx, `SELECT created_at FROM calls WHERE seq = ?`, f.After).Scan(&cursorAt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("%w: the cursor names no call", ErrFilter)
 		}
 		if err != nil {
 			return nil, classify(fmt.Errorf("db: history cursor: %w", err))
 		}
-		// (created_at, seq) < (at, After), written so that the index can
-		// use the first term as a range.
-		add(key+" <= ? AND ("+key+" < ? OR "+seq+" < ?)", at, at, f.After)
 	}
+	keyConds := func(prefix, seq string) []cond {
+		var cs []cond
+		if !f.Since.IsZero() {
+			cs = append(cs, cond{prefix + "created_at >= ?", []any{f.Since.UnixMilli()}})
+		}
+		if !f.Until.IsZero() {
+			cs = append(cs, cond{prefix + "created_at < ?", []any{f.Until.UnixMilli()}})
+		}
+		if f.After > 0 {
+			// (created_at, seq) < (cursorAt, After), written so that an
+			// index can use the first term as a range.
+			cs = append(cs, cond{prefix + "created_at <= ? AND (" + prefix + "created_at < ? OR " + prefix + seq + " < ?)",
+				[]any{cursorAt, cursorAt, f.After}})
+		}
+		return cs
+	}
+	count := func(table string, cs []cond) (int, error) {
+		where, args := conds(cs)
+		var n int
+		err := d.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+table+` WHERE `+
+			strings.Join(where, " AND ")+` LIMIT `+strconv.Itoa(estimateCap)+`)`, args...).Scan(&n)
+		if err != nil {
+			return 0, classify(fmt.Errorf("db: history estimate: %w", err))
+		}
+		return n, nil
+	}
+
+	// Pick the driver: "" (history order alone), "digest", "deciders" or
+	// an eq column.
+	driver, best := "", estimateCap+1
+	try := func(name, table string, cs []cond) error {
+		n, err := count(table, cs)
+		if err == nil && n < best {
+			driver, best = name, n
+		}
+		return err
+	}
+	if digest != nil {
+		if err := try("digest", "calls INDEXED BY calls_digest", []cond{*digest}); err != nil {
+			return nil, err
+		}
+	}
+	if len(decider) > 0 {
+		if err := try("deciders", "call_deciders", append(append([]cond(nil), decider...), keyConds("", "call_seq")...)); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range eq {
+		col := strings.Fields(c.sql)[0]
+		if err := try(col, "calls INDEXED BY calls_"+col+"_created", append([]cond{c}, keyConds("", "seq")...)); err != nil {
+			return nil, err
+		}
+	}
+	q := &historyQuery{empty: best == 0}
+	var where []cond
+	key, seq := "c.created_at", "c.seq"
+	switch driver {
+	case "deciders":
+		q.deciders = true
+		key, seq = "d.created_at", "d.call_seq"
+		// CROSS JOIN keeps call_deciders as the outer loop.
+		q.from = `call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq`
+		for _, c := range decider {
+			where = append(where, cond{"d." + c.sql, c.args})
+		}
+		where = append(where, keyConds("d.", "call_seq")...)
+	case "digest":
+		q.from = `calls c INDEXED BY calls_digest`
+	case "":
+		q.from = `calls c INDEXED BY calls_created`
+	default:
+		q.from = `calls c INDEXED BY calls_` + driver + `_created`
+	}
+	for _, c := range eq {
+		where = append(where, cond{"c." + c.sql, c.args})
+	}
+	if digest != nil {
+		where = append(where, cond{"c.digest >= ? AND c.digest < ?", digest.args})
+	}
+	if !q.deciders {
+		where = append(where, keyConds("c.", "seq")...)
+		if len(decider) > 0 {
+			// One matching decider row is enough; its index finds it from
+			// the call's created_at and seq.
+			sub := "SELECT 1 FROM call_deciders d WHERE d.created_at = c.created_at AND d.call_seq = c.seq"
+			var args []any
+			for _, c := range decider {
+				sub += " AND d." + c.sql
+				args = append(args, c.args...)
+			}
+			where = append(where, cond{"EXISTS (" + sub + ")", args})
+		}
+	}
+	q.where, q.args = conds(where)
 	q.order = key + " DESC, " + seq + " DESC"
 	return q, nil
 }
@@ -175,7 +272,7 @@ func (d *DB) History(ctx context.Context, f HistoryFilter) ([]*queue.Call, int64
 	}
 	limit = min(limit, MaxHistoryLimit)
 	q, err := d.historyQuery(ctx, f)
-	if err != nil {
+	if err != nil || q.empty {
 		return nil, 0, err
 	}
 	query := q.sql(qualified + ", " + approvalsColumn)
@@ -278,11 +375,6 @@ func (d *DB) ExportCalls(ctx context.Context, f HistoryFilter, w io.Writer, form
 		return err
 	}
 	return d.readSnapshot(ctx, func(db querier) error {
-		rows, err := db.QueryContext(ctx, q.sql(exportColumns+", "+approvalsColumn), q.args...)
-		if err != nil {
-			return classify(fmt.Errorf("db: export calls: %w", err))
-		}
-		defer rows.Close()
 		bw := bufio.NewWriterSize(w, 64<<10)
 		var cw *csv.Writer
 		if format == "csv" {
@@ -291,6 +383,14 @@ func (d *DB) ExportCalls(ctx context.Context, f HistoryFilter, w io.Writer, form
 				return err
 			}
 		}
+		if q.empty {
+			return flush(bw, cw)
+		}
+		rows, err := db.QueryContext(ctx, q.sql(exportColumns+", "+approvalsColumn), q.args...)
+		if err != nil {
+			return classify(fmt.Errorf("db: export calls: %w", err))
+		}
+		defer rows.Close()
 		var buf []byte
 		var last int64
 		record := make([]string, len(callCSVHeader))

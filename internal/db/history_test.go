@@ -1,19 +1,30 @@
 package db
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"database/sql"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -30,6 +41,11 @@ func historyFixture(t *testing.T) (*auditHarness, []*queue.Call) {
 	for i := range 90 {
 		h.clock.advance(time.Duration(rng.IntN(2)) * time.Millisecond)
 		who := agents[rng.IntN(2)]
+		decision := rng.IntN(7)
+		if i%30 == 0 {
+			// A rare actor whose calls op:bob decides.
+			who, decision = queue.Principal{Actor: "agent:rare", Audience: "pay-host"}, 6
+		}
 		var c *queue.Call
 		if rng.IntN(3) == 0 {
 			c = h.submit(t, who, fmt.Sprintf(`{"tool":"test.dual","target":"service:s","args":{"version":"v%d"}}`, i))
@@ -38,7 +54,7 @@ func historyFixture(t *testing.T) (*auditHarness, []*queue.Call) {
 		}
 		ids = append(ids, c.ID)
 		var err error
-		switch rng.IntN(7) {
+		switch decision {
 		case 0: // stays pending
 		case 1:
 			_, err = h.q.Cancel(ctx, who, c.ID)
@@ -180,6 +196,8 @@ func TestHistoryFilters(t *testing.T) {
 		{"digest prefix in groups", HistoryFilter{DigestPrefix: strings.ToUpper(digest[:4] + " " + digest[4:6])}},
 		{"whole digest", HistoryFilter{DigestPrefix: digest}},
 		{"nobody", HistoryFilter{Operator: "op:nobody"}},
+		{"rare actor and operator", HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}},
+		{"rare actor and channel", HistoryFilter{Actor: "agent:rare", Channel: audit.ChannelCLI, Status: "redeemed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,6 +213,35 @@ func TestHistoryFilters(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHistoryPlan checks that the rarest filter drives the query.
+func TestHistoryPlan(t *testing.T) {
+	h, calls := historyFixture(t)
+	tests := []struct {
+		f    HistoryFilter
+		from string
+	}{
+		{HistoryFilter{}, "calls c INDEXED BY calls_created"},
+		{HistoryFilter{Since: calls[10].CreatedAt}, "calls c INDEXED BY calls_created"},
+		{HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}, "calls c INDEXED BY calls_actor_created"},
+		{HistoryFilter{Actor: "agent:bot", Operator: "op:carl", Channel: audit.ChannelCLI}, "call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq"},
+		{HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_status_created"},
+		{HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
+	}
+	for _, tt := range tests {
+		q, err := h.d.historyQuery(context.Background(), tt.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.from != tt.from {
+			t.Errorf("%+v driven by %q, want %q", tt.f, q.from, tt.from)
+		}
+	}
+	q, err := h.d.historyQuery(context.Background(), HistoryFilter{Actor: "agent:bot", Tool: "test.none"})
+	if err != nil || !q.empty {
+		t.Errorf("a filter that matches nothing: empty = %v, %v", q != nil && q.empty, err)
 	}
 }
 
@@ -335,4 +382,422 @@ func TestExportCalls(t *testing.T) {
 	if err := h.d.ExportCalls(ctx, HistoryFilter{}, &jb, "pdf"); !errors.Is(err, ErrFormat) {
 		t.Errorf("format pdf: %v, want ErrFormat", err)
 	}
+}
+
+// The scale test: COUNTERSIGN_SCALE=1 go test -run TestScale -v -timeout 60m ./internal/db/
+//
+// It builds a database of COUNTERSIGN_SCALE_CALLS calls (default one
+// million) with their audit entries (about four per call) and a checkpoint
+// every 1000 entries, then times history pages and streams exports while
+// sampling the heap. COUNTERSIGN_SCALE_DIR keeps the database between runs.
+func TestScale(t *testing.T) {
+	if os.Getenv("COUNTERSIGN_SCALE") != "1" {
+		t.Skip("set COUNTERSIGN_SCALE=1 to run the one-million-call scale test (several minutes)")
+	}
+	n := 1_000_000
+	if v := os.Getenv("COUNTERSIGN_SCALE_CALLS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := os.Getenv("COUNTERSIGN_SCALE_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, fmt.Sprintf("scale-%d.db", n))
+	d, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	var have int
+	_ = d.SQL().QueryRow(`SELECT COUNT(*) FROM calls`).Scan(&have)
+	if have != n {
+		if have != 0 {
+			t.Fatalf("%s holds %d calls, not %d: remove it", path, have, n)
+		}
+		start := time.Now()
+		entries := generateScale(t, d, n)
+		t.Logf("generated %d calls and %d audit entries in %v", n, entries, time.Since(start).Round(time.Second))
+	}
+	var entries int64
+	_ = d.SQL().QueryRow(`SELECT MAX(seq) FROM audit`).Scan(&entries)
+	fi, _ := os.Stat(path)
+	t.Logf("database: %d calls, %d audit entries, %d MiB", n, entries, fi.Size()>>20)
+
+	// History pages: the median of 11 runs after a warm-up.
+	first, next, err := d.History(ctx, HistoryFilter{})
+	if err != nil || len(first) != DefaultHistoryLimit {
+		t.Fatalf("first page = %d calls, %v", len(first), err)
+	}
+	mid := first[0].CreatedAt.Add(-time.Duration(n/2) * 800 * time.Millisecond)
+	pages := []struct {
+		name string
+		f    HistoryFilter
+	}{
+		{"first page, no filter", HistoryFilter{}},
+		{"second page (cursor)", HistoryFilter{After: next}},
+		{"page n/1000 deep (cursor)", HistoryFilter{After: first[0].Seq - int64(n/20)}},
+		{"actor (a busy one)", HistoryFilter{Actor: "agent:a000"}},
+		{"actor (20 calls in all)", HistoryFilter{Actor: "agent:rare"}},
+		{"tool", HistoryFilter{Tool: "tool.t07"}},
+		{"status denied", HistoryFilter{Status: "denied"}},
+		{"status pending", HistoryFilter{Status: "pending"}},
+		{"operator", HistoryFilter{Operator: "op:03"}},
+		{"operator (10 decisions in all)", HistoryFilter{Operator: "op:rare"}},
+		{"channel cli", HistoryFilter{Channel: "cli"}},
+		{"operator and channel", HistoryFilter{Operator: "op:05", Channel: "cli"}},
+		{"actor and tool", HistoryFilter{Actor: "agent:a001", Tool: "tool.t03"}},
+		{"actor and status", HistoryFilter{Actor: "agent:a050", Status: "expired"}},
+		{"operator and status", HistoryFilter{Operator: "op:02", Status: "redeemed"}},
+		{"one day, mid-history", HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour)}},
+		{"one day and actor", HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour), Actor: "agent:a003"}},
+		{"digest prefix (4 hex)", HistoryFilter{DigestPrefix: first[7].Digest[:4]}},
+		{"digest (full)", HistoryFilter{DigestPrefix: first[7].Digest}},
+	}
+	for _, p := range pages {
+		if p.f.After == 0 && strings.Contains(p.name, "cursor") {
+			t.Fatalf("%s: no cursor", p.name)
+		}
+		var times []time.Duration
+		var got int
+		for i := range 12 {
+			start := time.Now()
+			calls, _, err := d.History(ctx, p.f)
+			el := time.Since(start)
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			got = len(calls)
+			if i > 0 {
+				times = append(times, el)
+			}
+		}
+		slices.Sort(times)
+		med := times[len(times)/2]
+		t.Logf("history %-32s %3d calls  median %8v  max %8v", p.name, got, med.Round(time.Microsecond), times[len(times)-1].Round(time.Microsecond))
+		if got == 0 {
+			t.Errorf("%s: the page is empty; the case measures nothing", p.name)
+		}
+		if med > 50*time.Millisecond {
+			t.Errorf("%s: median %v, want under 50ms", p.name, med)
+		}
+	}
+
+	// Streams, each sampled for heap and rate.
+	out := filepath.Join(dir, "audit-export.jsonl")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res ExportResult
+	measureStream(t, "audit export JSONL to a file", entries, func(w io.Writer) error {
+		res, err = d.ExportAudit(ctx, w, ExportOptions{Format: "jsonl"})
+		return err
+	}, f)
+	f.Close()
+	if res.Count != entries {
+		t.Errorf("exported %d entries, want %d", res.Count, entries)
+	}
+	measureStream(t, "audit export CSV", entries, func(w io.Writer) error {
+		_, err := d.ExportAudit(ctx, w, ExportOptions{Format: "csv"})
+		return err
+	}, nil)
+	measureStream(t, "calls export JSONL", int64(n), func(w io.Writer) error {
+		return d.ExportCalls(ctx, HistoryFilter{}, w, "jsonl")
+	}, nil)
+	measureStream(t, "calls export CSV", int64(n), func(w io.Writer) error {
+		return d.ExportCalls(ctx, HistoryFilter{}, w, "csv")
+	}, nil)
+	var vr VerifyResult
+	measureStream(t, "VerifyChain (database)", entries, func(io.Writer) error {
+		vr, err = d.VerifyChain(ctx)
+		return err
+	}, nil)
+	if !vr.OK || vr.Count != entries {
+		t.Errorf("VerifyChain = %+v", vr)
+	}
+	var rep audit.Report
+	measureStream(t, "VerifyExport (offline, file)", entries, func(io.Writer) error {
+		f, err := os.Open(out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rep, err = audit.VerifyExport(bufio.NewReaderSize(f, 1<<20), audit.VerifyOptions{})
+		return err
+	}, nil)
+	if rep.Count != entries || rep.Head != vr.Head || rep.Checkpoints != vr.Checkpoints {
+		t.Errorf("offline verification %+v, database %+v", rep, vr)
+	}
+	os.Remove(out)
+}
+
+// countingWriter counts bytes and forwards them (to nothing when w is nil).
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	if c.w == nil {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
+// measureStream runs fn while sampling the heap and the bytes written
+// every 100ms, and logs the duration, rate and heap figures.
+func measureStream(t *testing.T, name string, rows int64, fn func(io.Writer) error, to io.Writer) {
+	t.Helper()
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	cw := &countingWriter{w: to}
+	type sample struct {
+		bytes int64
+		heap  uint64
+	}
+	var samples []sample
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				samples = append(samples, sample{cw.n.Load(), m.HeapInuse})
+			}
+		}
+	}()
+	start := time.Now()
+	err := fn(cw)
+	el := time.Since(start)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var maxHeap uint64
+	for _, s := range samples {
+		maxHeap = max(maxHeap, s.heap)
+	}
+	// Heap at about a tenth, half and nine tenths of the run: flat memory
+	// shows as the same figure throughout.
+	at := func(frac float64) uint64 {
+		if len(samples) == 0 {
+			return 0
+		}
+		return samples[min(len(samples)-1, int(frac*float64(len(samples))))].heap
+	}
+	// Rate per second of wall time, slowest and fastest whole second.
+	var slow, fast int64 = -1, 0
+	for i := 10; i < len(samples); i += 10 {
+		r := samples[i].bytes - samples[i-10].bytes
+		if slow < 0 || r < slow {
+			slow = r
+		}
+		fast = max(fast, r)
+	}
+	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
+	t.Logf("%-30s %9d rows in %6.1fs  %8.0f rows/s  %6.1f MiB/s (slowest second %.1f, fastest %.1f)  heap in use %.1f MiB before, %.1f/%.1f/%.1f at 10/50/90%%, max %.1f",
+		name, rows, el.Seconds(), float64(rows)/el.Seconds(), mib(uint64(cw.n.Load()))/el.Seconds(), mib(uint64(max(slow, 0))), mib(uint64(fast)),
+		mib(base.HeapInuse), mib(at(0.1)), mib(at(0.5)), mib(at(0.9)), mib(maxHeap))
+	if maxHeap > base.HeapInuse+64<<20 {
+		t.Errorf("%s: heap in use reached %.1f MiB (from %.1f): the stream is being held in memory", name, mib(maxHeap), mib(base.HeapInuse))
+	}
+}
+
+// generateScale writes n calls with their approvals, deciders, audit
+// entries (the chain computed in Go) and a checkpoint every 1000 entries,
+// in transactions of 20,000 calls on one connection. It returns the number
+// of entries.
+func generateScale(t *testing.T, d *DB, n int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := d.SQL().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA cache_size = -262144`); err != nil {
+		t.Fatal(err)
+	}
+	signer := newSigner(t)
+	rng := rand.New(rand.NewPCG(7, 11))
+	t0 := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	var seq int64
+	prev := ""
+	checks := make([]any, 0, 11)
+	for _, name := range []string{"shape", "signature", "claims", "actor", "audience", "tool", "target", "digest", "time", "status", "nonce"} {
+		checks = append(checks, map[string]any{"name": name, "ok": true})
+	}
+	rareActor := map[int]bool{}
+	for i := range 20 {
+		rareActor[n/20*i+7] = true
+	}
+	rareOp := map[int]bool{}
+	for i := range 10 {
+		rareOp[n/10*i+3] = true
+	}
+	const batch = 20_000
+	for lo := 0; lo < n; lo += batch {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prep := func(q string) *sql.Stmt {
+			s, err := tx.PrepareContext(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		insCall := prep(`INSERT INTO calls (seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
+			approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
+			grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+		insApproval := prep(`INSERT INTO approvals (call_id, operator, channel, at) VALUES (?,?,?,?)`)
+		insDecider := prep(`INSERT OR IGNORE INTO call_deciders (operator, channel, created_at, call_seq) VALUES (?,?,?,?)`)
+		insEntry := prep(`INSERT INTO audit (` + entryColumns + `) VALUES (?,?,?,?,?,?,?,?,?)`)
+		insCheckpoint := prep(`INSERT INTO checkpoints (` + checkpointColumns + `) VALUES (?,?,?,?,?,?)`)
+		for i := lo; i < min(lo+batch, n); i++ {
+			created := t0.Add(time.Duration(i)*800*time.Millisecond + time.Duration(rng.IntN(500))*time.Millisecond)
+			id := fmt.Sprintf("call_%026d", i)
+			actor := fmt.Sprintf("agent:a%03d", rng.IntN(100))
+			if rng.IntN(2) == 0 {
+				actor = fmt.Sprintf("agent:a%03d", rng.IntN(5))
+			}
+			if rareActor[i] {
+				actor = "agent:rare"
+			}
+			tool := fmt.Sprintf("tool.t%02d", rng.IntN(20))
+			target := fmt.Sprintf("invoice:INV-%d", i)
+			args := fmt.Sprintf(`{"amount_minor":%d,"currency":"EUR","reason_code":"duplicate"}`, 1+rng.IntN(500000))
+			sum := sha256.Sum256([]byte(id))
+			digest := hex.EncodeToString(sum[:])
+			op := fmt.Sprintf("op:%02d", rng.IntN(12))
+			if rareOp[i] {
+				op = "op:rare"
+			}
+			channel := "web"
+			if rng.IntN(100) < 15 {
+				channel = "cli"
+			}
+			r := rng.IntN(100)
+			status := "pending"
+			switch {
+			case r < 60:
+				status = "redeemed"
+			case r < 75:
+				status = "denied"
+			case r < 85:
+				status = "expired"
+			case r < 90:
+				status = "cancelled"
+			case r < 95:
+				status = "approved"
+			}
+			if rareOp[i] {
+				status = "denied"
+			}
+			type ev struct {
+				kind, principal, channel string
+				details                  map[string]any
+			}
+			evs := []ev{{audit.KindSubmitted, actor, "api", map[string]any{"tool": tool, "target": target, "audience": "payments-host",
+				"digest": digest, "args": map[string]any{"amount_minor": int64(i), "currency": "EUR", "reason_code": "duplicate"},
+				"rationale": "the customer was charged twice", "decide_by": created.Add(15 * time.Minute).Format(time.RFC3339Nano),
+				"approvals_required": int64(1)}}}
+			decided := created.Add(time.Duration(5+rng.IntN(300)) * time.Second)
+			var decidedAt, grantExp, redeemedAt, outAt sql.NullInt64
+			var deniedBy, deniedCh, reason, jti, kid, outStatus, outDetail sql.NullString
+			approve := status == "redeemed" || status == "approved"
+			if approve {
+				decidedAt = sql.NullInt64{Int64: decided.UnixMilli(), Valid: true}
+				jti = sql.NullString{String: fmt.Sprintf("%032x", i), Valid: true}
+				kid = sql.NullString{String: "k1", Valid: true}
+				grantExp = sql.NullInt64{Int64: decided.Add(time.Minute).UnixMilli(), Valid: true}
+				evs = append(evs, ev{audit.KindApproved, op, channel, map[string]any{"digest": digest, "received": int64(1), "required": int64(1)}},
+					ev{audit.KindGranted, "console", "api", map[string]any{"jti": jti.String, "kid": "k1", "iat": decided.Unix(), "exp": decided.Unix() + 60, "digest": digest}})
+			}
+			switch status {
+			case "redeemed":
+				redeemedAt = sql.NullInt64{Int64: decided.Add(2 * time.Second).UnixMilli(), Valid: true}
+				outStatus, outDetail = sql.NullString{String: "succeeded", Valid: true}, sql.NullString{String: "refund issued", Valid: true}
+				outAt = sql.NullInt64{Int64: decided.Add(3 * time.Second).UnixMilli(), Valid: true}
+				evs = append(evs, ev{audit.KindRedeemed, actor, "api", map[string]any{"checks": checks, "jti": jti.String}},
+					ev{audit.KindOutcome, actor, "api", map[string]any{"status": "succeeded", "detail": "refund issued"}})
+			case "denied":
+				decidedAt = sql.NullInt64{Int64: decided.UnixMilli(), Valid: true}
+				deniedBy, deniedCh = sql.NullString{String: op, Valid: true}, sql.NullString{String: channel, Valid: true}
+				reason = sql.NullString{String: "amount does not match the invoice", Valid: true}
+				evs = append(evs, ev{audit.KindDenied, op, channel, map[string]any{"digest": digest, "reason": reason.String}})
+			case "expired":
+				decidedAt = sql.NullInt64{Int64: created.Add(15 * time.Minute).UnixMilli(), Valid: true}
+				evs = append(evs, ev{audit.KindExpired, "console", "api", map[string]any{"decide_by": created.Add(15 * time.Minute).Format(time.RFC3339Nano)}})
+			case "cancelled":
+				decidedAt = sql.NullInt64{Int64: decided.UnixMilli(), Valid: true}
+				evs = append(evs, ev{audit.KindCancelled, actor, "api", map[string]any{}})
+			}
+			callSeq := int64(i + 1)
+			if _, err := insCall.ExecContext(ctx, callSeq, id, actor, "payments-host", tool, target, args, "the customer was charged twice",
+				[]byte(args), digest, status, 1, 60000, created.UnixMilli(), created.Add(15*time.Minute).UnixMilli(), decidedAt,
+				deniedBy, deniedCh, reason, jti, kid, grantExp, redeemedAt, outStatus, outDetail, outAt); err != nil {
+				t.Fatal(err)
+			}
+			if approve {
+				if _, err := insApproval.ExecContext(ctx, id, op, channel, decided.UnixMilli()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if deniedBy.Valid {
+				if _, err := insDecider.ExecContext(ctx, op, channel, created.UnixMilli(), callSeq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k, e := range evs {
+				callID := id
+				entry := &audit.Entry{Time: audit.FormatTime(created.Add(time.Duration(k) * time.Millisecond)), Kind: e.kind,
+					CallID: callID, Principal: e.principal, Channel: e.channel, Details: e.details}
+				if err := entry.Seal(seq, prev); err != nil {
+					t.Fatal(err)
+				}
+				details, err := canonical.Encode(e.details)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := insEntry.ExecContext(ctx, entry.Seq, entry.Time, entry.Kind, entry.CallID, entry.Principal,
+					entry.Channel, string(details), entry.PrevHash, entry.Hash); err != nil {
+					t.Fatal(err)
+				}
+				seq, prev = entry.Seq, entry.Hash
+				if seq%1000 == 0 {
+					c, err := signer.Sign(seq, prev, created)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := insCheckpoint.ExecContext(ctx, c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	return seq
 }
