@@ -131,8 +131,9 @@ func (t *Tool) SchemaJSON() []byte {
 
 // Validate reports every problem of the proposal for this tool: a target
 // that does not match the target pattern, and every way args departs from
-// the args schema. Paths are JSON Pointers from the proposal's root. Nothing
-// is stripped or coerced; a nil result means the proposal is valid.
+// the args schema. Paths are JSON Pointers from the proposal's root. A
+// proposal that names another tool gets unknown_tool at /tool. Nothing is
+// stripped or coerced; a nil result means the proposal is valid.
 func (t *Tool) Validate(p canonical.Proposal) canonical.Problems {
 	v := validation{tool: t, segs: make([]segment, 0, 8)}
 	if p.Tool != t.Name {
