@@ -130,17 +130,31 @@ func checkOK(checks []grant.Check, name string) string {
 func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 	tests := []struct {
 		name    string
-		replace func(t *testing.T, path string) (other string)
+		replace func(t *testing.T, l *ledger) (other string)
 	}{
-		{"removed", func(t *testing.T, path string) string {
-			for _, p := range []string{path, path + "-wal", path + "-shm"} {
-				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		{"removed", func(t *testing.T, l *ledger) string {
+			removeDB(t, l.path)
+			return ""
+		}},
+		{"removed, redeemed on a new connection", func(t *testing.T, l *ledger) string {
+			removeDB(t, l.path)
+			// Hold every idle connection, so the redemption runs on one the
+			// pool opens after the removal (SQLite creates an empty file).
+			ctx := context.Background()
+			for range 7 {
+				c, err := l.db.SQL().Conn(ctx)
+				if err != nil {
 					t.Fatal(err)
 				}
+				t.Cleanup(func() { c.Close() })
+			}
+			if st := l.db.SQL().Stats(); st.Idle != 0 || st.OpenConnections >= 8 {
+				t.Fatalf("pool: %d idle, %d open; want none idle and room for a new one", st.Idle, st.OpenConnections)
 			}
 			return ""
 		}},
-		{"replaced by another database", func(t *testing.T, path string) string {
+		{"replaced by another database", func(t *testing.T, l *ledger) string {
+			path := l.path
 			other := newLedger(t, nil)
 			MustApprove(t, other)
 			if err := other.db.Close(); err != nil {
@@ -151,7 +165,8 @@ func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 			}
 			return path
 		}},
-		{"replaced by a copy of itself", func(t *testing.T, path string) string {
+		{"replaced by a copy of itself", func(t *testing.T, l *ledger) string {
+			path := l.path
 			data, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -175,13 +190,13 @@ func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 			if _, err := l.db.SQL().Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 				t.Fatal(err)
 			}
-			other := tt.replace(t, l.path)
+			other := tt.replace(t, l)
 			r, err := l.q.Redeem(ctx, agent, redemptionBody(c))
-			if !errors.Is(err, queue.ErrStoreReplaced) {
-				t.Fatalf("Redeem = %+v, %v; want ErrStoreReplaced", r, err)
-			}
 			if r != nil {
-				t.Errorf("Redeem returned a redemption %+v with the error", r)
+				t.Errorf("Redeem returned a redemption (accepted %t, reason %q)", r.Accepted, r.Reason)
+			}
+			if !errors.Is(err, queue.ErrStoreReplaced) {
+				t.Fatalf("Redeem error = %v; want ErrStoreReplaced", err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "removed or replaced") {
 				t.Errorf("error %q does not say the file was removed or replaced", msg)
@@ -201,6 +216,15 @@ func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func removeDB(t *testing.T, path string) {
+	t.Helper()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
 	}
 }
 
