@@ -254,6 +254,7 @@ func (o *callOutput) fail(err error) int {
 // print writes JSON text indented, keeping every number as the console
 // wrote it.
 func (o *callOutput) print(raw []byte) {
+	raw = bytes.TrimSpace(raw)
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, "", "  "); err != nil {
 		o.e.stdout.Write(raw)
