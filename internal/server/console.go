@@ -152,21 +152,24 @@ func (c *console) routes(e *echo.Echo) {
 	e.GET("/login", c.loginPage)
 	e.POST("/login", c.login)
 
-	auth := e.Group("", c.requireSession)
-	auth.GET("/", c.queuePage)
-	auth.GET("/calls/:id", c.callPage)
-	auth.GET("/ws", c.serveWS)
-	auth.GET("/admin", c.adminPage, c.requireAdmin)
+	// Middleware is attached per route: a Group with an empty prefix would
+	// also claim every unknown path.
+	e.GET("/", c.queuePage, c.requireSession)
+	e.GET("/calls/:id", c.callPage, c.requireSession)
+	e.GET("/ws", c.serveWS, c.requireSession)
+	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
 
-	post := e.Group("", c.requireSession, c.requireCSRF)
-	post.POST("/logout", c.logout)
-	post.POST("/calls/:id/approve", c.approve, c.requireDecider)
-	post.POST("/calls/:id/deny", c.deny, c.requireDecider)
-	post.POST("/blocks/clear", c.clearBlock, c.requireDecider)
-	post.POST("/admin/users", c.addUser, c.requireAdmin)
-	post.POST("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
-	post.POST("/admin/tokens", c.createToken, c.requireAdmin)
-	post.POST("/admin/tokens/:id/revoke", c.revokeToken, c.requireAdmin)
+	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)
+	}
+	post("/logout", c.logout)
+	post("/calls/:id/approve", c.approve, c.requireDecider)
+	post("/calls/:id/deny", c.deny, c.requireDecider)
+	post("/blocks/clear", c.clearBlock, c.requireDecider)
+	post("/admin/users", c.addUser, c.requireAdmin)
+	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
+	post("/admin/tokens", c.createToken, c.requireAdmin)
+	post("/admin/tokens/:id/revoke", c.revokeToken, c.requireAdmin)
 }
 
 // shutdown closes every socket (asking pages to reconnect later) and
@@ -206,7 +209,7 @@ func (c *console) wantsHTML(ec echo.Context) bool {
 // request had a session.
 func (c *console) errorPage(ec echo.Context, status int, msg string) {
 	p := templates.Page{Title: http.StatusText(status), Now: c.now()}
-	if v := viewerOf(ec); v != nil {
+	if v, err := c.currentViewer(ec); err == nil {
 		p.Viewer = v.templ()
 	}
 	if err := c.render(ec, status, templates.ErrorPage(templates.ErrorView{Page: p, Status: status, Message: msg})); err != nil {

@@ -1,0 +1,21 @@
+package server
+
+import (
+	"io"
+	"net/http/httptest"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/countersign/countersign/web/static"
+)
+
+type goquerySelection = goquery.Selection
+
+// cssForTest fetches the stylesheet the pages link to.
+func (c *console) cssForTest() string {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", static.URL("app.css"), nil)
+	c.s.Handler().ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
