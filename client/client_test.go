@@ -498,7 +498,7 @@ func TestKeysVerifyGrant(t *testing.T) {
 	if err := json.Unmarshal(raw, &set); err != nil {
 		t.Fatalf("JWKS %s: %v", raw, err)
 	}
-	jws, err := jose.ParseSigned(approved.Grant, []jose.SignatureAlgorithm{jose.EdDSA})
+	jws, err := jose.ParseSignedCompact(approved.Grant, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
 		t.Fatalf("ParseSigned: %v", err)
 	}

@@ -90,7 +90,8 @@ func loadAPIDoc(t *testing.T) *apiDoc {
 			for status, r := range rs {
 				resp := r.(map[string]any)
 				if ref, ok := resp["$ref"].(string); ok {
-					name, found := strings.CutPrefix(ref, "#/components/responses/")
+					name, _ := strings.CutPrefix(ref, "#/components/responses/")
+					var found bool
 					if resp, found = responses[name].(map[string]any); !found {
 						t.Fatalf("%s %s: $ref %s does not resolve", key, status, ref)
 					}
