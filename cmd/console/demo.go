@@ -2,10 +2,320 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/countersign/countersign/client"
+	"github.com/countersign/countersign/examples"
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
 )
 
+// cmdDemo runs the real server on a fresh data directory with the example
+// tools, demo logins and an in-process agent that proposes a varied stream
+// of calls through the public client, so a newcomer sees the whole loop.
 func cmdDemo(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var f serveFlags
+	f.register(fs)
+	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
+	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if f.logLevel == "info" {
+		f.logLevel = "warn"
+	}
+	data := f.data
+	if data == "" {
+		dir, err := os.MkdirTemp("", "countersign-demo-")
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+			return 1
+		}
+		data = dir
+	}
+	if f.tools == "" {
+		f.tools = filepath.Join(data, "tools.yaml")
+		if _, err := os.Stat(f.tools); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+				return 1
+			}
+			if err := os.WriteFile(f.tools, examples.ToolsYAML, 0o600); err != nil {
+				fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+				return 1
+			}
+		}
+	}
+	log := newLogger(e.stderr, f.logLevel)
+	a, err := openApp(data, f.tools, log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
+	defer a.Close()
+	logins, err := demoUsers(ctx, a.db)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
+	tokens, err := demoTokens(ctx, a.db)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v (choose another port with --addr 127.0.0.1:PORT)\n", err)
+		return 1
+	}
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(e.stdout, "Countersign demo running at %s\n", url)
+	fmt.Fprintf(e.stdout, "Data directory: %s\n\nLogins (shown once):\n", data)
+	for _, l := range logins {
+		fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
+	}
+	fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	if !*noAgent {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runDemoAgent(ctx, url, tokens, *every, e.stdout)
+		}()
+	}
+	err = a.serve(ctx, ln, f)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(e.stdout, "demo stopped")
+	return 0
 }
+
+type demoLogin struct {
+	name     string
+	role     account.Role
+	password string
+}
+
+var pwEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func randomPassword() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return strings.ToLower(pwEncoding.EncodeToString(b[:]))
+}
+
+// demoUsers creates two operators, an auditor and an admin with random
+// passwords. Accounts that already exist (a reused --data) keep theirs.
+func demoUsers(ctx context.Context, d *db.DB) ([]demoLogin, error) {
+	want := []demoLogin{{"alice", account.RoleOperator, ""}, {"bob", account.RoleOperator, ""},
+		{"audrey", account.RoleAuditor, ""}, {"admin", account.RoleAdmin, ""}}
+	var out []demoLogin
+	for _, l := range want {
+		if _, err := d.UserByName(ctx, l.name); err == nil {
+			l.password = "(unchanged: the account already existed)"
+			out = append(out, l)
+			continue
+		}
+		l.password = randomPassword()
+		h, err := account.Hash(l.password)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := d.AddUser(ctx, l.name, l.role, h, "demo", audit.ChannelCLI); err != nil {
+			return nil, fmt.Errorf("add demo user %s: %w", l.name, err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// demoAgents are the actors of the demo, one per tool audience.
+var demoAgents = map[string]string{
+	"payments-host": "agent:billing-bot",
+	"files-host":    "agent:janitor",
+	"deploy-host":   "agent:release-bot",
+	"reports-host":  "agent:analyst",
+	"mail-host":     "agent:mailer",
+	"search-host":   "agent:support-bot",
+	"weather-host":  "agent:concierge",
+}
+
+func demoTokens(ctx context.Context, d *db.DB) (map[string]string, error) {
+	tokens := map[string]string{}
+	for audience, actor := range demoAgents {
+		_, secret, err := d.CreateToken(ctx, actor, audience, "demo agent", "demo", audit.ChannelCLI)
+		if err != nil {
+			return nil, err
+		}
+		tokens[audience] = secret
+	}
+	return tokens, nil
+}
+
+// demoProposal is one call the demo agent may propose.
+type demoProposal struct {
+	audience string
+	proposal func(n int) client.Proposal
+}
+
+var demoScript = []demoProposal{
+	{"payments-host", func(n int) client.Proposal {
+		return client.Proposal{Tool: "payments.refund", Target: fmt.Sprintf("invoice:INV-%d", 1040+n),
+			Args: map[string]any{"amount_minor": 500 + mrand.IntN(200000), "currency": []string{"USD", "EUR", "JPY"}[n%3],
+				"reason_code": "duplicate", "notes": "Customer was charged twice; see ticket T-" + fmt.Sprint(7000+n)},
+			Rationale: "The customer's card statement shows two identical charges on the same day."}
+	}},
+	{"mail-host", func(n int) client.Proposal {
+		// An argument that hides a right-to-left override and a zero-width
+		// space: the console shows both as visible escapes.
+		return client.Proposal{Tool: "email.send", Target: "mailbox:billing@example.com",
+			Args: map[string]any{"to": []any{map[string]any{"address": "ops@example.com", "name": "Ops\u200bTeam"}},
+				"subject": fmt.Sprintf("Invoice %d attached: report\u202Efdp.exe", 7100+n), "body": "Please find the invoice attached."},
+			Rationale: "Forwarding the invoice the customer asked for."}
+	}},
+	{"deploy-host", func(n int) client.Proposal {
+		return client.Proposal{Tool: "releases.deploy", Target: "service:checkout",
+			Args: map[string]any{"version": fmt.Sprintf("v1.%d.0", 4+n), "environment": "production",
+				"change_ticket": fmt.Sprintf("CHG-%d", 4400+n), "canary_percent": 10},
+			Rationale: "Release notes approved in the weekly change meeting. Needs two approvers."}
+	}},
+	{"reports-host", func(n int) client.Proposal {
+		return client.Proposal{Tool: "reports.read", Target: "report:revenue-monthly",
+			Args: map[string]any{"period": fmt.Sprintf("2026-%02d", 1+n%11), "format": "csv"}}
+	}},
+	{"search-host", func(n int) client.Proposal {
+		return client.Proposal{Tool: "search.query", Target: "index:tickets",
+			Args: map[string]any{"query": fmt.Sprintf("checkout timeout %d", n), "limit": 20,
+				"filter": map[string]any{"status": "open", "created_after": "2026-11-01", "tags": []any{"checkout", "p1"}}}}
+	}},
+	{"files-host", func(n int) client.Proposal {
+		return client.Proposal{Tool: "files.delete", Target: fmt.Sprintf("file:/srv/shared/exports/old-%d.csv", n),
+			Args: map[string]any{"reason": "Export older than the 90-day retention", "backup": true}}
+	}},
+}
+
+// runDemoAgent proposes the script in a loop, and a burst of invalid
+// proposals that trips the retry cap, until ctx ends.
+func runDemoAgent(ctx context.Context, url string, tokens map[string]string, every time.Duration, out io.Writer) {
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "agent  "+format+"\n", args...)
+	}
+	clients := map[string]*client.Client{}
+	for aud, tok := range tokens {
+		clients[aud] = client.New(url, tok)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	propose := func(n int, p demoProposal) {
+		c := clients[p.audience]
+		prop := p.proposal(n)
+		call, err := c.Submit(ctx, prop)
+		if err != nil {
+			if ctx.Err() == nil {
+				say("%s refused: %v", prop.Tool, err)
+			}
+			return
+		}
+		say("proposed %-16s %-40s %s", call.Tool, call.Target, call.ID)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			finishDemoCall(ctx, c, call, say)
+		}()
+	}
+	// The first round fills the queue at once.
+	for i, p := range demoScript {
+		propose(i, p)
+	}
+	invalidBurst(ctx, clients["weather-host"], say)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for n := len(demoScript); ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		propose(n, demoScript[n%len(demoScript)])
+		if n%(3*len(demoScript)) == 0 {
+			invalidBurst(ctx, clients["weather-host"], say)
+		}
+	}
+}
+
+// finishDemoCall waits for the decision, then redeems and reports, as an
+// executor would.
+func finishDemoCall(ctx context.Context, c *client.Client, call *client.Call, say func(string, ...any)) {
+	done, err := c.Wait(ctx, call.ID)
+	if err != nil {
+		return
+	}
+	switch done.Status {
+	case client.StatusApproved:
+		res, err := c.Redeem(ctx, done.Grant, done.Spec())
+		if err != nil {
+			say("redeem %s: %v", call.ID, err)
+			return
+		}
+		if !res.Accepted {
+			say("redeem %s rejected: %s", call.ID, res.Reason)
+			return
+		}
+		say("ran      %-16s %-40s %s", call.Tool, call.Target, call.ID)
+		if _, err := c.ReportOutcome(ctx, call.ID, client.OutcomeSucceeded, "done by the demo executor"); err != nil {
+			say("outcome %s: %v", call.ID, err)
+		}
+	case client.StatusDenied:
+		reason := ""
+		if done.Decision != nil {
+			reason = done.Decision.Reason
+		}
+		say("denied   %-16s %-40s %s: %q", call.Tool, call.Target, call.ID, reason)
+	default:
+		say("%-8s %-16s %-40s %s", done.Status, call.Tool, call.Target, call.ID)
+	}
+}
+
+// invalidBurst sends proposals with a smuggled parameter until the console
+// blocks the pair (three in a row), as a confused model would.
+func invalidBurst(ctx context.Context, c *client.Client, say func(string, ...any)) {
+	for i := 0; i < 4; i++ {
+		_, err := c.Submit(ctx, client.Proposal{Tool: "weather.search", Target: "weather:forecast",
+			Args: map[string]any{"city": "Paris", "sql": "SELECT * FROM users"}})
+		switch {
+		case client.IsCode(err, "retry_limit"):
+			say("weather.search blocked after repeated invalid proposals; clear it in the console")
+			return
+		case err != nil:
+			say("weather.search refused: %v", err)
+		}
+	}
+}
+
+var _ = slog.Default

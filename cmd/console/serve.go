@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
@@ -24,6 +25,13 @@ import (
 
 // Issuer is the iss claim of every grant this console mints.
 const Issuer = "countersign"
+
+// Audit checkpoints are signed every checkpointEvery entries, and every
+// checkpointInterval when the head has moved.
+const (
+	checkpointInterval = 5 * time.Minute
+	checkpointEvery    = 1000
+)
 
 // dataDir resolves the data directory: the flag, then COUNTERSIGN_DATA, then
 // ./countersign-data.
@@ -154,6 +162,16 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }()
+
+	signer, err := audit.LoadOrCreateKey(auditKeyPath(a.data))
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.db.RunCheckpoints(ctx, signer, checkpointInterval, checkpointEvery, a.log)
+	}()
 
 	ctl, err := server.ListenControl(controlPath(a.data))
 	if err != nil {

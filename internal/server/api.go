@@ -25,6 +25,7 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	e.GET("/metrics", s.metrics.handler())
 	e.GET("/api/v1/keys", s.keys)
 	e.GET("/api/v1/openapi.yaml", s.openAPI)
+	s.routesAudit(e)
 
 	api := e.Group("/api/v1", s.bearer)
 	api.POST("/calls", s.submit)
