@@ -1,11 +1,306 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
 )
 
+// auditKeyPath is the audit checkpoint signing key, separate from the
+// grant keys in DATA/keys.
+func auditKeyPath(data string) string { return filepath.Join(data, "audit-key") }
+
+const auditUsage = `usage:
+  console audit verify [--data DIR | --file EXPORT] [--checkpoint FILE]...
+  console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]
+  console audit checkpoint [--data DIR]
+
+verify recomputes the hash chain and checks every signed checkpoint; it
+exits 0 when all is intact, 1 on any damage (naming the first bad entry),
+2 on a usage error. export streams the trail; a JSONL export verifies
+offline with verify --file. checkpoint signs the current head now and
+prints it as GET /api/v1/audit/checkpoint would.`
+
 func cmdAudit(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, auditUsage)
+		return 2
+	}
+	switch args[0] {
+	case "verify":
+		return auditVerify(ctx, e, args[1:])
+	case "export":
+		return auditExport(ctx, e, args[1:])
+	case "checkpoint":
+		return auditCheckpoint(ctx, e, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(e.stderr, auditUsage)
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "console audit: unknown subcommand %q\n\n%s\n", args[0], auditUsage)
+	return 2
+}
+
+func auditVerify(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory whose database to verify (default $COUNTERSIGN_DATA or ./countersign-data)")
+	file := fs.String("file", "", "a JSONL export to verify offline, without the database")
+	var cpFiles []string
+	fs.Func("checkpoint", "a checkpoint kept outside (as GET /api/v1/audit/checkpoint returned it); repeatable", func(s string) error {
+		cpFiles = append(cpFiles, s)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || (*data != "" && *file != "") {
+		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR or --file EXPORT, not both, and no other arguments")
+		return 2
+	}
+	var opts audit.VerifyOptions
+	for _, name := range cpFiles {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+			return 1
+		}
+		cps, err := audit.ReadCheckpoints(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %s: %v\n", name, err)
+			return 1
+		}
+		opts.Checkpoints = append(opts.Checkpoints, cps...)
+	}
+	// The keys of checkpoints kept outside are the ones to trust: every
+	// checkpoint in the log must be signed by one of them.
+	for _, c := range opts.Checkpoints {
+		if !containsString(opts.TrustedKeys, c.KID) {
+			opts.TrustedKeys = append(opts.TrustedKeys, c.KID)
+		}
+	}
+
+	var rep audit.Report
+	var damage error
+	if *file != "" {
+		f, err := os.Open(*file)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		rep, damage = audit.VerifyExport(bufio.NewReaderSize(f, 1<<20), opts)
+		var be *audit.BreakError
+		if damage != nil && !errors.As(damage, &be) {
+			// Not a chain break but an unreadable or malformed file: still
+			// damage to the export.
+			damage = &audit.BreakError{Seq: 0, Reason: strings.TrimPrefix(damage.Error(), "audit: ")}
+		}
+	} else {
+		path := dbPath(dataDir(e, *data))
+		d, err := db.OpenReadOnly(path)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+			return 1
+		}
+		defer d.Close()
+		res, err := d.Verify(ctx, opts)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+			return 1
+		}
+		damage = res.Err
+		rep = audit.Report{Count: res.Count, FromSeq: 1, PrevHash: audit.GenesisHash, LastSeq: res.Count, Head: res.Head,
+			Checkpoints: res.Checkpoints, CheckpointSeq: res.CheckpointSeq, KeyIDs: res.KeyIDs, Uncovered: res.Uncovered}
+	}
+	if damage != nil {
+		var be *audit.BreakError
+		if errors.As(damage, &be) && be.Seq > 0 {
+			fmt.Fprintf(e.stdout, "DAMAGED: first bad entry %d: %s\n", be.Seq, be.Reason)
+		} else {
+			fmt.Fprintf(e.stdout, "DAMAGED: %s\n", strings.TrimPrefix(damage.Error(), "audit: "))
+		}
+		return 1
+	}
+	printReport(e.stdout, rep, len(opts.Checkpoints))
+	return 0
+}
+
+func printReport(w io.Writer, rep audit.Report, outside int) {
+	if rep.Count == 0 {
+		fmt.Fprintln(w, "ok: the audit trail is empty")
+	} else {
+		fmt.Fprintf(w, "ok: %d entries verified (%d to %d), head %s\n", rep.Count, rep.FromSeq, rep.LastSeq, rep.Head)
+	}
+	if rep.Count > 0 && rep.FromSeq > 1 {
+		fmt.Fprintf(w, "range: verified from entry %d's prev_hash %s, which must equal the hash of entry %d (the head of the export before this one)\n",
+			rep.FromSeq, rep.PrevHash, rep.FromSeq-1)
+	}
+	if rep.Header != nil {
+		fmt.Fprintf(w, "export of database %s, written %s\n", rep.Header.Database, rep.Header.ExportedAt)
+	}
+	if rep.Checkpoints == 0 {
+		fmt.Fprintln(w, "checkpoints: none within the entries verified")
+	} else {
+		fmt.Fprintf(w, "checkpoints: %d verified, the newest at entry %d, signed by key %s\n", rep.Checkpoints, rep.CheckpointSeq, strings.Join(rep.KeyIDs, ", "))
+	}
+	for _, seq := range rep.Uncovered {
+		fmt.Fprintf(w, "note: the outside checkpoint at entry %d falls before the entries verified and was not compared\n", seq)
+	}
+	if outside == 0 {
+		fmt.Fprintln(w, "note: no outside checkpoint given (--checkpoint): entries removed after the last checkpoint, or a log re-signed with another key, would not show")
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// parseAuditTime reads an RFC 3339 time or a UTC date (2006-01-02).
+func parseAuditTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2025-03-01T12:00:00Z) nor a date (2025-03-01)", s)
+}
+
+func auditExport(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("audit export", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	since := fs.String("since", "", "first entry time, RFC 3339 or YYYY-MM-DD (UTC)")
+	until := fs.String("until", "", "entries before this time, RFC 3339 or YYYY-MM-DD (UTC)")
+	format := fs.String("format", "", "jsonl (verifiable offline) or csv")
+	out := fs.String("out", "", "file to write (default standard output)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || (*format != "jsonl" && *format != "csv") {
+		fmt.Fprintln(e.stderr, "usage: console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]")
+		return 2
+	}
+	opt := db.ExportOptions{Format: *format}
+	for _, x := range []struct {
+		flag string
+		dst  *time.Time
+	}{{*since, &opt.Since}, {*until, &opt.Until}} {
+		if x.flag == "" {
+			continue
+		}
+		t, err := parseAuditTime(x.flag)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
+			return 2
+		}
+		*x.dst = t
+	}
+	d, err := db.OpenReadOnly(dbPath(dataDir(e, *data)))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+
+	w := e.stdout
+	var tmp *os.File
+	if *out != "" {
+		// Written beside the destination and renamed into place when
+		// complete, so a failed export leaves no partial file.
+		tmp, err = os.CreateTemp(filepath.Dir(*out), ".tmp-audit-export-*")
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
+			return 1
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		w = tmp
+	}
+	res, err := d.ExportAudit(ctx, w, opt)
+	if err == nil && tmp != nil {
+		if err = tmp.Sync(); err == nil {
+			if err = tmp.Close(); err == nil {
+				err = os.Rename(tmp.Name(), *out)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
+		return 1
+	}
+	dest := *out
+	if dest == "" {
+		dest = "standard output"
+	}
+	if res.Count == 0 {
+		fmt.Fprintf(e.stderr, "exported no entries (none in that time range) to %s\n", dest)
+	} else {
+		fmt.Fprintf(e.stderr, "exported %d entries (%d to %d, head %s) and %d checkpoints to %s\n",
+			res.Count, res.FromSeq, res.ToSeq, res.Head, res.Checkpoints, dest)
+	}
+	return 0
+}
+
+func auditCheckpoint(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("audit checkpoint", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(e.stderr, "usage: console audit checkpoint [--data DIR]")
+		return 2
+	}
+	dir := dataDir(e, *data)
+	if _, err := os.Stat(dbPath(dir)); err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: no database in %s: %v\n", dir, err)
+		return 1
+	}
+	d, err := openDB(dir)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+	signer, err := audit.LoadOrCreateKey(auditKeyPath(dir))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
+		return 1
+	}
+	c, err := d.Checkpoint(ctx, signer)
+	if errors.Is(err, db.ErrNoCheckpoint) {
+		fmt.Fprintln(e.stderr, "console audit checkpoint: the audit trail is empty; nothing to sign")
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
+		return 1
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(e.stdout, string(b))
+	return 0
 }
