@@ -1,0 +1,549 @@
+// Command loadgen drives a running Countersign console end to end and
+// reports what it measured: agents propose calls through the Go client,
+// logged-in operator sockets receive the live cards, approvers decide through
+// the real web endpoints (session and CSRF token included), and agents
+// long-poll and redeem. It also measures, in the same run, the floor: raw
+// SQLite commits per second with the console's settings on the same disk.
+//
+// It talks only to the address given, is bounded in count and time, and
+// stops by itself.
+//
+//	console serve --data /tmp/cs --tools examples/tools.yaml &
+//	go run ./cmd/loadgen --data /tmp/cs --flows 500
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/countersign/countersign/client"
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+)
+
+type config struct {
+	url       string
+	data      string
+	agents    int
+	sockets   int
+	approvers int
+	flows     int
+	pending   int
+	duration  time.Duration
+	floorN    int
+	jsonOut   string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var cfg config
+	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "the console's address (loopback only)")
+	fs.StringVar(&cfg.data, "data", "", "the console's data directory, where loadgen creates its tokens and logins (required)")
+	fs.IntVar(&cfg.agents, "agents", 8, "concurrent agents proposing, waiting and redeeming")
+	fs.IntVar(&cfg.sockets, "sockets", 50, "logged-in operator WebSockets receiving live updates")
+	fs.IntVar(&cfg.approvers, "approvers", 2, "operators approving through the web endpoints")
+	fs.IntVar(&cfg.flows, "flows", 300, "complete flows (submit, approve, redeem) to run")
+	fs.IntVar(&cfg.pending, "pending", 1000, "calls left pending in the queue during the run")
+	fs.DurationVar(&cfg.duration, "duration", 2*time.Minute, "stop after this long whatever the count")
+	fs.IntVar(&cfg.floorN, "floor-commits", 300, "commits for the SQLite floor measurement")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write the report as JSON to this file")
+	fs.Parse(os.Args[1:])
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+// Report is what one run measured.
+type Report struct {
+	Flows          int                `json:"flows"`
+	Seconds        float64            `json:"seconds"`
+	FlowsPerSecond float64            `json:"flows_per_second"`
+	FloorCommits   float64            `json:"floor_commits_per_second"`
+	FloorFlows     float64            `json:"floor_flows_per_second"`
+	FloorRatio     float64            `json:"ratio_to_floor"`
+	SubmitToCard   Percentiles        `json:"submit_to_card_ms"`
+	ApproveToWake  Percentiles        `json:"approve_to_wake_ms"`
+	Redemption     Percentiles        `json:"redemption_ms"`
+	Submit         Percentiles        `json:"submit_ms"`
+	Errors         map[string]int     `json:"errors"`
+	ServerRSSMiB   float64            `json:"server_rss_mib"`
+	Settings       map[string]float64 `json:"settings"`
+}
+
+// Percentiles of a latency sample, in milliseconds.
+type Percentiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+type sample struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sample) add(d time.Duration) {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+}
+
+func (s *sample) percentiles() Percentiles {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.d) == 0 {
+		return Percentiles{}
+	}
+	d := append([]time.Duration(nil), s.d...)
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) float64 {
+		return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	return Percentiles{N: len(d), P50: at(.50), P95: at(.95), P99: at(.99), Max: at(1)}
+}
+
+type errorCounts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (e *errorCounts) add(kind string) {
+	e.mu.Lock()
+	if e.m == nil {
+		e.m = map[string]int{}
+	}
+	e.m[kind]++
+	e.mu.Unlock()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	u, err := url.Parse(cfg.url)
+	if err != nil || u.Scheme != "http" {
+		return fmt.Errorf("--url must be an http:// address")
+	}
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+		return fmt.Errorf("--url must be a loopback address, not %s", h)
+	}
+	if cfg.data == "" {
+		return errors.New("--data DIR is required: loadgen creates its agent tokens and operator logins there")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+
+	// Credentials, created in the console's database.
+	d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
+	if err != nil {
+		return err
+	}
+	run := randomHex(3)
+	var tokens []string
+	for i := 0; i < cfg.agents+1; i++ {
+		_, secret, err := d.CreateToken(ctx, fmt.Sprintf("agent:load-%s-%d", run, i), "weather-host", "loadgen", "loadgen", audit.ChannelCLI)
+		if err != nil {
+			return err
+		}
+		tokens = append(tokens, secret)
+	}
+	password := randomHex(12)
+	hash, err := account.Hash(password)
+	if err != nil {
+		return err
+	}
+	var operators []string
+	for i := 0; i < max(cfg.approvers, 1); i++ {
+		name := fmt.Sprintf("load-%s-op%d", run, i)
+		if _, err := d.AddUser(ctx, name, account.RoleOperator, hash, "loadgen", audit.ChannelCLI); err != nil {
+			return err
+		}
+		operators = append(operators, name)
+	}
+	floor, err := measureFloor(cfg.data, cfg.floorN)
+	d.Close()
+	if err != nil {
+		return err
+	}
+
+	rep := Report{Errors: map[string]int{}, FloorCommits: floor, FloorFlows: floor / 3, Settings: map[string]float64{
+		"agents": float64(cfg.agents), "sockets": float64(cfg.sockets), "approvers": float64(cfg.approvers),
+		"pending": float64(cfg.pending)}}
+	var errs errorCounts
+
+	// Fill the queue with calls that stay pending.
+	filler := client.New(cfg.url, tokens[cfg.agents])
+	for i := 0; i < cfg.pending && ctx.Err() == nil; i++ {
+		if _, err := filler.Submit(ctx, weather(fmt.Sprintf("pending %s %d", run, i))); err != nil {
+			errs.add("fill:" + errKind(err))
+		}
+	}
+
+	// Operator sockets: each records when it first sees each call id.
+	sessions := make([]*webSession, len(operators))
+	for i, name := range operators {
+		if sessions[i], err = login(ctx, cfg.url, name, password); err != nil {
+			return fmt.Errorf("log in %s: %w", name, err)
+		}
+	}
+	var submitted sync.Map // call id -> submit start time
+	var submitToCard sample
+	var wsWG sync.WaitGroup
+	sockCtx, closeSockets := context.WithCancel(ctx)
+	defer closeSockets()
+	idPattern := regexp.MustCompile(`call_[a-z2-7]{24}`)
+	opened := 0
+	for i := 0; i < cfg.sockets; i++ {
+		conn, err := sessions[i%len(sessions)].dialWS(sockCtx)
+		if err != nil {
+			errs.add("ws_dial")
+			continue
+		}
+		opened++
+		wsWG.Add(1)
+		go func() {
+			defer wsWG.Done()
+			defer conn.Close()
+			seen := map[string]bool{}
+			go func() { <-sockCtx.Done(); conn.Close() }()
+			for {
+				_, msg, err := conn.ReadMessage()
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				for _, id := range idPattern.FindAll(msg, -1) {
+					sid := string(id)
+					if seen[sid] {
+						continue
+					}
+					seen[sid] = true
+					if t, ok := submitted.Load(sid); ok {
+						submitToCard.add(now.Sub(t.(time.Time)))
+					}
+				}
+			}
+		}()
+	}
+	if opened == 0 && cfg.sockets > 0 {
+		return errors.New("no operator socket could be opened")
+	}
+
+	// Approvers take calls from a channel and approve them on the web.
+	toApprove := make(chan approval, cfg.agents*2)
+	approvedAt := sync.Map{} // id -> time the approve request started
+	var apprWG sync.WaitGroup
+	for i := 0; i < cfg.approvers; i++ {
+		apprWG.Add(1)
+		go func(s *webSession) {
+			defer apprWG.Done()
+			for a := range toApprove {
+				approvedAt.Store(a.id, time.Now())
+				if err := s.approve(ctx, a.id, a.digest); err != nil {
+					errs.add("approve:" + err.Error())
+				}
+			}
+		}(sessions[i%len(sessions)])
+	}
+
+	// Agents run complete flows.
+	var submitLat, wakeLat, redeemLat sample
+	var flows atomic.Int64
+	var next atomic.Int64
+	var agentWG sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < cfg.agents; i++ {
+		agentWG.Add(1)
+		go func(c *client.Client) {
+			defer agentWG.Done()
+			for ctx.Err() == nil && next.Add(1) <= int64(cfg.flows) {
+				t0 := time.Now()
+				call, err := c.Submit(ctx, weather(fmt.Sprintf("flow %s %d", run, next.Load())))
+				if err != nil {
+					errs.add("submit:" + errKind(err))
+					continue
+				}
+				submitLat.add(time.Since(t0))
+				submitted.Store(call.ID, t0)
+				toApprove <- approval{call.ID, call.Digest}
+				done, err := c.Wait(ctx, call.ID)
+				if err != nil {
+					errs.add("wait:" + errKind(err))
+					continue
+				}
+				if t, ok := approvedAt.Load(call.ID); ok {
+					wakeLat.add(time.Since(t.(time.Time)))
+				}
+				if done.Status != client.StatusApproved {
+					errs.add("wait:" + string(done.Status))
+					continue
+				}
+				t1 := time.Now()
+				res, err := c.Redeem(ctx, done.Grant, done.Spec())
+				if err != nil {
+					errs.add("redeem:" + errKind(err))
+					continue
+				}
+				redeemLat.add(time.Since(t1))
+				if !res.Accepted {
+					errs.add("redeem:" + res.Reason)
+					continue
+				}
+				flows.Add(1)
+			}
+		}(client.New(cfg.url, tokens[i]))
+	}
+	agentWG.Wait()
+	elapsed := time.Since(start)
+	close(toApprove)
+	apprWG.Wait()
+	time.Sleep(200 * time.Millisecond) // let the last cards arrive
+	closeSockets()
+	wsWG.Wait()
+
+	rep.Flows = int(flows.Load())
+	rep.Seconds = elapsed.Seconds()
+	rep.FlowsPerSecond = float64(rep.Flows) / elapsed.Seconds()
+	if rep.FloorFlows > 0 {
+		rep.FloorRatio = rep.FlowsPerSecond / rep.FloorFlows
+	}
+	rep.SubmitToCard = submitToCard.percentiles()
+	rep.ApproveToWake = wakeLat.percentiles()
+	rep.Redemption = redeemLat.percentiles()
+	rep.Submit = submitLat.percentiles()
+	rep.Errors = errs.m
+	if rep.Errors == nil {
+		rep.Errors = map[string]int{}
+	}
+	rep.ServerRSSMiB = serverRSS(cfg.url)
+	printReport(out, rep)
+	if cfg.jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type approval struct{ id, digest string }
+
+func weather(city string) client.Proposal {
+	return client.Proposal{Tool: "weather.search", Target: "weather:forecast", Args: map[string]any{"city": city}}
+}
+
+func errKind(err error) string {
+	if e, ok := client.AsError(err); ok {
+		return e.Code
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return "stopped"
+	}
+	return "transport"
+}
+
+// measureFloor commits n single-row transactions to a scratch database in
+// dir with the console's DSN settings and returns commits per second.
+func measureFloor(dir string, n int) (float64, error) {
+	path := filepath.Join(dir, "loadgen-floor-"+randomHex(4)+".db")
+	defer func() {
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(path + suffix)
+		}
+	}()
+	sqldb, err := sql.Open("sqlite3", db.DSN(path))
+	if err != nil {
+		return 0, err
+	}
+	defer sqldb.Close()
+	if _, err := sqldb.Exec(`CREATE TABLE floor (k TEXT PRIMARY KEY)`); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		tx, err := sqldb.Begin()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(`INSERT INTO floor (k) VALUES (?)`, randomHex(16)); err != nil {
+			tx.Rollback()
+			return 0, err
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// webSession is a logged-in operator's browser session.
+type webSession struct {
+	base   string
+	client *http.Client
+	csrf   string
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func login(ctx context.Context, base, name, password string) (*webSession, error) {
+	jar, _ := cookiejar.New(nil)
+	s := &webSession{base: base, client: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	page, err := s.get(ctx, "/login")
+	if err != nil {
+		return nil, err
+	}
+	m := csrfInput.FindStringSubmatch(page)
+	if m == nil {
+		return nil, errors.New("no CSRF token on the login page")
+	}
+	res, err := s.post(ctx, "/login", url.Values{"csrf": {m[1]}, "name": {name}, "password": {password}})
+	if err != nil {
+		return nil, err
+	}
+	if res != http.StatusSeeOther {
+		return nil, fmt.Errorf("login answered %d", res)
+	}
+	page, err = s.get(ctx, "/")
+	if err != nil {
+		return nil, err
+	}
+	if m = csrfInput.FindStringSubmatch(page); m == nil {
+		return nil, errors.New("no CSRF token on the queue page")
+	}
+	s.csrf = m[1]
+	return s, nil
+}
+
+func (s *webSession) get(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
+	if err != nil {
+		return "", err
+	}
+	res, err := s.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d", path, res.StatusCode)
+	}
+	return string(b), err
+}
+
+func (s *webSession) post(ctx context.Context, path string, form url.Values) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", s.base)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+func (s *webSession) approve(ctx context.Context, id, digest string) error {
+	code, err := s.post(ctx, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}})
+	if err != nil {
+		return errors.New("transport")
+	}
+	if code != http.StatusSeeOther {
+		return fmt.Errorf("status_%d", code)
+	}
+	return nil
+}
+
+func (s *webSession) dialWS(ctx context.Context) (*websocket.Conn, error) {
+	u, _ := url.Parse(s.base)
+	h := http.Header{}
+	h.Set("Origin", s.base)
+	for _, c := range s.client.Jar.Cookies(u) {
+		h.Add("Cookie", c.Name+"="+c.Value)
+	}
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+u.Host+"/ws", h)
+	return conn, err
+}
+
+// serverRSS reads the console's resident memory from its metrics.
+func serverRSS(base string) float64 {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f / (1 << 20)
+		}
+	}
+	return 0
+}
+
+func printReport(w io.Writer, r Report) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "flows\t%d in %.1f s\t%.1f flows/s\n", r.Flows, r.Seconds, r.FlowsPerSecond)
+	fmt.Fprintf(tw, "floor\t%.0f commits/s\t%.1f flows/s (÷3)\tratio %.2f\n", r.FloorCommits, r.FloorFlows, r.FloorRatio)
+	fmt.Fprintf(tw, "latency (ms)\tn\tp50\tp95\tp99\tmax\n")
+	for _, row := range []struct {
+		name string
+		p    Percentiles
+	}{{"submit", r.Submit}, {"submit-to-card", r.SubmitToCard}, {"approve-to-wake", r.ApproveToWake}, {"redemption", r.Redemption}} {
+		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n", row.name, row.p.N, row.p.P50, row.p.P95, row.p.P99, row.p.Max)
+	}
+	fmt.Fprintf(tw, "server RSS\t%.1f MiB\n", r.ServerRSSMiB)
+	if len(r.Errors) == 0 {
+		fmt.Fprintf(tw, "errors\tnone\n")
+	}
+	keys := make([]string, 0, len(r.Errors))
+	for k := range r.Errors {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "error\t%s\t%d\n", k, r.Errors[k])
+	}
+	tw.Flush()
+}
