@@ -189,14 +189,3 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Wait()
 	return err
 }
-
-// splitList splits a comma-separated flag.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
