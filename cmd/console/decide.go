@@ -25,14 +25,15 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 	data := fs.String("data", "", "data directory")
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest you checked (required)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 || *as == "" || *digest == "" {
+	if len(pos) != 1 || *as == "" || *digest == "" {
 		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "approve", ID: fs.Arg(0), Operator: *as, Digest: *digest})
+	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {
@@ -41,14 +42,15 @@ func cmdDeny(ctx context.Context, e *env, args []string) int {
 	data := fs.String("data", "", "data directory")
 	as := fs.String("as", "", "operator name (required)")
 	reason := fs.String("reason", "", "why, in words the agent will receive (required)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 || *as == "" || *reason == "" {
+	if len(pos) != 1 || *as == "" || *reason == "" {
 		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "deny", ID: fs.Arg(0), Operator: *as, Reason: *reason})
+	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
 }
 
 // decide hands the decision to a running server over its control socket, or,

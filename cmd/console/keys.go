@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
 )
 
@@ -55,6 +56,10 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "console keys rotate: %v\n", err)
 			return 1
 		}
+		if err := auditKeyRotation(ctx, e, dataDir(e, *data), old.KID, ki.KID); err != nil {
+			fmt.Fprintf(e.stderr, "console keys rotate: the key was rotated but the audit entry failed: %v\n", err)
+			return 1
+		}
 		fmt.Fprintf(e.stdout, "New grants are signed with %s.\n", ki.KID)
 		for _, o := range k.Keys() {
 			if o.KID == old.KID {
@@ -79,4 +84,18 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		}
 		return 0
 	}
+}
+
+// auditKeyRotation records a rotation on the audit trail. Keys live in
+// files, not in the database, so the entry is written right after the
+// rotation rather than in the same transaction.
+func auditKeyRotation(ctx context.Context, e *env, data, oldKID, newKID string) error {
+	d, err := openDB(data)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindKeyRotated,
+		Principal: cliPrincipal(e), Channel: audit.ChannelCLI,
+		Details: map[string]any{"old_kid": oldKID, "new_kid": newKID}})
 }

@@ -46,7 +46,7 @@ func commands() map[string]command {
 		"user":     {"user add|list|disable: console accounts", cmdUser},
 		"approve":  {"approve a call as an operator", cmdApprove},
 		"deny":     {"deny a call as an operator", cmdDeny},
-		"call":     {"call submit|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
+		"call":     {"call submit|get|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
 		"audit":    {"audit verify|export: the tamper-evident audit trail", cmdAudit},
 	}
 }

@@ -75,6 +75,10 @@ func NewService(cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	// The store keeps times to the millisecond; so does the service, so a
+	// call reads the same from memory and from the database.
+	clock := cfg.Now
+	cfg.Now = func() time.Time { return clock().UTC().Truncate(time.Millisecond) }
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -601,7 +605,8 @@ func (s *Service) ReportOutcome(ctx context.Context, who Principal, id, status, 
 		return nil, ErrInvalidOutcome
 	}
 	if len(detail) > MaxReasonBytes {
-		detail = detail[:MaxReasonBytes]
+		return nil, &ProposalError{Kind: "invalid_arguments", Problems: canonical.Problems{{Code: canonical.CodeTooLong,
+			Path: "/detail", Offset: -1, Message: fmt.Sprintf("detail is %d bytes; at most %d are kept", len(detail), MaxReasonBytes)}}}
 	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {

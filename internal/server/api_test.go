@@ -68,6 +68,10 @@ func TestWholeLoopOverHTTP(t *testing.T) {
 		t.Fatalf("second redeem = %d %s, want 409 replayed", again.Status, again.Raw)
 	}
 
+	long := st.do(http.MethodPost, "/api/v1/calls/"+id+"/outcome", agent, []byte(`{"status":"succeeded","detail":"`+strings.Repeat("x", 2001)+`"}`))
+	if p := long.problems(); long.Status != 422 || len(p) != 1 || p[0]["code"] != "too_long" || p[0]["path"] != "/detail" {
+		t.Fatalf("over-long outcome detail = %d %s, want 422 too_long at /detail", long.Status, long.Raw)
+	}
 	out := st.do(http.MethodPost, "/api/v1/calls/"+id+"/outcome", agent, []byte(`{"status":"succeeded","detail":"refund R-1"}`))
 	if out.Status != http.StatusOK {
 		t.Fatalf("outcome = %d %s", out.Status, out.Raw)
