@@ -186,35 +186,55 @@ func (x *ExportReader) Next() (Record, error) {
 	return rec, nil
 }
 
-// ParseLine reads one export line (without its newline).
+// ParseLine reads one export line (without its newline). An entry's
+// Details are returned as RawDetails, the canonical text of the line.
 func ParseLine(line []byte) (Record, error) {
 	v, err := canonical.ParseWith(line, canonical.Options{MaxBytes: MaxLineBytes, MaxDepth: maxDetailsDepth + 1})
 	if err != nil {
 		return Record{}, fmt.Errorf("not valid JSON: %v", err)
 	}
-	enc, err := canonical.Encode(v)
-	if err != nil {
-		return Record{}, err
-	}
-	if !bytes.Equal(enc, line) {
-		return Record{}, errors.New("not in canonical form (the line was edited)")
-	}
 	o, ok := v.(canonical.Object)
 	if !ok {
 		return Record{}, errors.New("not a JSON object")
 	}
-	if len(o) == 1 {
-		switch o[0].Name {
-		case "export":
+	notCanonical := errors.New("not in canonical form (the line was edited)")
+	if len(o) == 1 && (o[0].Name == "export" || o[0].Name == "checkpoint") {
+		enc, err := canonical.Encode(v)
+		if err != nil {
+			return Record{}, err
+		}
+		if !bytes.Equal(enc, line) {
+			return Record{}, notCanonical
+		}
+		if o[0].Name == "export" {
 			h, err := headerFrom(o[0].Value)
 			return Record{Header: h}, err
-		case "checkpoint":
-			c, err := checkpointFrom(o[0].Value)
-			return Record{Checkpoint: c}, err
 		}
+		c, err := checkpointFrom(o[0].Value)
+		return Record{Checkpoint: c}, err
 	}
 	e, err := entryFrom(o)
-	return Record{Entry: e}, err
+	if err != nil {
+		return Record{}, err
+	}
+	// In a canonical line the details are the bytes between the top-level
+	// "details" and "hash" members (no string value can hold an unescaped
+	// quote, and no member after details holds an object). They are kept as
+	// the stored text and hashed as they are, so any change to them breaks
+	// the hash; the rest of the line must be exactly as written.
+	start := bytes.Index(line, []byte(`,"details":`))
+	hash, _ := canonical.AppendString([]byte(`,"hash":`), e.Hash)
+	end := bytes.LastIndex(line, hash)
+	if start < 0 || end < start+len(`,"details":`) {
+		return Record{}, notCanonical
+	}
+	raw := RawDetails(bytes.Clone(line[start+len(`,"details":`) : end]))
+	want, err := AppendEntryLine(nil, e, raw)
+	if err != nil || !bytes.Equal(want[:len(want)-1], line) {
+		return Record{}, notCanonical
+	}
+	e.Details = raw
+	return Record{Entry: e}, nil
 }
 
 // fields reads an object's members into typed destinations: *string or

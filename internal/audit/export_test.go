@@ -68,6 +68,10 @@ func TestEntryLineIsCanonical(t *testing.T) {
 		if h, _ := rec.Entry.ComputeHash(); h != e.Hash {
 			rt.Fatalf("hash after parsing the line = %s, want %s", h, e.Hash)
 		}
+		details, _ := canonical.Encode(e.Details)
+		if raw, ok := rec.Entry.Details.(RawDetails); !ok || string(raw) != string(details) {
+			rt.Fatalf("details from the line = %s, want %s", rec.Entry.Details, details)
+		}
 	})
 }
 
