@@ -807,7 +807,9 @@ func TestConcurrentCheckpoints(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 15 {
-				h.submit(t, h.agent, payBody(1000*w+i+1))
+				if _, _, err := h.q.Submit(ctx, h.agent, []byte(payBody(1000*w+i+1))); err != nil {
+					t.Error(err)
+				}
 			}
 		}()
 		go func() {
