@@ -5,30 +5,31 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 )
 
-// benchProposal returns a proposal body whose args member encodes to about
-// argsBytes bytes: a payment-like object with a growing list of line items,
-// some of them with non-ASCII text and escapes.
+// benchProposal returns a proposal body whose args member encodes to at
+// most argsBytes bytes: a payment-like object with as many line items as
+// fit, some with non-ASCII text and escapes.
 func benchProposal(tb testing.TB, argsBytes int) []byte {
 	tb.Helper()
-	var items []string
-	args := func() string {
-		return fmt.Sprintf(`{"amount_minor":1250075,"currency":"EUR","customer":{"id":"cus_8f2a","name":"Zoë Åkesson","tier":3},"items":[%s],"notify":true,"reason":"duplicate charge \"#4411\" reported by the customer\n"}`,
-			strings.Join(items, ","))
+	const head = `{"amount_minor":1250075,"currency":"EUR","customer":{"id":"cus_8f2a","name":"Zoë Åkesson","tier":3},"items":[`
+	const tail = `],"notify":true,"reason":"duplicate charge \"#4411\" reported by the customer\n"}`
+	args := []byte(head)
+	for i := 0; ; i++ {
+		item := fmt.Sprintf(`{"note":"Line %d – café crème, 2× 😀","qty":%d,"sku":"SKU-%06d","tags":["a","b",null,false],"unit_minor":%d}`,
+			i, i%7+1, i*7919, -i*131)
+		sep := ""
+		if i > 0 {
+			sep = ","
+		}
+		if len(args)+len(sep)+len(item)+len(tail) > argsBytes {
+			break
+		}
+		args = append(append(args, sep...), item...)
 	}
-	for i := 0; len(args()) < argsBytes; i++ {
-		items = append(items, fmt.Sprintf(`{"note":"Line %d – café crème, 2× 😀","qty":%d,"sku":"SKU-%06d","tags":["a","b",null,false],"unit_minor":%d}`,
-			i, i%7+1, i*7919, -i*131))
-	}
-	a := args()
-	for len(a) > argsBytes && len(items) > 0 {
-		items = items[:len(items)-1]
-		a = args()
-	}
-	body := `{"tool":"payments.refund","target":"acct:DE89 3704 0044 0532 0130 00","rationale":"The customer was charged twice.","args":` + a + `}`
+	args = append(args, tail...)
+	body := `{"tool":"payments.refund","target":"acct:DE89 3704 0044 0532 0130 00","rationale":"The customer was charged twice.","args":` + string(args) + `}`
 	return []byte(body)
 }
 
@@ -42,8 +43,8 @@ var benchSizes = []struct {
 // alternative (encoding/json into any, re-marshal with sorted keys, hash).
 func BenchmarkDigest(b *testing.B) {
 	for _, s := range benchSizes {
-		body := benchProposal(b, s.size)
 		b.Run("canonical/"+s.name, func(b *testing.B) {
+			body := benchProposal(b, s.size)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -58,6 +59,7 @@ func BenchmarkDigest(b *testing.B) {
 			}
 		})
 		b.Run("floor/"+s.name, func(b *testing.B) {
+			body := benchProposal(b, s.size)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -71,6 +73,7 @@ func BenchmarkDigest(b *testing.B) {
 			}
 		})
 		b.Run("encodingjson/"+s.name, func(b *testing.B) {
+			body := benchProposal(b, s.size)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -92,5 +95,20 @@ func BenchmarkDigest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestBenchProposalSizes keeps the benchmark inputs what their names say.
+func TestBenchProposalSizes(t *testing.T) {
+	for _, s := range benchSizes {
+		body := benchProposal(t, s.size)
+		p, err := ParseProposal(body)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		args, _ := Encode(p.Args)
+		if n := len(args); n > s.size || n < s.size*9/10 {
+			t.Errorf("%s: args encode to %d bytes, want %d or a little less", s.name, n, s.size)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package canonical
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -16,87 +17,119 @@ func Encode(v any) ([]byte, error) {
 
 // Append appends the canonical bytes of v to dst.
 func Append(dst []byte, v any) ([]byte, error) {
+	e := encoder{buf: dst}
+	if err := e.value(v); err != nil {
+		return nil, err
+	}
+	return e.buf, nil
+}
+
+// flushAt is how many bytes an encoder with a sink holds before it hands
+// them over: enough to make each hash write cheap, small enough that a
+// digest allocates the same small buffer whatever the envelope's size.
+const flushAt = 512
+
+// encoder writes canonical bytes to buf. With a sink (the digest's hash),
+// it hands the bytes over whenever buf reaches flushAt, so hashing an
+// envelope needs no buffer the size of the envelope.
+type encoder struct {
+	buf  []byte
+	sink io.Writer
+}
+
+func (e *encoder) flush() {
+	if e.sink != nil && len(e.buf) >= flushAt {
+		e.sink.Write(e.buf) // a hash never fails
+		e.buf = e.buf[:0]
+	}
+}
+
+func (e *encoder) value(v any) error {
+	var err error
 	switch v := v.(type) {
 	case nil:
-		return append(dst, "null"...), nil
+		e.buf = append(e.buf, "null"...)
 	case bool:
 		if v {
-			return append(dst, "true"...), nil
+			e.buf = append(e.buf, "true"...)
+		} else {
+			e.buf = append(e.buf, "false"...)
 		}
-		return append(dst, "false"...), nil
 	case int64:
-		return appendInt(dst, v)
+		e.buf, err = appendInt(e.buf, v)
 	case int:
-		return appendInt(dst, int64(v))
+		e.buf, err = appendInt(e.buf, int64(v))
 	case string:
-		return AppendString(dst, v)
+		e.buf, err = AppendString(e.buf, v)
 	case []any:
-		dst = append(dst, '[')
+		e.buf = append(e.buf, '[')
 		for i, item := range v {
 			if i > 0 {
-				dst = append(dst, ',')
+				e.buf = append(e.buf, ',')
 			}
-			var err error
-			if dst, err = Append(dst, item); err != nil {
-				return nil, err
+			if err := e.value(item); err != nil {
+				return err
 			}
 		}
-		return append(dst, ']'), nil
+		e.buf = append(e.buf, ']')
 	case []string:
-		dst = append(dst, '[')
+		e.buf = append(e.buf, '[')
 		for i, item := range v {
 			if i > 0 {
-				dst = append(dst, ',')
+				e.buf = append(e.buf, ',')
 			}
-			var err error
-			if dst, err = AppendString(dst, item); err != nil {
-				return nil, err
+			if e.buf, err = AppendString(e.buf, item); err != nil {
+				return err
 			}
+			e.flush()
 		}
-		return append(dst, ']'), nil
+		e.buf = append(e.buf, ']')
 	case Object:
-		dst = append(dst, '{')
+		e.buf = append(e.buf, '{')
 		for i, m := range v {
 			if i > 0 {
 				if CompareUTF16(v[i-1].Name, m.Name) >= 0 {
-					return nil, fmt.Errorf("canonical: object members out of order or repeated at %q", m.Name)
+					return fmt.Errorf("canonical: object members out of order or repeated at %q", m.Name)
 				}
-				dst = append(dst, ',')
+				e.buf = append(e.buf, ',')
 			}
-			var err error
-			if dst, err = AppendString(dst, m.Name); err != nil {
-				return nil, err
+			if e.buf, err = AppendString(e.buf, m.Name); err != nil {
+				return err
 			}
-			dst = append(dst, ':')
-			if dst, err = Append(dst, m.Value); err != nil {
-				return nil, err
+			e.buf = append(e.buf, ':')
+			if err := e.value(m.Value); err != nil {
+				return err
 			}
 		}
-		return append(dst, '}'), nil
+		e.buf = append(e.buf, '}')
 	case map[string]any:
 		names := make([]string, 0, len(v))
 		for name := range v {
 			names = append(names, name)
 		}
 		slices.SortFunc(names, CompareUTF16)
-		dst = append(dst, '{')
+		e.buf = append(e.buf, '{')
 		for i, name := range names {
 			if i > 0 {
-				dst = append(dst, ',')
+				e.buf = append(e.buf, ',')
 			}
-			var err error
-			if dst, err = AppendString(dst, name); err != nil {
-				return nil, err
+			if e.buf, err = AppendString(e.buf, name); err != nil {
+				return err
 			}
-			dst = append(dst, ':')
-			if dst, err = Append(dst, v[name]); err != nil {
-				return nil, err
+			e.buf = append(e.buf, ':')
+			if err := e.value(v[name]); err != nil {
+				return err
 			}
 		}
-		return append(dst, '}'), nil
+		e.buf = append(e.buf, '}')
 	default:
-		return nil, fmt.Errorf("canonical: cannot encode %T (only null, booleans, integers, strings, arrays and objects)", v)
+		return fmt.Errorf("canonical: cannot encode %T (only null, booleans, integers, strings, arrays and objects)", v)
 	}
+	if err != nil {
+		return err
+	}
+	e.flush()
+	return nil
 }
 
 func appendInt(dst []byte, n int64) ([]byte, error) {
@@ -112,20 +145,30 @@ const hexDigits = "0123456789abcdef"
 // '"' and '\\', the five short control escapes, other code points below
 // U+0020 as \u00xx in lowercase hex, and everything else as raw UTF-8.
 func AppendString(dst []byte, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("canonical: string is not valid UTF-8")
-	}
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
-		// Every byte that needs an escape is ASCII, so the bytes of a
-		// multi-byte character are copied as they are.
-		c := s[i]
-		if !stringSpecial[c] {
+	var high uint64 // OR of the bytes scanned a word at a time
+	// Every byte that needs an escape is ASCII, so the bytes of a multi-byte
+	// character are copied as they are.
+	for i := 0; i < len(s); {
+		if i+8 <= len(s) {
+			x := loadString(s, i)
+			m := specialBytes(x)
+			if m == 0 {
+				high |= x
+				i += 8
+				continue
+			}
+			n := firstSpecial(m)
+			high |= x & (1<<(8*n) - 1)
+			i += n
+		} else if c := s[i]; !stringSpecial[c] {
+			high |= uint64(c)
+			i++
 			continue
 		}
 		dst = append(dst, s[start:i]...)
-		switch c {
+		switch c := s[i]; c {
 		case '"', '\\':
 			dst = append(dst, '\\', c)
 		case '\b':
@@ -141,7 +184,11 @@ func AppendString(dst []byte, s string) ([]byte, error) {
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 		}
-		start = i + 1
+		i++
+		start = i
+	}
+	if high&highBits != 0 && !utf8.ValidString(s) {
+		return nil, fmt.Errorf("canonical: string is not valid UTF-8")
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"'), nil

@@ -58,51 +58,57 @@ type Envelope struct {
 // Canonical returns the RFC 8785 bytes of
 // {"v":1,"actor","audience","tool","target","args"}.
 func (e Envelope) Canonical() ([]byte, error) {
-	return e.appendCanonical(make([]byte, 0, 512))
+	enc := encoder{buf: make([]byte, 0, 512)}
+	if err := e.encode(&enc); err != nil {
+		return nil, err
+	}
+	return enc.buf, nil
 }
 
-// appendCanonical appends the envelope's canonical bytes to b.
-func (e Envelope) appendCanonical(b []byte) ([]byte, error) {
+// encode writes the envelope's canonical bytes.
+func (e Envelope) encode(enc *encoder) error {
 	// Members in UTF-16 order: actor, args, audience, target, tool, v.
-	b = append(b, `{"actor":`...)
-	b, err := AppendString(b, e.Actor)
-	if err != nil {
-		return nil, fmt.Errorf("canonical: actor: %w", err)
+	var err error
+	enc.buf = append(enc.buf, `{"actor":`...)
+	if enc.buf, err = AppendString(enc.buf, e.Actor); err != nil {
+		return fmt.Errorf("canonical: actor: %w", err)
 	}
-	b = append(b, `,"args":`...)
+	enc.buf = append(enc.buf, `,"args":`...)
 	args := e.Args
 	if args == nil {
 		args = Object{}
 	}
-	if b, err = Append(b, args); err != nil {
-		return nil, fmt.Errorf("canonical: args: %w", err)
+	if err := enc.value(args); err != nil {
+		return fmt.Errorf("canonical: args: %w", err)
 	}
-	b = append(b, `,"audience":`...)
-	if b, err = AppendString(b, e.Audience); err != nil {
-		return nil, fmt.Errorf("canonical: audience: %w", err)
+	enc.buf = append(enc.buf, `,"audience":`...)
+	if enc.buf, err = AppendString(enc.buf, e.Audience); err != nil {
+		return fmt.Errorf("canonical: audience: %w", err)
 	}
-	b = append(b, `,"target":`...)
-	if b, err = AppendString(b, e.Target); err != nil {
-		return nil, fmt.Errorf("canonical: target: %w", err)
+	enc.buf = append(enc.buf, `,"target":`...)
+	if enc.buf, err = AppendString(enc.buf, e.Target); err != nil {
+		return fmt.Errorf("canonical: target: %w", err)
 	}
-	b = append(b, `,"tool":`...)
-	if b, err = AppendString(b, e.Tool); err != nil {
-		return nil, fmt.Errorf("canonical: tool: %w", err)
+	enc.buf = append(enc.buf, `,"tool":`...)
+	if enc.buf, err = AppendString(enc.buf, e.Tool); err != nil {
+		return fmt.Errorf("canonical: tool: %w", err)
 	}
-	return append(b, `,"v":1}`...), nil
+	enc.buf = append(enc.buf, `,"v":1}`...)
+	return nil
 }
 
 // Digest returns the lowercase hex SHA-256 of DigestPrefix followed by the
 // envelope's canonical bytes.
 func (e Envelope) Digest() (string, error) {
-	// Most envelopes fit the buffer on the stack; larger ones grow it.
-	var buf [2048]byte
-	b, err := e.appendCanonical(append(buf[:0], DigestPrefix...))
-	if err != nil {
+	h := sha256.New()
+	enc := encoder{buf: make([]byte, 0, 2*flushAt), sink: h}
+	enc.buf = append(enc.buf, DigestPrefix...)
+	if err := e.encode(&enc); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	h.Write(enc.buf)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])), nil
 }
 
 // DigestOf hashes canonical envelope bytes with the call domain prefix.

@@ -1,6 +1,7 @@
 package canonical
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -51,7 +52,8 @@ func ParseWith(data []byte, opt Options) (any, error) {
 	}
 	// One copy of the whole text: strings without escapes are substrings of
 	// it rather than allocations of their own.
-	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth}
+	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth, path: make([]segment, 0, 8)}
+	p.sizeSlabs()
 	p.skipSpace()
 	v := p.value()
 	if p.err == nil {
@@ -85,30 +87,48 @@ type parser struct {
 	// once, into a slice of exactly their number, when it closes.
 	members []Member
 	items   []any
-	// The finished containers' elements are carved from larger blocks, so
-	// that small objects and arrays do not each cost an allocation.
+	// The finished containers' elements are carved from blocks.
 	memberSlab slab[Member]
 	itemSlab   slab[any]
 }
 
-// slab hands out slices carved from a block, allocating a new block when
-// the current one runs out. Each slice's capacity is its length, so an
-// append to one never writes into its neighbour.
+// slab hands out slices carved from one block sized before the parse, so
+// that small objects and arrays do not each cost an allocation. Each slice's
+// capacity is its length, so an append to one never writes into its
+// neighbour. When the block runs out, slices are allocated one by one.
 type slab[T any] struct{ free []T }
 
-func (s *slab[T]) take(n, inputLen int) []T {
+func (s *slab[T]) take(n int) []T {
 	if n > len(s.free) {
-		// Size blocks by the input: about one element per 32 bytes of
-		// text, between 16 and 1024 elements.
-		size := min(max(inputLen/32, 16), 1024)
-		if n > size/2 {
-			return make([]T, n)
-		}
-		s.free = make([]T, size)
+		return make([]T, n)
 	}
 	out := s.free[:n:n]
 	s.free = s.free[n:]
 	return out
+}
+
+// sizeSlabs estimates from the text how many members and array items it
+// holds. Every member has a ':' outside strings, so the colons bound the
+// members. A ',' separates two members or two items, so commas, less the
+// members, plus one first member or item per '{' and '[' bound the items
+// when no string holds a colon (and a short block only means more
+// allocations). The bounds by length keep each block at most what the
+// smallest members ("":0,) and items (0,) could fill.
+func (p *parser) sizeSlabs() {
+	colons := bytes.Count(p.data, []byte{':'})
+	commas := bytes.Count(p.data, []byte{','})
+	opens := bytes.Count(p.data, []byte{'{'}) + bytes.Count(p.data, []byte{'['})
+	members := min(colons, len(p.data)/5+1)
+	items := min(commas-colons+opens, len(p.data)/2+1)
+	// The stacks hold the elements of the containers still open.
+	if members > 0 {
+		p.memberSlab.free = make([]Member, members)
+		p.members = make([]Member, 0, min(members, 16))
+	}
+	if items > 0 {
+		p.itemSlab.free = make([]any, items)
+		p.items = make([]any, 0, min(items, 16))
+	}
 }
 
 func (p *parser) pointer() string {
@@ -281,7 +301,9 @@ func (p *parser) object() any {
 		p.fail(CodeMalformedJSON, "expected ',' or '}' in object, found %s", p.describe())
 		return nil
 	}
-	members := Object(p.members[base:])
+	members := Object(p.memberSlab.take(len(p.members) - base))
+	copy(members, p.members[base:])
+	p.members = p.members[:base]
 	if !sortedUTF16(members) {
 		slices.SortStableFunc(members, func(a, b Member) int { return CompareUTF16(a.Name, b.Name) })
 	}
@@ -293,11 +315,8 @@ func (p *parser) object() any {
 			return nil
 		}
 	}
-	out := p.memberSlab.take(len(members), len(p.data))
-	copy(out, members)
-	p.members = p.members[:base]
 	p.depth--
-	return Object(out)
+	return members
 }
 
 func sortedUTF16(ms Object) bool {
@@ -341,7 +360,7 @@ func (p *parser) array() any {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
-			items := p.itemSlab.take(len(p.items)-base, len(p.data))
+			items := p.itemSlab.take(len(p.items) - base)
 			copy(items, p.items[base:])
 			p.items = p.items[:base]
 			p.depth--
@@ -357,31 +376,46 @@ func (p *parser) string() (string, bool) {
 	p.pos++ // opening quote
 	start := p.pos
 	// Fast path: no escapes. The string is a substring of the text.
-	var high byte // OR of every byte: its top bit says "not all ASCII"
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		if !stringSpecial[c] {
-			high |= c
-			p.pos++
-			continue
+	var high uint64 // OR of every byte: a top bit set means "not all ASCII"
+	for {
+		if p.pos+8 <= len(p.data) {
+			x := loadBytes(p.data, p.pos)
+			m := specialBytes(x)
+			if m == 0 {
+				high |= x
+				p.pos += 8
+				continue
+			}
+			n := firstSpecial(m)
+			high |= x & (1<<(8*n) - 1) // the bytes before the special one
+			p.pos += n
+		} else {
+			for p.pos < len(p.data) && !stringSpecial[p.data[p.pos]] {
+				high |= uint64(p.data[p.pos])
+				p.pos++
+			}
+			if p.pos == len(p.data) {
+				break
+			}
 		}
-		if c == '"' {
+		switch c := p.data[p.pos]; c {
+		case '"':
 			s := p.data[start:p.pos]
-			if high >= utf8.RuneSelf && !utf8.Valid(s) {
+			if high&highBits != 0 && !utf8.Valid(s) {
 				p.pos = start + invalidAt(s)
 				p.fail(CodeInvalidUTF8, "string is not valid UTF-8 at byte %d", p.pos)
 				return "", false
 			}
 			p.pos++
 			return p.text[start : p.pos-1], true
+		case '\\':
+		default:
+			p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
+			return "", false
 		}
-		if c == '\\' {
-			break
-		}
-		p.fail(CodeMalformedJSON, "control character 0x%02x must be escaped in a string", c)
-		return "", false
+		break // an escape: take the slow path
 	}
-	ascii := high < utf8.RuneSelf
+	ascii := high&highBits == 0
 	if p.pos >= len(p.data) {
 		p.fail(CodeMalformedJSON, "unterminated string")
 		return "", false

@@ -22,7 +22,7 @@ var (
 		interestingRune,
 		rapid.RuneFrom([]rune{'\b', '\f', '\n', '\r', '\t', 0x01, 0x7f, 0x85, 0x200b, 0x202e, 0xfffd, 0x1d11e, 0xe0041}),
 	)
-	valueString = rapid.StringOfN(valueRune, 0, 8, -1)
+	valueString = rapid.StringOfN(valueRune, 0, 20, -1)
 	memberName  = rapid.StringOfN(rapid.RuneFrom([]rune{'a', 'b', 'A', '_', '/', '~', 'é', 0xff61, 0xffff, 0x10000, 0x1f600}), 0, 3, -1)
 	integer     = rapid.OneOf(
 		rapid.Int64Range(-MaxInt, MaxInt),
