@@ -43,7 +43,6 @@ func requireChromium(tb testing.TB) {
 
 // browser is one headless Chromium process with a profile of its own.
 type browser struct {
-	t   *testing.T
 	ctx context.Context // the browser's first tab; parent of every window
 }
 
@@ -66,14 +65,12 @@ func startBrowser(t *testing.T, ctx context.Context) *browser {
 		chromedp.WindowSize(1280, 900),
 	)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
-		t.Logf("chromium: "+format, args...)
-	}))
+	bctx, bcancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { bcancel(); acancel() })
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	return &browser{t: t, ctx: bctx}
+	return &browser{ctx: bctx}
 }
 
 // tab is one browser tab.
