@@ -101,10 +101,11 @@ func TestKilledRedeemerLeavesAConsistentLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
+	deadline := start.Add(45 * time.Second) // the whole kill loop, however slow the machine
 	reported := map[string]int{}
 	unexpected := 0
 	for i := range kills {
-		lines, err := runAndKill(t, l, func() time.Duration { return time.Duration(rng.IntN(300)) * time.Millisecond })
+		lines, err := runAndKill(t, l, deadline, func() time.Duration { return time.Duration(rng.IntN(300)) * time.Millisecond })
 		if err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
@@ -191,8 +192,9 @@ func TestKilledRedeemerLeavesAConsistentLedger(t *testing.T) {
 }
 
 // runAndKill starts a redeem-loop child, lets it run for delay() after it
-// is ready, kills it with SIGKILL and returns every line it wrote.
-func runAndKill(t *testing.T, l *ledger, delay func() time.Duration) ([]string, error) {
+// is ready, kills it with SIGKILL and returns every line it wrote. A child
+// not ready by deadline is an error.
+func runAndKill(t *testing.T, l *ledger, deadline time.Time, delay func() time.Duration) ([]string, error) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -217,7 +219,7 @@ func runAndKill(t *testing.T, l *ledger, delay func() time.Duration) ([]string, 
 		}
 	}()
 	var out []string
-	ready := time.NewTimer(30 * time.Second)
+	ready := time.NewTimer(time.Until(deadline))
 	defer ready.Stop()
 	select {
 	case line, ok := <-lines:
@@ -230,7 +232,7 @@ func runAndKill(t *testing.T, l *ledger, delay func() time.Duration) ([]string, 
 	case <-ready.C:
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, errors.New("not ready after 30s")
+		return nil, errors.New("not ready before the test's deadline")
 	}
 	killAt := time.After(delay())
 wait:
