@@ -2,10 +2,161 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 )
 
+const userUsage = `usage:
+  console user add NAME --role operator|auditor|admin [--password-stdin] [--data DIR]
+  console user list [--data DIR]
+  console user disable NAME [--data DIR]`
+
+// cmdUser manages console accounts. Passwords are asked for twice on the
+// terminal, or read from the first line of standard input with
+// --password-stdin; they are stored only as argon2id hashes.
 func cmdUser(ctx context.Context, e *env, args []string) int {
-	fmt.Fprintln(e.stderr, "console: not built yet")
-	return 1
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, userUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("user "+args[0], flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory")
+	role := fs.String("role", "", "operator, auditor or admin")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
+	names, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return 2
+	}
+	switch args[0] {
+	case "add":
+		if len(names) != 1 || *role == "" {
+			fmt.Fprintln(e.stderr, userUsage)
+			return 2
+		}
+		return userAdd(ctx, e, dataDir(e, *data), names[0], *role, *fromStdin)
+	case "list":
+		if len(names) != 0 {
+			fmt.Fprintln(e.stderr, userUsage)
+			return 2
+		}
+		return userList(ctx, e, dataDir(e, *data))
+	case "disable":
+		if len(names) != 1 {
+			fmt.Fprintln(e.stderr, userUsage)
+			return 2
+		}
+		return userDisable(ctx, e, dataDir(e, *data), names[0])
+	}
+	fmt.Fprintf(e.stderr, "console user: unknown subcommand %q (add, list, disable)\n", args[0])
+	return 2
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments (console user add alice --role operator).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func userAdd(ctx context.Context, e *env, data, name, roleName string, fromStdin bool) int {
+	if err := account.CheckName(name); err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 2
+	}
+	role, err := account.ParseRole(roleName)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 2
+	}
+	var password string
+	switch tty, isFile := e.stdin.(*os.File); {
+	case fromStdin:
+		password, err = account.ReadPasswordLine(e.stdin)
+	case isFile && account.IsTerminal(tty):
+		password, err = account.PromptNewPassword(tty, e.stderr, name)
+	default:
+		err = errors.New("standard input is not a terminal: pass --password-stdin and the password on its first line")
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 2
+	}
+	if err := account.CheckPassword(password); err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 2
+	}
+	hash, err := account.Hash(password)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 1
+	}
+	d, err := openDB(data)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+	if _, err := d.AddUser(ctx, name, role, hash, cliPrincipal(e), audit.ChannelCLI); err != nil {
+		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "added %s (%s)\n", name, role)
+	return 0
+}
+
+func userList(ctx context.Context, e *env, data string) int {
+	d, err := openDB(data)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user list: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+	users, err := d.Users(ctx)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user list: %v\n", err)
+		return 1
+	}
+	w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tROLE\tCREATED\tDISABLED")
+	for _, u := range users {
+		disabled := "-"
+		if u.Disabled() {
+			disabled = u.DisabledAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", u.Name, u.Role, u.CreatedAt.Format(time.RFC3339), disabled)
+	}
+	w.Flush()
+	return 0
+}
+
+func userDisable(ctx context.Context, e *env, data, name string) int {
+	d, err := openDB(data)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+	if err := d.DisableUser(ctx, name, cliPrincipal(e), audit.ChannelCLI); err != nil {
+		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "disabled %s; their console sessions have ended (open pages close within seconds)\n", name)
+	return 0
 }

@@ -190,3 +190,23 @@ func TestLimiterConcurrent(t *testing.T) {
 		<-done
 	}
 }
+
+func TestReadPasswordLine(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"secret\n", "secret", true},
+		{"secret\r\nmore\n", "secret", true},
+		{"no newline", "no newline", true},
+		{" spaced \n", " spaced ", true},
+		{"", "", false},
+		{strings.Repeat("x", MaxPasswordBytes+5) + "\n", "", false},
+	}
+	for _, tt := range tests {
+		got, err := ReadPasswordLine(strings.NewReader(tt.in))
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ReadPasswordLine(%.20q) = %q, %v; want %q, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}

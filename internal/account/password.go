@@ -1,6 +1,7 @@
 // Package account holds what Countersign's console accounts need besides
 // storage: argon2id password hashing in PHC string form, the roles, name and
-// password rules, and the throttle that slows down password guessing.
+// password rules, the throttle that slows down password guessing, and
+// reading a new password from a terminal or standard input.
 package account
 
 import (

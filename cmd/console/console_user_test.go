@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/db"
+)
+
+func userRun(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := map[string]string{"USER": "root"}
+	code := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUserAddListDisable(t *testing.T) {
+	data := t.TempDir()
+	code, out, errs := userRun(t, "a long enough password\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data)
+	if code != 0 || !strings.Contains(out, "added alice (operator)") {
+		t.Fatalf("user add = %d, %q, %q", code, out, errs)
+	}
+	code, _, _ = userRun(t, "another password!\r\n", "user", "add", "--data", data, "--role", "auditor", "bob", "--password-stdin")
+	if code != 0 {
+		t.Fatalf("user add with flags first = %d", code)
+	}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  int
+	}{
+		{"a long enough password\n", []string{"user", "add", "alice", "--role", "admin", "--password-stdin"}, 1},
+		{"short\n", []string{"user", "add", "carol", "--role", "admin", "--password-stdin"}, 2},
+		{"a long enough password\n", []string{"user", "add", "carol", "--role", "root", "--password-stdin"}, 2},
+		{"a long enough password\n", []string{"user", "add", "bad name", "--role", "admin", "--password-stdin"}, 2},
+		{"a long enough password\n", []string{"user", "add", "carol", "--role", "admin"}, 2},
+		{"", []string{"user", "add", "carol", "--role", "admin", "--password-stdin"}, 2},
+		{"", []string{"user", "add", "carol"}, 2},
+		{"", []string{"user", "frobnicate"}, 2},
+	} {
+		if code, _, errs := userRun(t, tc.stdin, append(tc.args, "--data", data)...); code != tc.want {
+			t.Errorf("%v = %d (%s), want %d", tc.args, code, errs, tc.want)
+		}
+	}
+	code, out, _ = userRun(t, "", "user", "list", "--data", data)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "alice") || !strings.Contains(lines[2], "auditor") {
+		t.Fatalf("user list = %d:\n%s", code, out)
+	}
+	if code, _, errs := userRun(t, "", "user", "disable", "alice", "--data", data); code != 0 {
+		t.Fatalf("user disable = %d: %s", code, errs)
+	}
+	if code, _, _ := userRun(t, "", "user", "disable", "alice", "--data", data); code != 1 {
+		t.Errorf("disabling twice = %d, want 1", code)
+	}
+	if code, _, _ := userRun(t, "", "user", "disable", "nobody", "--data", data); code != 1 {
+		t.Errorf("disabling an unknown user = %d, want 1", code)
+	}
+
+	d, err := db.Open(filepath.Join(data, "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	alice, err := d.UserByName(context.Background(), "alice")
+	if err != nil || !alice.Disabled() {
+		t.Fatalf("alice = %+v, %v; want disabled", alice, err)
+	}
+	if err := account.Verify(alice.PasswordHash, "a long enough password"); err != nil {
+		t.Errorf("stored hash does not verify the password: %v", err)
+	}
+	p, _, _, _ := account.ParseHash(alice.PasswordHash)
+	if !p.AtLeast(account.MinParams) {
+		t.Errorf("hash parameters %+v below %+v", p, account.MinParams)
+	}
+	bob, _ := d.UserByName(context.Background(), "bob")
+	if err := account.Verify(bob.PasswordHash, "another password!"); err != nil {
+		t.Errorf("a CRLF line ending became part of the password: %v", err)
+	}
+	var kinds []string
+	rows, _ := d.SQL().Query(`SELECT kind || ':' || principal || ':' || channel FROM audit ORDER BY seq`)
+	for rows.Next() {
+		var k string
+		rows.Scan(&k)
+		kinds = append(kinds, k)
+	}
+	rows.Close()
+	want := []string{"user_added:cli:root:cli", "user_added:cli:root:cli", "user_disabled:cli:root:cli"}
+	if strings.Join(kinds, " ") != strings.Join(want, " ") {
+		t.Errorf("audit = %v, want %v", kinds, want)
+	}
+}
