@@ -173,27 +173,43 @@ func (d *DB) historyQuery(ctx context.Context, f HistoryFilter) (*historyQuery, 
 	// Pick the driver: "" (history order alone), "digest", "deciders" or
 	// an eq column.
 	driver, best := "", estimateCap+1
-	try := func(name, table string, cs []cond) error {
+	try := func(name, table string, cs []cond, pair bool) error {
 		n, err := count(table, cs)
-		if err == nil && n < best {
+		// A pair's index is never less selective than either of its
+		// columns alone, so it wins ties (both counts at the cap).
+		if err == nil && (n < best || (n == best && pair)) {
 			driver, best = name, n
 		}
 		return err
 	}
 	if digest != nil {
-		if err := try("digest", "calls INDEXED BY calls_digest", []cond{*digest}); err != nil {
+		if err := try("digest", "calls INDEXED BY calls_digest", []cond{*digest}, false); err != nil {
 			return nil, err
 		}
 	}
 	if len(decider) > 0 {
-		if err := try("deciders", "call_deciders", append(append([]cond(nil), decider...), keyConds("", "call_seq")...)); err != nil {
+		if err := try("deciders", "call_deciders", append(append([]cond(nil), decider...), keyConds("", "call_seq")...), false); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range eq {
 		col := strings.Fields(c.sql)[0]
-		if err := try(col, "calls INDEXED BY calls_"+col+"_created", append([]cond{c}, keyConds("", "seq")...)); err != nil {
+		if err := try(col, "calls INDEXED BY calls_"+col+"_created", append([]cond{c}, keyConds("", "seq")...), false); err != nil {
 			return nil, err
+		}
+	}
+	// Pairs with an index of their own, tried when both filters are set.
+	for _, pair := range [][2]string{{"actor", "tool"}, {"actor", "status"}} {
+		var cs []cond
+		for _, c := range eq {
+			if col := strings.Fields(c.sql)[0]; col == pair[0] || col == pair[1] {
+				cs = append(cs, c)
+			}
+		}
+		if len(cs) == 2 && best > 0 {
+			if err := try(pair[0]+"_"+pair[1], "calls INDEXED BY calls_"+pair[0]+"_"+pair[1]+"_created", append(cs, keyConds("", "seq")...), true); err != nil {
+				return nil, err
+			}
 		}
 	}
 	q := &historyQuery{empty: best == 0}

@@ -191,6 +191,8 @@ func TestHistoryFilters(t *testing.T) {
 		{"operator and channel", HistoryFilter{Operator: "op:ann", Channel: audit.ChannelCLI}},
 		{"operator and status", HistoryFilter{Operator: "op:bob", Status: "approved"}},
 		{"actor and tool", HistoryFilter{Actor: h.agent.Actor, Tool: "test.pay"}},
+		{"actor and status", HistoryFilter{Actor: "agent:other", Status: "denied"}},
+		{"actor, tool and status", HistoryFilter{Actor: "agent:other", Tool: "test.dual", Status: "approved"}},
 		{"since", HistoryFilter{Since: mid}},
 		{"until", HistoryFilter{Until: mid}},
 		{"window and operator", HistoryFilter{Since: calls[70].CreatedAt, Until: calls[20].CreatedAt, Operator: "op:bob"}},
@@ -228,7 +230,9 @@ func TestHistoryPlan(t *testing.T) {
 		{HistoryFilter{Since: calls[10].CreatedAt}, "calls c INDEXED BY calls_created"},
 		{HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}, "calls c INDEXED BY calls_actor_created"},
 		{HistoryFilter{Actor: "agent:bot", Operator: "op:carl", Channel: audit.ChannelCLI}, "call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq"},
-		{HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_status_created"},
+		{HistoryFilter{Status: "pending", Tool: "test.pay"}, "calls c INDEXED BY calls_status_created"},
+		{HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
+		{HistoryFilter{Tool: "test.dual", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_tool_created"},
 		{HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
 	}
 	for _, tt := range tests {

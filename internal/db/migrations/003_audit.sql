@@ -32,6 +32,10 @@ CREATE INDEX calls_actor_created ON calls (actor, created_at);
 CREATE INDEX calls_tool_created ON calls (tool, created_at);
 CREATE INDEX calls_status_created ON calls (status, created_at);
 CREATE INDEX calls_digest ON calls (digest);
+-- The two pairings auditors ask for most: what an agent did with one tool,
+-- and how an agent's calls ended.
+CREATE INDEX calls_actor_tool_created ON calls (actor, tool, created_at);
+CREATE INDEX calls_actor_status_created ON calls (actor, status, created_at);
 
 -- Who decided each call, and through which channel: one row per operator
 -- and channel that approved or denied it, with the call's created_at copied
