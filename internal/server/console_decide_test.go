@@ -43,7 +43,8 @@ func TestApproveNeedsCSRF(t *testing.T) {
 		{"cross-site fetch", url.Values{"csrf": {tok}, "digest": {call.Digest}}, []string{"Sec-Fetch-Site", "cross-site"}},
 		{"same-site fetch", url.Values{"csrf": {tok}, "digest": {call.Digest}}, []string{"Sec-Fetch-Site", "same-site"}},
 		{"foreign origin", url.Values{"csrf": {tok}, "digest": {call.Digest}}, []string{"Origin", "http://evil.example"}},
-		{"null origin", url.Values{"csrf": {tok}, "digest": {call.Digest}}, []string{"Origin", "null"}},
+		{"sandboxed cross-site frame", url.Values{"csrf": {tok}, "digest": {call.Digest}}, []string{"Origin", "null", "Sec-Fetch-Site", "cross-site"}},
+		{"null origin without the token", url.Values{"digest": {call.Digest}}, []string{"Origin", "null"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -364,7 +364,12 @@ func TestLoginFormProtected(t *testing.T) {
 	if p := b.post("/login", good, "Origin", "http://evil.example"); p.status != http.StatusForbidden {
 		t.Errorf("login from another origin = %d, want 403", p.status)
 	}
-	if p := b.post("/login", good); p.status != http.StatusSeeOther {
-		t.Errorf("login = %d, want 303", p.status)
+	if p := b.post("/login", good, "Origin", "null", "Sec-Fetch-Site", "cross-site"); p.status != http.StatusForbidden {
+		t.Errorf("login from a sandboxed cross-site frame = %d, want 403", p.status)
+	}
+	// Under Referrer-Policy: no-referrer a browser's own form post carries
+	// Origin: null.
+	if p := b.post("/login", good, "Origin", "null"); p.status != http.StatusSeeOther {
+		t.Errorf("login with Origin: null from the page itself = %d, want 303", p.status)
 	}
 }
