@@ -52,7 +52,7 @@ func ParseWith(data []byte, opt Options) (any, error) {
 	}
 	// One copy of the whole text: strings without escapes are substrings of
 	// it rather than allocations of their own.
-	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth, path: make([]segment, 0, 8)}
+	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth}
 	p.sizeSlabs()
 	p.skipSpace()
 	v := p.value()
@@ -63,6 +63,7 @@ func ParseWith(data []byte, opt Options) (any, error) {
 		}
 	}
 	if p.err != nil {
+		p.err.Path = p.errPointer()
 		return nil, p.err
 	}
 	return v, nil
@@ -79,9 +80,11 @@ type parser struct {
 	pos      int
 	depth    int
 	maxDepth int
-	path     []segment
 	err      *Problem
-	scratch  []byte
+	// errPath is where err was found, innermost first: each container
+	// adds its step as the failure returns through it.
+	errPath []segment
+	scratch []byte
 	// members and items are stacks shared by the objects and arrays being
 	// read: a container's elements collect at the top and are copied out
 	// once, into a slice of exactly their number, when it closes.
@@ -131,9 +134,10 @@ func (p *parser) sizeSlabs() {
 	}
 }
 
-func (p *parser) pointer() string {
+// errPointer returns the JSON Pointer of errPath.
+func (p *parser) errPointer() string {
 	var b []byte
-	for _, s := range p.path {
+	for _, s := range slices.Backward(p.errPath) {
 		b = append(b, '/')
 		if s.index >= 0 {
 			b = strconv.AppendInt(b, int64(s.index), 10)
@@ -164,7 +168,7 @@ func (p *parser) fail(code, format string, args ...any) {
 	if code == CodeMalformedJSON {
 		msg = fmt.Sprintf("%s at line %d, column %d (byte %d)", msg, line, col, p.pos)
 	}
-	p.err = &Problem{Code: code, Path: p.pointer(), Message: msg, Offset: p.pos}
+	p.err = &Problem{Code: code, Message: msg, Offset: p.pos}
 }
 
 func (p *parser) describe() string {
@@ -277,13 +281,12 @@ func (p *parser) object() any {
 		}
 		p.pos++
 		p.skipSpace()
-		p.path = append(p.path, segment{name: name, index: -1})
 		v := p.value()
 		if p.err != nil {
+			p.errPath = append(p.errPath, segment{name: name, index: -1})
 			return nil
 		}
 		p.members = append(p.members, Member{Name: name, Value: v})
-		p.path = p.path[:len(p.path)-1]
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			p.fail(CodeMalformedJSON, "unterminated object")
@@ -309,8 +312,8 @@ func (p *parser) object() any {
 	}
 	for i := 1; i < len(members); i++ {
 		if members[i-1].Name == members[i].Name {
-			p.path = append(p.path, segment{name: members[i].Name, index: -1})
-			p.err = &Problem{Code: CodeDuplicateKey, Path: p.pointer(), Offset: -1,
+			p.errPath = append(p.errPath, segment{name: members[i].Name, index: -1})
+			p.err = &Problem{Code: CodeDuplicateKey, Offset: -1,
 				Message: fmt.Sprintf("member %q appears more than once", members[i].Name)}
 			return nil
 		}
@@ -341,12 +344,11 @@ func (p *parser) array() any {
 	}
 	base := len(p.items)
 	for {
-		p.path = append(p.path, segment{index: len(p.items) - base})
 		v := p.value()
 		if p.err != nil {
+			p.errPath = append(p.errPath, segment{index: len(p.items) - base})
 			return nil
 		}
-		p.path = p.path[:len(p.path)-1]
 		p.items = append(p.items, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
