@@ -59,6 +59,8 @@ func DSN(path string) string {
 	q.Set("_foreign_keys", "on")
 	q.Set("_busy_timeout", "10000")
 	q.Set("_txlock", "immediate")
+	// Statements are prepared once per pooled connection, not per call.
+	q.Set("_stmt_cache_size", "64")
 	return "file:" + path + "?" + q.Encode()
 }
 
