@@ -198,7 +198,7 @@ func TestWSReconnectResyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := e.submit("agent:deployer", "deploy-host", conDeployBody)
-	conn, first := b.mustDial("/ws")
+	_, first := b.mustDial("/ws")
 	doc := fragmentDoc(t, first)
 	list := doc.Find(`#queue-list[hx-swap-oob="true"]`)
 	if list.Length() != 1 {
