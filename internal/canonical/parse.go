@@ -53,7 +53,6 @@ func ParseWith(data []byte, opt Options) (any, error) {
 	// One copy of the whole text: strings without escapes are substrings of
 	// it rather than allocations of their own.
 	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth}
-	p.sizeSlabs()
 	p.skipSpace()
 	v := p.value()
 	if p.err == nil {
@@ -90,7 +89,10 @@ type parser struct {
 	// once, into a slice of exactly their number, when it closes.
 	members []Member
 	items   []any
-	// The finished containers' elements are carved from blocks.
+	// The finished containers' elements are carved from blocks, sized
+	// when the first container closes: text that fails before that costs
+	// no more than itself.
+	sized      bool
 	memberSlab slab[Member]
 	itemSlab   slab[any]
 }
@@ -123,15 +125,13 @@ func (p *parser) sizeSlabs() {
 	opens := bytes.Count(p.data, []byte{'{'}) + bytes.Count(p.data, []byte{'['})
 	members := min(colons, len(p.data)/5+1)
 	items := min(commas-colons+opens, len(p.data)/2+1)
-	// The stacks hold the elements of the containers still open.
 	if members > 0 {
 		p.memberSlab.free = make([]Member, members)
-		p.members = make([]Member, 0, min(members, 16))
 	}
 	if items > 0 {
 		p.itemSlab.free = make([]any, items)
-		p.items = make([]any, 0, min(items, 16))
 	}
+	p.sized = true
 }
 
 // errPointer returns the JSON Pointer of errPath.
@@ -264,6 +264,9 @@ func (p *parser) object() any {
 		p.depth--
 		return Object{}
 	}
+	if p.members == nil {
+		p.members = make([]Member, 0, 16)
+	}
 	base := len(p.members)
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
@@ -304,6 +307,9 @@ func (p *parser) object() any {
 		p.fail(CodeMalformedJSON, "expected ',' or '}' in object, found %s", p.describe())
 		return nil
 	}
+	if !p.sized {
+		p.sizeSlabs()
+	}
 	members := Object(p.memberSlab.take(len(p.members) - base))
 	copy(members, p.members[base:])
 	p.members = p.members[:base]
@@ -342,6 +348,9 @@ func (p *parser) array() any {
 		p.depth--
 		return []any{}
 	}
+	if p.items == nil {
+		p.items = make([]any, 0, 16)
+	}
 	base := len(p.items)
 	for {
 		v := p.value()
@@ -362,6 +371,9 @@ func (p *parser) array() any {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
+			if !p.sized {
+				p.sizeSlabs()
+			}
 			items := p.itemSlab.take(len(p.items) - base)
 			copy(items, p.items[base:])
 			p.items = p.items[:base]

@@ -3,6 +3,7 @@ package canonical
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -348,6 +349,29 @@ func TestEncodeRefuses(t *testing.T) {
 	for _, tt := range tests {
 		if got, err := Encode(tt.v); err == nil {
 			t.Errorf("%s: Encode(%#v) = %s, want an error", tt.name, tt.v, got)
+		}
+	}
+}
+
+// TestRefusalCostsLittle: text that fails before its first container closes
+// allocates about its own size (one copy), however many members its
+// punctuation suggests.
+func TestRefusalCostsLittle(t *testing.T) {
+	for _, in := range []string{
+		strings.Repeat(":", 200_000),
+		`{"a":` + strings.Repeat(`[`, 20) + strings.Repeat(":,", 100_000),
+		`[1,` + strings.Repeat(",", 200_000),
+	} {
+		data := []byte(in)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := Parse(data)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Fatalf("Parse(%.20q...) accepted", in)
+		}
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(len(in))+64<<10; got > limit {
+			t.Errorf("Parse(%.20q...) of %d bytes allocated %d bytes, want at most %d", in, len(in), got, limit)
 		}
 	}
 }
