@@ -526,3 +526,58 @@ func TestIntegersShownExactly(t *testing.T) {
 		t.Error("a call of a tool that is not in the tools file is not marked")
 	}
 }
+
+// Each page, for each role: who may open it and which controls it shows.
+func TestPagesPerRole(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	call := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	tests := []struct {
+		user                      string
+		adminStatus               int
+		decide, approve, adminNav bool
+	}{
+		{"olivia", http.StatusForbidden, true, true, false},
+		{"aude", http.StatusForbidden, false, false, false},
+		{"adam", http.StatusOK, true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.user, func(t *testing.T) {
+			b := e.browser()
+			b.login(tt.user, rolePassword)
+			if p := b.get("/admin"); p.status != tt.adminStatus {
+				t.Errorf("GET /admin = %d, want %d", p.status, tt.adminStatus)
+			}
+			p := b.get("/calls/" + call.ID)
+			if p.status != http.StatusOK {
+				t.Fatalf("GET call = %d", p.status)
+			}
+			if got := p.find("decide").Length() == 1; got != tt.decide {
+				t.Errorf("decide controls shown = %v, want %v", got, tt.decide)
+			}
+			if got := p.find("approve-form").Length() == 1; got != tt.approve {
+				t.Errorf("approve form shown = %v, want %v", got, tt.approve)
+			}
+			if got := p.find("nav-admin").Length() == 1; got != tt.adminNav {
+				t.Errorf("admin link shown = %v, want %v", got, tt.adminNav)
+			}
+			if got := strings.TrimSpace(p.find("whoami").Text()); !strings.HasPrefix(got, tt.user) {
+				t.Errorf("whoami = %q", got)
+			}
+			if p := b.get("/login"); p.status != http.StatusSeeOther {
+				t.Errorf("GET /login while logged in = %d, want 303 to the queue", p.status)
+			}
+		})
+	}
+	anon := e.browser()
+	p := anon.get("/login")
+	if p.status != http.StatusOK || p.find("login-form").Length() != 1 || p.find("nav").Length() != 0 {
+		t.Errorf("login page: %d, form %d, nav %d", p.status, p.find("login-form").Length(), p.find("nav").Length())
+	}
+	assertNoInlineScript(t, p)
+	for _, path := range []string{"/", "/admin", "/calls/" + call.ID} {
+		if p := anon.get(path); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+			t.Errorf("anonymous GET %s = %d → %q, want 303 → /login", path, p.status, p.header.Get("Location"))
+		}
+	}
+}
