@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -206,4 +205,3 @@ func mustApprove(tb testing.TB, st *apiStack, operator, id, digest string) *queu
 	return c
 }
 
-var errTimeout = errors.New("timeout")

@@ -226,7 +226,7 @@ func TestValidationCases(t *testing.T) {
 				got = append(got, fmt.Sprintf("%s@%s", p["code"], p["path"]))
 			}
 			for _, want := range tc.probs {
-				if !contains(got, want) {
+				if !hasString(got, want) {
 					t.Errorf("problems %v lack %s", got, want)
 				}
 			}
@@ -244,7 +244,7 @@ func TestValidationCases(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
+func hasString(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
 			return true
