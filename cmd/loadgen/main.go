@@ -220,12 +220,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return fmt.Errorf("log in %s: %w", name, err)
 		}
 	}
+	// Each socket records when it first saw each call id; the join with the
+	// submission times happens after the run, since a card often arrives
+	// before the agent has read the submission's response.
 	var submitted sync.Map // call id -> submit start time
 	var submitToCard sample
 	var wsWG sync.WaitGroup
 	sockCtx, closeSockets := context.WithCancel(ctx)
 	defer closeSockets()
 	idPattern := regexp.MustCompile(`call_[a-z2-7]{24}`)
+	var firstSeen []map[string]time.Time
+	var seenMu sync.Mutex
 	opened := 0
 	for i := 0; i < cfg.sockets; i++ {
 		conn, err := sessions[i%len(sessions)].dialWS(sockCtx)
@@ -234,28 +239,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			continue
 		}
 		opened++
+		seen := map[string]time.Time{}
+		firstSeen = append(firstSeen, seen)
 		wsWG.Add(1)
 		go func() {
 			defer wsWG.Done()
 			defer conn.Close()
-			seen := map[string]bool{}
 			go func() { <-sockCtx.Done(); conn.Close() }()
 			for {
 				_, msg, err := conn.ReadMessage()
 				if err != nil {
+					if sockCtx.Err() == nil {
+						errs.add("ws_closed")
+					}
 					return
 				}
 				now := time.Now()
+				seenMu.Lock()
 				for _, id := range idPattern.FindAll(msg, -1) {
-					sid := string(id)
-					if seen[sid] {
-						continue
-					}
-					seen[sid] = true
-					if t, ok := submitted.Load(sid); ok {
-						submitToCard.add(now.Sub(t.(time.Time)))
+					if _, ok := seen[string(id)]; !ok {
+						seen[string(id)] = now
 					}
 				}
+				seenMu.Unlock()
 			}
 		}()
 	}
@@ -334,6 +340,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	time.Sleep(200 * time.Millisecond) // let the last cards arrive
 	closeSockets()
 	wsWG.Wait()
+	for _, seen := range firstSeen {
+		for id, at := range seen {
+			if t, ok := submitted.Load(id); ok {
+				submitToCard.add(at.Sub(t.(time.Time)))
+			}
+		}
+	}
 
 	rep.Flows = int(flows.Load())
 	rep.Seconds = elapsed.Seconds()
