@@ -158,6 +158,7 @@ func (c *console) routes(e *echo.Echo) {
 	e.GET("/calls/:id", c.callPage, c.requireSession)
 	e.GET("/ws", c.serveWS, c.requireSession)
 	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
+	c.routesHistory(e.Group(historyPath, c.requireSession))
 
 	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)

@@ -1,0 +1,1140 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+var (
+	histBilling  = queue.Principal{Actor: "agent:billing-bot", Audience: "payments-host"}
+	histDeployer = queue.Principal{Actor: "agent:deployer", Audience: "deploy-host"}
+	histCleaner  = queue.Principal{Actor: "agent:cleaner", Audience: "files-host"}
+)
+
+func histRefund(invoice int, notes string) string {
+	if notes != "" {
+		notes = fmt.Sprintf(`,"notes":%q`, notes)
+	}
+	return fmt.Sprintf(`{"tool":"payments.refund","target":"invoice:INV-%d","args":{"amount_minor":%d,"currency":"USD","reason_code":"duplicate"%s},"rationale":"The customer was charged twice."}`,
+		invoice, 100+invoice, notes)
+}
+
+func histDeploy(ticket int) string {
+	return fmt.Sprintf(`{"tool":"releases.deploy","target":"service:checkout","args":{"version":"v1.4.2","environment":"production","change_ticket":"CHG-%04d"}}`, ticket)
+}
+
+func histDelete(name string) string {
+	return fmt.Sprintf(`{"tool":"files.delete","target":"file:/srv/shared/%s","args":{"reason":"stale"}}`, name)
+}
+
+func (e *consoleEnv) submitAs(who queue.Principal, body string) *queue.Call {
+	e.t.Helper()
+	return e.submit(who.Actor, who.Audience, body)
+}
+
+func (e *consoleEnv) approve(op, channel string, c *queue.Call) *queue.Call {
+	e.t.Helper()
+	out, err := e.q.Approve(context.Background(), op, channel, c.ID, c.Digest)
+	if err != nil {
+		e.t.Fatalf("approve %s as %s: %v", c.ID, op, err)
+	}
+	return out
+}
+
+func (e *consoleEnv) deny(op, channel string, c *queue.Call, reason string) {
+	e.t.Helper()
+	if _, err := e.q.Deny(context.Background(), op, channel, c.ID, reason); err != nil {
+		e.t.Fatalf("deny %s as %s: %v", c.ID, op, err)
+	}
+}
+
+// redeem presents the call's grant with the given target.
+func (e *consoleEnv) redeem(who queue.Principal, c *queue.Call, target string) *queue.Redemption {
+	e.t.Helper()
+	args, err := canonical.Encode(c.Args)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"grant":%q,"call":{"tool":%q,"target":%q,"args":%s}}`, c.Grant, c.Tool, target, args)
+	r, err := e.q.Redeem(context.Background(), who, []byte(body))
+	if err != nil {
+		e.t.Fatalf("redeem %s: %v", c.ID, err)
+	}
+	return r
+}
+
+// histCall is a call of the filter data set with what the filters read.
+type histCall struct {
+	call     *queue.Call
+	actor    string
+	tool     string
+	status   string
+	deciders [][2]string // operator, channel
+}
+
+// historyFilterSet stores eight calls, ten seconds apart, with every status the
+// filters tell apart, decided by three operators through two channels.
+func historyFilterSet(t *testing.T, e *consoleEnv) []histCall {
+	t.Helper()
+	var out []histCall
+	add := func(who queue.Principal, body, status string, decide func(c *queue.Call) [][2]string) {
+		c := e.submitAs(who, body)
+		h := histCall{call: c, actor: who.Actor, tool: c.Tool, status: status}
+		if decide != nil {
+			h.deciders = decide(c)
+		}
+		out = append(out, h)
+		e.clock.Advance(10 * time.Second)
+	}
+	add(histBilling, histRefund(1, ""), "approved", func(c *queue.Call) [][2]string {
+		e.approve("olivia", audit.ChannelWeb, c)
+		return [][2]string{{"olivia", "web"}}
+	})
+	add(histBilling, histRefund(2, ""), "denied", func(c *queue.Call) [][2]string {
+		e.deny("bob", audit.ChannelCLI, c, "not ours")
+		return [][2]string{{"bob", "cli"}}
+	})
+	add(histDeployer, histDeploy(1234), "approved", func(c *queue.Call) [][2]string {
+		e.approve("olivia", audit.ChannelWeb, c)
+		e.approve("bob", audit.ChannelCLI, c)
+		return [][2]string{{"olivia", "web"}, {"bob", "cli"}}
+	})
+	add(histDeployer, histDeploy(5678), "pending", nil)
+	add(histCleaner, histDelete("a.txt"), "approved", func(c *queue.Call) [][2]string {
+		e.approve("carol", audit.ChannelCLI, c)
+		return [][2]string{{"carol", "cli"}}
+	})
+	add(histBilling, histRefund(6, ""), "pending", nil)
+	add(histCleaner, histDelete("b.txt"), "denied", func(c *queue.Call) [][2]string {
+		e.deny("olivia", audit.ChannelWeb, c, "keep it")
+		return [][2]string{{"olivia", "web"}}
+	})
+	add(histBilling, histRefund(8, ""), "approved", func(c *queue.Call) [][2]string {
+		e.approve("bob", audit.ChannelWeb, c)
+		return [][2]string{{"bob", "web"}}
+	})
+	return out
+}
+
+// historyRowIDs lists the history rows' call ids in page order.
+func historyRowIDs(p *htmlPage) []string {
+	var ids []string
+	p.find("history-row").Each(func(_ int, s *goquery.Selection) {
+		id, _ := s.Attr("data-call")
+		ids = append(ids, id)
+	})
+	return ids
+}
+
+// want lists the ids of the calls keep selects, newest first.
+func wantIDsOf(calls []histCall, keep func(h histCall) bool) []string {
+	var ids []string
+	for i := len(calls) - 1; i >= 0; i-- {
+		if keep(calls[i]) {
+			ids = append(ids, calls[i].call.ID)
+		}
+	}
+	return ids
+}
+
+// decideControlCount counts what would let someone decide on a page.
+func decideControlCount(p *htmlPage) int {
+	n := 0
+	for _, id := range []string{"approve", "deny", "approve-form", "deny-form", "decide"} {
+		n += p.find(id).Length()
+	}
+	return n + p.doc.Find(`form[action*="/approve"], form[action*="/deny"], form[action="/blocks/clear"]`).Length()
+}
+
+func TestHistoryPageByRole(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	calls := historyFilterSet(t, e)
+	all := wantIDsOf(calls, func(histCall) bool { return true })
+	for _, u := range roleUsers {
+		t.Run(string(u.role), func(t *testing.T) {
+			b := e.browser()
+			b.login(u.name, rolePassword)
+			p := b.get("/history")
+			if p.status != http.StatusOK {
+				t.Fatalf("GET /history = %d", p.status)
+			}
+			if got := historyRowIDs(p); !slices.Equal(got, all) {
+				t.Errorf("rows %v, want every call newest first %v", got, all)
+			}
+			if cls, _ := p.find("nav-history").Attr("class"); cls != "active" {
+				t.Errorf("the History nav item has class %q, want active", cls)
+			}
+			if n := decideControlCount(p); n != 0 {
+				t.Errorf("the history page has %d decide controls, want none", n)
+			}
+			for _, h := range calls {
+				row := p.doc.Find(`[data-testid="history-row"][data-call="` + h.call.ID + `"]`)
+				if got, _ := row.Attr("data-status"); got != h.status {
+					t.Errorf("%s: status %q, want %q", h.call.ID, got, h.status)
+				}
+				if got := strings.TrimSpace(row.Find(`[data-testid="row-actor"]`).Text()); got != h.actor {
+					t.Errorf("%s: actor %q, want %q", h.call.ID, got, h.actor)
+				}
+				var deciders []string
+				row.Find(`[data-testid="row-decider"]`).Each(func(_ int, s *goquery.Selection) { deciders = append(deciders, s.Text()) })
+				var wantDeciders []string
+				for _, d := range h.deciders {
+					wantDeciders = append(wantDeciders, d[0])
+				}
+				// Approvals made in one millisecond are listed by name.
+				slices.Sort(deciders)
+				slices.Sort(wantDeciders)
+				if !slices.Equal(deciders, wantDeciders) {
+					t.Errorf("%s: deciders %q, want %q", h.call.ID, deciders, wantDeciders)
+				}
+				href, ok := row.Find(`a[href*="` + h.call.ID + `"]`).Attr("href")
+				if !ok {
+					t.Fatalf("%s: no link to the call in its row", h.call.ID)
+				}
+				tp := b.get(href)
+				if tp.status != http.StatusOK || tp.find("timeline").Length() != 1 {
+					t.Fatalf("GET %s = %d, timeline %d", href, tp.status, tp.find("timeline").Length())
+				}
+				if got := tp.find("call-id").Text(); got != h.call.ID {
+					t.Errorf("GET %s shows call %q", href, got)
+				}
+				if n := decideControlCount(tp); n != 0 {
+					t.Errorf("the timeline of a %s call has %d decide controls, want none", h.status, n)
+				}
+			}
+			for id, prefix := range map[string]string{
+				"export-jsonl": "/history/export/audit.jsonl", "export-calls-jsonl": "/history/export/calls.jsonl",
+				"export-calls-csv": "/history/export/calls.csv",
+			} {
+				href, _ := p.find(id).Attr("href")
+				if href != prefix {
+					t.Errorf("%s links to %q, want %q", id, href, prefix)
+				}
+				if d := b.get(href); d.status != http.StatusOK || !strings.HasPrefix(d.header.Get("Content-Disposition"), "attachment;") {
+					t.Errorf("GET %s = %d, Content-Disposition %q", href, d.status, d.header.Get("Content-Disposition"))
+				}
+			}
+		})
+	}
+	t.Run("anonymous", func(t *testing.T) {
+		anon := e.browser()
+		for _, path := range []string{"/history", "/history/calls/" + calls[0].call.ID, "/history/export/audit.jsonl", "/history/export/calls.csv"} {
+			if p := anon.get(path); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+				t.Errorf("anonymous GET %s = %d → %q, want 303 → /login", path, p.status, p.header.Get("Location"))
+			}
+		}
+	})
+}
+
+// An auditor reads everything and decides nothing: no controls, and
+// posting a decision by hand with a valid form token is refused.
+func TestHistoryAuditorCannotDecide(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	call := e.submitAs(histBilling, histRefund(42, ""))
+	blockPair(t, e, "agent:flaky", "payments-host")
+	b := e.browser()
+	b.login("aude", rolePassword)
+	for _, path := range []string{"/", "/calls/" + call.ID, "/history", "/history/calls/" + call.ID} {
+		p := b.get(path)
+		if p.status != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, p.status)
+		}
+		if n := decideControlCount(p); n != 0 {
+			t.Errorf("GET %s: %d decide controls for an auditor, want none", path, n)
+		}
+	}
+	csrf := b.csrf()
+	for _, post := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/calls/" + call.ID + "/approve", url.Values{"csrf": {csrf}, "digest": {call.Digest}}},
+		{"/calls/" + call.ID + "/deny", url.Values{"csrf": {csrf}, "reason": {"no"}}},
+		{"/blocks/clear", url.Values{"csrf": {csrf}, "actor": {"agent:flaky"}, "tool": {"payments.refund"}}},
+	} {
+		if p := b.post(post.path, post.form); p.status != http.StatusForbidden {
+			t.Errorf("auditor POST %s = %d, want 403", post.path, p.status)
+		}
+	}
+	if p := b.post("/history", url.Values{"csrf": {csrf}}); p.status != http.StatusMethodNotAllowed && p.status != http.StatusNotFound {
+		t.Errorf("POST /history = %d, want 405 or 404", p.status)
+	}
+	got, err := e.q.Call(context.Background(), call.ID)
+	if err != nil || got.Status != queue.StatusPending || len(got.Approvals) != 0 {
+		t.Errorf("after the auditor's posts the call is %+v (%v), want pending without approvals", got, err)
+	}
+	blocks, err := e.q.Store().Blocks(context.Background())
+	if err != nil || len(blocks) != 1 {
+		t.Errorf("blocks after the auditor's clear = %v (%v), want the block kept", blocks, err)
+	}
+}
+
+type timelineRowView struct {
+	kind, principal, channel string
+	facts                    map[string]string
+	checks                   []string // name=state
+}
+
+func timelineRowsOf(p *htmlPage) []timelineRowView {
+	var out []timelineRowView
+	p.find("timeline-entry").Each(func(_ int, s *goquery.Selection) {
+		r := timelineRowView{facts: map[string]string{}}
+		r.kind, _ = s.Attr("data-kind")
+		r.principal = strings.TrimSpace(s.Find(`[data-testid="entry-principal"]`).Text())
+		r.channel = strings.TrimSpace(s.Find(`[data-testid="entry-channel"]`).Text())
+		s.Find(`[data-testid="entry-fact"]`).Each(func(_ int, f *goquery.Selection) {
+			label, _ := f.Attr("data-label")
+			r.facts[label] = strings.TrimSpace(f.Text())
+		})
+		s.Find(`[data-testid="entry-check"]`).Each(func(_ int, c *goquery.Selection) {
+			name, _ := c.Attr("data-check")
+			state, _ := c.Attr("data-state")
+			r.checks = append(r.checks, name+"="+state)
+		})
+		out = append(out, r)
+	})
+	return out
+}
+
+func TestHistoryTimeline(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	call := e.submitAs(histBilling, histRefund(1042, "customer was charged twice"))
+	approved := e.approve("olivia", audit.ChannelWeb, call)
+	if r := e.redeem(histBilling, approved, "invoice:INV-9999"); r.Accepted || r.Reason != "target_mismatch" {
+		t.Fatalf("redeeming for another target: %+v", r)
+	}
+	if r := e.redeem(histBilling, approved, approved.Target); !r.Accepted {
+		t.Fatalf("redeem: %+v", r)
+	}
+	if r := e.redeem(histBilling, approved, approved.Target); r.Accepted || r.Reason != "replayed" {
+		t.Fatalf("second redemption: %+v", r)
+	}
+	if _, err := e.q.ReportOutcome(context.Background(), histBilling, call.ID, "succeeded", "refund re-1042 issued"); err != nil {
+		t.Fatal(err)
+	}
+	deploy := e.submitAs(histDeployer, histDeploy(1234))
+	e.approve("olivia", audit.ChannelWeb, deploy)
+	e.approve("bob", audit.ChannelCLI, deploy)
+	denied := e.submitAs(histCleaner, histDelete("c.txt"))
+	e.deny("olivia", audit.ChannelWeb, denied, "keep it: finance needs it")
+
+	b := e.browser()
+	b.login("aude", rolePassword)
+	p := b.get("/history/calls/" + call.ID)
+	if p.status != http.StatusOK {
+		t.Fatalf("GET timeline = %d", p.status)
+	}
+	rows := timelineRowsOf(p)
+	var kinds []string
+	for _, r := range rows {
+		kinds = append(kinds, r.kind)
+	}
+	if wantKinds := []string{"submitted", "approved", "granted", "redemption_refused", "redeemed", "redemption_refused", "outcome"}; !slices.Equal(kinds, wantKinds) {
+		t.Fatalf("timeline kinds %q, want %q", kinds, wantKinds)
+	}
+	allOK := []string{"shape=ok", "signature=ok", "claims=ok", "actor=ok", "audience=ok", "tool=ok", "target=ok", "digest=ok", "time=ok", "status=ok", "nonce=ok"}
+	mismatch := []string{"shape=ok", "signature=ok", "claims=ok", "actor=ok", "audience=ok", "tool=ok", "target=failed",
+		"digest=not-reached", "time=not-reached", "status=not-reached", "nonce=not-reached"}
+	replayed := append(append([]string(nil), allOK[:10]...), "nonce=failed")
+	expires := approved.GrantExpiresAt.UTC().Format("2006-01-02 15:04:05 UTC")
+	checks := []struct {
+		principal, channel string
+		facts              map[string]string
+		checks             []string
+	}{
+		{"agent:billing-bot", "api", map[string]string{"Digest": call.Digest, "Approvals required": "1",
+			"Decide by": call.DecideBy.UTC().Format("2006-01-02 15:04:05 UTC")}, nil},
+		{"olivia", "web", map[string]string{"Approvals": "1 of 1", "Digest approved": call.Digest}, nil},
+		{"console", "api", map[string]string{"Key id": approved.GrantKID, "Grant id": approved.GrantJTI, "Expires": expires, "Digest": call.Digest}, nil},
+		{"agent:billing-bot", "api", map[string]string{"Reason": "target_mismatch", "Grant id": approved.GrantJTI}, mismatch},
+		{"agent:billing-bot", "api", map[string]string{"Grant id": approved.GrantJTI}, allOK},
+		{"agent:billing-bot", "api", map[string]string{"Reason": "replayed", "Grant id": approved.GrantJTI}, replayed},
+		{"agent:billing-bot", "api", map[string]string{"Status": "succeeded", "Detail": "refund re-1042 issued"}, nil},
+	}
+	for i, w := range checks {
+		r := rows[i]
+		if r.principal != w.principal || r.channel != w.channel {
+			t.Errorf("%s entry by %q via %q, want %q via %q", r.kind, r.principal, r.channel, w.principal, w.channel)
+		}
+		for label, v := range w.facts {
+			if r.facts[label] != v {
+				t.Errorf("%s entry: %s = %q, want %q", r.kind, label, r.facts[label], v)
+			}
+		}
+		if _, ok := r.facts["Warning"]; ok {
+			t.Errorf("%s entry warns: %s", r.kind, r.facts["Warning"])
+		}
+		if !slices.Equal(r.checks, w.checks) {
+			t.Errorf("%s entry checks %q, want %q", r.kind, r.checks, w.checks)
+		}
+	}
+	// The proposal, as hashed, with the call page's components.
+	if got := strings.Join(strings.Fields(p.find("digest").Text()), ""); got != call.Digest {
+		t.Errorf("proposal digest %q, want %q", got, call.Digest)
+	}
+	for ptr, v := range map[string]string{"/amount_minor": "1142", "/currency": "USD", "/notes": "customer was charged twice"} {
+		if got := p.doc.Find(`[data-pointer="` + ptr + `"] [data-testid="arg-value"]`).Text(); strings.TrimSpace(got) != v {
+			t.Errorf("argument %s shows %q, want %q", ptr, got, v)
+		}
+	}
+	if p.doc.Find(`[data-pointer="/notes"] [data-testid="not-bound"]`).Length() != 1 {
+		t.Error("the informational notes are not labelled as not bound")
+	}
+	if got := p.find("call-target").Text(); strings.TrimSpace(got) != "invoice:INV-1042" {
+		t.Errorf("target %q", got)
+	}
+	if !strings.Contains(p.find("rationale").Text(), "The customer was charged twice.") {
+		t.Errorf("rationale %q", p.find("rationale").Text())
+	}
+
+	t.Run("two approvers", func(t *testing.T) {
+		rows := timelineRowsOf(b.get("/history/calls/" + deploy.ID))
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.kind+":"+r.principal+":"+r.channel+":"+r.facts["Approvals"])
+		}
+		wantRows := []string{"submitted:agent:deployer:api:", "approved:olivia:web:1 of 2", "approved:bob:cli:2 of 2", "granted:console:api:"}
+		if !slices.Equal(got, wantRows) {
+			t.Errorf("timeline %q, want %q", got, wantRows)
+		}
+	})
+	t.Run("denied", func(t *testing.T) {
+		rows := timelineRowsOf(b.get("/history/calls/" + denied.ID))
+		if len(rows) != 2 || rows[1].kind != "denied" || rows[1].principal != "olivia" || rows[1].channel != "web" ||
+			rows[1].facts["Reason"] != "keep it: finance needs it" || rows[1].facts["Digest denied"] != denied.Digest {
+			t.Errorf("timeline %+v, want submitted then denied by olivia via web with the reason", rows)
+		}
+	})
+	t.Run("unknown call", func(t *testing.T) {
+		p := b.get("/history/calls/call_nosuchcall")
+		if p.status != http.StatusNotFound || p.find("error-status").Length() != 1 {
+			t.Errorf("GET unknown timeline = %d, error view %d", p.status, p.find("error-status").Length())
+		}
+	})
+}
+
+func TestHistoryFilters(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	calls := historyFilterSet(t, e)
+	b := e.browser()
+	b.login("aude", rolePassword)
+	at := func(i int) time.Time { return calls[i].call.CreatedAt.UTC() }
+	decided := func(h histCall, op, ch string) bool {
+		for _, d := range h.deciders {
+			if (op == "" || d[0] == op) && (ch == "" || d[1] == ch) {
+				return true
+			}
+		}
+		return false
+	}
+	d5 := calls[4].call.Digest
+	cases := []struct {
+		name  string
+		query url.Values
+		keep  func(h histCall) bool
+	}{
+		{"no filter", url.Values{}, func(histCall) bool { return true }},
+		{"actor", url.Values{"actor": {"agent:billing-bot"}}, func(h histCall) bool { return h.actor == "agent:billing-bot" }},
+		{"tool", url.Values{"tool": {"files.delete"}}, func(h histCall) bool { return h.tool == "files.delete" }},
+		{"status pending", url.Values{"status": {"pending"}}, func(h histCall) bool { return h.status == "pending" }},
+		{"status denied", url.Values{"status": {"denied"}}, func(h histCall) bool { return h.status == "denied" }},
+		{"operator", url.Values{"operator": {"olivia"}}, func(h histCall) bool { return decided(h, "olivia", "") }},
+		{"channel", url.Values{"channel": {"cli"}}, func(h histCall) bool { return decided(h, "", "cli") }},
+		{"operator and channel", url.Values{"operator": {"bob"}, "channel": {"web"}}, func(h histCall) bool { return decided(h, "bob", "web") }},
+		{"actor and status", url.Values{"actor": {"agent:billing-bot"}, "status": {"approved"}}, func(h histCall) bool {
+			return h.actor == "agent:billing-bot" && h.status == "approved"
+		}},
+		{"since and until", url.Values{"since": {at(2).Format("2006-01-02T15:04:05")}, "until": {at(5).Format(time.RFC3339)}}, func(h histCall) bool {
+			return !h.call.CreatedAt.Before(at(2)) && h.call.CreatedAt.Before(at(5))
+		}},
+		{"since only, with a zone", url.Values{"since": {at(6).In(time.FixedZone("", 2*3600)).Format(time.RFC3339)}}, func(h histCall) bool {
+			return !h.call.CreatedAt.Before(at(6))
+		}},
+		{"until only, to the millisecond", url.Values{"until": {at(1).Add(time.Millisecond).Format("2006-01-02T15:04:05.000")}}, func(h histCall) bool {
+			return !h.call.CreatedAt.After(at(1))
+		}},
+		{"until a date", url.Values{"until": {at(0).Format("2006-01-02")}}, func(histCall) bool { return false }},
+		{"digest prefix in groups, upper case", url.Values{"digest": {strings.ToUpper(d5[:4] + " " + d5[4:8])}}, func(h histCall) bool {
+			return strings.HasPrefix(h.call.Digest, d5[:8])
+		}},
+		{"whole digest", url.Values{"digest": {d5}}, func(h histCall) bool { return h.call.Digest == d5 }},
+		{"tool and time", url.Values{"tool": {"payments.refund"}, "since": {at(1).Format(time.RFC3339)}}, func(h histCall) bool {
+			return h.tool == "payments.refund" && !h.call.CreatedAt.Before(at(1))
+		}},
+		{"nobody", url.Values{"actor": {"agent:nobody"}}, func(histCall) bool { return false }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wantIDs := wantIDsOf(calls, c.keep)
+			if c.name != "no filter" && c.name != "nobody" && c.name != "until a date" && (len(wantIDs) == 0 || len(wantIDs) == len(calls)) {
+				t.Fatalf("the case keeps %d of %d calls: it does not show that the filter narrows", len(wantIDs), len(calls))
+			}
+			p := b.get(withQuery("/history", c.query))
+			if p.status != http.StatusOK {
+				t.Fatalf("GET = %d: %s", p.status, p.find("history-error").Text())
+			}
+			if got := historyRowIDs(p); !slices.Equal(got, wantIDs) {
+				t.Errorf("rows %v, want %v", got, wantIDs)
+			}
+			if len(wantIDs) == 0 && p.find("history-empty").Length() != 1 {
+				t.Error("no rows and no empty message")
+			}
+			// The form shows the filter, and submitting it as a browser
+			// would gives the same page: the URL round-trips.
+			form := url.Values{}
+			p.doc.Find(`form[data-testid="history-filter"] input[name]`).Each(func(_ int, s *goquery.Selection) {
+				name, _ := s.Attr("name")
+				v, _ := s.Attr("value")
+				form.Set(name, v)
+			})
+			p.doc.Find(`form[data-testid="history-filter"] select[name]`).Each(func(_ int, s *goquery.Selection) {
+				name, _ := s.Attr("name")
+				v, _ := s.Find("option[selected]").Attr("value")
+				form.Set(name, v)
+			})
+			for k := range c.query {
+				if form.Get(k) != strings.TrimSpace(c.query.Get(k)) {
+					t.Errorf("the form shows %s=%q, want %q", k, form.Get(k), c.query.Get(k))
+				}
+			}
+			if got := historyRowIDs(b.get(withQuery("/history", form))); !slices.Equal(got, wantIDs) {
+				t.Errorf("the form submitted again gives rows %v, want %v", got, wantIDs)
+			}
+			// The calls export holds exactly the same calls.
+			href, _ := p.find("export-calls-jsonl").Attr("href")
+			ex := b.get(href)
+			var exported []string
+			for line := range strings.Lines(ex.body) {
+				v, err := canonical.Parse([]byte(strings.TrimSuffix(line, "\n")))
+				if err != nil {
+					t.Fatalf("export line %q: %v", line, err)
+				}
+				id, _ := canonical.Lookup(v, "/id")
+				exported = append(exported, id.(string))
+			}
+			if !slices.Equal(exported, wantIDs) {
+				t.Errorf("the calls export for the filter holds %v, want %v", exported, wantIDs)
+			}
+		})
+	}
+	t.Run("invalid filters", func(t *testing.T) {
+		for _, q := range []string{"status=bogus", "channel=carrier-pigeon", "digest=xyz", "digest=" + strings.Repeat("a", 65),
+			"since=yesterday", "until=2025-13-01", "since=2025-03-02&until=2025-03-01", "after=abc", "after=-3",
+			"after=999999999", "limit=0", "limit=100000"} {
+			p := b.get("/history?" + q)
+			if p.status != http.StatusBadRequest || p.find("history-error").Length() != 1 || p.find("history-row").Length() != 0 {
+				t.Errorf("GET /history?%s = %d, error %q, %d rows; want 400 with the error and no rows",
+					q, p.status, p.find("history-error").Text(), p.find("history-row").Length())
+			}
+			if q != "after=999999999" {
+				if x := b.get("/history/export/calls.csv?" + q); x.status != http.StatusBadRequest || x.header.Get("Content-Disposition") != "" {
+					t.Errorf("export with %s = %d, Content-Disposition %q; want 400 and no attachment", q, x.status, x.header.Get("Content-Disposition"))
+				}
+			}
+		}
+	})
+}
+
+func TestParseHistoryQueryRoundTrip(t *testing.T) {
+	cases := []url.Values{
+		{},
+		{"actor": {"agent:x y"}, "tool": {"a.b"}, "status": {"denied"}},
+		{"operator": {"o&p=q"}, "channel": {"web"}, "digest": {"ab CD 12"}},
+		{"since": {"2025-03-01"}, "until": {"2025-03-02T10:00:00+02:00"}, "after": {"17"}, "limit": {"5"}},
+		{"actor": {"  padded  "}, "since": {"2025-03-01T12:00:00.250"}},
+	}
+	for _, q := range cases {
+		hq, err := parseHistoryQuery(q)
+		if err != nil {
+			t.Fatalf("parse %v: %v", q, err)
+		}
+		again, err := parseHistoryQuery(hq.values(true))
+		if err != nil {
+			t.Fatalf("parse %v again: %v", hq.values(true), err)
+		}
+		if fmt.Sprint(again.filter) != fmt.Sprint(hq.filter) || again.form != hq.form || again.limit != hq.limit {
+			t.Errorf("%v → %v: filter %+v, want %+v", q, hq.values(true), again.filter, hq.filter)
+		}
+	}
+	hq, _ := parseHistoryQuery(url.Values{"since": {"2025-03-01T12:00:00+02:00"}, "digest": {"AB cd"}})
+	if want := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC); !hq.filter.Since.Equal(want) || hq.filter.DigestPrefix != "abcd" {
+		t.Errorf("since %v, digest %q; want %v and abcd", hq.filter.Since, hq.filter.DigestPrefix, want)
+	}
+}
+
+func TestHistoryPagination(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	var all []*queue.Call
+	for i := range 23 {
+		who := histBilling
+		body := histRefund(100+i, "")
+		if i%3 == 0 {
+			who, body = histCleaner, histDelete(fmt.Sprintf("f%d.txt", i))
+		}
+		all = append(all, e.submitAs(who, body))
+		// Runs of calls share a millisecond, so that pages split ties
+		// on the call's sequence number.
+		if i%4 == 3 {
+			e.clock.Advance(time.Second)
+		}
+	}
+	b := e.browser()
+	b.login("aude", rolePassword)
+	walk := func(t *testing.T, start string, during func(page int)) (ids []string, pages int) {
+		t.Helper()
+		next := start
+		for pages = 0; next != ""; pages++ {
+			if pages > 30 {
+				t.Fatal("the pages do not end")
+			}
+			p := b.get(next)
+			if p.status != http.StatusOK {
+				t.Fatalf("GET %s = %d: %s", next, p.status, p.find("history-error").Text())
+			}
+			ids = append(ids, historyRowIDs(p)...)
+			if pages > 0 {
+				if href, _ := p.find("page-newest").Attr("href"); href != strings.SplitN(start, "#", 2)[0] {
+					t.Errorf("page %d: newest link %q, want %q", pages+1, href, start)
+				}
+			} else if p.find("page-newest").Length() != 0 {
+				t.Error("the first page links to the newest page")
+			}
+			next, _ = p.find("page-older").Attr("href")
+			if next != "" {
+				u, _ := url.Parse(next)
+				if u.Query().Get("after") == "" || u.Query().Get("limit") != "5" {
+					t.Errorf("older link %q does not carry the cursor and page size", next)
+				}
+			}
+			if during != nil {
+				during(pages)
+			}
+		}
+		return ids, pages
+	}
+	newestFirst := func(keep func(c *queue.Call) bool) []string {
+		var ids []string
+		for i := len(all) - 1; i >= 0; i-- {
+			if keep(all[i]) {
+				ids = append(ids, all[i].ID)
+			}
+		}
+		return ids
+	}
+	t.Run("every call once, in order", func(t *testing.T) {
+		ids, pages := walk(t, "/history?limit=5", nil)
+		if wantIDs := newestFirst(func(*queue.Call) bool { return true }); !slices.Equal(ids, wantIDs) {
+			t.Errorf("paged ids\n%v\nwant\n%v", ids, wantIDs)
+		}
+		if pages != 5 {
+			t.Errorf("%d pages, want 5", pages)
+		}
+	})
+	t.Run("filtered", func(t *testing.T) {
+		ids, _ := walk(t, "/history?actor=agent%3Abilling-bot&limit=5", nil)
+		if wantIDs := newestFirst(func(c *queue.Call) bool { return c.Actor == "agent:billing-bot" }); !slices.Equal(ids, wantIDs) {
+			t.Errorf("paged ids\n%v\nwant\n%v", ids, wantIDs)
+		}
+	})
+	t.Run("calls arriving while paging", func(t *testing.T) {
+		// New calls land on the newest page; the older pages go on where
+		// they were, without repeating or skipping a call.
+		var added []string
+		ids, _ := walk(t, "/history?limit=5", func(page int) {
+			if page < 3 {
+				added = append(added, e.submitAs(histBilling, histRefund(900+page, "")).ID)
+			}
+		})
+		wantIDs := newestFirst(func(*queue.Call) bool { return true })
+		if !slices.Equal(ids, wantIDs) {
+			t.Errorf("paged ids\n%v\nwant\n%v", ids, wantIDs)
+		}
+		p := b.get("/history?limit=5")
+		if got := historyRowIDs(p); !slices.Contains(got, added[0]) {
+			t.Errorf("the newest page %v does not show the call added while paging", got)
+		}
+	})
+}
+
+// Agent text on the history and timeline pages is text: payloads in the
+// arguments, rationale, target, actor, tool, a denial's reason and an
+// outcome's detail run nothing and add no element.
+func TestHistoryXSSInert(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	payloads := []string{
+		`<script>alert(1)</script>`,
+		`"><img src=x onerror=alert(2)>`,
+		`</td></tr></table><svg onload=alert(3)>`,
+		`javascript:alert(4)`,
+		`{{ .x }} ${alert(5)} <iframe src="//evil">`,
+	}
+	joined := strings.Join(payloads, " ")
+	args, err := canonical.NewObject(
+		canonical.Member{Name: "note", Value: joined},
+		canonical.Member{Name: `<b onmouseover=alert(6)>key</b>`, Value: []any{payloads[1], int64(7)}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := e.insertRaw("agent:"+payloads[1], "x.y", "file:"+payloads[0], args, "because "+joined)
+	e.deny("olivia", audit.ChannelWeb, call, "no: "+joined)
+
+	b := e.browser()
+	b.login("aude", rolePassword)
+	for _, path := range []string{"/history", "/history/calls/" + call.ID, "/history?actor=" + url.QueryEscape("agent:"+payloads[1])} {
+		p := b.get(path)
+		if p.status != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, p.status)
+		}
+		if n := p.doc.Find("img, svg, iframe, b").Length(); n != 0 {
+			t.Errorf("GET %s: %d elements injected from agent text", path, n)
+		}
+		p.doc.Find("script").Each(func(_ int, s *goquery.Selection) {
+			if src, _ := s.Attr("src"); !strings.HasPrefix(src, "/static/") || strings.TrimSpace(s.Text()) != "" {
+				t.Errorf("GET %s: a script that is not the console's: %s", path, goquery.NewDocumentFromNode(s.Get(0)).Text())
+			}
+		})
+		p.doc.Find("*").Each(func(_ int, s *goquery.Selection) {
+			for _, a := range s.Get(0).Attr {
+				if strings.HasPrefix(a.Key, "on") {
+					t.Errorf("GET %s: an event handler attribute %s=%q", path, a.Key, a.Val)
+				}
+				if (a.Key == "href" || a.Key == "src") && strings.Contains(strings.ToLower(a.Val), "javascript:") {
+					t.Errorf("GET %s: a javascript: URL in %s", path, a.Key)
+				}
+			}
+		})
+		if strings.Contains(p.body, "<script>alert") || strings.Contains(p.body, "<img src=x") {
+			t.Errorf("GET %s: a raw payload in the page", path)
+		}
+	}
+	p := b.get("/history/calls/" + call.ID)
+	text := p.find("timeline").Text()
+	if !strings.Contains(text, "no: "+payloads[0]) {
+		t.Errorf("the denial reason is not shown as text: %q", text)
+	}
+	if got := p.doc.Find(`[data-pointer="/note"] > [data-testid="arg-value"]`).Text(); strings.TrimSpace(got) != joined {
+		t.Errorf("the argument shows %q, want the payloads as text", got)
+	}
+	if !strings.Contains(p.find("rationale").Text(), "because "+payloads[0]) {
+		t.Errorf("the rationale is not shown as text: %q", p.find("rationale").Text())
+	}
+}
+
+// exportRecorder is a response writer that keeps every write's size and
+// what the headers were when the first bytes went out.
+type exportRecorder struct {
+	header      http.Header
+	status      int
+	writes      []int
+	flushes     int
+	firstHeader http.Header
+	body        bytes.Buffer
+}
+
+func newExportRecorder() *exportRecorder { return &exportRecorder{header: http.Header{}} }
+
+func (w *exportRecorder) Header() http.Header { return w.header }
+
+func (w *exportRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+		w.firstHeader = w.header.Clone()
+	}
+}
+
+func (w *exportRecorder) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.writes = append(w.writes, len(p))
+	return w.body.Write(p)
+}
+
+func (w *exportRecorder) Flush() { w.flushes++ }
+
+// runExport calls an export handler directly with a recording writer.
+func runExport(t *testing.T, e *consoleEnv, h echo.HandlerFunc, target string) *exportRecorder {
+	t.Helper()
+	w := newExportRecorder()
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	ec := e.srv.echo.NewContext(req, w)
+	if err := h(ec); err != nil {
+		t.Fatalf("GET %s: %v", target, err)
+	}
+	return w
+}
+
+func TestHistoryExportsStream(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	// The accounts were added on the real clock, a moment after the test
+	// clock's time: move past them so the trail's times rise with its
+	// entries and a time range cuts it where expected.
+	e.clock.Advance(5 * time.Second)
+	notes := strings.Repeat("n", 480)
+	const n = 400
+	for i := range n {
+		c := e.submitAs(histBilling, histRefund(10_000+i, notes))
+		if i%2 == 0 {
+			e.approve("olivia", audit.ChannelWeb, c)
+		}
+	}
+	h := newHistoryPages(e.c)
+	head, headHash, err := e.db.AuditHead(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exports := []struct {
+		name, target, ctype, file string
+		h                         echo.HandlerFunc
+		rows                      int
+	}{
+		{"calls JSONL", "/history/export/calls.jsonl", "application/x-ndjson", "countersign-calls-", h.exportCalls("jsonl"), n},
+		{"calls CSV", "/history/export/calls.csv", "text/csv", "countersign-calls-", h.exportCalls("csv"), n + 1},
+		{"audit JSONL", "/history/export/audit.jsonl", "application/x-ndjson", "countersign-audit-", h.exportAudit, int(head) + 1},
+	}
+	for _, x := range exports {
+		t.Run(x.name, func(t *testing.T) {
+			w := runExport(t, e, x.h, x.target)
+			total := w.body.Len()
+			if total < 256<<10 {
+				t.Fatalf("the export is %d bytes: too small to show streaming", total)
+			}
+			// Streamed: many writes, none larger than the export's buffer,
+			// rather than one write of a body built in memory.
+			if len(w.writes) < total/(64<<10) || slices.Max(w.writes) > 64<<10 {
+				t.Errorf("%d bytes in %d writes, largest %d; want writes of at most 64 KiB", total, len(w.writes), slices.Max(w.writes))
+			}
+			if w.status != http.StatusOK || !strings.HasPrefix(w.firstHeader.Get("Content-Type"), x.ctype) {
+				t.Errorf("status %d, Content-Type %q before the first write", w.status, w.firstHeader.Get("Content-Type"))
+			}
+			cd := w.firstHeader.Get("Content-Disposition")
+			if !strings.HasPrefix(cd, `attachment; filename="`+x.file) {
+				t.Errorf("Content-Disposition %q before the first write", cd)
+			}
+			if lines := strings.Count(w.body.String(), "\n"); lines < x.rows {
+				t.Errorf("%d lines, want at least %d", lines, x.rows)
+			}
+		})
+	}
+	t.Run("the audit export verifies", func(t *testing.T) {
+		w := runExport(t, e, h.exportAudit, "/history/export/audit.jsonl")
+		rep, err := audit.VerifyExport(bytes.NewReader(w.body.Bytes()), audit.VerifyOptions{})
+		if err != nil {
+			t.Fatalf("VerifyExport: %v", err)
+		}
+		if rep.Count != head || rep.Head != headHash {
+			t.Errorf("verified %d entries to %s, want %d to %s", rep.Count, rep.Head, head, headHash)
+		}
+		altered := bytes.Replace(w.body.Bytes(), []byte(`"received":1`), []byte(`"received":2`), 1)
+		if bytes.Equal(altered, w.body.Bytes()) {
+			t.Fatal("no approval in the export to alter")
+		}
+		var be *audit.BreakError
+		if _, err := audit.VerifyExport(bytes.NewReader(altered), audit.VerifyOptions{}); !errors.As(err, &be) {
+			t.Errorf("an altered export verifies: %v", err)
+		}
+	})
+	t.Run("the audit export for a time range verifies", func(t *testing.T) {
+		since := e.clock.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		until := e.clock.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		w := runExport(t, e, h.exportAudit, "/history/export/audit.jsonl?since="+since+"&until="+until+"&actor=ignored")
+		rep, err := audit.VerifyExport(bytes.NewReader(w.body.Bytes()), audit.VerifyOptions{})
+		if err != nil || rep.Count != head || rep.Header == nil || rep.Header.Since == "" || rep.Header.Until == "" {
+			t.Errorf("range export: %+v, %+v, %v", rep, rep.Header, err)
+		}
+	})
+	t.Run("an empty export is a file", func(t *testing.T) {
+		w := runExport(t, e, h.exportCalls("jsonl"), "/history/export/calls.jsonl?actor=agent:nobody")
+		if w.status != http.StatusOK || w.body.Len() != 0 || !strings.HasPrefix(w.firstHeader.Get("Content-Disposition"), "attachment;") {
+			t.Errorf("status %d, %d bytes, Content-Disposition %q", w.status, w.body.Len(), w.firstHeader.Get("Content-Disposition"))
+		}
+	})
+	t.Run("exports at once are bounded", func(t *testing.T) {
+		var releases []func()
+		for range maxExports {
+			r, err := h.acquireExport()
+			if err != nil {
+				t.Fatal(err)
+			}
+			releases = append(releases, r)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
+		w := newExportRecorder()
+		err := h.exportAudit(e.srv.echo.NewContext(req, w))
+		if ae := toAPIError(err); ae.Status != http.StatusTooManyRequests || w.status != 0 {
+			t.Errorf("export beyond the bound: %v, %d bytes written", err, w.body.Len())
+		}
+		for _, r := range releases {
+			r()
+		}
+		if w := runExport(t, e, h.exportAudit, "/history/export/audit.jsonl"); w.status != http.StatusOK {
+			t.Errorf("export after the others finished = %d", w.status)
+		}
+	})
+	t.Run("a failure after the first bytes aborts the download", func(t *testing.T) {
+		req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
+		ctx, cancel := context.WithCancel(req.Context())
+		w := &cancelAfterWrites{exportRecorder: newExportRecorder(), after: 2, cancel: cancel}
+		ec := e.srv.echo.NewContext(req.WithContext(ctx), w)
+		defer func() {
+			if r := recover(); r != http.ErrAbortHandler {
+				t.Errorf("recovered %v, want http.ErrAbortHandler", r)
+			}
+		}()
+		err := h.exportAudit(ec)
+		t.Errorf("the export returned %v after its client went away, want an aborted response", err)
+	})
+}
+
+// cancelAfterWrites cancels the request after a number of writes, as a client
+// that goes away mid-download does.
+type cancelAfterWrites struct {
+	*exportRecorder
+	after  int
+	cancel func()
+}
+
+func (w *cancelAfterWrites) Write(p []byte) (int, error) {
+	if len(w.writes)+1 >= w.after {
+		w.cancel()
+	}
+	return w.exportRecorder.Write(p)
+}
+
+// fakeChainStore is a chainStore whose verification the test controls.
+type fakeChainStore struct {
+	mu      sync.Mutex
+	head    int64
+	cp      int64
+	result  db.VerifyResult
+	err     error
+	gate    chan struct{} // when set, VerifyChain waits for it
+	started chan struct{}
+	runs    atomic.Int32
+}
+
+func (f *fakeChainStore) VerifyChain(ctx context.Context) (db.VerifyResult, error) {
+	f.runs.Add(1)
+	f.mu.Lock()
+	gate, started := f.gate, f.started
+	f.mu.Unlock()
+	if started != nil {
+		started <- struct{}{}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return db.VerifyResult{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.result, f.err
+}
+
+func (f *fakeChainStore) AuditHead(context.Context) (int64, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.head, "", nil
+}
+
+func (f *fakeChainStore) LatestCheckpoint(context.Context) (audit.Checkpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cp == 0 {
+		return audit.Checkpoint{}, db.ErrNoCheckpoint
+	}
+	return audit.Checkpoint{Seq: f.cp}, nil
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The chain's verification never holds up a page: it runs in the
+// background, when due, at most every minVerifyGap (or ten times its
+// duration), and again when the trail or its checkpoints move or the
+// result is maxVerifyAge old.
+func TestChainVerifierCadence(t *testing.T) {
+	clock := newConsoleClock()
+	f := &fakeChainStore{head: 10, gate: make(chan struct{}), started: make(chan struct{}, 10),
+		result: db.VerifyResult{OK: true, Count: 10}}
+	v := newChainVerifier(f, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); v.run(stop) }()
+	defer func() { close(stop); <-done }()
+
+	if s := v.status(); s.State != "pending" {
+		t.Fatalf("before any run: %+v", s)
+	}
+	v.request(clock.Now())
+	<-f.started
+	// The verification is blocked; the status answers at once.
+	if s := v.status(); s.State != "pending" || !s.Running {
+		t.Errorf("while running: %+v, want pending and running", s)
+	}
+	close(f.gate)
+	waitUntil(t, "the first result", func() bool { return v.status().State == "verified" })
+	if s := v.status(); s.Count != 10 || s.Running || !s.At.Equal(clock.Now()) {
+		t.Errorf("after the run: %+v", s)
+	}
+	f.mu.Lock()
+	f.gate = nil
+	f.mu.Unlock()
+
+	runs := func() int32 { return f.runs.Load() }
+	settle := func() {
+		// request never blocks; give the loop a moment to act on a kick.
+		time.Sleep(30 * time.Millisecond)
+		waitUntil(t, "the loop to settle", func() bool { return !v.status().Running })
+	}
+	// Too soon: nothing runs even though the head moved.
+	f.mu.Lock()
+	f.head = 11
+	f.mu.Unlock()
+	clock.Advance(minVerifyGap / 2)
+	v.request(clock.Now())
+	settle()
+	if runs() != 1 {
+		t.Errorf("%d runs within the gap, want 1", runs())
+	}
+	// Past the gap and the head moved: it runs.
+	clock.Advance(minVerifyGap)
+	v.request(clock.Now())
+	<-f.started
+	settle()
+	if runs() != 2 {
+		t.Errorf("%d runs after the head moved, want 2", runs())
+	}
+	// Past the gap but nothing moved: it does not run.
+	clock.Advance(2 * minVerifyGap)
+	v.request(clock.Now())
+	settle()
+	if runs() != 2 {
+		t.Errorf("%d runs with nothing moved, want 2", runs())
+	}
+	// A new checkpoint moves it.
+	f.mu.Lock()
+	f.cp = 11
+	f.mu.Unlock()
+	v.request(clock.Now())
+	<-f.started
+	settle()
+	// Nothing moved, but the result is old: an entry may have been
+	// altered in place.
+	clock.Advance(maxVerifyAge)
+	f.mu.Lock()
+	f.result = db.VerifyResult{OK: false, Count: 4, Err: &audit.BreakError{Seq: 5, Reason: "hash does not match"}}
+	f.mu.Unlock()
+	v.request(clock.Now())
+	<-f.started
+	waitUntil(t, "the broken result", func() bool { return v.status().State == "broken" })
+	if s := v.status(); s.BadSeq != 5 || s.Reason != "hash does not match" || runs() != 4 {
+		t.Errorf("after tampering: %+v, %d runs", s, runs())
+	}
+	// A slow verification spaces the next one out to ten times its length.
+	v.mu.Lock()
+	v.last.Took = 10 * time.Minute
+	v.mu.Unlock()
+	f.mu.Lock()
+	f.head = 12
+	f.mu.Unlock()
+	clock.Advance(30 * time.Minute)
+	v.request(clock.Now())
+	settle()
+	if runs() != 4 {
+		t.Errorf("%d runs 30 min after a 10 min verification, want 4", runs())
+	}
+	clock.Advance(71 * time.Minute)
+	v.request(clock.Now())
+	<-f.started
+	settle()
+	if runs() != 5 {
+		t.Errorf("%d runs 101 min after a 10 min verification, want 5", runs())
+	}
+}
+
+// The history page shows the real chain's state: verified with its
+// checkpoint, then the first bad entry once an entry is altered.
+func TestHistoryChainStatus(t *testing.T) {
+	// The session outlives the hour the test moves the clock by.
+	e := newConsoleEnv(t, func(cc *ConsoleConfig) { cc.IdleTimeout = 24 * time.Hour })
+	addRoleUsers(e)
+	historyFilterSet(t, e)
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := e.db.Checkpoint(context.Background(), audit.NewSigner(priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login("aude", rolePassword)
+	state := func() (string, string) {
+		p := b.get("/history")
+		s := p.find("chain-status")
+		st, _ := s.Attr("data-state")
+		return st, strings.Join(strings.Fields(s.Find(`[data-testid="chain-detail"]`).Text()), " ")
+	}
+	var st, detail string
+	waitUntil(t, "the chain to verify", func() bool { st, detail = state(); return st == "verified" })
+	head, _, _ := e.db.AuditHead(context.Background())
+	wantDetail := fmt.Sprintf("verified up to entry %d at %s; newest signed checkpoint matched: entry %d (1 in all).",
+		head, e.clock.Now().UTC().Format("2006-01-02 15:04:05 UTC"), cp.Seq)
+	if detail != wantDetail {
+		t.Errorf("chain detail %q, want %q", detail, wantDetail)
+	}
+	if _, err := e.db.SQL().Exec(`DROP TRIGGER audit_no_update`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.SQL().Exec(`UPDATE audit SET details = replace(details, 'not ours', 'NOT ours') WHERE kind = 'denied'`); err != nil {
+		t.Fatal(err)
+	}
+	var bad int64
+	if err := e.db.SQL().QueryRow(`SELECT MIN(seq) FROM audit WHERE kind = 'denied'`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(maxVerifyAge + time.Minute)
+	waitUntil(t, "the alteration to be found", func() bool { st, detail = state(); return st == "broken" })
+	if want := fmt.Sprintf("first bad entry %d:", bad); !strings.HasPrefix(detail, want) {
+		t.Errorf("chain detail %q, want it to start with %q", detail, want)
+	}
+}
