@@ -465,7 +465,7 @@ func TestConsoleErrorPages(t *testing.T) {
 	addRoleUsers(e)
 	b := e.browser()
 	b.login("olivia", rolePassword)
-	for _, path := range []string{"/calls/call_nosuchcall", "/no/such/page", "/history"} {
+	for _, path := range []string{"/calls/call_nosuchcall", "/no/such/page", "/history/calls/call_nosuchcall"} {
 		p := b.get(path)
 		if p.status != http.StatusNotFound {
 			t.Errorf("GET %s = %d, want 404", path, p.status)
