@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -106,6 +108,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 type serveFlags struct {
 	addr, data, tools, logLevel string
+	pprof                       string
 	idle, absolute              time.Duration
 }
 
@@ -114,6 +117,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 }
@@ -158,6 +162,11 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if f.pprof != "" {
+		if err := servePprof(ctx, f.pprof, a.log); err != nil {
+			return err
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }()
@@ -187,4 +196,29 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// servePprof serves net/http/pprof on its own loopback listener, never on
+// the console's address.
+func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--pprof: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--pprof must be a loopback address, not %s", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	go srv.Serve(ln)
+	log.Info("profiler listening", slog.String("addr", ln.Addr().String()))
+	return nil
 }

@@ -284,9 +284,12 @@ func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 	return c, classify(err)
 }
 
-// DueCalls lists pending calls whose deadline has passed.
+// DueCalls lists pending calls whose deadline has passed. The deadline
+// queries name the partial index on pending deadlines: left to itself the
+// planner prefers the (status, created) index and reads every pending call.
 func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls WHERE status = 'pending' AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
+	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls INDEXED BY calls_pending
+		WHERE status = 'pending' AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
 		ms(now), limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: due calls: %w", err))
@@ -306,37 +309,56 @@ func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string
 // NextDeadline returns the earliest decide_by of a pending call.
 func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var n sql.NullInt64
-	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(decide_by) FROM calls WHERE status = 'pending'`).Scan(&n); err != nil {
+	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(decide_by) FROM calls INDEXED BY calls_pending WHERE status = 'pending'`).Scan(&n); err != nil {
 		return time.Time{}, false, classify(fmt.Errorf("db: next deadline: %w", err))
 	}
 	return fromMS(n), n.Valid, nil
 }
 
-// PendingCalls lists pending calls, newest first.
+// PendingCalls lists pending calls, newest first, in two queries: the calls,
+// then the approvals of all of them.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls WHERE status = 'pending' ORDER BY seq DESC LIMIT ?`, limit)
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' ORDER BY seq DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}
-	var ids []string
+	var calls []*queue.Call
+	byID := map[string]*queue.Call{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		c, err := scanCall(rows)
+		if err != nil {
 			rows.Close()
 			return nil, err
 		}
-		ids = append(ids, id)
+		calls = append(calls, c)
+		byID[c.ID] = c
 	}
 	rows.Close()
-	calls := make([]*queue.Call, 0, len(ids))
-	for _, id := range ids {
-		c, err := s.Call(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		calls = append(calls, c)
+	if err := rows.Err(); err != nil {
+		return nil, classify(err)
 	}
-	return calls, nil
+	if len(calls) == 0 {
+		return calls, nil
+	}
+	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at FROM approvals a
+		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' ORDER BY a.at, a.operator`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
+	}
+	defer arows.Close()
+	for arows.Next() {
+		var id string
+		var a queue.Approval
+		var at int64
+		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at); err != nil {
+			return nil, fmt.Errorf("db: scan approval: %w", err)
+		}
+		a.At = time.UnixMilli(at).UTC()
+		if c, ok := byID[id]; ok {
+			c.Approvals = append(c.Approvals, a)
+		}
+	}
+	return calls, classify(arows.Err())
 }
 
 // Blocks lists (actor, tool) pairs blocked by the retry cap.

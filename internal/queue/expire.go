@@ -52,6 +52,14 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// wakesBefore reports whether the expiry loop will wake by itself before
+// deadline. While the loop is computing its next wake (wakeAt 0) the answer
+// is no, so a new call kicks it and is never missed.
+func (s *Service) wakesBefore(deadline time.Time) bool {
+	w := s.wakeAt.Load()
+	return w != 0 && w <= deadline.UnixMilli()
+}
+
 func (s *Service) kickExpiry() {
 	select {
 	case s.kick <- struct{}{}:
@@ -64,6 +72,7 @@ func (s *Service) kickExpiry() {
 // polling in between.
 func (s *Service) Run(ctx context.Context) {
 	for {
+		s.wakeAt.Store(0)
 		if _, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("expire due calls", slog.Any("error", err))
 		}
@@ -74,6 +83,7 @@ func (s *Service) Run(ctx context.Context) {
 		if wait > time.Minute {
 			wait = time.Minute
 		}
+		s.wakeAt.Store(s.now().Add(wait).UnixMilli())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -90,19 +100,21 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // waiters wakes long-polls when their call changes. Each waiter is a
-// one-slot channel; waking never blocks.
+// one-slot channel that receives the call as committed; waking never blocks,
+// and a waiter that already holds a value gets the newer one on its next
+// read of the store instead.
 type waiters struct {
 	mu sync.Mutex
-	m  map[string]map[chan struct{}]struct{}
+	m  map[string]map[chan *Call]struct{}
 	n  atomic.Int64
 }
 
-func (w *waiters) add(id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+func (w *waiters) add(id string) (<-chan *Call, func()) {
+	ch := make(chan *Call, 1)
 	w.mu.Lock()
 	set := w.m[id]
 	if set == nil {
-		set = map[chan struct{}]struct{}{}
+		set = map[chan *Call]struct{}{}
 		w.m[id] = set
 	}
 	set[ch] = struct{}{}
@@ -111,7 +123,7 @@ func (w *waiters) add(id string) (<-chan struct{}, func()) {
 	return ch, func() {
 		w.mu.Lock()
 		delete(set, ch)
-		if len(set) == 0 && w.m[id] != nil && len(w.m[id]) == 0 {
+		if len(set) == 0 && len(w.m[id]) == 0 {
 			delete(w.m, id)
 		}
 		w.mu.Unlock()
@@ -119,11 +131,13 @@ func (w *waiters) add(id string) (<-chan struct{}, func()) {
 	}
 }
 
-func (w *waiters) wake(id string) {
+// wake hands c, a committed snapshot that nobody else modifies, to every
+// waiter on its id.
+func (w *waiters) wake(c *Call) {
 	w.mu.Lock()
-	for ch := range w.m[id] {
+	for ch := range w.m[c.ID] {
 		select {
-		case ch <- struct{}{}:
+		case ch <- c:
 		default:
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -66,6 +67,7 @@ type Service struct {
 	mu        sync.RWMutex
 	listeners []func(Event)
 	kick      chan struct{} // wakes the expiry loop when a deadline may have moved
+	wakeAt    atomic.Int64  // unix ms when the expiry loop next wakes by itself
 	stopping  chan struct{}
 	stopOnce  sync.Once
 }
@@ -84,7 +86,7 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, tools: cfg.Tools, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger,
-		waiters:  waiters{m: map[string]map[chan struct{}]struct{}{}},
+		waiters:  waiters{m: map[string]map[chan *Call]struct{}{}},
 		kick:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 	}
@@ -110,7 +112,7 @@ func (s *Service) publish(events ...Event) {
 	s.mu.RUnlock()
 	for _, ev := range events {
 		if ev.Call != nil {
-			s.waiters.wake(ev.Call.ID)
+			s.waiters.wake(ev.Call)
 		}
 		for _, fn := range ls {
 			fn(ev)
@@ -270,7 +272,7 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 	if err != nil {
 		return nil, false, err
 	}
-	if created {
+	if created && !s.wakesBefore(c.DecideBy) {
 		s.kickExpiry()
 	}
 	return result, created, nil
@@ -416,14 +418,21 @@ func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Dur
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case <-ch:
-	case <-timer.C:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.stopping:
+	for {
+		select {
+		case changed := <-ch:
+			if changed.Status != StatusPending {
+				return changed.Clone(), nil
+			}
+			// A partial approval: the call is still pending; keep waiting.
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.stopping:
+		}
+		return s.Get(context.WithoutCancel(ctx), who, id)
 	}
-	return s.Get(context.WithoutCancel(ctx), who, id)
 }
 
 // Waiting returns how many long-polls are open.

@@ -204,4 +204,3 @@ func mustApprove(tb testing.TB, st *apiStack, operator, id, digest string) *queu
 	}
 	return c
 }
-

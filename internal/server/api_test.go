@@ -168,9 +168,17 @@ func TestDecisionRules(t *testing.T) {
 	if _, err := st.approve("agent:deployer", id, digest); err != queue.ErrOwnCall {
 		t.Errorf("self-approval: %v, want ErrOwnCall", err)
 	}
+	waited := make(chan apiResponse, 1)
+	go func() { waited <- st.do(http.MethodGet, "/api/v1/calls/"+id+"?wait=30s", deployer, nil) }()
+	waitForWaiters(t, st, 1)
 	c := mustApprove(t, st, "alice", id, digest)
 	if c.Status != queue.StatusPending || c.Grant != "" {
 		t.Fatalf("after one of two approvals: status %s, grant %q", c.Status, c.Grant)
+	}
+	select {
+	case w := <-waited:
+		t.Fatalf("a partial approval released the long-poll: %s", w.Raw)
+	case <-time.After(300 * time.Millisecond):
 	}
 	if _, err := st.approve("alice", id, digest); err != queue.ErrAlreadyApproved {
 		t.Errorf("second approval by alice: %v, want ErrAlreadyApproved", err)
@@ -182,6 +190,9 @@ func TestDecisionRules(t *testing.T) {
 	c = mustApprove(t, st, "carol", id, digest)
 	if c.Status != queue.StatusApproved || c.Grant == "" {
 		t.Fatalf("after two approvals: status %s", c.Status)
+	}
+	if w := <-waited; w.str("status") != "approved" || w.str("grant") != c.Grant {
+		t.Fatalf("long-poll after the second approval = %s", w.Raw)
 	}
 	// Terminal: a deny after approval changes nothing.
 	if _, err := st.queue.Deny(context.Background(), "dave", "cli", id, "too late"); err == nil {
