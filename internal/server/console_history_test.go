@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,10 +24,13 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -1121,9 +1127,9 @@ func TestHistoryChainStatus(t *testing.T) {
 	// asks for a newer run, which covers every entry.
 	waitUntil(t, "the chain to verify", func() bool {
 		st, detail = state()
-		return st == "verified" && strings.HasPrefix(detail, fmt.Sprintf("verified up to entry %d ", head))
+		return st == "verified" && strings.HasPrefix(detail, fmt.Sprintf("up to entry %d ", head))
 	})
-	wantDetail := fmt.Sprintf("verified up to entry %d at %s (the newest entry); newest signed checkpoint matched: entry %d (1 in all).",
+	wantDetail := fmt.Sprintf("up to entry %d at %s (the newest entry); newest signed checkpoint matched: entry %d (1 in all).",
 		head, e.clock.Now().UTC().Format("2006-01-02 15:04:05 UTC"), cp.Seq)
 	if detail != wantDetail {
 		t.Errorf("chain detail %q, want %q", detail, wantDetail)
@@ -1154,9 +1160,9 @@ func TestHistoryChainStatusText(t *testing.T) {
 		want string
 	}{
 		{"verified to the newest entry", templates.ChainStatus{State: "verified", Count: 9, Head: 9, CheckpointSeq: 8, Checkpoints: 2, At: at},
-			"verified up to entry 9 at 2025-03-01 12:00:00 UTC (the newest entry); newest signed checkpoint matched: entry 8 (2 in all)."},
+			"up to entry 9 at 2025-03-01 12:00:00 UTC (the newest entry); newest signed checkpoint matched: entry 8 (2 in all)."},
 		{"verified, trail grown since", templates.ChainStatus{State: "verified", Count: 5, Head: 9, At: at},
-			"verified up to entry 5 at 2025-03-01 12:00:00 UTC (the trail now ends at entry 9; the entries after 5 are checked on a later run); no signed checkpoint yet."},
+			"up to entry 5 at 2025-03-01 12:00:00 UTC (the trail now ends at entry 9; the entries after 5 are checked on a later run); no signed checkpoint yet."},
 		{"broken at an entry", templates.ChainStatus{State: "broken", BadSeq: 57, Reason: "hash does not match", At: at},
 			"first bad entry 57: hash does not match (checked 2025-03-01 12:00:00 UTC)"},
 		{"broken checkpoint", templates.ChainStatus{State: "broken", Reason: "checkpoint 40: bad signature", At: at},
@@ -1184,5 +1190,255 @@ func TestHistoryChainStatusText(t *testing.T) {
 				t.Errorf("detail %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestHistoryScale times the history pages over HTTP, as a logged-in
+// auditor, on a database built by the db package's scale test (one
+// million calls, about 3.8 million audit entries), and streams the calls
+// export through the real server:
+//
+//	COUNTERSIGN_SCALE=1 COUNTERSIGN_SCALE_DIR=/tmp/scale go test -run TestScale -timeout 60m ./internal/db/
+//	cp /tmp/scale/scale-1000000.db /tmp/hist/
+//	COUNTERSIGN_HISTORY_DB=/tmp/hist/scale-1000000.db go test -run TestHistoryScale -v -timeout 30m ./internal/server/
+//
+// It adds an account to that database, so give it a copy.
+func TestHistoryScale(t *testing.T) {
+	path := os.Getenv("COUNTERSIGN_HISTORY_DB")
+	if path == "" {
+		t.Skip("set COUNTERSIGN_HISTORY_DB to a copy of the db scale test's database")
+	}
+	e := openConsoleEnvAt(t, path)
+	start := time.Now()
+	name := fmt.Sprintf("auditor-%d", time.Now().Unix())
+	e.addUser(name, account.RoleAuditor, rolePassword)
+	b := e.browser()
+	b.login(name, rolePassword)
+	t.Logf("server up and logged in after %v", time.Since(start).Round(time.Millisecond))
+
+	first := b.get("/history")
+	older, _ := first.find("page-older").Attr("href")
+	ids := historyRowIDs(first)
+	if len(ids) != 50 || older == "" {
+		t.Fatalf("first page: %d rows, older %q", len(ids), older)
+	}
+	var digest string
+	first.find("history-row").First().Find(`[data-testid="row-digest"]`).Each(func(_ int, s *goquery.Selection) {
+		digest, _ = s.Attr("title")
+	})
+	var ms int64
+	if err := e.db.SQL().QueryRow(`SELECT created_at FROM calls WHERE seq = (SELECT MAX(seq) / 2 FROM calls)`).Scan(&ms); err != nil {
+		t.Fatal(err)
+	}
+	mid := time.UnixMilli(ms).UTC()
+	pages := []struct{ name, path string }{
+		{"first page, no filter", "/history"},
+		{"second page (older link)", older},
+		{"actor (a busy one)", "/history?actor=agent:a000"},
+		{"actor (20 calls in all)", "/history?actor=agent:rare"},
+		{"tool", "/history?tool=tool.t07"},
+		{"status denied", "/history?status=denied"},
+		{"operator", "/history?operator=op:03"},
+		{"operator and channel", "/history?operator=op:05&channel=cli"},
+		{"actor and tool", "/history?actor=agent:a001&tool=tool.t03"},
+		{"one day, mid-history", "/history?since=" + mid.Format(time.RFC3339) + "&until=" + mid.Add(24*time.Hour).Format(time.RFC3339)},
+		{"digest prefix (4 hex)", "/history?digest=" + digest[:4]},
+		{"timeline of a call", "/history/calls/" + ids[7]},
+	}
+	measure := func(when string) {
+		for _, p := range pages {
+			var times []time.Duration
+			var rows int
+			for i := range 12 {
+				t0 := time.Now()
+				pg := b.get(p.path)
+				el := time.Since(t0)
+				if pg.status != http.StatusOK {
+					t.Fatalf("%s: GET %s = %d %s", p.name, p.path, pg.status, pg.find("history-error").Text())
+				}
+				rows = pg.find("history-row").Length() + pg.find("timeline-entry").Length()
+				if i > 0 {
+					times = append(times, el)
+				}
+			}
+			slices.Sort(times)
+			t.Logf("%-24s %-28s %3d rows  median %8v  max %8v", when, p.name, rows, times[len(times)/2].Round(10*time.Microsecond),
+				times[len(times)-1].Round(10*time.Microsecond))
+			if rows == 0 {
+				t.Errorf("%s: no rows; the case measures nothing", p.name)
+			}
+		}
+	}
+	chain := func() (string, string) {
+		s := b.get("/history").find("chain-status")
+		st, _ := s.Attr("data-state")
+		return st, strings.Join(strings.Fields(s.Text()), " ")
+	}
+	st, text := chain()
+	t.Logf("chain at the first page: %s (%s)", st, text)
+	measure("while verifying")
+	deadline := time.Now().Add(10 * time.Minute)
+	for st, text = chain(); st != "verified"; st, text = chain() {
+		if time.Now().After(deadline) || st == "broken" || st == "error" {
+			t.Fatalf("chain: %s (%s)", st, text)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("chain after %v: %s", time.Since(start).Round(time.Second), text)
+	measure("verification idle")
+
+	// The calls export through the real server, whose write timeout is
+	// shorter than the export: each write extends the deadline.
+	client := &http.Client{Jar: b.jar}
+	req, _ := http.NewRequest(http.MethodGet, e.url+"/history/export/calls.jsonl", nil)
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cw := &lineCounter{}
+	if _, err := io.Copy(cw, resp.Body); err != nil {
+		t.Fatalf("the export broke off after %d lines, %v: %v", cw.lines, time.Since(t0), err)
+	}
+	el := time.Since(t0)
+	var calls int64
+	_ = e.db.SQL().QueryRow(`SELECT COUNT(*) FROM calls`).Scan(&calls)
+	t.Logf("calls export JSONL over HTTP: %d lines, %d MiB in %v (%.0f lines/s)", cw.lines, cw.bytes>>20, el.Round(time.Second), float64(cw.lines)/el.Seconds())
+	if cw.lines != calls {
+		t.Errorf("exported %d calls, want %d", cw.lines, calls)
+	}
+}
+
+type lineCounter struct{ lines, bytes int64 }
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.lines += int64(bytes.Count(p, []byte{'\n'}))
+	c.bytes += int64(len(p))
+	return len(p), nil
+}
+
+// openConsoleEnvAt is newConsoleEnv on an existing database file, on the
+// real clock (env.clock is not the console's clock here).
+func openConsoleEnvAt(tb testing.TB, path string) *consoleEnv {
+	tb.Helper()
+	d, err := db.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	clock := newConsoleClock()
+	reg, err := tools.Load("../../examples/tools.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys, err := grant.OpenKeyring(filepath.Join(tb.TempDir(), "keys"), "countersign", time.Now)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: time.Now, Logger: log})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := New(Config{Queue: q, DB: d, Keys: keys, Logger: log, Now: time.Now,
+		Console: &ConsoleConfig{PublicURL: "http://" + ln.Addr().String()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv.console.dummyHash = cheapHash(tb, "no such account")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	env := &consoleEnv{t: tb, clock: clock, db: d, q: q, srv: srv, c: srv.console, url: "http://" + ln.Addr().String()}
+	var once sync.Once
+	env.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("Serve: %v", err)
+			}
+			d.Close()
+		})
+	}
+	tb.Cleanup(env.stop)
+	return env
+}
+
+// smallBufferListener shrinks each accepted connection's send buffer, so
+// that a slow reader makes the server's writes wait.
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// An export runs for as long as the client keeps reading, past the
+// server's write timeout: each write moves the deadline on.
+func TestHistoryExportOutlivesWriteTimeout(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	e.clock.Advance(5 * time.Second)
+	notes := strings.Repeat("w", 480)
+	for i := range 150 {
+		e.submitAs(histBilling, histRefund(20_000+i, notes))
+	}
+	b := e.browser()
+	b.login("aude", rolePassword)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writeTimeout = 300 * time.Millisecond
+	hs := &http.Server{Handler: e.srv.Handler(), WriteTimeout: writeTimeout}
+	go hs.Serve(smallBufferListener{ln})
+	defer hs.Close()
+
+	dialer := &net.Dialer{}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		return c, err
+	}}}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/history/export/audit.jsonl", nil)
+	req.Header.Set("Cookie", b.cookieHeader())
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	buf := make([]byte, 8<<10)
+	var readErr error
+	for {
+		n, err := resp.Body.Read(buf)
+		body.Write(buf[:n])
+		if err != nil {
+			if err != io.EOF {
+				readErr = err
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	el := time.Since(start)
+	if el < 2*writeTimeout {
+		t.Fatalf("the download took %v: too fast to outlast the %v write timeout", el, writeTimeout)
+	}
+	if readErr != nil {
+		t.Fatalf("the download broke off after %d bytes and %v: %v", body.Len(), el, readErr)
+	}
+	rep, err := audit.VerifyExport(&body, audit.VerifyOptions{})
+	head, _, _ := e.db.AuditHead(context.Background())
+	if err != nil || rep.Count != head {
+		t.Errorf("the export read over %v verifies %d of %d entries: %v", el, rep.Count, head, err)
 	}
 }

@@ -178,7 +178,7 @@ func chainDetail(s ChainStatus) string {
 		}
 		return s.Reason + " (checked " + at + ")"
 	}
-	out := "verified up to entry " + i64(s.Count) + " at " + at
+	out := "up to entry " + i64(s.Count) + " at " + at
 	switch {
 	case s.Head > s.Count:
 		out += " (the trail now ends at entry " + i64(s.Head) + "; the entries after " + i64(s.Count) + " are checked on a later run)"
