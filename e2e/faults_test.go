@@ -74,6 +74,9 @@ func TestKillUnderLoad(t *testing.T) {
 	data := t.TempDir()
 	s := startServer(t, data)
 	token := s.token("agent:weather", "weather-host")
+	for w := 0; w < 4; w++ {
+		s.addUser(fmt.Sprintf("op%d", w), "operator")
+	}
 	l := newLedger()
 	var seq atomic.Int64
 	const rounds = 20
@@ -168,7 +171,7 @@ func verifyChain(tb testing.TB, d *db.DB) int64 {
 // a developer machine without the privilege the test is skipped.
 func mountTmpfs(t *testing.T, dir string, size string) {
 	t.Helper()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("mount tmpfs: %v: %s", err, out)

@@ -111,6 +111,9 @@ func writeCallFile(t *testing.T, name, body string) string {
 
 func TestCallCommandsWholeLoop(t *testing.T) {
 	url, data := callConsole(t)
+	if code, _, stderr := callRun(t, nil, "alice-password-1\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data); code != 0 {
+		t.Fatalf("user add: exit %d: %s", code, stderr)
+	}
 	code, secret, stderr := callRun(t, nil, "", "token", "create", "--actor", "agent:billing-bot", "--audience", "payments-host", "--data", data)
 	if code != 0 {
 		t.Fatalf("token create exited %d: %s", code, stderr)
@@ -198,6 +201,9 @@ func TestCallCommandsWholeLoop(t *testing.T) {
 
 func TestCallCommandsDenyAndCancel(t *testing.T) {
 	url, data := callConsole(t)
+	if code, _, stderr := callRun(t, nil, "alice-password-1\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data); code != 0 {
+		t.Fatalf("user add: exit %d: %s", code, stderr)
+	}
 	_, secret, _ := callRun(t, nil, "", "token", "create", "--actor", "agent:ops", "--audience", "files-host", "--data", data)
 	env := map[string]string{"COUNTERSIGN_URL": url, "COUNTERSIGN_TOKEN": strings.TrimSpace(secret)}
 	submit := func(target string) string {

@@ -122,7 +122,7 @@ func decideDirect(ctx context.Context, data string, req server.ControlRequest) (
 		return out, err
 	}
 	q := queue.NewService(queue.Config{Store: d.Store(), Signer: keys})
-	call, err := server.Decide(ctx, q, req)
+	call, err := server.Decide(ctx, q, d, req)
 	if err != nil {
 		out.Error = server.DecisionError(err)
 		return out, nil

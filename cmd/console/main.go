@@ -13,6 +13,9 @@ import (
 )
 
 func main() {
+	// Everything the console writes (the database and its WAL, keys, the
+	// control socket) is for its owner alone.
+	syscall.Umask(0o077)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))

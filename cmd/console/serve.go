@@ -64,6 +64,11 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", data, err)
 	}
+	// The directory holds keys and the database: owner only, whatever mode
+	// it was created with.
+	if err := os.Chmod(data, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
+	}
 	reg, err := loadTools(data, toolsFile)
 	if err != nil {
 		return nil, err
@@ -188,7 +193,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := server.ServeControl(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
+		if err := server.ServeControl(ctx, ctl, a.queue, a.db, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

@@ -73,6 +73,14 @@ func Open(path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("db: create directory: %w", err)
 	}
+	// Create the file owner-only before SQLite does, so that neither it nor
+	// the WAL and shared-memory files SQLite derives from it are ever
+	// readable by others.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("db: open %s: %w", path, err)
+	} else {
+		f.Close()
+	}
 	sqldb, err := sql.Open("sqlite3", DSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)

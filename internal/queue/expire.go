@@ -100,9 +100,9 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // waiters wakes long-polls when their call changes. Each waiter is a
-// one-slot channel that receives the call as committed; waking never blocks,
-// and a waiter that already holds a value gets the newer one on its next
-// read of the store instead.
+// one-slot channel that holds the newest committed state of the call: a
+// wake replaces a value the waiter has not read yet, so a grant that
+// follows a partial approval is never lost. Waking never blocks.
 type waiters struct {
 	mu sync.Mutex
 	m  map[string]map[chan *Call]struct{}
@@ -136,10 +136,12 @@ func (w *waiters) add(id string) (<-chan *Call, func()) {
 func (w *waiters) wake(c *Call) {
 	w.mu.Lock()
 	for ch := range w.m[c.ID] {
+		// Only wake sends, under w.mu, so after a drain the send succeeds.
 		select {
-		case ch <- c:
+		case <-ch:
 		default:
 		}
+		ch <- c
 	}
 	w.mu.Unlock()
 }

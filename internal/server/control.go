@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -64,7 +66,7 @@ func ListenControl(path string) (net.Listener, error) {
 }
 
 // ServeControl answers control requests until ctx ends.
-func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Logger) error {
+func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, users Users, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) {
 		var req ControlRequest
@@ -74,7 +76,7 @@ func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, log *s
 			writeControl(w, nil, newAPIError(http.StatusBadRequest, "malformed_json", "%v", err))
 			return
 		}
-		call, err := Decide(r.Context(), q, req)
+		call, err := Decide(r.Context(), q, users, req)
 		writeControl(w, call, err)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -90,10 +92,28 @@ func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, log *s
 	return nil
 }
 
+// Users finds console accounts; *db.DB implements it.
+type Users interface {
+	UserByName(ctx context.Context, name string) (db.User, error)
+}
+
+// ErrNotADecider is a command-line decision in the name of someone who is
+// not an enabled operator or admin.
+var ErrNotADecider = errors.New("server: not an enabled operator or admin")
+
 // Decide applies a command-line decision through the queue, recording the
 // cli channel. It is used both behind the control socket and directly on
-// the database when no server is running.
-func Decide(ctx context.Context, q *queue.Service, req ControlRequest) (*queue.Call, error) {
+// the database when no server is running. The operator must be an enabled
+// account allowed to decide, as in the browser: otherwise one shell user
+// could meet any quorum under invented names.
+func Decide(ctx context.Context, q *queue.Service, users Users, req ControlRequest) (*queue.Call, error) {
+	u, err := users.UserByName(ctx, req.Operator)
+	if errors.Is(err, db.ErrUserNotFound) || (err == nil && (u.Disabled() || !u.Role.CanDecide())) {
+		return nil, fmt.Errorf("%w: %q", ErrNotADecider, req.Operator)
+	}
+	if err != nil {
+		return nil, err
+	}
 	switch req.Action {
 	case "approve":
 		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
@@ -133,6 +153,9 @@ func DecisionError(err error) *APIError {
 		return newAPIError(http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)")
 	case errors.Is(err, queue.ErrOperatorRequired):
 		return newAPIError(http.StatusBadRequest, "operator_required", "say who is deciding")
+	case errors.Is(err, ErrNotADecider):
+		return newAPIError(http.StatusForbidden, "not_a_decider",
+			"%s; add the account with 'console user add NAME --role operator' or use an enabled operator's name", strings.TrimPrefix(err.Error(), "server: "))
 	case errors.Is(err, queue.ErrNotBlocked):
 		return newAPIError(http.StatusNotFound, "not_blocked", "that actor and tool are not blocked")
 	}
