@@ -113,7 +113,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 type serveFlags struct {
 	addr, data, tools, logLevel string
-	pprof                       string
+	pprof, publicURL            string
 	idle, absolute              time.Duration
 }
 
@@ -122,6 +122,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as browsers see it, e.g. https://approvals.example.com behind a TLS proxy (default http://ADDR); https turns on Secure __Host- cookies")
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
@@ -158,9 +159,13 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 // serve runs the HTTP server, the control socket and the expiry loop until
 // ctx ends, then shuts them down in order.
 func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
+	publicURL := f.publicURL
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
 	srv, err := server.New(server.Config{
 		Queue: a.queue, DB: a.db, Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI,
-		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: "http://" + ln.Addr().String()},
+		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 	})
 	if err != nil {
 		return err

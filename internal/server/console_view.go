@@ -255,8 +255,22 @@ func (b treeBuilder) money(ptr string, amount int64) string {
 		return ""
 	}
 	code, ok := cur.(string)
-	if !ok || code == "" || reveal(code).Deceptive() {
-		return ""
+	if !ok || !isCurrencyCode(code) {
+		return "" // only the raw integer is shown
 	}
 	return tools.FormatMoney(amount, code)
+}
+
+// isCurrencyCode accepts three capital ASCII letters, as ISO 4217 codes
+// are: free text beside an amount could make it read as another amount.
+func isCurrencyCode(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
 }

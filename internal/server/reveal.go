@@ -60,7 +60,9 @@ func classifyRune(r rune) (escape bool, kind string) {
 		r == 0x034F, r == 0x115F, r == 0x1160, r == 0x17B4, r == 0x17B5, r == 0x180E,
 		r == 0x2800, r == 0x3164, r == 0xFFA0,
 		r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF,
-		unicode.Is(unicode.Cf, r):
+		unicode.Is(unicode.Cf, r),
+		// Every default-ignorable code point renders as nothing.
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r), unicode.Is(unicode.Variation_Selector, r):
 		return true, kindInvisible
 	case r != ' ' && unicode.Is(unicode.Zs, r):
 		return true, kindSpace
@@ -136,6 +138,14 @@ func reveal(s string) templates.Text {
 		}
 	}
 	flush()
+	// A string without white space is an identifier (a host, a path, an
+	// account): its letters must not mix scripts even across separators,
+	// as in an all-Cyrillic look-alike of "paypal" before ".com".
+	if !found[kindMixed] && strings.IndexFunc(s, unicode.IsSpace) < 0 {
+		if scripts := wordScripts(s); len(scripts) > 1 && !allowedMix(scripts) {
+			found[kindMixed] = true
+		}
+	}
 	for _, k := range kindOrder {
 		if found[k] {
 			t.Warnings = append(t.Warnings, k)
@@ -213,8 +223,10 @@ func scriptOf(r rune) string {
 		}
 		return ""
 	}
-	if !unicode.IsLetter(r) {
-		return "" // digits and marks belong to no script for this purpose
+	// Decimal digits of other scripts (a Bengali zero) count in their
+	// script; other marks and symbols belong to none.
+	if !unicode.IsLetter(r) && !unicode.Is(unicode.Nd, r) {
+		return ""
 	}
 	for _, s := range scriptTables {
 		if unicode.Is(s.table, r) {
@@ -225,8 +237,21 @@ func scriptOf(r rune) string {
 }
 
 // wordScripts lists the scripts of a word's letters in order of first use.
+// ASCII digits belong to no script, except beside another script's digits:
+// "1\u09E60" mixes a Bengali zero into an ASCII number.
 func wordScripts(w string) []string {
 	var out []string
+	asciiDigit, otherDigit := false, false
+	for _, r := range w {
+		if r >= '0' && r <= '9' {
+			asciiDigit = true
+		} else if r >= 0x80 && unicode.Is(unicode.Nd, r) {
+			otherDigit = true
+		}
+	}
+	if asciiDigit && otherDigit {
+		out = append(out, "ASCII digits")
+	}
 	for _, r := range w {
 		sc := scriptOf(r)
 		if sc == "" {
