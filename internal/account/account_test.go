@@ -155,17 +155,53 @@ func TestLimiterBackoff(t *testing.T) {
 }
 
 func TestLimiterBounded(t *testing.T) {
+	// Every key is in backoff (Free 0): they are kept up to hardMaxKeys.
 	l := NewLimiter(LimitPolicy{Free: 0, Base: time.Second, Max: time.Minute, Forget: time.Hour})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range maxKeys + 500 {
+	n := hardMaxKeys + 500
+	for i := range n {
 		l.Fail(fmt.Sprint("addr-", i), now.Add(time.Duration(i)*time.Millisecond))
 	}
-	if got := l.Len(); got > maxKeys {
-		t.Errorf("Len = %d, want at most %d", got, maxKeys)
+	if got := l.Len(); got > hardMaxKeys {
+		t.Errorf("Len = %d, want at most %d", got, hardMaxKeys)
 	}
-	last := fmt.Sprint("addr-", maxKeys+499)
-	if got := l.Wait(last, now.Add(time.Duration(maxKeys+499)*time.Millisecond)); got != time.Second {
+	last := fmt.Sprint("addr-", n-1)
+	if got := l.Wait(last, now.Add(time.Duration(n-1)*time.Millisecond)); got != time.Second {
 		t.Errorf("newest key Wait = %v, want 1s (kept)", got)
+	}
+}
+
+// TestLimiterKeepsThrottledKeys: a flood of fresh keys, each failing once,
+// cannot wash out a key that is in backoff.
+func TestLimiterKeepsThrottledKeys(t *testing.T) {
+	p := LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+	l := NewLimiter(p)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 8; i++ {
+		l.Fail("account:alice", now)
+	}
+	for i := 0; i < 3*maxKeys; i++ {
+		l.Fail(fmt.Sprint("account:spray-", i), now.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	if l.Len() > maxKeys+1 {
+		t.Errorf("Len = %d, want unthrottled keys pruned to about %d", l.Len(), maxKeys)
+	}
+	if got := l.Wait("account:alice", now.Add(time.Second)); got <= 0 {
+		t.Errorf("alice's backoff was washed out by the flood: Wait = %v", got)
+	}
+}
+
+func TestAddressKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.7":            "192.0.2.7",
+		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::1": "2001:db8:1:2::/64",
+		"not an address":       "not an address",
+		"::ffff:192.0.2.7":     "::ffff:192.0.2.7",
+	} {
+		if got := AddressKey(in); got != want {
+			t.Errorf("AddressKey(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

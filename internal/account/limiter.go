@@ -1,6 +1,7 @@
 package account
 
 import (
+	"net"
 	"sync"
 	"time"
 )
@@ -23,15 +24,21 @@ var (
 	AddressPolicy = LimitPolicy{Free: 20, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
 )
 
-// maxKeys bounds the limiter's memory; the stalest keys go first.
-const maxKeys = 10000
+// maxKeys is how many keys the limiter keeps before it forgets keys that
+// are not being throttled; keys in backoff are kept up to hardMaxKeys, so
+// that a flood of fresh names or addresses cannot wash a throttled key out.
+const (
+	maxKeys     = 10000
+	hardMaxKeys = 10 * maxKeys
+)
 
 // Limiter throttles failed logins per key (an account name or an address).
 // It is safe for concurrent use.
 type Limiter struct {
-	policy LimitPolicy
-	mu     sync.Mutex
-	keys   map[string]*strikes
+	policy  LimitPolicy
+	mu      sync.Mutex
+	keys    map[string]*strikes
+	pruneAt int // prune when this many keys are held; grows while kept keys are in backoff
 }
 
 type strikes struct {
@@ -41,7 +48,7 @@ type strikes struct {
 
 // NewLimiter returns a limiter with the given policy.
 func NewLimiter(p LimitPolicy) *Limiter {
-	return &Limiter{policy: p, keys: map[string]*strikes{}}
+	return &Limiter{policy: p, keys: map[string]*strikes{}, pruneAt: maxKeys}
 }
 
 func (l *Limiter) delay(n int) time.Duration {
@@ -78,8 +85,11 @@ func (l *Limiter) Fail(key string, now time.Time) {
 	defer l.mu.Unlock()
 	s, ok := l.keys[key]
 	if !ok {
-		if len(l.keys) >= maxKeys {
+		if len(l.keys) >= l.pruneAt {
 			l.prune(now)
+			// Amortize: the next prune waits until the map has grown by half
+			// again, so keys kept in backoff do not make every insert a scan.
+			l.pruneAt = min(max(maxKeys, len(l.keys)+len(l.keys)/2), hardMaxKeys)
 		}
 		s = &strikes{}
 		l.keys[key] = s
@@ -97,26 +107,54 @@ func (l *Limiter) Reset(key string) {
 	delete(l.keys, key)
 }
 
-// prune drops forgotten keys, and if that is not enough, the half whose
-// last failure is oldest. Called with mu held.
+// prune drops forgotten keys, then the older half of the keys that are not
+// in backoff, and only beyond hardMaxKeys the older half of the rest.
+// Called with mu held.
 func (l *Limiter) prune(now time.Time) {
-	var oldest time.Time
 	for k, s := range l.keys {
 		if now.Sub(s.last) >= l.policy.Forget {
 			delete(l.keys, k)
-		} else if oldest.IsZero() || s.last.Before(oldest) {
-			oldest = s.last
 		}
 	}
 	if len(l.keys) < maxKeys {
 		return
 	}
+	l.dropOlderHalf(now, func(s *strikes) bool { return s.n <= l.policy.Free })
+	if len(l.keys) < hardMaxKeys {
+		return
+	}
+	l.dropOlderHalf(now, func(*strikes) bool { return true })
+}
+
+// dropOlderHalf deletes the keys chosen by which whose last failure is in
+// the older half of their time span.
+func (l *Limiter) dropOlderHalf(now time.Time, which func(*strikes) bool) {
+	var oldest time.Time
+	for _, s := range l.keys {
+		if which(s) && (oldest.IsZero() || s.last.Before(oldest)) {
+			oldest = s.last
+		}
+	}
+	if oldest.IsZero() {
+		return
+	}
 	cut := oldest.Add(now.Sub(oldest) / 2)
 	for k, s := range l.keys {
-		if !s.last.After(cut) {
+		if which(s) && !s.last.After(cut) {
 			delete(l.keys, k)
 		}
 	}
+}
+
+// AddressKey is the limiter key of a client address: the address itself
+// for IPv4, its /64 network for IPv6, since one client commonly holds a
+// whole /64.
+func AddressKey(host string) string {
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // Len returns how many keys the limiter remembers.

@@ -307,7 +307,7 @@ func (c *console) login(ec echo.Context) error {
 		shownName = ""
 	}
 	now := c.now()
-	accountKey, addrKey := "account:"+name, "addr:"+remoteAddr(r)
+	accountKey, addrKey := "account:"+name, "addr:"+account.AddressKey(remoteAddr(r))
 	if len(name) > account.MaxNameBytes {
 		accountKey = "account:!long"
 	}
