@@ -159,7 +159,7 @@ func (c *console) callView(call *queue.Call, v *viewer, now time.Time) templates
 	if args == nil {
 		args = canonical.Object{}
 	}
-	b := treeBuilder{tool: tool, args: args, warn: warn}
+	b := treeBuilder{tool: tool, args: args, bound: boundArgs(call), warn: warn}
 	cv.Args = b.node(args, "", nil, -1)
 	if cv.Rationale != nil {
 		warn("rationale", *cv.Rationale)
@@ -183,7 +183,25 @@ func groupsOfFour(s string) []string {
 type treeBuilder struct {
 	tool *tools.Tool
 	args canonical.Object
-	warn func(where string, t templates.Text)
+	// bound are the arguments the digest covers, read back from the stored
+	// envelope: a member of args missing from them is shown "not bound",
+	// whatever the tools file says today.
+	bound canonical.Object
+	warn  func(where string, t templates.Text)
+}
+
+// boundArgs parses the args out of the call's stored canonical envelope.
+// A stored envelope that does not parse marks nothing: every member then
+// reads as bound, the side that never hides a member from scrutiny.
+func boundArgs(call *queue.Call) canonical.Object {
+	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1})
+	if err != nil {
+		return nil
+	}
+	env, _ := v.(canonical.Object)
+	args, _ := env.Get("args")
+	bound, _ := args.(canonical.Object)
+	return bound
 }
 
 // shownPointer is a pointer as a warning shows it: every deceptive
@@ -201,8 +219,9 @@ func shownPointer(ptr string) string {
 
 func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) templates.ArgNode {
 	n := templates.ArgNode{Key: key, Index: index, Pointer: ptr, Kind: canonical.TypeName(v)}
-	if b.tool != nil && ptr != "" {
-		n.NotBound = b.tool.IsInformational(ptr)
+	if b.bound != nil && ptr != "" {
+		_, inDigest := canonical.Lookup(b.bound, ptr)
+		n.NotBound = !inDigest
 	}
 	switch x := v.(type) {
 	case canonical.Object:
