@@ -20,7 +20,9 @@ generate:
 
 # Fails when the committed generated code differs from what the sources produce.
 check-generate: generate
-	@git diff --exit-code -- '*_templ.go' || (echo "generated templ code is stale: run make generate and commit"; exit 1)
+	@if [ -n "$$(git status --porcelain -- '*_templ.go')" ]; then \
+		git status --short -- '*_templ.go'; git diff -- '*_templ.go' | head -40; \
+		echo "generated templ code is stale or uncommitted: run make generate and commit"; exit 1; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
