@@ -104,26 +104,40 @@ func (c *console) writePump(cl *client, first []byte) {
 		}
 		return cl.conn.WriteMessage(websocket.TextMessage, msg)
 	}
+	closeFrame := func() {
+		code, text := cl.closeCode, cl.closeText
+		if code == 0 {
+			code = websocket.CloseNormalClosure
+		}
+		cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
+			time.Now().Add(c.cfg.WriteTimeout))
+	}
 	if first != nil {
 		if err := write(first); err != nil {
 			c.hub.remove(cl)
 			return
 		}
 	}
+	var last time.Time // when the last message was written
 	for {
 		select {
 		case msg, ok := <-cl.send:
 			if !ok {
-				code, text := cl.closeCode, cl.closeText
-				if code == 0 {
-					code = websocket.CloseNormalClosure
-				}
-				cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
-					time.Now().Add(c.cfg.WriteTimeout))
+				closeFrame()
 				return
 			}
-			if err := write(msg); err != nil {
+			var hold time.Duration
+			if time.Since(last) < busyWithin {
+				hold = coalesceWindow
+			}
+			closed, err := c.writeBatch(cl, msg, hold)
+			last = time.Now()
+			if err != nil {
 				c.hub.remove(cl)
+				return
+			}
+			if closed {
+				closeFrame()
 				return
 			}
 		case <-ping.C:
@@ -133,6 +147,64 @@ func (c *console) writePump(cl *client, first []byte) {
 			}
 		}
 	}
+}
+
+// maxBatch bounds how many queued fragments are joined into one message.
+const maxBatch = 64
+
+// A socket written to less than busyWithin ago holds a fragment for up to
+// coalesceWindow, for the ones that follow it. An idle socket is written
+// to at once; a busy one (many changes per second, each otherwise a write
+// system call per socket) sends at most one message per window.
+const (
+	coalesceWindow = 2 * time.Millisecond
+	busyWithin     = 20 * time.Millisecond
+)
+
+// writeBatch writes msg, and the fragments that follow it within the
+// window (none when hold is zero), as one WebSocket message: one frame
+// and one write instead of one per fragment. Each fragment is a set of
+// top-level out-of-band elements, and the page applies the elements of a
+// message in order, so joining them changes nothing on the page. closed
+// reports that the hub closed the channel while it was being drained.
+func (c *console) writeBatch(cl *client, msg []byte, hold time.Duration) (closed bool, err error) {
+	batch := append([]byte(nil), msg...)
+	var deadline <-chan time.Time
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		deadline = t.C
+	}
+drain:
+	for n := 1; n < maxBatch; n++ {
+		select {
+		case more, ok := <-cl.send:
+			if !ok {
+				closed = true
+				break drain
+			}
+			batch = append(batch, more...)
+			continue
+		default:
+		}
+		if deadline == nil {
+			break
+		}
+		select {
+		case more, ok := <-cl.send:
+			if !ok {
+				closed = true
+				break drain
+			}
+			batch = append(batch, more...)
+		case <-deadline:
+			break drain
+		}
+	}
+	if err := cl.conn.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout)); err != nil {
+		return false, err
+	}
+	return closed, cl.conn.WriteMessage(websocket.TextMessage, batch)
 }
 
 // readPump is the only goroutine that reads: it enforces the read limit
