@@ -40,6 +40,7 @@ type DB struct {
 	dev, ino uint64
 	now      func() time.Time
 	writeMu  sync.Mutex
+	writer   *sql.Conn // the connection every write runs on; guarded by writeMu
 }
 
 // ErrReplaced is returned when the database file was removed or replaced
@@ -104,7 +105,21 @@ func Open(path string) (*DB, error) {
 }
 
 // Close closes the database.
-func (d *DB) Close() error { return d.sql.Close() }
+func (d *DB) Close() error {
+	d.releaseWriter()
+	return d.sql.Close()
+}
+
+// releaseWriter returns the writer connection to the pool; the next write
+// takes a connection from the pool again.
+func (d *DB) releaseWriter() {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	if d.writer != nil {
+		d.writer.Close()
+		d.writer = nil
+	}
+}
 
 // SQL exposes the pool for read-only views and tests.
 func (d *DB) SQL() *sql.DB { return d.sql }

@@ -138,8 +138,10 @@ func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 		}},
 		{"removed, redeemed on a new connection", func(t *testing.T, l *ledger) string {
 			removeDB(t, l.path)
-			// Hold every idle connection, so the redemption runs on one the
-			// pool opens after the removal (SQLite creates an empty file).
+			// Hold every idle connection, the writer's included, so the
+			// redemption runs on one the pool opens after the removal
+			// (SQLite creates an empty file).
+			l.db.releaseWriter()
 			ctx := context.Background()
 			for range 7 {
 				c, err := l.db.SQL().Conn(ctx)

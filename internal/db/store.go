@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -33,10 +34,18 @@ func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
 // SQLite's busy handler sleeps and retries, which under contention costs
 // tens of milliseconds, while the mutex hands over in microseconds. Other
 // processes are still serialized by SQLite itself (busy_timeout).
+//
+// Every write of the process runs on the same pooled connection. In WAL
+// mode SQLite discards a connection's page cache whenever another
+// connection has written since its last transaction, so writes spread over
+// the pool re-read their pages from the files each time; on one connection
+// the cache stays valid from one write to the next (SQLite still notices a
+// write by another process and drops it), and the transaction holding the
+// write lock does less.
 func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 	d.writeMu.Lock()
 	defer d.writeMu.Unlock()
-	tx, err := d.sql.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
+	tx, err := d.beginWrite(ctx)
 	if err != nil {
 		return classify(fmt.Errorf("db: begin: %w", err))
 	}
@@ -48,6 +57,34 @@ func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 		return classify(fmt.Errorf("db: commit: %w", err))
 	}
 	return nil
+}
+
+// beginWrite begins a write transaction on the writer connection, taking a
+// connection from the pool when there is none yet or when the last one was
+// discarded (database/sql discards a connection whose transaction was
+// rolled back by a cancelled context). Called with writeMu held.
+func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	for attempt := 0; ; attempt++ {
+		if d.writer == nil {
+			conn, err := d.sql.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			d.writer = conn
+		}
+		tx, err := d.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
+		if err == nil {
+			return tx, nil
+		}
+		if !errors.Is(err, sql.ErrConnDone) && !errors.Is(err, driver.ErrBadConn) {
+			return nil, err
+		}
+		d.writer.Close()
+		d.writer = nil
+		if attempt > 0 {
+			return nil, err
+		}
+	}
 }
 
 type storeTx struct {
