@@ -157,7 +157,7 @@ const maxBatch = 64
 // to at once; a busy one (many changes per second, each otherwise a write
 // system call per socket) sends at most one message per window.
 const (
-	coalesceWindow = 2 * time.Millisecond
+	coalesceWindow = 5 * time.Millisecond
 	busyWithin     = 20 * time.Millisecond
 )
 
