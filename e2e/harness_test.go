@@ -6,7 +6,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -201,5 +200,3 @@ func rssKiB(tb testing.TB, pid int) int64 {
 	tb.Fatal("no VmRSS in /proc status")
 	return 0
 }
-
-var _ = context.Background

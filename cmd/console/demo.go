@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -317,5 +316,3 @@ func invalidBurst(ctx context.Context, c *client.Client, say func(string, ...any
 		}
 	}
 }
-
-var _ = slog.Default

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -103,5 +102,3 @@ func (m *metrics) observe(ev queue.Event) {
 		m.redemptions.WithLabelValues(ev.Reason).Inc()
 	}
 }
-
-var _ = http.StatusOK
