@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
@@ -112,7 +111,7 @@ func decideDirect(ctx context.Context, data string, req server.ControlRequest) (
 	if _, err := os.Stat(dbPath(data)); err != nil {
 		return out, fmt.Errorf("no database at %s: pass --data DIR", dbPath(data))
 	}
-	d, err := db.Open(dbPath(data))
+	d, err := openDB(data)
 	if err != nil {
 		return out, err
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 	}
 	d, err := db.Open(dbPath(data))
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDatabaseIdentity(data, d); err != nil {
+		d.Close()
 		return nil, err
 	}
 	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
@@ -230,5 +235,28 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	go func() { <-ctx.Done(); srv.Close() }()
 	go srv.Serve(ln)
 	log.Info("profiler listening", slog.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// identityPath records which database a data directory was created with.
+func identityPath(data string) string { return filepath.Join(data, "database-identity") }
+
+// checkDatabaseIdentity refuses to start on a database that is not the one
+// this data directory has been using: a deleted database file would
+// otherwise come back empty, forgetting which grants were redeemed and the
+// whole history, without a word. The first start records the identity.
+func checkDatabaseIdentity(data string, d *db.DB) error {
+	want, err := os.ReadFile(identityPath(data))
+	if errors.Is(err, os.ErrNotExist) {
+		return os.WriteFile(identityPath(data), []byte(d.Identity()+"\n"), 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", identityPath(data), err)
+	}
+	if got := strings.TrimSpace(string(want)); got != d.Identity() {
+		return fmt.Errorf("the database %s is not the one this data directory was created with (identity %s, found %s): "+
+			"it was deleted or replaced, and starting would forget which grants were redeemed. Restore the database, "+
+			"or, to start over on purpose, remove %s", dbPath(data), got, d.Identity(), identityPath(data))
+	}
 	return nil
 }

@@ -84,7 +84,15 @@ func openDB(data string) (*db.DB, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	return db.Open(dbPath(data))
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDatabaseIdentity(data, d); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 // cliPrincipal names who ran a command, for the audit trail.
