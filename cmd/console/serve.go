@@ -248,7 +248,7 @@ func identityPath(data string) string { return filepath.Join(data, "database-ide
 func checkDatabaseIdentity(data string, d *db.DB) error {
 	want, err := os.ReadFile(identityPath(data))
 	if errors.Is(err, os.ErrNotExist) {
-		return os.WriteFile(identityPath(data), []byte(d.Identity()+"\n"), 0o600)
+		return writeFileAtomic(identityPath(data), []byte(d.Identity()+"\n"))
 	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", identityPath(data), err)
@@ -259,4 +259,34 @@ func checkDatabaseIdentity(data string, d *db.DB) error {
 			"or, to start over on purpose, remove %s", dbPath(data), got, d.Identity(), identityPath(data))
 	}
 	return nil
+}
+
+// writeFileAtomic writes an owner-only file through a temporary file, fsync
+// and rename, so a crash leaves the old file or the new one, never half.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }

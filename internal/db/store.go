@@ -51,12 +51,29 @@ func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	if err := fn(tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			d.discardWriter()
+		}
 		return classify(err)
 	}
 	if err := tx.Commit(); err != nil {
+		// The connection may be left inside a transaction it could not
+		// end; never reuse it.
+		d.discardWriter()
 		return classify(fmt.Errorf("db: commit: %w", err))
 	}
 	return nil
+}
+
+// discardWriter closes the writer connection for good (not back into the
+// pool); the next write takes a fresh one. Called with writeMu held.
+func (d *DB) discardWriter() {
+	if d.writer == nil {
+		return
+	}
+	d.writer.Raw(func(any) error { return driver.ErrBadConn })
+	d.writer.Close()
+	d.writer = nil
 }
 
 // beginWrite begins a write transaction on the writer connection, taking a

@@ -137,8 +137,13 @@ func (w *waiters) wake(c *Call) {
 	w.mu.Lock()
 	for ch := range w.m[c.ID] {
 		// Only wake sends, under w.mu, so after a drain the send succeeds.
+		// Commits can publish out of order; a decided state is never
+		// replaced by an earlier pending one (decisions are final).
 		select {
-		case <-ch:
+		case held := <-ch:
+			if held.Status != StatusPending && c.Status == StatusPending {
+				c = held
+			}
 		default:
 		}
 		ch <- c

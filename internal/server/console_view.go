@@ -191,16 +191,20 @@ type treeBuilder struct {
 }
 
 // boundArgs parses the args out of the call's stored canonical envelope.
-// A stored envelope that does not parse marks nothing: every member then
-// reads as bound, the side that never hides a member from scrutiny.
+// An envelope that does not parse binds nothing that can be shown: every
+// member then reads "not bound", never claiming more than the digest
+// covers.
 func boundArgs(call *queue.Call) canonical.Object {
 	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1})
 	if err != nil {
-		return nil
+		return canonical.Object{}
 	}
 	env, _ := v.(canonical.Object)
 	args, _ := env.Get("args")
-	bound, _ := args.(canonical.Object)
+	bound, ok := args.(canonical.Object)
+	if !ok {
+		return canonical.Object{}
+	}
 	return bound
 }
 

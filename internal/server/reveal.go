@@ -138,12 +138,15 @@ func reveal(s string) templates.Text {
 		}
 	}
 	flush()
-	// A string without white space is an identifier (a host, a path, an
+	// Each run without white space is an identifier (a host, a path, an
 	// account): its letters must not mix scripts even across separators,
 	// as in an all-Cyrillic look-alike of "paypal" before ".com".
-	if !found[kindMixed] && strings.IndexFunc(s, unicode.IsSpace) < 0 {
-		if scripts := wordScripts(s); len(scripts) > 1 && !allowedMix(scripts) {
-			found[kindMixed] = true
+	if !found[kindMixed] {
+		for _, token := range strings.FieldsFunc(s, unicode.IsSpace) {
+			if scripts := wordScripts(token); len(scripts) > 1 && !allowedMix(scripts) {
+				found[kindMixed] = true
+				break
+			}
 		}
 	}
 	for _, k := range kindOrder {

@@ -22,6 +22,8 @@ func TestRevealLookAlikes(t *testing.T) {
 		{"1\u09E60", "", kindMixed},
 		{"\u0440\u0430\u0443\u0440\u0430\u04CF.com", "", kindMixed},
 		{"file:/srv/shared/\u0440eport.csv", "", kindMixed},
+		{"\u0440\u0430\u0443\u0440\u0430\u04CF.com ", "", kindMixed},
+		{"pay \u0440\u0430\u0443\u0440\u0430\u04CF.com now", "", kindMixed},
 	}
 	for _, tc := range cases {
 		got := reveal(tc.in)
