@@ -111,10 +111,17 @@ func (e *Entry) Body() ([]byte, error) {
 	return b, nil
 }
 
-// appendBody writes the canonical body around details that are already
-// canonical JSON text, members in RFC 8785 order: call_id, channel,
-// details, kind, prev_hash, principal, seq, time.
+// appendBody writes the canonical body (the hashed bytes) around details
+// that are already canonical JSON text.
 func (e *Entry) appendBody(dst []byte, details []byte) ([]byte, error) {
+	return e.appendObject(dst, details, false)
+}
+
+// appendObject writes the entry as one canonical JSON object, members in
+// RFC 8785 order: call_id, channel, details, [hash,] kind, prev_hash,
+// principal, seq, time. The hashed body and the export line share it, so
+// the two can never disagree on the encoding.
+func (e *Entry) appendObject(dst []byte, details []byte, withHash bool) ([]byte, error) {
 	var err error
 	str := func(name, v string) {
 		if err == nil {
@@ -127,6 +134,9 @@ func (e *Entry) appendBody(dst []byte, details []byte) ([]byte, error) {
 	str("channel", e.Channel)
 	dst = append(dst, `,"details":`...)
 	dst = append(dst, details...)
+	if withHash {
+		str("hash", e.Hash)
+	}
 	str("kind", e.Kind)
 	str("prev_hash", e.PrevHash)
 	str("principal", e.Principal)

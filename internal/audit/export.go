@@ -88,37 +88,10 @@ func AppendEntryLine(dst []byte, e *Entry, details []byte) ([]byte, error) {
 			return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
 		}
 	}
-	// Members in canonical order: call_id, channel, details, hash, kind,
-	// prev_hash, principal, seq, time.
-	str := func(name, v string) {
-		if err != nil {
-			return
-		}
-		dst = append(dst, ',', '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-		dst, err = canonical.AppendString(dst, v)
+	if dst, err = e.appendObject(dst, details, true); err != nil {
+		return nil, err
 	}
-	dst = append(dst, `{"call_id":`...)
-	if dst, err = canonical.AppendString(dst, e.CallID); err != nil {
-		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
-	}
-	str("channel", e.Channel)
-	dst = append(dst, `,"details":`...)
-	dst = append(dst, details...)
-	str("hash", e.Hash)
-	str("kind", e.Kind)
-	str("prev_hash", e.PrevHash)
-	str("principal", e.Principal)
-	if err == nil {
-		dst = append(dst, `,"seq":`...)
-		dst, err = canonical.Append(dst, e.Seq)
-	}
-	str("time", e.Time)
-	if err != nil {
-		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
-	}
-	return append(dst, '}', '\n'), nil
+	return append(dst, '\n'), nil
 }
 
 func detailsValue(v any) any {
