@@ -45,19 +45,12 @@ func cmdDigest(ctx context.Context, e *env, args []string) int {
 	audience := fs.String("audience", "", "the audience of that token, e.g. payments-host (required)")
 	canonicalOut := fs.Bool("canonical", false, "print the canonical envelope bytes instead of the digest")
 	// Flags may come before or after the file name.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+		return 2
 	}
 	switch {
 	case *actor == "" || *audience == "":

@@ -65,21 +65,12 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", data, err)
 	}
-	// The directory holds keys and the database: owner only, whatever mode
-	// it was created with.
-	if err := os.Chmod(data, 0o700); err != nil {
-		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
-	}
 	reg, err := loadTools(data, toolsFile)
 	if err != nil {
 		return nil, err
 	}
-	d, err := db.Open(dbPath(data))
+	d, err := openDB(data)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkDatabaseIdentity(data, d); err != nil {
-		d.Close()
 		return nil, err
 	}
 	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)

@@ -79,10 +79,16 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	return 2
 }
 
-// openDB opens the data directory's database, creating it if needed.
+// openDB opens the data directory's database, creating both if needed. The
+// directory holds keys and the database: it is made owner-only whatever
+// mode it was created with, and the database must be the one it was
+// created with.
 func openDB(data string) (*db.DB, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create data directory %s: %w", data, err)
+	}
+	if err := os.Chmod(data, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
 	}
 	d, err := db.Open(dbPath(data))
 	if err != nil {
