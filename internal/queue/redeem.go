@@ -95,7 +95,7 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 			// Time again, now that the write lock is held.
 			now := s.now()
 			if ok, reason := grant.CheckTime(res.Claims, now); !ok {
-				res.Set("time", false, reason)
+				res.Set(grant.StepTime, false, reason)
 			}
 		}
 		if res.Reason == "" {
@@ -103,17 +103,17 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 			c, err = tx.Call(res.Claims.CallID)
 			switch {
 			case errors.Is(err, ErrNotFound):
-				res.Set("status", false, grant.ReasonRevoked)
+				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case err != nil:
 				return err
 			case c.Actor != who.Actor || c.Digest != res.Claims.Digest || c.GrantJTI != res.Claims.JTI:
 				// A validly signed grant that this database did not issue
 				// for this call: refuse as revoked.
-				res.Set("status", false, grant.ReasonRevoked)
+				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case c.Status != StatusApproved && c.Status != StatusRedeemed:
-				res.Set("status", false, grant.ReasonRevoked)
+				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			default:
-				res.Set("status", true, "")
+				res.Set(grant.StepStatus, true, "")
 			}
 		}
 		if res.Reason == "" {
@@ -122,9 +122,9 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 				return err
 			}
 			if !fresh {
-				res.Set("nonce", false, grant.ReasonReplayed)
+				res.Set(grant.StepNonce, false, grant.ReasonReplayed)
 			} else {
-				res.Set("nonce", true, "")
+				res.Set(grant.StepNonce, true, "")
 			}
 		}
 		out.Checks, out.Reason = res.Checks, res.Reason

@@ -92,8 +92,6 @@ func toAPIError(err error) *APIError {
 			"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.")
 	case errors.Is(err, db.ErrFilter):
 		return newAPIError(http.StatusBadRequest, "bad_filter", "%s", strings.TrimPrefix(err.Error(), "db: "))
-	case errors.Is(err, queue.ErrShuttingDown):
-		return newAPIError(http.StatusServiceUnavailable, "unavailable", "the console is restarting; retry in a few seconds")
 	case errors.As(err, &he):
 		return httpError(he)
 	}
