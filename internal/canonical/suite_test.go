@@ -9,21 +9,19 @@ import (
 	"testing"
 )
 
-// shared finds ../shared/testdata from the repository or its CI clone.
-func sharedTestdata(tb testing.TB) string {
+// vectors returns the folder of the public test vectors kept in testdata
+// (their sources and licences are in testdata/README.md).
+func vectors(tb testing.TB, name string) string {
 	tb.Helper()
-	dir, err := filepath.Abs("../../../shared/testdata")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	dir := filepath.Join("testdata", name)
 	if _, err := os.Stat(dir); err != nil {
-		tb.Fatalf("shared test data not found at %s: %v", dir, err)
+		tb.Fatalf("test vectors not found at %s: %v", dir, err)
 	}
 	return dir
 }
 
 func TestJSONTestSuite(t *testing.T) {
-	dir := filepath.Join(sharedTestdata(t), "jsontestsuite", "test_parsing")
+	dir := filepath.Join(vectors(t, "jsontestsuite"), "test_parsing")
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no suite files in %s: %v", dir, err)
@@ -90,7 +88,7 @@ func assertRoundTrip(t *testing.T, name string, v any) {
 }
 
 func TestJCSVectors(t *testing.T) {
-	dir := filepath.Join(sharedTestdata(t), "jcs")
+	dir := vectors(t, "jcs")
 	for _, name := range []string{"arrays", "french", "unicode", "weird", "values", "structures"} {
 		t.Run(name, func(t *testing.T) {
 			in, err := os.ReadFile(filepath.Join(dir, "input", name+".json"))
