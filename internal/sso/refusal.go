@@ -1,0 +1,57 @@
+package sso
+
+import "fmt"
+
+// Reason says which check refused a login.
+type Reason string
+
+// The reasons a login is refused.
+const (
+	// ReasonState: the callback's state is unknown, used, expired or not
+	// the one this browser started (a replayed or forged callback).
+	ReasonState Reason = "state"
+	// ReasonProvider: the provider sent the user back with an error.
+	ReasonProvider Reason = "provider_error"
+	// ReasonExchange: the token endpoint refused the code (replayed code,
+	// wrong PKCE verifier, wrong client secret).
+	ReasonExchange Reason = "code_refused"
+	// ReasonNonce: the ID token's nonce is not the one this login sent.
+	ReasonNonce Reason = "nonce"
+	// ReasonIssuer, ReasonAudience, ReasonExpired, ReasonSignature: the ID
+	// token was issued by another issuer, for another client, has expired,
+	// or its signature does not verify against the provider's keys.
+	ReasonIssuer    Reason = "issuer"
+	ReasonAudience  Reason = "audience"
+	ReasonExpired   Reason = "expired"
+	ReasonSignature Reason = "signature"
+	// ReasonIDToken: the ID token is missing or unreadable otherwise.
+	ReasonIDToken Reason = "id_token"
+)
+
+// Refusal is a login that did not pass. Message is for the person at the
+// browser; Err, when set, is the underlying error, for the log.
+type Refusal struct {
+	Reason  Reason
+	Message string
+	Err     error
+}
+
+func (r *Refusal) Error() string {
+	if r.Err != nil {
+		return fmt.Sprintf("sso: login refused (%s): %s: %v", r.Reason, r.Message, r.Err)
+	}
+	return fmt.Sprintf("sso: login refused (%s): %s", r.Reason, r.Message)
+}
+
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// Is matches another *Refusal with the same reason, so callers can write
+// errors.Is(err, &sso.Refusal{Reason: sso.ReasonNonce}).
+func (r *Refusal) Is(target error) bool {
+	t, ok := target.(*Refusal)
+	return ok && t.Reason == r.Reason
+}
+
+func refuse(reason Reason, msg string, err error) *Refusal {
+	return &Refusal{Reason: reason, Message: msg, Err: err}
+}

@@ -1,0 +1,534 @@
+package sso
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/oauth2-proxy/mockoidc"
+
+	"github.com/countersign/countersign/internal/account"
+)
+
+const callback = "http://127.0.0.1:1/auth/oidc/callback"
+
+// provider is an in-process OpenID provider speaking the real protocol.
+type provider struct {
+	*mockoidc.MockOIDC
+	endSession string       // added to the discovery document when set
+	jwks       func() []byte // replaces the served key set when set
+}
+
+func startProvider(t *testing.T, opts ...func(*provider)) *provider {
+	t.Helper()
+	m, err := mockoidc.NewServer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &provider{MockOIDC: m}
+	for _, o := range opts {
+		o(p)
+	}
+	// mockoidc keeps its sessions in a plain map; one request at a time
+	// keeps it (and the race detector) happy.
+	var mu sync.Mutex
+	if err := m.AddMiddleware(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case r.URL.Path == mockoidc.DiscoveryEndpoint && p.endSession != "":
+				rec := httptest.NewRecorder()
+				next.ServeHTTP(rec, r)
+				var doc map[string]any
+				if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+					http.Error(w, err.Error(), 500)
+					return
+				}
+				doc["end_session_endpoint"] = p.endSession
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(doc)
+			case r.URL.Path == mockoidc.JWKSEndpoint && p.jwks != nil:
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(p.jwks())
+			default:
+				next.ServeHTTP(w, r)
+			}
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ln := mustListen(t)
+	if err := m.Start(ln, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown() })
+	return p
+}
+
+func mustListen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func newRP(t *testing.T, p *provider, edit ...func(*Config)) *RelyingParty {
+	t.Helper()
+	cfg := Config{
+		Issuer: p.Issuer(), ClientID: p.ClientID, ClientSecret: p.ClientSecret,
+		RedirectURL: callback,
+		Roles:       RoleMap{"approvers": account.RoleOperator, "sre": account.RoleAdmin, "audit": account.RoleAuditor},
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	rp, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rp
+}
+
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// authorize sends the browser to the provider's authorization URL and
+// returns the query of the callback it is redirected to.
+func authorize(t *testing.T, authURL string) url.Values {
+	t.Helper()
+	resp, err := noRedirect.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("authorize: status %d, want 302: %s", resp.StatusCode, b)
+	}
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loc.Scheme + "://" + loc.Host + loc.Path; got != callback {
+		t.Fatalf("redirected to %s, want %s", got, callback)
+	}
+	return loc.Query()
+}
+
+func login(t *testing.T, rp *RelyingParty) (Identity, error) {
+	t.Helper()
+	authURL, state, err := rp.Begin("/queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rp.Finish(context.Background(), authorize(t, authURL), state)
+}
+
+func wantRefusal(t *testing.T, err error, reason Reason) {
+	t.Helper()
+	var r *Refusal
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a refusal for %s", err, reason)
+	}
+	if r.Reason != reason {
+		t.Fatalf("refused for %s (%v), want %s", r.Reason, r, reason)
+	}
+	if !errors.Is(err, &Refusal{Reason: reason}) {
+		t.Fatalf("errors.Is does not match reason %s", reason)
+	}
+}
+
+func TestLogin(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	p.QueueUser(&mockoidc.MockUser{Subject: "00u1ab", Email: "alice@example.com", PreferredUsername: "alice",
+		Groups: []string{"approvers", "everyone"}})
+	id, err := login(t, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(p.Addr(), "http://")
+	if want := "oidc:" + host + "/00u1ab"; id.Principal != want {
+		t.Errorf("Principal = %q, want %q", id.Principal, want)
+	}
+	if id.Issuer != p.Issuer() || id.Subject != "00u1ab" {
+		t.Errorf("identity = (%q, %q), want (%q, 00u1ab)", id.Issuer, id.Subject, p.Issuer())
+	}
+	if id.Email != "alice@example.com" || id.PreferredUsername != "alice" {
+		t.Errorf("email, username = %q, %q", id.Email, id.PreferredUsername)
+	}
+	if !id.HasRole || id.Role != account.RoleOperator {
+		t.Errorf("role = %q (%v), want operator", id.Role, id.HasRole)
+	}
+	if id.ReturnTo != "/queue" || id.IDToken == "" {
+		t.Errorf("ReturnTo = %q, IDToken empty = %v", id.ReturnTo, id.IDToken == "")
+	}
+	if n := rp.Pending(); n != 0 {
+		t.Errorf("%d flows left after the login, want 0", n)
+	}
+}
+
+func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, state, err := rp.Begin("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(authURL)
+	q := u.Query()
+	if q.Get("state") != state || len(state) < 43 {
+		t.Errorf("state = %q, want the returned %q of 256 bits", q.Get("state"), state)
+	}
+	if q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "" {
+		t.Errorf("PKCE = %q %q, want S256 and a challenge", q.Get("code_challenge_method"), q.Get("code_challenge"))
+	}
+	if len(q.Get("nonce")) < 43 {
+		t.Errorf("nonce = %q, want 256 bits", q.Get("nonce"))
+	}
+	if !strings.Contains(" "+q.Get("scope")+" ", " openid ") {
+		t.Errorf("scope = %q, want openid", q.Get("scope"))
+	}
+	_, state2, _ := rp.Begin("")
+	if state2 == state {
+		t.Error("two logins share a state")
+	}
+}
+
+func TestRoleFromGroups(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	cases := []struct {
+		groups []string
+		want   account.Role
+		has    bool
+	}{
+		{[]string{"approvers"}, account.RoleOperator, true},
+		{[]string{"audit", "sre", "approvers"}, account.RoleAdmin, true},
+		{[]string{"audit"}, account.RoleAuditor, true},
+		{[]string{"everyone"}, "", false},
+		{nil, "", false},
+	}
+	for _, c := range cases {
+		p.QueueUser(&mockoidc.MockUser{Subject: "s1", Groups: c.groups})
+		id, err := login(t, rp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Role != c.want || id.HasRole != c.has {
+			t.Errorf("groups %v: role %q (%v), want %q (%v)", c.groups, id.Role, id.HasRole, c.want, c.has)
+		}
+	}
+}
+
+// The role comes from the groups at every login: out of the group, out of
+// the role at the next login.
+func TestRoleRemovedAtNextLogin(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	p.QueueUser(&mockoidc.MockUser{Subject: "bob", Groups: []string{"approvers"}})
+	id, err := login(t, rp)
+	if err != nil || id.Role != account.RoleOperator {
+		t.Fatalf("first login: %v, role %q", err, id.Role)
+	}
+	p.QueueUser(&mockoidc.MockUser{Subject: "bob", Groups: []string{"everyone"}})
+	id, err = login(t, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.HasRole {
+		t.Errorf("after leaving the group, role %q, want none", id.Role)
+	}
+}
+
+func TestGroupsClaimConfigurable(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p, func(c *Config) { c.GroupsClaim = "roles" })
+	p.QueueUser(&claimsUser{sub: "c1", edit: func(c *claims) { c.Extra = map[string]any{"roles": "sre"} }})
+	id, err := login(t, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Role != account.RoleAdmin {
+		t.Errorf("role = %q from a single-string claim, want admin", id.Role)
+	}
+	p.QueueUser(&claimsUser{sub: "c1", edit: func(c *claims) { c.Extra = map[string]any{"roles": []any{1, 2}} }})
+	_, err = login(t, rp)
+	wantRefusal(t, err, ReasonIDToken)
+}
+
+// A replayed callback is refused by our state check; a replayed code under
+// a fresh state is refused by the provider.
+func TestReplayedCodeRefused(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, state, _ := rp.Begin("")
+	q := authorize(t, authURL)
+	if _, err := rp.Finish(context.Background(), q, state); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rp.Finish(context.Background(), q, state)
+	wantRefusal(t, err, ReasonState)
+
+	_, state2, _ := rp.Begin("")
+	q2 := url.Values{"state": {state2}, "code": {q.Get("code")}}
+	_, err = rp.Finish(context.Background(), q2, state2)
+	wantRefusal(t, err, ReasonExchange)
+}
+
+func TestPKCEVerifierChecked(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, state, _ := rp.Begin("")
+	q := authorize(t, authURL)
+	rp.mu.Lock()
+	f := rp.flows[state]
+	f.verifier = "a-verifier-that-is-not-the-one-whose-challenge-was-sent-0123456789"
+	rp.flows[state] = f
+	rp.mu.Unlock()
+	_, err := rp.Finish(context.Background(), q, state)
+	wantRefusal(t, err, ReasonExchange)
+}
+
+func TestWrongNonceRefused(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, state, _ := rp.Begin("")
+	u, _ := url.Parse(authURL)
+	q := u.Query()
+	q.Set("nonce", "a-nonce-an-attacker-chose")
+	u.RawQuery = q.Encode()
+	_, err := rp.Finish(context.Background(), authorize(t, u.String()), state)
+	wantRefusal(t, err, ReasonNonce)
+}
+
+func TestMissingNonceRefused(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, state, _ := rp.Begin("")
+	u, _ := url.Parse(authURL)
+	q := u.Query()
+	q.Del("nonce")
+	u.RawQuery = q.Encode()
+	_, err := rp.Finish(context.Background(), authorize(t, u.String()), state)
+	wantRefusal(t, err, ReasonNonce)
+}
+
+func TestStateBoundToBrowser(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	authURL, _, _ := rp.Begin("")
+	_, otherState, _ := rp.Begin("")
+	q := authorize(t, authURL)
+	// The callback reaches a browser whose cookie holds another login's
+	// state: login CSRF, refused, and the flow is used up.
+	_, err := rp.Finish(context.Background(), q, otherState)
+	wantRefusal(t, err, ReasonState)
+	_, err = rp.Finish(context.Background(), q, q.Get("state"))
+	wantRefusal(t, err, ReasonState)
+	_, err = rp.Finish(context.Background(), url.Values{"code": {"x"}}, "")
+	wantRefusal(t, err, ReasonState)
+}
+
+func TestFlowExpires(t *testing.T) {
+	p := startProvider(t)
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	rp := newRP(t, p, func(c *Config) { c.Now = clock })
+	authURL, state, _ := rp.Begin("")
+	q := authorize(t, authURL)
+	mu.Lock()
+	now = now.Add(FlowTTL)
+	mu.Unlock()
+	_, err := rp.Finish(context.Background(), q, state)
+	wantRefusal(t, err, ReasonState)
+}
+
+func TestProviderErrorRefused(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	_, state, _ := rp.Begin("")
+	_, err := rp.Finish(context.Background(), url.Values{"state": {state}, "error": {"access_denied"},
+		"error_description": {"user is not assigned to the app"}}, state)
+	wantRefusal(t, err, ReasonProvider)
+	if !strings.Contains(err.Error(), "not assigned") {
+		t.Errorf("message %q loses the provider's description", err)
+	}
+}
+
+// claims is an ID token whose registered claims a test can alter.
+type claims struct {
+	*mockoidc.IDTokenClaims
+	Groups []string       `json:"groups,omitempty"`
+	Extra  map[string]any `json:"-"`
+}
+
+func (c *claims) MarshalJSON() ([]byte, error) {
+	type plain claims
+	b, err := json.Marshal((*plain)(c))
+	if err != nil || len(c.Extra) == 0 {
+		return b, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range c.Extra {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// claimsUser is a mockoidc user whose ID token claims a test edits.
+type claimsUser struct {
+	sub  string
+	edit func(*claims)
+}
+
+func (u *claimsUser) ID() string                        { return u.sub }
+func (u *claimsUser) Userinfo([]string) ([]byte, error) { return json.Marshal(map[string]string{"sub": u.sub}) }
+func (u *claimsUser) Claims(_ []string, base *mockoidc.IDTokenClaims) (jwt.Claims, error) {
+	c := &claims{IDTokenClaims: base, Groups: []string{"approvers"}}
+	if u.edit != nil {
+		u.edit(c)
+	}
+	return c, nil
+}
+
+func TestTokenChecks(t *testing.T) {
+	cases := []struct {
+		name   string
+		edit   func(*claims)
+		reason Reason
+	}{
+		{"another audience", func(c *claims) { c.Audience = jwt.ClaimStrings{"some-other-client"} }, ReasonAudience},
+		{"expired", func(c *claims) {
+			c.IssuedAt = jwt.NewNumericDate(time.Now().Add(-2 * time.Hour))
+			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Hour))
+		}, ReasonExpired},
+		{"wrong issuer", func(c *claims) { c.Issuer = "https://idp.attacker.example" }, ReasonIssuer},
+		{"no subject", func(c *claims) { c.Subject = "" }, ReasonIDToken},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := startProvider(t)
+			rp := newRP(t, p)
+			p.QueueUser(&claimsUser{sub: "u1", edit: c.edit})
+			_, err := login(t, rp)
+			wantRefusal(t, err, c.reason)
+		})
+	}
+}
+
+// The provider's published keys are not the ones that signed the token.
+func TestForeignSignatureRefused(t *testing.T) {
+	other, err := mockoidc.RandomKeypair(2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProvider(t, func(p *provider) {
+		p.jwks = func() []byte { b, _ := other.JWKS(); return b }
+	})
+	rp := newRP(t, p)
+	_, err = login(t, rp)
+	wantRefusal(t, err, ReasonSignature)
+}
+
+func TestLogoutURL(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	if _, ok := rp.LogoutURL("tok", "http://127.0.0.1:1/login"); ok {
+		t.Error("LogoutURL offered although the provider advertises no end_session_endpoint")
+	}
+	p2 := startProvider(t, func(p *provider) { p.endSession = "https://idp.example/logout?x=1" })
+	rp2 := newRP(t, p2)
+	got, ok := rp2.LogoutURL("tok.en.value", "http://127.0.0.1:1/login")
+	if !ok {
+		t.Fatal("LogoutURL not offered although the provider advertises end_session_endpoint")
+	}
+	u, _ := url.Parse(got)
+	q := u.Query()
+	if u.Host != "idp.example" || q.Get("x") != "1" || q.Get("id_token_hint") != "tok.en.value" ||
+		q.Get("post_logout_redirect_uri") != "http://127.0.0.1:1/login" || q.Get("client_id") != p2.ClientID {
+		t.Errorf("logout URL = %s", got)
+	}
+}
+
+func TestNewRefusesProviderWithoutS256(t *testing.T) {
+	m, err := mockoidc.NewServer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.CodeChallengeMethodsSupported = []string{"plain"}
+	if err := m.Start(mustListen(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown() })
+	_, err = New(context.Background(), Config{Issuer: m.Issuer(), ClientID: m.ClientID, RedirectURL: callback})
+	if err == nil || !strings.Contains(err.Error(), "S256") {
+		t.Errorf("New = %v, want a refusal naming S256", err)
+	}
+}
+
+func TestNewRefusesIssuerMismatch(t *testing.T) {
+	p := startProvider(t)
+	_, err := New(context.Background(), Config{Issuer: p.Addr() + "/oidc/", ClientID: p.ClientID, RedirectURL: callback})
+	if err == nil {
+		t.Error("New accepted an issuer URL that is not the discovery document's")
+	}
+}
+
+func TestBeginBounded(t *testing.T) {
+	p := startProvider(t)
+	rp := newRP(t, p)
+	for i := 0; i < MaxFlows; i++ {
+		if _, _, err := rp.Begin(""); err != nil {
+			t.Fatalf("Begin %d: %v", i, err)
+		}
+	}
+	if _, _, err := rp.Begin(""); !errors.Is(err, ErrBusy) {
+		t.Errorf("Begin past the bound = %v, want ErrBusy", err)
+	}
+}
+
+func TestParseRoleMap(t *testing.T) {
+	m, err := ParseRoleMap("approvers=operator, sre=admin,cn=auditors=auditor,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["approvers"] != account.RoleOperator || m["sre"] != account.RoleAdmin || m["cn=auditors"] != account.RoleAuditor || len(m) != 3 {
+		t.Errorf("map = %v", m)
+	}
+	if got, want := m.String(), "approvers=operator,cn=auditors=auditor,sre=admin"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"approvers", "=admin", "x=", "x=root", "x=admin,x=auditor"} {
+		if _, err := ParseRoleMap(bad); err == nil {
+			t.Errorf("ParseRoleMap(%q) accepted", bad)
+		}
+	}
+	if err := m.Merge(RoleMap{"sre": account.RoleOperator}); err == nil {
+		t.Error("Merge accepted a group mapped to two roles")
+	}
+}
+
+func TestRefusalMessageNamesReason(t *testing.T) {
+	err := refuse(ReasonNonce, "the nonce differs", errors.New("x"))
+	if !bytes.Contains([]byte(err.Error()), []byte("nonce")) || !errors.Is(err, err.Err) {
+		t.Errorf("Error() = %q", err)
+	}
+}
