@@ -26,7 +26,7 @@ const callback = "http://127.0.0.1:1/auth/oidc/callback"
 // provider is an in-process OpenID provider speaking the real protocol.
 type provider struct {
 	*mockoidc.MockOIDC
-	endSession string       // added to the discovery document when set
+	endSession string        // added to the discovery document when set
 	jwks       func() []byte // replaces the served key set when set
 }
 
@@ -399,8 +399,10 @@ type claimsUser struct {
 	edit func(*claims)
 }
 
-func (u *claimsUser) ID() string                        { return u.sub }
-func (u *claimsUser) Userinfo([]string) ([]byte, error) { return json.Marshal(map[string]string{"sub": u.sub}) }
+func (u *claimsUser) ID() string { return u.sub }
+func (u *claimsUser) Userinfo([]string) ([]byte, error) {
+	return json.Marshal(map[string]string{"sub": u.sub})
+}
 func (u *claimsUser) Claims(_ []string, base *mockoidc.IDTokenClaims) (jwt.Claims, error) {
 	c := &claims{IDTokenClaims: base, Groups: []string{"approvers"}}
 	if u.edit != nil {
