@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: test lint generate check-generate bench fuzz build
+.PHONY: test test-short lint generate check-generate bench fuzz build
 
 build:
 	$(GO) build -o bin/console ./cmd/console
@@ -9,6 +9,11 @@ build:
 # Every test: unit, integration, processes, the browser suite, with the race detector.
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The fast loop: every test but the heavy ones (big races, kill loops,
+# 10,000-socket tests, the browser suite), which skip under -short.
+test-short:
+	$(GO) test -short -race -count=1 -timeout 10m ./...
 
 lint:
 	$(GO) vet ./...

@@ -26,10 +26,14 @@ const chromiumPath = "/usr/bin/chromium"
 // artifactsDir receives screenshots of each run (ignored by git).
 const artifactsDir = "artifacts"
 
-// requireChromium skips the test when Chromium is not installed, or fails
-// it under CI=true, where a missing browser must not pass silently.
+// requireChromium skips the test under -short and when Chromium is not
+// installed, or fails it under CI=true, where a missing browser must not
+// pass silently.
 func requireChromium(tb testing.TB) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("-short: the browser suite")
+	}
 	fi, err := os.Stat(chromiumPath)
 	if err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 		return

@@ -71,6 +71,9 @@ func mixedLoad(ctx context.Context, a *rawAgent, data string, l *ledger, worker 
 // under mixed load, twenty times, restarting it each time, and then checks
 // that nothing acknowledged was lost and nothing was accepted twice.
 func TestKillUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: kill loop: kill -9 of the real binary under load, many rounds")
+	}
 	data := t.TempDir()
 	s := startServer(t, data)
 	token := s.token("agent:weather", "weather-host")
@@ -264,6 +267,9 @@ func TestDatabaseTrouble(t *testing.T) {
 // submit and long-poll: every acknowledged write survives and every waiter
 // gets an answer.
 func TestGracefulShutdownUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: shutdown under load")
+	}
 	data := t.TempDir()
 	s := startServer(t, data)
 	token := s.token("agent:weather", "weather-host")
@@ -345,6 +351,9 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 // timeout, an oversized body is refused without being buffered, and one
 // token flooding invalid proposals does not stop others being served.
 func TestSlowClientsAndFloods(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: slow-loris and flood clients")
+	}
 	s := startServer(t, "")
 	good := newRawAgent(s.url, s.token("agent:good", "weather-host"))
 	flood := newRawAgent(s.url, s.token("agent:flood", "weather-host"))

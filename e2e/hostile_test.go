@@ -17,6 +17,9 @@ import (
 // upgrade, an agent is served throughout, and the server's memory stays
 // bounded.
 func TestSocketsWithoutSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 10,000 sockets")
+	}
 	const sockets = 10000
 	s := startServer(t, "")
 	agent := newRawAgent(s.url, s.token("agent:weather", "weather-host"))

@@ -16,6 +16,9 @@ import (
 // measures what they cost it: the growth of its resident set divided by the
 // number of waiters must stay under 64 KiB.
 func TestIdleWaiterMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 10,000 idle long-polls")
+	}
 	const waiters = 10000
 	s := startServer(t, "")
 	agent := s.token("agent:weather", "weather-host")

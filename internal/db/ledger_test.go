@@ -18,6 +18,9 @@ import (
 // grant, 100 times over: exactly one is accepted each time and the other 63
 // are refused as replayed.
 func TestConcurrentRedemptionsAcceptOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: heavy race: many goroutines redeeming one grant")
+	}
 	const rounds, redeemers = 100, 64
 	l := newLedger(t, nil)
 	ctx := context.Background()

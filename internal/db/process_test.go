@@ -89,6 +89,9 @@ func childEnv(l *ledger, role string, extra ...string) []string {
 // them redeem one grant at the same moment: exactly one is accepted and
 // the other seven are refused as replayed.
 func TestRedemptionAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: heavy race: processes redeeming one grant")
+	}
 	const procs = 8
 	l := newLedger(t, nil)
 	c := MustApprove(t, l)

@@ -417,6 +417,9 @@ func TestRedemptionRefusals(t *testing.T) {
 }
 
 func TestConcurrentSubmissions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: heavy race: 200 agents submitting at once")
+	}
 	st := startAPIStack(t)
 	const agents = 200
 	tokens := make([]string, agents)
