@@ -9,8 +9,8 @@ import (
 )
 
 // Encode returns the RFC 8785 canonical bytes of v. v may hold nil, bool,
-// int, int64, string, []any, []string, Object and map[string]any values;
-// anything else (floats in particular) is an error.
+// int, int64, Number, string, []any, []string, Object and map[string]any
+// values; anything else (float64 in particular) is an error.
 func Encode(v any) ([]byte, error) {
 	return Append(nil, v)
 }
@@ -59,6 +59,8 @@ func (e *encoder) value(v any) error {
 		e.buf, err = appendInt(e.buf, v)
 	case int:
 		e.buf, err = appendInt(e.buf, int64(v))
+	case Number:
+		e.buf, err = appendNumber(e.buf, v)
 	case string:
 		e.buf, err = AppendString(e.buf, v)
 	case []any:
@@ -123,7 +125,7 @@ func (e *encoder) value(v any) error {
 		}
 		e.buf = append(e.buf, '}')
 	default:
-		return fmt.Errorf("canonical: cannot encode %T (only null, booleans, integers, strings, arrays and objects)", v)
+		return fmt.Errorf("canonical: cannot encode %T (only null, booleans, integers, numbers, strings, arrays and objects)", v)
 	}
 	if err != nil {
 		return err
@@ -137,6 +139,15 @@ func appendInt(dst []byte, n int64) ([]byte, error) {
 		return nil, fmt.Errorf("canonical: integer %d is outside ±%d", n, int64(MaxInt))
 	}
 	return strconv.AppendInt(dst, n, 10), nil
+}
+
+// appendNumber writes a Number in its ECMAScript form, under the same rule
+// the parser applies: finite, and integral only within ±MaxInt.
+func appendNumber(dst []byte, n Number) ([]byte, error) {
+	if _, err := NumberValue(float64(n)); err != nil {
+		return nil, err
+	}
+	return AppendECMAScript(dst, float64(n)), nil
 }
 
 const hexDigits = "0123456789abcdef"

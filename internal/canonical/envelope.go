@@ -45,6 +45,64 @@ func validToolName(s string) bool {
 	return !wordStart
 }
 
+// MCP tool names (DESIGN §4): a tool mirrored from an MCP upstream is named
+// {server}/{tool}, {server} matching ^[a-z][a-z0-9-]{0,62}$ and {tool}
+// MCP's tool-name rule ^[A-Za-z0-9_.-]{1,128}$.
+const (
+	MaxServerNameBytes  = 63
+	MaxMCPToolNameBytes = 128
+)
+
+// ValidServerName reports whether s may name an MCP upstream:
+// ^[a-z][a-z0-9-]{0,62}$.
+func ValidServerName(s string) bool {
+	if len(s) == 0 || len(s) > MaxServerNameBytes || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidMCPToolName reports whether s satisfies MCP's tool-name rule
+// ^[A-Za-z0-9_.-]{1,128}$.
+func ValidMCPToolName(s string) bool {
+	if len(s) == 0 || len(s) > MaxMCPToolNameBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// SplitMirrored splits a tool name of the form {server}/{tool}. ok is false
+// for every other name, dotted tool names included.
+func SplitMirrored(name string) (server, tool string, ok bool) {
+	i := strings.IndexByte(name, '/')
+	if i < 0 {
+		return "", "", false
+	}
+	server, tool = name[:i], name[i+1:]
+	if !ValidServerName(server) || !ValidMCPToolName(tool) {
+		return "", "", false
+	}
+	return server, tool, true
+}
+
+// ValidTool reports whether s is a tool name of either form of DESIGN §4.
+func ValidTool(s string) bool {
+	if _, _, ok := SplitMirrored(s); ok {
+		return true
+	}
+	return len(s) <= MaxToolBytes && validToolName(s)
+}
+
 // Envelope is the closed object that a digest covers. Actor and Audience come
 // from the authenticated token, never from the proposal.
 type Envelope struct {
@@ -193,8 +251,8 @@ func ProposalFrom(v any, base string, allowRationale bool) (Proposal, Problems) 
 		add(CodeMissingField, Join(base, "tool"), "tool is required")
 	} else if s, ok := t.(string); !ok {
 		add(CodeWrongType, Join(base, "tool"), "tool must be a string, not %s", TypeName(t))
-	} else if len(s) > MaxToolBytes || !validToolName(s) {
-		add(CodeInvalidTool, Join(base, "tool"), "tool must be dotted lower-case words like payments.refund, at most %d bytes", MaxToolBytes)
+	} else if !ValidTool(s) {
+		add(CodeInvalidTool, Join(base, "tool"), "tool must be dotted lower-case words like payments.refund, at most %d bytes, or server/tool for a tool of an MCP server", MaxToolBytes)
 	} else {
 		p.Tool = s
 	}
@@ -276,6 +334,8 @@ func TypeName(v any) string {
 		return "a boolean"
 	case int64, int:
 		return "an integer"
+	case Number:
+		return "a number with a fraction"
 	case string:
 		return "a string"
 	case []any:

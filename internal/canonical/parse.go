@@ -28,6 +28,13 @@ type Options struct {
 	// outermost as 1, with too_deep. Zero means MaxArgsDepth+1: a proposal
 	// object holding args at MaxArgsDepth.
 	MaxDepth int
+	// Numbers are the places where a number with a fraction or exponent is
+	// accepted under the number rule of DESIGN §4 (exactly the value of
+	// its shortest ECMAScript form, else inexact_number; integral values
+	// within ±MaxInt, else out_of_range), giving an int64 or a Number.
+	// Everywhere else, and everywhere when Numbers is nil, such a number is
+	// float_not_allowed.
+	Numbers *NumberPaths
 }
 
 // Parse reads one JSON text under the default Options.
@@ -52,7 +59,7 @@ func ParseWith(data []byte, opt Options) (any, error) {
 	}
 	// One copy of the whole text: strings without escapes are substrings of
 	// it rather than allocations of their own.
-	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth}
+	p := parser{data: data, text: string(data), maxDepth: opt.MaxDepth, num: opt.Numbers}
 	p.skipSpace()
 	v := p.value()
 	if p.err == nil {
@@ -80,6 +87,9 @@ type parser struct {
 	depth    int
 	maxDepth int
 	err      *Problem
+	// num is the place of the value being read in Options.Numbers; nil
+	// where no number is accepted at or below it.
+	num *NumberPaths
 	// errPath is where err was found, innermost first: each container
 	// adds its step as the failure returns through it.
 	errPath []segment
@@ -284,7 +294,10 @@ func (p *parser) object() any {
 		}
 		p.pos++
 		p.skipSpace()
+		outer := p.num
+		p.num = outer.member(name)
 		v := p.value()
+		p.num = outer
 		if p.err != nil {
 			p.errPath = append(p.errPath, segment{name: name, index: -1})
 			return nil
@@ -352,6 +365,8 @@ func (p *parser) array() any {
 		p.items = make([]any, 0, 16)
 	}
 	base := len(p.items)
+	outer := p.num
+	p.num = outer.item()
 	for {
 		v := p.value()
 		if p.err != nil {
@@ -378,6 +393,7 @@ func (p *parser) array() any {
 			copy(items, p.items[base:])
 			p.items = p.items[:base]
 			p.depth--
+			p.num = outer // after a failure nothing more is read
 			return items
 		}
 		p.fail(CodeMalformedJSON, "expected ',' or ']' in array, found %s", p.describe())
@@ -610,6 +626,15 @@ func (p *parser) number() any {
 			p.pos++
 		}
 		isFloat = true
+	}
+	if isFloat && p.num.Accepts() {
+		v, code, msg := literalNumber(p.data[start:p.pos])
+		if code != "" {
+			p.pos = start
+			p.fail(code, "%s", msg)
+			return nil
+		}
+		return v
 	}
 	if isFloat {
 		p.pos = start
