@@ -171,6 +171,11 @@ func (l *linter) file(data []byte) *Registry {
 		}
 	}
 	r.names = sortedKeys(r.tools)
+	if len(l.problems) == 0 {
+		if doc, ok := l.value(root, "", ""); ok {
+			r.digest = prefixedDigest("countersign/v1/tools:", doc)
+		}
+	}
 	return r
 }
 
@@ -356,7 +361,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"approvals", "args", "audience", "decide_within", "description", "display", "grant_ttl", "informational", "target"}
+var toolFields = []string{"approvals", "args", "audience", "auto_approve", "decide_within", "description", "display", "grant_ttl", "informational", "rules", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -432,6 +437,20 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 			l.add(f, name, "args", "the args schema must have type: object")
 		}
 	}
+	if f := fields["auto_approve"]; f != nil {
+		if s, ok := l.str(f, name, "auto_approve"); ok {
+			switch s {
+			case AutoApproveAllowed:
+				t.AutoApprove = true
+			case AutoApproveNever:
+			default:
+				l.add(f, name, "auto_approve", "must be %s or %s, not %s", AutoApproveAllowed, AutoApproveNever, displayName(s))
+			}
+		}
+	}
+	if f := fields["rules"]; f != nil {
+		t.Rules = l.rules(f, name)
+	}
 	if t.args != nil && t.args.types == typeObject {
 		if f := fields["informational"]; f != nil {
 			t.Informational = l.informational(f, t)
@@ -453,6 +472,11 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 		return nil
 	}
 	t.schema = b
+	entry, ok := l.value(n, name, "")
+	if !ok {
+		return nil
+	}
+	t.DefinitionDigest = definitionDigest(name, entry)
 	return t
 }
 

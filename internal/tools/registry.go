@@ -24,9 +24,16 @@ import (
 // Registry is the set of tools declared in one tools file. It is read-only
 // after loading and safe for concurrent use.
 type Registry struct {
-	tools map[string]*Tool
-	names []string // sorted
+	tools  map[string]*Tool
+	names  []string // sorted
+	digest string
 }
+
+// Digest identifies the tools file the registry was loaded from: the hex
+// SHA-256 of "countersign/v1/tools:" followed by the RFC 8785 bytes of the
+// whole file read as JSON. Comments and layout do not change it; any change
+// of a value does. Every decision records the digest of the file in force.
+func (r *Registry) Digest() string { return r.digest }
 
 // Load reads and lints the tools file at path. The error is a *LintError
 // listing every problem when the file is refused.
@@ -109,6 +116,19 @@ type Tool struct {
 	// Money names the args members shown as an amount of money; nil when
 	// the tool has no money display.
 	Money *Money
+	// AutoApprove is true when the tool opts in to approval by rule
+	// (auto_approve: allowed).
+	AutoApprove bool
+	// Rules are the tool's rules in file order; the first that matches a
+	// call decides it. Compiled and checked by the policy package.
+	Rules []RuleSpec
+	// DefinitionDigest identifies the tool's definition: for a tool from a
+	// tools file, the digest of its whole entry there (see
+	// definitionDigest). A call records the digest it was submitted under;
+	// approval and redemption refuse it with tool_changed once the tool's
+	// current definition digest differs. Code that defines tools another
+	// way sets it to a digest of everything that defines the tool.
+	DefinitionDigest string
 
 	args   *schema
 	schema []byte // canonical JSON of the args schema
