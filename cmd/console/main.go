@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"digest":   {"print the digest of a proposal", cmdDigest},
 		"validate": {"parse, validate and digest a proposal against a tools file", cmdValidate},
 		"tools":    {"tools lint FILE: check a tools file", cmdTools},
+		"policy":   {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
 		"keys":     {"keys list|rotate: grant signing keys", cmdKeys},
 		"token":    {"token create|list|revoke: agent API tokens", cmdToken},
 		"user":     {"user add|list|disable: console accounts", cmdUser},

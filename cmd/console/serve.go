@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/tools"
@@ -87,14 +88,21 @@ func loadTools(data, file string) (*tools.Registry, error) {
 	if file == "" {
 		file = filepath.Join(data, "tools.yaml")
 	}
-	reg, err := tools.Load(file)
+	// The rules are compiled too: a rule that does not compile, or that a
+	// tool does not allow, refuses the start.
+	pol, err := policy.Load(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no tools file at %s: pass --tools FILE (see examples/tools.yaml)", file)
 		}
 		return nil, err
 	}
-	return reg, nil
+	for _, t := range pol.Registry().Tools() {
+		if len(t.Rules) > 0 {
+			return nil, fmt.Errorf("%s: %s has rules, which console serve does not apply; remove them (console policy test tries them)", file, t.Name)
+		}
+	}
+	return pol.Registry(), nil
 }
 
 func (a *app) Close() error { return a.db.Close() }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -60,11 +61,12 @@ func cmdValidate(ctx context.Context, e *env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	reg, err := tools.Load(*toolsFile)
+	pol, err := policy.Load(*toolsFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console validate: the tools file is refused:\n%v\n", err)
 		return 1
 	}
+	reg := pol.Registry()
 
 	src := "-"
 	if len(pos) == 1 {
@@ -178,9 +180,11 @@ func writeJSON(w io.Writer, v any) {
 
 const toolsUsage = `usage: console tools lint FILE
 
-Lints a tools file (see docs/tools.md). A good file exits 0 with a one-line
-summary; otherwise every problem is printed, one per line as
-FILE:LINE: TOOL: PATH: MESSAGE, and the exit code is 2.
+Lints a tools file (see docs/tools.md) and compiles its rules (see
+docs/policy.md). A good file exits 0 with a one-line summary ending in the
+file's digest, the one every decision records; otherwise every problem is
+printed, one per line as FILE:LINE: TOOL: PATH: MESSAGE, and the exit code
+is 2.
 `
 
 // cmdTools runs the tools subcommands; lint is the only one.
@@ -201,7 +205,7 @@ func cmdTools(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	file := args[1]
-	reg, err := tools.Load(file)
+	pol, err := policy.Load(file)
 	var le *tools.LintError
 	switch {
 	case errors.As(err, &le):
@@ -217,11 +221,19 @@ func cmdTools(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console tools lint: %v\n", err)
 		return 1
 	}
-	names := reg.Names()
+	names := pol.Registry().Names()
 	noun := "tools"
 	if len(names) == 1 {
 		noun = "tool"
 	}
-	fmt.Fprintf(e.stdout, "%s: ok, %d %s (%s)\n", file, len(names), noun, strings.Join(names, ", "))
+	rules := 0
+	for _, n := range names {
+		rules += len(pol.Rules(n))
+	}
+	ruleNoun := "rules"
+	if rules == 1 {
+		ruleNoun = "rule"
+	}
+	fmt.Fprintf(e.stdout, "%s: ok, %d %s (%s), %d %s; digest %s\n", file, len(names), noun, strings.Join(names, ", "), rules, ruleNoun, pol.ToolsDigest())
 	return 0
 }

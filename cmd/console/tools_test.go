@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/policy"
 )
 
 const exampleTools = "../../examples/tools.yaml"
@@ -234,7 +236,16 @@ func TestToolsLintCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("lint %s: exit %d, stdout %s stderr %s", exampleTools, code, stdout, stderr)
 	}
-	if want := exampleTools + ": ok, 7 tools (email.send, files.delete, payments.refund, releases.deploy, reports.read, search.query, weather.search)\n"; stdout != want {
+	pol, err := policy.Load(exampleTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := 0
+	for _, n := range pol.Registry().Names() {
+		rules += len(pol.Rules(n))
+	}
+	if want := fmt.Sprintf("%s: ok, 7 tools (email.send, files.delete, payments.refund, releases.deploy, reports.read, search.query, weather.search), %d rules; digest %s\n",
+		exampleTools, rules, pol.ToolsDigest()); stdout != want {
 		t.Errorf("stdout %q, want %q", stdout, want)
 	}
 
