@@ -130,16 +130,16 @@ func (g gen) value(s *schema, label string) any {
 func (g gen) integer(s *schema, label string) int64 {
 	lo, hi := int64(-1000), int64(1000000)
 	if s.minimum != nil {
-		lo = *s.minimum
+		lo = int64(*s.minimum)
 	}
 	if s.exclusiveMinimum != nil {
-		lo = max(lo, *s.exclusiveMinimum+1)
+		lo = max(lo, int64(*s.exclusiveMinimum)+1)
 	}
 	if s.maximum != nil {
-		hi = *s.maximum
+		hi = int64(*s.maximum)
 	}
 	if s.exclusiveMaximum != nil {
-		hi = min(hi, *s.exclusiveMaximum-1)
+		hi = min(hi, int64(*s.exclusiveMaximum)-1)
 	}
 	if g.deviate(label + ".range") {
 		return rapid.SampledFrom([]int64{lo - 1, hi + 1}).Draw(g.t, label+".out")

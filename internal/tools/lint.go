@@ -139,26 +139,34 @@ func (l *linter) file(data []byte) *Registry {
 	if !ok {
 		return nil
 	}
-	var toolsNode *yaml.Node
+	var toolsNode, mcpNode *yaml.Node
 	for _, e := range top {
-		if e.key != "tools" {
-			l.add(e.keyNode, "", "", "unknown top-level field %s (fields: tools)", displayName(e.key))
-			continue
+		switch e.key {
+		case "tools":
+			toolsNode = e.val
+		case "mcp":
+			mcpNode = e.val
+		default:
+			l.add(e.keyNode, "", "", "unknown top-level field %s (fields: tools, mcp)", displayName(e.key))
 		}
-		toolsNode = e.val
 	}
-	if toolsNode == nil {
+	r := &Registry{tools: map[string]*Tool{}}
+	if mcpNode != nil {
+		l.mcpSection(mcpNode, r)
+	}
+	if toolsNode == nil && mcpNode == nil {
 		l.add(root, "", "", "tools is required: a mapping from tool name to tool")
 		return nil
 	}
-	entries, ok := l.mapping(toolsNode, "", "tools")
-	if !ok {
-		return nil
+	var entries []entry
+	if toolsNode != nil {
+		if entries, ok = l.mapping(toolsNode, "", "tools"); !ok {
+			return nil
+		}
+		if len(entries) == 0 && mcpNode == nil {
+			l.add(toolsNode, "", "tools", "no tools are declared")
+		}
 	}
-	if len(entries) == 0 {
-		l.add(toolsNode, "", "tools", "no tools are declared")
-	}
-	r := &Registry{tools: make(map[string]*Tool, len(entries))}
 	for _, e := range entries {
 		if !toolNamePattern.MatchString(e.key) || len(e.key) > canonical.MaxToolBytes {
 			l.add(e.keyNode, displayName(e.key), "", "tool names are dotted lower-case words matching %s, at most %d bytes",

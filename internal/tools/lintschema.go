@@ -333,7 +333,7 @@ func (l *linter) count(n *yaml.Node, tool, path string) int {
 	return int(i)
 }
 
-func (l *linter) bound(n *yaml.Node, tool, path string) *int64 {
+func (l *linter) bound(n *yaml.Node, tool, path string) *float64 {
 	if n == nil {
 		return nil
 	}
@@ -341,7 +341,8 @@ func (l *linter) bound(n *yaml.Node, tool, path string) *int64 {
 	if !ok {
 		return nil
 	}
-	return &i
+	f := float64(i) // exact: i is within ±(2^53−1)
+	return &f
 }
 
 // examples checks that each example is a value the schema accepts, so that

@@ -16,17 +16,27 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/countersign/countersign/internal/canonical"
 )
 
-// Registry is the set of tools declared in one tools file. It is read-only
-// after loading and safe for concurrent use.
+// Registry is the set of tools declared in one tools file, and the tools
+// mirrored from its MCP servers. The declared tools are read-only after
+// loading; the mirrored ones change through SetMirrored. It is safe for
+// concurrent use.
 type Registry struct {
-	tools  map[string]*Tool
-	names  []string // sorted
-	digest string
+	tools     map[string]*Tool
+	names     []string // sorted
+	digest    string
+	upstreams []Upstream
+
+	// mirrored holds the tools of MCP servers whose definitions an admin
+	// has approved, by name; it changes while the console runs, as
+	// upstreams connect and their definitions are reviewed.
+	mu       sync.RWMutex
+	mirrored map[string]*Tool
 }
 
 // Digest identifies the tools file the registry was loaded from: the hex
@@ -56,8 +66,47 @@ func Parse(data []byte) (*Registry, error) {
 
 // Tool returns the tool with that name.
 func (r *Registry) Tool(name string) (*Tool, bool) {
-	t, ok := r.tools[name]
+	if t, ok := r.tools[name]; ok {
+		return t, true
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.mirrored[name]
 	return t, ok
+}
+
+// SetMirrored replaces the callable tools of one MCP server: the
+// definitions an admin approved (or trusted at first start). Tools of the
+// server that are not in ts are no longer callable.
+func (r *Registry) SetMirrored(server string, ts []*Tool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mirrored == nil {
+		r.mirrored = map[string]*Tool{}
+	}
+	for name, t := range r.mirrored {
+		if t.Mirror.Server == server {
+			delete(r.mirrored, name)
+		}
+	}
+	for _, t := range ts {
+		r.mirrored[t.Name] = t
+	}
+}
+
+// MirroredTools returns the callable tools of one MCP server, sorted by
+// name.
+func (r *Registry) MirroredTools(server string) []*Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []*Tool
+	for _, t := range r.mirrored {
+		if t.Mirror.Server == server {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // Tools returns every tool, sorted by name.
@@ -77,7 +126,7 @@ func (r *Registry) Names() []string {
 // Check looks up the proposal's tool and validates the proposal against it.
 // An unknown tool is a single unknown_tool problem at /tool and a nil Tool.
 func (r *Registry) Check(p canonical.Proposal) (*Tool, canonical.Problems) {
-	t, ok := r.tools[p.Tool]
+	t, ok := r.Tool(p.Tool)
 	if !ok {
 		return nil, canonical.Problems{{
 			Code:    canonical.CodeUnknownTool,
@@ -129,6 +178,8 @@ type Tool struct {
 	// current definition digest differs. Code that defines tools another
 	// way sets it to a digest of everything that defines the tool.
 	DefinitionDigest string
+	// Mirror is set for a tool mirrored from an MCP server.
+	Mirror *Mirrored
 
 	args   *schema
 	schema []byte // canonical JSON of the args schema

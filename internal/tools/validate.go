@@ -47,6 +47,10 @@ const (
 	typeString
 	typeArray
 	typeObject
+	// typeNumber is a number with a fraction (canonical.Number). Only
+	// schemas of tools mirrored from MCP servers declare "number", which
+	// compiles to typeNumber|typeInteger: every integer is a number.
+	typeNumber
 )
 
 var typeNames = []struct {
@@ -60,6 +64,7 @@ var typeNames = []struct {
 	{typeString, "string", "a string"},
 	{typeArray, "array", "an array"},
 	{typeObject, "object", "an object"},
+	{typeNumber, "number", "a number"},
 }
 
 func typeOf(v any) jsonType {
@@ -76,6 +81,8 @@ func typeOf(v any) jsonType {
 		return typeArray
 	case canonical.Object:
 		return typeObject
+	case canonical.Number:
+		return typeNumber
 	}
 	return 0
 }
@@ -83,6 +90,9 @@ func typeOf(v any) jsonType {
 // describe names the types in a set for a message: "a string or null".
 func (t jsonType) describe() string {
 	var parts []string
+	if t&typeNumber != 0 {
+		t &^= typeInteger // "a number" includes the integers
+	}
 	for _, tn := range typeNames {
 		if t&tn.t != 0 {
 			parts = append(parts, tn.article)
@@ -117,7 +127,21 @@ type schema struct {
 	patternSrc string
 	allowEmpty bool
 
-	minimum, maximum, exclusiveMinimum, exclusiveMaximum *int64
+	// Numeric bounds. A tools file's bounds are integers within ±(2^53−1)
+	// and a mirrored schema's are doubles; every value compared against
+	// them is an integer within that range or a double, so comparing as
+	// float64 is exact.
+	minimum, maximum, exclusiveMinimum, exclusiveMaximum *float64
+
+	// format is enforced for the formats in formatChecks (mirrored
+	// schemas only); other formats are shown, not checked.
+	format      string
+	formatCheck func(string) bool
+
+	// anyOf or oneOf alternatives (mirrored schemas only): the value must
+	// satisfy at least one (anyOf) or exactly one (oneOf).
+	alts  []*schema
+	oneOf bool
 
 	enum     []any // canonical values; const is stored as a one-value enum
 	isConst  bool
@@ -235,23 +259,20 @@ func (v *validation) value(s *schema, x any) {
 		if s.pattern != nil && !s.pattern.MatchString(x) {
 			v.addHere(canonical.CodePatternMismatch, "%s must match %s", v.label(), s.patternSrc)
 		}
+		if s.formatCheck != nil && !s.formatCheck(x) {
+			v.addHere(canonical.CodePatternMismatch, "%s must be %s", v.label(), formatNames[s.format])
+		}
 	case int64:
-		if s.minimum != nil && x < *s.minimum {
-			v.addHere(canonical.CodeOutOfRange, "%s must be at least %d", v.label(), *s.minimum)
-		}
-		if s.exclusiveMinimum != nil && x <= *s.exclusiveMinimum {
-			v.addHere(canonical.CodeOutOfRange, "%s must be greater than %d", v.label(), *s.exclusiveMinimum)
-		}
-		if s.maximum != nil && x > *s.maximum {
-			v.addHere(canonical.CodeOutOfRange, "%s must be at most %d", v.label(), *s.maximum)
-		}
-		if s.exclusiveMaximum != nil && x >= *s.exclusiveMaximum {
-			v.addHere(canonical.CodeOutOfRange, "%s must be less than %d", v.label(), *s.exclusiveMaximum)
-		}
+		v.bounds(s, float64(x))
+	case canonical.Number:
+		v.bounds(s, float64(x))
 	case []any:
 		v.array(s, x)
 	case canonical.Object:
 		v.object(s, x)
+	}
+	if s.alts != nil {
+		v.alternatives(s, x)
 	}
 	if s.enum != nil && !inEnum(s.enum, x) {
 		if s.isConst {
@@ -261,6 +282,67 @@ func (v *validation) value(s *schema, x any) {
 		}
 	}
 }
+
+// alternatives checks x against anyOf or oneOf alternatives. When no
+// alternative accepts x and exactly one admits its type, that
+// alternative's problems are reported, so the message is as exact as for a
+// single schema; otherwise one problem says what was expected.
+func (v *validation) alternatives(s *schema, x any) {
+	matched, candidates := 0, 0
+	var candidate canonical.Problems
+	var admitted jsonType
+	t := typeOf(x)
+	for _, a := range s.alts {
+		sub := validation{tool: v.tool, segs: append([]segment(nil), v.segs...), root: v.root}
+		sub.value(a, x)
+		if len(sub.problems) == 0 {
+			matched++
+			continue
+		}
+		at := a.valueTypes()
+		if at&typeNumber != 0 {
+			at |= typeInteger // an integer is a number, even where only fractions are listed
+		}
+		admitted |= at
+		if at&t != 0 {
+			candidates++
+			if candidate == nil {
+				candidate = sub.problems
+			}
+		}
+	}
+	switch {
+	case matched == 1 || matched > 1 && !s.oneOf:
+	case matched > 1:
+		v.addHere(canonical.CodeEnumMismatch, "%s matches %d of the alternatives; exactly one must match", v.label(), matched)
+	case candidates == 0:
+		v.addHere(canonical.CodeWrongType, "%s must be %s, not %s", v.label(), admitted.describe(), canonical.TypeName(x))
+	case candidates == 1:
+		for _, p := range candidate {
+			v.add(p.Code, p.Path, "%s", p.Message)
+		}
+	default:
+		v.addHere(candidate[0].Code, "%s matches none of the alternatives (the first says: %s)", v.label(), candidate[0].Message)
+	}
+}
+
+// bounds checks a number against the numeric bounds.
+func (v *validation) bounds(s *schema, x float64) {
+	if s.minimum != nil && x < *s.minimum {
+		v.addHere(canonical.CodeOutOfRange, "%s must be at least %s", v.label(), fmtBound(*s.minimum))
+	}
+	if s.exclusiveMinimum != nil && x <= *s.exclusiveMinimum {
+		v.addHere(canonical.CodeOutOfRange, "%s must be greater than %s", v.label(), fmtBound(*s.exclusiveMinimum))
+	}
+	if s.maximum != nil && x > *s.maximum {
+		v.addHere(canonical.CodeOutOfRange, "%s must be at most %s", v.label(), fmtBound(*s.maximum))
+	}
+	if s.exclusiveMaximum != nil && x >= *s.exclusiveMaximum {
+		v.addHere(canonical.CodeOutOfRange, "%s must be less than %s", v.label(), fmtBound(*s.exclusiveMaximum))
+	}
+}
+
+func fmtBound(f float64) string { return string(canonical.AppendECMAScript(nil, f)) }
 
 func (v *validation) array(s *schema, x []any) {
 	if s.maxItems >= 0 && len(x) > s.maxItems {
@@ -369,6 +451,9 @@ func equal(a, b any) bool {
 		return ok && a == bb
 	case int64:
 		bb, ok := b.(int64)
+		return ok && a == bb
+	case canonical.Number:
+		bb, ok := b.(canonical.Number)
 		return ok && a == bb
 	case string:
 		bb, ok := b.(string)
