@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
@@ -51,7 +52,7 @@ func startConsole(tb testing.TB, dir, addr string) *testConsole {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	srv, err := server.New(server.Config{Queue: q, DB: d, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func (tc *testConsole) stop() {
 // token creates an API token for (actor, audience).
 func (tc *testConsole) token(actor, audience string) string {
 	tc.t.Helper()
-	_, secret, err := tc.db.CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
+	_, secret, err := accountsOf(tc.db).CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -128,3 +129,6 @@ func newCountingClient() (*http.Client, *countingTransport) {
 	ct := &countingTransport{next: http.DefaultTransport.(*http.Transport).Clone()}
 	return &http.Client{Transport: ct}, ct
 }
+
+// accountsOf is the account service over d.
+func accountsOf(d *db.DB) *account.Service { return account.NewService(d.Accounts(), nil) }

@@ -199,7 +199,7 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]")
 		return 2
 	}
-	opt := db.ExportOptions{Format: *format}
+	opt := audit.ExportOptions{Format: *format}
 	for _, x := range []struct {
 		flag string
 		dst  *time.Time
@@ -288,7 +288,7 @@ func auditCheckpoint(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	c, err := d.Checkpoint(ctx, signer)
-	if errors.Is(err, db.ErrNoCheckpoint) {
+	if errors.Is(err, audit.ErrNoCheckpoint) {
 		fmt.Fprintln(e.stderr, "console audit checkpoint: the audit trail is empty; nothing to sign")
 		return 1
 	}

@@ -121,7 +121,7 @@ func decideDirect(ctx context.Context, data string, req server.ControlRequest) (
 		return out, err
 	}
 	q := queue.NewService(queue.Config{Store: d.Store(), Signer: keys})
-	call, err := server.Decide(ctx, q, d, req)
+	call, err := server.Decide(ctx, q, accountsOf(d), req)
 	if err != nil {
 		out.Error = server.DecisionError(err)
 		return out, nil

@@ -20,7 +20,6 @@ import (
 	"github.com/countersign/countersign/examples"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 )
 
 // cmdDemo runs the real server on a fresh data directory with the example
@@ -68,12 +67,12 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer a.Close()
-	logins, err := demoUsers(ctx, a.db)
+	logins, err := demoUsers(ctx, a.accounts)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
-	tokens, err := demoTokens(ctx, a.db)
+	tokens, err := demoTokens(ctx, a.accounts)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
@@ -128,7 +127,7 @@ func randomPassword() string {
 
 // demoUsers creates two operators, an auditor and an admin with random
 // passwords. Accounts that already exist (a reused --data) keep theirs.
-func demoUsers(ctx context.Context, d *db.DB) ([]demoLogin, error) {
+func demoUsers(ctx context.Context, d *account.Service) ([]demoLogin, error) {
 	want := []demoLogin{{"alice", account.RoleOperator, ""}, {"bob", account.RoleOperator, ""},
 		{"audrey", account.RoleAuditor, ""}, {"admin", account.RoleAdmin, ""}}
 	var out []demoLogin
@@ -162,7 +161,7 @@ var demoAgents = map[string]string{
 	"weather-host":  "agent:concierge",
 }
 
-func demoTokens(ctx context.Context, d *db.DB) (map[string]string, error) {
+func demoTokens(ctx context.Context, d *account.Service) (map[string]string, error) {
 	tokens := map[string]string{}
 	for audience, actor := range demoAgents {
 		_, secret, err := d.CreateToken(ctx, actor, audience, "demo agent", "demo", audit.ChannelCLI)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
@@ -54,12 +55,13 @@ func controlPath(data string) string { return filepath.Join(data, "control.sock"
 
 // app is an opened data directory: database, keys, tools and queue.
 type app struct {
-	data  string
-	db    *db.DB
-	keys  *grant.Keyring
-	tools *tools.Registry
-	queue *queue.Service
-	log   *slog.Logger
+	data     string
+	db       *db.DB
+	accounts *account.Service
+	keys     *grant.Keyring
+	tools    *tools.Registry
+	queue    *queue.Service
+	log      *slog.Logger
 }
 
 func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
@@ -80,7 +82,7 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	return &app{data: data, db: d, keys: keys, tools: reg, queue: q, log: log}, nil
+	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: reg, queue: q, log: log}, nil
 }
 
 // loadTools reads the tools file: the flag, else DATA/tools.yaml.
@@ -168,7 +170,8 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		publicURL = "http://" + ln.Addr().String()
 	}
 	srv, err := server.New(server.Config{
-		Queue: a.queue, DB: a.db, Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI,
+		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
+		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI,
 		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 	})
 	if err != nil {
@@ -202,7 +205,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := server.ServeControl(ctx, ctl, a.queue, a.db, a.log); err != nil && ctx.Err() == nil {
+		if err := server.ServeControl(ctx, ctl, a.queue, a.accounts, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 )
@@ -38,7 +39,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintln(e.stderr, "usage: console token create --actor A --audience B [--note T] [--data DIR]")
 			return 2
 		}
-		t, secret, err := d.CreateToken(ctx, *actor, *audience, *note, cliPrincipal(e), audit.ChannelCLI)
+		t, secret, err := accountsOf(d).CreateToken(ctx, *actor, *audience, *note, cliPrincipal(e), audit.ChannelCLI)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console token create: %v\n", err)
 			return 1
@@ -47,7 +48,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stdout, secret)
 		return 0
 	case "list":
-		ts, err := d.Tokens(ctx)
+		ts, err := accountsOf(d).Tokens(ctx)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console token list: %v\n", err)
 			return 1
@@ -68,7 +69,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintln(e.stderr, "usage: console token revoke ID [--data DIR]")
 			return 2
 		}
-		if err := d.RevokeToken(ctx, fs.Arg(0), cliPrincipal(e), audit.ChannelCLI); err != nil {
+		if err := accountsOf(d).RevokeToken(ctx, fs.Arg(0), cliPrincipal(e), audit.ChannelCLI); err != nil {
 			fmt.Fprintf(e.stderr, "console token revoke: %v\n", err)
 			return 1
 		}
@@ -100,6 +101,9 @@ func openDB(data string) (*db.DB, error) {
 	}
 	return d, nil
 }
+
+// accountsOf is the account service over a database opened by a command.
+func accountsOf(d *db.DB) *account.Service { return account.NewService(d.Accounts(), nil) }
 
 // cliPrincipal names who ran a command, for the audit trail.
 func cliPrincipal(e *env) string {

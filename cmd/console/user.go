@@ -113,7 +113,7 @@ func userAdd(ctx context.Context, e *env, data, name, roleName string, fromStdin
 		return 1
 	}
 	defer d.Close()
-	if _, err := d.AddUser(ctx, name, role, hash, cliPrincipal(e), audit.ChannelCLI); err != nil {
+	if _, err := accountsOf(d).AddUser(ctx, name, role, hash, cliPrincipal(e), audit.ChannelCLI); err != nil {
 		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
 		return 1
 	}
@@ -128,7 +128,7 @@ func userList(ctx context.Context, e *env, data string) int {
 		return 1
 	}
 	defer d.Close()
-	users, err := d.Users(ctx)
+	users, err := accountsOf(d).Users(ctx)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user list: %v\n", err)
 		return 1
@@ -153,7 +153,7 @@ func userDisable(ctx context.Context, e *env, data, name string) int {
 		return 1
 	}
 	defer d.Close()
-	if err := d.DisableUser(ctx, name, cliPrincipal(e), audit.ChannelCLI); err != nil {
+	if err := accountsOf(d).DisableUser(ctx, name, cliPrincipal(e), audit.ChannelCLI); err != nil {
 		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
 		return 1
 	}

@@ -172,10 +172,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	accounts := account.NewService(d.Accounts(), nil)
 	run := randomHex(3)
 	var tokens []string
 	for i := 0; i < cfg.agents+1; i++ {
-		_, secret, err := d.CreateToken(ctx, fmt.Sprintf("agent:load-%s-%d", run, i), "weather-host", "loadgen", "loadgen", audit.ChannelCLI)
+		_, secret, err := accounts.CreateToken(ctx, fmt.Sprintf("agent:load-%s-%d", run, i), "weather-host", "loadgen", "loadgen", audit.ChannelCLI)
 		if err != nil {
 			return err
 		}
@@ -189,7 +190,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	var operators []string
 	for i := 0; i < max(cfg.approvers, 1); i++ {
 		name := fmt.Sprintf("load-%s-op%d", run, i)
-		if _, err := d.AddUser(ctx, name, account.RoleOperator, hash, "loadgen", audit.ChannelCLI); err != nil {
+		if _, err := accounts.AddUser(ctx, name, account.RoleOperator, hash, "loadgen", audit.ChannelCLI); err != nil {
 			return err
 		}
 		operators = append(operators, name)

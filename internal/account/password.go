@@ -1,7 +1,10 @@
-// Package account holds what Countersign's console accounts need besides
-// storage: argon2id password hashing in PHC string form, the roles, name and
-// password rules, the throttle that slows down password guessing, and
-// reading a new password from a terminal or standard input.
+// Package account is Countersign's console accounts, their sessions and the
+// agents' API tokens: the domain types, the Store a storage engine
+// implements for them, and the Service that applies their rules (audited
+// changes, hashed token secrets). It also holds argon2id password hashing in
+// PHC string form, the roles, name and password rules, the throttle that
+// slows down password guessing, and reading a new password from a terminal
+// or standard input.
 package account
 
 import (

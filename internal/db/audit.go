@@ -19,13 +19,6 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 )
 
-// ErrNoCheckpoint means no audit checkpoint has been signed yet (or, for
-// Checkpoint, that the audit trail is still empty).
-var ErrNoCheckpoint = errors.New("db: no audit checkpoint yet")
-
-// ErrFormat is an export format other than jsonl or csv.
-var ErrFormat = errors.New("db: export format must be jsonl or csv")
-
 // OpenReadOnly opens an existing database for reading only, without
 // migrating it or taking any write lock: for verifying and exporting the
 // audit trail while the server runs, or from a copy.
@@ -100,7 +93,7 @@ func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
 	var c audit.Checkpoint
 	err := r.Scan(&c.Seq, &c.Head, &c.Time, &c.KID, &c.PublicKey, &c.Signature)
 	if errors.Is(err, sql.ErrNoRows) {
-		return c, ErrNoCheckpoint
+		return c, audit.ErrNoCheckpoint
 	}
 	if err != nil {
 		return c, classify(fmt.Errorf("db: read checkpoint: %w", err))
@@ -111,7 +104,7 @@ func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
 // Checkpoint signs the current head of the audit trail and stores the
 // checkpoint, unless the newest checkpoint already covers the head, in
 // which case that one is returned. The head is read and the checkpoint
-// written in one write transaction. An empty trail is ErrNoCheckpoint.
+// written in one write transaction. An empty trail is audit.ErrNoCheckpoint.
 func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error) {
 	var out audit.Checkpoint
 	err := d.update(ctx, func(tx *sql.Tx) error {
@@ -123,14 +116,14 @@ func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkp
 			return err
 		}
 		if seq == 0 {
-			return ErrNoCheckpoint
+			return audit.ErrNoCheckpoint
 		}
 		latest, err := scanCheckpoint(tx.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
 		if err == nil && latest.Seq == seq {
 			out = latest
 			return nil
 		}
-		if err != nil && !errors.Is(err, ErrNoCheckpoint) {
+		if err != nil && !errors.Is(err, audit.ErrNoCheckpoint) {
 			return err
 		}
 		c, err := signer.Sign(seq, head, d.now())
@@ -202,7 +195,7 @@ func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval 
 	take := func(ctx context.Context) {
 		c, err := d.Checkpoint(ctx, signer)
 		if err != nil {
-			if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
+			if !errors.Is(err, audit.ErrNoCheckpoint) && ctx.Err() == nil {
 				log.Error("audit checkpoint", slog.Any("error", err))
 			}
 			failedAt = d.now()
@@ -243,36 +236,18 @@ func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval 
 	}
 }
 
-// VerifyResult is what VerifyChain found.
-type VerifyResult struct {
-	// Count entries verified; Head is the last one's hash.
-	Count int64
-	Head  string
-	// CheckpointSeq is the newest checkpoint that matched the chain (0 when
-	// none); Checkpoints counts them; KeyIDs are the keys that signed them.
-	CheckpointSeq int64
-	Checkpoints   int
-	KeyIDs        []string
-	// Uncovered lists outside checkpoints that could not be compared.
-	Uncovered []int64
-	// OK is true when the chain and every checkpoint verified. Otherwise
-	// Err says what is wrong: a *audit.BreakError names the first bad entry.
-	OK  bool
-	Err error
-}
-
 // VerifyChain recomputes the whole audit chain in one read snapshot, and
 // checks every stored checkpoint's signature and head. Damage is reported
 // in the result; the error is for failing to read the database at all.
-func (d *DB) VerifyChain(ctx context.Context) (VerifyResult, error) {
+func (d *DB) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
 	return d.Verify(ctx, audit.VerifyOptions{})
 }
 
 // Verify is VerifyChain with checkpoints kept outside the database (which
 // expose a database replaced by an older copy) and, optionally, the only
 // key ids that checkpoints may be signed with.
-func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (VerifyResult, error) {
-	var res VerifyResult
+func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error) {
+	var res audit.VerifyResult
 	err := d.readSnapshot(ctx, func(q querier) error {
 		cps, err := checkpointsIn(ctx, q, 1, 1<<62)
 		if err != nil {
@@ -317,7 +292,7 @@ func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (VerifyResult
 		return nil
 	})
 	if err != nil {
-		return VerifyResult{}, err
+		return audit.VerifyResult{}, err
 	}
 	res.OK = res.Err == nil
 	return res, nil
@@ -335,33 +310,15 @@ func scanEntry(r rowScanner) (*audit.Entry, []byte, error) {
 	return &e, details, nil
 }
 
-// ExportOptions select and shape an audit export.
-type ExportOptions struct {
-	// Since and Until bound the entries' times: the export is the
-	// contiguous run from the first entry at or after Since to the last
-	// entry before Until (zero means unbounded).
-	Since, Until time.Time
-	// Format is "jsonl" (verifiable offline) or "csv".
-	Format string
-}
-
-// ExportResult describes what an export wrote.
-type ExportResult struct {
-	FromSeq, ToSeq int64
-	Count          int64
-	Head           string
-	Checkpoints    int
-}
-
 // ExportAudit streams the audit trail to w from one read snapshot, row by
 // row, in constant memory. JSONL is the format of audit.ExportFormat: a
 // header, the checkpoints within the range, then every entry exactly as
 // hashed. CSV has one row per entry with details as canonical JSON text.
-func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt ExportOptions) (ExportResult, error) {
+func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptions) (audit.ExportResult, error) {
 	if opt.Format != "jsonl" && opt.Format != "csv" {
-		return ExportResult{}, ErrFormat
+		return audit.ExportResult{}, audit.ErrFormat
 	}
-	var res ExportResult
+	var res audit.ExportResult
 	err := d.readSnapshot(ctx, func(q querier) error {
 		from, to, err := auditRange(ctx, q, opt.Since, opt.Until)
 		if err != nil {

@@ -282,29 +282,29 @@ func TestEveryStateChangeIsAudited(t *testing.T) {
 			return expired.ID
 		}, []string{audit.KindExpired}},
 		{"token create", func(t *testing.T) string {
-			if _, _, err := h.d.CreateToken(ctx, "agent:x", "pay-host", "", "cli:root", audit.ChannelCLI); err != nil {
+			if _, _, err := accountsOf(h.d).CreateToken(ctx, "agent:x", "pay-host", "", "cli:root", audit.ChannelCLI); err != nil {
 				t.Fatal(err)
 			}
 			return ""
 		}, []string{audit.KindTokenCreated}},
 		{"token revoke", func(t *testing.T) string {
-			ts, err := h.d.Tokens(ctx)
+			ts, err := accountsOf(h.d).Tokens(ctx)
 			if err != nil || len(ts) != 1 {
 				t.Fatalf("Tokens = %v, %v", ts, err)
 			}
-			if err := h.d.RevokeToken(ctx, ts[0].ID, "cli:root", audit.ChannelCLI); err != nil {
+			if err := accountsOf(h.d).RevokeToken(ctx, ts[0].ID, "cli:root", audit.ChannelCLI); err != nil {
 				t.Fatal(err)
 			}
 			return ""
 		}, []string{audit.KindTokenRevoked}},
 		{"user add", func(t *testing.T) string {
-			if _, err := h.d.AddUser(ctx, "ann", account.RoleOperator, testPasswordHash(t), "cli:root", audit.ChannelCLI); err != nil {
+			if _, err := accountsOf(h.d).AddUser(ctx, "ann", account.RoleOperator, testPasswordHash(t), "cli:root", audit.ChannelCLI); err != nil {
 				t.Fatal(err)
 			}
 			return ""
 		}, []string{audit.KindUserAdded}},
 		{"user disable", func(t *testing.T) string {
-			if err := h.d.DisableUser(ctx, "ann", "cli:root", audit.ChannelCLI); err != nil {
+			if err := accountsOf(h.d).DisableUser(ctx, "ann", "cli:root", audit.ChannelCLI); err != nil {
 				t.Fatal(err)
 			}
 			return ""
@@ -452,13 +452,13 @@ func TestFailedAuditRollsBackTheChange(t *testing.T) {
 		{audit.KindUserAdded, func(t *testing.T, h *auditHarness) func() error {
 			hash := testPasswordHash(t)
 			return func() error {
-				_, err := h.d.AddUser(ctx, "bea", account.RoleAuditor, hash, "cli:root", audit.ChannelCLI)
+				_, err := accountsOf(h.d).AddUser(ctx, "bea", account.RoleAuditor, hash, "cli:root", audit.ChannelCLI)
 				return err
 			}
 		}},
 		{audit.KindTokenCreated, func(t *testing.T, h *auditHarness) func() error {
 			return func() error {
-				_, _, err := h.d.CreateToken(ctx, "agent:y", "pay-host", "", "cli:root", audit.ChannelCLI)
+				_, _, err := accountsOf(h.d).CreateToken(ctx, "agent:y", "pay-host", "", "cli:root", audit.ChannelCLI)
 				return err
 			}
 		}},
@@ -759,11 +759,11 @@ func TestCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	h := newAuditHarness(t)
 	signer := newSigner(t)
-	if _, err := h.d.Checkpoint(ctx, signer); !errors.Is(err, ErrNoCheckpoint) {
-		t.Fatalf("Checkpoint of an empty trail = %v, want ErrNoCheckpoint", err)
+	if _, err := h.d.Checkpoint(ctx, signer); !errors.Is(err, audit.ErrNoCheckpoint) {
+		t.Fatalf("Checkpoint of an empty trail = %v, want audit.ErrNoCheckpoint", err)
 	}
-	if _, err := h.d.LatestCheckpoint(ctx); !errors.Is(err, ErrNoCheckpoint) {
-		t.Fatalf("LatestCheckpoint = %v, want ErrNoCheckpoint", err)
+	if _, err := h.d.LatestCheckpoint(ctx); !errors.Is(err, audit.ErrNoCheckpoint) {
+		t.Fatalf("LatestCheckpoint = %v, want audit.ErrNoCheckpoint", err)
 	}
 	h.submit(t, h.agent, payBody(1))
 	c1, err := h.d.Checkpoint(ctx, signer)
@@ -815,7 +815,7 @@ func TestConcurrentCheckpoints(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 15 {
-				if _, err := h.d.Checkpoint(ctx, signer); err != nil && !errors.Is(err, ErrNoCheckpoint) {
+				if _, err := h.d.Checkpoint(ctx, signer); err != nil && !errors.Is(err, audit.ErrNoCheckpoint) {
 					t.Error(err)
 				}
 			}
@@ -914,7 +914,7 @@ func TestExportRoundTrip(t *testing.T) {
 	h.submit(t, h.agent, payBody(600))
 
 	var buf bytes.Buffer
-	res, err := h.d.ExportAudit(ctx, &buf, ExportOptions{Format: "jsonl"})
+	res, err := h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -941,7 +941,7 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	sinceT, _ := time.Parse(time.RFC3339Nano, since)
 	buf.Reset()
-	res, err = h.d.ExportAudit(ctx, &buf, ExportOptions{Format: "jsonl", Since: sinceT, Until: h.clock.now()})
+	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: sinceT, Until: h.clock.now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -960,7 +960,7 @@ func TestExportRoundTrip(t *testing.T) {
 
 	// Nothing in range: a valid, empty export.
 	buf.Reset()
-	res, err = h.d.ExportAudit(ctx, &buf, ExportOptions{Format: "jsonl", Since: h.clock.now().Add(time.Hour)})
+	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: h.clock.now().Add(time.Hour)})
 	if err != nil || res.Count != 0 {
 		t.Fatalf("empty export = %+v, %v", res, err)
 	}
@@ -968,8 +968,8 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Errorf("VerifyExport of an empty export = %+v, %v", rep, err)
 	}
 
-	if _, err := h.d.ExportAudit(ctx, io.Discard, ExportOptions{Format: "xml"}); !errors.Is(err, ErrFormat) {
-		t.Errorf("format xml: %v, want ErrFormat", err)
+	if _, err := h.d.ExportAudit(ctx, io.Discard, audit.ExportOptions{Format: "xml"}); !errors.Is(err, audit.ErrFormat) {
+		t.Errorf("format xml: %v, want audit.ErrFormat", err)
 	}
 }
 
@@ -978,7 +978,7 @@ func TestExportCSV(t *testing.T) {
 	ctx := context.Background()
 	h := buildTrail(t, 5)
 	var buf bytes.Buffer
-	if _, err := h.d.ExportAudit(ctx, &buf, ExportOptions{Format: "csv"}); err != nil {
+	if _, err := h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "csv"}); err != nil {
 		t.Fatal(err)
 	}
 	records, err := csv.NewReader(&buf).ReadAll()
@@ -1064,7 +1064,7 @@ func TestExportIsOneSnapshot(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.d.ExportAudit(ctx, pw, ExportOptions{Format: "jsonl"})
+		_, err := h.d.ExportAudit(ctx, pw, audit.ExportOptions{Format: "jsonl"})
 		pw.CloseWithError(err)
 		done <- err
 	}()

@@ -1,6 +1,7 @@
 // Package db stores Countersign's state in SQLite: calls, decisions, the
-// nonce ledger, the audit chain, tokens and accounts. It implements the store
-// that internal/queue declares.
+// nonce ledger, the audit chain, tokens and accounts. It implements the
+// stores the domain declares: queue.Store and queue.History (Store),
+// account.Store (Accounts) and audit.Trail (DB).
 //
 // The database runs in WAL mode with synchronous=FULL; every write is one
 // BEGIN IMMEDIATE transaction, so writers across goroutines and processes
@@ -27,6 +28,8 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/countersign/countersign/internal/store"
 )
 
 //go:embed migrations/*.sql
@@ -43,13 +46,13 @@ type DB struct {
 	writer   *sql.Conn // the connection every write runs on; guarded by writeMu
 }
 
-// ErrReplaced is returned when the database file was removed or replaced
-// after it was opened.
-var ErrReplaced = errors.New("db: the database file was removed or replaced while the console was running")
+// ErrReplaced is store.ErrReplaced: the database file was removed or
+// replaced after it was opened.
+var ErrReplaced = store.ErrReplaced
 
-// ErrUnavailable wraps storage failures that a client may retry later (disk
-// full, read-only file, locked too long).
-var ErrUnavailable = errors.New("db: storage unavailable")
+// ErrUnavailable is store.ErrUnavailable: storage failures that a client
+// may retry later (disk full, read-only file, locked too long).
+var ErrUnavailable = store.ErrUnavailable
 
 // DSN returns the connection string with every pragma Countersign relies on,
 // so that each pooled connection gets them.
@@ -120,6 +123,9 @@ func (d *DB) releaseWriter() {
 		d.writer = nil
 	}
 }
+
+// Ping checks that the database answers.
+func (d *DB) Ping(ctx context.Context) error { return d.sql.PingContext(ctx) }
 
 // SQL exposes the pool for read-only views and tests.
 func (d *DB) SQL() *sql.DB { return d.sql }

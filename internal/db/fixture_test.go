@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
@@ -267,4 +268,9 @@ func integrityCheck(tb testing.TB, db *sql.DB) {
 	if len(got) != 1 || got[0] != "ok" {
 		tb.Fatalf("PRAGMA integrity_check = %q, want [ok]", got)
 	}
+}
+
+// accountsOf is the account service over d, on d's clock.
+func accountsOf(d *DB) *account.Service {
+	return account.NewService(d.Accounts(), func() time.Time { return d.now() })
 }

@@ -18,43 +18,6 @@ import (
 	"github.com/countersign/countersign/internal/queue"
 )
 
-// History page sizes.
-const (
-	DefaultHistoryLimit = 50
-	MaxHistoryLimit     = 500
-)
-
-// ErrFilter is a history filter that cannot be applied (an unknown status,
-// a digest prefix that is not hex, a cursor that names no call).
-var ErrFilter = errors.New("db: invalid history filter")
-
-// HistoryFilter selects calls for the history pages and their exports.
-// Empty fields do not filter. Calls are listed newest first, by creation
-// time and then seq.
-type HistoryFilter struct {
-	Actor  string // the call's actor, exactly
-	Tool   string // the tool, exactly
-	Status string // pending, approved, denied, expired, cancelled or redeemed
-	// Operator keeps calls this operator approved or denied; Channel keeps
-	// calls approved or denied through this channel (web, cli, api). Both
-	// together keep calls that operator decided through that channel.
-	Operator string
-	Channel  string
-	// Since and Until bound the creation time: Since <= created_at < Until.
-	Since, Until time.Time
-	// DigestPrefix keeps calls whose digest starts with these hex digits
-	// (spaces are ignored, so a digest copied in groups of four works).
-	DigestPrefix string
-	// After is the cursor: the next value History returned, or 0 for the
-	// first page.
-	After int64
-	// Limit is the page size: DefaultHistoryLimit when 0, at most
-	// MaxHistoryLimit.
-	Limit int
-}
-
-var statuses = map[string]bool{"pending": true, "approved": true, "denied": true, "expired": true, "cancelled": true, "redeemed": true}
-
 // historyQuery is a filter turned into SQL: FROM ... WHERE ... ORDER BY.
 type historyQuery struct {
 	from     string
@@ -106,21 +69,18 @@ func conds(cs []cond) ([]string, []any) {
 // on each row it yields. A filter that matches nothing ends the search at
 // once. The cost of a page is then about the rows of the rarest filter, or
 // the rows read until the page is full.
-func (d *DB) historyQuery(ctx context.Context, f HistoryFilter) (*historyQuery, error) {
+func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQuery, error) {
 	var eq []cond // equality filters on calls, by preference on ties
 	for _, x := range []struct{ col, v string }{{"actor", f.Actor}, {"tool", f.Tool}, {"status", f.Status}} {
 		if x.v != "" {
 			eq = append(eq, cond{x.col + " = ?", []any{x.v}})
 		}
 	}
-	if f.Status != "" && !statuses[f.Status] {
-		return nil, fmt.Errorf("%w: unknown status %q", ErrFilter, f.Status)
+	if err := f.Check(); err != nil {
+		return nil, err
 	}
 	var digest *cond
-	if p := strings.ToLower(strings.Join(strings.Fields(f.DigestPrefix), "")); p != "" {
-		if len(p) > 64 || strings.Trim(p, "0123456789abcdef") != "" {
-			return nil, fmt.Errorf("%w: the digest prefix must be hex digits", ErrFilter)
-		}
+	if p := f.Digest(); p != "" {
 		// Every digest that starts with p sorts in [p, p+"g").
 		digest = &cond{"digest >= ? AND digest < ?", []any{p, p + "g"}}
 	}
@@ -137,7 +97,7 @@ func (d *DB) historyQuery(ctx context.Context, f HistoryFilter) (*historyQuery, 
 	if f.After > 0 {
 		err := d.sql.QueryRowContext(ctx, `SELECT created_at FROM calls WHERE seq = ?`, f.After).Scan(&cursorAt)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("%w: the cursor names no call", ErrFilter)
+			return nil, &queue.FilterError{Reason: "the cursor names no call"}
 		}
 		if err != nil {
 			return nil, classify(fmt.Errorf("db: history cursor: %w", err))
@@ -281,12 +241,8 @@ type approvalJSON struct {
 
 // History returns one page of calls matching f, newest first, and the
 // cursor of the next page (0 when this page is the last).
-func (d *DB) History(ctx context.Context, f HistoryFilter) ([]*queue.Call, int64, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultHistoryLimit
-	}
-	limit = min(limit, MaxHistoryLimit)
+func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call, int64, error) {
+	limit := f.PageSize()
 	q, err := d.historyQuery(ctx, f)
 	if err != nil || q.empty {
 		return nil, 0, err
@@ -382,9 +338,9 @@ const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.tar
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
 // one read snapshot and in constant memory. Grant tokens are not exported.
-func (d *DB) ExportCalls(ctx context.Context, f HistoryFilter, w io.Writer, format string) error {
+func (d *DB) ExportCalls(ctx context.Context, f queue.HistoryFilter, w io.Writer, format string) error {
 	if format != "jsonl" && format != "csv" {
-		return ErrFormat
+		return audit.ErrFormat
 	}
 	q, err := d.historyQuery(ctx, f)
 	if err != nil {

@@ -117,7 +117,7 @@ func decidedBy(c *queue.Call, operator, channel string) bool {
 }
 
 // want applies f to the fixture in Go.
-func want(calls []*queue.Call, f HistoryFilter) []string {
+func want(calls []*queue.Call, f queue.HistoryFilter) []string {
 	prefix := strings.ToLower(strings.ReplaceAll(f.DigestPrefix, " ", ""))
 	var out []string
 	for _, c := range calls {
@@ -137,7 +137,7 @@ func want(calls []*queue.Call, f HistoryFilter) []string {
 }
 
 // allPages reads every page of f.
-func allPages(t *testing.T, d *DB, f HistoryFilter) []string {
+func allPages(t *testing.T, d *DB, f queue.HistoryFilter) []string {
 	t.Helper()
 	var out []string
 	seen := map[string]bool{}
@@ -175,32 +175,32 @@ func TestHistoryFilters(t *testing.T) {
 	digest := calls[10].Digest
 	tests := []struct {
 		name string
-		f    HistoryFilter
+		f    queue.HistoryFilter
 	}{
-		{"all", HistoryFilter{}},
-		{"actor", HistoryFilter{Actor: "agent:other"}},
-		{"tool", HistoryFilter{Tool: "test.dual"}},
-		{"status denied", HistoryFilter{Status: "denied"}},
-		{"status pending", HistoryFilter{Status: "pending"}},
-		{"status redeemed", HistoryFilter{Status: "redeemed"}},
-		{"status cancelled", HistoryFilter{Status: "cancelled"}},
-		{"operator", HistoryFilter{Operator: "op:ann"}},
-		{"operator in quorum", HistoryFilter{Operator: "op:carl"}},
-		{"channel web", HistoryFilter{Channel: audit.ChannelWeb}},
-		{"channel cli", HistoryFilter{Channel: audit.ChannelCLI}},
-		{"operator and channel", HistoryFilter{Operator: "op:ann", Channel: audit.ChannelCLI}},
-		{"operator and status", HistoryFilter{Operator: "op:bob", Status: "approved"}},
-		{"actor and tool", HistoryFilter{Actor: h.agent.Actor, Tool: "test.pay"}},
-		{"actor and status", HistoryFilter{Actor: "agent:other", Status: "denied"}},
-		{"actor, tool and status", HistoryFilter{Actor: "agent:other", Tool: "test.dual", Status: "approved"}},
-		{"since", HistoryFilter{Since: mid}},
-		{"until", HistoryFilter{Until: mid}},
-		{"window and operator", HistoryFilter{Since: calls[70].CreatedAt, Until: calls[20].CreatedAt, Operator: "op:bob"}},
-		{"digest prefix in groups", HistoryFilter{DigestPrefix: strings.ToUpper(digest[:4] + " " + digest[4:6])}},
-		{"whole digest", HistoryFilter{DigestPrefix: digest}},
-		{"nobody", HistoryFilter{Operator: "op:nobody"}},
-		{"rare actor and operator", HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}},
-		{"rare actor and channel", HistoryFilter{Actor: "agent:rare", Channel: audit.ChannelCLI, Status: "redeemed"}},
+		{"all", queue.HistoryFilter{}},
+		{"actor", queue.HistoryFilter{Actor: "agent:other"}},
+		{"tool", queue.HistoryFilter{Tool: "test.dual"}},
+		{"status denied", queue.HistoryFilter{Status: "denied"}},
+		{"status pending", queue.HistoryFilter{Status: "pending"}},
+		{"status redeemed", queue.HistoryFilter{Status: "redeemed"}},
+		{"status cancelled", queue.HistoryFilter{Status: "cancelled"}},
+		{"operator", queue.HistoryFilter{Operator: "op:ann"}},
+		{"operator in quorum", queue.HistoryFilter{Operator: "op:carl"}},
+		{"channel web", queue.HistoryFilter{Channel: audit.ChannelWeb}},
+		{"channel cli", queue.HistoryFilter{Channel: audit.ChannelCLI}},
+		{"operator and channel", queue.HistoryFilter{Operator: "op:ann", Channel: audit.ChannelCLI}},
+		{"operator and status", queue.HistoryFilter{Operator: "op:bob", Status: "approved"}},
+		{"actor and tool", queue.HistoryFilter{Actor: h.agent.Actor, Tool: "test.pay"}},
+		{"actor and status", queue.HistoryFilter{Actor: "agent:other", Status: "denied"}},
+		{"actor, tool and status", queue.HistoryFilter{Actor: "agent:other", Tool: "test.dual", Status: "approved"}},
+		{"since", queue.HistoryFilter{Since: mid}},
+		{"until", queue.HistoryFilter{Until: mid}},
+		{"window and operator", queue.HistoryFilter{Since: calls[70].CreatedAt, Until: calls[20].CreatedAt, Operator: "op:bob"}},
+		{"digest prefix in groups", queue.HistoryFilter{DigestPrefix: strings.ToUpper(digest[:4] + " " + digest[4:6])}},
+		{"whole digest", queue.HistoryFilter{DigestPrefix: digest}},
+		{"nobody", queue.HistoryFilter{Operator: "op:nobody"}},
+		{"rare actor and operator", queue.HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}},
+		{"rare actor and channel", queue.HistoryFilter{Actor: "agent:rare", Channel: audit.ChannelCLI, Status: "redeemed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -223,17 +223,17 @@ func TestHistoryFilters(t *testing.T) {
 func TestHistoryPlan(t *testing.T) {
 	h, calls := historyFixture(t)
 	tests := []struct {
-		f    HistoryFilter
+		f    queue.HistoryFilter
 		from string
 	}{
-		{HistoryFilter{}, "calls c INDEXED BY calls_created"},
-		{HistoryFilter{Since: calls[10].CreatedAt}, "calls c INDEXED BY calls_created"},
-		{HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}, "calls c INDEXED BY calls_actor_created"},
-		{HistoryFilter{Actor: "agent:bot", Operator: "op:carl", Channel: audit.ChannelCLI}, "call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq"},
-		{HistoryFilter{Status: "pending", Tool: "test.pay"}, "calls c INDEXED BY calls_status_created"},
-		{HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
-		{HistoryFilter{Tool: "test.dual", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_tool_created"},
-		{HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
+		{queue.HistoryFilter{}, "calls c INDEXED BY calls_created"},
+		{queue.HistoryFilter{Since: calls[10].CreatedAt}, "calls c INDEXED BY calls_created"},
+		{queue.HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}, "calls c INDEXED BY calls_actor_created"},
+		{queue.HistoryFilter{Actor: "agent:bot", Operator: "op:carl", Channel: audit.ChannelCLI}, "call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq"},
+		{queue.HistoryFilter{Status: "pending", Tool: "test.pay"}, "calls c INDEXED BY calls_status_created"},
+		{queue.HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
+		{queue.HistoryFilter{Tool: "test.dual", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_tool_created"},
+		{queue.HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
 	}
 	for _, tt := range tests {
 		q, err := h.d.historyQuery(context.Background(), tt.f)
@@ -244,7 +244,7 @@ func TestHistoryPlan(t *testing.T) {
 			t.Errorf("%+v driven by %q, want %q", tt.f, q.from, tt.from)
 		}
 	}
-	q, err := h.d.historyQuery(context.Background(), HistoryFilter{Actor: "agent:bot", Tool: "test.none"})
+	q, err := h.d.historyQuery(context.Background(), queue.HistoryFilter{Actor: "agent:bot", Tool: "test.none"})
 	if err != nil || !q.empty {
 		t.Errorf("a filter that matches nothing: empty = %v, %v", q != nil && q.empty, err)
 	}
@@ -252,7 +252,7 @@ func TestHistoryPlan(t *testing.T) {
 
 func TestHistoryCallsAreComplete(t *testing.T) {
 	h, calls := historyFixture(t)
-	page, _, err := h.d.History(context.Background(), HistoryFilter{Limit: MaxHistoryLimit})
+	page, _, err := h.d.History(context.Background(), queue.HistoryFilter{Limit: queue.MaxHistoryLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,12 +272,12 @@ func TestHistoryCallsAreComplete(t *testing.T) {
 
 func TestHistoryRefusesBadFilters(t *testing.T) {
 	h := newAuditHarness(t)
-	for _, f := range []HistoryFilter{{Status: "done"}, {DigestPrefix: "xyz"}, {DigestPrefix: strings.Repeat("a", 65)}, {After: 12345}} {
-		if _, _, err := h.d.History(context.Background(), f); !errors.Is(err, ErrFilter) {
-			t.Errorf("History(%+v) error = %v, want ErrFilter", f, err)
+	for _, f := range []queue.HistoryFilter{{Status: "done"}, {DigestPrefix: "xyz"}, {DigestPrefix: strings.Repeat("a", 65)}, {After: 12345}} {
+		if _, _, err := h.d.History(context.Background(), f); !errors.Is(err, queue.ErrFilter) {
+			t.Errorf("History(%+v) error = %v, want queue.ErrFilter", f, err)
 		}
 	}
-	calls, next, err := h.d.History(context.Background(), HistoryFilter{})
+	calls, next, err := h.d.History(context.Background(), queue.HistoryFilter{})
 	if err != nil || len(calls) != 0 || next != 0 {
 		t.Errorf("empty history = %v, %d, %v", calls, next, err)
 	}
@@ -327,7 +327,7 @@ func TestTimeline(t *testing.T) {
 func TestExportCalls(t *testing.T) {
 	h, calls := historyFixture(t)
 	ctx := context.Background()
-	for _, f := range []HistoryFilter{{}, {Operator: "op:ann"}, {Channel: audit.ChannelWeb, Status: "approved"}, {Actor: "agent:other", Limit: 3}} {
+	for _, f := range []queue.HistoryFilter{{}, {Operator: "op:ann"}, {Channel: audit.ChannelWeb, Status: "approved"}, {Actor: "agent:other", Limit: 3}} {
 		w := want(calls, f)
 		var jb, cb bytes.Buffer
 		if err := h.d.ExportCalls(ctx, f, &jb, "jsonl"); err != nil {
@@ -373,7 +373,7 @@ func TestExportCalls(t *testing.T) {
 	// One exported call in full.
 	var jb bytes.Buffer
 	c := calls[0]
-	if err := h.d.ExportCalls(ctx, HistoryFilter{DigestPrefix: c.Digest}, &jb, "jsonl"); err != nil {
+	if err := h.d.ExportCalls(ctx, queue.HistoryFilter{DigestPrefix: c.Digest}, &jb, "jsonl"); err != nil {
 		t.Fatal(err)
 	}
 	var o map[string]any
@@ -384,8 +384,8 @@ func TestExportCalls(t *testing.T) {
 		o["created_at"] != c.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00") || len(o["approvals"].([]any)) != len(c.Approvals) {
 		t.Errorf("exported %v\nfor %+v", o, c)
 	}
-	if err := h.d.ExportCalls(ctx, HistoryFilter{}, &jb, "pdf"); !errors.Is(err, ErrFormat) {
-		t.Errorf("format pdf: %v, want ErrFormat", err)
+	if err := h.d.ExportCalls(ctx, queue.HistoryFilter{}, &jb, "pdf"); !errors.Is(err, audit.ErrFormat) {
+		t.Errorf("format pdf: %v, want audit.ErrFormat", err)
 	}
 }
 
@@ -433,34 +433,34 @@ func TestScale(t *testing.T) {
 	t.Logf("database: %d calls, %d audit entries, %d MiB", n, entries, fi.Size()>>20)
 
 	// History pages: the median of 11 runs after a warm-up.
-	first, next, err := d.History(ctx, HistoryFilter{})
-	if err != nil || len(first) != DefaultHistoryLimit {
+	first, next, err := d.History(ctx, queue.HistoryFilter{})
+	if err != nil || len(first) != queue.DefaultHistoryLimit {
 		t.Fatalf("first page = %d calls, %v", len(first), err)
 	}
 	mid := first[0].CreatedAt.Add(-time.Duration(n/2) * 800 * time.Millisecond)
 	pages := []struct {
 		name string
-		f    HistoryFilter
+		f    queue.HistoryFilter
 	}{
-		{"first page, no filter", HistoryFilter{}},
-		{"second page (cursor)", HistoryFilter{After: next}},
-		{"page n/1000 deep (cursor)", HistoryFilter{After: first[0].Seq - int64(n/20)}},
-		{"actor (a busy one)", HistoryFilter{Actor: "agent:a000"}},
-		{"actor (20 calls in all)", HistoryFilter{Actor: "agent:rare"}},
-		{"tool", HistoryFilter{Tool: "tool.t07"}},
-		{"status denied", HistoryFilter{Status: "denied"}},
-		{"status pending", HistoryFilter{Status: "pending"}},
-		{"operator", HistoryFilter{Operator: "op:03"}},
-		{"operator (10 decisions in all)", HistoryFilter{Operator: "op:rare"}},
-		{"channel cli", HistoryFilter{Channel: "cli"}},
-		{"operator and channel", HistoryFilter{Operator: "op:05", Channel: "cli"}},
-		{"actor and tool", HistoryFilter{Actor: "agent:a001", Tool: "tool.t03"}},
-		{"actor and status", HistoryFilter{Actor: "agent:a050", Status: "expired"}},
-		{"operator and status", HistoryFilter{Operator: "op:02", Status: "redeemed"}},
-		{"one day, mid-history", HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour)}},
-		{"one day and actor", HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour), Actor: "agent:a003"}},
-		{"digest prefix (4 hex)", HistoryFilter{DigestPrefix: first[7].Digest[:4]}},
-		{"digest (full)", HistoryFilter{DigestPrefix: first[7].Digest}},
+		{"first page, no filter", queue.HistoryFilter{}},
+		{"second page (cursor)", queue.HistoryFilter{After: next}},
+		{"page n/1000 deep (cursor)", queue.HistoryFilter{After: first[0].Seq - int64(n/20)}},
+		{"actor (a busy one)", queue.HistoryFilter{Actor: "agent:a000"}},
+		{"actor (20 calls in all)", queue.HistoryFilter{Actor: "agent:rare"}},
+		{"tool", queue.HistoryFilter{Tool: "tool.t07"}},
+		{"status denied", queue.HistoryFilter{Status: "denied"}},
+		{"status pending", queue.HistoryFilter{Status: "pending"}},
+		{"operator", queue.HistoryFilter{Operator: "op:03"}},
+		{"operator (10 decisions in all)", queue.HistoryFilter{Operator: "op:rare"}},
+		{"channel cli", queue.HistoryFilter{Channel: "cli"}},
+		{"operator and channel", queue.HistoryFilter{Operator: "op:05", Channel: "cli"}},
+		{"actor and tool", queue.HistoryFilter{Actor: "agent:a001", Tool: "tool.t03"}},
+		{"actor and status", queue.HistoryFilter{Actor: "agent:a050", Status: "expired"}},
+		{"operator and status", queue.HistoryFilter{Operator: "op:02", Status: "redeemed"}},
+		{"one day, mid-history", queue.HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour)}},
+		{"one day and actor", queue.HistoryFilter{Since: mid, Until: mid.Add(24 * time.Hour), Actor: "agent:a003"}},
+		{"digest prefix (4 hex)", queue.HistoryFilter{DigestPrefix: first[7].Digest[:4]}},
+		{"digest (full)", queue.HistoryFilter{DigestPrefix: first[7].Digest}},
 	}
 	for _, p := range pages {
 		if p.f.After == 0 && strings.Contains(p.name, "cursor") {
@@ -497,9 +497,9 @@ func TestScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res ExportResult
+	var res audit.ExportResult
 	measureStream(t, "audit export JSONL to a file", entries, func(w io.Writer) error {
-		res, err = d.ExportAudit(ctx, w, ExportOptions{Format: "jsonl"})
+		res, err = d.ExportAudit(ctx, w, audit.ExportOptions{Format: "jsonl"})
 		return err
 	}, f)
 	f.Close()
@@ -507,16 +507,16 @@ func TestScale(t *testing.T) {
 		t.Errorf("exported %d entries, want %d", res.Count, entries)
 	}
 	measureStream(t, "audit export CSV", entries, func(w io.Writer) error {
-		_, err := d.ExportAudit(ctx, w, ExportOptions{Format: "csv"})
+		_, err := d.ExportAudit(ctx, w, audit.ExportOptions{Format: "csv"})
 		return err
 	}, nil)
 	measureStream(t, "calls export JSONL", int64(n), func(w io.Writer) error {
-		return d.ExportCalls(ctx, HistoryFilter{}, w, "jsonl")
+		return d.ExportCalls(ctx, queue.HistoryFilter{}, w, "jsonl")
 	}, nil)
 	measureStream(t, "calls export CSV", int64(n), func(w io.Writer) error {
-		return d.ExportCalls(ctx, HistoryFilter{}, w, "csv")
+		return d.ExportCalls(ctx, queue.HistoryFilter{}, w, "csv")
 	}, nil)
-	var vr VerifyResult
+	var vr audit.VerifyResult
 	measureStream(t, "VerifyChain (database)", entries, func(io.Writer) error {
 		vr, err = d.VerifyChain(ctx)
 		return err

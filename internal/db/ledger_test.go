@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // TestConcurrentRedemptionsAcceptOne races 64 goroutines redeeming one
@@ -128,7 +129,7 @@ func checkOK(checks []grant.Check, name string) string {
 
 // TestRedemptionFailsClosedWhenTheFileIsReplaced removes the database file,
 // or moves another Countersign database over it, while the Service runs:
-// redemption fails with ErrStoreReplaced and nothing is accepted in either
+// redemption fails with store.ErrReplaced and nothing is accepted in either
 // file.
 func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 	tests := []struct {
@@ -200,15 +201,15 @@ func TestRedemptionFailsClosedWhenTheFileIsReplaced(t *testing.T) {
 			if r != nil {
 				t.Errorf("Redeem returned a redemption (accepted %t, reason %q)", r.Accepted, r.Reason)
 			}
-			if !errors.Is(err, queue.ErrStoreReplaced) {
-				t.Fatalf("Redeem error = %v; want ErrStoreReplaced", err)
+			if !errors.Is(err, store.ErrReplaced) {
+				t.Fatalf("Redeem error = %v; want store.ErrReplaced", err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "removed or replaced") {
 				t.Errorf("error %q does not say the file was removed or replaced", msg)
 			}
 			// A second attempt fails the same way: nothing was cached.
-			if _, err := l.q.Redeem(ctx, agent, redemptionBody(c)); !errors.Is(err, queue.ErrStoreReplaced) {
-				t.Errorf("second Redeem: %v; want ErrStoreReplaced", err)
+			if _, err := l.q.Redeem(ctx, agent, redemptionBody(c)); !errors.Is(err, store.ErrReplaced) {
+				t.Errorf("second Redeem: %v; want store.ErrReplaced", err)
 			}
 			if other != "" {
 				o, err := Open(other)

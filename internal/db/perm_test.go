@@ -22,7 +22,7 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, _, err := d.CreateToken(context.Background(), "agent:a", "host", "", "test", audit.ChannelCLI); err != nil {
+	if _, _, err := accountsOf(d).CreateToken(context.Background(), "agent:a", "host", "", "test", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {

@@ -19,17 +19,24 @@ type Store struct{ *DB }
 // Store returns the queue's view of the database.
 func (d *DB) Store() Store { return Store{d} }
 
-var _ queue.Store = Store{}
+var (
+	_ queue.Store   = Store{}
+	_ queue.History = Store{}
+	_ audit.Trail   = (*DB)(nil)
+)
 
-// Update runs fn in one BEGIN IMMEDIATE transaction and commits when fn
-// returns nil. The commit has happened when Update returns nil.
+// Update runs fn in one BEGIN IMMEDIATE transaction, after checking that the
+// database is still the one opened (store.ErrReplaced otherwise), and
+// commits when fn returns nil. The commit has happened when Update returns
+// nil.
 func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
 	return s.DB.update(ctx, func(tx *sql.Tx) error {
 		return fn(&storeTx{ctx: ctx, tx: tx, db: s.DB})
 	})
 }
 
-// update is the one place write transactions begin and commit. Writers in
+// update is the one place write transactions begin and commit, and where
+// every write checks the database's identity. Writers in
 // this process queue on a mutex before asking SQLite for its write lock:
 // SQLite's busy handler sleeps and retries, which under contention costs
 // tens of milliseconds, while the mutex hands over in microseconds. Other
@@ -50,6 +57,12 @@ func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 		return classify(fmt.Errorf("db: begin: %w", err))
 	}
 	defer tx.Rollback()
+	// Every write first checks that the file is still the database that
+	// was opened, inside the transaction, so no write lands in a database
+	// that replaced it.
+	if err := d.checkIdentity(ctx, tx); err != nil {
+		return err
+	}
 	if err := fn(tx); err != nil {
 		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 			d.discardWriter()
@@ -104,17 +117,11 @@ func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
 	}
 }
 
+// storeTx is one write transaction; it implements queue.Tx and account.Tx.
 type storeTx struct {
 	ctx context.Context
 	tx  *sql.Tx
 	db  *DB
-}
-
-func (t *storeTx) CheckIdentity() error {
-	if err := t.db.checkIdentity(t.ctx, t.tx); err != nil {
-		return fmt.Errorf("%w: %v", queue.ErrStoreReplaced, err)
-	}
-	return nil
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,

@@ -136,7 +136,6 @@ var (
 	ErrOutcomeReported  = errors.New("queue: an outcome was already reported")
 	ErrInvalidOutcome   = errors.New("queue: outcome status must be succeeded, failed or unknown")
 	ErrRetryLimit       = errors.New("queue: too many rejected proposals in a row for this tool")
-	ErrStoreReplaced    = errors.New("queue: the database file was removed or replaced while running")
 	ErrNotBlocked       = errors.New("queue: no retry block for that actor and tool")
 	ErrPreviouslyDenied = errors.New("queue: the same call was denied recently")
 	ErrOperatorRequired = errors.New("queue: an operator name is required")

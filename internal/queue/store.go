@@ -9,7 +9,10 @@ import (
 
 // Store is the persistence the queue needs. Update runs fn inside one write
 // transaction (SQLite BEGIN IMMEDIATE): either everything fn did, audit
-// entries included, is committed, or nothing is.
+// entries included, is committed, or nothing is. Before fn runs, Update
+// checks inside the transaction that the database is still the one the
+// store opened, and fails with store.ErrReplaced when it is not, so no
+// write of any kind lands in a database that replaced it.
 type Store interface {
 	Update(ctx context.Context, fn func(Tx) error) error
 	// Call reads one call outside any write transaction.
@@ -28,9 +31,6 @@ type Store interface {
 // Tx is what one transaction may do. Methods that find nothing return
 // ErrNotFound.
 type Tx interface {
-	// CheckIdentity fails with ErrStoreReplaced when the database is not
-	// the one opened at start.
-	CheckIdentity() error
 	Call(id string) (*Call, error)
 	// LatestByDigest returns the newest call of actor with that digest.
 	LatestByDigest(actor, digest string) (*Call, error)

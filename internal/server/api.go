@@ -13,9 +13,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 const principalKey = "countersign.principal"
@@ -59,6 +60,7 @@ func toAPIError(err error) *APIError {
 	var pe *queue.ProposalError
 	var de *queue.DeniedError
 	var he *echo.HTTPError
+	var fe *queue.FilterError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -84,14 +86,14 @@ func toAPIError(err error) *APIError {
 		return newAPIError(http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call")
 	case errors.Is(err, queue.ErrInvalidOutcome):
 		return newAPIError(http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown")
-	case errors.Is(err, queue.ErrStoreReplaced), errors.Is(err, db.ErrReplaced):
+	case errors.Is(err, store.ErrReplaced):
 		return newAPIError(http.StatusServiceUnavailable, "unavailable",
 			"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.")
-	case errors.Is(err, db.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return newAPIError(http.StatusServiceUnavailable, "unavailable",
 			"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.")
-	case errors.Is(err, db.ErrFilter):
-		return newAPIError(http.StatusBadRequest, "bad_filter", "%s", strings.TrimPrefix(err.Error(), "db: "))
+	case errors.As(err, &fe):
+		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
 	case errors.As(err, &he):
 		return httpError(he)
 	}
@@ -170,8 +172,8 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || secret == "" {
 			return newAPIError(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
 		}
-		t, err := s.cfg.DB.TokenBySecret(c.Request().Context(), strings.TrimSpace(secret))
-		if errors.Is(err, db.ErrTokenNotFound) {
+		t, err := s.cfg.Accounts.TokenBySecret(c.Request().Context(), strings.TrimSpace(secret))
+		if errors.Is(err, account.ErrTokenNotFound) {
 			return newAPIError(http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
 		}
 		if err != nil {
@@ -211,7 +213,7 @@ func readJSON(c echo.Context) ([]byte, error) {
 func (s *Server) healthz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.DB.SQL().PingContext(ctx); err != nil {
+	if err := s.cfg.Ping(ctx); err != nil {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

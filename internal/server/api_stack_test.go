@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
@@ -74,7 +75,7 @@ func startAPIStackIn(tb testing.TB, dir string) *apiStack {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
-	srv, err := New(Config{Queue: q, DB: d, Keys: keys, Logger: log, Now: clock.Now})
+	srv, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func (st *apiStack) stop() {
 
 func (st *apiStack) token(actor, audience string) string {
 	st.t.Helper()
-	_, secret, err := st.db.CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
+	_, secret, err := accountsOf(st.db).CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
 	if err != nil {
 		st.t.Fatal(err)
 	}

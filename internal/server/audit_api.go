@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/audit"
 )
 
 // routesAudit serves the audit trail's newest signed checkpoint. It is
@@ -19,8 +19,8 @@ func (s *Server) routesAudit(e *echo.Echo) {
 // auditCheckpoint answers {seq, head, time, kid, public_key, signature}, or
 // 404 no_checkpoint before the first checkpoint is signed.
 func (s *Server) auditCheckpoint(c echo.Context) error {
-	cp, err := s.cfg.DB.LatestCheckpoint(c.Request().Context())
-	if errors.Is(err, db.ErrNoCheckpoint) {
+	cp, err := s.cfg.Audit.LatestCheckpoint(c.Request().Context())
+	if errors.Is(err, audit.ErrNoCheckpoint) {
 		return newAPIError(http.StatusNotFound, "no_checkpoint", "no audit checkpoint has been signed yet")
 	}
 	if err != nil {

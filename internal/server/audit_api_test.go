@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
@@ -37,7 +38,7 @@ func TestAuditCheckpointRoute(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	s, err := New(Config{Queue: q, DB: d, Keys: keys, Logger: log})
+	s, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestAuditCheckpointRoute(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	if _, _, err := d.CreateToken(ctx, "agent:a", "payments-host", "", "test", audit.ChannelCLI); err != nil {
+	if _, _, err := accountsOf(d).CreateToken(ctx, "agent:a", "payments-host", "", "test", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
 	signer := audit.NewSigner(ed25519.NewKeyFromSeed(make([]byte, 32)))

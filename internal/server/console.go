@@ -17,7 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
-	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/web/static"
 	"github.com/countersign/countersign/web/templates"
@@ -72,12 +72,14 @@ func (cfg *ConsoleConfig) defaults() {
 
 // console serves the operators' browser pages and their WebSocket.
 type console struct {
-	s   *Server
-	cfg ConsoleConfig
-	db  *db.DB
-	q   *queue.Service
-	log *slog.Logger
-	now func() time.Time
+	s        *Server
+	cfg      ConsoleConfig
+	accounts *account.Service
+	history  queue.History
+	trail    audit.Trail
+	q        *queue.Service
+	log      *slog.Logger
+	now      func() time.Time
 
 	cookies    *sessions.CookieStore
 	cookieName string
@@ -102,7 +104,7 @@ type console struct {
 func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	cfg.defaults()
 	c := &console{
-		s: s, cfg: cfg, db: s.cfg.DB, q: s.cfg.Queue, log: s.log, now: s.now,
+		s: s, cfg: cfg, accounts: s.cfg.Accounts, history: s.cfg.History, trail: s.cfg.Audit, q: s.cfg.Queue, log: s.log, now: s.now,
 		accountLimiter: account.NewLimiter(account.AccountPolicy),
 		addressLimiter: account.NewLimiter(account.AddressPolicy),
 		verifySlots:    make(chan struct{}, 2),
@@ -121,15 +123,15 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		}
 	}
 	ctx := context.Background()
-	hashKey, err := c.db.ConsoleSecret(ctx, "cookie-hash", 64)
+	hashKey, err := c.accounts.ConsoleSecret(ctx, "cookie-hash", 64)
 	if err != nil {
 		return nil, err
 	}
-	blockKey, err := c.db.ConsoleSecret(ctx, "cookie-block", 32)
+	blockKey, err := c.accounts.ConsoleSecret(ctx, "cookie-block", 32)
 	if err != nil {
 		return nil, err
 	}
-	if c.loginKey, err = c.db.ConsoleSecret(ctx, "login-form", 32); err != nil {
+	if c.loginKey, err = c.accounts.ConsoleSecret(ctx, "login-form", 32); err != nil {
 		return nil, err
 	}
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
@@ -252,7 +254,7 @@ func (c *console) sweepLoop() {
 		case <-t.C:
 			c.sweep(context.Background())
 		case <-prune.C:
-			if _, err := c.db.PruneSessions(context.Background(), c.now().Add(-c.cfg.AbsoluteTimeout-24*time.Hour)); err != nil {
+			if _, err := c.accounts.PruneSessions(context.Background(), c.now().Add(-c.cfg.AbsoluteTimeout-24*time.Hour)); err != nil {
 				c.log.Warn("console: prune sessions", slog.Any("error", err))
 			}
 		}
@@ -266,7 +268,7 @@ func (c *console) sweep(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	rows, err := c.db.Sessions(ctx, ids)
+	rows, err := c.accounts.Sessions(ctx, ids)
 	if err != nil {
 		c.log.Warn("console: check socket sessions", slog.Any("error", err))
 		return
@@ -281,7 +283,7 @@ func (c *console) sweep(ctx context.Context) {
 		}
 		if reason := c.sessionOver(row, now); reason != "" {
 			if !row.Revoked() {
-				if err := c.db.RevokeSession(ctx, id, reason, now); err != nil {
+				if err := c.accounts.RevokeSession(ctx, id, reason, now); err != nil {
 					c.log.Warn("console: end session", slog.Any("error", err))
 				}
 			}

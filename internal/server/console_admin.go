@@ -10,13 +10,12 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/web/templates"
 )
 
 func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView, error) {
 	av := templates.AdminView{Page: c.page(v, "Administration", "admin", "", c.now())}
-	users, err := c.db.Users(ctx)
+	users, err := c.accounts.Users(ctx)
 	if err != nil {
 		return av, err
 	}
@@ -24,7 +23,7 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		av.Users = append(av.Users, templates.UserRow{Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt,
 			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name})
 	}
-	toks, err := c.db.Tokens(ctx)
+	toks, err := c.accounts.Tokens(ctx)
 	if err != nil {
 		return av, err
 	}
@@ -66,8 +65,8 @@ func (c *console) addUser(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.db.AddUser(ec.Request().Context(), name, role, hash, v.user.Name, audit.ChannelWeb); err != nil {
-		if errors.Is(err, db.ErrUserExists) {
+	if _, err := c.accounts.AddUser(ec.Request().Context(), name, role, hash, v.user.Name, audit.ChannelWeb); err != nil {
+		if errors.Is(err, account.ErrUserExists) {
 			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+name+" already exists", nil)
 		}
 		return err
@@ -80,11 +79,11 @@ func (c *console) disableUser(ec echo.Context) error {
 	if name == v.user.Name {
 		return c.renderAdmin(ec, http.StatusConflict, "", "you cannot disable your own account", nil)
 	}
-	err := c.db.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
+	err := c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
 	switch {
-	case errors.Is(err, db.ErrUserNotFound):
+	case errors.Is(err, account.ErrUserNotFound):
 		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+name, nil)
-	case errors.Is(err, db.ErrUserDisabled):
+	case errors.Is(err, account.ErrUserDisabled):
 		return c.renderAdmin(ec, http.StatusConflict, "", name+" is already disabled", nil)
 	case err != nil:
 		return err
@@ -99,7 +98,7 @@ func (c *console) createToken(ec echo.Context) error {
 	if actor == "" || audience == "" || len(actor) > 128 || len(audience) > 128 || len(note) > 200 {
 		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience (at most 128 bytes each)", nil)
 	}
-	t, secret, err := c.db.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
+	t, secret, err := c.accounts.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
 	if err != nil {
 		return err
 	}
@@ -108,8 +107,8 @@ func (c *console) createToken(ec echo.Context) error {
 
 func (c *console) revokeToken(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
-	err := c.db.RevokeToken(ec.Request().Context(), id, v.user.Name, audit.ChannelWeb)
-	if errors.Is(err, db.ErrTokenNotFound) {
+	err := c.accounts.RevokeToken(ec.Request().Context(), id, v.user.Name, audit.ChannelWeb)
+	if errors.Is(err, account.ErrTokenNotFound) {
 		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+id, nil)
 	}
 	if err != nil {

@@ -106,7 +106,7 @@ func newConsoleEnv(tb testing.TB, adjust ...func(*ConsoleConfig)) *consoleEnv {
 	for _, f := range adjust {
 		f(&cc)
 	}
-	srv, err := New(Config{Queue: q, DB: d, Keys: keys, Logger: log, Now: clock.Now, Console: &cc})
+	srv, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now, Console: &cc})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func newConsoleEnv(tb testing.TB, adjust ...func(*ConsoleConfig)) *consoleEnv {
 
 func (e *consoleEnv) addUser(name string, role account.Role, pw string) {
 	e.t.Helper()
-	if _, err := e.db.AddUser(context.Background(), name, role, cheapHash(e.t, pw), "test", audit.ChannelCLI); err != nil {
+	if _, err := accountsOf(e.db).AddUser(context.Background(), name, role, cheapHash(e.t, pw), "test", audit.ChannelCLI); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -352,3 +352,6 @@ const (
 	conRefundBody = `{"tool":"payments.refund","target":"invoice:INV-1042","args":{"amount_minor":129999,"currency":"USD","reason_code":"duplicate","notes":"customer was charged twice"},"rationale":"The customer asked for a refund of the duplicate charge."}`
 	conDeployBody = `{"tool":"releases.deploy","target":"service:checkout","args":{"version":"v1.4.2","environment":"production","change_ticket":"CHG-1234","canary_percent":10}}`
 )
+
+// accountsOf is the account service over d.
+func accountsOf(d *db.DB) *account.Service { return account.NewService(d.Accounts(), nil) }

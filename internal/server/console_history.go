@@ -18,7 +18,6 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -55,7 +54,7 @@ type historyPages struct {
 }
 
 func newHistoryPages(c *console) *historyPages {
-	return &historyPages{c: c, chain: newChainVerifier(c.db, c.now, c.log), exports: make(chan struct{}, maxExports)}
+	return &historyPages{c: c, chain: newChainVerifier(c.trail, c.now, c.log), exports: make(chan struct{}, maxExports)}
 }
 
 // routesHistory serves the history under auth, a group at /history whose
@@ -90,7 +89,7 @@ func (c *console) routesHistory(auth *echo.Group) {
 // means, and the page size asked for (0 for the default).
 type historyQuery struct {
 	form   templates.HistoryForm
-	filter db.HistoryFilter
+	filter queue.HistoryFilter
 	limit  int
 }
 
@@ -114,7 +113,7 @@ func parseHistoryQuery(q url.Values) (historyQuery, error) {
 			return hq, &filterError{fmt.Sprintf("a filter must be UTF-8 text of at most %d bytes", maxFilterBytes)}
 		}
 	}
-	f := db.HistoryFilter{Actor: fm.Actor, Tool: fm.Tool, Status: fm.Status, Operator: fm.Operator, Channel: fm.Channel}
+	f := queue.HistoryFilter{Actor: fm.Actor, Tool: fm.Tool, Status: fm.Status, Operator: fm.Operator, Channel: fm.Channel}
 	if fm.Status != "" && !slices.Contains(historyStatuses, fm.Status) {
 		return hq, &filterError{"the status must be one of " + strings.Join(historyStatuses, ", ")}
 	}
@@ -142,8 +141,8 @@ func parseHistoryQuery(q url.Values) (historyQuery, error) {
 		}
 	}
 	if s := get("limit"); s != "" {
-		if hq.limit, err = strconv.Atoi(s); err != nil || hq.limit < 1 || hq.limit > db.MaxHistoryLimit {
-			return hq, &filterError{fmt.Sprintf("the page size must be between 1 and %d", db.MaxHistoryLimit)}
+		if hq.limit, err = strconv.Atoi(s); err != nil || hq.limit < 1 || hq.limit > queue.MaxHistoryLimit {
+			return hq, &filterError{fmt.Sprintf("the page size must be between 1 and %d", queue.MaxHistoryLimit)}
 		}
 		f.Limit = hq.limit
 	}
@@ -216,7 +215,7 @@ func (h *historyPages) list(ec echo.Context) error {
 		Page: h.c.page(viewerOf(ec), "History", "history", "", now), Form: hq.form,
 		Statuses: historyStatuses, Channels: historyChannels, Chain: h.chain.status(),
 	}
-	if head, _, err := h.c.db.AuditHead(ctx); err == nil {
+	if head, _, err := h.c.trail.AuditHead(ctx); err == nil {
 		hv.Chain.Head = head
 	}
 	filters := hq.values(false)
@@ -228,9 +227,9 @@ func (h *historyPages) list(ec echo.Context) error {
 		hv.Error = perr.Error()
 		return h.c.render(ec, http.StatusBadRequest, templates.HistoryPage(hv))
 	}
-	calls, next, err := h.c.db.History(ctx, hq.filter)
-	if errors.Is(err, db.ErrFilter) {
-		hv.Error = strings.TrimPrefix(err.Error(), db.ErrFilter.Error()+": ")
+	calls, next, err := h.c.history.History(ctx, hq.filter)
+	if fe := (*queue.FilterError)(nil); errors.As(err, &fe) {
+		hv.Error = fe.Reason
 		return h.c.render(ec, http.StatusBadRequest, templates.HistoryPage(hv))
 	}
 	if err != nil {
@@ -307,7 +306,7 @@ func (h *historyPages) timeline(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	entries, err := h.c.db.Timeline(ctx, call.ID)
+	entries, err := h.c.trail.Timeline(ctx, call.ID)
 	if err != nil {
 		return err
 	}
@@ -487,7 +486,7 @@ func (h *historyPages) exportCalls(format string) echo.HandlerFunc {
 		}
 		defer release()
 		w := newAttachment(ec, ctype, "countersign-calls-"+h.c.now().UTC().Format("20060102T150405Z")+"."+format)
-		return w.finish(h.c.db.ExportCalls(ec.Request().Context(), f, w, format), h.c.log)
+		return w.finish(h.c.history.ExportCalls(ec.Request().Context(), f, w, format), h.c.log)
 	}
 }
 
@@ -504,7 +503,7 @@ func (h *historyPages) exportAudit(ec echo.Context) error {
 	}
 	defer release()
 	w := newAttachment(ec, "application/x-ndjson; charset=utf-8", "countersign-audit-"+h.c.now().UTC().Format("20060102T150405Z")+".jsonl")
-	_, err = h.c.db.ExportAudit(ec.Request().Context(), w, db.ExportOptions{Since: hq.filter.Since, Until: hq.filter.Until, Format: "jsonl"})
+	_, err = h.c.trail.ExportAudit(ec.Request().Context(), w, audit.ExportOptions{Since: hq.filter.Since, Until: hq.filter.Until, Format: "jsonl"})
 	return w.finish(err, h.c.log)
 }
 
@@ -563,8 +562,8 @@ func (a *attachment) finish(err error, log *slog.Logger) error {
 		return nil
 	}
 	if !a.started {
-		if errors.Is(err, db.ErrFilter) {
-			return newAPIError(http.StatusBadRequest, "bad_filter", "%s", strings.TrimPrefix(err.Error(), db.ErrFilter.Error()+": "))
+		if fe := (*queue.FilterError)(nil); errors.As(err, &fe) {
+			return newAPIError(http.StatusBadRequest, "bad_filter", "%s", fe.Reason)
 		}
 		return err
 	}
@@ -577,7 +576,7 @@ func (a *attachment) finish(err error, log *slog.Logger) error {
 
 // chainStore is what the chain verification reads.
 type chainStore interface {
-	VerifyChain(ctx context.Context) (db.VerifyResult, error)
+	VerifyChain(ctx context.Context) (audit.VerifyResult, error)
 	AuditHead(ctx context.Context) (int64, string, error)
 	LatestCheckpoint(ctx context.Context) (audit.Checkpoint, error)
 }

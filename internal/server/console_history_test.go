@@ -941,14 +941,14 @@ type fakeChainStore struct {
 	mu      sync.Mutex
 	head    int64
 	cp      int64
-	result  db.VerifyResult
+	result  audit.VerifyResult
 	err     error
 	gate    chan struct{} // when set, VerifyChain waits for it
 	started chan struct{}
 	runs    atomic.Int32
 }
 
-func (f *fakeChainStore) VerifyChain(ctx context.Context) (db.VerifyResult, error) {
+func (f *fakeChainStore) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
 	f.runs.Add(1)
 	f.mu.Lock()
 	gate, started := f.gate, f.started
@@ -960,7 +960,7 @@ func (f *fakeChainStore) VerifyChain(ctx context.Context) (db.VerifyResult, erro
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return db.VerifyResult{}, ctx.Err()
+			return audit.VerifyResult{}, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -978,7 +978,7 @@ func (f *fakeChainStore) LatestCheckpoint(context.Context) (audit.Checkpoint, er
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cp == 0 {
-		return audit.Checkpoint{}, db.ErrNoCheckpoint
+		return audit.Checkpoint{}, audit.ErrNoCheckpoint
 	}
 	return audit.Checkpoint{Seq: f.cp}, nil
 }
@@ -1001,7 +1001,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestChainVerifierCadence(t *testing.T) {
 	clock := newConsoleClock()
 	f := &fakeChainStore{head: 10, gate: make(chan struct{}), started: make(chan struct{}, 10),
-		result: db.VerifyResult{OK: true, Count: 10}}
+		result: audit.VerifyResult{OK: true, Count: 10}}
 	v := newChainVerifier(f, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -1068,7 +1068,7 @@ func TestChainVerifierCadence(t *testing.T) {
 	// altered in place.
 	clock.Advance(maxVerifyAge)
 	f.mu.Lock()
-	f.result = db.VerifyResult{OK: false, Count: 4, Err: &audit.BreakError{Seq: 5, Reason: "hash does not match"}}
+	f.result = audit.VerifyResult{OK: false, Count: 4, Err: &audit.BreakError{Seq: 5, Reason: "hash does not match"}}
 	f.mu.Unlock()
 	v.request(clock.Now())
 	<-f.started
@@ -1341,7 +1341,7 @@ func openConsoleEnvAt(tb testing.TB, path string) *consoleEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(Config{Queue: q, DB: d, Keys: keys, Logger: log, Now: time.Now,
+	srv, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), time.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: time.Now,
 		Console: &ConsoleConfig{PublicURL: "http://" + ln.Addr().String()}})
 	if err != nil {
 		tb.Fatal(err)

@@ -270,7 +270,7 @@ func TestAuditorCannotDecide(t *testing.T) {
 	if blocks, _ := e.q.Store().Blocks(context.Background()); len(blocks) != 1 {
 		t.Errorf("blocks = %d, want 1 (not cleared)", len(blocks))
 	}
-	if _, err := e.db.UserByName(context.Background(), "mallory"); err == nil {
+	if _, err := accountsOf(e.db).UserByName(context.Background(), "mallory"); err == nil {
 		t.Error("an auditor added an account")
 	}
 }
@@ -316,7 +316,7 @@ func TestAdminPage(t *testing.T) {
 	if p.status != http.StatusOK || p.find("admin-notice").Length() != 1 {
 		t.Fatalf("add user = %d: %s", p.status, p.find("admin-error").Text())
 	}
-	u, err := e.db.UserByName(context.Background(), "nina")
+	u, err := accountsOf(e.db).UserByName(context.Background(), "nina")
 	if err != nil || u.Role != account.RoleOperator {
 		t.Fatalf("nina = %+v, %v", u, err)
 	}
@@ -338,7 +338,7 @@ func TestAdminPage(t *testing.T) {
 	if p.status != http.StatusOK || !strings.HasPrefix(secret, "cst_") {
 		t.Fatalf("create token = %d, secret %q", p.status, secret)
 	}
-	tk, err := e.db.TokenBySecret(context.Background(), secret)
+	tk, err := accountsOf(e.db).TokenBySecret(context.Background(), secret)
 	if err != nil || tk.Actor != "agent:new" {
 		t.Fatalf("token lookup = %+v, %v", tk, err)
 	}
@@ -346,7 +346,7 @@ func TestAdminPage(t *testing.T) {
 	if p.status != http.StatusOK {
 		t.Errorf("revoke = %d", p.status)
 	}
-	if _, err := e.db.TokenBySecret(context.Background(), secret); err == nil {
+	if _, err := accountsOf(e.db).TokenBySecret(context.Background(), secret); err == nil {
 		t.Error("a revoked token still authenticates")
 	}
 	if p := b.post("/admin/users/adam/disable", map[string][]string{"csrf": {tok}}); p.status != http.StatusConflict {

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -92,9 +92,9 @@ func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, users 
 	return nil
 }
 
-// Users finds console accounts; *db.DB implements it.
+// Users finds console accounts; *account.Service implements it.
 type Users interface {
-	UserByName(ctx context.Context, name string) (db.User, error)
+	UserByName(ctx context.Context, name string) (account.User, error)
 }
 
 // ErrNotADecider is a command-line decision in the name of someone who is
@@ -108,7 +108,7 @@ var ErrNotADecider = errors.New("server: not an enabled operator or admin")
 // could meet any quorum under invented names.
 func Decide(ctx context.Context, q *queue.Service, users Users, req ControlRequest) (*queue.Call, error) {
 	u, err := users.UserByName(ctx, req.Operator)
-	if errors.Is(err, db.ErrUserNotFound) || (err == nil && (u.Disabled() || !u.Role.CanDecide())) {
+	if errors.Is(err, account.ErrUserNotFound) || (err == nil && (u.Disabled() || !u.Role.CanDecide())) {
 		return nil, fmt.Errorf("%w: %q", ErrNotADecider, req.Operator)
 	}
 	if err != nil {

@@ -24,11 +24,11 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 		name string
 		role account.Role
 	}{{"olga", account.RoleOperator}, {"ada", account.RoleAdmin}, {"aud", account.RoleAuditor}, {"gone", account.RoleOperator}} {
-		if _, err := st.db.AddUser(ctx, u.name, u.role, hash, "test", audit.ChannelCLI); err != nil {
+		if _, err := accountsOf(st.db).AddUser(ctx, u.name, u.role, hash, "test", audit.ChannelCLI); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.db.DisableUser(ctx, "gone", "test", audit.ChannelCLI); err != nil {
+	if err := accountsOf(st.db).DisableUser(ctx, "gone", "test", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
 	deployer := st.token("agent:deployer", "deploy-host")
@@ -36,7 +36,7 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 	id, digest := r.str("id"), r.str("digest")
 
 	for _, name := range []string{"ghost1", "aud", "gone", ""} {
-		_, err := Decide(ctx, st.queue, st.db, ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest})
+		_, err := Decide(ctx, st.queue, accountsOf(st.db), ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest})
 		if !errors.Is(err, ErrNotADecider) {
 			t.Errorf("approve as %q: %v, want ErrNotADecider", name, err)
 		}
@@ -50,7 +50,7 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 		t.Fatalf("%d approvals recorded for refused deciders", approvals)
 	}
 	for _, name := range []string{"olga", "ada"} {
-		if _, err := Decide(ctx, st.queue, st.db, ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest}); err != nil {
+		if _, err := Decide(ctx, st.queue, accountsOf(st.db), ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest}); err != nil {
 			t.Fatalf("approve as %s: %v", name, err)
 		}
 	}

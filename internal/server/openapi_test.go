@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/countersign/countersign/docs"
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
@@ -293,7 +294,7 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	srv, err := server.New(server.Config{Queue: q, DB: d, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 
 func (st *openAPIStack) token(t *testing.T, actor, audience string) string {
 	t.Helper()
-	_, secret, err := st.db.CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
+	_, secret, err := account.NewService(st.db.Accounts(), nil).CreateToken(context.Background(), actor, audience, "", "test", audit.ChannelCLI)
 	if err != nil {
 		t.Fatal(err)
 	}

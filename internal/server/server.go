@@ -15,15 +15,24 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
-	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 )
 
 // Config holds what the server serves.
+//
+// The server depends on the domain's services and the read interfaces the
+// domain declares, never on a storage engine: cmd/console picks the store
+// and passes its views here.
 type Config struct {
-	Queue   *queue.Service
-	DB      *db.DB
+	Queue    *queue.Service
+	Accounts *account.Service
+	History  queue.History // the history pages and their exports
+	Audit    audit.Trail   // checkpoints, the timeline, the chain's status, the audit export
+	// Ping reports whether the store answers, for /healthz.
+	Ping    func(context.Context) error
 	Keys    *grant.Keyring
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -44,8 +53,8 @@ type Server struct {
 
 // New builds the routes.
 func New(cfg Config) (*Server, error) {
-	if cfg.Queue == nil || cfg.DB == nil || cfg.Keys == nil {
-		return nil, errors.New("server: queue, db and keys are required")
+	if cfg.Queue == nil || cfg.Accounts == nil || cfg.History == nil || cfg.Audit == nil || cfg.Ping == nil || cfg.Keys == nil {
+		return nil, errors.New("server: queue, accounts, history, audit, ping and keys are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

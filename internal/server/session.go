@@ -20,7 +20,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -43,7 +42,7 @@ const (
 // viewer is the logged-in person behind a request.
 type viewer struct {
 	idHash string
-	user   db.User
+	user   account.User
 	csrf   string
 }
 
@@ -95,7 +94,7 @@ func (c *console) setCookie(ec echo.Context, values map[any]any, maxAge time.Dur
 }
 
 // sessionOver says why a session may no longer be used, or "" if it may.
-func (c *console) sessionOver(s db.Session, now time.Time) string {
+func (c *console) sessionOver(s account.Session, now time.Time) string {
 	switch {
 	case s.Revoked():
 		return s.RevokeReason
@@ -121,8 +120,8 @@ func (c *console) currentViewer(ec echo.Context) (*viewer, error) {
 	}
 	ctx := ec.Request().Context()
 	idHash := hashID(sid)
-	s, err := c.db.Session(ctx, idHash)
-	if errors.Is(err, db.ErrSessionNotFound) {
+	s, err := c.accounts.Session(ctx, idHash)
+	if errors.Is(err, account.ErrSessionNotFound) {
 		return nil, errNoSession
 	}
 	if err != nil {
@@ -131,7 +130,7 @@ func (c *console) currentViewer(ec echo.Context) (*viewer, error) {
 	now := c.now()
 	if reason := c.sessionOver(s, now); reason != "" {
 		if !s.Revoked() {
-			if err := c.db.RevokeSession(ctx, idHash, reason, now); err != nil {
+			if err := c.accounts.RevokeSession(ctx, idHash, reason, now); err != nil {
 				return nil, err
 			}
 			c.hub.endSessions(idHash)
@@ -140,7 +139,7 @@ func (c *console) currentViewer(ec echo.Context) (*viewer, error) {
 	}
 	// Record activity, at most a few times per idle period.
 	if now.Sub(s.LastSeen) >= min(time.Minute, c.cfg.IdleTimeout/10) {
-		if err := c.db.TouchSession(ctx, idHash, now); err != nil {
+		if err := c.accounts.TouchSession(ctx, idHash, now); err != nil {
 			return nil, err
 		}
 	}
@@ -318,10 +317,10 @@ func (c *console) login(ec echo.Context) error {
 			fmt.Sprintf("Too many failed logins. Try again in %d s.", secs))
 	}
 	ctx := r.Context()
-	user, err := c.db.UserByName(ctx, name)
+	user, err := c.accounts.UserByName(ctx, name)
 	hash := user.PasswordHash
 	switch {
-	case errors.Is(err, db.ErrUserNotFound) || account.CheckName(name) != nil:
+	case errors.Is(err, account.ErrUserNotFound) || account.CheckName(name) != nil:
 		hash, err = c.dummyHash, nil
 	case err != nil:
 		return err
@@ -335,7 +334,7 @@ func (c *console) login(ec echo.Context) error {
 	}
 	c.accountLimiter.Reset(accountKey)
 	sid, csrf := newID(), newID()
-	if err := c.db.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
+	if err := c.accounts.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
 		return err
 	}
 	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
@@ -359,7 +358,7 @@ func (c *console) checkPassword(ctx context.Context, hash, password string) bool
 
 func (c *console) logout(ec echo.Context) error {
 	v := viewerOf(ec)
-	if err := c.db.RevokeSession(ec.Request().Context(), v.idHash, "logout", c.now()); err != nil {
+	if err := c.accounts.RevokeSession(ec.Request().Context(), v.idHash, "logout", c.now()); err != nil {
 		return err
 	}
 	c.hub.endSessions(v.idHash)

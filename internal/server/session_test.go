@@ -225,7 +225,7 @@ func TestDisableEndsSessionsAndSockets(t *testing.T) {
 	otto := e.browser()
 	otto.login("otto", rolePassword)
 	ottoConn, _ := otto.mustDial("/ws")
-	if err := e.db.DisableUser(context.Background(), "otto", "cli:root", audit.ChannelCLI); err != nil {
+	if err := accountsOf(e.db).DisableUser(context.Background(), "otto", "cli:root", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
 	expectSessionEnded(t, ottoConn)

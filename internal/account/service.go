@@ -1,0 +1,205 @@
+package account
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// Service applies the rules of accounts, sessions and tokens over a Store:
+// names, roles and hashes are checked before anything is stored, token
+// secrets are generated here and stored only hashed, and every change an
+// administrator makes leaves an audit entry in the same transaction.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewService returns the accounts over store; now defaults to time.Now.
+func NewService(store Store, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, now: now}
+}
+
+// AddUser creates an enabled account, audited as done by by through
+// channel.
+func (s *Service) AddUser(ctx context.Context, name string, role Role, passwordHash, by, channel string) (User, error) {
+	if err := CheckName(name); err != nil {
+		return User{}, err
+	}
+	if _, err := ParseRole(string(role)); err != nil {
+		return User{}, err
+	}
+	if _, _, _, err := ParseHash(passwordHash); err != nil {
+		return User{}, err
+	}
+	u := User{Name: name, Role: role, PasswordHash: passwordHash, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.InsertUser(u); err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(s.now()), Kind: audit.KindUserAdded,
+			Principal: by, Channel: channel, Details: map[string]any{"user": name, "role": string(role)}})
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// UserByName finds an account, enabled or not.
+func (s *Service) UserByName(ctx context.Context, name string) (User, error) {
+	return s.store.User(ctx, name)
+}
+
+// Users lists every account by name.
+func (s *Service) Users(ctx context.Context) ([]User, error) { return s.store.Users(ctx) }
+
+// DisableUser disables an account and ends its sessions in the same
+// transaction.
+func (s *Service) DisableUser(ctx context.Context, name, by, channel string) error {
+	now := s.now()
+	return s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.DisableUser(name, now); err != nil {
+			return err
+		}
+		ended, err := tx.RevokeUserSessions(name, "disabled", now)
+		if err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: audit.KindUserDisabled,
+			Principal: by, Channel: channel, Details: map[string]any{"user": name, "sessions_ended": ended}})
+	})
+}
+
+// CreateSession records a new login of user.
+func (s *Service) CreateSession(ctx context.Context, idHash, user, csrf string, now time.Time) error {
+	return s.store.Update(ctx, func(tx Tx) error {
+		return tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, CreatedAt: now, LastSeen: now})
+	})
+}
+
+// Session finds a session, ended or not, with its user.
+func (s *Service) Session(ctx context.Context, idHash string) (Session, error) {
+	return s.store.Session(ctx, idHash)
+}
+
+// Sessions finds the sessions among idHashes; unknown ids are left out.
+func (s *Service) Sessions(ctx context.Context, idHashes []string) (map[string]Session, error) {
+	return s.store.Sessions(ctx, idHashes)
+}
+
+// TouchSession records activity on a live session.
+func (s *Service) TouchSession(ctx context.Context, idHash string, now time.Time) error {
+	return s.store.Update(ctx, func(tx Tx) error { return tx.TouchSession(idHash, now) })
+}
+
+// RevokeSession ends a live session for reason (logout, idle, expired,
+// disabled).
+func (s *Service) RevokeSession(ctx context.Context, idHash, reason string, now time.Time) error {
+	return s.store.Update(ctx, func(tx Tx) error { return tx.RevokeSession(idHash, reason, now) })
+}
+
+// PruneSessions deletes sessions created before cutoff and returns how
+// many.
+func (s *Service) PruneSessions(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := s.store.Update(ctx, func(tx Tx) error {
+		var err error
+		n, err = tx.PruneSessions(cutoff)
+		return err
+	})
+	return n, err
+}
+
+// ConsoleSecret returns the named random secret of size bytes, creating it
+// on first use.
+func (s *Service) ConsoleSecret(ctx context.Context, name string, size int) ([]byte, error) {
+	var out []byte
+	err := s.store.Update(ctx, func(tx Tx) error {
+		v, err := tx.Secret(name)
+		if err == nil {
+			out = v
+			return nil
+		}
+		if !errors.Is(err, ErrSecretNotFound) {
+			return err
+		}
+		v = make([]byte, size)
+		if _, err := rand.Read(v); err != nil {
+			return err
+		}
+		if err := tx.InsertSecret(name, v); err != nil {
+			return err
+		}
+		out = v
+		return nil
+	})
+	return out, err
+}
+
+// HashToken is how a token's secret is stored and looked up.
+func HashToken(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// CreateToken creates an API token for actor and audience and returns it
+// with its secret, which is shown once and stored only hashed.
+func (s *Service) CreateToken(ctx context.Context, actor, audience, note, by, channel string) (Token, string, error) {
+	actor, audience = strings.TrimSpace(actor), strings.TrimSpace(audience)
+	if actor == "" || audience == "" {
+		return Token{}, "", ErrTokenContext
+	}
+	var raw [32]byte
+	var id [6]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return Token{}, "", err
+	}
+	if _, err := rand.Read(id[:]); err != nil {
+		return Token{}, "", err
+	}
+	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Actor: actor, Audience: audience, Note: note,
+		CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.InsertToken(t, HashToken(secret)); err != nil {
+			return fmt.Errorf("account: create token: %w", err)
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(s.now()), Kind: audit.KindTokenCreated,
+			Principal: by, Channel: channel, Details: map[string]any{"token": t.ID, "actor": actor, "audience": audience, "note": note}})
+	})
+	if err != nil {
+		return Token{}, "", err
+	}
+	return t, secret, nil
+}
+
+// TokenBySecret finds the live token a request presents.
+func (s *Service) TokenBySecret(ctx context.Context, secret string) (Token, error) {
+	return s.store.TokenByHash(ctx, HashToken(secret))
+}
+
+// Tokens lists every token, newest first.
+func (s *Service) Tokens(ctx context.Context) ([]Token, error) { return s.store.Tokens(ctx) }
+
+// RevokeToken revokes a live token.
+func (s *Service) RevokeToken(ctx context.Context, id, by, channel string) error {
+	return s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.RevokeToken(id, s.now()); err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(s.now()), Kind: audit.KindTokenRevoked,
+			Principal: by, Channel: channel, Details: map[string]any{"token": id}})
+	})
+}

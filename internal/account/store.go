@@ -1,0 +1,70 @@
+package account
+
+import (
+	"context"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// Store is the persistence of accounts, sessions, tokens and the console's
+// secrets. Every write goes through Update; each read method is one
+// consistent read. Methods that find nothing return the package's not-found
+// errors; a store whose database was replaced returns store.ErrReplaced
+// from Update, and storage trouble wraps store.ErrUnavailable.
+type Store interface {
+	// Update runs fn inside one write transaction, after checking that the
+	// database is still the one opened: either everything fn did, audit
+	// entries included, is committed, or nothing is. The commit has
+	// happened when Update returns nil.
+	Update(ctx context.Context, fn func(Tx) error) error
+
+	User(ctx context.Context, name string) (User, error)
+	// Users lists every account by name.
+	Users(ctx context.Context) ([]User, error)
+	Session(ctx context.Context, idHash string) (Session, error)
+	// Sessions returns the sessions found among idHashes, by id hash;
+	// unknown ids are left out.
+	Sessions(ctx context.Context, idHashes []string) (map[string]Session, error)
+	// TokenByHash finds a live (unrevoked) token by its secret's hash.
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	// Tokens lists every token, newest first, revoked ones included.
+	Tokens(ctx context.Context) ([]Token, error)
+}
+
+// Tx is what one account transaction may do.
+type Tx interface {
+	User(name string) (User, error)
+	// InsertUser fails with ErrUserExists when the name is taken.
+	InsertUser(u User) error
+	// DisableUser marks an enabled user disabled: ErrUserNotFound when
+	// there is no such user, ErrUserDisabled when it already is.
+	DisableUser(name string, at time.Time) error
+	// RevokeUserSessions ends every live session of user and returns how
+	// many it ended.
+	RevokeUserSessions(user, reason string, at time.Time) (int64, error)
+
+	// InsertSession stores a new session of s.User.Name.
+	InsertSession(s Session) error
+	// TouchSession moves a live session's last-seen time forward (never
+	// back).
+	TouchSession(idHash string, at time.Time) error
+	// RevokeSession ends a live session; an ended or unknown one is left
+	// as it is.
+	RevokeSession(idHash, reason string, at time.Time) error
+	// PruneSessions deletes sessions created before cutoff.
+	PruneSessions(cutoff time.Time) (int64, error)
+
+	// InsertToken stores a token with its secret's hash.
+	InsertToken(t Token, hash string) error
+	// RevokeToken revokes a live token: ErrTokenNotFound when there is no
+	// live token with that id.
+	RevokeToken(id string, at time.Time) error
+
+	// Secret reads a console secret: ErrSecretNotFound when unset.
+	Secret(name string) ([]byte, error)
+	InsertSecret(name string, value []byte) error
+
+	// Append seals the entry onto the audit chain.
+	Append(e *audit.Entry) error
+}

@@ -1,0 +1,70 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Trail is the read side of a stored audit chain, as a store implements it.
+// Each method reads one consistent state of the chain.
+type Trail interface {
+	// AuditHead returns the newest entry's seq and hash (0 and the genesis
+	// hash when the trail is empty).
+	AuditHead(ctx context.Context) (seq int64, hash string, err error)
+	// LatestCheckpoint returns the newest signed checkpoint, or
+	// ErrNoCheckpoint.
+	LatestCheckpoint(ctx context.Context) (Checkpoint, error)
+	// VerifyChain recomputes the whole chain and checks every stored
+	// checkpoint. Damage is reported in the result; the error is for
+	// failing to read at all.
+	VerifyChain(ctx context.Context) (VerifyResult, error)
+	// Timeline lists one call's entries in chain order.
+	Timeline(ctx context.Context, callID string) ([]Entry, error)
+	// ExportAudit streams the trail to w (see ExportOptions).
+	ExportAudit(ctx context.Context, w io.Writer, opt ExportOptions) (ExportResult, error)
+}
+
+// ErrNoCheckpoint means no audit checkpoint has been signed yet (or, when
+// signing one, that the audit trail is still empty).
+var ErrNoCheckpoint = errors.New("audit: no audit checkpoint yet")
+
+// ErrFormat is an export format other than jsonl or csv.
+var ErrFormat = errors.New("audit: export format must be jsonl or csv")
+
+// VerifyResult is what verifying a stored chain found.
+type VerifyResult struct {
+	// Count entries verified; Head is the last one's hash.
+	Count int64
+	Head  string
+	// CheckpointSeq is the newest checkpoint that matched the chain (0 when
+	// none); Checkpoints counts them; KeyIDs are the keys that signed them.
+	CheckpointSeq int64
+	Checkpoints   int
+	KeyIDs        []string
+	// Uncovered lists outside checkpoints that could not be compared.
+	Uncovered []int64
+	// OK is true when the chain and every checkpoint verified. Otherwise
+	// Err says what is wrong: a *BreakError names the first bad entry.
+	OK  bool
+	Err error
+}
+
+// ExportOptions select and shape an audit export.
+type ExportOptions struct {
+	// Since and Until bound the entries' times: the export is the
+	// contiguous run from the first entry at or after Since to the last
+	// entry before Until (zero means unbounded).
+	Since, Until time.Time
+	// Format is "jsonl" (verifiable offline, ExportFormat) or "csv".
+	Format string
+}
+
+// ExportResult describes what an export wrote.
+type ExportResult struct {
+	FromSeq, ToSeq int64
+	Count          int64
+	Head           string
+	Checkpoints    int
+}

@@ -1,0 +1,301 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// Accounts adapts DB to account.Store: console accounts, their sessions,
+// API tokens and the console's secrets.
+type Accounts struct{ d *DB }
+
+// Accounts returns the accounts' view of the database.
+func (d *DB) Accounts() Accounts { return Accounts{d} }
+
+var _ account.Store = Accounts{}
+
+// Update runs fn in one BEGIN IMMEDIATE transaction, after the identity
+// check every write makes, and commits when fn returns nil.
+func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
+	return a.d.update(ctx, func(tx *sql.Tx) error {
+		return fn(&storeTx{ctx: ctx, tx: tx, db: a.d})
+	})
+}
+
+const userColumns = `name, role, password_hash, created_at, disabled_at`
+
+func scanUser(r rowScanner) (account.User, error) {
+	var u account.User
+	var role string
+	var created int64
+	var disabled sql.NullInt64
+	if err := r.Scan(&u.Name, &role, &u.PasswordHash, &created, &disabled); err != nil {
+		return account.User{}, err
+	}
+	u.Role = account.Role(role)
+	u.CreatedAt, u.DisabledAt = time.UnixMilli(created).UTC(), fromMS(disabled)
+	return u, nil
+}
+
+func userByName(ctx context.Context, q querier, name string) (account.User, error) {
+	u, err := scanUser(q.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return account.User{}, fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
+	}
+	if err != nil {
+		return account.User{}, classify(fmt.Errorf("db: look up user: %w", err))
+	}
+	return u, nil
+}
+
+// User finds an account by name.
+func (a Accounts) User(ctx context.Context, name string) (account.User, error) {
+	return userByName(ctx, a.d.sql, name)
+}
+
+// Users lists every account by name.
+func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
+	rows, err := a.d.sql.QueryContext(ctx, `SELECT `+userColumns+` FROM users ORDER BY name`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: list users: %w", err))
+	}
+	defer rows.Close()
+	var out []account.User
+	for rows.Next() {
+		u, err := scanUser(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+const sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
+	u.name, u.role, u.password_hash, u.created_at, u.disabled_at`
+
+func scanSession(r rowScanner) (account.Session, error) {
+	var s account.Session
+	var created, seen int64
+	var revoked sql.NullInt64
+	var role string
+	var ucreated int64
+	var disabled sql.NullInt64
+	if err := r.Scan(&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason,
+		&s.User.Name, &role, &s.User.PasswordHash, &ucreated, &disabled); err != nil {
+		return account.Session{}, err
+	}
+	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
+	s.User.Role = account.Role(role)
+	s.User.CreatedAt, s.User.DisabledAt = time.UnixMilli(ucreated).UTC(), fromMS(disabled)
+	return s, nil
+}
+
+// Session finds a session, live or ended, with its user.
+func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
+	s, err := scanSession(a.d.sql.QueryRowContext(ctx, `SELECT `+sessionColumns+`
+		FROM sessions s JOIN users u ON u.name = s.user_name WHERE s.id_hash = ?`, idHash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return account.Session{}, account.ErrSessionNotFound
+	}
+	if err != nil {
+		return account.Session{}, classify(fmt.Errorf("db: look up session: %w", err))
+	}
+	return s, nil
+}
+
+// Sessions looks up many sessions at once (in batches of 200), for the
+// sweep of open sockets.
+func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]account.Session, error) {
+	out := make(map[string]account.Session, len(idHashes))
+	for len(idHashes) > 0 {
+		batch := idHashes[:min(len(idHashes), 200)]
+		idHashes = idHashes[len(batch):]
+		args := make([]any, len(batch))
+		for i, h := range batch {
+			args[i] = h
+		}
+		rows, err := a.d.sql.QueryContext(ctx, `SELECT `+sessionColumns+`
+			FROM sessions s JOIN users u ON u.name = s.user_name
+			WHERE s.id_hash IN (?`+strings.Repeat(",?", len(batch)-1)+`)`, args...)
+		if err != nil {
+			return nil, classify(fmt.Errorf("db: look up sessions: %w", err))
+		}
+		for rows.Next() {
+			s, err := scanSession(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[s.IDHash] = s
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// TokenByHash finds a live token by its secret's hash.
+func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
+	var t account.Token
+	var created int64
+	err := a.d.sql.QueryRowContext(ctx, `SELECT id, actor, audience, note, created_at FROM tokens WHERE hash = ? AND revoked_at IS NULL`,
+		hash).Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return account.Token{}, account.ErrTokenNotFound
+	}
+	if err != nil {
+		return account.Token{}, classify(fmt.Errorf("db: look up token: %w", err))
+	}
+	t.CreatedAt = time.UnixMilli(created).UTC()
+	return t, nil
+}
+
+// Tokens lists every token, newest first.
+func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
+	rows, err := a.d.sql.QueryContext(ctx, `SELECT id, actor, audience, note, created_at, revoked_at FROM tokens ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: list tokens: %w", err))
+	}
+	defer rows.Close()
+	var out []account.Token
+	for rows.Next() {
+		var t account.Token
+		var created int64
+		var revoked sql.NullInt64
+		if err := rows.Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &created, &revoked); err != nil {
+			return nil, err
+		}
+		t.CreatedAt, t.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// The account half of storeTx: account.Tx.
+
+func (t *storeTx) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
+
+func (t *storeTx) InsertUser(u account.User) error {
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO users (name, role, password_hash, created_at) VALUES (?,?,?,?)`,
+		u.Name, string(u.Role), u.PasswordHash, ms(u.CreatedAt)); err != nil {
+		var se sqlite3.Error
+		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
+			return fmt.Errorf("%w: %s", account.ErrUserExists, u.Name)
+		}
+		return fmt.Errorf("db: insert user: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) DisableUser(name string, at time.Time) error {
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE users SET disabled_at = ? WHERE name = ? AND disabled_at IS NULL`, ms(at), name)
+	if err != nil {
+		return fmt.Errorf("db: disable user: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var exists int
+	if err := t.tx.QueryRowContext(t.ctx, `SELECT COUNT(*) FROM users WHERE name = ?`, name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists == 0 {
+		return fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
+	}
+	return fmt.Errorf("%w: %s", account.ErrUserDisabled, name)
+}
+
+func (t *storeTx) RevokeUserSessions(user, reason string, at time.Time) (int64, error) {
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE sessions SET revoked_at = ?, revoke_reason = ? WHERE user_name = ? AND revoked_at IS NULL`,
+		ms(at), reason, user)
+	if err != nil {
+		return 0, fmt.Errorf("db: revoke sessions: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func (t *storeTx) InsertSession(s account.Session) error {
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen) VALUES (?,?,?,?,?)`,
+		s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen)); err != nil {
+		return fmt.Errorf("db: insert session: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) TouchSession(idHash string, at time.Time) error {
+	_, err := t.tx.ExecContext(t.ctx, `UPDATE sessions SET last_seen = MAX(last_seen, ?) WHERE id_hash = ? AND revoked_at IS NULL`,
+		ms(at), idHash)
+	return err
+}
+
+func (t *storeTx) RevokeSession(idHash, reason string, at time.Time) error {
+	_, err := t.tx.ExecContext(t.ctx, `UPDATE sessions SET revoked_at = ?, revoke_reason = ? WHERE id_hash = ? AND revoked_at IS NULL`,
+		ms(at), reason, idHash)
+	return err
+}
+
+func (t *storeTx) PruneSessions(cutoff time.Time) (int64, error) {
+	res, err := t.tx.ExecContext(t.ctx, `DELETE FROM sessions WHERE created_at < ?`, ms(cutoff))
+	if err != nil {
+		return 0, fmt.Errorf("db: prune sessions: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func (t *storeTx) InsertToken(tok account.Token, hash string) error {
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO tokens (id, hash, actor, audience, note, created_at) VALUES (?,?,?,?,?,?)`,
+		tok.ID, hash, tok.Actor, tok.Audience, tok.Note, ms(tok.CreatedAt)); err != nil {
+		return fmt.Errorf("db: insert token: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) RevokeToken(id string, at time.Time) error {
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, ms(at), id)
+	if err != nil {
+		return fmt.Errorf("db: revoke token: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("%w: %s", account.ErrTokenNotFound, id)
+	}
+	return nil
+}
+
+func (t *storeTx) Secret(name string) ([]byte, error) {
+	var out []byte
+	err := t.tx.QueryRowContext(t.ctx, `SELECT value FROM console_secrets WHERE name = ?`, name).Scan(&out)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, account.ErrSecretNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("db: read console secret: %w", err)
+	}
+	return out, nil
+}
+
+func (t *storeTx) InsertSecret(name string, value []byte) error {
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO console_secrets (name, value) VALUES (?, ?)`, name, value)
+	return err
+}
+
+// AppendAudit appends one entry to the audit chain in a transaction of its
+// own, for changes recorded outside the queue and the accounts (key
+// rotation).
+func (d *DB) AppendAudit(ctx context.Context, e *audit.Entry) error {
+	return d.update(ctx, func(tx *sql.Tx) error { return appendAudit(ctx, tx, e) })
+}

@@ -1,0 +1,17 @@
+// Package store holds what every storage engine of Countersign shares: the
+// errors a store returns whatever its engine. The store interfaces
+// themselves are declared by the domain packages that use them
+// (queue.Store, account.Store, audit.Trail, queue.History); storetest is
+// the suite that every implementation of them must pass.
+package store
+
+import "errors"
+
+// ErrReplaced is returned by every write, and by reads that check, when the
+// database is not the one the store opened: its file was removed or
+// replaced, or it holds another identity. Nothing was changed.
+var ErrReplaced = errors.New("store: the database was removed or replaced while the console was running")
+
+// ErrUnavailable wraps storage failures that a client may retry later (disk
+// full, read-only file, locked too long, connection lost).
+var ErrUnavailable = errors.New("store: storage unavailable")
