@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: test test-short lint generate check-generate bench fuzz build
+.PHONY: test test-short test-clients lint generate check-generate bench fuzz build
 
 build:
 	$(GO) build -o bin/console ./cmd/console
@@ -14,6 +14,10 @@ test:
 # 10,000-socket tests, the browser suite), which skip under -short.
 test-short:
 	$(GO) test -short -race -count=1 -timeout 10m ./...
+
+# The Python and TypeScript clients' suites alone, against a console built from this tree.
+test-clients:
+	$(GO) test -count=1 -v ./clients/
 
 lint:
 	$(GO) vet ./...

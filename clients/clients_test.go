@@ -1,0 +1,137 @@
+// Package clients holds the Python and TypeScript clients of the agent API
+// (clients/python, clients/typescript). Its Go tests run their suites
+// against a console binary built once from this repository: the suites
+// start real `console serve` processes on 127.0.0.1.
+//
+// A suite whose runtime is missing (python3, node, or the TypeScript
+// package's node_modules: run `npm ci` in clients/typescript) is skipped,
+// and fails under CI=true.
+package clients
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var consoleBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "countersign-clients-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	consoleBin = filepath.Join(dir, "console")
+	build := exec.Command("go", "build", "-o", consoleBin, "../cmd/console")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "clients: build console:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// missing skips the test, or fails it under CI=true.
+func missing(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: .ci/run installs what the client suites need)", msg)
+	}
+	t.Skip(msg)
+}
+
+// suiteEnv is the environment of a client suite: the console to start, no
+// bytecode written into the source tree, no colours.
+func suiteEnv() []string {
+	return append(os.Environ(), "COUNTERSIGN_CONSOLE="+consoleBin, "PYTHONDONTWRITEBYTECODE=1", "NO_COLOR=1")
+}
+
+// runSuite runs a suite's command in dir, logs its output, and fails the
+// test when it fails.
+func runSuite(t *testing.T, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = suiteEnv()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("%s %s:\n%s", name, strings.Join(args, " "), out.String())
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return out.String()
+}
+
+// python3 returns a Python 3.10+ interpreter.
+func python3(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		missing(t, "python3 is not installed")
+	}
+	out, err := exec.Command(py, "-c", "import sys; print(sys.version_info >= (3, 10))").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "True" {
+		missing(t, "python3 is older than 3.10 (%v)", err)
+	}
+	return py
+}
+
+var ranTests = regexp.MustCompile(`(?m)^Ran (\d+) tests? in`)
+
+func TestPython(t *testing.T) {
+	py := python3(t)
+	out := runSuite(t, "python", py, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
+	m := ranTests.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("unittest printed no count of tests run")
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 30 || strings.Contains(out, "skipped") {
+		t.Errorf("unittest ran %s tests (skips: %v), want at least 30 and none skipped", m[1], strings.Contains(out, "skipped"))
+	}
+}
+
+// TestPythonInstall installs the package with pip into a fresh virtual
+// environment, with no package index, and uses it from outside the tree.
+func TestPythonInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: creating a virtual environment takes a while")
+	}
+	py := python3(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-m", "venv", venv).CombinedOutput(); err != nil {
+		missing(t, "python3 -m venv: %v: %s", err, out)
+	}
+	src, err := filepath.Abs("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-index", "--disable-pip-version-check", src)
+	pip.Env = append(os.Environ(), "PIP_NO_INDEX=1")
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install %s: %v\n%s", src, err, out)
+	}
+	use := exec.Command(filepath.Join(venv, "bin", "python"), "-c",
+		`import countersign, sys; assert "site-packages" in countersign.__file__, countersign.__file__; `+
+			`print(countersign.digest_of(countersign.envelope("agent:billing-bot", "payments-host", "payments.refund", "invoice:INV-2041", `+
+			`{"amount_minor": 1250, "currency": "EUR", "lines": [2, 0, 1], "note": "café crème 😀 / 2×", "reason": "duplicate charge \"#4411\""})))`)
+	use.Dir = t.TempDir()
+	out, err := use.CombinedOutput()
+	if err != nil {
+		t.Fatalf("use the installed package: %v\n%s", err, out)
+	}
+	// The worked example of docs/canonical.md.
+	if got, want := strings.TrimSpace(string(out)), "0f4bd693ac92e67ba7f4d7a8ce46c8d1430a06ca03bfc4f0dc5f5ebdb2049b77"; got != want {
+		t.Errorf("digest from the installed package = %s, want %s", got, want)
+	}
+}

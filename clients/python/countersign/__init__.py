@@ -1,0 +1,77 @@
+"""Countersign's Python client: propose a tool call, wait for an operator's
+decision, redeem the grant right before executing, and report the outcome.
+
+Standard library only; Python 3.10+.
+
+    import countersign
+
+    c = countersign.Client.from_env()           # COUNTERSIGN_URL, COUNTERSIGN_TOKEN
+    call = c.submit("payments.refund", "invoice:INV-1042",
+                    {"amount_minor": 1299, "currency": "USD", "reason_code": "duplicate"})
+    call = c.wait(call.id)
+    if call.status == "approved" and c.redeem(call.grant, call).accepted:
+        ...                                     # run the tool
+        c.report_outcome(call.id, "succeeded")
+
+or, for a function that must only ever run approved:
+
+    @countersign.gated("payments.refund", target=lambda a: f"invoice:{a['invoice']}")
+    def refund(invoice, amount_minor, currency, reason_code): ...
+
+Errors are exceptions carrying the API's code, message and problems
+(``e.to_dict()`` is the API's error shape, ready for a model).
+``digest_of(envelope)`` recomputes a call's digest (RFC 8785 + SHA-256).
+"""
+
+from ._canonical import (
+    DIGEST_PREFIX,
+    MAX_SAFE_INTEGER,
+    canonical_bytes,
+    canonical_envelope,
+    digest_of,
+    envelope,
+    format_number,
+    valid_tool_name,
+    without,
+)
+from ._client import (
+    OUTCOME_FAILED,
+    OUTCOME_SUCCEEDED,
+    OUTCOME_UNKNOWN,
+    STATUS_APPROVED,
+    STATUS_CANCELLED,
+    STATUS_DENIED,
+    STATUS_EXPIRED,
+    STATUS_PENDING,
+    STATUS_REDEEMED,
+    Approvals,
+    Call,
+    Check,
+    Client,
+    Decision,
+    Outcome,
+    Redemption,
+)
+from ._errors import (
+    ConsoleUnreachable,
+    CountersignError,
+    DigestError,
+    DigestMismatch,
+    NotApproved,
+    Problem,
+    RedemptionRejected,
+    WaitTimeout,
+)
+from ._gated import gated
+
+__version__ = "1.0.0"
+
+__all__ = [
+    "DIGEST_PREFIX", "MAX_SAFE_INTEGER", "canonical_bytes", "canonical_envelope", "digest_of", "envelope",
+    "format_number", "valid_tool_name", "without",
+    "OUTCOME_FAILED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED", "STATUS_CANCELLED",
+    "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
+    "Approvals", "Call", "Check", "Client", "Decision", "Outcome", "Redemption",
+    "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
+    "RedemptionRejected", "WaitTimeout", "gated",
+]

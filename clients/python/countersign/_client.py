@@ -1,0 +1,401 @@
+"""The HTTP client of Countersign's agent API (v1), standard library only."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Optional, Union
+
+from ._canonical import NumberPaths, digest_of, envelope, without
+from ._errors import ConsoleUnreachable, CountersignError, DigestMismatch, Problem, WaitTimeout
+
+DEFAULT_POLL_WAIT = 60.0
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_MAX_OUTAGE = 120.0
+MAX_RESPONSE_BYTES = 8 << 20
+USER_AGENT = "countersign-python-client/1"
+
+STATUS_PENDING = "pending"
+STATUS_APPROVED = "approved"
+STATUS_DENIED = "denied"
+STATUS_EXPIRED = "expired"
+STATUS_CANCELLED = "cancelled"
+STATUS_REDEEMED = "redeemed"
+
+OUTCOME_SUCCEEDED = "succeeded"
+OUTCOME_FAILED = "failed"
+OUTCOME_UNKNOWN = "unknown"
+
+
+def _time(s: Optional[str]) -> Optional[datetime]:
+    """Read an RFC 3339 time as the console writes it (UTC, up to
+    nanoseconds), on every Python from 3.10."""
+    if not s:
+        return None
+    s = s.replace("Z", "+00:00").replace("z", "+00:00")
+    if "." in s:
+        head, _, rest = s.partition(".")
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        s = head + "." + (rest[:i] + "000000")[:6] + rest[i:]
+    t = datetime.fromisoformat(s)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Approvals:
+    required: int
+    received: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An operator's denial: who, why and when."""
+
+    by: str
+    reason: str
+    at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class Call:
+    """The API's call object. ``args`` are the arguments as the console
+    stored them (integers exact); ``raw`` is the decoded response body."""
+
+    id: str
+    status: str
+    actor: str
+    audience: str
+    tool: str
+    target: str
+    args: dict
+    digest: str
+    created_at: Optional[datetime]
+    decide_by: Optional[datetime]
+    approvals: Approvals
+    rationale: str = ""
+    grant: str = ""
+    grant_expires_at: Optional[datetime] = None
+    decision: Optional[Decision] = None
+    outcome: Optional[Outcome] = None
+    #: Set by submit: True when the console stored a new call (201), False
+    #: when it returned the same actor's identical pending or approved call.
+    created: bool = False
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def decided(self) -> bool:
+        """Any status but pending."""
+        return self.status != STATUS_PENDING
+
+    def spec(self) -> dict:
+        """The call as it must be presented at redemption: its tool, target
+        and args exactly as the console returned them."""
+        return {"tool": self.tool, "target": self.target, "args": self.args}
+
+    def envelope(self, args: Optional[Mapping[str, Any]] = None) -> dict:
+        """The envelope of this call (with other args when given)."""
+        return envelope(self.actor, self.audience, self.tool, self.target, self.args if args is None else args)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Call":
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str) or not d["id"]:
+            raise ValueError("not a call")
+        ap = d.get("approvals") or {}
+        dec = d.get("decision")
+        out = d.get("outcome")
+        return cls(
+            id=d["id"], status=d.get("status", ""), actor=d.get("actor", ""), audience=d.get("audience", ""),
+            tool=d.get("tool", ""), target=d.get("target", ""), args=d.get("args") or {},
+            digest=d.get("digest", ""), created_at=_time(d.get("created_at")), decide_by=_time(d.get("decide_by")),
+            approvals=Approvals(int(ap.get("required", 0)), int(ap.get("received", 0))),
+            rationale=d.get("rationale", ""), grant=d.get("grant", ""),
+            grant_expires_at=_time(d.get("grant_expires_at")),
+            decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
+            outcome=Outcome(out.get("status", ""), out.get("detail", "")) if out else None,
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One step of a redemption; ``ok`` is None when it was not reached."""
+
+    name: str
+    ok: Optional[bool]
+
+
+@dataclass
+class Redemption:
+    """The console's answer to a grant presented with a call. A rejection is
+    an answer, not an exception: ``accepted`` is False and ``reason`` says
+    which check failed."""
+
+    decision: str
+    accepted: bool
+    call_id: str
+    reason: str
+    message: str
+    checks: list[Check]
+    status_code: int
+    raw: dict = field(default_factory=dict, repr=False)
+
+    def failed(self) -> Optional[Check]:
+        """The first check that failed, or None."""
+        return next((c for c in self.checks if c.ok is False), None)
+
+
+CallLike = Union[Call, Mapping[str, Any]]
+
+
+class _Transient(Exception):
+    """A console that is restarting or unreachable: a read may be retried."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+class Client:
+    """Talks to one Countersign console with one agent token.
+
+    >>> c = Client("http://127.0.0.1:8080", token)
+    >>> call = c.submit("payments.refund", "invoice:INV-1042",
+    ...                 {"amount_minor": 1299, "currency": "USD", "reason_code": "duplicate"})
+    >>> call = c.wait(call.id)
+    >>> if call.status == "approved" and c.redeem(call.grant, call).accepted:
+    ...     ...  # run the tool, then
+    ...     c.report_outcome(call.id, "succeeded", "refund re-1042 issued")
+
+    Numbers must be integers within ±(2^53−1): the console refuses floats
+    (money is an integer in minor units) except where an MCP-mirrored tool
+    declares a number.
+    """
+
+    def __init__(self, url: str, token: str, *, poll_wait: float = DEFAULT_POLL_WAIT,
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT, max_outage: float = DEFAULT_MAX_OUTAGE,
+                 backoff: tuple[float, float] = (0.2, 5.0)):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.poll_wait = poll_wait
+        self.request_timeout = request_timeout
+        self.max_outage = max_outage
+        self.backoff = backoff
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> "Client":
+        """A client for COUNTERSIGN_URL (default http://127.0.0.1:8080) with
+        the token in COUNTERSIGN_TOKEN."""
+        token = os.environ.get("COUNTERSIGN_TOKEN", "")
+        if not token:
+            raise CountersignError("unauthorized", "COUNTERSIGN_TOKEN is not set: create a token with "
+                                   "`console token create --actor ... --audience ...` and export it")
+        return cls(os.environ.get("COUNTERSIGN_URL") or "http://127.0.0.1:8080", token, **kwargs)
+
+    # The agent API.
+
+    def submit(self, tool: str, target: str, args: Optional[Mapping[str, Any]] = None,
+               rationale: Optional[str] = None) -> Call:
+        """Propose a call. Returns the stored call: a new one (``created``
+        True) or the same actor's identical call that is still pending or
+        approved. A refused proposal raises CountersignError listing every
+        problem (code invalid_arguments, unknown_tool, retry_limit, ...)."""
+        proposal: dict[str, Any] = {"tool": tool, "target": target, "args": {} if args is None else args}
+        if rationale:
+            proposal["rationale"] = rationale
+        return self.submit_json(_encode(proposal))
+
+    def submit_json(self, body: Union[bytes, str]) -> Call:
+        """Propose a call whose JSON text the caller wrote; sent as it is."""
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        status, data = self._do("POST", "/api/v1/calls", body)
+        call = _call(status, data, (200, 201))
+        call.created = status == 201
+        return call
+
+    def get(self, call_id: str) -> Call:
+        """One of this agent's calls (another actor's call is a 404)."""
+        status, data = self._do("GET", _call_path(call_id))
+        return _call(status, data, (200,))
+
+    def wait(self, call_id: str, timeout: Optional[float] = None) -> Call:
+        """Long-poll until the call is no longer pending and return it:
+        approved with its grant, denied with the operator's reason, expired,
+        cancelled or redeemed. While the console restarts (connection
+        refused or reset, 502, 503, 504) it retries with backoff for up to
+        max_outage seconds. With a timeout (seconds) that passes first it
+        raises WaitTimeout carrying the last state seen."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: Optional[Call] = None
+        outage_start: Optional[float] = None
+        delay = self.backoff[0]
+        # A poll that answers early with the call still pending (one
+        # approval of several, a console draining) is followed by a pause.
+        min_interval = min(self.poll_wait, 0.5)
+        while True:
+            wait = self.poll_wait
+            if deadline is not None:
+                wait = max(min(wait, deadline - time.monotonic() - 0.25), 0.0)
+            start = time.monotonic()
+            try:
+                call = self._poll(call_id, wait)
+            except _Transient as t:
+                if outage_start is None:
+                    outage_start = start
+                if self.max_outage > 0 and time.monotonic() - outage_start >= self.max_outage:
+                    raise t.error from None
+                pause = delay / 2 + random.uniform(0, delay / 2)
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    if last is None:
+                        raise t.error from None
+                    raise WaitTimeout(last) from None
+                time.sleep(pause)
+                delay = min(2 * delay, self.backoff[1])
+                continue
+            last, outage_start, delay = call, None, self.backoff[0]
+            if call.decided:
+                return call
+            if deadline is not None and time.monotonic() >= deadline - 0.25:
+                raise WaitTimeout(call)
+            pause = min_interval - (time.monotonic() - start)
+            if pause > 0:
+                time.sleep(pause)
+
+    def _poll(self, call_id: str, wait: float) -> Call:
+        path = _call_path(call_id) + "?wait=" + f"{int(wait * 1000)}ms"
+        try:
+            status, data = self._do("GET", path, timeout=wait + self.request_timeout)
+        except ConsoleUnreachable as e:
+            raise _Transient(e) from e
+        if status in (502, 503, 504):
+            raise _Transient(CountersignError.from_response(status, data))
+        return _call(status, data, (200,))
+
+    def redeem(self, grant: str, call: CallLike) -> Redemption:
+        """Present the grant with the call it was issued for, right before
+        executing it: exactly the approved call (the Call that wait
+        returned, or a dict with tool, target and args). A rejection (403,
+        or 409 for a grant already redeemed) is returned, not raised."""
+        spec = call.spec() if isinstance(call, Call) else {"tool": call["tool"], "target": call["target"],
+                                                          "args": call.get("args") or {}}
+        status, data = self._do("POST", "/api/v1/redeem", _encode({"grant": grant, "call": spec}))
+        if status in (200, 403, 409):
+            try:
+                d = json.loads(data)
+            except ValueError:
+                d = None
+            if isinstance(d, dict) and d.get("decision") in ("accepted", "rejected"):
+                return Redemption(
+                    decision=d["decision"], accepted=d["decision"] == "accepted" and status == 200,
+                    call_id=d.get("call_id", ""), reason=d.get("reason", ""), message=d.get("message", ""),
+                    checks=[Check(c.get("name", ""), c.get("ok")) for c in d.get("checks") or []],
+                    status_code=status, raw=d)
+        raise CountersignError.from_response(status, data)
+
+    def report_outcome(self, call_id: str, status: str, detail: Optional[str] = None) -> Call:
+        """Report what happened when the redeemed call ran: succeeded,
+        failed or unknown, with optional text for the audit trail. Once per
+        call, after redemption (409 otherwise)."""
+        body: dict[str, Any] = {"status": status}
+        if detail:
+            body["detail"] = detail
+        st, data = self._do("POST", _call_path(call_id) + "/outcome", _encode(body))
+        return _call(st, data, (200,))
+
+    def cancel(self, call_id: str) -> Call:
+        """Withdraw a pending call (409 not_pending otherwise)."""
+        status, data = self._do("DELETE", _call_path(call_id))
+        return _call(status, data, (200,))
+
+    def keys(self) -> dict:
+        """The console's JSON Web Key Set: the Ed25519 keys that may still
+        verify a live grant."""
+        status, data = self._do("GET", "/api/v1/keys", auth=False)
+        if status != 200:
+            raise CountersignError.from_response(status, data)
+        return json.loads(data)
+
+    def verify_digest(self, call: Call, *, args: Optional[Mapping[str, Any]] = None,
+                      informational: Iterable[str] = (), number_paths: NumberPaths = None) -> str:
+        """Recompute the digest of the call as asked for and check it against
+        the console's. ``args`` are the arguments as proposed (default: the
+        call's own); ``informational`` lists the tool's unbound members
+        (JSON Pointers into args, such as ``/notes``), which the digest
+        leaves out. Returns the digest; raises DigestMismatch otherwise."""
+        bound = without(call.args if args is None else args, informational)
+        local = digest_of(call.envelope(bound), number_paths=number_paths)
+        if local != call.digest:
+            raise DigestMismatch(call.id, call.digest, local)
+        return local
+
+    def gated(self, tool: str, **kwargs: Any):
+        """The gated decorator bound to this client; see countersign.gated."""
+        from ._gated import gated
+
+        return gated(tool, client=self, **kwargs)
+
+    # Transport.
+
+    def _do(self, method: str, path: str, body: Optional[bytes] = None, *, timeout: Optional[float] = None,
+            auth: bool = True) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, method=method)
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", USER_AGENT)
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", "Bearer " + self.token)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.request_timeout) as res:
+                return res.status, res.read(MAX_RESPONSE_BYTES)
+        except urllib.error.HTTPError as e:
+            with e:
+                return e.code, e.read(MAX_RESPONSE_BYTES)
+        except urllib.error.URLError as e:
+            raise ConsoleUnreachable(self.url, method, path, e.reason) from e
+        except (OSError, http.client.HTTPException) as e:  # reset, timed out, cut short
+            raise ConsoleUnreachable(self.url, method, path, e) from e
+
+
+def _call_path(call_id: str) -> str:
+    return "/api/v1/calls/" + urllib.parse.quote(call_id, safe="")
+
+
+def _call(status: int, data: bytes, ok: tuple[int, ...]) -> Call:
+    if status not in ok:
+        raise CountersignError.from_response(status, data)
+    try:
+        return Call.from_json(json.loads(data))
+    except ValueError:
+        text = data.decode("utf-8", "replace")[:200]
+        raise CountersignError("unexpected_response", f"the response is not a call: {text}", status=status,
+                               raw=data) from None
+
+
+def _encode(v: Any) -> bytes:
+    """JSON text of a request body. Non-ASCII is escaped, so a string that
+    is not valid Unicode (a lone surrogate) reaches the console, which names
+    it with invalid_utf8 and its path, instead of failing here."""
+    try:
+        return json.dumps(v, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    except ValueError as e:
+        raise CountersignError("malformed_json", f"the request is not JSON: {e} (NaN and infinities have no JSON form)") from e
+    except TypeError as e:
+        raise CountersignError("wrong_type", f"the request is not JSON: {e} (use dict, list, str, int, bool or None)",
+                               [Problem("wrong_type", "", str(e))]) from e

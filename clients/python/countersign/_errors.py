@@ -1,0 +1,153 @@
+"""Exceptions of the Countersign client.
+
+Every exception carries the API's error shape, so that it can be handed
+back to the model that proposed the call: ``code``, ``message`` and
+``problems`` (each with ``code``, ``path``, a JSON Pointer from the
+proposal's root, and ``message``). ``to_dict()`` returns that shape.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a proposal: a problem code, the JSON Pointer of
+    the offending value from the proposal's root, and a sentence."""
+
+    code: str
+    path: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "path": self.path, "message": self.message}
+
+
+class CountersignError(Exception):
+    """An error answer of the console, or a refusal made by this client in
+    its name. ``status`` is the HTTP status (None when nothing was sent)."""
+
+    def __init__(self, code: str, message: str, problems: Optional[list[Problem]] = None, *,
+                 status: Optional[int] = None, reason: Optional[str] = None, call_id: Optional[str] = None,
+                 hint: Optional[str] = None, raw: Any = None):
+        self.code = code
+        self.message = message
+        self.problems = list(problems or [])
+        self.status = status
+        self.reason = reason
+        self.call_id = call_id
+        self.hint = hint
+        self.raw = raw
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        head = f"countersign: {self.status} {self.code}" if self.status else f"countersign: {self.code}"
+        parts = [f"{head}: {self.message}"]
+        for p in self.problems:
+            parts.append(f"{p.code} at {p.path}: {p.message}" if p.path else f"{p.code}: {p.message}")
+        return "; ".join(parts)
+
+    def has_problem(self, code: str, path: Optional[str] = None) -> bool:
+        """Whether a problem with code (at path, when given) is listed."""
+        return any(p.code == code and (path is None or p.path == path) for p in self.problems)
+
+    def to_dict(self) -> dict:
+        """The API's error shape, for a model: {"error": {"code", "message", "problems", ...}}."""
+        e: dict[str, Any] = {"code": self.code, "message": self.message,
+                             "problems": [p.to_dict() for p in self.problems]}
+        for k in ("reason", "call_id", "hint"):
+            if getattr(self, k):
+                e[k] = getattr(self, k)
+        return {"error": e}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_response(cls, status: int, body: bytes) -> "CountersignError":
+        """Read the API's error shape, or describe an answer not in it."""
+        try:
+            e = json.loads(body)["error"]
+            code = e["code"]
+            if not isinstance(code, str) or not code:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            text = body.decode("utf-8", "replace").strip()
+            if len(text) > 200:
+                text = text[:200] + "…"
+            return cls("unexpected_response", f"HTTP {status}: {text}", status=status, raw=body)
+        problems = [Problem(p.get("code", ""), p.get("path", ""), p.get("message", ""))
+                    for p in e.get("problems") or [] if isinstance(p, dict)]
+        return cls(code, e.get("message", ""), problems, status=status, reason=e.get("reason"),
+                   call_id=e.get("call_id"), hint=e.get("hint"), raw=body)
+
+
+class ConsoleUnreachable(CountersignError):
+    """The console did not answer: refused, reset, timed out (code
+    ``unavailable``, no status). Nothing can be assumed about a request that
+    was cut short, but wait() rides out such an outage."""
+
+    def __init__(self, url: str, method: str, path: str, cause: Any):
+        super().__init__("unavailable", f"{method} {url}{path}: the console did not answer ({cause}); try again later")
+
+
+class DigestError(CountersignError):
+    """A value the console would refuse to hash; raised before anything is
+    sent. The problems use the console's codes (float_not_allowed,
+    out_of_range, invalid_utf8, too_deep, ...) and JSON Pointers."""
+
+
+class DigestMismatch(CountersignError):
+    """The console's digest of a call is not the one recomputed here from
+    what was asked for (code ``digest_mismatch``)."""
+
+    def __init__(self, call_id: str, server: str, local: str):
+        super().__init__("digest_mismatch",
+                         f"the console's digest {server} for {call_id} is not {local}, the digest of the call as proposed",
+                         call_id=call_id)
+        self.server_digest = server
+        self.local_digest = local
+
+
+class NotApproved(CountersignError):
+    """The call ended without a grant: ``code`` is its status (denied,
+    expired, cancelled). ``call`` is the call as the console returned it;
+    for a denial, ``reason`` and ``by`` say who refused it and why."""
+
+    def __init__(self, call: Any):
+        self.call = call
+        self.by: Optional[str] = None
+        status = call.status
+        if status == "denied" and call.decision:
+            self.by = call.decision.by
+            reason = call.decision.reason
+            message = f"{self.by} denied {call.tool} on {call.target}: {reason}"
+        elif status == "expired":
+            reason, message = None, f"nobody decided {call.tool} on {call.target} before {call.decide_by}; propose it again if it is still needed"
+        else:
+            reason, message = None, f"{call.tool} on {call.target} is {status}"
+        super().__init__(status, message, reason=reason, call_id=call.id)
+
+
+class WaitTimeout(CountersignError):
+    """The call was still pending when the wait ended (code ``wait_timeout``);
+    ``call`` is the last state seen."""
+
+    def __init__(self, call: Any):
+        self.call = call
+        super().__init__("wait_timeout", f"{call.id} is still pending: no operator has decided yet", call_id=call.id)
+
+
+class RedemptionRejected(CountersignError):
+    """The console refused the grant (code = the reason: expired, replayed,
+    digest_mismatch, ...); ``redemption`` holds every check. The call must
+    not run."""
+
+    def __init__(self, redemption: Any):
+        self.redemption = redemption
+        super().__init__(redemption.reason or "rejected",
+                         redemption.message or f"the grant was refused: {redemption.reason}",
+                         status=redemption.status_code, reason=redemption.reason, call_id=redemption.call_id)

@@ -1,0 +1,176 @@
+"""A real `console serve` on 127.0.0.1 for the tests, driven through the
+console's own command line (tokens, operators, decisions).
+
+The binary is $COUNTERSIGN_CONSOLE, or one built here with `go build` from
+this repository. Without either the tests are skipped, except under CI=true,
+where they fail.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENTS = os.path.normpath(os.path.join(HERE, "..", ".."))
+REPO = os.path.dirname(CLIENTS)
+TESTDATA = os.path.join(CLIENTS, "testdata")
+TOOLS = os.path.join(TESTDATA, "tools.yaml")
+OPERATOR = "olivia"
+
+_binary: str | None = None
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"{what}; under CI=true this is a failure, not a skip")
+    raise unittest.SkipTest(what)
+
+
+def console_binary() -> str:
+    """The console binary, built once per process when not given."""
+    global _binary
+    if _binary:
+        return _binary
+    path = os.environ.get("COUNTERSIGN_CONSOLE")
+    if path:
+        if not os.access(path, os.X_OK):
+            raise RuntimeError(f"COUNTERSIGN_CONSOLE={path} is not an executable")
+        _binary = path
+        return path
+    go = shutil.which("go")
+    if go is None or not os.path.exists(os.path.join(REPO, "go.mod")):
+        _missing("no console binary: set COUNTERSIGN_CONSOLE or install Go")
+    out = tempfile.mkdtemp(prefix="countersign-py-")
+    atexit.register(shutil.rmtree, out, True)
+    target = os.path.join(out, "console")
+    subprocess.run([go, "build", "-o", target, "./cmd/console"], cwd=REPO, check=True)
+    _binary = target
+    return target
+
+
+def run_console(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([console_binary(), *args], input=stdin.encode(), capture_output=True, timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError(f"console {' '.join(args)} exited {p.returncode}: {p.stdout.decode()} {p.stderr.decode()}")
+    return p
+
+
+def console_digest(body: str | bytes, actor: str, audience: str) -> tuple[int, str]:
+    """The console's own digest of a proposal body: (exit code, stdout)."""
+    if isinstance(body, str):
+        body = body.encode("utf-8", "surrogatepass")
+    p = subprocess.run([console_binary(), "digest", "--actor", actor, "--audience", audience], input=body,
+                       capture_output=True, timeout=60)
+    return p.returncode, p.stdout.decode("utf-8")
+
+
+class Console:
+    """A running `console serve` over a fresh data directory."""
+
+    def __init__(self, tools: str = TOOLS):
+        self.data = tempfile.mkdtemp(prefix="countersign-py-data-")
+        self.proc = subprocess.Popen(
+            [console_binary(), "serve", "--addr", "127.0.0.1:0", "--data", self.data, "--tools", tools,
+             "--log-level", "warn"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.logs: list[str] = []
+        found = threading.Event()
+        self.url = ""
+
+        def read() -> None:
+            for raw in self.proc.stdout:  # type: ignore[union-attr]
+                line = raw.decode("utf-8", "replace")
+                self.logs.append(line)
+                m = re.search(r"http://\S+", line)
+                if m and not found.is_set():
+                    self.url = m.group(0).rstrip("/")
+                    found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not found.wait(60):
+            self.stop()
+            raise AssertionError("console did not report its address:\n" + "".join(self.logs))
+        run_console("user", "add", OPERATOR, "--role", "operator", "--data", self.data, "--password-stdin",
+                    stdin="pw-olivia-correct horse battery staple\n")
+
+    def token(self, actor: str, audience: str = "payments-host") -> str:
+        return run_console("token", "create", "--data", self.data, "--actor", actor,
+                           "--audience", audience).stdout.decode().strip()
+
+    def approve(self, call_id: str, digest: str) -> dict:
+        return json.loads(run_console("approve", call_id, "--as", OPERATOR, "--digest", digest,
+                                      "--data", self.data).stdout)
+
+    def deny(self, call_id: str, reason: str) -> dict:
+        return json.loads(run_console("deny", call_id, "--as", OPERATOR, "--reason", reason,
+                                      "--data", self.data).stdout)
+
+    def open_waiters(self) -> int:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("countersign_open_waiters "):
+                    return int(float(line.split()[1]))
+        raise AssertionError("/metrics has no countersign_open_waiters")
+
+    def wait_for_waiters(self, n: int, limit: float = 20.0) -> None:
+        """Block until n long-polls are held open by the console."""
+        deadline = time.monotonic() + limit
+        while self.open_waiters() < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"open waiters={self.open_waiters()}, want {n} within {limit}s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def read_sections(name: str) -> list[tuple[str, str]]:
+    """The (header, body) sections of a corpus file in testdata/: each
+    header is a line "-- ... --", each body the text up to the next one."""
+    with open(os.path.join(TESTDATA, name), encoding="utf-8", newline="") as f:
+        text = f.read()
+    parts = re.split(r"^-- (.*) --\n", text, flags=re.M)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+def in_thread(fn, *args, **kwargs):
+    """Run fn in a thread; returns a function that waits for its result (or
+    re-raises its exception) for at most a generous limit."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def result(limit: float = 60.0):
+        t.join(limit)
+        if t.is_alive():
+            raise AssertionError(f"{getattr(fn, '__name__', fn)} did not return within {limit}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return result
+

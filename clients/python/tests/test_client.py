@@ -1,0 +1,426 @@
+"""The client against a real `console serve` on 127.0.0.1: the whole loop,
+denial, expiry, refused proposals, the retry cap, long-poll wake-up, digest
+agreement, and the gated decorator."""
+
+import re
+import threading
+import time
+import unittest
+
+import countersign
+from countersign import Client, CountersignError, NotApproved, RedemptionRejected, WaitTimeout, gated
+
+from .harness import OPERATOR, Console, in_thread
+
+console: Console
+
+
+def setUpModule():
+    global console
+    console = Console()
+
+
+def tearDownModule():
+    console.stop()
+
+
+_n = 0
+
+
+def new_client(**kwargs) -> Client:
+    """A client with a token for an actor of its own, so that retry counts
+    and deduplication of one test never meet another's."""
+    global _n
+    _n += 1
+    return Client(console.url, console.token(f"agent:py-{_n}"), **kwargs)
+
+
+REFUND = {"amount_minor": 1299, "currency": "USD", "reason_code": "duplicate"}
+
+
+class CountingClient(Client):
+    """Counts long-polls and hands every submitted call to a queue, so a
+    test can decide a call that a gated function proposed."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.polls = 0
+        self.submitted: list = []
+        self.cv = threading.Condition()
+
+    def _poll(self, call_id, wait):
+        self.polls += 1
+        return super()._poll(call_id, wait)
+
+    def submit(self, *a, **kw):
+        call = super().submit(*a, **kw)
+        with self.cv:
+            self.submitted.append(call)
+            self.cv.notify_all()
+        return call
+
+    def next_submitted(self, limit=30.0):
+        with self.cv:
+            if not self.cv.wait_for(lambda: self.submitted, limit):
+                raise AssertionError("nothing was submitted")
+            return self.submitted.pop(0)
+
+
+class WholeLoop(unittest.TestCase):
+    def test_submit_wait_redeem_outcome(self):
+        c = new_client()
+        call = c.submit("payments.refund", "invoice:INV-1042", dict(REFUND, notes="charged twice"),
+                        rationale="the customer was charged twice")
+        self.assertTrue(call.created)
+        self.assertEqual(call.status, "pending")
+        self.assertRegex(call.digest, r"^[0-9a-f]{64}$")
+        self.assertEqual(call.audience, "payments-host")
+        self.assertEqual(call.approvals, countersign.Approvals(required=1, received=0))
+        self.assertEqual(call.args, dict(REFUND, notes="charged twice"))
+        self.assertEqual(call.rationale, "the customer was charged twice")
+        self.assertTrue(call.created_at < call.decide_by)
+        self.assertEqual(call.grant, "")
+
+        # The digest the console shows is the digest of what was asked for,
+        # without the informational notes.
+        self.assertEqual(c.verify_digest(call, informational=["/notes"]), call.digest)
+        with self.assertRaises(countersign.DigestMismatch) as cm:
+            c.verify_digest(call)
+        self.assertEqual(cm.exception.code, "digest_mismatch")
+
+        again = c.submit("payments.refund", "invoice:INV-1042", dict(REFUND, notes="charged twice"))
+        self.assertFalse(again.created)
+        self.assertEqual(again.id, call.id)
+
+        waited = in_thread(c.wait, call.id)
+        console.wait_for_waiters(1)
+        console.approve(call.id, call.digest)
+        approved = waited()
+        self.assertEqual(approved.status, "approved")
+        self.assertTrue(approved.grant)
+        self.assertIsNotNone(approved.grant_expires_at)
+        self.assertEqual(approved.approvals.received, 1)
+
+        # Another call than the approved one is refused and consumes nothing.
+        tampered = dict(approved.spec(), args=dict(REFUND, amount_minor=999999))
+        r = c.redeem(approved.grant, tampered)
+        self.assertEqual((r.accepted, r.reason, r.status_code), (False, "digest_mismatch", 403))
+        self.assertEqual(r.failed().name, "digest")
+
+        r = c.redeem(approved.grant, approved)
+        self.assertTrue(r.accepted)
+        self.assertEqual((r.decision, r.call_id, r.reason), ("accepted", call.id, ""))
+        self.assertEqual([(ch.name, ch.ok) for ch in r.checks],
+                         [(n, True) for n in ("shape", "signature", "claims", "actor", "audience", "tool", "target",
+                                              "digest", "time", "status", "nonce")])
+
+        r = c.redeem(approved.grant, approved)
+        self.assertEqual((r.accepted, r.reason, r.status_code), (False, "replayed", 409))
+        self.assertTrue(r.message)
+
+        done = c.report_outcome(call.id, "succeeded", "refund re-1042 issued")
+        self.assertEqual(done.status, "redeemed")
+        self.assertEqual(done.outcome, countersign.Outcome("succeeded", "refund re-1042 issued"))
+        with self.assertRaises(CountersignError) as cm:
+            c.report_outcome(call.id, "failed")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("outcome_already_reported", 409))
+
+        got = c.get(call.id)
+        self.assertEqual((got.status, got.grant, got.outcome.status), ("redeemed", "", "succeeded"))
+
+    def test_cancel_and_not_found(self):
+        c = new_client()
+        call = c.submit("payments.refund", "invoice:INV-7", REFUND)
+        self.assertEqual(c.cancel(call.id).status, "cancelled")
+        with self.assertRaises(CountersignError) as cm:
+            c.cancel(call.id)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_pending", 409))
+        self.assertEqual(c.wait(call.id).status, "cancelled")
+        # Another actor's call does not exist for this token.
+        with self.assertRaises(CountersignError) as cm:
+            new_client().get(call.id)
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_bad_token_and_unreachable_console(self):
+        with self.assertRaises(CountersignError) as cm:
+            Client(console.url, "not-a-token").submit("payments.refund", "invoice:INV-1", REFUND)
+        self.assertEqual(cm.exception.status, 401)
+        # A port nobody listens on: an error with a code, not a bare OSError.
+        dead = Client("http://127.0.0.1:9", "x", max_outage=0.5, backoff=(0.05, 0.1))
+        with self.assertRaises(countersign.ConsoleUnreachable) as cm:
+            dead.get("call_x")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("unavailable", None))
+        with self.assertRaises(countersign.ConsoleUnreachable):
+            dead.wait("call_x")
+
+    def test_keys(self):
+        jwks = new_client().keys()
+        self.assertTrue(jwks["keys"])
+        self.assertEqual({(k["kty"], k["crv"]) for k in jwks["keys"]}, {("OKP", "Ed25519")})
+
+
+class Decisions(unittest.TestCase):
+    def test_denial_with_reason(self):
+        c = new_client()
+        call = c.submit("payments.refund", "invoice:INV-500", dict(REFUND, amount_minor=500))
+        waited = in_thread(c.wait, call.id)
+        console.wait_for_waiters(1)
+        console.deny(call.id, "this invoice was already refunded")
+        denied = waited()
+        self.assertEqual(denied.status, "denied")
+        self.assertEqual(denied.grant, "")
+        self.assertEqual((denied.decision.by, denied.decision.reason), (OPERATOR, "this invoice was already refunded"))
+        self.assertIsNotNone(denied.decision.at)
+
+        # The same call again is refused outright, with the operator's reason.
+        with self.assertRaises(CountersignError) as cm:
+            c.submit("payments.refund", "invoice:INV-500", dict(REFUND, amount_minor=500))
+        e = cm.exception
+        self.assertEqual((e.code, e.status, e.call_id, e.reason),
+                         ("previously_denied", 409, call.id, "this invoice was already refunded"))
+
+    def test_expiry(self):
+        c = new_client()
+        call = c.submit("tests.expiring", "expiring:one", {"n": 1})
+        start = time.monotonic()
+        expired = c.wait(call.id)
+        self.assertEqual(expired.status, "expired")
+        self.assertLess(time.monotonic() - start, 30, "a call with decide_within 2s expires long before this")
+        with self.assertRaises(CountersignError) as cm:
+            c.cancel(call.id)
+        self.assertEqual(cm.exception.code, "not_pending")
+
+    def test_wait_timeout_returns_the_last_state(self):
+        c = new_client()
+        call = c.submit("payments.refund", "invoice:INV-8", REFUND)
+        with self.assertRaises(WaitTimeout) as cm:
+            c.wait(call.id, timeout=1.0)
+        self.assertEqual((cm.exception.code, cm.exception.call.status), ("wait_timeout", "pending"))
+        c.cancel(call.id)
+
+    def test_long_poll_wakes_on_approval(self):
+        # One long-poll of 60 s is open when the operator approves: the wait
+        # returns the grant from that very poll, not from a later one.
+        c = CountingClient(console.url, console.token("agent:py-longpoll"), poll_wait=60)
+        call = c.submit("payments.refund", "invoice:INV-9", REFUND)
+        waited = in_thread(c.wait, call.id)
+        console.wait_for_waiters(1)
+        console.approve(call.id, call.digest)
+        approved = waited(limit=50)  # well inside the 60 s poll
+        self.assertEqual(approved.status, "approved")
+        self.assertTrue(approved.grant)
+        self.assertEqual(c.polls, 1, "the approval woke the open long-poll")
+
+
+class RefusedProposals(unittest.TestCase):
+    def test_invalid_arguments(self):
+        c = new_client()
+        with self.assertRaises(CountersignError) as cm:
+            c.submit("payments.refund", "invoice:INV-1",
+                     {"amount_minor": 1299, "reason_code": "duplicate", "sql": "DROP TABLE invoices"})
+        e = cm.exception
+        self.assertEqual((e.code, e.status), ("invalid_arguments", 422))
+        self.assertTrue(e.has_problem("unknown_field", "/args/sql"))
+        self.assertTrue(e.has_problem("missing_field", "/args/currency"))
+        self.assertEqual(len(e.problems), 2)
+        self.assertTrue(all(p.message for p in e.problems))
+        shape = e.to_dict()["error"]
+        self.assertEqual(shape["code"], "invalid_arguments")
+        self.assertEqual({(p["code"], p["path"]) for p in shape["problems"]},
+                         {("unknown_field", "/args/sql"), ("missing_field", "/args/currency")})
+
+    def test_parse_problems(self):
+        c = new_client()
+        cases = [
+            (dict(REFUND, amount_minor=12.99), "float_not_allowed", "/args/amount_minor", 400),
+            (dict(REFUND, amount_minor=2**53), "out_of_range", "/args/amount_minor", 400),
+            (dict(REFUND, notes="half \ud800 a pair"), "invalid_utf8", "/args/notes", 400),
+        ]
+        for args, code, path, status in cases:
+            with self.subTest(code):
+                with self.assertRaises(CountersignError) as cm:
+                    c.submit("payments.refund", "invoice:INV-1", args)
+                e = cm.exception
+                self.assertEqual((e.code, e.status), (code, status))
+                self.assertEqual([(p.code, p.path) for p in e.problems], [(code, path)])
+        with self.assertRaises(CountersignError) as cm:
+            c.submit("payments.refund", "invoice:INV-1", {"amount_minor": float("nan")})
+        self.assertEqual((cm.exception.code, cm.exception.status), ("malformed_json", None))
+        # Three refusals in a row block the pair: a fresh actor for the last.
+        with self.assertRaises(CountersignError) as cm:
+            new_client().submit_json(b'{"tool":"payments.refund","target":"invoice:INV-1","args":{"a":1,"a":2}}')
+        self.assertEqual(cm.exception.code, "duplicate_key")
+
+    def test_unknown_tool_and_audience(self):
+        c = new_client()
+        with self.assertRaises(CountersignError) as cm:
+            c.submit("payments.refund_all", "invoice:INV-1", REFUND)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("unknown_tool", 422))
+        other = Client(console.url, console.token("agent:py-mail", audience="mail-host"))
+        with self.assertRaises(CountersignError) as cm:
+            other.submit("payments.refund", "invoice:INV-1", REFUND)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("audience_not_allowed", 403))
+
+    def test_retry_limit(self):
+        c = new_client()
+        bad = {"amount_minor": 1299, "currency": "USD", "reason_code": "duplicate", "sql": "1"}
+        codes = []
+        for _ in range(3):
+            with self.assertRaises(CountersignError) as cm:
+                c.submit("payments.refund", "invoice:INV-1", bad)
+            codes.append(cm.exception.code)
+        self.assertEqual(codes, ["invalid_arguments"] * 3)
+        # The pair is blocked now: even a valid proposal is refused until an
+        # operator clears it.
+        with self.assertRaises(CountersignError) as cm:
+            c.submit("payments.refund", "invoice:INV-1", REFUND)
+        e = cm.exception
+        self.assertEqual((e.code, e.status), ("retry_limit", 429))
+        self.assertTrue(e.message)
+        # Another tool of the same actor is not blocked.
+        self.assertEqual(c.submit("tests.echo", "echo:x", {"text": "hi"}).status, "pending")
+
+
+class DigestAgreement(unittest.TestCase):
+    """Calls the live console hashed, recomputed here."""
+
+    CASES = [
+        {"text": "plain"},
+        {"text": "café crème 😀 / 2× \u202e <b>&</b> \u2028 \x00\x1f\x7f \"quoted\" \\"},
+        {"text": "", "count": -9007199254740991, "flag": None},
+        {"text": "e\u0301", "count": 9007199254740991, "flag": True},
+        {"text": "\U0001f600\uff61\ue000", "items": [{"qty": 2, "name": "\uff61"}, {"name": "😀"}]},
+        {"text": "x", "items": [], "note": "not bound, so not hashed"},
+    ]
+
+    def test_live_digests(self):
+        c = new_client()
+        seen = set()
+        for i, args in enumerate(self.CASES):
+            with self.subTest(i=i):
+                call = c.submit("tests.echo", f"echo:{i}-ü", args)
+                local = countersign.digest_of(countersign.envelope(
+                    call.actor, call.audience, "tests.echo", f"echo:{i}-ü", countersign.without(args, ["/note"])))
+                self.assertEqual(local, call.digest)
+                self.assertEqual(c.verify_digest(call, args=args, informational=["/note"]), call.digest)
+                seen.add(call.digest)
+        self.assertEqual(len(seen), len(self.CASES))
+
+
+class Gated(unittest.TestCase):
+    def test_runs_with_the_redeemed_arguments(self):
+        c = CountingClient(console.url, console.token("agent:py-gated"))
+        ran = []
+
+        @gated("payments.refund", target=lambda a: f"invoice:{a['invoice']}", client=c,
+               rationale=lambda a: f"refund of {a['amount_minor']}")
+        def refund(amount_minor, currency, reason_code, **extra):
+            ran.append(dict(amount_minor=amount_minor, currency=currency, reason_code=reason_code, **extra))
+            return "re_1"
+
+        # invoice is not a parameter of the tool's schema: the target names
+        # it, so it must not reach args. Pass it through the target only.
+        @gated("payments.refund", target="invoice:INV-77", client=c, verify_digest=True, informational=["/notes"])
+        def refund77(amount_minor, currency, reason_code, notes=None):
+            ran.append(dict(amount_minor=amount_minor, currency=currency, reason_code=reason_code, notes=notes))
+            return "re_77"
+
+        result = in_thread(refund77, 700, "EUR", reason_code="requested", notes="n")
+        call = c.next_submitted()
+        self.assertEqual((call.target, call.args), ("invoice:INV-77", {"amount_minor": 700, "currency": "EUR",
+                                                                        "reason_code": "requested", "notes": "n"}))
+        self.assertEqual(ran, [], "nothing runs before approval")
+        console.approve(call.id, call.digest)
+        self.assertEqual(result(), "re_77")
+        self.assertEqual(ran, [{"amount_minor": 700, "currency": "EUR", "reason_code": "requested", "notes": "n"}])
+        done = c.get(call.id)
+        self.assertEqual((done.status, done.outcome.status), ("redeemed", "succeeded"))
+        self.assertEqual(refund77.countersign_tool, "payments.refund")
+        self.assertEqual(refund77.__name__, "refund77")
+
+        # A function whose target comes from an argument outside the schema
+        # is refused by the console, and the function never runs.
+        with self.assertRaises(CountersignError) as cm:
+            refund(1, "USD", "fraud", invoice="INV-1")
+        self.assertEqual(cm.exception.code, "invalid_arguments")
+        self.assertTrue(cm.exception.has_problem("unknown_field", "/args/invoice"))
+        self.assertEqual(len(ran), 1)
+
+    def test_denied_expired_and_failed(self):
+        c = CountingClient(console.url, console.token("agent:py-gated-2"))
+        ran = []
+
+        @gated("payments.refund", target="invoice:INV-88", client=c)
+        def refund(amount_minor, currency, reason_code):
+            ran.append(amount_minor)
+            if amount_minor == 13:
+                raise RuntimeError("the payment provider said no")
+            return amount_minor
+
+        result = in_thread(refund, 12, "USD", "fraud")
+        call = c.next_submitted()
+        console.deny(call.id, "not fraud: the customer confirmed the charge")
+        with self.assertRaises(NotApproved) as cm:
+            result()
+        e = cm.exception
+        self.assertEqual((e.code, e.reason, e.by, e.call.id), ("denied", "not fraud: the customer confirmed the charge",
+                                                                OPERATOR, call.id))
+        self.assertIn("not fraud", e.message)
+        self.assertEqual(ran, [])
+
+        result = in_thread(refund, 13, "USD", "fraud")
+        call = c.next_submitted()
+        console.approve(call.id, call.digest)
+        with self.assertRaisesRegex(RuntimeError, "the payment provider said no"):
+            result()
+        self.assertEqual(ran, [13])
+        done = c.get(call.id)
+        self.assertEqual(done.outcome.status, "failed")
+        self.assertIn("RuntimeError: the payment provider said no", done.outcome.detail)
+
+        @gated("tests.expiring", target="expiring:gated", client=c)
+        def never(n):
+            ran.append(n)
+
+        with self.assertRaises(NotApproved) as cm:
+            never(n=5)
+        self.assertEqual(cm.exception.code, "expired")
+        self.assertEqual(ran, [13])
+
+    def test_redemption_refused_runs_nothing(self):
+        c = CountingClient(console.url, console.token("agent:py-gated-3"))
+        ran = []
+
+        @gated("payments.refund", target="invoice:INV-99", client=c)
+        def refund(amount_minor, currency, reason_code):
+            ran.append(amount_minor)
+
+        # The grant is spent before the decorator presents it.
+        result = in_thread(refund, 5, "JPY", "requested")
+        call = c.next_submitted()
+        real_redeem = c.redeem
+
+        def redeem_twice(grant, spec):
+            real_redeem(grant, spec)
+            return real_redeem(grant, spec)
+
+        c.redeem = redeem_twice
+        console.approve(call.id, call.digest)
+        with self.assertRaises(RedemptionRejected) as cm:
+            result()
+        self.assertEqual((cm.exception.code, cm.exception.redemption.status_code), ("replayed", 409))
+        self.assertEqual(ran, [])
+
+    def test_signature_rules(self):
+        with self.assertRaises(TypeError):
+            @gated("payments.refund", target="invoice:INV-1")
+            def f(a, /, b):
+                pass
+        with self.assertRaises(TypeError):
+            @gated("payments.refund", target="invoice:INV-1")
+            def g(*a):
+                pass
+
+
+if __name__ == "__main__":
+    unittest.main()
