@@ -15,8 +15,8 @@ Standard library only; Python 3.10+.
 
 or, for a function that must only ever run approved:
 
-    @countersign.gated("payments.refund", target=lambda a: f"invoice:{a['invoice']}")
-    def refund(invoice, amount_minor, currency, reason_code): ...
+    @countersign.gated("payments.refund", target="invoice:INV-1042")
+    def refund(amount_minor, currency, reason_code): ...
 
 Errors are exceptions carrying the API's code, message and problems
 (``e.to_dict()`` is the API's error shape, ready for a model).

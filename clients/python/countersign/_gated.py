@@ -40,8 +40,8 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
     ``client`` defaults to Client.from_env() (COUNTERSIGN_URL,
     COUNTERSIGN_TOKEN), read at each call.
 
-    >>> @gated("releases.deploy", target=lambda a: f"service:{a['service']}")
-    ... def deploy(service, version, environment, change_ticket): ...
+    >>> @gated("tickets.close", target=lambda a: f"ticket:{a['ticket']}")
+    ... def close(ticket, resolution): ...
     """
     informational = tuple(informational)
 
