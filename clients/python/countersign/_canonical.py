@@ -29,7 +29,7 @@ import math
 import re
 import sys
 import unicodedata
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from ._errors import DigestError, Problem
 
@@ -92,20 +92,62 @@ def _escape_pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def _pointer_matcher(number_paths: NumberPaths) -> Callable[[str], bool]:
-    if number_paths is None:
-        return lambda _path: False
-    if callable(number_paths):
-        return number_paths
-    if isinstance(number_paths, str):
-        raise TypeError("number_paths is a collection of JSON Pointers, not one string")
-    patterns = [p.split("/") for p in number_paths]
+class _Numbers:
+    """The places where a non-integer is accepted, as the console keeps
+    them: a tree of member names, with ``*`` standing for every item of an
+    array (the console's NumberPaths.Items)."""
 
-    def match(path: str) -> bool:
-        segs = path.split("/")
-        return any(len(p) == len(segs) and all(a == b or a == "*" for a, b in zip(p, segs)) for p in patterns)
+    def __init__(self) -> None:
+        self.here = False
+        self.members: dict[str, "_Numbers"] = {}
+        self.items: Optional["_Numbers"] = None
 
-    return match
+    @classmethod
+    def of(cls, number_paths: NumberPaths) -> "_Numbers | _Predicate | None":
+        if number_paths is None:
+            return None
+        if callable(number_paths):
+            return _Predicate(number_paths)
+        if isinstance(number_paths, str):
+            raise TypeError("number_paths is a collection of JSON Pointers, not one string")
+        root = cls()
+        for p in number_paths:
+            if p != "" and not p.startswith("/"):
+                raise ValueError(f"{p!r} is not a JSON Pointer")
+            node = root
+            for seg in p.split("/")[1:] if p else []:
+                if seg == "*":
+                    node.items = node.items or cls()
+                    node = node.items
+                else:
+                    node = node.members.setdefault(seg.replace("~1", "/").replace("~0", "~"), cls())
+            node.here = True
+        return root
+
+    def member(self, name: str, path: str) -> "_Numbers | None":
+        return self.members.get(name)
+
+    def item(self, path: str) -> "_Numbers | None":
+        return self.items
+
+    def accepts(self, path: str) -> bool:
+        return self.here
+
+
+class _Predicate:
+    """number_paths given as a function of the JSON Pointer."""
+
+    def __init__(self, fn: Callable[[str], bool]):
+        self.fn = fn
+
+    def member(self, name: str, path: str) -> "_Predicate":
+        return self
+
+    def item(self, path: str) -> "_Predicate":
+        return self
+
+    def accepts(self, path: str) -> bool:
+        return bool(self.fn(path))
 
 
 def _lone_surrogate(s: str) -> str | None:
@@ -131,8 +173,7 @@ def _quote(s: str) -> str:
 class _Encoder:
     """Writes canonical text and collects every problem on the way."""
 
-    def __init__(self, is_number_path: Callable[[str], bool]):
-        self.is_number_path = is_number_path
+    def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.out: list[str] = []
 
@@ -146,7 +187,7 @@ class _Encoder:
             return
         self.out.append(_quote(s))
 
-    def value(self, v: Any, path: str, depth: int) -> None:
+    def value(self, v: Any, path: str, depth: int, num: Any = None) -> None:
         if v is None:
             self.out.append("null")
         elif v is True:
@@ -159,15 +200,15 @@ class _Encoder:
             else:
                 self.problem("out_of_range", path, f"integer {v} is outside ±{MAX_SAFE_INTEGER}")
         elif isinstance(v, float):
-            self.number(v, path)
+            self.number(v, path, num)
         elif isinstance(v, str):
             self.string(v, path)
         elif isinstance(v, Mapping):
             self.container(path, depth)
-            self.object(v, path, depth + 1)
+            self.object(v, path, depth + 1, num)
         elif isinstance(v, (list, tuple)):
             self.container(path, depth)
-            self.array(v, path, depth + 1)
+            self.array(v, path, depth + 1, num)
         else:
             self.problem("wrong_type", path, f"a {type(v).__name__} is not a JSON value (use dict, list, str, int, bool or None)")
 
@@ -176,10 +217,10 @@ class _Encoder:
         if depth == MAX_ARGS_DEPTH + 1:
             self.problem("too_deep", path, f"args nest more than {MAX_ARGS_DEPTH} containers deep")
 
-    def number(self, x: float, path: str) -> None:
+    def number(self, x: float, path: str, num: Any) -> None:
         if math.isnan(x) or math.isinf(x):
             self.problem("malformed_json", path, f"{x!r} is not a JSON number")
-        elif not self.is_number_path(path):
+        elif num is None or not num.accepts(path):
             self.problem("float_not_allowed", path,
                          f"{x!r} is not an integer; only integers are accepted here (money is an integer in minor units)")
         elif x.is_integer() and abs(x) > MAX_SAFE_INTEGER:
@@ -187,7 +228,7 @@ class _Encoder:
         else:
             self.out.append(format_number(x))
 
-    def object(self, o: Mapping, path: str, depth: int) -> None:
+    def object(self, o: Mapping, path: str, depth: int, num: Any) -> None:
         members = []
         for name, v in o.items():
             if not isinstance(name, str):
@@ -203,15 +244,17 @@ class _Encoder:
             if i:
                 self.out.append(",")
             self.out.append(_quote(name) + ":")
-            self.value(v, f"{path}/{_escape_pointer(name)}", depth)
+            child = f"{path}/{_escape_pointer(name)}"
+            self.value(v, child, depth, num and num.member(name, child))
         self.out.append("}")
 
-    def array(self, a: list | tuple, path: str, depth: int) -> None:
+    def array(self, a: list | tuple, path: str, depth: int, num: Any) -> None:
         self.out.append("[")
         for i, v in enumerate(a):
             if i:
                 self.out.append(",")
-            self.value(v, f"{path}/{i}", depth)
+            child = f"{path}/{i}"
+            self.value(v, child, depth, num and num.item(child))
         self.out.append("]")
 
 
@@ -231,8 +274,11 @@ def canonical_bytes(value: Any, *, number_paths: NumberPaths = None, base: str =
     """Return the RFC 8785 bytes of a JSON value (dict, list, tuple, str,
     int, bool, None; floats only at number_paths, pointers from base).
     Raises DigestError listing every problem."""
-    enc = _Encoder(_pointer_matcher(number_paths))
-    enc.value(value, base, 1)
+    enc = _Encoder()
+    num = _Numbers.of(number_paths)
+    for seg in base.split("/")[1:] if base else []:
+        num = num and num.member(seg, base)
+    enc.value(value, base, 1, num)
     if enc.problems:
         raise _refuse(enc.problems)
     return "".join(enc.out).encode("utf-8")
@@ -294,7 +340,8 @@ def canonical_envelope(env: Mapping[str, Any], *, number_paths: NumberPaths = No
     """Return the canonical bytes of an envelope: the bytes hashed after the
     prefix. Raises DigestError when the console would refuse it."""
     problems = _check_envelope(env)
-    enc = _Encoder(_pointer_matcher(number_paths))
+    enc = _Encoder()
+    num = _Numbers.of(number_paths)
     if isinstance(env, Mapping):
         # The members in canonical order (all ASCII names): actor, args,
         # audience, target, tool, v; args counts as the first container.
@@ -304,7 +351,7 @@ def canonical_envelope(env: Mapping[str, Any], *, number_paths: NumberPaths = No
             v = env.get(name)
             if name == "args":
                 if isinstance(v, Mapping):
-                    enc.value(v, "/args", 1)
+                    enc.value(v, "/args", 1, num and num.member("args", "/args"))
             elif isinstance(v, str):
                 enc.string(v, "/" + name)
         enc.out.append(',"v":1}')
@@ -319,8 +366,9 @@ def digest_of(env: Mapping[str, Any], *, number_paths: NumberPaths = None) -> st
     ``countersign/v1/call:`` followed by its canonical bytes.
 
     number_paths names the JSON Pointers (from the envelope's root, such as
-    ``/args/temperature``; ``*`` matches any one member or array index) at
-    which the tool accepts non-integers. Raises DigestError, carrying the
+    ``/args/temperature``; ``*`` stands for every item of an array, as in
+    ``/args/points/*/x``) at which the tool's schema declares a number; or
+    it is a function of the pointer. Raises DigestError, carrying the
     console's problem codes and pointers, for anything the console refuses.
     """
     return hashlib.sha256(DIGEST_PREFIX + canonical_envelope(env, number_paths=number_paths)).hexdigest()

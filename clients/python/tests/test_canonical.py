@@ -83,10 +83,16 @@ class NumberPaths(unittest.TestCase):
         b = canonical_bytes(v, number_paths=["/points/*/x", "/points/*/y", "/x"])
         self.assertEqual(b, b'{"points":[{"x":0.5,"y":1.25},{"x":1e-7,"y":2}],"x":1.5}')
         self.assertEqual(canonical_bytes(v, number_paths=lambda p: p.endswith(("/x", "/y"))), b)
-        e = refused(self, canonical_bytes, v, number_paths=["/points/0/x", "/points/0/y", "/x"])
-        self.assertEqual([p.path for p in e.problems], ["/points/1/x"])
+        e = refused(self, canonical_bytes, v, number_paths=["/points/*/y", "/x"])
+        self.assertEqual([p.path for p in e.problems], ["/points/0/x", "/points/1/x"])
+        # As in a schema, an array's items are all alike: an index names nothing.
+        e = refused(self, canonical_bytes, v, number_paths=["/points/0/x", "/points/*/y", "/x"])
+        self.assertEqual([p.path for p in e.problems], ["/points/0/x", "/points/1/x"])
         with self.assertRaises(TypeError):
             canonical_bytes(v, number_paths="/x")
+        # * is every item of an array, never any member of an object.
+        e = refused(self, canonical_bytes, {"o": {"x": 0.5}}, number_paths=["/*/x"])
+        self.assertEqual([p.path for p in e.problems], ["/o/x"])
 
     def test_nan_is_refused_everywhere(self):
         for x in (math.nan, math.inf):

@@ -49,8 +49,8 @@ class Equivalence(unittest.TestCase):
                 self.assertEqual(sides["a"], sides["b"], name)
             else:
                 self.assertNotEqual(sides["a"], sides["b"], name)
-        self.assertGreaterEqual(kinds["same"], 26, "the corpus shrank")
-        self.assertGreaterEqual(kinds["differ"], 37, "the corpus shrank")
+        self.assertGreaterEqual(kinds["same"], 27, "the corpus shrank")
+        self.assertGreaterEqual(kinds["differ"], 38, "the corpus shrank")
 
 
 class Refusals(unittest.TestCase):
@@ -67,7 +67,35 @@ class Refusals(unittest.TestCase):
                     digest_of(envelope_of(body, "agent:billing-bot", "payments-host"))
                 self.assertEqual([(p.code, p.path) for p in cm.exception.problems], [(code, path)])
             n += 1
-        self.assertGreaterEqual(n, 25, "the corpus shrank")
+        self.assertGreaterEqual(n, 27, "the corpus shrank")
+
+
+NUMBERS_HEADER = re.compile(r"([a-z0-9-]+) numbers=(\S+) (digest|refused)=(\S+)$")
+
+
+class Numbers(unittest.TestCase):
+    """numbers.txt: the console's digests and refusals for a tool whose
+    schema declares numbers (checked against the console by the Go test
+    TestNumberCorpus)."""
+
+    def test_corpus(self):
+        n = 0
+        for header, body in read_sections("numbers.txt"):
+            m = NUMBERS_HEADER.match(header)
+            self.assertIsNotNone(m, header)
+            name, paths, kind, want = m.groups()
+            with self.subTest(name):
+                env = envelope_of(body, "agent:mcp-bot", "mcp-gateway")
+                if kind == "digest":
+                    self.assertEqual(digest_of(env, number_paths=paths.split(",")), want)
+                    with self.assertRaises(DigestError, msg="without number paths"):
+                        digest_of(env)
+                else:
+                    with self.assertRaises(DigestError) as cm:
+                        digest_of(env, number_paths=paths.split(","))
+                    self.assertEqual([f"{p.code}:{p.path}" for p in cm.exception.problems], [want])
+            n += 1
+        self.assertGreaterEqual(n, 14, "the corpus shrank")
 
 
 if __name__ == "__main__":
