@@ -102,7 +102,7 @@ func upstreams(t *testing.T) map[string]func(context.Context) (sdk.Transport, er
 	}
 	return map[string]func(context.Context) (sdk.Transport, error){
 		"in-memory": InMemory(mcpdemo.NewServer(mcpdemo.Options{})),
-		"stdio": FromConfig(tools.Upstream{Name: "demo", Command: []string{demoBinary(t)}}, os.Getenv, quietLogger()),
+		"stdio":     FromConfig(tools.Upstream{Name: "demo", Command: []string{demoBinary(t)}}, os.Getenv, quietLogger()),
 		"http": FromConfig(tools.Upstream{Name: "demo", URL: httpDemo(t, mcpdemo.Options{}),
 			Headers: []tools.Header{{Name: "X-Demo-Key", File: key}}}, os.Getenv, quietLogger()),
 	}
@@ -216,7 +216,9 @@ func TestUpstreamListChanged(t *testing.T) {
 	startUpstream(t, u)
 	<-listings
 	server.AddTool(&sdk.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
 	select {
 	case ts := <-listings:
 		found := false
