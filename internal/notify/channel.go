@@ -1,0 +1,216 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Channel sends events to one configured destination.
+type Channel interface {
+	// Send delivers one event. The receipt, when not empty, is kept with
+	// the row so later events of the same call can refer to this message.
+	// An error is retried with backoff unless it is Permanent.
+	Send(ctx context.Context, m Message) (receipt string, err error)
+}
+
+// receiptUser is a channel that updates or answers its earlier messages
+// about a call; the dispatcher looks up the call's receipt before sending.
+type receiptUser interface {
+	usesReceipt() bool
+}
+
+// Message is one row to send.
+type Message struct {
+	Event Event
+	// Body is the stored JSON of the event, byte for byte what a webhook
+	// posts and signs.
+	Body    []byte
+	Attempt int // 1 for the first attempt
+	// Receipt is the receipt of the earliest delivered message about the
+	// same call on the same channel, "" when there is none.
+	Receipt string
+}
+
+// SendError is a failed attempt with what the dispatcher should do next.
+type SendError struct {
+	Err error
+	// Permanent means retrying cannot help (the receiver refused the
+	// message, or the configuration is wrong): the row is dead at once.
+	Permanent bool
+	// RetryAfter is the receiver's own wait (Retry-After), if it gave one.
+	RetryAfter time.Duration
+}
+
+func (e *SendError) Error() string { return e.Err.Error() }
+func (e *SendError) Unwrap() error { return e.Err }
+
+// Permanent marks err as one that no retry can fix.
+func Permanent(err error) error { return &SendError{Err: err, Permanent: true} }
+
+func isPermanent(err error) bool {
+	var se *SendError
+	return errors.As(err, &se) && se.Permanent
+}
+
+func retryAfterOf(err error) time.Duration {
+	var se *SendError
+	if errors.As(err, &se) {
+		return se.RetryAfter
+	}
+	return 0
+}
+
+// newHTTPClient returns a client that never follows a redirect: every
+// address a message goes to comes from the configuration (or a push
+// service on the allowlist), never from a receiver's answer.
+func newHTTPClient(rt http.RoundTripper) *http.Client {
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return &http.Client{
+		Transport: rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// httpResult turns an HTTP answer into nil, a retryable or a permanent
+// error. 2xx is success; 408, 425, 429 and 5xx are retried (honouring
+// Retry-After); any other status, redirects included, is permanent.
+func httpResult(resp *http.Response, err error) error {
+	if err != nil {
+		return &SendError{Err: err}
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if s := strings.TrimSpace(printable(string(snippet))); s != "" {
+		msg += ": " + s
+	}
+	switch {
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooEarly,
+		resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return &SendError{Err: errors.New(msg), RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return Permanent(fmt.Errorf("%s: redirects are not followed; configure the final address", msg))
+	}
+	return Permanent(errors.New(msg))
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// printable keeps an error text short and on one line.
+func printable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		if !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// visible shows agent text in a human message: characters that are not
+// graphic (bidirectional controls, zero-width and other format characters,
+// tag characters) become [U+XXXX], so a message cannot show other text
+// than the console does.
+func visible(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == ' ' || (unicode.IsGraphic(r) && !unicode.Is(unicode.Cf, r) && !unicode.Is(unicode.Co, r)) {
+			b.WriteRune(r)
+			continue
+		}
+		fmt.Fprintf(&b, "[U+%04X]", r)
+	}
+	return b.String()
+}
+
+// heading is the few words that say what happened, shared by Slack, email
+// and push.
+func heading(ev Event) string {
+	d := ev.Data
+	switch ev.Type {
+	case CallSubmitted:
+		return "Approval needed"
+	case CallEscalated:
+		return fmt.Sprintf("Escalated: still waiting after %s", time.Duration(d.EscalatedAfter)*time.Second)
+	case CallReminder:
+		return "Deadline near"
+	case CallApproved:
+		return "Approved"
+	case CallDenied:
+		return "Denied"
+	case CallExpired:
+		return "Expired without a decision"
+	case CallCancelled:
+		return "Withdrawn by the agent"
+	case CallRedeemed:
+		return "Redeemed"
+	case CallOutcome:
+		if d.Outcome != nil {
+			return "Outcome: " + visible(d.Outcome.Status)
+		}
+		return "Outcome"
+	case ToolReviewNeeded:
+		return "Tool needs review"
+	}
+	return visible(ev.Type)
+}
+
+// title is heading and tool on one line.
+func title(ev Event) string { return heading(ev) + ": " + visible(ev.Data.Tool) }
+
+// deadline formats decide_by for people.
+func deadline(d Data) string {
+	t, err := time.Parse(time.RFC3339Nano, d.DecideBy)
+	if err != nil {
+		return d.DecideBy
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// decisionLine says who decided and why, for events that end a wait.
+func decisionLine(ev Event) string {
+	d := ev.Data
+	switch {
+	case d.Decision != nil && d.Decision.Reason != "":
+		return fmt.Sprintf("%s by %s: %s", d.Status, visible(d.Decision.By), visible(d.Decision.Reason))
+	case d.Decision != nil:
+		return fmt.Sprintf("%s by %s", d.Status, visible(d.Decision.By))
+	case ev.Type == CallApproved && d.Approvals != nil && len(d.Approvals.By) > 0:
+		return "approved by " + visible(strings.Join(d.Approvals.By, ", "))
+	case d.Outcome != nil && d.Outcome.Detail != "":
+		return fmt.Sprintf("outcome %s: %s", visible(d.Outcome.Status), visible(d.Outcome.Detail))
+	}
+	return ""
+}

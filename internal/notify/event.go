@@ -1,0 +1,165 @@
+// Package notify tells people about calls where they are: webhooks in the
+// Standard Webhooks format, Slack, email and Web Push. Nothing it sends is a
+// decision: every message links to the call in the console, where the
+// operator approves with the digest they were shown.
+//
+// Delivery runs through a transactional outbox. The transaction that changes
+// a call also writes one row per channel that should hear of it (see
+// Router); after commit, a Dispatcher claims due rows, sends them and
+// records the result, retrying with exponential backoff and jitter for up to
+// a day before marking a row dead. A crash at any point loses nothing and at
+// most repeats a delivery, which receivers recognise by the event id.
+// Reminders and escalations are rows written at submission with a later due
+// time, delivered only if the call is still pending by then.
+package notify
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Event types. Receivers filter on these; they are part of the public
+// contract.
+const (
+	CallSubmitted    = "call.submitted"
+	CallApproved     = "call.approved" // every required approval received; a grant was minted
+	CallDenied       = "call.denied"
+	CallExpired      = "call.expired"
+	CallCancelled    = "call.cancelled"
+	CallRedeemed     = "call.redeemed"
+	CallOutcome      = "call.outcome"
+	CallEscalated    = "call.escalated" // still pending after the tool's escalate_after
+	CallReminder     = "call.reminder"  // still pending shortly before decide_by
+	ToolReviewNeeded = "tool.review_needed"
+)
+
+// Kinds lists every event type, in the order of a call's life.
+var Kinds = []string{CallSubmitted, CallEscalated, CallReminder, CallApproved, CallDenied, CallExpired,
+	CallCancelled, CallRedeemed, CallOutcome, ToolReviewNeeded}
+
+func knownKind(k string) bool {
+	for _, x := range Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Decided reports whether an event of this type ends a call's wait for a
+// decision, so a message announcing the call can be updated.
+func Decided(kind string) bool {
+	switch kind {
+	case CallApproved, CallDenied, CallExpired, CallCancelled, CallRedeemed, CallOutcome:
+		return true
+	}
+	return false
+}
+
+// Event is what every channel delivers: the JSON body of a webhook, and the
+// source of Slack, email and push messages. Its shape follows the Standard
+// Webhooks payload (type, timestamp, data) with the event id beside them.
+type Event struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	Timestamp string `json:"timestamp"` // RFC 3339, when the event happened
+	Data      Data   `json:"data"`
+}
+
+// Data describes the call (or the tool) the event is about.
+type Data struct {
+	// ID is the call's id; empty for tool events.
+	ID       string `json:"id,omitempty"`
+	Tool     string `json:"tool"`
+	Target   string `json:"target,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+	Audience string `json:"audience,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Status   string `json:"status,omitempty"`
+	// CreatedAt and DecideBy are RFC 3339 times.
+	CreatedAt string `json:"created_at,omitempty"`
+	DecideBy  string `json:"decide_by,omitempty"`
+	// URL opens the call (or the tool's review) in the console. It carries
+	// no secret: the console asks the reader to log in.
+	URL       string     `json:"url"`
+	Approvals *Approvals `json:"approvals,omitempty"`
+	Decision  *Decision  `json:"decision,omitempty"`
+	Outcome   *Outcome   `json:"outcome,omitempty"`
+	// EscalatedAfter is set on call.escalated: how long the call had waited,
+	// in seconds.
+	EscalatedAfter int64 `json:"escalated_after,omitempty"`
+	// Reason says why a tool needs review.
+	Reason string `json:"reason,omitempty"`
+	// Args are the call's arguments as canonical JSON, present only on
+	// channels configured with include_args.
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Approvals counts a call's approvals.
+type Approvals struct {
+	Required int      `json:"required"`
+	Received int      `json:"received"`
+	By       []string `json:"by,omitempty"`
+}
+
+// Decision is who ended the call and why: an operator's denial, or the
+// console for an expiry.
+type Decision struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Outcome is what the executor reported.
+type Outcome struct {
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// ParseEvent reads an event body written by a Router.
+func ParseEvent(body []byte) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return ev, fmt.Errorf("notify: event body does not parse: %w", err)
+	}
+	if ev.ID == "" || !knownKind(ev.Type) {
+		return ev, fmt.Errorf("notify: event body has no id or an unknown type %q", ev.Type)
+	}
+	return ev, nil
+}
+
+// Time returns the event's timestamp.
+func (ev Event) Time() time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
+	return t
+}
+
+// DigestGroup is the first group of four hex digits of the digest, as the
+// console shows it, for messages too short for the whole digest.
+func (d Data) DigestGroup() string {
+	if len(d.Digest) < 4 {
+		return d.Digest
+	}
+	return d.Digest[:4]
+}
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewEventID returns a random event id such as "evt_k2j4…".
+func NewEventID() string {
+	var b [15]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return "evt_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}

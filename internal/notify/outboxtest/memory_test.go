@@ -1,0 +1,5 @@
+package outboxtest
+
+import "testing"
+
+func TestMemory(t *testing.T) { Run(t, MemoryHarness) }

@@ -1,0 +1,266 @@
+package notify
+
+import (
+	"context"
+	"crypto/ecdh"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	webpush "github.com/SherClockHolmes/webpush-go"
+)
+
+// Subscription is one browser's Web Push subscription (the PushSubscription
+// JSON a browser hands the console).
+type Subscription struct {
+	Endpoint  string
+	P256dh    string // the browser's P-256 public key, base64url
+	Auth      string // the 16-byte authentication secret, base64url
+	Account   string // the console account that subscribed
+	CreatedAt time.Time
+}
+
+// Subscriptions is where the console keeps push subscriptions.
+type Subscriptions interface {
+	// PushSubscriptions lists the subscriptions of accounts that may
+	// decide (enabled operators and admins).
+	PushSubscriptions(ctx context.Context) ([]Subscription, error)
+	// DeletePushSubscription forgets a subscription the push service says
+	// is gone.
+	DeletePushSubscription(ctx context.Context, endpoint string) error
+}
+
+// Push sends Web Push messages (RFC 8030, payload encrypted per RFC 8291,
+// VAPID per RFC 8292) to every subscribed browser, so an operator is
+// reached with the console closed. The payload names the tool, target and
+// actor and links to the call; it never holds arguments.
+//
+// Push endpoints come from browsers, so they are untrusted addresses: the
+// channel posts only to https endpoints whose host is on the allowlist of
+// push services, never to an address a subscriber chose.
+type Push struct {
+	cfg      *PushConfig
+	priv     string
+	pub      string
+	subs     Subscriptions
+	client   *http.Client
+	log      *slog.Logger
+	parallel int
+}
+
+// NewPush returns the channel. privateKey is the VAPID key (base64url)
+// used when cfg names none.
+func NewPush(cfg *PushConfig, privateKey string, subs Subscriptions, rt http.RoundTripper, log *slog.Logger) (*Push, error) {
+	if cfg.PrivateKey != "" {
+		privateKey = cfg.PrivateKey
+	}
+	pub, err := vapidPublicKey(privateKey)
+	if err != nil {
+		return nil, fmt.Errorf("notify: push: VAPID key: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Push{cfg: cfg, priv: privateKey, pub: pub, subs: subs, client: newHTTPClient(rt), log: log, parallel: 4}, nil
+}
+
+// PublicKey is the VAPID public key browsers subscribe with
+// (applicationServerKey), base64url.
+func (p *Push) PublicKey() string { return p.pub }
+
+// Allowed reports whether endpoint may be posted to.
+func (p *Push) Allowed(endpoint string) error { return AllowedEndpoint(p.cfg.Allow, endpoint) }
+
+// AllowedEndpoint accepts an https endpoint without credentials whose host
+// is on allow: an entry "host" matches that host on port 443, "host:port"
+// that host and port, "*.domain" any subdomain of domain on port 443.
+func AllowedEndpoint(allow []string, endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		return fmt.Errorf("a push endpoint must be an https address without credentials")
+	}
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if port == "" {
+		port = "443"
+	}
+	for _, entry := range allow {
+		entry = strings.ToLower(entry)
+		eh, ep, err := net.SplitHostPort(entry)
+		if err != nil {
+			eh, ep = strings.Trim(entry, "[]"), "443"
+		}
+		if ep != port {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(eh, "*."); ok {
+			if strings.HasSuffix(host, "."+rest) {
+				return nil
+			}
+		} else if host == eh {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a push service on the allowlist (%s)", u.Host, strings.Join(allow, ", "))
+}
+
+// PushPayload is the decrypted content of a push message; the service
+// worker shows it as a notification.
+type PushPayload struct {
+	ID    string `json:"id"` // the event id
+	Type  string `json:"type"`
+	Title string `json:"title"`
+	Body  string `json:"body"`
+	Call  string `json:"call,omitempty"`
+	// Tag groups notifications: a later one about the same call replaces
+	// the earlier one, and a repeated delivery shows once.
+	Tag string `json:"tag"`
+	URL string `json:"url"`
+}
+
+func pushPayload(ev Event) PushPayload {
+	d := ev.Data
+	parts := []string{}
+	if d.Target != "" {
+		parts = append(parts, visible(d.Target))
+	}
+	if d.Actor != "" {
+		parts = append(parts, "by "+visible(d.Actor))
+	}
+	if line := decisionLine(ev); line != "" {
+		parts = append(parts, line)
+	} else if d.DecideBy != "" && !Decided(ev.Type) {
+		parts = append(parts, "decide by "+deadline(d))
+	}
+	tag := d.ID
+	if tag == "" {
+		tag = "tool:" + d.Tool
+	}
+	return PushPayload{ID: ev.ID, Type: ev.Type, Title: title(ev), Body: strings.Join(parts, " · "), Call: d.ID, Tag: tag, URL: d.URL}
+}
+
+// Send posts the event to every subscription. A subscription the push
+// service says is gone (404, 410) is deleted; one that is refused for good
+// is logged and left; the row is retried when a push service failed in a
+// way that may pass (timeouts, 429, 5xx), which may repeat the message on
+// the others, where the notification's tag shows it once.
+func (p *Push) Send(ctx context.Context, m Message) (string, error) {
+	subs, err := p.subs.PushSubscriptions(ctx)
+	if err != nil {
+		return "", &SendError{Err: fmt.Errorf("push: list subscriptions: %w", err)}
+	}
+	payload, _ := json.Marshal(pushPayload(m.Event))
+	urgency := webpush.UrgencyNormal
+	if !Decided(m.Event.Type) {
+		urgency = webpush.UrgencyHigh
+	}
+	var (
+		mu       sync.Mutex
+		failures []string
+		retry    time.Duration
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, p.parallel)
+	)
+	for _, sub := range subs {
+		if err := p.Allowed(sub.Endpoint); err != nil {
+			p.log.Warn("push subscription refused", slog.String("account", sub.Account), slog.Any("error", err))
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(sub Subscription) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := p.sendOne(ctx, sub, payload, m.Event.Data.ID, urgency)
+			if err == nil {
+				return
+			}
+			if isPermanent(err) {
+				p.log.Warn("push refused", slog.String("account", sub.Account), slog.Any("error", err))
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			failures = append(failures, err.Error())
+			retry = max(retry, retryAfterOf(err))
+		}(sub)
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		return "", &SendError{Err: fmt.Errorf("push: %d of %d subscriptions failed: %s", len(failures), len(subs),
+			strings.Join(failures, "; ")), RetryAfter: retry}
+	}
+	return "", nil
+}
+
+var errGone = errors.New("the subscription is gone")
+
+func (p *Push) sendOne(ctx context.Context, sub Subscription, payload []byte, topic string, urgency webpush.Urgency) error {
+	opts := &webpush.Options{
+		HTTPClient:      p.client,
+		Subscriber:      strings.TrimPrefix(p.cfg.Subject, "mailto:"),
+		VAPIDPublicKey:  p.pub,
+		VAPIDPrivateKey: p.priv,
+		TTL:             int(p.cfg.TTL / time.Second),
+		Urgency:         urgency,
+		Topic:           topic,
+	}
+	resp, err := webpush.SendNotificationWithContext(ctx, payload,
+		&webpush.Subscription{Endpoint: sub.Endpoint, Keys: webpush.Keys{P256dh: sub.P256dh, Auth: sub.Auth}}, opts)
+	if err != nil && resp == nil && ctx.Err() == nil && !isNetError(err) {
+		// The library refused before sending: a malformed key.
+		return Permanent(fmt.Errorf("push to %s: %w", hostOf(sub.Endpoint), err))
+	}
+	if resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone) {
+		resp.Body.Close()
+		if derr := p.subs.DeletePushSubscription(ctx, sub.Endpoint); derr != nil {
+			return &SendError{Err: fmt.Errorf("push: forget a gone subscription: %w", derr)}
+		}
+		p.log.Info("push subscription gone", slog.String("account", sub.Account), slog.String("service", hostOf(sub.Endpoint)))
+		return nil
+	}
+	if err := httpResult(resp, err); err != nil {
+		return fmt.Errorf("push to %s: %w", hostOf(sub.Endpoint), err)
+	}
+	return nil
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	var ue *url.Error
+	return errors.As(err, &ne) || errors.As(err, &ue)
+}
+
+func hostOf(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil {
+		return u.Host
+	}
+	return "?"
+}
+
+// NewVAPIDKey returns a fresh VAPID private key, base64url.
+func NewVAPIDKey() (string, error) {
+	priv, _, err := webpush.GenerateVAPIDKeys()
+	return priv, err
+}
+
+// vapidPublicKey derives the uncompressed P-256 public key of a VAPID
+// private key, both base64url.
+func vapidPublicKey(priv string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(priv, "="))
+	if err != nil {
+		return "", errors.New("not base64url")
+	}
+	k, err := ecdh.P256().NewPrivateKey(raw)
+	if err != nil {
+		return "", fmt.Errorf("not a P-256 private key: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(k.PublicKey().Bytes()), nil
+}

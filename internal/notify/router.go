@@ -1,0 +1,240 @@
+package notify
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Router decides, inside the transaction of a change, which channels hear
+// of it and what they are told. It is read-only after construction and
+// safe for concurrent use.
+type Router struct {
+	cfg       *Config
+	publicURL string
+	newID     func() string
+}
+
+// NewRouter routes by cfg. Links point at cfg.PublicURL, or at publicURL
+// when the configuration names none.
+func NewRouter(cfg *Config, publicURL string) *Router {
+	u := cfg.PublicURL
+	if u == "" {
+		u = strings.TrimRight(publicURL, "/")
+	}
+	return &Router{cfg: cfg, publicURL: u, newID: NewEventID}
+}
+
+// Route returns the route for tool, or nil when no route matches.
+func (r *Router) Route(tool string) *Route {
+	for i := range r.cfg.Routes {
+		if r.cfg.Routes[i].Matches(tool) {
+			return &r.cfg.Routes[i]
+		}
+	}
+	return nil
+}
+
+// CallURL is the console page of a call.
+func (r *Router) CallURL(id string) string {
+	return r.publicURL + "/calls/" + url.PathEscape(id)
+}
+
+// kindOf maps the queue's committed changes to event types; changes that
+// notify nobody map to "". A partial approval is not an event: the call is
+// still waiting.
+func kindOf(queueKind string) string {
+	switch queueKind {
+	case audit.KindSubmitted:
+		return CallSubmitted
+	case audit.KindGranted:
+		return CallApproved
+	case audit.KindDenied:
+		return CallDenied
+	case audit.KindExpired:
+		return CallExpired
+	case audit.KindCancelled:
+		return CallCancelled
+	case audit.KindRedeemed:
+		return CallRedeemed
+	case audit.KindOutcome:
+		return CallOutcome
+	}
+	return ""
+}
+
+// Notices returns the outbox rows that a committed change announces. A
+// submission also schedules its reminder and escalation, each delivered
+// only if the call is still pending when it comes due.
+func (r *Router) Notices(ev queue.Event) []queue.Notice {
+	kind := kindOf(ev.Kind)
+	if kind == "" || ev.Call == nil {
+		return nil
+	}
+	c := ev.Call
+	rt := r.Route(c.Tool)
+	if rt == nil {
+		return nil
+	}
+	at := eventTime(kind, c)
+	var out []queue.Notice
+	channels := rt.Notify
+	if kind != CallSubmitted && escalated(rt, c) {
+		channels = union(channels, rt.EscalateTo)
+	}
+	out = r.add(out, kind, channels, c, at, at, false, 0)
+	if kind != CallSubmitted {
+		return out
+	}
+	var escalateAt time.Time
+	if rt.EscalateAfter > 0 {
+		escalateAt = c.CreatedAt.Add(rt.EscalateAfter)
+		if escalateAt.Before(c.DecideBy) {
+			out = r.add(out, CallEscalated, rt.EscalateTo, c, escalateAt, escalateAt, true, rt.EscalateAfter)
+		}
+	}
+	if rt.RemindBefore > 0 {
+		remindAt := c.DecideBy.Add(-rt.RemindBefore)
+		if remindAt.After(c.CreatedAt) {
+			to := rt.Notify
+			if !escalateAt.IsZero() && escalateAt.Before(remindAt) {
+				to = union(to, rt.EscalateTo)
+			}
+			out = r.add(out, CallReminder, to, c, remindAt, remindAt, true, 0)
+		}
+	}
+	return out
+}
+
+// ToolReview returns the rows announcing that tool needs an admin's review
+// (its upstream definition changed, for example); page is the console path
+// of the review.
+func (r *Router) ToolReview(tool, reason, page string, at time.Time) []queue.Notice {
+	rt := r.Route(tool)
+	if rt == nil {
+		return nil
+	}
+	id := r.newID()
+	var out []queue.Notice
+	for _, name := range rt.Notify {
+		ch := r.cfg.Channels[name]
+		if ch == nil || !ch.Wants(ToolReviewNeeded) {
+			continue
+		}
+		body, _ := json.Marshal(Event{ID: id, Type: ToolReviewNeeded, Timestamp: formatTime(at),
+			Data: Data{Tool: tool, Reason: reason, URL: r.publicURL + page}})
+		out = append(out, queue.Notice{EventID: id, Kind: ToolReviewNeeded, Channel: name, Body: body, At: at, DueAt: at})
+	}
+	return out
+}
+
+// add appends one event's rows, one per channel that wants it; the channels
+// share the event id.
+func (r *Router) add(out []queue.Notice, kind string, channels []string, c *queue.Call, at, due time.Time,
+	whilePending bool, waited time.Duration) []queue.Notice {
+	id := r.newID()
+	var plain, withArgs []byte
+	for _, name := range channels {
+		ch := r.cfg.Channels[name]
+		if ch == nil || !ch.Wants(kind) {
+			continue
+		}
+		body := &plain
+		if ch.IncludeArgs {
+			body = &withArgs
+		}
+		if *body == nil {
+			*body = r.body(id, kind, c, at, waited, ch.IncludeArgs)
+		}
+		out = append(out, queue.Notice{EventID: id, Kind: kind, Channel: name, CallID: c.ID, Body: *body,
+			At: at, DueAt: due, WhilePending: whilePending})
+	}
+	return out
+}
+
+func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.Duration, args bool) []byte {
+	d := Data{
+		ID: c.ID, Tool: c.Tool, Target: c.Target, Actor: c.Actor, Audience: c.Audience, Digest: c.Digest,
+		Status: string(c.Status), CreatedAt: formatTime(c.CreatedAt), DecideBy: formatTime(c.DecideBy),
+		URL:       r.CallURL(c.ID),
+		Approvals: &Approvals{Required: c.ApprovalsRequired, Received: len(c.Approvals)},
+	}
+	for _, a := range c.Approvals {
+		d.Approvals.By = append(d.Approvals.By, a.Operator)
+	}
+	switch {
+	case c.Denial != nil:
+		d.Decision = &Decision{By: c.Denial.By, Reason: c.Denial.Reason}
+	case c.Status == queue.StatusExpired:
+		d.Decision = &Decision{By: "console", Reason: "no decision before decide_by"}
+	case c.Status == queue.StatusCancelled:
+		d.Decision = &Decision{By: c.Actor, Reason: "withdrawn by the agent"}
+	}
+	if c.Outcome != nil {
+		d.Outcome = &Outcome{Status: c.Outcome.Status, Detail: c.Outcome.Detail}
+	}
+	if kind == CallEscalated {
+		d.EscalatedAfter = int64(waited / time.Second)
+	}
+	if args {
+		if b, err := canonical.Encode(argsOrEmpty(c.Args)); err == nil {
+			d.Args = b
+		}
+	}
+	body, _ := json.Marshal(Event{ID: id, Type: kind, Timestamp: formatTime(at), Data: d})
+	return body
+}
+
+func argsOrEmpty(a canonical.Object) any {
+	if a == nil {
+		return canonical.Object{}
+	}
+	return a
+}
+
+// eventTime is when the change happened, from the call itself, so the
+// notice's time is the committed one.
+func eventTime(kind string, c *queue.Call) time.Time {
+	var t time.Time
+	switch kind {
+	case CallSubmitted:
+		t = c.CreatedAt
+	case CallRedeemed:
+		t = c.RedeemedAt
+	case CallOutcome:
+		if c.Outcome != nil {
+			t = c.Outcome.At
+		}
+	default:
+		t = c.DecidedAt
+	}
+	if t.IsZero() {
+		t = c.CreatedAt
+	}
+	return t
+}
+
+// escalated reports whether the call was still pending when its escalation
+// came due, so the escalation channels hear how it ended.
+func escalated(rt *Route, c *queue.Call) bool {
+	if rt.EscalateAfter <= 0 || c.DecidedAt.IsZero() {
+		return false
+	}
+	due := c.CreatedAt.Add(rt.EscalateAfter)
+	return due.Before(c.DecideBy) && !c.DecidedAt.Before(due)
+}
+
+func union(a, b []string) []string {
+	out := append([]string(nil), a...)
+	for _, x := range b {
+		if !contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+package queue
+
+import "time"
+
+// Notice is one notification about a change, for one channel. The change's
+// own transaction writes it to the outbox, so a committed change always has
+// its notices and a rolled-back one never does; internal/notify delivers
+// them after commit, at least once.
+type Notice struct {
+	// EventID identifies the event; receivers deduplicate by it. The
+	// notices of one event on several channels share it.
+	EventID string
+	// Kind is the event's type: call.submitted, call.approved, ...
+	Kind    string
+	Channel string
+	// CallID is the call the event is about; empty for events about a tool.
+	CallID string
+	// Body is the event as JSON, exactly as the channel sends or renders it.
+	Body []byte
+	// At is when the event happened. Per channel and call, notices are
+	// delivered in the order of At.
+	At time.Time
+	// DueAt is the earliest delivery time: At for most events, later for
+	// reminders and escalations.
+	DueAt time.Time
+	// WhilePending makes the notice conditional: it is delivered only if
+	// the call is still pending when it comes due, else it is skipped.
+	WhilePending bool
+}
