@@ -92,7 +92,9 @@ func summary(ev Event) string {
 // formatting can be smuggled in through a target.
 func blocks(ev Event) []slack.Block {
 	d := ev.Data
-	plain := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.PlainTextType, s, false, false) }
+	plain := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	}
 	out := []slack.Block{slack.NewHeaderBlock(plain(heading(ev)))}
 	fields := []*slack.TextBlockObject{plain("Tool: " + visible(d.Tool))}
 	if d.ID != "" {
