@@ -332,8 +332,20 @@ var commonFields = []string{"type", "events", "timeout"}
 // secretRef names where a secret lives: a file or an environment variable.
 // A secret written into the configuration itself is refused.
 type secretRef struct {
-	File string `yaml:"file"`
-	Env  string `yaml:"env"`
+	File   string `yaml:"file"`
+	Env    string `yaml:"env"`
+	inline bool
+}
+
+// UnmarshalYAML takes note of a secret written inline, to refuse it with
+// the other problems.
+func (s *secretRef) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		s.inline = true
+		return nil
+	}
+	type plain secretRef
+	return n.Decode((*plain)(s))
 }
 
 type duration time.Duration
@@ -422,12 +434,18 @@ func parseNode(n *yaml.Node, env Env) (*Config, error) {
 // decodeStrict decodes n into v and reports every member that v has no
 // field for, with its line, so a misspelt field is an error, not silence.
 func decodeStrict(n *yaml.Node, v any) error {
-	var unknown []string
-	checkKeys(n, reflect.TypeOf(v).Elem(), "", &unknown)
-	if len(unknown) > 0 {
-		return errors.New(strings.Join(unknown, "; "))
+	var problems []string
+	checkKeys(n, reflect.TypeOf(v).Elem(), "", &problems)
+	if err := n.Decode(v); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
+		for _, line := range strings.Split(msg, "\n") {
+			problems = append(problems, strings.TrimSpace(line))
+		}
 	}
-	return n.Decode(v)
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 func checkKeys(n *yaml.Node, t reflect.Type, where string, out *[]string) {
@@ -685,6 +703,8 @@ func (p *parser) route(i int, r rawRoute, channels map[string]*ChannelConfig) Ro
 
 func (p *parser) secret(channel, field string, ref *secretRef) (string, bool) {
 	switch {
+	case ref.inline:
+		p.add("channel %s: %s must be {file: PATH} or {env: NAME}; secrets are not written into the configuration", channel, field)
 	case ref.File != "" && ref.Env != "":
 		p.add("channel %s: %s: give file or env, not both", channel, field)
 	case ref.File != "":

@@ -209,7 +209,9 @@ func (d *Dispatcher) deliver(ctx context.Context, row Delivery) {
 		if isPermanent(err) || !res.At.Before(giveUp) {
 			res.Dead = true
 		} else {
-			res.RetryAt = res.At.Add(max(d.Backoff(attempt), min(retryAfterOf(err), d.cfg.Retry.MaxInterval)))
+			wait := max(d.Backoff(attempt), min(retryAfterOf(err), d.cfg.Retry.MaxInterval))
+			// Stores keep milliseconds; round up so no attempt comes early.
+			res.RetryAt = res.At.Add(wait).Add(time.Millisecond - 1).Truncate(time.Millisecond)
 			if res.RetryAt.After(giveUp) {
 				res.RetryAt = giveUp // one last attempt at the give-up time
 			}
