@@ -212,4 +212,4 @@ notifications:
 type noSubs struct{}
 
 func (noSubs) PushSubscriptions(ctx context.Context) ([]notify.Subscription, error) { return nil, nil }
-func (noSubs) DeletePushSubscription(ctx context.Context, endpoint string) error   { return nil }
+func (noSubs) DeletePushSubscription(ctx context.Context, endpoint string) error    { return nil }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net/textproto"
 	"os"
 	"strings"
 	texttemplate "text/template"
@@ -77,8 +78,11 @@ func (e *Email) Send(ctx context.Context, m Message) (string, error) {
 		return "", Permanent(fmt.Errorf("email: %w", err))
 	}
 	if err := client.DialAndSendWithContext(ctx, msg); err != nil {
+		// A 5xx reply (refused recipient, failed authentication) will not
+		// pass by itself; 4xx replies and network trouble may.
 		var se *mail.SendError
-		if errors.As(err, &se) && !se.IsTemp() && se.ErrorCode() >= 500 {
+		var te *textproto.Error
+		if (errors.As(err, &se) && !se.IsTemp() && se.ErrorCode() >= 500) || (errors.As(err, &te) && te.Code >= 500) {
 			return "", Permanent(fmt.Errorf("email: %w", err))
 		}
 		return "", &SendError{Err: fmt.Errorf("email: %w", err)}

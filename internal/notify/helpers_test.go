@@ -56,7 +56,9 @@ func testCall(id string, created time.Time) *queue.Call {
 	}
 }
 
-func submitted(c *queue.Call) queue.Event { return queue.Event{Kind: audit.KindSubmitted, Call: c.Clone()} }
+func submitted(c *queue.Call) queue.Event {
+	return queue.Event{Kind: audit.KindSubmitted, Call: c.Clone()}
+}
 
 func approved(c *queue.Call, by string, at time.Time) queue.Event {
 	c.Status, c.DecidedAt = queue.StatusApproved, at

@@ -212,7 +212,9 @@ func (p *Push) sendOne(ctx context.Context, sub Subscription, payload []byte, to
 		Urgency:         urgency,
 		Topic:           topic,
 	}
-	resp, err := webpush.SendNotificationWithContext(ctx, payload,
+	// The library pads the message by appending to the slice it is given,
+	// so each send gets a copy of its own.
+	resp, err := webpush.SendNotificationWithContext(ctx, append([]byte(nil), payload...),
 		&webpush.Subscription{Endpoint: sub.Endpoint, Keys: webpush.Keys{P256dh: sub.P256dh, Auth: sub.Auth}}, opts)
 	if err != nil && resp == nil && ctx.Err() == nil && !isNetError(err) {
 		// The library refused before sending: a malformed key.
