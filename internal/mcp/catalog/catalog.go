@@ -1,0 +1,365 @@
+// Package catalog pins the tool definitions of MCP servers and holds the
+// first-seen and changed ones for an admin's review. Each definition is
+// identified by its digest (tools.Mirror); a tool is callable only while the
+// definition its server lists now is one an admin approved (or that was
+// trusted at the first start with --trust-first-definitions). The catalog
+// declares the store it needs; internal/db implements it.
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// Status is where a pinned definition is in its review.
+type Status string
+
+// Statuses of a definition. Pending and Quarantined definitions are not
+// callable; Approved ones are while their server lists them.
+const (
+	Pending     Status = "pending"
+	Approved    Status = "approved"
+	Rejected    Status = "rejected"
+	Quarantined Status = "quarantined"
+)
+
+// Audit kinds of the catalog.
+const (
+	KindDefinitionSeen     = "mcp_definition_seen"
+	KindDefinitionReviewed = "mcp_definition_reviewed"
+)
+
+// TrustedBy names who approved a definition trusted at the first start.
+const TrustedBy = "console:trust-first-definitions"
+
+// Pin is one definition of one upstream tool.
+type Pin struct {
+	Server string
+	Tool   string // the upstream's own tool name
+	Digest string
+	// Definition is the canonical JSON that Digest covers; for a
+	// quarantined tool, the raw listing as it was read.
+	Definition []byte
+	Status     Status
+	// Reasons say why a tool was quarantined.
+	Reasons   []string
+	FirstSeen time.Time
+	// DecidedBy and DecidedAt are set once an admin reviewed it.
+	DecidedBy string
+	DecidedAt time.Time
+}
+
+// Errors of the catalog.
+var (
+	ErrNotFound   = errors.New("catalog: no such definition")
+	ErrNotPending = errors.New("catalog: the definition was already reviewed")
+)
+
+// Store is the catalog's storage.
+type Store interface {
+	// Definitions returns every pinned definition of the server's tools, oldest
+	// first.
+	Definitions(ctx context.Context, server string) ([]Pin, error)
+	// Update runs fn in one write transaction.
+	Update(ctx context.Context, fn func(Tx) error) error
+}
+
+// Tx is what one catalog transaction can do.
+type Tx interface {
+	// Definition returns one definition; ErrNotFound when it was never
+	// seen.
+	Definition(server, tool, digest string) (Pin, error)
+	// InsertDefinition records a definition seen for the first time.
+	InsertDefinition(p Pin) error
+	// SetDefinitionStatus records a review.
+	SetDefinitionStatus(server, tool, digest string, status Status, by string, at time.Time) error
+	Append(e *audit.Entry) error
+}
+
+// Listed is one tool as its server lists it (raw schema and annotations).
+type Listed struct {
+	Name        string
+	Description string
+	InputSchema []byte
+	Annotations []byte
+}
+
+// Entry is one tool of a server's current listing with its review state,
+// for the console and for serving tools/list.
+type Entry struct {
+	Pin
+	// Tool is the compiled tool; nil when quarantined.
+	Tool *tools.Tool
+	// Previous is the last approved definition of the same tool, when the
+	// current one differs from it: the review page shows the diff.
+	Previous *Pin
+}
+
+// Callable reports whether calls of the entry's tool may be made.
+func (e Entry) Callable() bool { return e.Status == Approved && e.Tool != nil }
+
+// Catalog applies the pinning rules for every upstream.
+type Catalog struct {
+	store      Store
+	registry   *tools.Registry
+	overrides  map[string]map[string]tools.MCPOverride
+	trustFirst bool
+	now        func() time.Time
+	log        *slog.Logger
+
+	mu       sync.RWMutex
+	current  map[string][]Entry // by server, sorted by tool name
+	listed   map[string][]Listed
+	trusted  map[string]bool // servers whose first listing of this process was trusted
+	onChange []func(server string)
+}
+
+// Config holds a catalog's collaborators.
+type Config struct {
+	Store    Store
+	Registry *tools.Registry
+	// TrustFirst approves, at the first listing of each server after the
+	// console starts, the definitions of tools never seen before.
+	TrustFirst bool
+	Now        func() time.Time
+	Logger     *slog.Logger
+}
+
+// New returns a catalog over the registry's upstreams.
+func New(cfg Config) *Catalog {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, now: cfg.Now, log: cfg.Logger,
+		overrides: map[string]map[string]tools.MCPOverride{}, current: map[string][]Entry{},
+		listed: map[string][]Listed{}, trusted: map[string]bool{}}
+	for _, u := range cfg.Registry.Upstreams() {
+		c.overrides[u.Name] = u.Tools
+	}
+	return c
+}
+
+// OnChange registers fn to run after a server's entries change.
+func (c *Catalog) OnChange(fn func(server string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onChange = append(c.onChange, fn)
+}
+
+// QuarantineDigest identifies a listing that could not be mirrored.
+func QuarantineDigest(l Listed) string {
+	h := sha256.New()
+	h.Write([]byte(tools.DefinitionPrefix + "quarantined:"))
+	for _, part := range [][]byte{[]byte(l.Name), []byte(l.Description), l.InputSchema, l.Annotations} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Apply takes a complete listing of a server's tools: it pins every
+// definition not seen before (pending, quarantined, or approved when
+// trusted at the first start), and makes exactly the approved ones
+// callable.
+func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) error {
+	c.mu.Lock()
+	trust := c.trustFirst && !c.trusted[server]
+	c.trusted[server] = true
+	c.listed[server] = listing
+	c.mu.Unlock()
+	type compiled struct {
+		l      Listed
+		tool   *tools.Tool
+		digest string
+		def    []byte
+		reason []string
+	}
+	var all []compiled
+	for _, l := range listing {
+		t, err := tools.Mirror(tools.MirrorSpec{Server: server, Name: l.Name, Description: l.Description,
+			InputSchema: l.InputSchema, Annotations: l.Annotations, Override: c.overrides[server][l.Name]})
+		var q *tools.QuarantineError
+		switch {
+		case errors.As(err, &q):
+			raw, _ := canonical.Encode(canonical.Object{{Name: "annotations", Value: string(l.Annotations)},
+				{Name: "description", Value: l.Description}, {Name: "inputSchema", Value: string(l.InputSchema)}, {Name: "name", Value: l.Name}})
+			all = append(all, compiled{l: l, digest: QuarantineDigest(l), def: raw, reason: q.Reasons})
+		case err != nil:
+			return err
+		default:
+			all = append(all, compiled{l: l, tool: t, digest: t.DefinitionDigest, def: t.Mirror.Definition})
+		}
+	}
+	now := c.now().UTC().Truncate(time.Millisecond)
+	err := c.store.Update(ctx, func(tx Tx) error {
+		for _, x := range all {
+			_, err := tx.Definition(server, x.l.Name, x.digest)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			p := Pin{Server: server, Tool: x.l.Name, Digest: x.digest, Definition: x.def, Status: Pending, Reasons: x.reason, FirstSeen: now}
+			if x.tool == nil {
+				p.Status = Quarantined
+			} else if trust {
+				known, err := c.knownTool(ctx, server, x.l.Name)
+				if err != nil {
+					return err
+				}
+				if !known {
+					p.Status, p.DecidedBy, p.DecidedAt = Approved, TrustedBy, now
+				}
+			}
+			if err := tx.InsertDefinition(p); err != nil {
+				return err
+			}
+			details := map[string]any{"server": server, "tool": x.l.Name, "digest": x.digest, "status": string(p.Status)}
+			if len(p.Reasons) > 0 {
+				details["reasons"] = append([]string(nil), p.Reasons...)
+			}
+			if err := tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindDefinitionSeen, Principal: "console",
+				Channel: audit.ChannelAPI, Details: details}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("catalog: %s: %w", server, err)
+	}
+	return c.refresh(ctx, server)
+}
+
+// knownTool reports whether any definition of the tool was pinned before.
+func (c *Catalog) knownTool(ctx context.Context, server, tool string) (bool, error) {
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range pins {
+		if p.Tool == tool {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// refresh recomputes a server's entries from its latest listing and the
+// store, and registers the callable tools.
+func (c *Catalog) refresh(ctx context.Context, server string) error {
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return fmt.Errorf("catalog: %s: %w", server, err)
+	}
+	c.mu.RLock()
+	listing := c.listed[server]
+	c.mu.RUnlock()
+	byKey := map[string]Pin{}
+	lastApproved := map[string]Pin{}
+	for _, p := range pins {
+		byKey[p.Tool+"\x00"+p.Digest] = p
+		if p.Status == Approved {
+			if prev, ok := lastApproved[p.Tool]; !ok || !p.DecidedAt.Before(prev.DecidedAt) {
+				lastApproved[p.Tool] = p
+			}
+		}
+	}
+	var entries []Entry
+	var callable []*tools.Tool
+	for _, l := range listing {
+		t, err := tools.Mirror(tools.MirrorSpec{Server: server, Name: l.Name, Description: l.Description,
+			InputSchema: l.InputSchema, Annotations: l.Annotations, Override: c.overrides[server][l.Name]})
+		digest := QuarantineDigest(l)
+		if err == nil {
+			digest = t.DefinitionDigest
+		} else {
+			t = nil
+		}
+		p, ok := byKey[l.Name+"\x00"+digest]
+		if !ok {
+			continue // not pinned yet: Apply pins before it refreshes
+		}
+		e := Entry{Pin: p, Tool: t}
+		if prev, ok := lastApproved[l.Name]; ok && prev.Digest != digest {
+			e.Previous = &prev
+		}
+		if e.Callable() {
+			callable = append(callable, t)
+		}
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Pin.Tool < entries[j].Pin.Tool })
+	c.registry.SetMirrored(server, callable)
+	c.mu.Lock()
+	c.current[server] = entries
+	fns := c.onChange
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(server)
+	}
+	return nil
+}
+
+// Entries returns a server's current listing with review states.
+func (c *Catalog) Entries(server string) []Entry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]Entry(nil), c.current[server]...)
+}
+
+// Servers returns the names of the configured upstreams.
+func (c *Catalog) Servers() []string {
+	var out []string
+	for _, u := range c.registry.Upstreams() {
+		out = append(out, u.Name)
+	}
+	return out
+}
+
+// Review approves or rejects one pending definition, by an admin, and
+// audits it in the same transaction. A quarantined definition cannot be
+// approved: nothing could check its calls.
+func (c *Catalog) Review(ctx context.Context, server, tool, digest, admin string, approve bool) error {
+	if admin == "" {
+		return errors.New("catalog: a review needs the admin's name")
+	}
+	now := c.now().UTC().Truncate(time.Millisecond)
+	status := Rejected
+	if approve {
+		status = Approved
+	}
+	err := c.store.Update(ctx, func(tx Tx) error {
+		p, err := tx.Definition(server, tool, digest)
+		if err != nil {
+			return err
+		}
+		if p.Status != Pending {
+			return fmt.Errorf("%w (it is %s)", ErrNotPending, p.Status)
+		}
+		if err := tx.SetDefinitionStatus(server, tool, digest, status, admin, now); err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindDefinitionReviewed, Principal: admin,
+			Channel: audit.ChannelWeb, Details: map[string]any{"server": server, "tool": tool, "digest": digest, "status": string(status)}})
+	})
+	if err != nil {
+		return err
+	}
+	return c.refresh(ctx, server)
+}
