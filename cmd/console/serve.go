@@ -121,6 +121,22 @@ type serveFlags struct {
 	addr, data, tools, logLevel string
 	pprof, publicURL            string
 	idle, absolute              time.Duration
+	trustedProxies              listFlag
+}
+
+// listFlag is a flag that may be repeated, each value a comma-separated
+// list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -130,6 +146,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as browsers see it, e.g. https://approvals.example.com behind a TLS proxy (default http://ADDR); https turns on Secure __Host- cookies")
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
+	fs.Var(&f.trustedProxies, "trusted-proxy", "CIDR network of a reverse proxy in front of the console (repeat or separate with commas); only requests from these have X-Forwarded-For read, right to left, for the client address that logins are throttled by")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 }
@@ -169,9 +186,13 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
+	proxies, err := server.ParseTrustedProxies(f.trustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
+	}
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
-		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI,
+		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 	})
 	if err != nil {

@@ -22,6 +22,10 @@ type LimitPolicy struct {
 var (
 	AccountPolicy = LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
 	AddressPolicy = LimitPolicy{Free: 20, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+	// DevicePolicy is the allowance of a browser that has logged in to the
+	// account before (a known-device cookie): as tolerant as the account's,
+	// but its own, so failures elsewhere do not use it up.
+	DevicePolicy = LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
 )
 
 // maxKeys is how many keys the limiter keeps before it forgets keys that
@@ -79,10 +83,47 @@ func (l *Limiter) Wait(key string, now time.Time) time.Duration {
 	return max(s.last.Add(l.delay(s.n)).Sub(now), 0)
 }
 
+// Reserve is Wait and Fail in one step: when key may try now it records
+// the attempt as a failure before the password is checked and returns
+// zero; otherwise it records nothing and returns the wait. Checking and
+// counting under one lock is what makes the backoff hold under any
+// concurrency: a burst of parallel attempts cannot all pass Wait before
+// the first of them has failed. A login that succeeds gives its
+// reservation back with Reset or Refund.
+func (l *Limiter) Reserve(key string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.keys[key]; ok && now.Sub(s.last) < l.policy.Forget {
+		if wait := s.last.Add(l.delay(s.n)).Sub(now); wait > 0 {
+			return wait
+		}
+	}
+	l.fail(key, now)
+	return 0
+}
+
+// Refund gives back one attempt reserved for key, when the attempt did
+// not fail after all (the password was right, or another limiter refused
+// it before any password was checked).
+func (l *Limiter) Refund(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.keys[key]; ok {
+		if s.n--; s.n <= 0 {
+			delete(l.keys, key)
+		}
+	}
+}
+
 // Fail records a failed attempt by key.
 func (l *Limiter) Fail(key string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.fail(key, now)
+}
+
+// fail records a failure; called with mu held.
+func (l *Limiter) fail(key string, now time.Time) {
 	s, ok := l.keys[key]
 	if !ok {
 		if len(l.keys) >= l.pruneAt {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/a-h/templ"
+	"github.com/gorilla/securecookie"
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
 
@@ -89,8 +90,13 @@ type console struct {
 
 	accountLimiter *account.Limiter
 	addressLimiter *account.Limiter
-	verifySlots    chan struct{} // bounds concurrent password hashing
-	dummyHash      string        // verified for unknown names, so timing does not tell
+	deviceLimiter  *account.Limiter
+	verifySlots    chan struct{}                     // bounds concurrent password hashing
+	verify         func(hash, password string) error // account.Verify; tests count calls
+	dummyHash      string                            // verified for unknown names, so timing does not tell
+
+	deviceCodec      *securecookie.SecureCookie // signs and encrypts known-device cookies
+	deviceCookieName string
 
 	hub  *hub
 	stop chan struct{}
@@ -107,10 +113,12 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		s: s, cfg: cfg, accounts: s.cfg.Accounts, history: s.cfg.History, trail: s.cfg.Audit, q: s.cfg.Queue, log: s.log, now: s.now,
 		accountLimiter: account.NewLimiter(account.AccountPolicy),
 		addressLimiter: account.NewLimiter(account.AddressPolicy),
+		deviceLimiter:  account.NewLimiter(account.DevicePolicy),
 		verifySlots:    make(chan struct{}, 2),
+		verify:         account.Verify,
 		stop:           make(chan struct{}),
 	}
-	c.cookieName = "countersign"
+	c.cookieName, c.deviceCookieName = "countersign", "countersign-device"
 	if cfg.PublicURL != "" {
 		u, err := url.Parse(cfg.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -119,7 +127,7 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		c.origin = u.Scheme + "://" + strings.ToLower(u.Host)
 		if u.Scheme == "https" {
 			c.secure = true
-			c.cookieName = "__Host-countersign"
+			c.cookieName, c.deviceCookieName = "__Host-countersign", "__Host-countersign-device"
 		}
 	}
 	ctx := context.Background()
@@ -134,6 +142,15 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	if c.loginKey, err = c.accounts.ConsoleSecret(ctx, "login-form", 32); err != nil {
 		return nil, err
 	}
+	devHash, err := c.accounts.ConsoleSecret(ctx, "device-cookie-hash", 64)
+	if err != nil {
+		return nil, err
+	}
+	devBlock, err := c.accounts.ConsoleSecret(ctx, "device-cookie-block", 32)
+	if err != nil {
+		return nil, err
+	}
+	c.deviceCodec = securecookie.New(devHash, devBlock).MaxAge(int(deviceCookieAge / time.Second))
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
 	c.cookies.Options = &sessions.Options{Path: "/", HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteStrictMode}
 	c.cookies.MaxAge(int(cfg.AbsoluteTimeout / time.Second))

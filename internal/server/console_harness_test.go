@@ -82,6 +82,12 @@ func cheapHash(tb testing.TB, pw string) string {
 
 func newConsoleEnv(tb testing.TB, adjust ...func(*ConsoleConfig)) *consoleEnv {
 	tb.Helper()
+	return newConsoleEnvWith(tb, nil, adjust...)
+}
+
+// newConsoleEnvWith is newConsoleEnv with the server's Config adjusted too.
+func newConsoleEnvWith(tb testing.TB, server func(*Config), adjust ...func(*ConsoleConfig)) *consoleEnv {
+	tb.Helper()
 	dir := tb.TempDir()
 	d, err := db.Open(filepath.Join(dir, "countersign.db"))
 	if err != nil {
@@ -106,7 +112,11 @@ func newConsoleEnv(tb testing.TB, adjust ...func(*ConsoleConfig)) *consoleEnv {
 	for _, f := range adjust {
 		f(&cc)
 	}
-	srv, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now, Console: &cc})
+	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now, Console: &cc}
+	if server != nil {
+		server(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -37,6 +38,13 @@ type Config struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	OpenAPI []byte
+	// TrustedProxies are the networks of reverse proxies in front of the
+	// console. Only a request whose peer is in one of them has its
+	// X-Forwarded-For read, right to left, skipping trusted hops: the
+	// client is the nearest address that is not a trusted proxy. Without
+	// any, the peer address is the client and forwarding headers are
+	// ignored (anyone can send them).
+	TrustedProxies []*net.IPNet
 	// Console configures the browser console; nil serves the agent API only.
 	Console *ConsoleConfig
 }
@@ -68,6 +76,7 @@ func New(cfg Config) (*Server, error) {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog())
@@ -126,6 +135,51 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// clientIP is how the client's address is found: the peer, or, behind
+// trusted proxies, X-Forwarded-For read right to left (echo's extractor,
+// with its defaults of trusting loopback and private networks turned off:
+// only the networks named are proxies).
+func clientIP(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
+}
+
+// ParseTrustedProxies reads CIDR networks (or single addresses) for
+// Config.TrustedProxies.
+func ParseTrustedProxies(list []string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "/") {
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return nil, fmt.Errorf("server: trusted proxy %q is neither an address nor a CIDR network", s)
+			}
+			bits := 128
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return nil, fmt.Errorf("server: trusted proxy %q is not a CIDR network: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // securityHeaders sets the headers every response carries, error pages

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -277,16 +276,60 @@ func (c *console) renderLogin(ec echo.Context, status int, name, msg string) err
 		Page: templates.Page{Title: "Log in", Now: c.now()}, CSRF: c.loginToken(pre), Name: name, Error: msg}))
 }
 
-// remoteAddr is the peer's IP address, for throttling. Forwarding headers
-// are not trusted: anyone can send them.
-func remoteAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+// Known devices. A browser that logged in successfully keeps a signed
+// cookie naming the account and a random device id (OWASP's "device
+// cookie"). A login for that account from that browser is throttled by the
+// device's own allowance instead of the account's, so an attacker who
+// trips the account's backoff from elsewhere does not lock its owner out;
+// failures from the device count against the device, and a device in
+// backoff is treated like any unknown browser.
+const (
+	deviceCookieAge = 30 * 24 * time.Hour
+	deviceSep       = "\n" // account names never contain it
+)
+
+// knownDevice returns the limiter key of the browser's device cookie when
+// it is validly signed for name, else "".
+func (c *console) knownDevice(r *http.Request, name string) string {
+	ck, err := r.Cookie(c.deviceCookieName)
 	if err != nil {
-		return r.RemoteAddr
+		return ""
 	}
-	return host
+	var v string
+	if err := c.deviceCodec.Decode(c.deviceCookieName, ck.Value, &v); err != nil {
+		return ""
+	}
+	who, id, ok := strings.Cut(v, deviceSep)
+	if !ok || who != name || id == "" {
+		return ""
+	}
+	return "device:" + id
 }
 
+// setDeviceCookie gives the browser a fresh device cookie for name.
+func (c *console) setDeviceCookie(ec echo.Context, name string) error {
+	v, err := c.deviceCodec.Encode(c.deviceCookieName, name+deviceSep+newID())
+	if err != nil {
+		return err
+	}
+	ec.SetCookie(&http.Cookie{Name: c.deviceCookieName, Value: v, Path: "/", MaxAge: int(deviceCookieAge / time.Second),
+		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteStrictMode})
+	return nil
+}
+
+// tooManyLogins answers a throttled login attempt.
+func (c *console) tooManyLogins(ec echo.Context, wait time.Duration, shownName string) error {
+	secs := int((wait + time.Second - 1) / time.Second)
+	ec.Response().Header().Set("Retry-After", fmt.Sprint(secs))
+	return c.renderLogin(ec, http.StatusTooManyRequests, shownName,
+		fmt.Sprintf("Too many failed logins. Try again in %d s.", secs))
+}
+
+// login checks a name and password. Each attempt reserves its place in the
+// throttles (the account's or the known device's, and the address's)
+// before any password is hashed, so the documented backoff holds however
+// many attempts arrive at once: the reservation counts as a failure until
+// the password turns out right.
 func (c *console) login(ec echo.Context) error {
 	r := ec.Request()
 	if err := c.checkRequestSource(r); err != nil {
@@ -306,15 +349,20 @@ func (c *console) login(ec echo.Context) error {
 		shownName = ""
 	}
 	now := c.now()
-	accountKey, addrKey := "account:"+name, "addr:"+account.AddressKey(remoteAddr(r))
+	remote := ec.RealIP()
+	accountKey, addrKey := "account:"+name, "addr:"+account.AddressKey(remote)
 	if len(name) > account.MaxNameBytes {
 		accountKey = "account:!long"
 	}
-	if wait := max(c.accountLimiter.Wait(accountKey, now), c.addressLimiter.Wait(addrKey, now)); wait > 0 {
-		secs := int((wait + time.Second - 1) / time.Second)
-		ec.Response().Header().Set("Retry-After", fmt.Sprint(secs))
-		return c.renderLogin(ec, http.StatusTooManyRequests, shownName,
-			fmt.Sprintf("Too many failed logins. Try again in %d s.", secs))
+	lim, key := c.accountLimiter, accountKey
+	if dev := c.knownDevice(r, name); dev != "" && c.deviceLimiter.Reserve(dev, now) == 0 {
+		lim, key = c.deviceLimiter, dev
+	} else if wait := c.accountLimiter.Reserve(accountKey, now); wait > 0 {
+		return c.tooManyLogins(ec, wait, shownName)
+	}
+	if wait := c.addressLimiter.Reserve(addrKey, now); wait > 0 {
+		lim.Refund(key)
+		return c.tooManyLogins(ec, wait, shownName)
 	}
 	ctx := r.Context()
 	user, err := c.accounts.UserByName(ctx, name)
@@ -323,16 +371,17 @@ func (c *console) login(ec echo.Context) error {
 	case errors.Is(err, account.ErrUserNotFound) || account.CheckName(name) != nil:
 		hash, err = c.dummyHash, nil
 	case err != nil:
+		lim.Refund(key)
+		c.addressLimiter.Refund(addrKey)
 		return err
 	}
 	ok := c.checkPassword(ctx, hash, password) && hash != c.dummyHash && !user.Disabled()
 	if !ok {
-		c.accountLimiter.Fail(accountKey, now)
-		c.addressLimiter.Fail(addrKey, now)
-		c.log.Info("console login failed", slog.String("name", shownName), slog.String("remote", remoteAddr(r)))
+		c.log.Info("console login failed", slog.String("name", shownName), slog.String("remote", remote))
 		return c.renderLogin(ec, http.StatusUnauthorized, shownName, "Wrong name or password, or the account is disabled.")
 	}
-	c.accountLimiter.Reset(accountKey)
+	lim.Reset(key)
+	c.addressLimiter.Refund(addrKey)
 	sid, csrf := newID(), newID()
 	if err := c.accounts.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
 		return err
@@ -340,7 +389,10 @@ func (c *console) login(ec echo.Context) error {
 	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
 		return err
 	}
-	c.log.Info("console login", slog.String("user", user.Name), slog.String("remote", remoteAddr(r)))
+	if err := c.setDeviceCookie(ec, user.Name); err != nil {
+		return err
+	}
+	c.log.Info("console login", slog.String("user", user.Name), slog.String("remote", remote))
 	return ec.Redirect(http.StatusSeeOther, "/")
 }
 
@@ -353,7 +405,7 @@ func (c *console) checkPassword(ctx context.Context, hash, password string) bool
 		return false
 	}
 	defer func() { <-c.verifySlots }()
-	return account.Verify(hash, password) == nil
+	return c.verify(hash, password) == nil
 }
 
 func (c *console) logout(ec echo.Context) error {
