@@ -286,7 +286,7 @@ func TestNumberValue(t *testing.T) {
 		f    float64
 		want any
 	}{
-		{0.5, Number(0.5)}, {2, int64(2)}, {-0.0, int64(0)}, {MaxInt, int64(MaxInt)},
+		{0.5, Number(0.5)}, {2, int64(2)}, {math.Copysign(0, -1), int64(0)}, {MaxInt, int64(MaxInt)},
 	} {
 		if got, err := NumberValue(c.f); err != nil || got != c.want {
 			t.Errorf("NumberValue(%v) = %#v, %v; want %#v", c.f, got, err, c.want)
