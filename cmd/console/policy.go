@@ -32,6 +32,8 @@ func cmdPolicy(ctx context.Context, e *env, args []string) int {
 	switch args[0] {
 	case "test":
 		return cmdPolicyTest(ctx, e, args[1:])
+	case "replay":
+		return cmdPolicyReplay(ctx, e, args[1:])
 	}
 	fmt.Fprintf(e.stderr, "console policy: unknown subcommand %q\n\n%s", args[0], policyUsage)
 	return 2

@@ -1,11 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // policyTools is a tools file with rules, for the policy commands' tests.
@@ -131,5 +140,76 @@ func TestToolsLintReportsRuleProblems(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("lint output lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+func TestPolicyReplayCommand(t *testing.T) {
+	data := t.TempDir()
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.Load(exampleTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	bot := queue.Principal{Actor: "agent:billing-bot", Audience: "payments-host"}
+	c, _, err := q.Submit(ctx, bot, []byte(`{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":1200,"currency":"USD","reason_code":"duplicate"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Deny(ctx, "alice", "web", c.ID, "already refunded"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.Submit(ctx, bot, []byte(`{"tool":"payments.refund","target":"invoice:INV-10","args":{"amount_minor":2000000,"currency":"USD","reason_code":"duplicate"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	code, stdout, stderr := runConsole(t, "", "policy", "replay", "--tools", "../../examples/policy.yaml", "--data", data, "--since", "1h")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	for _, want := range []string{
+		"calls a person denied, or reported failed, that the new rules would approve:\n  " + c.ID,
+		"denied by alice: already refunded  → small-refunds",
+		"replayed 2 calls since ",
+		"1 would now be approved by rule",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^payments\.refund\s+2\s+1\s+1\s+0\s+0$`).MatchString(stdout) {
+		t.Errorf("no payments.refund row with 2 calls, 1 ask→approve, 1 ask→deny:\n%s", stdout)
+	}
+
+	code, stdout, _ = runConsole(t, "", "policy", "replay", "--tools", "../../examples/policy.yaml", "--data", data, "--json")
+	var rep struct {
+		Calls        int64 `json:"calls"`
+		FlaggedTotal int64 `json:"flagged_total"`
+		Tools        []struct {
+			Tool       string `json:"tool"`
+			AskApprove int64  `json:"ask_to_approve"`
+			AskDeny    int64  `json:"ask_to_deny"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s", code, err, stdout)
+	}
+	if rep.Calls != 2 || rep.FlaggedTotal != 1 || len(rep.Tools) != 1 || rep.Tools[0].AskApprove != 1 || rep.Tools[0].AskDeny != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+
+	// The window leaves the calls out.
+	code, stdout, _ = runConsole(t, "", "policy", "replay", "--tools", "../../examples/policy.yaml", "--data", data, "--since", time.Now().Add(time.Hour).Format(time.RFC3339))
+	if code != 0 || !strings.Contains(stdout, "replayed 0 calls") {
+		t.Fatalf("future --since: exit %d\n%s", code, stdout)
+	}
+	code, _, stderr = runConsole(t, "", "policy", "replay", "--tools", "../../examples/policy.yaml", "--data", data, "--since", "last week")
+	if code != 2 || !strings.Contains(stderr, "--since must be") {
+		t.Fatalf("bad --since: exit %d, %s", code, stderr)
 	}
 }

@@ -364,6 +364,8 @@ func native(v any) any {
 			out[i] = native(e)
 		}
 		return out
+	case canonical.Number:
+		return float64(x) // only at schema number paths of mirrored tools
 	case nil:
 		return types.NullValue
 	}

@@ -1,0 +1,44 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// ReplayCalls calls fn for every call created at or after since, oldest
+// first, with its approvals, from one read snapshot and in constant memory.
+// It implements replay.Source.
+func (d *DB) ReplayCalls(ctx context.Context, since time.Time, fn func(*queue.Call) error) error {
+	return d.readSnapshot(ctx, func(q querier) error {
+		rows, err := q.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+`
+			FROM calls c WHERE c.created_at >= ? ORDER BY c.created_at, c.seq`, ms(since))
+		if err != nil {
+			return classify(fmt.Errorf("db: replay calls: %w", err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var approvals string
+			c, err := scanCall(withExtra{r: rows, extra: []any{&approvals}})
+			if err != nil {
+				return err
+			}
+			if approvals != "[]" {
+				var as []approvalJSON
+				if err := json.Unmarshal([]byte(approvals), &as); err != nil {
+					return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
+				}
+				for _, a := range as {
+					c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC()})
+				}
+			}
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		return classify(rows.Err())
+	})
+}
