@@ -54,5 +54,5 @@ func CheckName(name string) error {
 			return ErrBadName
 		}
 	}
-	return nil
+	return CheckReserved(name)
 }

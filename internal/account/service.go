@@ -161,6 +161,9 @@ func (s *Service) CreateToken(ctx context.Context, actor, audience, note, by, ch
 	if actor == "" || audience == "" {
 		return Token{}, "", ErrTokenContext
 	}
+	if err := CheckReserved(actor); err != nil {
+		return Token{}, "", fmt.Errorf("account: token actor %q: %w", actor, err)
+	}
 	var raw [32]byte
 	var id [6]byte
 	if _, err := rand.Read(raw[:]); err != nil {

@@ -126,7 +126,7 @@ type storeTx struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -138,7 +138,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt)
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -212,9 +212,9 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
-		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy))
+		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest)
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}

@@ -41,6 +41,11 @@ const (
 	ReasonExpired          = "expired"
 	ReasonRevoked          = "revoked"
 	ReasonReplayed         = "replayed"
+	// ReasonToolChanged and ReasonFrozen come from the status check: the
+	// tool's definition is no longer the one the call was made under, or
+	// a freeze stops the call's redemption.
+	ReasonToolChanged = "tool_changed"
+	ReasonFrozen      = "frozen"
 )
 
 // Names of the checks (steps of a redemption), in the order they run.

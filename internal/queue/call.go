@@ -49,6 +49,10 @@ type Call struct {
 	Envelope []byte
 	Digest   string
 	Status   Status
+	// ToolDigest is the definition digest of the tool the call was
+	// submitted under; approval and redemption refuse the call with
+	// tool_changed once the tool's current definition digest differs.
+	ToolDigest string
 
 	ApprovalsRequired int
 	Approvals         []Approval

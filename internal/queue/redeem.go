@@ -17,6 +17,8 @@ type Redemption struct {
 	Reason   string // empty when accepted
 	Checks   []grant.Check
 	Call     *Call // the redeemed call, when accepted
+	// Freeze is the freeze that refused the redemption (reason frozen).
+	Freeze *Freeze
 }
 
 // Decision is "accepted" or "rejected".
@@ -109,8 +111,19 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case c.Status != StatusApproved && c.Status != StatusRedeemed:
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+			case s.toolChanged(c):
+				res.Set(grant.StepStatus, false, grant.ReasonToolChanged)
 			default:
-				res.Set(grant.StepStatus, true, "")
+				f, err := frozen(tx, c.Tool, c.Actor)
+				if err != nil {
+					return err
+				}
+				if f != nil {
+					res.Set(grant.StepStatus, false, grant.ReasonFrozen)
+					out.Freeze = f
+				} else {
+					res.Set(grant.StepStatus, true, "")
+				}
 			}
 		}
 		if res.Reason == "" {
@@ -130,6 +143,9 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 			details["reason"] = res.Reason
 			if res.Claims != nil {
 				details["jti"] = res.Claims.JTI
+			}
+			if out.Freeze != nil {
+				details["freeze"] = out.Freeze.ID
 			}
 			if c == nil {
 				c = &Call{ID: out.CallID}

@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -42,12 +44,19 @@ type Event struct {
 	Block *Block // for retry_blocked and retry_cleared
 	// Reason is set for redemption_refused.
 	Reason string
+	// Freeze is set for frozen and unfrozen.
+	Freeze *Freeze
 }
 
 // Config holds the service's collaborators.
 type Config struct {
-	Store  Store
-	Tools  *tools.Registry
+	Store Store
+	// Tools is the registry calls are validated against; when nil, the
+	// registry Policy was compiled for.
+	Tools *tools.Registry
+	// Policy holds the compiled rules of Tools; nil means no rules: every
+	// call goes to people.
+	Policy *policy.Policy
 	Signer Signer
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -58,6 +67,7 @@ type Config struct {
 type Service struct {
 	store  Store
 	tools  *tools.Registry
+	policy *policy.Policy
 	signer Signer
 	now    func() time.Time
 	log    *slog.Logger
@@ -84,8 +94,11 @@ func NewService(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Tools == nil && cfg.Policy != nil {
+		cfg.Tools = cfg.Policy.Registry()
+	}
 	return &Service{
-		store: cfg.Store, tools: cfg.Tools, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger,
+		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger,
 		waiters:  waiters{m: map[string]map[chan *Call]struct{}{}},
 		kick:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
@@ -94,6 +107,9 @@ func NewService(cfg Config) *Service {
 
 // Tools returns the registry the service validates against.
 func (s *Service) Tools() *tools.Registry { return s.tools }
+
+// Policy returns the compiled rules, nil when there are none.
+func (s *Service) Policy() *policy.Policy { return s.policy }
 
 // Store returns the service's store, for read-only views.
 func (s *Service) Store() Store { return s.store }
@@ -216,7 +232,13 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 		ID: NewCallID(), Actor: who.Actor, Audience: who.Audience, Tool: p.Tool, Target: p.Target,
 		Args: p.Args, Rationale: p.Rationale, Envelope: envBytes, Digest: canonical.DigestOf(envBytes),
 		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
-		CreatedAt: now, DecideBy: now.Add(t.DecideWithin),
+		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
+	}
+	// The rules run before the write lock is taken; what they decide is
+	// applied in the transaction that stores the call.
+	decision := s.decide(t, c)
+	if decision.Action == policy.Ask {
+		c.ApprovalsRequired = max(t.Approvals, decision.Approvals)
 	}
 	var result *Call
 	created := false
@@ -248,6 +270,15 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 			}
 			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
 		}
+		if f, err := frozen(tx, p.Tool, who.Actor); err != nil {
+			return err
+		} else if f != nil {
+			if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": p.Tool, "codes": []string{"frozen"}, "digest": c.Digest, "freeze": f.ID})); err != nil {
+				return err
+			}
+			return commitAnd(&FrozenError{Freeze: *f})
+		}
 		if rs.Count > 0 {
 			if err := tx.SetRetry(who.Actor, p.Tool, RetryState{}); err != nil {
 				return err
@@ -259,17 +290,21 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 		if err := tx.Append(s.entry(audit.KindSubmitted, c, who.Actor, audit.ChannelAPI, map[string]any{
 			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
 			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),
-			"approvals_required": int64(c.ApprovalsRequired)})); err != nil {
+			"approvals_required": int64(c.ApprovalsRequired), "tool_digest": c.ToolDigest})); err != nil {
 			return err
 		}
 		result, created = c, true
 		emit(Event{Kind: audit.KindSubmitted, Call: c})
-		return nil
+		return s.applyRule(tx, c, decision, emit)
 	})
+	var denied *PolicyDeniedError
+	if errors.As(err, &denied) {
+		return c, true, err
+	}
 	if err != nil {
 		return nil, false, err
 	}
-	if created && !s.wakesBefore(c.DecideBy) {
+	if created && c.Status == StatusPending && !s.wakesBefore(c.DecideBy) {
 		s.kickExpiry()
 	}
 	return result, created, nil
@@ -448,6 +483,9 @@ func (s *Service) Approve(ctx context.Context, operator, channel, id, digest str
 	if operator == "" {
 		return nil, ErrOperatorRequired
 	}
+	if err := account.CheckReserved(operator); err != nil {
+		return nil, fmt.Errorf("queue: operator %q: %w", operator, err)
+	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		c, err := s.loadPending(tx, id, emit)
@@ -456,6 +494,14 @@ func (s *Service) Approve(ctx context.Context, operator, channel, id, digest str
 		}
 		if digest != c.Digest {
 			return ErrDigestMismatch
+		}
+		if s.toolChanged(c) {
+			return ErrToolChanged
+		}
+		if f, err := frozen(tx, c.Tool, c.Actor); err != nil {
+			return err
+		} else if f != nil {
+			return &FrozenError{Freeze: *f}
 		}
 		if operator == c.Actor {
 			return ErrOwnCall

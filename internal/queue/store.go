@@ -26,6 +26,8 @@ type Store interface {
 	PendingCalls(ctx context.Context, limit int) ([]*Call, error)
 	// Blocks lists the (actor, tool) pairs blocked by the retry cap.
 	Blocks(ctx context.Context) ([]Block, error)
+	// Freezes lists the freezes in force, oldest first.
+	Freezes(ctx context.Context) ([]Freeze, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return
@@ -46,6 +48,15 @@ type Tx interface {
 	SetRetry(actor, tool string, st RetryState) error
 	// Append seals the entry onto the audit chain.
 	Append(e *audit.Entry) error
+	// Frozen returns the oldest freeze in force that matches a call of
+	// tool by actor (a freeze's empty tool or actor matches any), or
+	// ErrNotFound.
+	Frozen(tool, actor string) (*Freeze, error)
+	// InsertFreeze records a freeze in force and sets its ID.
+	InsertFreeze(f *Freeze) error
+	// LiftFreezes ends every freeze in force with exactly this tool and
+	// actor and returns them.
+	LiftFreezes(tool, actor, by string, at time.Time) ([]Freeze, error)
 }
 
 // RetryState counts an (actor, tool) pair's content rejections in a row.

@@ -98,6 +98,9 @@ func (c *console) createToken(ec echo.Context) error {
 	if actor == "" || audience == "" || len(actor) > 128 || len(audience) > 128 || len(note) > 200 {
 		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience (at most 128 bytes each)", nil)
 	}
+	if err := account.CheckReserved(actor); err != nil {
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "that actor name is reserved: names starting with policy: or system:, and console, name Countersign's own decisions", nil)
+	}
 	t, secret, err := c.accounts.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
 	if err != nil {
 		return err

@@ -1,0 +1,81 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/queue"
+)
+
+const freezeColumns = `id, tool, actor, reason, created_by, created_at`
+
+func scanFreeze(r rowScanner) (queue.Freeze, error) {
+	var f queue.Freeze
+	var at int64
+	if err := r.Scan(&f.ID, &f.Tool, &f.Actor, &f.Reason, &f.By, &at); err != nil {
+		return f, err
+	}
+	f.At = time.UnixMilli(at).UTC()
+	return f, nil
+}
+
+func (t *storeTx) Frozen(tool, actor string) (*queue.Freeze, error) {
+	f, err := scanFreeze(t.tx.QueryRowContext(t.ctx, `SELECT `+freezeColumns+` FROM freezes
+		WHERE lifted_at IS NULL AND tool IN ('', ?) AND actor IN ('', ?) ORDER BY id LIMIT 1`, tool, actor))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, queue.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("db: read freezes: %w", err)
+	}
+	return &f, nil
+}
+
+func (t *storeTx) InsertFreeze(f *queue.Freeze) error {
+	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES (?,?,?,?,?)`,
+		f.Tool, f.Actor, f.Reason, f.By, ms(f.At))
+	if err != nil {
+		return fmt.Errorf("db: insert freeze: %w", err)
+	}
+	f.ID, _ = res.LastInsertId()
+	return nil
+}
+
+func (t *storeTx) LiftFreezes(tool, actor, by string, at time.Time) ([]queue.Freeze, error) {
+	rows, err := t.tx.QueryContext(t.ctx, `UPDATE freezes SET lifted_by = ?, lifted_at = ?
+		WHERE lifted_at IS NULL AND tool = ? AND actor = ? RETURNING `+freezeColumns, by, ms(at), tool, actor)
+	if err != nil {
+		return nil, fmt.Errorf("db: lift freezes: %w", err)
+	}
+	defer rows.Close()
+	var out []queue.Freeze
+	for rows.Next() {
+		f, err := scanFreeze(rows)
+		if err != nil {
+			return nil, fmt.Errorf("db: lift freezes: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Freezes lists the freezes in force, oldest first.
+func (s Store) Freezes(ctx context.Context) ([]queue.Freeze, error) {
+	rows, err := s.DB.sql.QueryContext(ctx, `SELECT `+freezeColumns+` FROM freezes WHERE lifted_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: list freezes: %w", err))
+	}
+	defer rows.Close()
+	var out []queue.Freeze
+	for rows.Next() {
+		f, err := scanFreeze(rows)
+		if err != nil {
+			return nil, fmt.Errorf("db: list freezes: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, classify(rows.Err())
+}
