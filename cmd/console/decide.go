@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
 )
@@ -24,15 +25,16 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 	data := fs.String("data", "", "data directory")
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest you checked (required)")
+	toolsFile := fs.String("tools", "", "the tools file in force, when no server is running (default DATA/tools.yaml)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
 	}
 	if len(pos) != 1 || *as == "" || *digest == "" {
-		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR]")
+		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR] [--tools FILE]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
+	return decide(ctx, e, dataDir(e, *data), *toolsFile, server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {
@@ -49,16 +51,16 @@ func cmdDeny(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
+	return decide(ctx, e, dataDir(e, *data), "", server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
 }
 
 // decide hands the decision to a running server over its control socket, or,
 // when none is running, applies it to the database directly. Either way the
 // same queue rules apply and the audit records the cli channel.
-func decide(ctx context.Context, e *env, data string, req server.ControlRequest) int {
+func decide(ctx context.Context, e *env, data, toolsFile string, req server.ControlRequest) int {
 	resp, err := decideViaSocket(ctx, controlPath(data), req)
 	if errors.Is(err, errNoServer) {
-		resp, err = decideDirect(ctx, data, req)
+		resp, err = decideDirect(ctx, data, toolsFile, req)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console %s: %v\n", req.Action, err)
@@ -106,7 +108,7 @@ func decideViaSocket(ctx context.Context, sock string, req server.ControlRequest
 	return out, nil
 }
 
-func decideDirect(ctx context.Context, data string, req server.ControlRequest) (server.ControlResponse, error) {
+func decideDirect(ctx context.Context, data, toolsFile string, req server.ControlRequest) (server.ControlResponse, error) {
 	var out server.ControlResponse
 	if _, err := os.Stat(dbPath(data)); err != nil {
 		return out, fmt.Errorf("no database at %s: pass --data DIR", dbPath(data))
@@ -120,7 +122,15 @@ func decideDirect(ctx context.Context, data string, req server.ControlRequest) (
 	if err != nil {
 		return out, err
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Signer: keys})
+	// An approval is checked against the tool's current definition, so it
+	// needs the tools file; a denial does not.
+	var pol *policy.Policy
+	if req.Action == "approve" {
+		if pol, _, err = loadPolicy(data, toolsFile); err != nil {
+			return out, fmt.Errorf("approving without a running server needs the tools file in force: %w", err)
+		}
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys})
 	call, err := server.Decide(ctx, q, accountsOf(d), req)
 	if err != nil {
 		out.Error = server.DecisionError(err)

@@ -60,6 +60,8 @@ type app struct {
 	accounts *account.Service
 	keys     *grant.Keyring
 	tools    *tools.Registry
+	policy   *policy.Policy
+	toolsAt  string // the tools file
 	queue    *queue.Service
 	log      *slog.Logger
 }
@@ -68,7 +70,7 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", data, err)
 	}
-	reg, err := loadTools(data, toolsFile)
+	pol, toolsAt, err := loadPolicy(data, toolsFile)
 	if err != nil {
 		return nil, err
 	}
@@ -81,30 +83,34 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 		d.Close()
 		return nil, err
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: reg, queue: q, log: log}, nil
+	q := queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Logger: log})
+	// Every decision from here on names this tools file: record which
+	// file is in force, with each tool's definition digest.
+	if err := q.RecordTools(context.Background(), "console", toolsAt); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("record the tools file: %w", err)
+	}
+	log.Info("tools file loaded", slog.String("file", toolsAt), slog.String("digest", pol.ToolsDigest()),
+		slog.Int("tools", len(pol.Registry().Names())))
+	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: pol.Registry(), policy: pol,
+		toolsAt: toolsAt, queue: q, log: log}, nil
 }
 
-// loadTools reads the tools file: the flag, else DATA/tools.yaml.
-func loadTools(data, file string) (*tools.Registry, error) {
+// loadPolicy reads the tools file (the flag, else DATA/tools.yaml) and
+// compiles its rules: a rule that does not compile, or that a tool does
+// not allow, refuses the start.
+func loadPolicy(data, file string) (*policy.Policy, string, error) {
 	if file == "" {
 		file = filepath.Join(data, "tools.yaml")
 	}
-	// The rules are compiled too: a rule that does not compile, or that a
-	// tool does not allow, refuses the start.
 	pol, err := policy.Load(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no tools file at %s: pass --tools FILE (see examples/tools.yaml)", file)
+			return nil, file, fmt.Errorf("no tools file at %s: pass --tools FILE (see examples/tools.yaml)", file)
 		}
-		return nil, err
+		return nil, file, err
 	}
-	for _, t := range pol.Registry().Tools() {
-		if len(t.Rules) > 0 {
-			return nil, fmt.Errorf("%s: %s has rules, which console serve does not apply; remove them (console policy test tries them)", file, t.Name)
-		}
-	}
-	return pol.Registry(), nil
+	return pol, file, nil
 }
 
 func (a *app) Close() error { return a.db.Close() }

@@ -77,6 +77,9 @@ func (e *PolicyDeniedError) Error() string {
 // toolChanged reports whether c was made under a definition of its tool
 // other than the current one, or its tool is gone.
 func (s *Service) toolChanged(c *Call) bool {
+	if s.tools == nil {
+		return true
+	}
 	t, ok := s.tools.Tool(c.Tool)
 	return !ok || t.DefinitionDigest == "" || t.DefinitionDigest != c.ToolDigest
 }

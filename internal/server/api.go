@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
 )
@@ -59,11 +60,23 @@ func toAPIError(err error) *APIError {
 	var ae *APIError
 	var pe *queue.ProposalError
 	var de *queue.DeniedError
+	var pd *queue.PolicyDeniedError
+	var fz *queue.FrozenError
 	var he *echo.HTTPError
 	var fe *queue.FilterError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &pd):
+		return &APIError{Status: http.StatusForbidden, Code: "denied_by_policy", CallID: pd.CallID, Reason: pd.Reason,
+			Message: fmt.Sprintf("rule %s of this console denied the call: %s. Do not retry it as it is; change the call or ask a person.", pd.Rule, pd.Reason)}
+	case errors.As(err, &fz):
+		return &APIError{Status: http.StatusServiceUnavailable, Code: "frozen", Reason: fz.Freeze.Reason,
+			Message: fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing is approved or run until it is lifted; wait, or ask a person.",
+				fz.Freeze.Scope(), fz.Freeze.At.UTC().Format(time.RFC3339), fz.Freeze.Reason)}
+	case errors.Is(err, queue.ErrToolChanged):
+		return newAPIError(http.StatusConflict, "tool_changed",
+			"the tool's definition changed after this call was made, so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)")
 	case errors.As(err, &pe):
 		return proposalError(pe)
 	case errors.As(err, &de):
@@ -347,6 +360,8 @@ func (s *Server) redeem(c echo.Context) error {
 	case r.Accepted:
 	case r.Reason == "replayed":
 		status = http.StatusConflict
+	case r.Reason == grant.ReasonFrozen:
+		status = http.StatusServiceUnavailable
 	default:
 		status = http.StatusForbidden
 	}
@@ -357,6 +372,11 @@ func (s *Server) redeem(c echo.Context) error {
 	if !r.Accepted {
 		out["reason"] = r.Reason
 		out["message"] = redeemMessage(r.Reason)
+	}
+	if r.Freeze != nil {
+		out["message"] = fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing was consumed; the grant may still be redeemed once the freeze is lifted, while it lives.",
+			r.Freeze.Scope(), r.Freeze.At.UTC().Format(time.RFC3339), r.Freeze.Reason)
+		out["freeze"] = map[string]string{"reason": r.Freeze.Reason, "since": r.Freeze.At.UTC().Format(time.RFC3339)}
 	}
 	return c.JSON(status, out)
 }
@@ -375,6 +395,8 @@ func redeemMessage(reason string) string {
 		return "this grant was issued to another actor or host"
 	case "revoked":
 		return "the call was cancelled or its grant revoked"
+	case grant.ReasonToolChanged:
+		return "the tool's definition changed after this call was approved, so it no longer runs; propose the call again"
 	}
 	return "the grant is not valid; nothing was consumed"
 }
@@ -404,6 +426,9 @@ func CallView(c *queue.Call) map[string]any {
 	if c.Denial != nil {
 		v["decision"] = map[string]string{"by": c.Denial.By, "reason": c.Denial.Reason,
 			"at": c.Denial.At.UTC().Format(time.RFC3339Nano)}
+	}
+	if rule := c.DecidedByRule(); rule != "" {
+		v["decided_by_rule"] = rule
 	}
 	if c.Outcome != nil {
 		v["outcome"] = map[string]string{"status": c.Outcome.Status, "detail": c.Outcome.Detail}

@@ -47,8 +47,15 @@ func newMetrics(q *queue.Service) *metrics {
 		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters",
 		Help: "Agents currently long-polling for a decision."}, func() float64 { return float64(q.Waiting()) })
+	evalErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_policy_eval_errors_total",
+		Help: "Rule evaluations that failed or hit the cost limit; each such call went to people."}, func() float64 {
+		if p := q.Policy(); p != nil {
+			return float64(p.EvalErrors())
+		}
+		return 0
+	})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
-		m.redeemSeconds, m.pushes, waiters,
+		m.redeemSeconds, m.pushes, waiters, evalErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,7 +80,8 @@ func (m *metrics) proposal(err error, d time.Duration) {
 		for _, p := range pe.Problems {
 			m.problems.WithLabelValues(p.Code).Inc()
 		}
-	case errors.Is(err, queue.ErrAudienceNotAllow), errors.Is(err, queue.ErrRetryLimit), errors.Is(err, queue.ErrPreviouslyDenied):
+	case errors.Is(err, queue.ErrAudienceNotAllow), errors.Is(err, queue.ErrRetryLimit), errors.Is(err, queue.ErrPreviouslyDenied),
+		errors.As(err, new(*queue.PolicyDeniedError)), errors.As(err, new(*queue.FrozenError)):
 		m.proposals.WithLabelValues("refused").Inc()
 		m.problems.WithLabelValues(toAPIError(err).Code).Inc()
 	default:
