@@ -45,6 +45,8 @@ func commands() map[string]command {
 		"validate": {"parse, validate and digest a proposal against a tools file", cmdValidate},
 		"tools":    {"tools lint FILE: check a tools file", cmdTools},
 		"policy":   {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
+		"freeze":   {"stop approvals and redemptions (all, or one tool or actor): the kill switch", cmdFreeze},
+		"unfreeze": {"lift a freeze (admin)", cmdUnfreeze},
 		"keys":     {"keys list|rotate: grant signing keys", cmdKeys},
 		"token":    {"token create|list|revoke: agent API tokens", cmdToken},
 		"user":     {"user add|list|disable: console accounts", cmdUser},

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+const freezeUsage = `usage: console freeze [--tool T] [--actor A] --reason TEXT --as NAME [--data DIR]
+       console unfreeze [--tool T] [--actor A] --as ADMIN [--data DIR]
+       console freeze --list [--data DIR]
+
+The kill switch. While a freeze is in force, no call it matches is approved,
+by a person or by a rule, and no grant for one is redeemed; agents get 503
+frozen with the reason, and every console page shows a banner. Without
+--tool and --actor a freeze matches every call. It is written to the
+database directly and takes effect at once, also for a server that is
+running on it. NAME must be an enabled operator or admin; lifting a freeze
+needs an enabled admin and names the same --tool and --actor.
+
+flags:
+`
+
+func cmdFreeze(ctx context.Context, e *env, args []string) int   { return freezeCommand(ctx, e, "freeze", args) }
+func cmdUnfreeze(ctx context.Context, e *env, args []string) int { return freezeCommand(ctx, e, "unfreeze", args) }
+
+func freezeCommand(ctx context.Context, e *env, name string, args []string) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(e.stderr, freezeUsage)
+		fs.PrintDefaults()
+	}
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	tool := fs.String("tool", "", "freeze only this tool's calls")
+	actor := fs.String("actor", "", "freeze only this actor's calls")
+	reason := fs.String("reason", "", "why, in words agents and operators will see (freeze only)")
+	as := fs.String("as", "", "the account taking the action")
+	list := fs.Bool("list", false, "list the freezes in force")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) > 0 || (!*list && *as == "") || (name == "freeze" && !*list && *reason == "") {
+		fs.Usage()
+		return 2
+	}
+	dir := dataDir(e, *data)
+	if _, err := os.Stat(dbPath(dir)); err != nil {
+		fmt.Fprintf(e.stderr, "console %s: no database at %s: pass --data DIR\n", name, dbPath(dir))
+		return 1
+	}
+	d, err := openDB(dir)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
+		return 1
+	}
+	defer d.Close()
+	q := queue.NewService(queue.Config{Store: d.Store()})
+	if *list {
+		fz, err := q.Store().Freezes(ctx)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
+			return 1
+		}
+		if len(fz) == 0 {
+			fmt.Fprintln(e.stdout, "no freeze in force")
+		}
+		for _, f := range fz {
+			fmt.Fprintf(e.stdout, "%s frozen since %s by %s: %s\n", f.Scope(), f.At.Format(time.RFC3339), f.By, shown(f.Reason))
+		}
+		return 0
+	}
+	u, err := accountsOf(d).UserByName(ctx, *as)
+	switch {
+	case errors.Is(err, account.ErrUserNotFound) || (err == nil && u.Disabled()):
+		fmt.Fprintf(e.stderr, "console %s: %s is not an enabled account\n", name, *as)
+		return 1
+	case err != nil:
+		fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
+		return 1
+	case name == "unfreeze" && !u.Role.CanAdminister():
+		fmt.Fprintf(e.stderr, "console unfreeze: %s is %s; lifting a freeze needs an admin\n", *as, u.Role)
+		return 1
+	case name == "freeze" && !u.Role.CanDecide():
+		fmt.Fprintf(e.stderr, "console freeze: %s is %s; an operator or admin freezes\n", *as, u.Role)
+		return 1
+	}
+	if name == "freeze" {
+		f, err := q.Freeze(ctx, u.Name, audit.ChannelCLI, *tool, *actor, *reason)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console freeze: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(e.stdout, "%s frozen: no approval and no redemption until an admin runs console unfreeze%s%s\n",
+			f.Scope(), flagIf("--tool", f.Tool), flagIf("--actor", f.Actor))
+		return 0
+	}
+	lifted, err := q.Unfreeze(ctx, u.Name, audit.ChannelCLI, *tool, *actor)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console unfreeze: %v (console freeze --list shows what is in force)\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "%s unfrozen (%d freeze(s) lifted)\n", lifted[0].Scope(), len(lifted))
+	return 0
+}
+
+func flagIf(name, v string) string {
+	if v == "" {
+		return ""
+	}
+	return " " + name + " " + v
+}
