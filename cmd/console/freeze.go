@@ -28,8 +28,12 @@ needs an enabled admin and names the same --tool and --actor.
 flags:
 `
 
-func cmdFreeze(ctx context.Context, e *env, args []string) int   { return freezeCommand(ctx, e, "freeze", args) }
-func cmdUnfreeze(ctx context.Context, e *env, args []string) int { return freezeCommand(ctx, e, "unfreeze", args) }
+func cmdFreeze(ctx context.Context, e *env, args []string) int {
+	return freezeCommand(ctx, e, "freeze", args)
+}
+func cmdUnfreeze(ctx context.Context, e *env, args []string) int {
+	return freezeCommand(ctx, e, "unfreeze", args)
+}
 
 func freezeCommand(ctx context.Context, e *env, name string, args []string) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
