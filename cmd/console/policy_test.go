@@ -209,7 +209,7 @@ func TestPolicyReplayCommand(t *testing.T) {
 		t.Fatalf("future --since: exit %d\n%s", code, stdout)
 	}
 	code, _, stderr = runConsole(t, "", "policy", "replay", "--tools", "../../examples/policy.yaml", "--data", data, "--since", "last week")
-	if code != 2 || !strings.Contains(stderr, "--since must be") {
+	if code != 2 || !strings.Contains(stderr, "since must be") {
 		t.Fatalf("bad --since: exit %d, %s", code, stderr)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,7 +55,7 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	since, err := parseSince(*sinceFlag, time.Now())
+	since, err := replay.ParseSince(*sinceFlag, time.Now())
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console policy replay: %v\n", err)
 		return 2
@@ -115,22 +114,6 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 	}
 	tw.Flush()
 	return 0
-}
-
-// parseSince reads "7d", any Go duration, or an RFC 3339 time.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("--since must be a duration such as 7d, 36h or 90m, or an RFC 3339 time, not %q", s)
 }
 
 type toolReportJSON struct {

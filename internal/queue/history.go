@@ -26,6 +26,11 @@ type History interface {
 	// when set, starts after that call) to w as "jsonl" or "csv", newest
 	// first, from one consistent read. Grant tokens are not exported.
 	ExportCalls(ctx context.Context, f HistoryFilter, w io.Writer, format string) error
+	// ReplayCalls calls fn for every call created at or after since,
+	// oldest first, with its approvals and denial, from one consistent
+	// read and in constant memory. An error from fn stops it. A replay of
+	// a candidate tools file reads history through it.
+	ReplayCalls(ctx context.Context, since time.Time, fn func(*Call) error) error
 }
 
 // HistoryFilter selects calls for the history pages and their exports.

@@ -74,9 +74,9 @@ func (e *PolicyDeniedError) Error() string {
 	return fmt.Sprintf("queue: call %s denied by rule %s: %s", e.CallID, e.Rule, e.Reason)
 }
 
-// toolChanged reports whether c was made under a definition of its tool
+// ToolChanged reports whether c was made under a definition of its tool
 // other than the current one, or its tool is gone.
-func (s *Service) toolChanged(c *Call) bool {
+func (s *Service) ToolChanged(c *Call) bool {
 	if s.tools == nil {
 		return true
 	}

@@ -111,7 +111,7 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case c.Status != StatusApproved && c.Status != StatusRedeemed:
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-			case s.toolChanged(c):
+			case s.ToolChanged(c):
 				res.Set(grant.StepStatus, false, grant.ReasonToolChanged)
 			default:
 				f, err := frozen(tx, c.Tool, c.Actor)

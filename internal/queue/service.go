@@ -495,7 +495,7 @@ func (s *Service) Approve(ctx context.Context, operator, channel, id, digest str
 		if digest != c.Digest {
 			return ErrDigestMismatch
 		}
-		if s.toolChanged(c) {
+		if s.ToolChanged(c) {
 			return ErrToolChanged
 		}
 		if f, err := frozen(tx, c.Tool, c.Actor); err != nil {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,4 +218,21 @@ func (t *ToolReport) SortedChanges() []Change {
 		return out[i].String() < out[j].String()
 	})
 	return out
+}
+
+// ParseSince reads how far back a replay goes: "7d", any Go duration
+// (back from now), or an RFC 3339 time.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("since must be a duration such as 7d, 36h or 90m, or an RFC 3339 time, not %q", s)
 }

@@ -190,6 +190,9 @@ func (c *console) routes(e *echo.Echo) {
 	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
 	post("/admin/tokens", c.createToken, c.requireAdmin)
 	post("/admin/tokens/:id/revoke", c.revokeToken, c.requireAdmin)
+	post("/admin/freeze", c.freeze, c.requireAdmin)
+	post("/admin/unfreeze", c.unfreeze, c.requireAdmin)
+	post("/admin/replay", c.replay, c.requireAdmin)
 }
 
 // shutdown closes every socket (asking pages to reconnect later) and

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/replay"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -118,4 +123,87 @@ func (c *console) revokeToken(ec echo.Context) error {
 		return err
 	}
 	return c.renderAdmin(ec, http.StatusOK, "Revoked "+id+".", "", nil)
+}
+
+// freeze stops approvals and redemptions for a tool, an actor, or all.
+func (c *console) freeze(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	tool, actor := strings.TrimSpace(form.Get("tool")), strings.TrimSpace(form.Get("actor"))
+	f, err := c.q.Freeze(ec.Request().Context(), v.user.Name, audit.ChannelWeb, tool, actor, form.Get("reason"))
+	if errors.Is(err, queue.ErrReasonRequired) {
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "a freeze needs a reason (at most 2000 bytes): agents and operators see it", nil)
+	}
+	if err != nil {
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, f.Scope()+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
+}
+
+// unfreeze lifts the freezes with exactly this tool and actor.
+func (c *console) unfreeze(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	lifted, err := c.q.Unfreeze(ec.Request().Context(), v.user.Name, audit.ChannelWeb, form.Get("tool"), form.Get("actor"))
+	if errors.Is(err, queue.ErrFreezeScope) {
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no freeze in force has that scope; it may have been lifted already", nil)
+	}
+	if err != nil {
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, lifted[0].Scope()+" is no longer frozen", "", nil)
+}
+
+// maxReplayFlagged bounds the calls listed on the page; the count is exact.
+const maxReplayFlagged = 500
+
+// replay runs history through a pasted candidate tools file.
+func (c *console) replay(ec echo.Context) error {
+	form := ec.Request().PostForm
+	src, sinceText := form.Get("tools"), strings.TrimSpace(form.Get("since"))
+	fail := func(msg string) error {
+		av, err := c.adminView(ec.Request().Context(), viewerOf(ec))
+		if err != nil {
+			return err
+		}
+		av.Error, av.ReplayTools, av.ReplaySince = msg, src, sinceText
+		return c.render(ec, http.StatusBadRequest, templates.AdminPage(av))
+	}
+	if sinceText == "" {
+		sinceText = "7d"
+	}
+	since, err := replay.ParseSince(sinceText, c.now())
+	if err != nil {
+		return fail(err.Error())
+	}
+	pol, err := policy.Parse([]byte(src))
+	if err != nil {
+		return fail("the tools file is refused:\n" + err.Error())
+	}
+	rep, err := replay.Run(ec.Request().Context(), c.history, pol, since, replay.Options{MaxFlagged: maxReplayFlagged})
+	if err != nil {
+		return err
+	}
+	rv := &templates.ReplayView{Since: rep.Since, ToolsDigest: rep.ToolsDigest, Calls: rep.Calls,
+		Elapsed: rep.Elapsed.Round(time.Millisecond).String(), FlaggedTotal: rep.FlaggedTotal}
+	for _, t := range rep.Tools {
+		a, d := t.Changed()
+		var other []string
+		for _, ch := range t.SortedChanges() {
+			if ch.From == replay.Ask && (ch.To == replay.Approve || ch.To == replay.Deny) {
+				continue
+			}
+			other = append(other, ch.String()+" "+strconv.FormatInt(t.Changes[ch], 10))
+		}
+		rv.Rows = append(rv.Rows, templates.ReplayRow{Tool: t.Tool, Calls: t.Calls, ToApprove: a, ToDeny: d,
+			Same: t.Unchanged, EvalErrors: t.EvalErrors, Other: strings.Join(other, ", ")})
+	}
+	for _, f := range rep.Flagged {
+		rv.Flagged = append(rv.Flagged, templates.ReplayFlagged{CallID: f.CallID, Tool: f.Tool, Actor: f.Actor,
+			Why: f.Why, Rule: f.Rule, CreatedAt: f.CreatedAt})
+	}
+	av, err := c.adminView(ec.Request().Context(), viewerOf(ec))
+	if err != nil {
+		return err
+	}
+	av.ReplayTools, av.ReplaySince, av.Replay = src, sinceText, rv
+	return c.render(ec, http.StatusOK, templates.AdminPage(av))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,18 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
 	if v != nil {
 		p.Viewer = v.templ()
+		// Every page of a logged-in person says what is frozen.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		fz, err := c.q.Store().Freezes(ctx)
+		if err != nil {
+			c.log.Warn("read freezes for the banner", slog.Any("error", err))
+			p.FreezesUnknown = true
+		}
+		for _, f := range fz {
+			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: f.Scope(),
+				Reason: f.Reason, By: f.By, Since: f.At})
+		}
 	}
 	return p
 }
@@ -111,7 +124,8 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		CallID: call.ID, Status: string(call.Status), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
-		RedeemedAt: call.RedeemedAt, Now: now,
+		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(),
+		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	for _, a := range call.Approvals {
 		s.Approvals = append(s.Approvals, templates.Approval{By: reveal(a.Operator), Channel: a.Channel, At: a.At})

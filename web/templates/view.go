@@ -70,6 +70,45 @@ type Page struct {
 	WS string
 	// Now is when the page was rendered; countdowns start from it.
 	Now time.Time
+	// Freezes are the freezes in force, shown as a banner on every page.
+	Freezes []FreezeBanner
+	// FreezesUnknown is set when they could not be read.
+	FreezesUnknown bool
+}
+
+// FreezeBanner is one freeze in force.
+type FreezeBanner struct {
+	Tool, Actor string // "" matches all
+	Scope       string
+	Reason      string
+	By          string
+	Since       time.Time
+}
+
+// ReplayView is the result of a replay on the admin page.
+type ReplayView struct {
+	Since        time.Time
+	ToolsDigest  string
+	Calls        int64
+	Elapsed      string
+	Rows         []ReplayRow
+	Flagged      []ReplayFlagged
+	FlaggedTotal int64
+}
+
+// ReplayRow is one tool's counts.
+type ReplayRow struct {
+	Tool                           string
+	Calls, ToApprove, ToDeny, Same int64
+	EvalErrors                     int64
+	Other                          string
+}
+
+// ReplayFlagged is a call a person denied, or that failed, which the new
+// rules would approve.
+type ReplayFlagged struct {
+	CallID, Tool, Actor, Why, Rule string
+	CreatedAt                      time.Time
 }
 
 // LoginView is the login page.
@@ -175,6 +214,13 @@ type StatusView struct {
 	Outcome        string
 	OutcomeDetail  *Text
 
+	// Rule is the rule that approved or denied the call, "" when people
+	// decide.
+	Rule string
+	// ToolChanged is set when the tool's definition is no longer the one
+	// the call was made under: it can be denied, not approved or run.
+	ToolChanged bool
+
 	// Decide controls: shown when the viewer may decide and the call is
 	// pending.
 	CanDecide        bool
@@ -241,6 +287,10 @@ type AdminView struct {
 	NewToken *NewToken
 	Message  string
 	Error    string
+	// ReplayTools and ReplaySince are the replay form's fields as sent.
+	ReplayTools string
+	ReplaySince string
+	Replay      *ReplayView
 }
 
 // rfc3339 formats a time for machines (datetime attributes, scripts).
@@ -300,4 +350,13 @@ func shortDigest(d string) string {
 		return d
 	}
 	return d[:8] + "…" + d[len(d)-8:]
+}
+
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func sinceOr(s string) string {
+	if s == "" {
+		return "7d"
+	}
+	return s
 }
