@@ -436,9 +436,17 @@ func TestHostileCallRendersAsText(t *testing.T) {
 	if got := p.doc.Find(`[data-pointer="/~0link/0/href"] > [data-testid="arg-value"]`).Text(); got != payloads[2] {
 		t.Errorf("nested javascript: value = %q", got)
 	}
-	// Every approve on this page is bound to the stored digest.
-	if d, _ := p.doc.Find(`input[name="digest"]`).Attr("value"); d != call.Digest {
-		t.Errorf("approve digest = %q, want %q", d, call.Digest)
+	// Every approve on this page is bound to the stored digest. The call's
+	// tool (x.y) is in no tools file, so nothing approves it: the page
+	// says so and offers only a denial.
+	p.doc.Find(`input[name="digest"]`).Each(func(_ int, sel *goquerySelection) {
+		if d, _ := sel.Attr("value"); d != call.Digest {
+			t.Errorf("approve digest = %q, want %q", d, call.Digest)
+		}
+	})
+	if p.find("tool-changed").Length() != 1 || p.find("approve-form").Length() != 0 || p.find("deny-form").Length() != 1 {
+		t.Errorf("a call of an unknown tool: tool-changed notice %d, approve forms %d, deny forms %d; want 1, 0, 1",
+			p.find("tool-changed").Length(), p.find("approve-form").Length(), p.find("deny-form").Length())
 	}
 }
 
