@@ -127,7 +127,7 @@ type serveFlags struct {
 	addr, data, tools, logLevel string
 	pprof, publicURL            string
 	idle, absolute              time.Duration
-	trustedProxies              listFlag
+	trustedProxies, allowedHost listFlag
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -153,6 +153,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as browsers see it, e.g. https://approvals.example.com behind a TLS proxy (default http://ADDR); https turns on Secure __Host- cookies")
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.Var(&f.trustedProxies, "trusted-proxy", "CIDR network of a reverse proxy in front of the console (repeat or separate with commas); only requests from these have X-Forwarded-For read, right to left, for the client address that logins are throttled by")
+	fs.Var(&f.allowedHost, "allowed-host", "another name (host or host:port) that requests may carry in Host besides the public URL's, IP addresses and localhost, e.g. a health checker's; other names are refused to shut out DNS rebinding")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 }
@@ -199,7 +200,8 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
-		Console: &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
+		AllowedHosts: f.allowedHost,
+		Console:      &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 	})
 	if err != nil {
 		return err

@@ -1112,3 +1112,14 @@ func TestOpenReadOnly(t *testing.T) {
 		t.Errorf("read %d entries, %v; want %d", n, err, h.head(t))
 	}
 }
+
+// TestCSVCellFullWidth: the full-width ＝ ＋ － ＠, which spreadsheets may
+// also read as the start of a formula, are escaped like their ASCII forms.
+func TestCSVCellFullWidth(t *testing.T) {
+	for in, want := range map[string]string{"＝HYPERLINK(\"x\")": "'＝HYPERLINK(\"x\")", "＋1": "'＋1", "－1": "'－1",
+		"＠SUM(A1)": "'＠SUM(A1)", "a＝1": "a＝1", "ｘ": "ｘ"} {
+		if got := csvCell(in); got != want {
+			t.Errorf("csvCell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

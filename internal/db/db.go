@@ -124,8 +124,27 @@ func (d *DB) releaseWriter() {
 	}
 }
 
-// Ping checks that the database answers.
-func (d *DB) Ping(ctx context.Context) error { return d.sql.PingContext(ctx) }
+// Ping checks that the database answers and is still the one opened: a
+// pooled connection keeps answering after its file was deleted or
+// replaced, so the file and the recorded identity are checked too, and
+// /healthz fails as every write would.
+func (d *DB) Ping(ctx context.Context) error {
+	dev, ino, err := fileID(d.path)
+	if err != nil {
+		return err
+	}
+	if dev != d.dev || ino != d.ino {
+		return ErrReplaced
+	}
+	var id string
+	if err := d.sql.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {
+		return classify(fmt.Errorf("db: ping: %w", err))
+	}
+	if id != d.identity {
+		return ErrReplaced
+	}
+	return nil
+}
 
 // SQL exposes the pool for read-only views and tests.
 func (d *DB) SQL() *sql.DB { return d.sql }

@@ -180,12 +180,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 // the request.
 func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Request().Header.Get("Authorization")
-		secret, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || secret == "" {
+		// Responses to an authenticated request may carry a grant: nothing
+		// on the way may keep them.
+		c.Response().Header().Set("Cache-Control", "no-store")
+		scheme, secret, _ := strings.Cut(strings.TrimSpace(c.Request().Header.Get("Authorization")), " ")
+		secret = strings.TrimSpace(secret)
+		if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 			return newAPIError(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
 		}
-		t, err := s.cfg.Accounts.TokenBySecret(c.Request().Context(), strings.TrimSpace(secret))
+		t, err := s.cfg.Accounts.TokenBySecret(c.Request().Context(), secret)
 		if errors.Is(err, account.ErrTokenNotFound) {
 			return newAPIError(http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
 		}

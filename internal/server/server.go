@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -45,6 +46,13 @@ type Config struct {
 	// any, the peer address is the client and forwarding headers are
 	// ignored (anyone can send them).
 	TrustedProxies []*net.IPNet
+	// AllowedHosts are the names (host or host:port) that requests may
+	// carry in Host besides the console's public URL, IP literals and
+	// localhost. A request for any other name is refused (421), which shuts
+	// out DNS rebinding: a page on an attacker's name that resolves to this
+	// console cannot reach it. With neither this nor a public URL, any Host
+	// is served.
+	AllowedHosts []string
 	// Console configures the browser console; nil serves the agent API only.
 	Console *ConsoleConfig
 }
@@ -52,6 +60,8 @@ type Config struct {
 // Server is Countersign's HTTP front end.
 type Server struct {
 	cfg     Config
+	hosts   map[string]bool // allowed Host names and host:port pairs, lower case; nil checks nothing
+	hsts    bool            // the public URL is https
 	echo    *echo.Echo
 	log     *slog.Logger
 	now     func() time.Time
@@ -81,7 +91,11 @@ func New(cfg Config) (*Server, error) {
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
-	e.Use(securityHeaders)
+	if err := s.allowHosts(cfg); err != nil {
+		return nil, err
+	}
+	e.Use(s.securityHeaders)
+	e.Use(s.checkHost)
 	s.echo = e
 
 	s.routesAPI(e)
@@ -182,11 +196,67 @@ func ParseTrustedProxies(list []string) ([]*net.IPNet, error) {
 	return out, nil
 }
 
+// allowHosts collects the Host values the server answers for.
+func (s *Server) allowHosts(cfg Config) error {
+	names := append([]string(nil), cfg.AllowedHosts...)
+	if cfg.Console != nil && cfg.Console.PublicURL != "" {
+		u, err := url.Parse(cfg.Console.PublicURL)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("server: public URL %q must be http(s)://host[:port]", cfg.Console.PublicURL)
+		}
+		names = append(names, u.Host)
+		s.hsts = u.Scheme == "https"
+	}
+	for _, n := range names {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
+			if s.hosts == nil {
+				s.hosts = map[string]bool{}
+			}
+			s.hosts[n] = true
+		}
+	}
+	return nil
+}
+
+// hostAllowed reports whether a request's Host is one the server answers
+// for: an allowed name (with any port when it was given without one), an
+// IP literal or localhost. A browser sends the name it resolved, so a name
+// an attacker controls never passes; an address cannot be rebound.
+func (s *Server) hostAllowed(host string) bool {
+	if s.hosts == nil {
+		return true
+	}
+	host = strings.ToLower(host)
+	if s.hosts[host] {
+		return true
+	}
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	return s.hosts[name] || name == "localhost" || net.ParseIP(name) != nil
+}
+
+// checkHost refuses a request whose Host the server does not answer for.
+func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !s.hostAllowed(c.Request().Host) {
+			return newAPIError(http.StatusMisdirectedRequest, "misdirected_request",
+				"this console does not answer for the host %q; use the address in its --public-url (or add the name with --allowed-host)", c.Request().Host)
+		}
+		return next(c)
+	}
+}
+
 // securityHeaders sets the headers every response carries, error pages
-// included.
-func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+// included, and HSTS when the public URL is https.
+func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
+		if s.hsts {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
