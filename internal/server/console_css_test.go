@@ -15,6 +15,7 @@ type goquerySelection = goquery.Selection
 func (c *console) cssForTest() string {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", static.URL("app.css"), nil)
+	req.Host = "127.0.0.1"
 	c.s.Handler().ServeHTTP(rec, req)
 	b, _ := io.ReadAll(rec.Body)
 	return string(b)

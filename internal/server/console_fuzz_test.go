@@ -20,7 +20,7 @@ func FuzzLoginForm(f *testing.F) {
 	e.addUser("olivia", account.RoleOperator, rolePassword)
 	h := e.srv.Handler()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/login", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", e.url+"/login", nil))
 	pre := findCookie(rec.Result(), e.c.cookieName)
 	if pre == nil {
 		f.Fatal("no login cookie")
@@ -45,7 +45,7 @@ func FuzzLoginForm(f *testing.F) {
 		if withToken {
 			form += "&csrf=" + token
 		}
-		req := httptest.NewRequest("POST", "/login", strings.NewReader(form))
+		req := httptest.NewRequest("POST", e.url+"/login", strings.NewReader(form))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if withCookie {
 			req.AddCookie(pre)
@@ -90,7 +90,7 @@ func FuzzLoginForm(f *testing.F) {
 		if sess == nil || sess.Value == pre.Value {
 			t.Fatal("login without a new session cookie")
 		}
-		req = httptest.NewRequest("GET", "/", nil)
+		req = httptest.NewRequest("GET", e.url+"/", nil)
 		req.AddCookie(sess)
 		rec = httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

@@ -44,8 +44,12 @@ func TestSessionCookieFlags(t *testing.T) {
 			})
 			e.addUser("olivia", account.RoleOperator, rolePassword)
 			h := e.srv.Handler()
+			base := e.url
+			if tt.publicURL != "" {
+				base = tt.publicURL
+			}
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/login", nil))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", base+"/login", nil))
 			pre := findCookie(rec.Result(), tt.cookie)
 			if pre == nil {
 				t.Fatalf("GET /login set no %s cookie: %v", tt.cookie, rec.Result().Header["Set-Cookie"])
@@ -53,7 +57,7 @@ func TestSessionCookieFlags(t *testing.T) {
 			doc := fragmentDoc(t, rec.Body.String())
 			token, _ := doc.Find(`input[name="csrf"]`).Attr("value")
 			form := url.Values{"csrf": {token}, "name": {"olivia"}, "password": {rolePassword}}
-			req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+			req := httptest.NewRequest("POST", base+"/login", strings.NewReader(form.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			req.AddCookie(pre)
 			rec = httptest.NewRecorder()
