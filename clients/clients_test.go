@@ -101,6 +101,48 @@ func TestPython(t *testing.T) {
 	}
 }
 
+var nodeCounts = regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$`)
+
+// TestTypeScript builds the TypeScript package and its tests with tsc and
+// runs them with node's test runner: the client, and the adapters driven by
+// the Vercel AI SDK and the OpenAI Agents SDK from npm (installed by
+// `npm ci` from the committed lock file).
+func TestTypeScript(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing(t, "node is not installed")
+	}
+	out, err := exec.Command(node, "-p", "process.versions.node.split('.')[0] >= 20").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "true" {
+		missing(t, "node is older than 20 (%v)", err)
+	}
+	tsc := filepath.Join("typescript", "node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		missing(t, "clients/typescript/node_modules is missing: run npm ci in clients/typescript")
+	}
+	if err := os.RemoveAll(filepath.Join("typescript", "build")); err != nil {
+		t.Fatal(err)
+	}
+	runSuite(t, "typescript", node, "node_modules/typescript/bin/tsc", "-p", "tsconfig.json", "--noEmit")
+	runSuite(t, "typescript", node, "node_modules/typescript/bin/tsc", "-p", "tsconfig.test.json")
+	files, err := filepath.Glob(filepath.Join("typescript", "build", "test", "*.test.js"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no compiled tests in typescript/build/test (%v)", err)
+	}
+	args := []string{"--test", "--test-reporter=tap"}
+	for _, f := range files {
+		args = append(args, strings.TrimPrefix(f, "typescript"+string(filepath.Separator)))
+	}
+	out2 := runSuite(t, "typescript", node, args...)
+	counts := map[string]int{}
+	for _, m := range nodeCounts.FindAllStringSubmatch(out2, -1) {
+		counts[m[1]], _ = strconv.Atoi(m[2])
+	}
+	if counts["tests"] < 20 || counts["pass"] != counts["tests"] || counts["skipped"]+counts["todo"]+counts["cancelled"] > 0 {
+		t.Errorf("node --test: %v, want at least 20 tests, every one passed", counts)
+	}
+}
+
 // TestPythonInstall installs the package with pip into a fresh virtual
 // environment, with no package index, and uses it from outside the tree.
 func TestPythonInstall(t *testing.T) {

@@ -1,0 +1,302 @@
+/** The HTTP client of Countersign's agent API (v1): global fetch only. */
+
+import { digestOf, envelope, without, type NumberPaths } from './canonical.js';
+import { ConsoleUnreachable, CountersignError, DigestMismatch, WaitTimeoutError } from './errors.js';
+import type {
+  Call,
+  CallSpec,
+  JsonObject,
+  KeySet,
+  OutcomeRequest,
+  OutcomeStatus,
+  Proposal,
+  RedeemRequest,
+  Redemption,
+  RedemptionBody,
+  Submitted,
+} from './types.js';
+
+export const DEFAULT_POLL_WAIT_MS = 60_000;
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+export const DEFAULT_MAX_OUTAGE_MS = 120_000;
+const USER_AGENT = 'countersign-typescript-client/1';
+
+export interface ClientOptions {
+  /** How long one long-poll of wait asks the console to hold (default 60 s, its maximum). */
+  pollWaitMs?: number;
+  /** Bounds each request (default 30 s); a long-poll gets its wait on top. */
+  requestTimeoutMs?: number;
+  /** How long wait keeps retrying an unreachable or restarting console (default 2 min; 0: until aborted). */
+  maxOutageMs?: number;
+  /** First and longest pause between wait's retries (default 200 ms, 5 s). */
+  backoffMs?: [number, number];
+  /** The fetch to use (default the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface WaitOptions {
+  /** Give up after this long: WaitTimeoutError carries the last state seen. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface VerifyOptions {
+  /** The arguments as proposed (default: the call's own). */
+  args?: JsonObject;
+  /** The tool's informational members (JSON Pointers into args such as
+   * `/notes`), which the digest leaves out. */
+  informational?: readonly string[];
+  numberPaths?: NumberPaths;
+}
+
+/** Whether a call has left pending: approved, denied, expired, cancelled or redeemed. */
+export const decided = (call: Call): boolean => call.status !== 'pending';
+
+/** The call as it must be presented at redemption: its own tool, target and args. */
+export const specOf = (call: Call): CallSpec => ({ tool: call.tool, target: call.target, args: call.args });
+
+class Transient extends Error {
+  constructor(readonly error: CountersignError) {
+    super(error.message);
+  }
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, Math.max(0, ms));
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+
+/**
+ * Talks to one Countersign console with one agent token.
+ *
+ * ```ts
+ * const c = new Client('http://127.0.0.1:8080', token);
+ * let call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-1042',
+ *   args: { amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' } });
+ * call = await c.wait(call.id);
+ * if (call.status === 'approved' && (await c.redeem(call.grant!, specOf(call))).accepted) {
+ *   // run the tool, then
+ *   await c.reportOutcome(call.id, 'succeeded', 'refund re-1042 issued');
+ * }
+ * ```
+ *
+ * Numbers must be integers within ±(2^53−1): the console refuses fractions
+ * (money is an integer in minor units) except where a tool mirrored from
+ * MCP declares a number.
+ */
+export class Client {
+  readonly url: string;
+  private readonly token: string;
+  private readonly pollWaitMs: number;
+  private readonly requestTimeoutMs: number;
+  private readonly maxOutageMs: number;
+  private readonly backoffMs: [number, number];
+  private readonly fetch: typeof fetch;
+
+  constructor(url: string, token: string, options: ClientOptions = {}) {
+    this.url = url.replace(/\/+$/, '');
+    this.token = token;
+    this.pollWaitMs = options.pollWaitMs ?? DEFAULT_POLL_WAIT_MS;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.maxOutageMs = options.maxOutageMs ?? DEFAULT_MAX_OUTAGE_MS;
+    this.backoffMs = options.backoffMs ?? [200, 5_000];
+    this.fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /** A client for COUNTERSIGN_URL (default http://127.0.0.1:8080) with the
+   * token in COUNTERSIGN_TOKEN. */
+  static fromEnv(options: ClientOptions = {}): Client {
+    const token = process.env.COUNTERSIGN_TOKEN;
+    if (!token)
+      throw new CountersignError('unauthorized', 'COUNTERSIGN_TOKEN is not set: create a token with `console token create --actor ... --audience ...` and export it');
+    return new Client(process.env.COUNTERSIGN_URL || 'http://127.0.0.1:8080', token, options);
+  }
+
+  /** Proposes a call. Returns the stored call: a new one (`created` true)
+   * or the same actor's identical call still pending or approved. A refused
+   * proposal throws CountersignError with every problem (invalid_arguments,
+   * unknown_tool, retry_limit, previously_denied, ...). */
+  async submit(proposal: Proposal, signal?: AbortSignal): Promise<Submitted> {
+    const body: Proposal = { tool: proposal.tool, target: proposal.target, args: proposal.args ?? {} };
+    if (proposal.rationale) body.rationale = proposal.rationale;
+    return this.submitJSON(encode(body), signal);
+  }
+
+  /** Proposes a call whose JSON text the caller wrote; sent as it is. */
+  async submitJSON(text: string, signal?: AbortSignal): Promise<Submitted> {
+    const [status, data] = await this.do('POST', '/api/v1/calls', text, { signal });
+    const call = readCall(status, data, [200, 201]);
+    return { ...call, created: status === 201 };
+  }
+
+  /** One of this agent's calls (another actor's is a 404). */
+  async get(id: string, signal?: AbortSignal): Promise<Call> {
+    const [status, data] = await this.do('GET', callPath(id), undefined, { signal });
+    return readCall(status, data, [200]);
+  }
+
+  /** Long-polls until the call is no longer pending and returns it:
+   * approved with its grant, denied with the operator's reason, expired,
+   * cancelled or redeemed. Rides out a console restart (connection
+   * refused or reset, 502, 503, 504) for up to maxOutageMs. With timeoutMs
+   * it throws WaitTimeoutError carrying the last state seen. */
+  async wait(id: string, options: WaitOptions = {}): Promise<Call> {
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    let last: Call | undefined;
+    let outageStart: number | undefined;
+    let delay = this.backoffMs[0];
+    // A poll that answers early with the call still pending (one approval
+    // of several, a console draining) is followed by a pause.
+    const minInterval = Math.min(this.pollWaitMs, 500);
+    for (;;) {
+      let waitMs = this.pollWaitMs;
+      if (deadline !== undefined) waitMs = Math.max(Math.min(waitMs, deadline - Date.now() - 250), 0);
+      const start = Date.now();
+      let call: Call;
+      try {
+        call = await this.poll(id, waitMs, options.signal);
+      } catch (e) {
+        if (!(e instanceof Transient)) throw e;
+        outageStart ??= start;
+        if (this.maxOutageMs > 0 && Date.now() - outageStart >= this.maxOutageMs) throw e.error;
+        const pause = delay / 2 + Math.random() * (delay / 2);
+        if (deadline !== undefined && Date.now() + pause >= deadline) throw last ? new WaitTimeoutError(last) : e.error;
+        await sleep(pause, options.signal);
+        delay = Math.min(2 * delay, this.backoffMs[1]);
+        continue;
+      }
+      last = call;
+      outageStart = undefined;
+      delay = this.backoffMs[0];
+      if (decided(call)) return call;
+      if (deadline !== undefined && Date.now() >= deadline - 250) throw new WaitTimeoutError(call);
+      await sleep(minInterval - (Date.now() - start), options.signal);
+    }
+  }
+
+  private async poll(id: string, waitMs: number, signal?: AbortSignal): Promise<Call> {
+    let status: number, data: string;
+    try {
+      [status, data] = await this.do('GET', `${callPath(id)}?wait=${Math.floor(waitMs)}ms`, undefined, {
+        signal,
+        timeoutMs: waitMs + this.requestTimeoutMs,
+      });
+    } catch (e) {
+      if (e instanceof ConsoleUnreachable) throw new Transient(e);
+      throw e;
+    }
+    if (status === 502 || status === 503 || status === 504) throw new Transient(CountersignError.fromResponse(status, data));
+    return readCall(status, data, [200]);
+  }
+
+  /** Presents the grant with the call it was issued for, right before
+   * executing it: exactly the approved call (`specOf(call)`). A rejection
+   * (403, or 409 for a grant already redeemed) is returned, not thrown. */
+  async redeem(grant: string, call: CallSpec, signal?: AbortSignal): Promise<Redemption> {
+    const body: RedeemRequest = { grant, call: { tool: call.tool, target: call.target, args: call.args ?? {} } };
+    const [status, data] = await this.do('POST', '/api/v1/redeem', encode(body), { signal });
+    if (status === 200 || status === 403 || status === 409) {
+      let r: RedemptionBody | undefined;
+      try {
+        r = JSON.parse(data) as RedemptionBody;
+      } catch {
+        r = undefined;
+      }
+      if (r && (r.decision === 'accepted' || r.decision === 'rejected')) {
+        return { ...r, checks: r.checks ?? [], accepted: r.decision === 'accepted' && status === 200, statusCode: status };
+      }
+    }
+    throw CountersignError.fromResponse(status, data);
+  }
+
+  /** Reports what happened when the redeemed call ran, once, after redemption. */
+  async reportOutcome(id: string, status: OutcomeStatus, detail?: string, signal?: AbortSignal): Promise<Call> {
+    const body: OutcomeRequest = { status };
+    if (detail) body.detail = detail;
+    const [st, data] = await this.do('POST', `${callPath(id)}/outcome`, encode(body), { signal });
+    return readCall(st, data, [200]);
+  }
+
+  /** Withdraws a pending call (409 not_pending otherwise). */
+  async cancel(id: string, signal?: AbortSignal): Promise<Call> {
+    const [status, data] = await this.do('DELETE', callPath(id), undefined, { signal });
+    return readCall(status, data, [200]);
+  }
+
+  /** The console's JSON Web Key Set: the Ed25519 keys that may still verify a live grant. */
+  async keys(signal?: AbortSignal): Promise<KeySet> {
+    const [status, data] = await this.do('GET', '/api/v1/keys', undefined, { signal, auth: false });
+    if (status !== 200) throw CountersignError.fromResponse(status, data);
+    return JSON.parse(data) as KeySet;
+  }
+
+  /** Recomputes the digest of the call as asked for and checks it against
+   * the console's; returns it, or throws DigestMismatch. */
+  verifyDigest(call: Call, options: VerifyOptions = {}): string {
+    const bound = without(options.args ?? call.args, options.informational ?? []);
+    const local = digestOf(envelope(call.actor, call.audience, call.tool, call.target, bound), { numberPaths: options.numberPaths });
+    if (local !== call.digest) throw new DigestMismatch(call.id, call.digest, local);
+    return local;
+  }
+
+  private async do(
+    method: string,
+    path: string,
+    body: string | undefined,
+    opts: { signal?: AbortSignal | undefined; timeoutMs?: number; auth?: boolean },
+  ): Promise<[number, string]> {
+    const headers: Record<string, string> = { Accept: 'application/json', 'User-Agent': USER_AGENT };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    if (opts.auth !== false) headers.Authorization = `Bearer ${this.token}`;
+    const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.requestTimeoutMs);
+    const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+    try {
+      const res = await this.fetch(this.url + path, { method, headers, body, signal });
+      return [res.status, await res.text()];
+    } catch (e) {
+      if (opts.signal?.aborted) throw opts.signal.reason;
+      throw new ConsoleUnreachable(`${method} ${this.url}${path}`, e);
+    }
+  }
+}
+
+function callPath(id: string): string {
+  return '/api/v1/calls/' + encodeURIComponent(id);
+}
+
+function readCall(status: number, data: string, ok: number[]): Call {
+  if (!ok.includes(status)) throw CountersignError.fromResponse(status, data);
+  let call: Call | undefined;
+  try {
+    call = JSON.parse(data) as Call;
+  } catch {
+    call = undefined;
+  }
+  if (!call || typeof call.id !== 'string' || !call.id)
+    throw new CountersignError('unexpected_response', `the response is not a call: ${data.slice(0, 200)}`, { status, raw: data });
+  return call;
+}
+
+/** The JSON text of a request body. NaN and infinities have no JSON form
+ * (JSON.stringify would send null), and a bigint none at all: refused here. */
+function encode(v: unknown): string {
+  try {
+    return JSON.stringify(v, (_key, value: unknown) => {
+      if (typeof value === 'number' && !Number.isFinite(value))
+        throw new CountersignError('malformed_json', `${value} is not a JSON number (NaN and infinities have no JSON form)`);
+      return value;
+    });
+  } catch (e) {
+    if (e instanceof CountersignError) throw e;
+    throw new CountersignError('wrong_type', `the request is not JSON: ${(e as Error).message}`);
+  }
+}

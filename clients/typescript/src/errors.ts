@@ -1,0 +1,174 @@
+/**
+ * Errors of the Countersign client. Every one carries the API's error shape
+ * (`code`, `message`, `problems`), so it can be handed back to the model
+ * that proposed the call: `toJSON()` returns `{"error": {...}}`.
+ */
+
+import type { Call, Redemption } from './types.js';
+
+/** One thing wrong with a proposal: a problem code, the JSON Pointer of the
+ * offending value from the proposal's root, and a sentence. */
+export interface Problem {
+  code: string;
+  path: string;
+  message: string;
+}
+
+/** The API's one error shape. */
+export interface ErrorBody {
+  error: {
+    code: string;
+    message: string;
+    problems?: Problem[];
+    /** The operator's reason (previously_denied, denied_by_policy). */
+    reason?: string;
+    /** The call an error refers to (previously_denied). */
+    call_id?: string;
+    /** What a person can do about it (retry_limit). */
+    hint?: string;
+  };
+}
+
+export interface CountersignErrorFields {
+  problems?: Problem[];
+  status?: number;
+  reason?: string;
+  callId?: string;
+  hint?: string;
+  raw?: string;
+}
+
+/** An error answer of the console, or a refusal this client made in its
+ * name. `status` is the HTTP status, undefined when nothing was sent. */
+export class CountersignError extends Error {
+  readonly code: string;
+  readonly problems: Problem[];
+  readonly status: number | undefined;
+  readonly reason: string | undefined;
+  readonly callId: string | undefined;
+  readonly hint: string | undefined;
+  /** The response body, when there was one. */
+  readonly raw: string | undefined;
+
+  constructor(code: string, message: string, fields: CountersignErrorFields = {}) {
+    super(message);
+    this.name = new.target.name;
+    this.code = code;
+    this.problems = fields.problems ?? [];
+    this.status = fields.status;
+    this.reason = fields.reason;
+    this.callId = fields.callId;
+    this.hint = fields.hint;
+    this.raw = fields.raw;
+  }
+
+  /** Whether a problem with code (at path, when given) is listed. */
+  hasProblem(code: string, path?: string): boolean {
+    return this.problems.some((p) => p.code === code && (path === undefined || p.path === path));
+  }
+
+  /** The API's error shape, for a model. */
+  toJSON(): ErrorBody {
+    const e: ErrorBody['error'] = { code: this.code, message: this.message, problems: this.problems };
+    if (this.reason) e.reason = this.reason;
+    if (this.callId) e.call_id = this.callId;
+    if (this.hint) e.hint = this.hint;
+    return { error: e };
+  }
+
+  override toString(): string {
+    const head = this.status ? `countersign: ${this.status} ${this.code}` : `countersign: ${this.code}`;
+    const parts = [`${head}: ${this.message}`];
+    for (const p of this.problems) parts.push(p.path ? `${p.code} at ${p.path}: ${p.message}` : `${p.code}: ${p.message}`);
+    return parts.join('; ');
+  }
+
+  /** Reads the API's error shape, or describes an answer not in it. */
+  static fromResponse(status: number, body: string): CountersignError {
+    let e: ErrorBody['error'] | undefined;
+    try {
+      const parsed = JSON.parse(body) as Partial<ErrorBody> | null;
+      if (parsed && typeof parsed.error?.code === 'string' && parsed.error.code) e = parsed.error;
+    } catch {
+      // not JSON: described below
+    }
+    if (!e) {
+      const text = body.trim();
+      return new CountersignError('unexpected_response', `HTTP ${status}: ${text.length > 200 ? text.slice(0, 200) + '…' : text}`, { status, raw: body });
+    }
+    const problems = (e.problems ?? []).map((p) => ({ code: String(p.code ?? ''), path: String(p.path ?? ''), message: String(p.message ?? '') }));
+    return new CountersignError(e.code, e.message ?? '', { problems, status, reason: e.reason, callId: e.call_id, hint: e.hint, raw: body });
+  }
+}
+
+/** The console did not answer: refused, reset, timed out (code
+ * `unavailable`, no status). `wait` rides out such an outage. */
+export class ConsoleUnreachable extends CountersignError {
+  constructor(what: string, cause: unknown) {
+    super('unavailable', `${what}: the console did not answer (${describe(cause)}); try again later`);
+    this.cause = cause;
+  }
+}
+
+/** A value the console would refuse to hash, refused before anything is
+ * sent, with the console's problem codes and JSON Pointers. */
+export class DigestError extends CountersignError {}
+
+/** The console's digest of a call is not the digest recomputed here from
+ * what was asked for (code `digest_mismatch`). */
+export class DigestMismatch extends CountersignError {
+  constructor(callId: string, readonly serverDigest: string, readonly localDigest: string) {
+    super('digest_mismatch', `the console's digest ${serverDigest} for ${callId} is not ${localDigest}, the digest of the call as proposed`, { callId });
+  }
+}
+
+/** The call ended without a grant: `code` is its status (denied, expired,
+ * cancelled). For a denial, `reason` and `by` say who refused it and why. */
+export class NotApprovedError extends CountersignError {
+  readonly call: Call;
+  readonly by: string | undefined;
+
+  constructor(call: Call) {
+    let message: string;
+    let reason: string | undefined;
+    if (call.status === 'denied' && call.decision) {
+      reason = call.decision.reason;
+      message = `${call.decision.by} denied ${call.tool} on ${call.target}: ${reason}`;
+    } else if (call.status === 'expired') {
+      message = `nobody decided ${call.tool} on ${call.target} before ${call.decide_by}; propose it again if it is still needed`;
+    } else {
+      message = `${call.tool} on ${call.target} is ${call.status}`;
+    }
+    super(call.status, message, { reason, callId: call.id });
+    this.call = call;
+    this.by = call.decision?.by;
+  }
+}
+
+/** The call was still pending when the wait ended (code `wait_timeout`). */
+export class WaitTimeoutError extends CountersignError {
+  constructor(readonly call: Call) {
+    super('wait_timeout', `${call.id} is still pending: no operator has decided yet`, { callId: call.id });
+  }
+}
+
+/** The console refused the grant (code = the reason: expired, replayed,
+ * digest_mismatch, ...). The call must not run. */
+export class RedemptionRejectedError extends CountersignError {
+  constructor(readonly redemption: Redemption) {
+    super(redemption.reason || 'rejected', redemption.message || `the grant was refused: ${redemption.reason}`, {
+      status: redemption.statusCode,
+      reason: redemption.reason,
+      callId: redemption.call_id,
+    });
+  }
+}
+
+function describe(cause: unknown): string {
+  if (cause instanceof Error) {
+    const inner = (cause as { cause?: unknown }).cause;
+    const code = inner && typeof inner === 'object' && 'code' in inner ? String((inner as { code: unknown }).code) : '';
+    return code ? `${cause.message}: ${code}` : cause.message;
+  }
+  return String(cause);
+}

@@ -1,0 +1,124 @@
+/** Wire types of Countersign's agent API (v1), named as in the API. */
+
+/** A JSON value as the console accepts it: numbers are integers within
+ * ±(2^53−1), except at the number paths of a tool mirrored from MCP. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [name: string]: JsonValue };
+/** A JSON object. */
+export type JsonObject = { [name: string]: JsonValue };
+
+/** Where a call is in its life. Every status but pending and approved is
+ * terminal; an approved call moves only to redeemed. */
+export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed';
+
+/** The outcome statuses an executor reports. */
+export type OutcomeStatus = 'succeeded' | 'failed' | 'unknown';
+
+/** POST /api/v1/calls: what an agent asks to run. */
+export interface Proposal {
+  tool: string;
+  target: string;
+  args: JsonObject;
+  /** The agent's own words for the operator; never hashed. */
+  rationale?: string;
+}
+
+/** The call presented with a grant at redemption: exactly the approved
+ * tool, target and args. */
+export interface CallSpec {
+  tool: string;
+  target: string;
+  args: JsonObject;
+}
+
+/** POST /api/v1/redeem. */
+export interface RedeemRequest {
+  grant: string;
+  call: CallSpec;
+}
+
+/** POST /api/v1/calls/{id}/outcome. */
+export interface OutcomeRequest {
+  status: OutcomeStatus;
+  detail?: string;
+}
+
+export interface Approvals {
+  required: number;
+  received: number;
+}
+
+/** An operator's denial: who, why, when. */
+export interface Decision {
+  by: string;
+  reason: string;
+  at: string;
+}
+
+export interface Outcome {
+  status: string;
+  detail?: string;
+}
+
+/** The API's call object (times are RFC 3339 strings). */
+export interface Call {
+  id: string;
+  status: Status;
+  actor: string;
+  audience: string;
+  tool: string;
+  target: string;
+  /** The arguments as the console stored them. */
+  args: JsonObject;
+  rationale?: string;
+  /** Lowercase hex SHA-256 of the call's canonical envelope. */
+  digest: string;
+  created_at: string;
+  /** When a pending call expires. */
+  decide_by: string;
+  approvals: Approvals;
+  /** The signed single-use grant, while approved and not yet redeemed. */
+  grant?: string;
+  grant_expires_at?: string;
+  /** Set when an operator denied the call. */
+  decision?: Decision;
+  /** Set once the executor reported what happened. */
+  outcome?: Outcome;
+}
+
+/** What submit returns: the call, and whether the console stored a new one
+ * (201) or returned the same actor's identical pending or approved call (200). */
+export interface Submitted extends Call {
+  created: boolean;
+}
+
+/** One step of a redemption; `ok` is null when it was not reached. */
+export interface Check {
+  name: string;
+  ok: boolean | null;
+}
+
+/** The API's answer to POST /api/v1/redeem. */
+export interface RedemptionBody {
+  decision: 'accepted' | 'rejected';
+  call_id?: string;
+  /** The rejection reason: malformed, bad_signature, unknown_key,
+   * bad_claims, actor_mismatch, audience_mismatch, tool_mismatch,
+   * target_mismatch, digest_mismatch, not_yet_valid, expired, revoked,
+   * replayed, tool_changed, frozen. */
+  reason?: string;
+  message?: string;
+  checks: Check[];
+}
+
+/** A redemption as this client returns it. A rejection is an answer, not
+ * an exception: `accepted` is false and `reason` says which check failed. */
+export interface Redemption extends RedemptionBody {
+  accepted: boolean;
+  /** 200 accepted, 403 rejected, 409 replayed. */
+  statusCode: number;
+}
+
+/** GET /api/v1/keys: a JSON Web Key Set of Ed25519 keys. */
+export interface KeySet {
+  keys: Array<{ kty: 'OKP'; crv: 'Ed25519'; x: string; kid: string; alg?: string; use?: string }>;
+}

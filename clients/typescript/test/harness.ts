@@ -1,0 +1,138 @@
+// A real `console serve` on 127.0.0.1 for the tests, driven through the
+// console's own command line (tokens, operators, decisions). The binary is
+// $COUNTERSIGN_CONSOLE, or one built here with `go build` from this
+// repository; without either the suites fail (clients_test.go skips them
+// first where a runtime is missing, except under CI=true).
+
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+// build/test/harness.js → clients/typescript
+const PACKAGE = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const CLIENTS = resolve(PACKAGE, '..');
+export const REPO = resolve(CLIENTS, '..');
+export const TESTDATA = join(CLIENTS, 'testdata');
+export const TOOLS = join(TESTDATA, 'tools.yaml');
+export const OPERATOR = 'olivia';
+
+let binary: string | undefined;
+
+export function consoleBinary(): string {
+  if (binary) return binary;
+  if (process.env.COUNTERSIGN_CONSOLE) return (binary = process.env.COUNTERSIGN_CONSOLE);
+  if (!existsSync(join(REPO, 'go.mod'))) throw new Error('no console binary: set COUNTERSIGN_CONSOLE');
+  const out = mkdtempSync(join(tmpdir(), 'countersign-ts-'));
+  process.on('exit', () => rmSync(out, { recursive: true, force: true }));
+  binary = join(out, 'console');
+  execFileSync('go', ['build', '-o', binary, './cmd/console'], { cwd: REPO, stdio: 'inherit' });
+  return binary;
+}
+
+export function runConsole(args: string[], stdin = ''): string {
+  return execFileSync(consoleBinary(), args, { input: stdin, encoding: 'utf8', timeout: 120_000 });
+}
+
+/** The console's own digest of a proposal body: exit code and stdout. */
+export function consoleDigest(body: string, actor: string, audience: string): { code: number; out: string } {
+  try {
+    const out = execFileSync(consoleBinary(), ['digest', '--actor', actor, '--audience', audience], { input: body, encoding: 'utf8' });
+    return { code: 0, out };
+  } catch (e) {
+    const err = e as { status?: number; stdout?: string };
+    return { code: err.status ?? -1, out: String(err.stdout ?? '') };
+  }
+}
+
+/** A running `console serve` over a fresh data directory. */
+export class Console {
+  readonly data = mkdtempSync(join(tmpdir(), 'countersign-ts-data-'));
+  url = '';
+  private proc: ChildProcess | undefined;
+  private logs = '';
+
+  static async start(tools = TOOLS): Promise<Console> {
+    const c = new Console();
+    await c.boot(tools);
+    return c;
+  }
+
+  private async boot(tools: string): Promise<void> {
+    const proc = spawn(consoleBinary(), ['serve', '--addr', '127.0.0.1:0', '--data', this.data, '--tools', tools, '--log-level', 'warn'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.proc = proc;
+    proc.stderr!.on('data', (d: Buffer) => (this.logs += d.toString()));
+    this.url = await new Promise<string>((resolveUrl, reject) => {
+      const timer = setTimeout(() => reject(new Error(`console did not report its address:\n${this.logs}`)), 60_000);
+      proc.stdout!.on('data', (d: Buffer) => {
+        this.logs += d.toString();
+        const m = /http:\/\/\S+/.exec(this.logs);
+        if (m) {
+          clearTimeout(timer);
+          resolveUrl(m[0].replace(/\/$/, ''));
+        }
+      });
+      proc.on('exit', (code) => reject(new Error(`console exited ${code}:\n${this.logs}`)));
+    });
+    runConsole(['user', 'add', OPERATOR, '--role', 'operator', '--data', this.data, '--password-stdin'], 'pw-olivia-correct horse battery staple\n');
+  }
+
+  token(actor: string, audience = 'payments-host'): string {
+    return runConsole(['token', 'create', '--data', this.data, '--actor', actor, '--audience', audience]).trim();
+  }
+
+  approve(id: string, digest: string): unknown {
+    return JSON.parse(runConsole(['approve', id, '--as', OPERATOR, '--digest', digest, '--data', this.data]));
+  }
+
+  deny(id: string, reason: string): unknown {
+    return JSON.parse(runConsole(['deny', id, '--as', OPERATOR, '--reason', reason, '--data', this.data]));
+  }
+
+  async openWaiters(): Promise<number> {
+    const text = await (await fetch(this.url + '/metrics')).text();
+    const m = /^countersign_open_waiters (\S+)$/m.exec(text);
+    if (!m) throw new Error('/metrics has no countersign_open_waiters');
+    return Number(m[1]);
+  }
+
+  /** Resolves once n long-polls are held open by the console. */
+  async waitForWaiters(n: number, limitMs = 20_000): Promise<void> {
+    const deadline = Date.now() + limitMs;
+    while ((await this.openWaiters()) < n) {
+      if (Date.now() > deadline) throw new Error(`open waiters < ${n} after ${limitMs} ms`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async stop(): Promise<void> {
+    const proc = this.proc;
+    if (proc && proc.exitCode === null) {
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await exited;
+    }
+    rmSync(this.data, { recursive: true, force: true });
+  }
+}
+
+/** The (header, body) sections of a corpus file in clients/testdata. */
+export function readSections(name: string): Array<[string, string]> {
+  const text = readFileSync(join(TESTDATA, name), 'utf8');
+  const parts = text.split(/^-- (.*) --\n/m);
+  const out: Array<[string, string]> = [];
+  for (let i = 1; i < parts.length; i += 2) out.push([parts[i]!, parts[i + 1]!]);
+  return out;
+}
+
+/** Resolves with p's value, or rejects when it takes longer than limitMs. */
+export function within<T>(p: Promise<T>, limitMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  const limit = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${limitMs} ms`)), limitMs);
+  });
+  return Promise.race([p, limit]).finally(() => clearTimeout(timer));
+}
