@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Client, type Submitted } from '../src/index.js';
 
 // build/test/harness.js → clients/typescript
 const PACKAGE = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -32,13 +33,13 @@ export function consoleBinary(): string {
 }
 
 export function runConsole(args: string[], stdin = ''): string {
-  return execFileSync(consoleBinary(), args, { input: stdin, encoding: 'utf8', timeout: 120_000 });
+  return execFileSync(consoleBinary(), args, { input: stdin, encoding: 'utf8', timeout: 120_000, stdio: ['pipe', 'pipe', 'pipe'] });
 }
 
 /** The console's own digest of a proposal body: exit code and stdout. */
 export function consoleDigest(body: string, actor: string, audience: string): { code: number; out: string } {
   try {
-    const out = execFileSync(consoleBinary(), ['digest', '--actor', actor, '--audience', audience], { input: body, encoding: 'utf8' });
+    const out = execFileSync(consoleBinary(), ['digest', '--actor', actor, '--audience', audience], { input: body, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
     return { code: 0, out };
   } catch (e) {
     const err = e as { status?: number; stdout?: string };
@@ -135,4 +136,29 @@ export function within<T>(p: Promise<T>, limitMs: number, what: string): Promise
     timer = setTimeout(() => reject(new Error(`${what} did not settle within ${limitMs} ms`)), limitMs);
   });
   return Promise.race([p, limit]).finally(() => clearTimeout(timer));
+}
+
+/** A client that queues every call it submits, so that a test can decide a
+ * call that an adapter proposed. */
+export class RecordingClient extends Client {
+  private submitted: Submitted[] = [];
+  private waiting: Array<(c: Submitted) => void> = [];
+
+  override async submit(...a: Parameters<Client['submit']>): Promise<Submitted> {
+    const call = await super.submit(...a);
+    const w = this.waiting.shift();
+    if (w) w(call);
+    else this.submitted.push(call);
+    return call;
+  }
+
+  nextSubmitted(): Promise<Submitted> {
+    const c = this.submitted.shift();
+    if (c) return Promise.resolve(c);
+    return within(new Promise<Submitted>((r) => this.waiting.push(r)), 30_000, 'a submission');
+  }
+
+  pendingSubmissions(): number {
+    return this.submitted.length;
+  }
 }

@@ -1,0 +1,119 @@
+// The Vercel AI SDK adapter, driven by the SDK's own mock language model
+// (ai/test) against a real console: the model calls the tool, an operator
+// decides, and the model reads the result or the operator's reason.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { generateText, stepCountIs, tool } from 'ai';
+import { MockLanguageModelV3 } from 'ai/test';
+import { z } from 'zod';
+import { gateTool, isRefusal } from '../src/ai.js';
+import { Console, OPERATOR, RecordingClient, within } from './harness.js';
+
+let cs: Console;
+before(async () => {
+  cs = await Console.start();
+});
+after(async () => {
+  await cs.stop();
+});
+
+const usage = {
+  inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 1, text: 1, reasoning: 0 },
+};
+
+/** A model that calls `refund` with args on its first turn and then
+ * answers with text; prompts records what it was sent each turn. */
+function scriptedModel(args: object) {
+  const prompts: string[] = [];
+  const model = new MockLanguageModelV3({
+    doGenerate: async (options) => {
+      prompts.push(JSON.stringify(options.prompt));
+      if (prompts.length === 1) {
+        return {
+          content: [{ type: 'tool-call', toolCallId: 'call-1', toolName: 'refund', input: JSON.stringify(args) }],
+          finishReason: { unified: 'tool-calls', raw: undefined },
+          usage,
+          warnings: [],
+        };
+      }
+      return { content: [{ type: 'text', text: 'done' }], finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] };
+    },
+  });
+  return { model, prompts };
+}
+
+function refundTool(client: RecordingClient, ran: unknown[]) {
+  return gateTool(
+    tool({
+      description: 'Refund part or all of an invoice',
+      inputSchema: z.object({ amount_minor: z.number().int(), currency: z.enum(['USD', 'EUR', 'JPY']), reason_code: z.string() }),
+      execute: async (a) => {
+        ran.push(a);
+        return { refund: 're_1', amount_minor: a.amount_minor };
+      },
+    }),
+    { tool: 'payments.refund', target: 'invoice:INV-1042', client, rationale: 'the model asked for it' },
+  );
+}
+
+test('approved: the tool runs with the approved arguments and the model reads its result', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-1'));
+  const ran: unknown[] = [];
+  const { model, prompts } = scriptedModel({ amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' });
+  const done = generateText({ model, tools: { refund: refundTool(client, ran) }, prompt: 'Refund INV-1042', stopWhen: stepCountIs(3) });
+  const call = await client.nextSubmitted();
+  assert.deepEqual([call.tool, call.target, call.args, call.rationale], [
+    'payments.refund',
+    'invoice:INV-1042',
+    { amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' },
+    'the model asked for it',
+  ]);
+  assert.equal(ran.length, 0, 'nothing runs before approval');
+  cs.approve(call.id, call.digest);
+  const result = await within(done, 30_000, 'generateText');
+  assert.deepEqual(ran, [{ amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' }]);
+  assert.equal(result.text, 'done');
+  const toolResult = result.steps[0]!.toolResults[0]!;
+  assert.deepEqual(toolResult.output, { refund: 're_1', amount_minor: 1299 });
+  assert.match(prompts[1]!, /re_1/, 'the model saw the result');
+  const after = await client.get(call.id);
+  assert.deepEqual([after.status, after.outcome?.status], ['redeemed', 'succeeded']);
+});
+
+test('denied: the model reads the operator reason, and the tool never runs', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-2'));
+  const ran: unknown[] = [];
+  const { model, prompts } = scriptedModel({ amount_minor: 500, currency: 'EUR', reason_code: 'fraud' });
+  const done = generateText({ model, tools: { refund: refundTool(client, ran) }, prompt: 'Refund INV-1042', stopWhen: stepCountIs(3) });
+  const call = await client.nextSubmitted();
+  cs.deny(call.id, 'the customer confirmed this charge; no refund');
+  const result = await within(done, 30_000, 'generateText');
+  assert.equal(ran.length, 0);
+  const output = result.steps[0]!.toolResults[0]!.output;
+  assert.ok(isRefusal(output), JSON.stringify(output));
+  assert.deepEqual([output.countersign, output.reason, output.by, output.call_id], ['denied', 'the customer confirmed this charge; no refund', OPERATOR, call.id]);
+  assert.match(prompts[1]!, /the customer confirmed this charge; no refund/, 'the model saw the reason');
+});
+
+test('a refused proposal reaches the model with every problem', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-3'));
+  const ran: unknown[] = [];
+  const { model, prompts } = scriptedModel({ amount_minor: 1299, currency: 'USD', reason_code: 'because' });
+  const t = gateTool(
+    tool({
+      description: 'Refund',
+      inputSchema: z.object({ amount_minor: z.number(), currency: z.string(), reason_code: z.string() }),
+      execute: async (a) => ran.push(a),
+    }),
+    { tool: 'payments.refund', target: 'invoice:INV-1', client },
+  );
+  const result = await within(generateText({ model, tools: { refund: t }, prompt: 'x', stopWhen: stepCountIs(3) }), 30_000, 'generateText');
+  const output = result.steps[0]!.toolResults[0]!.output;
+  assert.ok(isRefusal(output));
+  assert.equal(output.countersign, 'refused');
+  assert.equal(output.error?.code, 'invalid_arguments');
+  assert.deepEqual(output.error?.problems?.map((p) => `${p.code} ${p.path}`), ['enum_mismatch /args/reason_code']);
+  assert.match(prompts[1]!, /enum_mismatch/);
+  assert.equal(ran.length, 0);
+});
