@@ -159,9 +159,12 @@ const (
 
 // ParseDetails reads an entry's details as stored: canonical JSON text.
 // Text that parses but is not in canonical form is refused, so that the
-// stored bytes are exactly the bytes that were hashed.
+// stored bytes are exactly the bytes that were hashed. Numbers with a
+// fraction are read wherever they stand (the arguments of a call of a tool
+// mirrored from an MCP upstream carry them), in their canonical form only.
 func ParseDetails(text []byte) (any, error) {
-	v, err := canonical.ParseWith(text, canonical.Options{MaxBytes: MaxDetailsBytes, MaxDepth: maxDetailsDepth})
+	v, err := canonical.ParseWith(text, canonical.Options{MaxBytes: MaxDetailsBytes, MaxDepth: maxDetailsDepth,
+		Numbers: canonical.NumbersAnywhere()})
 	if err != nil {
 		return nil, fmt.Errorf("audit: details do not parse: %w", err)
 	}

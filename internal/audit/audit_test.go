@@ -260,13 +260,16 @@ func TestParseDetails(t *testing.T) {
 	}{
 		{`{}`, true},
 		{`{"a":1,"b":[true,null,"x"]}`, true},
-		{`{"b":1,"a":2}`, false},  // members out of order
-		{`{"a": 1}`, false},       // white space
-		{`{"a":"\u0041"}`, false}, // needless escape
-		{`{"a":1.0}`, false},      // float
-		{`{"a":1,"a":1}`, false},  // duplicate
-		{`{"a":1}x`, false},       // trailing bytes
-		{`{"a":"\u00e9"}`, false}, // escaped non-ASCII
+		{`{"b":1,"a":2}`, false},               // members out of order
+		{`{"a": 1}`, false},                    // white space
+		{`{"a":"\u0041"}`, false},              // needless escape
+		{`{"a":1.0}`, false},                   // an integer written as a float
+		{`{"a":1.5}`, true},                    // a number of a mirrored tool's call, canonical
+		{`{"a":1.50}`, false},                  // the same, not canonical
+		{`{"a":0.1000000000000000055}`, false}, // inexact
+		{`{"a":1,"a":1}`, false},               // duplicate
+		{`{"a":1}x`, false},                    // trailing bytes
+		{`{"a":"\u00e9"}`, false},              // escaped non-ASCII
 		{"{\"a\":\"\u00e9\"}", true},
 	}
 	for _, tt := range tests {

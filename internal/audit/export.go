@@ -162,7 +162,8 @@ func (x *ExportReader) Next() (Record, error) {
 // ParseLine reads one export line (without its newline). An entry's
 // Details are returned as RawDetails, the canonical text of the line.
 func ParseLine(line []byte) (Record, error) {
-	v, err := canonical.ParseWith(line, canonical.Options{MaxBytes: MaxLineBytes, MaxDepth: maxDetailsDepth + 1})
+	v, err := canonical.ParseWith(line, canonical.Options{MaxBytes: MaxLineBytes, MaxDepth: maxDetailsDepth + 1,
+		Numbers: canonical.NumbersAnywhere()})
 	if err != nil {
 		return Record{}, fmt.Errorf("not valid JSON: %v", err)
 	}

@@ -244,6 +244,18 @@ type NumberPaths struct {
 // they were accepted, and reading them back must give the same value.
 func NumbersAnywhere() *NumberPaths { return &NumberPaths{anywhere: true} }
 
+// NumbersFor returns the number paths for reading back a stored value of
+// a call of tool (its args, its envelope): NumbersAnywhere for a tool
+// mirrored from an MCP upstream, whose numbers its pinned schema accepted
+// when the call was made and whose stored text is their canonical form;
+// nil, integers only, for every other tool.
+func NumbersFor(tool string) *NumberPaths {
+	if _, _, ok := SplitMirrored(tool); ok {
+		return NumbersAnywhere()
+	}
+	return nil
+}
+
 // Accept marks the place n stands for as accepting numbers. It returns n.
 func (n *NumberPaths) Accept() *NumberPaths {
 	n.here = true

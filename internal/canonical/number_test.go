@@ -432,3 +432,11 @@ func FuzzNumberLiteral(f *testing.F) {
 		}
 	})
 }
+
+func TestNumbersFor(t *testing.T) {
+	for tool, want := range map[string]bool{"demo/scale": true, "payments.refund": false, "": false, "Demo/x": false} {
+		if got := NumbersFor(tool).Accepts(); got != want {
+			t.Errorf("NumbersFor(%q).Accepts() = %t, want %t", tool, got, want)
+		}
+	}
+}

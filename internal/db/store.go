@@ -145,7 +145,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	if err != nil {
 		return nil, fmt.Errorf("db: scan call: %w", err)
 	}
-	v, err := canonical.Parse([]byte(args))
+	v, err := canonical.ParseWith([]byte(args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
 		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
 	}

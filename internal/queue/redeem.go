@@ -78,6 +78,12 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 	if len(problems) > 0 {
 		return nil, &ProposalError{Kind: "parse", Problems: problems}
 	}
+	return s.RedeemCall(ctx, who, token, p)
+}
+
+// RedeemCall is Redeem of a call that the caller has already parsed
+// strictly (the MCP gateway presents the very proposal it submitted).
+func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p canonical.Proposal) (*Redemption, error) {
 	args := p.Args
 	if t, ok := s.tools.Tool(p.Tool); ok {
 		args = t.Bound(p.Args)

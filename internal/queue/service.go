@@ -189,11 +189,26 @@ func (s *Service) entry(kind string, c *Call, principal, channel string, details
 // envelope from the same actor is still pending or approved).
 func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call, bool, error) {
 	p, perr := canonical.ParseProposal(body)
+	return s.submit(ctx, who, body, p, perr)
+}
+
+// SubmitProposal is Submit of a proposal that the caller parsed strictly
+// itself, with internal/canonical and canonical.ProposalFrom (the MCP
+// gateway reads a tools/call's arguments with the number paths of the
+// mirrored tool's pinned schema). When parsing failed, perr is the
+// canonical.Problems it found and p.Tool names the tool that was called:
+// the rejection is recorded and counted against (actor, tool) exactly as
+// Submit's. Everything after parsing is Submit's.
+func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, error) {
+	return s.submit(ctx, who, nil, p, perr)
+}
+
+func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error) (*Call, bool, error) {
 	var t *tools.Tool
 	var problems canonical.Problems
 	var kind string
 	if perr != nil {
-		problems = perr.(canonical.Problems)
+		problems = problemsOf(perr)
 		kind = "invalid_arguments"
 		if len(problems) == 1 && isParseCode(problems[0].Code) {
 			kind = "parse"
@@ -312,12 +327,27 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
+// problemsOf returns the problems of a parse error: canonical.Problems, or
+// the single *canonical.Problem of canonical.ParseWith.
+func problemsOf(err error) canonical.Problems {
+	var ps canonical.Problems
+	if errors.As(err, &ps) {
+		return ps
+	}
+	var p *canonical.Problem
+	if errors.As(err, &p) {
+		return canonical.Problems{*p}
+	}
+	return canonical.Problems{{Code: canonical.CodeMalformedJSON, Message: err.Error(), Offset: -1}}
+}
+
 // isParseCode reports whether code comes from reading the JSON text itself
 // rather than from checking its content.
 func isParseCode(code string) bool {
 	switch code {
 	case canonical.CodeMalformedJSON, canonical.CodeInvalidUTF8, canonical.CodeDuplicateKey,
-		canonical.CodeFloatNotAllowed, canonical.CodeOutOfRange, canonical.CodeTooDeep, canonical.CodeTooLarge:
+		canonical.CodeFloatNotAllowed, canonical.CodeInexactNumber, canonical.CodeOutOfRange, canonical.CodeTooDeep,
+		canonical.CodeTooLarge:
 		return true
 	}
 	return false

@@ -40,3 +40,21 @@ func TestNotBoundComesFromTheEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// TestMirroredNumbersAreBound: the envelope of a call of a tool mirrored
+// from an MCP upstream holds numbers with fractions, and they read back as
+// bound; the same text under a declared tool's name binds nothing.
+func TestMirroredNumbersAreBound(t *testing.T) {
+	args := canonical.Object{{Name: "factor", Value: canonical.Number(2.5e-7)}, {Name: "value", Value: canonical.Number(21.5)}}
+	for tool, bound := range map[string]bool{"demo/scale": true, "demo.scale": false} {
+		env := canonical.Envelope{Actor: "agent:a", Audience: "demo", Tool: tool, Target: "mcp:demo", Args: args}
+		envBytes, err := env.Canonical()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := boundArgs(&queue.Call{Tool: tool, Args: args, Envelope: envBytes})
+		if _, ok := got.Get("factor"); ok != bound {
+			t.Errorf("%s: factor bound = %v, want %v", tool, ok, bound)
+		}
+	}
+}

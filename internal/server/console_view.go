@@ -209,7 +209,8 @@ type treeBuilder struct {
 // member then reads "not bound", never claiming more than the digest
 // covers.
 func boundArgs(call *queue.Call) canonical.Object {
-	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1})
+	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1,
+		Numbers: canonical.NumbersFor(call.Tool)})
 	if err != nil {
 		return canonical.Object{}
 	}
