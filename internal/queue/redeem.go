@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
@@ -78,14 +79,29 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 	if len(problems) > 0 {
 		return nil, &ProposalError{Kind: "parse", Problems: problems}
 	}
-	return s.RedeemCall(ctx, who, token, p)
+	r, err := s.RedeemCall(ctx, who, token, p)
+	var pe *ProposalError
+	if errors.As(err, &pe) {
+		for i := range pe.Problems {
+			pe.Problems[i].Path = "/call" + pe.Problems[i].Path
+		}
+	}
+	return r, err
 }
 
 // RedeemCall is Redeem of a call that the caller has already parsed
 // strictly (the MCP gateway presents the very proposal it submitted).
+//
+// The call presented is validated against its tool exactly as a proposal
+// is, informational members included, once the grant's own checks have
+// passed: a call that does not validate is refused with every problem (a
+// *ProposalError, paths from the call's root), audited as a refused
+// redemption, and consumes nothing. A tool that is gone is refused by the
+// status check (tool_changed).
 func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p canonical.Proposal) (*Redemption, error) {
+	t, known := s.tools.Tool(p.Tool)
 	args := p.Args
-	if t, ok := s.tools.Tool(p.Tool); ok {
+	if known {
 		args = t.Bound(p.Args)
 	}
 	presented := grant.Presented{Tool: p.Tool, Target: p.Target, Args: args}
@@ -93,6 +109,11 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 	out := &Redemption{}
 	if res.Claims != nil {
 		out.CallID = res.Claims.CallID
+	}
+	if known && res.Reason == "" {
+		if problems := t.Validate(p); len(problems) > 0 {
+			return nil, s.refuseInvalid(ctx, who, res.Claims, problems)
+		}
 	}
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		var c *Call
@@ -180,6 +201,30 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 		return nil, err
 	}
 	return out, nil
+}
+
+// ReasonInvalidArguments is the reason recorded when the call presented
+// for redemption does not validate against its tool. The agent is answered
+// with the problems, not with a redemption.
+const ReasonInvalidArguments = "invalid_arguments"
+
+// refuseInvalid records a redemption refused because the call presented
+// does not validate, and returns the problems.
+func (s *Service) refuseInvalid(ctx context.Context, who Principal, claims *grant.Claims, problems canonical.Problems) error {
+	s.log.Info("redemption refused: the call presented does not validate", slog.String("actor", who.Actor),
+		slog.String("call", claims.CallID), slog.Any("codes", problems.Codes()))
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := tx.Append(s.entry(audit.KindRedemptionRefused, &Call{ID: claims.CallID}, who.Actor, audit.ChannelAPI, map[string]any{
+			"reason": ReasonInvalidArguments, "jti": claims.JTI, "codes": problems.Codes()})); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindRedemptionRefused, Reason: ReasonInvalidArguments})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return &ProposalError{Kind: "invalid_arguments", Tool: claims.Tool, Problems: problems}
 }
 
 func nilIfEmpty(c *Call) *Call {

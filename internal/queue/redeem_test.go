@@ -2,6 +2,9 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +197,43 @@ func TestTimeRecheckedUnderTheWriteLock(t *testing.T) {
 				t.Errorf("ledger: %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestInformationalMembersAreValidated presents an approved call with an
+// informational member that breaks the tool's schema: an object carrying
+// another amount, and a note longer than maxLength. Each is refused with
+// its problems, audited, and consumes nothing; the exact call still
+// redeems once.
+func TestInformationalMembersAreValidated(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := MustApproved(t, e)
+	for name, notes := range map[string]string{
+		"an object": `{"amount_minor":999999,"account":"attacker"}`,
+		"too long":  `"` + strings.Repeat("n", 200000) + `"`,
+		"a number":  `42`,
+	} {
+		args := `{"amount_minor":1299,"currency":"EUR","reason_code":"duplicate","notes":` + notes + `}`
+		_, err := e.q.Redeem(ctx, agent, body(c.Grant, c.Tool, c.Target, json.RawMessage(args)))
+		var pe *queue.ProposalError
+		if !errors.As(err, &pe) || pe.Kind != "invalid_arguments" || len(pe.Problems) == 0 {
+			t.Fatalf("%s: Redeem = %v, want the call's problems", name, err)
+		}
+		for _, p := range pe.Problems {
+			if !strings.HasPrefix(p.Path, "/call/args/") {
+				t.Errorf("%s: problem %s at %s, want a path under /call/args/", name, p.Code, p.Path)
+			}
+		}
+	}
+	if got, want := stateOf(t, e.db, c.ID), (ledgerState{Status: "approved", Refused: 3}); got != want {
+		t.Fatalf("after invalid presentations: %+v, want %+v", got, want)
+	}
+	if n := countOf(t, e.db, `SELECT COUNT(*) FROM audit WHERE kind = 'redemption_refused' AND details LIKE '%"reason":"invalid_arguments"%'`); n != 3 {
+		t.Fatalf("%d refusals recorded as invalid_arguments, want 3", n)
+	}
+	r, err := e.q.Redeem(ctx, agent, exactBody(c))
+	if err != nil || !r.Accepted {
+		t.Fatalf("exact Redeem after the refusals: %v %s", err, checks(r))
 	}
 }

@@ -354,6 +354,10 @@ func (s *Server) redeem(c echo.Context) error {
 			ae := proposalError(pe)
 			ae.Status, ae.Code = http.StatusBadRequest, "malformed"
 			ae.Message = "the redemption request must be {\"grant\": \"...\", \"call\": {\"tool\", \"target\", \"args\"}}"
+			if pe.Kind == "invalid_arguments" {
+				ae.Message = fmt.Sprintf("the call presented does not validate against %s (%s); present exactly the call that was approved, every member valid",
+					pe.Tool, problemCount(len(pe.Problems)))
+			}
 			return ae
 		}
 		return err
@@ -382,6 +386,13 @@ func (s *Server) redeem(c echo.Context) error {
 		out["freeze"] = map[string]string{"reason": r.Freeze.Reason, "since": r.Freeze.At.UTC().Format(time.RFC3339)}
 	}
 	return c.JSON(status, out)
+}
+
+func problemCount(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
 }
 
 func redeemMessage(reason string) string {

@@ -414,6 +414,20 @@ func TestRedemptionRefusals(t *testing.T) {
 	if res.Status != 200 {
 		t.Fatalf("redeem with other informational notes = %d %s", res.Status, res.Raw)
 	}
+	// ...but an informational member that breaks the schema refuses the
+	// redemption with its problem, and consumes nothing.
+	r3 := st.submit(agent, `{"tool":"payments.refund","target":"invoice:INV-8","args":{"amount_minor":5,"currency":"EUR","reason_code":"fraud","notes":"n"}}`, 201)
+	c3 := mustApprove(t, st, "alice", r3.str("id"), r3.str("digest"))
+	bad := st.do(http.MethodPost, "/api/v1/redeem", agent, redeemBody(c3.Grant,
+		`{"tool":"payments.refund","target":"invoice:INV-8","args":{"amount_minor":5,"currency":"EUR","reason_code":"fraud","notes":{"amount_minor":999999}}}`))
+	if bad.Status != 400 || !strings.Contains(string(bad.Raw), `"code":"malformed"`) ||
+		!strings.Contains(string(bad.Raw), `"code":"wrong_type","path":"/call/args/notes"`) {
+		t.Fatalf("redeem with an object as notes = %d %s, want 400 malformed with wrong_type at /call/args/notes", bad.Status, bad.Raw)
+	}
+	if res := st.do(http.MethodPost, "/api/v1/redeem", agent, redeemBody(c3.Grant,
+		`{"tool":"payments.refund","target":"invoice:INV-8","args":{"amount_minor":5,"currency":"EUR","reason_code":"fraud","notes":"n"}}`)); res.Status != 200 {
+		t.Fatalf("exact redeem after the invalid one = %d %s", res.Status, res.Raw)
+	}
 }
 
 func TestConcurrentSubmissions(t *testing.T) {
