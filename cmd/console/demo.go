@@ -61,7 +61,13 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	log := newLogger(e.stderr, f.logLevel)
-	a, err := openApp(data, f.tools, log)
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v (choose another port with --addr 127.0.0.1:PORT)\n", err)
+		return 1
+	}
+	defer ln.Close()
+	a, err := openApp(data, f.tools, f.notifySource(e, ln), log)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
@@ -75,11 +81,6 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	tokens, err := demoTokens(ctx, a.accounts)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console demo: %v (choose another port with --addr 127.0.0.1:PORT)\n", err)
 		return 1
 	}
 	url := "http://" + ln.Addr().String()

@@ -63,10 +63,13 @@ type app struct {
 	policy   *policy.Policy
 	toolsAt  string // the tools file
 	queue    *queue.Service
+	notify   *notifyApp // nil when no notifications are configured
 	log      *slog.Logger
 }
 
-func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
+// openApp opens the data directory. ns, when not nil, says where the
+// notifications configuration is; nil opens the console without them.
+func openApp(data, toolsFile string, ns *notifySource, log *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", data, err)
 	}
@@ -83,7 +86,19 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 		d.Close()
 		return nil, err
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Logger: log})
+	if ns != nil && ns.toolsFile == "" {
+		ns.toolsFile = toolsFile
+	}
+	n, err := openNotify(data, ns, d, log)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	qc := queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Logger: log}
+	if n != nil {
+		qc.Notifier = n.router
+	}
+	q := queue.NewService(qc)
 	// Every decision from here on names this tools file: record which
 	// file is in force, with each tool's definition digest.
 	if err := q.RecordTools(context.Background(), "console", toolsAt); err != nil {
@@ -93,7 +108,7 @@ func openApp(data, toolsFile string, log *slog.Logger) (*app, error) {
 	log.Info("tools file loaded", slog.String("file", toolsAt), slog.String("digest", pol.ToolsDigest()),
 		slog.Int("tools", len(pol.Registry().Names())))
 	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: pol.Registry(), policy: pol,
-		toolsAt: toolsAt, queue: q, log: log}, nil
+		toolsAt: toolsAt, queue: q, notify: n, log: log}, nil
 }
 
 // loadPolicy reads the tools file (the flag, else DATA/tools.yaml) and
@@ -125,7 +140,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 type serveFlags struct {
 	addr, data, tools, logLevel string
-	pprof, publicURL            string
+	pprof, publicURL, notify    string
 	idle, absolute              time.Duration
 	trustedProxies, allowedHost listFlag
 }
@@ -149,6 +164,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
+	fs.StringVar(&f.notify, "notify", "", "notifications file: webhooks, Slack, email, Web Push and routing (default DATA/notify.yaml if present, else the tools file's notifications section; see docs/notifications.md)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as browsers see it, e.g. https://approvals.example.com behind a TLS proxy (default http://ADDR); https turns on Secure __Host- cookies")
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
@@ -167,17 +183,20 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	log := newLogger(e.stderr, f.logLevel)
-	a, err := openApp(dataDir(e, f.data), f.tools, log)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
-		return 1
-	}
-	defer a.Close()
+	// Listen first: links in notifications need the address when no
+	// --public-url names it.
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
 	}
+	defer ln.Close()
+	a, err := openApp(dataDir(e, f.data), f.tools, f.notifySource(e, ln), log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 1
+	}
+	defer a.Close()
 	fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data)
 	if err := a.serve(ctx, ln, f); err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
@@ -186,22 +205,33 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	return 0
 }
 
-// serve runs the HTTP server, the control socket and the expiry loop until
-// ctx ends, then shuts them down in order.
-func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
-	publicURL := f.publicURL
-	if publicURL == "" {
-		publicURL = "http://" + ln.Addr().String()
+// publicURLOf is --public-url, else the listener's address.
+func (f *serveFlags) publicURLOf(ln net.Listener) string {
+	if f.publicURL != "" {
+		return strings.TrimRight(f.publicURL, "/")
 	}
+	return "http://" + ln.Addr().String()
+}
+
+func (f *serveFlags) notifySource(e *env, ln net.Listener) *notifySource {
+	return &notifySource{file: f.notify, toolsFile: f.tools, publicURL: f.publicURLOf(ln), getenv: e.getenv}
+}
+
+// serve runs the HTTP server, the control socket, the expiry loop and the
+// notification dispatcher until ctx ends, then shuts them down in order.
+func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
+	publicURL := f.publicURLOf(ln)
 	proxies, err := server.ParseTrustedProxies(f.trustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxy: %w", err)
 	}
+	disp, notes := a.dispatcher()
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
-		AllowedHosts: f.allowedHost,
-		Console:      &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
+		AllowedHosts:  f.allowedHost,
+		Console:       &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
+		Notifications: notes,
 	})
 	if err != nil {
 		return err
@@ -216,6 +246,13 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }()
+	if disp != nil {
+		srv.Registerer().MustRegister(disp.Collectors()...)
+		// Every commit may have written outbox rows: wake the dispatcher.
+		a.queue.Subscribe(func(queue.Event) { disp.Kick() })
+		wg.Add(1)
+		go func() { defer wg.Done(); disp.Run(ctx) }()
+	}
 
 	signer, err := audit.LoadOrCreateKey(auditKeyPath(a.data))
 	if err != nil {

@@ -104,6 +104,12 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
+// Collectors are the dispatcher's Prometheus series, for a registry of
+// the caller's when DispatcherConfig.Registry was nil.
+func (d *Dispatcher) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.metrics.results, d.metrics.latency}
+}
+
 // Kick wakes the dispatcher: rows were just committed. It never blocks.
 func (d *Dispatcher) Kick() {
 	select {

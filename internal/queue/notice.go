@@ -27,3 +27,25 @@ type Notice struct {
 	// the call is still pending when it comes due, else it is skipped.
 	WhilePending bool
 }
+
+// Notifier says which notices a change announces; internal/notify's Router
+// is one. It runs inside the change's transaction and must not block.
+type Notifier interface {
+	Notices(ev Event) []Notice
+}
+
+// enqueueNotices writes the notices of a transaction's events through the
+// same transaction, so they commit (or roll back) with the change.
+func (s *Service) enqueueNotices(tx Tx, events []Event) error {
+	if s.notify == nil {
+		return nil
+	}
+	var ns []Notice
+	for _, ev := range events {
+		ns = append(ns, s.notify.Notices(ev)...)
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	return tx.Enqueue(ns)
+}

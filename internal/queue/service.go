@@ -60,6 +60,9 @@ type Config struct {
 	Signer Signer
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Notifier, when set, turns each change into outbox notices written by
+	// the change's own transaction.
+	Notifier Notifier
 }
 
 // Service applies the queue's rules. It is safe for concurrent use; the
@@ -71,6 +74,7 @@ type Service struct {
 	signer Signer
 	now    func() time.Time
 	log    *slog.Logger
+	notify Notifier
 
 	waiters waiters
 
@@ -98,7 +102,7 @@ func NewService(cfg Config) *Service {
 		cfg.Tools = cfg.Policy.Registry()
 	}
 	return &Service{
-		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger,
+		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
 		waiters:  waiters{m: map[string]map[chan *Call]struct{}{}},
 		kick:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
@@ -153,10 +157,12 @@ func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) e
 		})
 		var r refused
 		if errors.As(err, &r) {
-			refusal = r.err
-			return nil
+			refusal, err = r.err, nil
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.enqueueNotices(tx, events)
 	})
 	if err != nil {
 		return err

@@ -57,6 +57,10 @@ type Tx interface {
 	// LiftFreezes ends every freeze in force with exactly this tool and
 	// actor and returns them.
 	LiftFreezes(tool, actor, by string, at time.Time) ([]Freeze, error)
+	// Enqueue writes notices to the outbox, which internal/notify delivers
+	// after commit. A notice whose event id and channel are already there
+	// is ignored.
+	Enqueue(ns []Notice) error
 }
 
 // RetryState counts an (actor, tool) pair's content rejections in a row.

@@ -178,6 +178,7 @@ func (c *console) routes(e *echo.Echo) {
 	e.GET("/ws", c.serveWS, c.requireSession)
 	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
 	c.routesHistory(e.Group(historyPath, c.requireSession))
+	c.routesNotify(e)
 
 	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/countersign/countersign/internal/account"
@@ -55,6 +56,9 @@ type Config struct {
 	AllowedHosts []string
 	// Console configures the browser console; nil serves the agent API only.
 	Console *ConsoleConfig
+	// Notifications, when set, serves the deliveries page's data and Web
+	// Push subscriptions.
+	Notifications *Notifications
 }
 
 // Server is Countersign's HTTP front end.
@@ -109,6 +113,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Registerer is the registry /metrics serves, for collaborators' series
+// (the notification dispatcher's).
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }
 
 // Handler returns the server's http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }

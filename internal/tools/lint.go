@@ -146,8 +146,10 @@ func (l *linter) file(data []byte) *Registry {
 			toolsNode = e.val
 		case "mcp":
 			mcpNode = e.val
+		case "notifications":
+			// Channels and routes, read and checked by internal/notify.
 		default:
-			l.add(e.keyNode, "", "", "unknown top-level field %s (fields: tools, mcp)", displayName(e.key))
+			l.add(e.keyNode, "", "", "unknown top-level field %s (fields: tools, mcp, notifications)", displayName(e.key))
 		}
 	}
 	r := &Registry{tools: map[string]*Tool{}}

@@ -96,3 +96,19 @@ func Handler() http.Handler {
 		http.ServeContent(w, r, a.name, time.Time{}, bytes.NewReader(a.body))
 	})
 }
+
+// Plain serves one asset under whatever path it is routed to, revalidated
+// on every use: the service worker, whose URL must not change.
+func Plain(name string) http.Handler {
+	a, ok := assets[name]
+	if !ok {
+		panic("static: no asset " + name)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", a.ctype)
+		h.Set("Cache-Control", "no-cache")
+		h.Set("ETag", `"`+a.hashed+`"`)
+		http.ServeContent(w, r, a.name, time.Time{}, bytes.NewReader(a.body))
+	})
+}

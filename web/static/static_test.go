@@ -10,7 +10,7 @@ import (
 
 func TestHashedURLs(t *testing.T) {
 	h := Handler()
-	for _, name := range []string{"app.css", "app.js", "htmx.min.js", "htmx-ext-ws.min.js"} {
+	for _, name := range []string{"app.css", "app.js", "notify.js", "sw.js", "htmx.min.js", "htmx-ext-ws.min.js"} {
 		u := URL(name)
 		if !regexp.MustCompile(`^/static/[a-z.-]+\.[0-9a-f]{12}\.(css|js)$`).MatchString(u) {
 			t.Errorf("URL(%s) = %q, want a content-hashed name", name, u)

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/server"
+)
+
+// notifySource says where the notifications configuration comes from and
+// how links in messages start.
+type notifySource struct {
+	// file is --notify; empty means DATA/notify.yaml if it exists, else
+	// the tools file's notifications section, else none.
+	file      string
+	toolsFile string
+	publicURL string
+	getenv    func(string) string
+}
+
+// notifyApp is the notifications part of a running console.
+type notifyApp struct {
+	cfg    *notify.Config
+	from   string // the file the configuration was read from
+	router *notify.Router
+	built  *notify.Built
+	outbox db.Outbox
+}
+
+func vapidKeyPath(data string) string { return filepath.Join(data, "push-vapid.key") }
+
+// openNotify reads the configuration and builds its channels; it returns
+// nil when no notifications are configured.
+func openNotify(data string, src *notifySource, d *db.DB, log *slog.Logger) (*notifyApp, error) {
+	if src == nil {
+		return nil, nil
+	}
+	cfg, from, err := loadNotifyConfig(data, src)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	opts := notify.BuildOptions{Subscriptions: d.Outbox(), Logger: log}
+	for _, ch := range cfg.Channels {
+		if ch.Type == notify.TypePush && ch.Push.PrivateKey == "" {
+			if opts.VAPIDKey, err = loadOrCreateVAPIDKey(data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	built, err := notify.Build(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("notifications (%s): %w", from, err)
+	}
+	return &notifyApp{cfg: cfg, from: from, router: notify.NewRouter(cfg, src.publicURL), built: built, outbox: d.Outbox()}, nil
+}
+
+func loadNotifyConfig(data string, src *notifySource) (*notify.Config, string, error) {
+	env := notify.Env{Getenv: src.getenv}
+	file := src.file
+	if file == "" {
+		if _, err := os.Stat(filepath.Join(data, "notify.yaml")); err == nil {
+			file = filepath.Join(data, "notify.yaml")
+		}
+	}
+	if file != "" {
+		cfg, err := notify.LoadConfig(file, env)
+		return cfg, file, err
+	}
+	toolsFile := src.toolsFile
+	if toolsFile == "" {
+		toolsFile = filepath.Join(data, "tools.yaml")
+	}
+	b, err := os.ReadFile(toolsFile)
+	if err != nil {
+		return nil, "", nil // loadTools reports a missing tools file
+	}
+	env.Dir = filepath.Dir(toolsFile)
+	cfg, err := notify.FromToolsFile(b, env)
+	var ce *notify.ConfigError
+	if errors.As(err, &ce) {
+		ce.File = toolsFile + " (notifications)"
+	}
+	return cfg, toolsFile, err
+}
+
+// loadOrCreateVAPIDKey returns the console's own VAPID private key, made on
+// first use. Browsers subscribe with its public key, so it must not change:
+// a new key would orphan every subscription.
+func loadOrCreateVAPIDKey(data string) (string, error) {
+	b, err := os.ReadFile(vapidKeyPath(data))
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", vapidKeyPath(data), err)
+	}
+	key, err := notify.NewVAPIDKey()
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(vapidKeyPath(data), []byte(key+"\n")); err != nil {
+		return "", fmt.Errorf("write %s: %w", vapidKeyPath(data), err)
+	}
+	return key, nil
+}
+
+// dispatcher returns the notification dispatcher and what the console
+// serves about notifications; nil, nil when none are configured.
+func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
+	n := a.notify
+	if n == nil {
+		return nil, nil
+	}
+	d := notify.NewDispatcher(notify.DispatcherConfig{
+		Outbox: n.outbox, Channels: n.built.Channels, Timeouts: n.built.Timeouts,
+		Retry: n.cfg.Retry, Lease: n.cfg.Lease, Keep: n.cfg.Keep, Logger: a.log,
+	})
+	notes := &server.Notifications{Deliveries: d}
+	if n.built.Push != nil {
+		notes.Push, notes.Subscriptions = n.built.Push, n.outbox
+	}
+	names := make([]string, 0, len(n.cfg.Channels))
+	for name := range n.cfg.Channels {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		notes.Channels = append(notes.Channels, server.NotificationChannel{Name: name, Type: n.cfg.Channels[name].Type,
+			Detail: describeChannel(n.cfg.Channels[name])})
+	}
+	return d, notes
+}
+
+// describeChannel says where a channel sends, without its secrets.
+func describeChannel(c *notify.ChannelConfig) string {
+	var s string
+	switch c.Type {
+	case notify.TypeWebhook:
+		s = "POST " + hostOf(c.Webhook.URL)
+		if len(c.Webhook.SigningKey) > 0 {
+			s += ", signed v1 and v1a"
+		} else {
+			s += ", signed v1"
+		}
+	case notify.TypeSlack:
+		if c.Slack.Token != "" {
+			s = "chat.postMessage to " + c.Slack.Channel + " (edited when decided)"
+		} else {
+			s = "incoming webhook (a follow-up when decided)"
+		}
+	case notify.TypeEmail:
+		s = "SMTP " + c.Email.Host + " to " + strings.Join(c.Email.To, ", ")
+	case notify.TypePush:
+		s = "Web Push via " + strings.Join(c.Push.Allow, ", ")
+	}
+	if c.Events != nil {
+		s += "; events: " + strings.Join(c.Events, ", ")
+	}
+	if c.IncludeArgs {
+		s += "; with arguments"
+	}
+	return s
+}
+
+func hostOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Scheme + "://" + u.Host
+	}
+	return "?"
+}

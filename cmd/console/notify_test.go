@@ -1,0 +1,85 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/examples"
+)
+
+func TestNotificationsFromTheToolsFileAndTheirVAPIDKey(t *testing.T) {
+	data := t.TempDir()
+	tools := filepath.Join(data, "tools.yaml")
+	section := `
+notifications:
+  channels:
+    hook: {type: webhook, url: "https://hooks.example.com/cs", secret: {env: HOOK_SECRET}}
+    browsers: {type: push, subject: "mailto:ops@example.com"}
+`
+	if err := os.WriteFile(tools, append(append([]byte(nil), examples.ToolsYAML...), section...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	env := func(k string) string {
+		if k == "HOOK_SECRET" {
+			return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		}
+		return ""
+	}
+	a, err := openApp(data, tools, &notifySource{publicURL: "https://cs.example.com", getenv: env}, log)
+	if err != nil {
+		t.Fatalf("openApp: %v", err)
+	}
+	if a.notify == nil || len(a.notify.built.Channels) != 2 || a.notify.built.Push == nil || a.notify.from != tools {
+		t.Fatalf("notifications %+v", a.notify)
+	}
+	key := a.notify.built.Push.PublicKey()
+	fi, err := os.Stat(vapidKeyPath(data))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("VAPID key file: %v %v", fi, err)
+	}
+	d, notes := a.dispatcher()
+	if d == nil || notes.Push == nil || len(notes.Channels) != 2 || !strings.Contains(notes.Channels[1].Detail, "POST https://hooks.example.com") {
+		t.Fatalf("dispatcher %v, notes %+v", d, notes)
+	}
+	a.Close()
+	// The key survives a restart: browsers' subscriptions depend on it.
+	a, err = openApp(data, tools, &notifySource{getenv: env}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := a.notify.built.Push.PublicKey(); got != key {
+		t.Fatalf("VAPID public key changed across a restart: %s then %s", key, got)
+	}
+	// A missing secret refuses the start, naming the file and the variable.
+	a.Close()
+	_, err = openApp(data, tools, &notifySource{getenv: func(string) string { return "" }}, log)
+	if err == nil || !strings.Contains(err.Error(), "tools.yaml (notifications)") || !strings.Contains(err.Error(), "HOOK_SECRET is not set") {
+		t.Fatalf("openApp without the secret = %v", err)
+	}
+}
+
+func TestNotifyFlagWinsAndNoConfigMeansNone(t *testing.T) {
+	data := t.TempDir()
+	tools := filepath.Join(data, "tools.yaml")
+	os.WriteFile(tools, examples.ToolsYAML, 0o600)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := openApp(data, tools, &notifySource{getenv: func(string) string { return "" }}, log)
+	if err != nil || a.notify != nil {
+		t.Fatalf("without configuration: %+v, %v", a.notify, err)
+	}
+	a.Close()
+	file := filepath.Join(t.TempDir(), "notify.yaml")
+	os.WriteFile(file, []byte("channels:\n  hook: {type: webhook, url: \"http://127.0.0.1:9/\", secret: {file: secret}}\n"), 0o600)
+	os.WriteFile(filepath.Join(filepath.Dir(file), "secret"), []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600)
+	a, err = openApp(data, tools, &notifySource{file: file, getenv: func(string) string { return "" }}, log)
+	if err != nil || a.notify == nil || a.notify.from != file {
+		t.Fatalf("--notify: %+v, %v", a.notify, err)
+	}
+	a.Close()
+}

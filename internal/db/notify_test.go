@@ -1,0 +1,139 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+const notifyYAML = `
+channels:
+  hook: {type: webhook, url: "https://hooks.example.com/cs", secret: {env: S}}
+routes:
+  - tools: ["*"]
+    notify: [hook]
+    escalate_after: 5m
+    escalate_to: [hook]
+    remind_before: 2m
+`
+
+func routedService(t *testing.T, l *ledger, store queue.Store) *queue.Service {
+	t.Helper()
+	cfg, err := notify.ParseConfig([]byte(notifyYAML), notify.Env{Getenv: func(string) string {
+		return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue.NewService(queue.Config{Store: store, Tools: l.tools, Signer: l.keys, Now: l.now,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Notifier: notify.NewRouter(cfg, "https://cs.example.com")})
+}
+
+func outboxKinds(t *testing.T, d *DB, callID string) string {
+	t.Helper()
+	rows, err := d.Outbox().Deliveries(context.Background(), notify.Query{CallID: callID, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := len(rows) - 1; i >= 0; i-- {
+		out = append(out, rows[i].Kind)
+	}
+	return strings.Join(out, " ")
+}
+
+const refund = `{"tool":"payments.refund","target":"invoice:INV-7","args":{"amount_minor":1299,"currency":"EUR","reason_code":"duplicate"}}`
+
+// TestChangesWriteTheirNoticesInTheSameTransaction: a committed change has
+// its outbox rows, a refused one has none.
+func TestChangesWriteTheirNoticesInTheSameTransaction(t *testing.T) {
+	clock := newTestClock()
+	l := newLedger(t, clock.Now)
+	q := routedService(t, l, l.db.Store())
+	ctx := context.Background()
+	c, _, err := q.Submit(ctx, agent, []byte(refund))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxKinds(t, l.db, c.ID); got != "call.submitted call.escalated call.reminder" {
+		t.Fatalf("after submission: %s", got)
+	}
+	if _, err := q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, strings.Repeat("0", 64)); !errors.Is(err, queue.ErrDigestMismatch) {
+		t.Fatalf("Approve with a wrong digest = %v", err)
+	}
+	if got := outboxKinds(t, l.db, c.ID); got != "call.submitted call.escalated call.reminder" {
+		t.Fatalf("a refused approval wrote notices: %s", got)
+	}
+	if _, err := q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, c.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxKinds(t, l.db, c.ID); got != "call.submitted call.escalated call.reminder call.approved" {
+		t.Fatalf("after approval: %s", got)
+	}
+	// The approved call's reminder and escalation are skipped, not sent.
+	clock.Add(time.Hour)
+	claimed, skipped, err := l.db.Outbox().Claim(ctx, "me", clock.Now(), time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 1 || len(skipped) != 2 || claimed[0].Kind != notify.CallSubmitted {
+		t.Fatalf("claimed %d, skipped %d: want the submission (the approval waits behind it) and both conditional rows skipped", len(claimed), len(skipped))
+	}
+	if err := l.db.Outbox().Finish(ctx, "me", notify.Result{Seq: claimed[0].Seq, At: clock.Now(), Delivered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if claimed, _, _ = l.db.Outbox().Claim(ctx, "me", clock.Now(), time.Minute, 10); len(claimed) != 1 || claimed[0].Kind != notify.CallApproved {
+		t.Fatalf("then claimed %d rows, want the approval", len(claimed))
+	}
+
+	// A call found overdue is expired on the spot, and that commit
+	// announces the expiry.
+	d, _, err := q.Submit(ctx, agent, []byte(strings.Replace(refund, "INV-7", "INV-8", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Hour)
+	if _, err := q.Deny(ctx, "alice", audit.ChannelWeb, d.ID, "late"); !errors.Is(err, queue.ErrNotPending) {
+		t.Fatalf("Deny of an overdue call = %v", err)
+	}
+	if got := outboxKinds(t, l.db, d.ID); !strings.HasSuffix(got, "call.expired") {
+		t.Fatalf("the on-the-spot expiry wrote %s", got)
+	}
+}
+
+// failingOutbox is a store whose outbox writes fail.
+type failingOutbox struct{ queue.Store }
+
+type failingTx struct{ queue.Tx }
+
+func (f failingOutbox) Update(ctx context.Context, fn func(queue.Tx) error) error {
+	return f.Store.Update(ctx, func(tx queue.Tx) error { return fn(failingTx{tx}) })
+}
+
+func (failingTx) Enqueue([]queue.Notice) error { return errors.New("outbox full") }
+
+// TestAFailedOutboxWriteUndoesTheChange: a change whose notices cannot be
+// written is not committed either, so nothing that notifies can happen
+// without its notification.
+func TestAFailedOutboxWriteUndoesTheChange(t *testing.T) {
+	l := newLedger(t, nil)
+	q := routedService(t, l, failingOutbox{l.db.Store()})
+	if _, _, err := q.Submit(context.Background(), agent, []byte(refund)); err == nil || !strings.Contains(err.Error(), "outbox full") {
+		t.Fatalf("Submit = %v, want the outbox's error", err)
+	}
+	var n int
+	if err := l.db.SQL().QueryRow(`SELECT COUNT(*) FROM calls`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d calls stored (%v), want none", n, err)
+	}
+	if err := l.db.SQL().QueryRow(`SELECT COUNT(*) FROM audit WHERE kind = 'submitted'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d submissions audited, want none", n)
+	}
+}
