@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/server"
 )
 
 func cmdToken(ctx context.Context, e *env, args []string) int {
@@ -44,7 +45,8 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "console token create: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(e.stderr, "Created %s for actor %s, audience %s. The token is shown once; store it now:\n", t.ID, t.Actor, t.Audience)
+		fmt.Fprintf(e.stderr, "Created %s for actor %s, audience %s. The token is shown once; store it now:\n", t.ID,
+			server.RevealString(t.Actor), server.RevealString(t.Audience))
 		fmt.Fprintln(e.stdout, secret)
 		return 0
 	case "list":
@@ -60,7 +62,10 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			if !t.RevokedAt.IsZero() {
 				revoked = t.RevokedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Actor, t.Audience, t.CreatedAt.Format(time.RFC3339), revoked, t.Note)
+			// Names and notes go through the revealer: a bidi control in a
+			// name from an older database must not turn the line around.
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", server.RevealString(t.ID), server.RevealString(t.Actor),
+				server.RevealString(t.Audience), t.CreatedAt.Format(time.RFC3339), revoked, server.RevealString(t.Note))
 		}
 		w.Flush()
 		return 0

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/server"
 )
 
 const userUsage = `usage:
@@ -140,7 +141,7 @@ func userList(ctx context.Context, e *env, data string) int {
 		if u.Disabled() {
 			disabled = u.DisabledAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", u.Name, u.Role, u.CreatedAt.Format(time.RFC3339), disabled)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", server.RevealString(u.Name), u.Role, u.CreatedAt.Format(time.RFC3339), disabled)
 	}
 	w.Flush()
 	return 0

@@ -43,6 +43,15 @@ var ErrBadName = errors.New("account: a name is 1 to 64 characters of letters, d
 // identity in decisions and in the audit trail, so it is kept to plain
 // ASCII that reads the same everywhere.
 func CheckName(name string) error {
+	if err := checkNameChars(name); err != nil {
+		return err
+	}
+	return CheckReserved(name)
+}
+
+// checkNameChars is the character rule of names, without the reserved
+// names.
+func checkNameChars(name string) error {
 	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) {
 		return ErrBadName
 	}
@@ -54,5 +63,5 @@ func CheckName(name string) error {
 			return ErrBadName
 		}
 	}
-	return CheckReserved(name)
+	return nil
 }

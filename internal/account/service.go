@@ -161,8 +161,15 @@ func (s *Service) CreateToken(ctx context.Context, actor, audience, note, by, ch
 	if actor == "" || audience == "" {
 		return Token{}, "", ErrTokenContext
 	}
-	if err := CheckReserved(actor); err != nil {
-		return Token{}, "", fmt.Errorf("account: token actor %q: %w", actor, err)
+	// A token's actor and audience are shown to operators on every call
+	// and are matched against account names (nobody approves their own
+	// call), so they follow the account name rule: plain ASCII that reads
+	// the same everywhere, never a bidi control or a look-alike.
+	if err := CheckName(actor); err != nil {
+		return Token{}, "", fmt.Errorf("%w: actor: %w", ErrTokenName, err)
+	}
+	if err := checkNameChars(audience); err != nil {
+		return Token{}, "", fmt.Errorf("%w: audience: %w", ErrTokenName, err)
 	}
 	var raw [32]byte
 	var id [6]byte

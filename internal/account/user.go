@@ -59,5 +59,6 @@ var (
 	ErrSessionNotFound = errors.New("account: no such session")
 	ErrTokenNotFound   = errors.New("account: token not found or revoked")
 	ErrTokenContext    = errors.New("account: a token needs an actor and an audience")
+	ErrTokenName       = errors.New("account: a token's actor and audience follow the account name rule")
 	ErrSecretNotFound  = errors.New("account: no such console secret")
 )

@@ -25,7 +25,7 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		return av, err
 	}
 	for _, u := range users {
-		av.Users = append(av.Users, templates.UserRow{Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt,
+		av.Users = append(av.Users, templates.UserRow{Name: u.Name, Shown: reveal(u.Name), Role: string(u.Role), CreatedAt: u.CreatedAt,
 			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name})
 	}
 	toks, err := c.accounts.Tokens(ctx)
@@ -33,7 +33,7 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		return av, err
 	}
 	for _, t := range toks {
-		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: t.Actor, Audience: t.Audience, Note: t.Note,
+		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: reveal(t.Actor), Audience: reveal(t.Audience), Note: reveal(t.Note),
 			CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
 	}
 	return av, nil
@@ -72,11 +72,11 @@ func (c *console) addUser(ec echo.Context) error {
 	}
 	if _, err := c.accounts.AddUser(ec.Request().Context(), name, role, hash, v.user.Name, audit.ChannelWeb); err != nil {
 		if errors.Is(err, account.ErrUserExists) {
-			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+name+" already exists", nil)
+			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+RevealString(name)+" already exists", nil)
 		}
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "Added "+name+" ("+string(role)+").", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Added "+RevealString(name)+" ("+string(role)+").", "", nil)
 }
 
 func (c *console) disableUser(ec echo.Context) error {
@@ -87,42 +87,46 @@ func (c *console) disableUser(ec echo.Context) error {
 	err := c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
 	switch {
 	case errors.Is(err, account.ErrUserNotFound):
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+name, nil)
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+RevealString(name), nil)
 	case errors.Is(err, account.ErrUserDisabled):
-		return c.renderAdmin(ec, http.StatusConflict, "", name+" is already disabled", nil)
+		return c.renderAdmin(ec, http.StatusConflict, "", RevealString(name)+" is already disabled", nil)
 	case err != nil:
 		return err
 	}
 	c.hub.endUser(name)
-	return c.renderAdmin(ec, http.StatusOK, "Disabled "+name+"; their sessions have ended.", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Disabled "+RevealString(name)+"; their sessions have ended.", "", nil)
 }
 
 func (c *console) createToken(ec echo.Context) error {
 	v, form := viewerOf(ec), ec.Request().PostForm
 	actor, audience, note := strings.TrimSpace(form.Get("actor")), strings.TrimSpace(form.Get("audience")), strings.TrimSpace(form.Get("note"))
-	if actor == "" || audience == "" || len(actor) > 128 || len(audience) > 128 || len(note) > 200 {
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience (at most 128 bytes each)", nil)
-	}
-	if err := account.CheckReserved(actor); err != nil {
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "that actor name is reserved: names starting with policy: or system:, and console, name Countersign's own decisions", nil)
+	if len(note) > 200 {
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token's note is at most 200 bytes", nil)
 	}
 	t, secret, err := c.accounts.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
-	if err != nil {
+	switch {
+	case errors.Is(err, account.ErrTokenContext):
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience", nil)
+	case errors.Is(err, account.ErrReservedName):
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "that actor name is reserved: names starting with policy: or system:, and console, name Countersign's own decisions", nil)
+	case errors.Is(err, account.ErrTokenName):
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token's actor and audience are 1 to 64 characters of ASCII letters, digits and . _ - : @, starting with a letter or digit (like account names)", nil)
+	case err != nil:
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: t.Actor, Audience: t.Audience, Secret: secret})
+	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: reveal(t.Actor), Audience: reveal(t.Audience), Secret: secret})
 }
 
 func (c *console) revokeToken(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
 	err := c.accounts.RevokeToken(ec.Request().Context(), id, v.user.Name, audit.ChannelWeb)
 	if errors.Is(err, account.ErrTokenNotFound) {
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+id, nil)
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+RevealString(id), nil)
 	}
 	if err != nil {
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "Revoked "+id+".", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Revoked "+RevealString(id)+".", "", nil)
 }
 
 // freeze stops approvals and redemptions for a tool, an actor, or all.
@@ -136,7 +140,7 @@ func (c *console) freeze(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, f.Scope()+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, RevealString(f.Scope())+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
 }
 
 // unfreeze lifts the freezes with exactly this tool and actor.

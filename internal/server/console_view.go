@@ -53,8 +53,8 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 			p.FreezesUnknown = true
 		}
 		for _, f := range fz {
-			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: f.Scope(),
-				Reason: f.Reason, By: f.By, Since: f.At})
+			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: RevealString(f.Scope()),
+				Reason: RevealString(f.Reason), By: RevealString(f.By), Since: f.At})
 		}
 	}
 	return p

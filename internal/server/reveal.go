@@ -101,6 +101,20 @@ func escapeRune(r rune) (string, string) {
 	return "[" + code + "]", code + " " + name
 }
 
+// RevealString is the revealer for plain text (messages, the command
+// line): every character that reveal escapes is written as its visible
+// escape, such as [U+202E]; the rest is unchanged. It never returns a bidi
+// control, an invisible or a control character.
+func RevealString(s string) string {
+	var b strings.Builder
+	for _, seg := range reveal(s).Segs {
+		if seg.Kind != templates.SegBreak {
+			b.WriteString(seg.S)
+		}
+	}
+	return b.String()
+}
+
 // reveal splits s into text, escapes and mixed-script words.
 func reveal(s string) templates.Text {
 	var t templates.Text

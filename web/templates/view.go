@@ -257,7 +257,8 @@ type CallView struct {
 
 // UserRow is an account on the admin page.
 type UserRow struct {
-	Name       string
+	Name       string // the account's name, for its form's action
+	Shown      Text   // the name as shown
 	Role       string
 	CreatedAt  time.Time
 	DisabledAt time.Time
@@ -267,16 +268,17 @@ type UserRow struct {
 // TokenRow is an API token on the admin page.
 type TokenRow struct {
 	ID        string
-	Actor     string
-	Audience  string
-	Note      string
+	Actor     Text
+	Audience  Text
+	Note      Text
 	CreatedAt time.Time
 	RevokedAt time.Time
 }
 
 // NewToken is a token just created, whose secret is shown once.
 type NewToken struct {
-	ID, Actor, Audience, Secret string
+	ID, Secret      string
+	Actor, Audience Text
 }
 
 // AdminView is the admin page.
