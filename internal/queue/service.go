@@ -276,8 +276,11 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			return err
-		case prev.Status == StatusPending && prev.DecideBy.After(now),
-			prev.Status == StatusApproved && prev.GrantExpiresAt.After(now):
+		case prev.ToolDigest == c.ToolDigest && (prev.Status == StatusPending && prev.DecideBy.After(now) ||
+			prev.Status == StatusApproved && prev.GrantExpiresAt.After(now)):
+			// An identical call made under another definition of the tool
+			// is not this call: it can never be approved or redeemed
+			// (tool_changed), so a new one is made.
 			result = prev
 			return nil
 		case prev.Status == StatusDenied && now.Sub(prev.DecidedAt) < DeniedMemory:
