@@ -46,6 +46,16 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 		data = dir
+		// A directory the demo made for itself goes when it stops, after
+		// the database is closed (this runs after every other deferred
+		// call); one named with --data is kept.
+		defer func() {
+			if err := os.RemoveAll(dir); err != nil {
+				fmt.Fprintf(e.stderr, "console demo: remove %s: %v\n", dir, err)
+				return
+			}
+			fmt.Fprintf(e.stdout, "removed the demo's data directory %s (keep one with --data DIR)\n", dir)
+		}()
 	}
 	if f.tools == "" {
 		f.tools = filepath.Join(data, "tools.yaml")

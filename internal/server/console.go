@@ -48,6 +48,10 @@ type ConsoleConfig struct {
 	// SendBuffer is how many messages may wait for one socket before it is
 	// dropped as too slow (default 64).
 	SendBuffer int
+	// MCPEndpoints are the paths of the MCP endpoints agents may connect
+	// to (e.g. /mcp/github), named in the help of a console that has no
+	// agent token yet.
+	MCPEndpoints []string
 }
 
 func (cfg *ConsoleConfig) defaults() {
@@ -168,6 +172,10 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 func (c *console) routes(e *echo.Echo) {
 	e.GET(static.Prefix+"*", echo.WrapHandler(static.Handler()))
 	e.HEAD(static.Prefix+"*", echo.WrapHandler(static.Handler()))
+	// Browsers ask for /favicon.ico whatever the page links to.
+	e.GET("/favicon.ico", func(ec echo.Context) error {
+		return ec.Redirect(http.StatusMovedPermanently, static.URL("favicon.svg"))
+	})
 	e.GET("/login", c.loginPage)
 	e.POST("/login", c.login)
 

@@ -1129,7 +1129,7 @@ func TestHistoryChainStatus(t *testing.T) {
 		st, detail = state()
 		return st == "verified" && strings.HasPrefix(detail, fmt.Sprintf("up to entry %d ", head))
 	})
-	wantDetail := fmt.Sprintf("up to entry %d at %s (the newest entry); newest signed checkpoint matched: entry %d (1 in all).",
+	wantDetail := fmt.Sprintf("up to entry %d (the newest entry) at %s; newest signed checkpoint matched: entry %d (1 in all).",
 		head, e.clock.Now().UTC().Format("2006-01-02 15:04:05 UTC"), cp.Seq)
 	if detail != wantDetail {
 		t.Errorf("chain detail %q, want %q", detail, wantDetail)
@@ -1160,9 +1160,9 @@ func TestHistoryChainStatusText(t *testing.T) {
 		want string
 	}{
 		{"verified to the newest entry", templates.ChainStatus{State: "verified", Count: 9, Head: 9, CheckpointSeq: 8, Checkpoints: 2, At: at},
-			"up to entry 9 at 2025-03-01 12:00:00 UTC (the newest entry); newest signed checkpoint matched: entry 8 (2 in all)."},
+			"up to entry 9 (the newest entry) at 2025-03-01 12:00:00 UTC; newest signed checkpoint matched: entry 8 (2 in all)."},
 		{"verified, trail grown since", templates.ChainStatus{State: "verified", Count: 5, Head: 9, At: at},
-			"up to entry 5 at 2025-03-01 12:00:00 UTC (the trail now ends at entry 9; the entries after 5 are checked on a later run); no signed checkpoint yet."},
+			"up to entry 5 (the trail now ends at entry 9; the entries after 5 are checked on a later run) at 2025-03-01 12:00:00 UTC; no checkpoint has been signed yet (one is signed every few minutes while the trail grows)."},
 		{"broken at an entry", templates.ChainStatus{State: "broken", BadSeq: 57, Reason: "hash does not match", At: at},
 			"first bad entry 57: hash does not match (checked 2025-03-01 12:00:00 UTC)"},
 		{"broken checkpoint", templates.ChainStatus{State: "broken", Reason: "checkpoint 40: bad signature", At: at},
@@ -1170,7 +1170,9 @@ func TestHistoryChainStatusText(t *testing.T) {
 		{"unreadable", templates.ChainStatus{State: "error", Reason: "the database could not be read", At: at},
 			"the trail could not be read at 2025-03-01 12:00:00 UTC: the database could not be read"},
 		{"first run", templates.ChainStatus{State: "pending", Running: true},
-			"the first verification of the audit chain is running; reload in a while."},
+			"the first check of the audit chain has not finished yet; reload the page in a few seconds."},
+		{"empty trail", templates.ChainStatus{State: "verified", At: at},
+			"the trail is empty: nothing has been recorded yet (checked 2025-03-01 12:00:00 UTC)."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -27,7 +28,47 @@ func (c *console) queuePage(ec echo.Context) error {
 		return err
 	}
 	qv.Message = notices[ec.QueryParam("notice")]
+	if len(qv.Cards) == 0 {
+		qv.Connect = c.connectHelp(ec, v)
+	}
 	return c.render(ec, http.StatusOK, templates.QueuePage(qv))
+}
+
+// connectHelp is the "connect an agent" help for a console with no live
+// agent token, or nil.
+func (c *console) connectHelp(ec echo.Context, v *viewer) *templates.ConnectHelp {
+	toks, err := c.accounts.Tokens(ec.Request().Context())
+	if err != nil {
+		return nil // the help is a courtesy; the queue page stands without it
+	}
+	for _, t := range toks {
+		if t.RevokedAt.IsZero() {
+			return nil
+		}
+	}
+	base := c.origin
+	if base == "" {
+		scheme := "http"
+		if ec.Request().TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + ec.Request().Host
+	}
+	h := &templates.ConnectHelp{BaseURL: base, IsAdmin: v.user.Role.CanAdminister()}
+	if reg := c.q.Tools(); reg != nil {
+		seen := map[string]bool{}
+		for _, t := range reg.Tools() {
+			if !seen[t.Audience] {
+				seen[t.Audience] = true
+				h.Audiences = append(h.Audiences, t.Audience)
+			}
+		}
+		sort.Strings(h.Audiences)
+	}
+	for _, p := range c.cfg.MCPEndpoints {
+		h.MCP = append(h.MCP, base+p)
+	}
+	return h
 }
 
 func (c *console) callPage(ec echo.Context) error {

@@ -92,6 +92,7 @@ func New(cfg Config) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
+	e.Pre(headAsGet)
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
@@ -158,6 +159,34 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// headAsGet answers HEAD wherever GET is answered: the request is routed
+// and handled as a GET whose body is thrown away, and it is a HEAD again
+// before net/http writes the response's header (no body is written, so
+// the header goes out when the handler is done), so the answer is a HEAD
+// answer with GET's status and headers.
+func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Method != http.MethodHead {
+			return next(c)
+		}
+		r.Method = http.MethodGet
+		defer func() { r.Method = http.MethodHead }()
+		res := c.Response()
+		res.Writer = headWriter{res.Writer}
+		return next(c)
+	}
+}
+
+// headWriter drops a response's body; flushing is put off to the end, so
+// that the header is written for the HEAD request.
+type headWriter struct{ w http.ResponseWriter }
+
+func (h headWriter) Header() http.Header         { return h.w.Header() }
+func (h headWriter) WriteHeader(status int)      { h.w.WriteHeader(status) }
+func (h headWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (h headWriter) Flush()                      {}
 
 // clientIP is how the client's address is found: the peer, or, behind
 // trusted proxies, X-Forwarded-For read right to left (echo's extractor,

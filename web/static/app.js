@@ -57,6 +57,37 @@
     }
   }
 
+  // Times are rendered in UTC; each <time data-local> is shown in the
+  // viewer's own time zone, with the UTC time kept on hover. "stacked"
+  // puts the date above the time, for narrow table columns.
+  function two(n) { return n < 10 ? "0" + n : "" + n; }
+  function zoneName(d) {
+    try {
+      var parts = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(d);
+      for (var i = 0; i < parts.length; i++) if (parts[i].type === "timeZoneName") return parts[i].value;
+    } catch (e) { /* an old browser: the offset below is used */ }
+    var off = -d.getTimezoneOffset();
+    return "UTC" + (off < 0 ? "-" : "+") + two(Math.floor(Math.abs(off) / 60)) + ":" + two(Math.abs(off) % 60);
+  }
+  function localize(root) {
+    var els = (root || document).querySelectorAll("time[data-local]");
+    for (var i = 0; i < els.length; i++) {
+      var el = els[i];
+      if (el.getAttribute("data-localized") === "1") continue;
+      var d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d.getTime())) continue;
+      var day = d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate());
+      var time = two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()) + " " + zoneName(d);
+      if (!el.title) el.title = el.textContent;
+      el.textContent = "";
+      el.appendChild(document.createTextNode(day));
+      if (el.getAttribute("data-local") === "stacked") el.appendChild(document.createElement("br"));
+      else el.appendChild(document.createTextNode(" "));
+      el.appendChild(document.createTextNode(time));
+      el.setAttribute("data-localized", "1");
+    }
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -72,6 +103,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     readSkew();
+    localize(document);
     arm(document);
     tick();
     countCards();
@@ -85,6 +117,6 @@
       else setConn("closed", "disconnected: reload the page");
     });
     body.addEventListener("htmx:wsError", function () { setConn("reconnecting", "reconnecting…"); });
-    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); tick(); countCards(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); countCards(); });
   });
 })();

@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-//go:embed *.css *.js
+//go:embed *.css *.js *.svg
 var files embed.FS
 
 // Prefix is the URL path the assets are served under.

@@ -168,6 +168,30 @@ type QueueView struct {
 	Blocks  []Block
 	Message string
 	Error   string
+	// Connect is set on a console that has no agent token yet: how to
+	// connect the first agent.
+	Connect *ConnectHelp
+}
+
+// ConnectHelp tells a fresh install how an agent connects.
+type ConnectHelp struct {
+	// BaseURL is the console's address as the browser reached it.
+	BaseURL string
+	// Audiences are the hosts the tools file names, one per tool, sorted:
+	// a token is created for one of them.
+	Audiences []string
+	// MCP are the MCP endpoints agents may connect to instead, as URLs.
+	MCP []string
+	// IsAdmin is set when the viewer can create a token on the admin page.
+	IsAdmin bool
+}
+
+// firstOr returns the first string, or def when there is none.
+func firstOr(list []string, def string) string {
+	if len(list) == 0 {
+		return def
+	}
+	return list[0]
 }
 
 // ArgNode is one value in a call's argument tree.
@@ -361,4 +385,15 @@ func sinceOr(s string) string {
 		return "7d"
 	}
 	return s
+}
+
+// endedLabel names the time a call left the pending state.
+func endedLabel(status string) string {
+	switch status {
+	case "expired":
+		return "Expired at"
+	case "cancelled":
+		return "Cancelled at"
+	}
+	return "Decided at"
 }

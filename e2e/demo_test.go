@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The demo cleans up after itself: Ctrl-C (SIGINT) stops it with exit
+// status 0 and removes the temporary data directory it made, while a
+// directory named with --data is kept.
+func TestDemoStopsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts the demo twice")
+	}
+	interrupt := func(t *testing.T, s *server) int {
+		t.Helper()
+		s.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			s.kill()
+			t.Fatalf("the demo did not stop within 30 s of SIGINT:\n%s", s.logs.String())
+		}
+		return s.cmd.ProcessState.ExitCode()
+	}
+	dataDir := func(t *testing.T, s *server) string {
+		t.Helper()
+		// The line follows the address, which startProcess waited for.
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			for _, line := range strings.Split(s.logs.String(), "\n") {
+				if d, ok := strings.CutPrefix(line, "Data directory: "); ok {
+					return strings.TrimSpace(d)
+				}
+			}
+		}
+		t.Fatalf("the demo printed no data directory:\n%s", s.logs.String())
+		return ""
+	}
+	t.Run("a temporary directory is removed", func(t *testing.T) {
+		s := startProcess(t, "", "demo", "--addr", "127.0.0.1:0", "--no-agent")
+		dir := dataDir(t, s)
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("the data directory %s is not there while the demo runs: %v", dir, err)
+		}
+		resp, err := http.Get(s.url + "/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if code := interrupt(t, s); code != 0 {
+			t.Errorf("exit status %d after Ctrl-C, want 0:\n%s", code, s.logs.String())
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the temporary data directory %s is still there after the demo stopped (%v)", dir, err)
+		}
+	})
+	t.Run("a directory given with --data is kept", func(t *testing.T) {
+		dir := t.TempDir()
+		s := startProcess(t, dir, "demo", "--addr", "127.0.0.1:0", "--no-agent", "--data", dir)
+		if got := dataDir(t, s); got != dir {
+			t.Fatalf("data directory %q, want %q", got, dir)
+		}
+		if code := interrupt(t, s); code != 0 {
+			t.Errorf("exit status %d after Ctrl-C, want 0:\n%s", code, s.logs.String())
+		}
+		if _, err := os.Stat(dir + "/tools.yaml"); err != nil {
+			t.Errorf("the --data directory lost its files: %v", err)
+		}
+	})
+}
