@@ -143,6 +143,7 @@ type serveFlags struct {
 	pprof, publicURL, notify    string
 	idle, absolute              time.Duration
 	trustedProxies, allowedHost listFlag
+	maxWaits                    int
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -170,6 +171,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.Var(&f.trustedProxies, "trusted-proxy", "CIDR network of a reverse proxy in front of the console (repeat or separate with commas); only requests from these have X-Forwarded-For read, right to left, for the client address that logins are throttled by")
 	fs.Var(&f.allowedHost, "allowed-host", "another name (host or host:port) that requests may carry in Host besides the public URL's, IP addresses and localhost, e.g. a health checker's; other names are refused to shut out DNS rebinding")
+	fs.IntVar(&f.maxWaits, "max-waits-per-token", server.DefaultMaxWaitsPerToken, "how many long-polls one API token may hold open at once; one more is answered 429 too_many_waits")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 }

@@ -20,7 +20,10 @@ import (
 	"github.com/countersign/countersign/internal/store"
 )
 
-const principalKey = "countersign.principal"
+const (
+	principalKey = "countersign.principal"
+	tokenKey     = "countersign.token" // the id of the request's API token
+)
 
 func (s *Server) routesAPI(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
@@ -196,6 +199,7 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience})
+		c.Set(tokenKey, t.ID)
 		return next(c)
 	}
 }
@@ -274,6 +278,16 @@ func (s *Server) getCall(c echo.Context) error {
 			return newAPIError(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
 		}
 		wait = min(d, queue.MaxWait)
+	}
+	if wait > 0 {
+		token, _ := c.Get(tokenKey).(string)
+		if !s.waits.acquire(token, s.cfg.MaxWaitsPerToken) {
+			s.metrics.waitsRefused.Inc()
+			c.Response().Header().Set("Retry-After", "5")
+			return newAPIError(http.StatusTooManyRequests, "too_many_waits",
+				"this token already holds %d open long-polls; wait for one to return, or retry in 5 s", s.cfg.MaxWaitsPerToken)
+		}
+		defer s.waits.release(token)
 	}
 	start := time.Now()
 	call, err := s.cfg.Queue.Wait(c.Request().Context(), principal(c), c.Param("id"), wait)

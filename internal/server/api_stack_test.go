@@ -58,7 +58,7 @@ func startAPIStack(tb testing.TB) *apiStack {
 	return startAPIStackIn(tb, tb.TempDir())
 }
 
-func startAPIStackIn(tb testing.TB, dir string) *apiStack {
+func startAPIStackIn(tb testing.TB, dir string, adjust ...func(*Config)) *apiStack {
 	tb.Helper()
 	clock := &stackClock{}
 	d, err := db.Open(filepath.Join(dir, "countersign.db"))
@@ -75,7 +75,11 @@ func startAPIStackIn(tb testing.TB, dir string) *apiStack {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
-	srv, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now})
+	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

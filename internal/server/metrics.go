@@ -24,9 +24,10 @@ type metrics struct {
 	waitSeconds   prometheus.Histogram
 	redeemSeconds prometheus.Histogram
 	pushes        *prometheus.CounterVec
+	waitsRefused  prometheus.Counter
 }
 
-func newMetrics(q *queue.Service) *metrics {
+func newMetrics(q *queue.Service, waits *tokenWaits) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposals_total",
 		Help: "Proposals by outcome: created, duplicate, rejected, refused (audience, retry limit, previously denied), error."}, []string{"outcome"})
@@ -47,6 +48,10 @@ func newMetrics(q *queue.Service) *metrics {
 		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters",
 		Help: "Agents currently long-polling for a decision."}, func() float64 { return float64(q.Waiting()) })
+	m.waitsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "countersign_waits_refused_total",
+		Help: "Long-polls refused with 429 too_many_waits because their token already held its maximum open."})
+	mostWaits := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters_per_token_max",
+		Help: "The most long-polls any one API token holds open now."}, func() float64 { return float64(waits.most()) })
 	evalErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_policy_eval_errors_total",
 		Help: "Rule evaluations that failed or hit the cost limit; each such call went to people."}, func() float64 {
 		if p := q.Policy(); p != nil {
@@ -55,7 +60,7 @@ func newMetrics(q *queue.Service) *metrics {
 		return 0
 	})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
-		m.redeemSeconds, m.pushes, waiters, evalErrors,
+		m.redeemSeconds, m.pushes, waiters, evalErrors, m.waitsRefused, mostWaits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -54,6 +55,11 @@ type Config struct {
 	// console cannot reach it. With neither this nor a public URL, any Host
 	// is served.
 	AllowedHosts []string
+	// MaxWaitsPerToken caps the long-polls one API token may hold open at
+	// once (default DefaultMaxWaitsPerToken); one more is answered 429
+	// too_many_waits with Retry-After. Each open wait holds a connection
+	// and a file descriptor, which are finite.
+	MaxWaitsPerToken int
 	// Console configures the browser console; nil serves the agent API only.
 	Console *ConsoleConfig
 	// Notifications, when set, serves the deliveries page's data and Web
@@ -71,6 +77,47 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	console *console
+	waits   tokenWaits
+}
+
+// DefaultMaxWaitsPerToken is how many long-polls one token may hold open
+// at once unless configured otherwise.
+const DefaultMaxWaitsPerToken = 100
+
+// tokenWaits counts the open long-polls of each token.
+type tokenWaits struct {
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// acquire takes one of token's wait places, if fewer than max are taken.
+func (w *tokenWaits) acquire(token string, max int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.open[token] >= max {
+		return false
+	}
+	w.open[token]++
+	return true
+}
+
+func (w *tokenWaits) release(token string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.open[token]--; w.open[token] <= 0 {
+		delete(w.open, token)
+	}
+}
+
+// most is the largest number of waits any one token holds open.
+func (w *tokenWaits) most() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, v := range w.open {
+		n = max(n, v)
+	}
+	return n
 }
 
 // New builds the routes.
@@ -84,8 +131,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now}
-	s.metrics = newMetrics(cfg.Queue)
+	if cfg.MaxWaitsPerToken <= 0 {
+		cfg.MaxWaitsPerToken = DefaultMaxWaitsPerToken
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, waits: tokenWaits{open: map[string]int{}}}
+	s.metrics = newMetrics(cfg.Queue, &s.waits)
 	cfg.Queue.Subscribe(s.metrics.observe)
 
 	e := echo.New()
