@@ -1,0 +1,407 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// Statuses of the structuredContent of the gateway's own tool results.
+const (
+	StatusApprovalPending  = "approval_pending"
+	StatusDenied           = "denied"
+	StatusExpired          = "expired"
+	StatusCancelled        = "cancelled"
+	StatusInvalidArguments = "invalid_arguments"
+	StatusUnderReview      = "tool_under_review"
+	StatusToolChanged      = "tool_changed"
+	StatusFrozen           = "frozen"
+	StatusRetryLimit       = "retry_limit"
+	StatusAlreadyRun       = "already_run"
+	StatusNotSent          = "not_sent"
+	StatusOutcomeUnknown   = "outcome_unknown"
+	StatusUnavailable      = "unavailable"
+)
+
+// upstreamWait is how long an approved call waits for its upstream to
+// (re)connect before it is answered as not sent.
+const upstreamWait = 5 * time.Second
+
+// call runs one tools/call: parse, submit, wait, redeem, forward, report.
+func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	agent, ok := g.agentOf(req)
+	if !ok || agent.Audience != server {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the session has no agent token for this server"}
+	}
+	name := req.Params.Name
+	full := tools.MirroredName(server, name)
+	t, ok := g.cfg.Queue.Tools().Tool(full)
+	if !ok || t.Mirror == nil {
+		return g.notCallable(server, name), nil
+	}
+	p, perr := parseCall(t, req.Params.Arguments)
+	c, _, err := g.cfg.Queue.SubmitProposal(ctx, agent.Principal, p, perr)
+	if err != nil {
+		return g.submitError(full, c, err), nil
+	}
+	log := g.log.With(slog.String("call", c.ID), slog.String("tool", full), slog.String("actor", agent.Actor))
+	if c.Status == queue.StatusPending {
+		if c, err = g.hold(ctx, agent, req, c); err != nil {
+			// The client went away (or cancelled): the call stays pending.
+			return nil, err
+		}
+	}
+	switch c.Status {
+	case queue.StatusPending:
+		if caps := req.ClientCapabilities(); caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil {
+			g.follow(c.ID, req.Session)
+			return nil, sdk.URLElicitationRequiredError([]*sdk.ElicitParams{{
+				Mode: "url", URL: g.callURL(c.ID), ElicitationID: c.ID,
+				Message: fmt.Sprintf("Countersign is holding this call of %s for an operator's approval (digest %s). "+
+					"Open the page to follow it; the call runs once it is approved and re-issued.", name, groups(c.Digest)),
+			}})
+		}
+		return g.pendingResult(name, c), nil
+	case queue.StatusApproved:
+		return g.redeemAndForward(ctx, log, agent, t, p, c), nil
+	}
+	return g.decidedResult(name, c), nil
+}
+
+// parseCall reads a tools/call's raw arguments with internal/canonical
+// under the mirrored tool's number paths, never through encoding/json, and
+// makes the proposal: the tool's registered name, its target (fixed, or the
+// string at the tool's target pointer) and the arguments. Absent arguments
+// are the empty object.
+func parseCall(t *tools.Tool, raw json.RawMessage) (canonical.Proposal, error) {
+	p := canonical.Proposal{Tool: t.Name}
+	if len(raw) == 0 {
+		raw = json.RawMessage(`{}`)
+	}
+	v, err := canonical.ParseWith(raw, canonical.Options{MaxBytes: canonical.MaxBodyBytes, MaxDepth: canonical.MaxArgsDepth,
+		Numbers: t.Mirror.ArgsNumbers()})
+	if err != nil {
+		pr := *err.(*canonical.Problem)
+		pr.Path = "/args" + pr.Path
+		return p, canonical.Problems{pr}
+	}
+	args, _ := v.(canonical.Object)
+	target, ok := t.TargetFor(args)
+	var targetProblem canonical.Problems
+	if !ok {
+		if args != nil {
+			ptr := t.Mirror.TargetPointer
+			targetProblem = canonical.Problems{{Code: canonical.CodeMissingField, Path: "/args" + ptr, Offset: -1,
+				Message: fmt.Sprintf("%s is required: it is the call's target, a string", ptr)}}
+		}
+		target = "-" // a stand-in, so that the rest is still checked; the call is refused
+	}
+	p, problems := canonical.ProposalFrom(canonical.Object{{Name: "args", Value: v}, {Name: "target", Value: target},
+		{Name: "tool", Value: t.Name}}, "", false)
+	p.Tool = t.Name
+	if problems = append(targetProblem, problems...); len(problems) > 0 {
+		return p, problems
+	}
+	return p, nil
+}
+
+// hold waits for a decision on c for up to the hold, sending progress
+// notifications when the client asked for them, every one of them before
+// the answer (they are sent from this goroutine only).
+func (g *Gateway) hold(ctx context.Context, agent Agent, req *sdk.CallToolRequest, c *queue.Call) (*queue.Call, error) {
+	token := req.Params.GetProgressToken()
+	deadline := time.Now().Add(g.cfg.Hold)
+	step := 0
+	for {
+		wait := time.Until(deadline)
+		if token != nil {
+			wait = min(wait, g.cfg.ProgressEvery)
+		}
+		got, err := g.cfg.Queue.Wait(ctx, agent.Principal, c.ID, wait)
+		if err != nil {
+			return nil, err
+		}
+		if got.Status != queue.StatusPending || !time.Now().Before(deadline) {
+			return got, nil
+		}
+		if token != nil {
+			step++
+			msg := fmt.Sprintf("waiting for an operator's approval of call %s (%d of %d approvals)", c.ID, len(got.Approvals), got.ApprovalsRequired)
+			if err := req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token,
+				Progress: float64(step), Message: msg}); err != nil {
+				g.log.Debug("progress notification not sent", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// redeemAndForward redeems the grant with the very proposal that was
+// submitted and forwards exactly the canonical argument bytes that were
+// hashed; the upstream's result goes back without loss, and its outcome is
+// reported.
+func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent Agent, t *tools.Tool, p canonical.Proposal, c *queue.Call) *sdk.CallToolResult {
+	name := t.Mirror.UpstreamName
+	u := g.upstreams[t.Mirror.Server]
+	// Nothing is redeemed while the upstream is away: the call stays
+	// approved, and the same call re-issued within the grant's life runs.
+	select {
+	case <-u.Connected():
+	case <-time.After(upstreamWait):
+		return toolError(StatusNotSent, fmt.Sprintf("The upstream %s is not connected, so the approved call was not sent. It stays approved until %s: re-issue the identical call to run it.",
+			t.Mirror.Server, c.GrantExpiresAt.UTC().Format(time.RFC3339)), map[string]any{"call_id": c.ID})
+	case <-ctx.Done():
+		return toolError(StatusNotSent, "The request ended before the approved call was sent; re-issue it to run it.", map[string]any{"call_id": c.ID})
+	}
+	// From here on the call runs to its end whatever the client does.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
+	defer cancel()
+	r, err := g.cfg.Queue.RedeemCall(ctx, agent.Principal, c.Grant, p)
+	if err != nil {
+		var pe *queue.ProposalError
+		if errors.As(err, &pe) {
+			return invalidResult(pe)
+		}
+		log.Error("redemption failed", slog.Any("error", err))
+		return toolError(StatusUnavailable, "Countersign could not redeem the approval right now; nothing was sent. Re-issue the call later.", map[string]any{"call_id": c.ID})
+	}
+	if !r.Accepted {
+		return redemptionRefused(name, c, r)
+	}
+	args, err := canonical.Encode(p.Args)
+	if err != nil {
+		g.outcome(ctx, log, agent, c, "failed", "not sent: the arguments could not be encoded")
+		return toolError(StatusNotSent, "The arguments could not be encoded; nothing was sent.", map[string]any{"call_id": c.ID})
+	}
+	res, err := u.Call(ctx, name, args)
+	var rpcErr *RPCError
+	switch {
+	case errors.Is(err, ErrNotConnected):
+		g.outcome(ctx, log, agent, c, "failed", "not sent: the upstream disconnected before the call was forwarded")
+		return toolError(StatusNotSent, fmt.Sprintf("The upstream %s disconnected before the call was sent; nothing ran. Re-issue the call to propose it again.", t.Mirror.Server),
+			map[string]any{"call_id": c.ID})
+	case errors.As(err, &rpcErr):
+		g.outcome(ctx, log, agent, c, "failed", fmt.Sprintf("the upstream answered error %d: %s", rpcErr.Code, clip(rpcErr.Message)))
+		return toolError("upstream_error", fmt.Sprintf("The upstream refused the call with error %d: %s", rpcErr.Code, rpcErr.Message),
+			map[string]any{"call_id": c.ID, "code": rpcErr.Code})
+	case err != nil:
+		g.outcome(ctx, log, agent, c, "unknown", "the connection broke after the call was sent: "+clip(err.Error()))
+		return toolError(StatusOutcomeUnknown, "The connection to the upstream broke after the call was sent: whether it ran is unknown. Do not re-issue it blindly; ask a person to check.",
+			map[string]any{"call_id": c.ID})
+	}
+	out, err := ResultFromRaw(res.Raw)
+	if err != nil {
+		g.outcome(ctx, log, agent, c, "unknown", "the upstream's result could not be read: "+clip(err.Error()))
+		return toolError(StatusOutcomeUnknown, "The call ran, but the upstream's result could not be read; ask a person to check what happened.",
+			map[string]any{"call_id": c.ID})
+	}
+	status, detail := "succeeded", ""
+	if res.IsError {
+		status, detail = "failed", "the upstream answered with isError"
+	}
+	g.outcome(ctx, log, agent, c, status, detail)
+	return out
+}
+
+func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c *queue.Call, status, detail string) {
+	if _, err := g.cfg.Queue.ReportOutcome(ctx, agent.Principal, c.ID, status, detail); err != nil {
+		log.Error("outcome not recorded", slog.String("status", status), slog.Any("error", err))
+	}
+}
+
+func clip(s string) string {
+	const max = 500
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// callURL is the console's page of a call.
+func (g *Gateway) callURL(id string) string { return g.cfg.PublicURL + "/calls/" + id }
+
+// groups writes a digest in groups of four, as the console shows it.
+func groups(d string) string {
+	var b strings.Builder
+	for i := 0; i < len(d); i += 4 {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(d[i:min(i+4, len(d))])
+	}
+	return b.String()
+}
+
+// toolError is a tool result with isError: text for the model and a
+// structuredContent that a program can read.
+func toolError(status, text string, fields map[string]any) *sdk.CallToolResult {
+	sc := map[string]any{"status": status}
+	for k, v := range fields {
+		sc[k] = v
+	}
+	b, _ := json.Marshal(sc)
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: json.RawMessage(b)}
+}
+
+func (g *Gateway) pendingResult(name string, c *queue.Call) *sdk.CallToolResult {
+	url := g.callURL(c.ID)
+	return toolError(StatusApprovalPending, fmt.Sprintf("This call of %s is waiting for an operator's approval in Countersign (call %s, %d of %d approvals, decide by %s). "+
+		"Nothing has run. Re-issue exactly the same call, with the same arguments, to wait again; it runs once approved. Approval page: %s",
+		name, c.ID, len(c.Approvals), c.ApprovalsRequired, c.DecideBy.UTC().Format(time.RFC3339), url),
+		map[string]any{"call_id": c.ID, "approval_url": url, "decide_by": c.DecideBy.UTC().Format(time.RFC3339), "digest": c.Digest})
+}
+
+// decidedResult answers a call that ended without running.
+func (g *Gateway) decidedResult(name string, c *queue.Call) *sdk.CallToolResult {
+	fields := map[string]any{"call_id": c.ID, "digest": c.Digest}
+	switch c.Status {
+	case queue.StatusDenied:
+		reason, by := "", ""
+		if c.Denial != nil {
+			reason, by = c.Denial.Reason, c.Denial.By
+		}
+		fields["reason"], fields["by"] = reason, by
+		return toolError(StatusDenied, fmt.Sprintf("The call of %s was denied by %s: %s. It did not run; do not re-issue the same call.", name, by, reason), fields)
+	case queue.StatusExpired:
+		return toolError(StatusExpired, fmt.Sprintf("Nobody decided on the call of %s in time, so it expired without running. Propose it again (re-issue the call) if it is still needed.", name), fields)
+	case queue.StatusCancelled:
+		return toolError(StatusCancelled, fmt.Sprintf("The call of %s was cancelled and did not run.", name), fields)
+	case queue.StatusRedeemed:
+		return toolError(StatusAlreadyRun, fmt.Sprintf("The identical call of %s was already run by another request, which received its result.", name), fields)
+	}
+	return toolError(string(c.Status), fmt.Sprintf("The call of %s is %s.", name, c.Status), fields)
+}
+
+// redemptionRefused answers a grant that could not be redeemed.
+func redemptionRefused(name string, c *queue.Call, r *queue.Redemption) *sdk.CallToolResult {
+	fields := map[string]any{"call_id": c.ID, "reason": r.Reason}
+	switch r.Reason {
+	case grant.ReasonReplayed:
+		return toolError(StatusAlreadyRun, fmt.Sprintf("The identical call of %s was already run by another request, which received its result.", name), fields)
+	case grant.ReasonToolChanged:
+		return toolError(StatusToolChanged, fmt.Sprintf("The definition of %s changed since this call was approved, so it did not run. Re-issue the call to propose it under the new definition.", name), fields)
+	case grant.ReasonFrozen:
+		msg := fmt.Sprintf("Calls of %s are frozen in Countersign, so the approved call did not run.", name)
+		if r.Freeze != nil {
+			msg += " Reason: " + r.Freeze.Reason
+			fields["freeze_reason"] = r.Freeze.Reason
+		}
+		return toolError(StatusFrozen, msg+" Ask a person before trying again.", fields)
+	case grant.ReasonExpired:
+		return toolError(StatusExpired, fmt.Sprintf("The approval of the call of %s expired before it was used; re-issue the call to propose it again.", name), fields)
+	}
+	return toolError("redemption_refused", fmt.Sprintf("Countersign refused to run the call of %s (%s); nothing ran.", name, r.Reason), fields)
+}
+
+// notCallable answers a call of a tool that is listed but cannot be called.
+func (g *Gateway) notCallable(server, name string) *sdk.CallToolResult {
+	for _, e := range g.cfg.Catalog.Entries(server) {
+		if e.Pin.Tool != name {
+			continue
+		}
+		switch e.Status {
+		case catalog.Pending:
+			return toolError(StatusUnderReview, fmt.Sprintf("The tool %s is awaiting an administrator's review of its definition in Countersign; calls are refused until it is approved. Ask a person.", name),
+				map[string]any{"tool": name})
+		case catalog.Rejected:
+			return toolError("tool_rejected", fmt.Sprintf("An administrator rejected the current definition of %s; it cannot be called.", name), map[string]any{"tool": name})
+		}
+	}
+	return toolError("unknown_tool", fmt.Sprintf("%s is not a tool this server offers now.", name), map[string]any{"tool": name})
+}
+
+// submitError answers a submission that was refused.
+func (g *Gateway) submitError(tool string, c *queue.Call, err error) *sdk.CallToolResult {
+	var pe *queue.ProposalError
+	var de *queue.DeniedError
+	var pd *queue.PolicyDeniedError
+	var fe *queue.FrozenError
+	switch {
+	case errors.As(err, &pe):
+		return invalidResult(pe)
+	case errors.As(err, &pd):
+		return toolError(StatusDenied, fmt.Sprintf("A rule denied this call (rule %s): %s. It did not run; do not re-issue the same call.", pd.Rule, pd.Reason),
+			map[string]any{"call_id": pd.CallID, "reason": pd.Reason, "rule": pd.Rule})
+	case errors.As(err, &de):
+		return toolError(StatusDenied, fmt.Sprintf("An operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
+			de.At.UTC().Format(time.RFC3339), de.Reason), map[string]any{"call_id": de.CallID, "reason": de.Reason})
+	case errors.As(err, &fe):
+		return toolError(StatusFrozen, fmt.Sprintf("Calls of this tool are frozen in Countersign since %s: %s. Ask a person before trying again.",
+			fe.Freeze.At.UTC().Format(time.RFC3339), fe.Freeze.Reason), map[string]any{"reason": fe.Freeze.Reason})
+	case errors.Is(err, queue.ErrRetryLimit):
+		return toolError(StatusRetryLimit, "Three calls of this tool in a row were refused; stop retrying and ask a person (an operator can clear the block in the console).", nil)
+	}
+	g.log.Error("submission failed", slog.String("tool", tool), slog.Any("error", err))
+	return toolError(StatusUnavailable, "Countersign cannot record calls right now; nothing ran. Retry later.", nil)
+}
+
+// invalidResult lists every problem of a refused call, with JSON Pointers
+// from the proposal's root: /args is the tool's arguments.
+func invalidResult(pe *queue.ProposalError) *sdk.CallToolResult {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Countersign refused the call: %d problem(s) in its arguments. Nothing ran. Fix them and call again:", len(pe.Problems))
+	problems := make([]any, len(pe.Problems))
+	for i, p := range pe.Problems {
+		fmt.Fprintf(&b, "\n- %s at %s: %s", p.Code, p.Path, p.Message)
+		problems[i] = map[string]any{"code": p.Code, "path": p.Path, "message": p.Message}
+	}
+	return toolError(StatusInvalidArguments, b.String(), map[string]any{"problems": problems})
+}
+
+// follow remembers that a session was sent to a call's page by URL
+// elicitation, so that it is told when the call is decided.
+func (g *Gateway) follow(callID string, ss *sdk.ServerSession) {
+	if ss == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.watch[callID] == nil {
+		g.watch[callID] = map[*sdk.ServerSession]int{}
+	}
+	g.watch[callID][ss]++
+}
+
+// observe tells the sessions that follow a call, by URL elicitation, that
+// the call was decided (notifications/elicitation/complete), after the
+// decision committed.
+func (g *Gateway) observe(ev queue.Event) {
+	if ev.Call == nil || ev.Call.Status == queue.StatusPending {
+		return
+	}
+	switch ev.Kind {
+	case audit.KindGranted, audit.KindDenied, audit.KindExpired, audit.KindCancelled:
+	default:
+		return
+	}
+	g.mu.Lock()
+	sessions := g.watch[ev.Call.ID]
+	delete(g.watch, ev.Call.ID)
+	g.mu.Unlock()
+	for ss := range sessions {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := ss.NotifyElicitationComplete(ctx, &sdk.ElicitationCompleteParams{ElicitationID: ev.Call.ID}); err != nil {
+				g.log.Debug("elicitation complete not sent", slog.String("call", ev.Call.ID), slog.Any("error", err))
+			}
+		}()
+	}
+}
