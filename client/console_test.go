@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -50,6 +51,7 @@ func startConsole(tb testing.TB, dir, addr string) *testConsole {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
 	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})

@@ -131,7 +131,7 @@ func decideDirect(ctx context.Context, data, toolsFile string, req server.Contro
 		}
 	}
 	q := queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys})
-	call, err := server.Decide(ctx, q, accountsOf(d), req)
+	call, err := server.Decide(ctx, q, req)
 	if err != nil {
 		out.Error = server.DecisionError(err)
 		return out, nil

@@ -273,7 +273,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := server.ServeControl(ctx, ctl, a.queue, a.accounts, a.log); err != nil && ctx.Err() == nil {
+		if err := server.ServeControl(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

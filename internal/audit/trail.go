@@ -20,7 +20,8 @@ type Trail interface {
 	// checkpoint. Damage is reported in the result; the error is for
 	// failing to read at all.
 	VerifyChain(ctx context.Context) (VerifyResult, error)
-	// Timeline lists one call's entries in chain order.
+	// Timeline lists one call's entries in chain order; a call the store
+	// does not hold is the queue's not-found error.
 	Timeline(ctx context.Context, callID string) ([]Entry, error)
 	// ExportAudit streams the trail to w (see ExportOptions).
 	ExportAudit(ctx context.Context, w io.Writer, opt ExportOptions) (ExportResult, error)

@@ -23,6 +23,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -95,6 +96,7 @@ func newAuditHarness(tb testing.TB) *auditHarness {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { d.Close() })
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, deciders...)
 	clk := &fakeClock{t: time.Date(2025, 3, 1, 9, 0, 0, 0, time.UTC)}
 	d.now = clk.now
 	reg, err := tools.Parse([]byte(testTools))

@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -100,6 +101,10 @@ func (l *ledger) open() error {
 	if err != nil {
 		d.Close()
 		return fmt.Errorf("tools.Load: %w", err)
+	}
+	if err := testkit.Seed(context.Background(), d.Accounts(), account.RoleOperator, deciders...); err != nil {
+		d.Close()
+		return fmt.Errorf("seed deciders: %w", err)
 	}
 	l.db, l.keys, l.tools = d, keys, reg
 	l.q = queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: l.now,
@@ -274,3 +279,6 @@ func integrityCheck(tb testing.TB, db *sql.DB) {
 func accountsOf(d *DB) *account.Service {
 	return account.NewService(d.Accounts(), func() time.Time { return d.now() })
 }
+
+// deciders are the operators the tests decide as.
+var deciders = []string{"alice", "bob", "op:ann", "op:bob", "op:carl"}

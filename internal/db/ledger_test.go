@@ -298,7 +298,8 @@ func TestTerminalStatusTrigger(t *testing.T) {
 func TestPragmasOnEveryConnection(t *testing.T) {
 	ctx := context.Background()
 	l := newLedger(t, nil)
-	const held = 8 // Open's pool size: every connection the pool may open
+	l.db.releaseWriter() // the fixture's writes left the writer connection out of the pool
+	const held = 8       // Open's pool size: every connection the pool may open
 	conns := make([]*sql.Conn, held)
 	for i := range conns {
 		c, err := l.db.SQL().Conn(ctx)

@@ -135,6 +135,7 @@ var (
 	ErrOwnCall          = errors.New("queue: an operator cannot approve a call proposed under their own name")
 	ErrAlreadyApproved  = errors.New("queue: operator has already approved this call")
 	ErrReasonRequired   = errors.New("queue: a denial needs a reason")
+	ErrReasonTooLong    = fmt.Errorf("queue: a denial reason is at most %d bytes", MaxReasonBytes)
 	ErrAudienceNotAllow = errors.New("queue: the tool's audience is not the token's audience")
 	ErrNotRedeemed      = errors.New("queue: the call has not been redeemed")
 	ErrOutcomeReported  = errors.New("queue: an outcome was already reported")
@@ -143,7 +144,17 @@ var (
 	ErrNotBlocked       = errors.New("queue: no retry block for that actor and tool")
 	ErrPreviouslyDenied = errors.New("queue: the same call was denied recently")
 	ErrOperatorRequired = errors.New("queue: an operator name is required")
+	ErrNotADecider      = errors.New("queue: not an enabled operator or admin")
 )
+
+// DeciderError is ErrNotADecider for one name: a decision in the name of
+// someone who is not an enabled operator or admin.
+type DeciderError struct{ Operator string }
+
+func (e *DeciderError) Error() string { return fmt.Sprintf("%v: %q", ErrNotADecider, e.Operator) }
+
+// Unwrap makes a *DeciderError an ErrNotADecider.
+func (e *DeciderError) Unwrap() error { return ErrNotADecider }
 
 // ProposalError is a proposal refused for its content: every problem found.
 type ProposalError struct {

@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -97,6 +99,7 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol")
 	st := &hookStore{Store: d.Store()}
 	q := queue.NewService(queue.Config{Store: st, Tools: reg, Signer: keys, Now: clk.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -438,6 +438,9 @@ func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *
 // ClearRetry lifts the retry cap for (actor, tool).
 func (s *Service) ClearRetry(ctx context.Context, operator, channel, actor, tool string) error {
 	return s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := mayDecide(tx, operator); err != nil {
+			return err
+		}
 		rs, err := tx.Retry(actor, tool)
 		if err != nil {
 			return err
@@ -519,14 +522,14 @@ func (s *Service) Shutdown() {
 // operator was shown. The last approval the tool requires mints the grant in
 // the same transaction.
 func (s *Service) Approve(ctx context.Context, operator, channel, id, digest string) (*Call, error) {
-	if operator == "" {
-		return nil, ErrOperatorRequired
-	}
 	if err := account.CheckReserved(operator); err != nil {
 		return nil, fmt.Errorf("queue: operator %q: %w", operator, err)
 	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := mayDecide(tx, operator); err != nil {
+			return err
+		}
 		c, err := s.loadPending(tx, id, emit)
 		if err != nil {
 			return err
@@ -570,6 +573,21 @@ func (s *Service) Approve(ctx context.Context, operator, channel, id, digest str
 		return nil
 	})
 	return out, err
+}
+
+// mayDecide is the rule of who may decide, checked inside the decision's
+// transaction whatever the channel (browser, control socket, command
+// line): an enabled account whose role decides (operator or admin).
+// Otherwise one shell user could meet any quorum under invented names, and
+// an account disabled a moment ago could still decide. That the operator is
+// not the call's actor, and approves a call at most once, is checked with
+// the call.
+func mayDecide(tx Tx, operator string) error {
+	u, err := tx.User(operator)
+	if errors.Is(err, account.ErrUserNotFound) || (err == nil && !u.CanDecide()) {
+		return &DeciderError{Operator: operator}
+	}
+	return err
 }
 
 func (s *Service) mint(tx Tx, c *Call, now time.Time) error {
@@ -619,18 +637,18 @@ func (s *Service) loadPending(tx Tx, id string, emit func(Event)) (*Call, error)
 
 // Deny ends call id with the operator's reason, which the agent receives.
 func (s *Service) Deny(ctx context.Context, operator, channel, id, reason string) (*Call, error) {
-	if operator == "" {
-		return nil, ErrOperatorRequired
-	}
 	reason = strings.TrimSpace(reason)
-	if reason == "" {
-		return nil, ErrReasonRequired
-	}
-	if len(reason) > MaxReasonBytes {
-		return nil, fmt.Errorf("%w (at most %d bytes)", ErrReasonRequired, MaxReasonBytes)
-	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := mayDecide(tx, operator); err != nil {
+			return err
+		}
+		if reason == "" {
+			return ErrReasonRequired
+		}
+		if len(reason) > MaxReasonBytes {
+			return ErrReasonTooLong
+		}
 		c, err := s.loadPending(tx, id, emit)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 )
 
@@ -34,6 +35,9 @@ type Store interface {
 // ErrNotFound.
 type Tx interface {
 	Call(id string) (*Call, error)
+	// User reads a console account, for the rule of who may decide;
+	// account.ErrUserNotFound when there is none.
+	User(name string) (account.User, error)
 	// LatestByDigest returns the newest call of actor with that digest.
 	LatestByDigest(actor, digest string) (*Call, error)
 	InsertCall(c *Call) error

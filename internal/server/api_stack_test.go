@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -73,6 +74,10 @@ func startAPIStackIn(tb testing.TB, dir string, adjust ...func(*Config)) *apiSta
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The operators the tests decide as; "agent:deployer" is an operator
+	// account named like an agent, which must not approve that agent's
+	// calls.
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "agent:deployer")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
 	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now}

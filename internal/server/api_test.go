@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 const refundBody = `{"tool":"payments.refund","target":"invoice:INV-1","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"},"rationale":"customer was charged twice"}`
@@ -478,6 +480,11 @@ func TestRacingOperators(t *testing.T) {
 	st := startAPIStack(t)
 	agent := st.token("agent:weather", "weather-host")
 	const calls, operators = 10, 50
+	names := make([]string, operators)
+	for op := range names {
+		names[op] = fmt.Sprintf("op%02d", op)
+	}
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleOperator, names...)
 	type sub struct{ id, digest string }
 	subs := make([]sub, calls)
 	for i := range subs {

@@ -30,6 +30,7 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -63,6 +64,7 @@ func (e *consoleEnv) submitAs(who queue.Principal, body string) *queue.Call {
 
 func (e *consoleEnv) approve(op, channel string, c *queue.Call) *queue.Call {
 	e.t.Helper()
+	testkit.SeedUsers(e.t, e.db.Accounts(), account.RoleOperator, op)
 	out, err := e.q.Approve(context.Background(), op, channel, c.ID, c.Digest)
 	if err != nil {
 		e.t.Fatalf("approve %s as %s: %v", c.ID, op, err)
@@ -72,6 +74,7 @@ func (e *consoleEnv) approve(op, channel string, c *queue.Call) *queue.Call {
 
 func (e *consoleEnv) deny(op, channel string, c *queue.Call, reason string) {
 	e.t.Helper()
+	testkit.SeedUsers(e.t, e.db.Accounts(), account.RoleOperator, op)
 	if _, err := e.q.Deny(context.Background(), op, channel, c.ID, reason); err != nil {
 		e.t.Fatalf("deny %s as %s: %v", c.ID, op, err)
 	}

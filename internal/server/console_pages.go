@@ -93,10 +93,6 @@ func (c *console) approve(ec echo.Context) error {
 func (c *console) deny(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
 	reason := ec.Request().PostForm.Get("reason")
-	if len(strings.TrimSpace(reason)) > queue.MaxReasonBytes {
-		return c.refused(ec, id, newAPIError(http.StatusBadRequest, "reason_too_long",
-			"the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes), reason)
-	}
 	if _, err := c.q.Deny(ec.Request().Context(), v.user.Name, audit.ChannelWeb, id, reason); err != nil {
 		return c.refused(ec, id, err, reason)
 	}

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -66,7 +64,7 @@ func ListenControl(path string) (net.Listener, error) {
 }
 
 // ServeControl answers control requests until ctx ends.
-func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, users Users, log *slog.Logger) error {
+func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) {
 		var req ControlRequest
@@ -76,7 +74,7 @@ func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, users 
 			writeControl(w, nil, newAPIError(http.StatusBadRequest, "malformed_json", "%v", err))
 			return
 		}
-		call, err := Decide(r.Context(), q, users, req)
+		call, err := Decide(r.Context(), q, req)
 		writeControl(w, call, err)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -92,28 +90,12 @@ func ServeControl(ctx context.Context, ln net.Listener, q *queue.Service, users 
 	return nil
 }
 
-// Users finds console accounts; *account.Service implements it.
-type Users interface {
-	UserByName(ctx context.Context, name string) (account.User, error)
-}
-
-// ErrNotADecider is a command-line decision in the name of someone who is
-// not an enabled operator or admin.
-var ErrNotADecider = errors.New("server: not an enabled operator or admin")
-
 // Decide applies a command-line decision through the queue, recording the
 // cli channel. It is used both behind the control socket and directly on
-// the database when no server is running. The operator must be an enabled
-// account allowed to decide, as in the browser: otherwise one shell user
-// could meet any quorum under invented names.
-func Decide(ctx context.Context, q *queue.Service, users Users, req ControlRequest) (*queue.Call, error) {
-	u, err := users.UserByName(ctx, req.Operator)
-	if errors.Is(err, account.ErrUserNotFound) || (err == nil && (u.Disabled() || !u.Role.CanDecide())) {
-		return nil, fmt.Errorf("%w: %q", ErrNotADecider, req.Operator)
-	}
-	if err != nil {
-		return nil, err
-	}
+// the database when no server is running. The queue checks, inside the
+// decision's transaction, that the operator is an enabled account allowed
+// to decide, as for the browser.
+func Decide(ctx context.Context, q *queue.Service, req ControlRequest) (*queue.Call, error) {
 	switch req.Action {
 	case "approve":
 		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
@@ -141,6 +123,7 @@ func writeControl(w http.ResponseWriter, call *queue.Call, err error) {
 
 // decisionError maps decision refusals to messages for people.
 func DecisionError(err error) *APIError {
+	var de *queue.DeciderError
 	switch {
 	case errors.Is(err, queue.ErrDigestMismatch):
 		return newAPIError(http.StatusConflict, "digest_mismatch",
@@ -151,11 +134,11 @@ func DecisionError(err error) *APIError {
 		return newAPIError(http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval")
 	case errors.Is(err, queue.ErrReasonRequired):
 		return newAPIError(http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)")
-	case errors.Is(err, queue.ErrOperatorRequired):
-		return newAPIError(http.StatusBadRequest, "operator_required", "say who is deciding")
-	case errors.Is(err, ErrNotADecider):
+	case errors.Is(err, queue.ErrReasonTooLong):
+		return newAPIError(http.StatusBadRequest, "reason_too_long", "the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes)
+	case errors.As(err, &de):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
-			"%s; add the account with 'console user add NAME --role operator' or use an enabled operator's name", strings.TrimPrefix(err.Error(), "server: "))
+			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", de.Operator)
 	case errors.Is(err, queue.ErrNotBlocked):
 		return newAPIError(http.StatusNotFound, "not_blocked", "that actor and tool are not blocked")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // TestDecideNeedsAnEnabledDecider: a command-line decision in the name of
@@ -36,9 +37,9 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 	id, digest := r.str("id"), r.str("digest")
 
 	for _, name := range []string{"ghost1", "aud", "gone", ""} {
-		_, err := Decide(ctx, st.queue, accountsOf(st.db), ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest})
-		if !errors.Is(err, ErrNotADecider) {
-			t.Errorf("approve as %q: %v, want ErrNotADecider", name, err)
+		_, err := Decide(ctx, st.queue, ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest})
+		if !errors.Is(err, queue.ErrNotADecider) {
+			t.Errorf("approve as %q: %v, want queue.ErrNotADecider", name, err)
 		}
 		if ae := DecisionError(err); ae.Status != http.StatusForbidden || ae.Code != "not_a_decider" {
 			t.Errorf("approve as %q: %d %s, want 403 not_a_decider", name, ae.Status, ae.Code)
@@ -50,7 +51,7 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 		t.Fatalf("%d approvals recorded for refused deciders", approvals)
 	}
 	for _, name := range []string{"olga", "ada"} {
-		if _, err := Decide(ctx, st.queue, accountsOf(st.db), ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest}); err != nil {
+		if _, err := Decide(ctx, st.queue, ControlRequest{Action: "approve", ID: id, Operator: name, Digest: digest}); err != nil {
 			t.Fatalf("approve as %s: %v", name, err)
 		}
 	}

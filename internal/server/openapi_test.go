@@ -30,6 +30,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -293,6 +294,7 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
 	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
 	if err != nil {

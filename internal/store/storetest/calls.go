@@ -1,0 +1,217 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+var _ = add("calls/round trip", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	c := newCall("agent:a", "payments.refund", t0)
+	c.Rationale = "the customer was charged twice"
+	insert(t, s, c)
+	if c.Seq == 0 {
+		t.Fatal("InsertCall left Seq 0; it must set the insertion order")
+	}
+	got, err := s.Queue.Call(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, c) {
+		t.Errorf("Call =\n%+v\nwant\n%+v", got, c)
+	}
+	if _, err := s.Queue.Call(ctx, "call_missing"); !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("Call of an unknown id: %v, want queue.ErrNotFound", err)
+	}
+	var inTx *queue.Call
+	update(t, s, func(tx queue.Tx) error {
+		var err error
+		inTx, err = tx.LatestByDigest(c.Actor, c.Digest)
+		return err
+	})
+	if inTx.ID != c.ID {
+		t.Errorf("LatestByDigest = %s, want %s", inTx.ID, c.ID)
+	}
+	err = s.Queue.Update(ctx, func(tx queue.Tx) error {
+		_, err := tx.LatestByDigest("agent:other", c.Digest)
+		return err
+	})
+	if !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("LatestByDigest of another actor: %v, want queue.ErrNotFound", err)
+	}
+})
+
+var _ = add("calls/a decision's fields persist", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	approved, denied, redeemed := newCall("agent:a", "t.x", t0), newCall("agent:a", "t.x", t0), newCall("agent:a", "t.x", t0)
+	approved.ApprovalsRequired = 2
+	insert(t, s, approved, denied, redeemed)
+	at := t0.Add(time.Minute)
+	update(t, s, func(tx queue.Tx) error {
+		for _, a := range []queue.Approval{{Operator: "bob", Channel: audit.ChannelCLI, At: at.Add(time.Second)},
+			{Operator: "alice", Channel: audit.ChannelWeb, At: at}} {
+			if err := tx.AddApproval(approved.ID, a); err != nil {
+				return err
+			}
+		}
+		approved.Status, approved.DecidedAt = queue.StatusApproved, at.Add(time.Second)
+		approved.Grant, approved.GrantJTI, approved.GrantKID = "header.claims.sig", "00112233445566778899aabbccddeeff", "k1"
+		approved.GrantExpiresAt = at.Add(2 * time.Minute)
+		if err := tx.UpdateCall(approved); err != nil {
+			return err
+		}
+		denied.Status, denied.DecidedAt = queue.StatusDenied, at
+		denied.Denial = &queue.Denial{By: "alice", Channel: audit.ChannelWeb, Reason: "not today", At: at}
+		if err := tx.UpdateCall(denied); err != nil {
+			return err
+		}
+		redeemed.Status, redeemed.DecidedAt, redeemed.RedeemedAt = queue.StatusRedeemed, at, at.Add(time.Second)
+		redeemed.Outcome = &queue.Outcome{Status: "succeeded", Detail: "ok", At: at.Add(2 * time.Second)}
+		return tx.UpdateCall(redeemed)
+	})
+	// Approvals come back in the order they were given.
+	approved.Approvals = []queue.Approval{{Operator: "alice", Channel: audit.ChannelWeb, At: at},
+		{Operator: "bob", Channel: audit.ChannelCLI, At: at.Add(time.Second)}}
+	for _, want := range []*queue.Call{approved, denied, redeemed} {
+		got, err := s.Queue.Call(ctx, want.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Call =\n%+v\nwant\n%+v", got, want)
+		}
+	}
+	err := s.Queue.Update(ctx, func(tx queue.Tx) error {
+		c := newCall("agent:a", "t.x", t0)
+		return tx.UpdateCall(c)
+	})
+	if !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("UpdateCall of a call never inserted: %v, want queue.ErrNotFound", err)
+	}
+})
+
+// A terminal status never changes, whatever the caller asks (invariant 7):
+// the store itself refuses, below the queue's rules.
+var _ = add("calls/terminal states never change", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	moves := []struct {
+		from, to queue.Status
+		allowed  bool
+	}{
+		{queue.StatusPending, queue.StatusApproved, true},
+		{queue.StatusPending, queue.StatusDenied, true},
+		{queue.StatusPending, queue.StatusExpired, true},
+		{queue.StatusPending, queue.StatusCancelled, true},
+		{queue.StatusApproved, queue.StatusRedeemed, true},
+		{queue.StatusApproved, queue.StatusDenied, false},
+		{queue.StatusApproved, queue.StatusPending, false},
+		{queue.StatusApproved, queue.StatusExpired, false},
+		{queue.StatusDenied, queue.StatusApproved, false},
+		{queue.StatusDenied, queue.StatusPending, false},
+		{queue.StatusExpired, queue.StatusPending, false},
+		{queue.StatusExpired, queue.StatusApproved, false},
+		{queue.StatusCancelled, queue.StatusPending, false},
+		{queue.StatusRedeemed, queue.StatusApproved, false},
+		{queue.StatusRedeemed, queue.StatusPending, false},
+	}
+	for _, m := range moves {
+		c := newCall("agent:a", "t.x", t0)
+		insert(t, s, c)
+		// Reach from as the queue does: directly from pending, redeemed
+		// through approved.
+		path := []queue.Status{m.from}
+		if m.from == queue.StatusRedeemed {
+			path = []queue.Status{queue.StatusApproved, queue.StatusRedeemed}
+		}
+		for _, st := range path {
+			if st == queue.StatusPending {
+				continue
+			}
+			c.Status = st
+			update(t, s, func(tx queue.Tx) error { return tx.UpdateCall(c) })
+		}
+		c.Status = m.to
+		err := s.Queue.Update(ctx, func(tx queue.Tx) error { return tx.UpdateCall(c) })
+		if allowed := err == nil; allowed != m.allowed {
+			t.Errorf("%s → %s: error %v, want allowed %t", m.from, m.to, err, m.allowed)
+		}
+		want := m.from
+		if m.allowed {
+			want = m.to
+		}
+		got, err := s.Queue.Call(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != want {
+			t.Errorf("%s → %s: status %s, want %s", m.from, m.to, got.Status, want)
+		}
+	}
+})
+
+// Nothing a failed transaction did is kept: not the call, not its audit
+// entry.
+var _ = add("calls/a failed update keeps nothing", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	c := newCall("agent:a", "t.x", t0)
+	boom := errors.New("boom")
+	err := s.Queue.Update(ctx, func(tx queue.Tx) error {
+		if err := tx.InsertCall(c); err != nil {
+			return err
+		}
+		if err := tx.Append(entry(audit.KindSubmitted, c.ID, t0)); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update = %v, want fn's error", err)
+	}
+	if _, err := s.Queue.Call(ctx, c.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("Call after a failed update: %v, want queue.ErrNotFound", err)
+	}
+	if seq, _, err := s.Audit.AuditHead(ctx); err != nil || seq != 0 {
+		t.Errorf("AuditHead after a failed update = %d, %v; want 0", seq, err)
+	}
+})
+
+var _ = add("calls/pending, due and the next deadline", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	if _, ok, err := s.Queue.NextDeadline(ctx); err != nil || ok {
+		t.Fatalf("NextDeadline of an empty store = %t, %v; want none", ok, err)
+	}
+	early, late, decided := newCall("agent:a", "t.x", t0), newCall("agent:a", "t.x", t0.Add(time.Second)), newCall("agent:a", "t.x", t0)
+	early.DecideBy, late.DecideBy, decided.DecideBy = t0.Add(time.Minute), t0.Add(time.Hour), t0.Add(time.Second)
+	insert(t, s, early, late, decided)
+	update(t, s, func(tx queue.Tx) error {
+		decided.Status = queue.StatusDenied
+		return tx.UpdateCall(decided)
+	})
+	if got, ok, err := s.Queue.NextDeadline(ctx); err != nil || !ok || !got.Equal(early.DecideBy) {
+		t.Errorf("NextDeadline = %v, %t, %v; want %v", got, ok, err, early.DecideBy)
+	}
+	due, err := s.Queue.DueCalls(ctx, t0.Add(2*time.Minute), 10)
+	if err != nil || !reflect.DeepEqual(due, []string{early.ID}) {
+		t.Errorf("DueCalls = %v, %v; want [%s]", due, err, early.ID)
+	}
+	if due, _ := s.Queue.DueCalls(ctx, t0.Add(2*time.Hour), 1); len(due) != 1 || due[0] != early.ID {
+		t.Errorf("DueCalls with limit 1 = %v; want the earliest deadline first", due)
+	}
+	pending, err := s.Queue.PendingCalls(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range pending {
+		ids = append(ids, c.ID)
+	}
+	if !reflect.DeepEqual(ids, []string{late.ID, early.ID}) {
+		t.Errorf("PendingCalls = %v; want the pending calls newest first [%s %s]", ids, late.ID, early.ID)
+	}
+})
