@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -153,6 +155,7 @@ func TestPolicyReplayCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 	bot := queue.Principal{Actor: "agent:billing-bot", Audience: "payments-host"}

@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // rulesFile is payments.refund with rules, for the policy tests.
@@ -74,6 +76,7 @@ func newPolicyEnv(tb testing.TB, src string) *policyEnv {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { d.Close() })
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "dave")
 	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
 	if err != nil {
 		tb.Fatal(err)

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -53,6 +55,7 @@ func newHistory(t *testing.T) *history {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice", "bob")
 	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
 	if err != nil {
 		t.Fatal(err)

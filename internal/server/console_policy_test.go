@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 const refund = `{"tool":"payments.refund","target":"invoice:INV-1042","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}}`
@@ -56,6 +57,7 @@ func TestReplayPage(t *testing.T) {
 	e := newConsoleEnv(t)
 	e.addUser("root", account.RoleAdmin, "root-password-1")
 	bot := queue.Principal{Actor: "agent:billing-bot", Audience: "payments-host"}
+	testkit.SeedUsers(t, e.db.Accounts(), account.RoleOperator, "alice")
 	c, _, err := e.q.Submit(context.Background(), bot, []byte(refund))
 	if err != nil {
 		t.Fatal(err)
