@@ -220,8 +220,8 @@ func TestAuditUsage(t *testing.T) {
 	}{
 		{[]string{"audit"}, 2, "usage"},
 		{[]string{"audit", "shred"}, 2, "unknown subcommand"},
-		{[]string{"audit", "verify", "--data", dir, "--file", "x.jsonl"}, 2, "not both"},
-		{[]string{"audit", "verify", "--data", dir, "extra"}, 2, "not both"},
+		{[]string{"audit", "verify", "--data", dir, "--file", "x.jsonl"}, 1, "no audit key"},
+		{[]string{"audit", "verify", "--data", dir, "extra"}, 2, "no other arguments"},
 		{[]string{"audit", "verify", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"audit", "export", "--data", dir}, 2, "--format jsonl|csv"},
 		{[]string{"audit", "export", "--data", dir, "--format", "xml"}, 2, "--format jsonl|csv"},

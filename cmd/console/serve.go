@@ -227,11 +227,15 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxy: %w", err)
 	}
+	signer, err := audit.LoadOrCreateKey(auditKeyPath(a.data))
+	if err != nil {
+		return err
+	}
 	disp, notes := a.dispatcher()
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
-		AllowedHosts:  f.allowedHost,
+		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
 		Console:       &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 		Notifications: notes,
 	})
@@ -256,10 +260,6 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		go func() { defer wg.Done(); disp.Run(ctx) }()
 	}
 
-	signer, err := audit.LoadOrCreateKey(auditKeyPath(a.data))
-	if err != nil {
-		return err
-	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

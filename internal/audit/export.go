@@ -3,10 +3,14 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/countersign/countersign/internal/canonical"
 )
@@ -17,7 +21,8 @@ import (
 // A JSONL export is UTF-8 text, one canonical (RFC 8785) JSON object per
 // line, in this order:
 //
-//   - one header line {"export":{...}} (see ExportHeader);
+//   - one header line {"export":{...}} (see ExportHeader), signed with the
+//     audit key;
 //   - one line {"checkpoint":{...}} per signed checkpoint whose seq falls
 //     within the exported entries, oldest first;
 //   - one line per entry, oldest first, holding every field exactly as
@@ -26,19 +31,30 @@ import (
 //
 // Because every line is canonical, changing any byte of an entry line is
 // detected even where the change would not alter the parsed value.
-const ExportFormat = "countersign-audit-export/v1"
+const ExportFormat = "countersign-audit-export/v2"
 
-// ExportHeader is the first line of a JSONL export. It is not signed: it
-// lets a verifier notice a file cut short, while the chain and the
-// checkpoints carry the proof.
+// ExportFormatV1 is the earlier format, whose header carried no count and
+// no signature. It is still read; its header proves nothing.
+const ExportFormatV1 = "countersign-audit-export/v1"
+
+// HeaderPrefix is the domain separation prefix of an export header's
+// signature: the signed message is the prefix followed by the canonical
+// bytes of the header object without its "signature" member.
+const HeaderPrefix = "countersign/v1/export-header:"
+
+// ExportHeader is the first line of a JSONL export. It states the range,
+// the head and the count of what follows and is signed with the audit key,
+// so a file whose tail and checkpoint lines were dropped cannot be given a
+// header that matches what is left.
 type ExportHeader struct {
 	Format string `json:"format"`
 	// Database is the random identity of the database exported.
 	Database string `json:"database"`
 	// FromSeq and ToSeq are the first and last entries exported (both 0
-	// when the export is empty).
+	// when the export is empty); Count is how many entries follow.
 	FromSeq int64 `json:"from_seq"`
 	ToSeq   int64 `json:"to_seq"`
+	Count   int64 `json:"count"`
 	// PrevHash is the hash of entry FromSeq-1 (the genesis hash when
 	// FromSeq is 1): where a range export starts its chain.
 	PrevHash string `json:"prev_hash"`
@@ -48,11 +64,70 @@ type ExportHeader struct {
 	Since      string `json:"since"`
 	Until      string `json:"until"`
 	ExportedAt string `json:"exported_at"`
+	// KID, PublicKey and Signature are the audit key's id, its public key
+	// and its signature of SignedMessage, as in a Checkpoint.
+	KID       string `json:"kid"`
+	PublicKey string `json:"public_key"`
+	Signature string `json:"signature"`
 }
 
 func (h *ExportHeader) object() map[string]any {
-	return map[string]any{"format": h.Format, "database": h.Database, "from_seq": h.FromSeq, "to_seq": h.ToSeq,
+	o := map[string]any{"format": h.Format, "database": h.Database, "from_seq": h.FromSeq, "to_seq": h.ToSeq,
 		"prev_hash": h.PrevHash, "head": h.Head, "since": h.Since, "until": h.Until, "exported_at": h.ExportedAt}
+	if h.Format != ExportFormatV1 {
+		o["count"], o["kid"], o["public_key"], o["signature"] = h.Count, h.KID, h.PublicKey, h.Signature
+	}
+	return o
+}
+
+// Signed reports whether the header is of the signed format.
+func (h *ExportHeader) Signed() bool { return h.Format == ExportFormat }
+
+// SignedMessage returns the bytes the header's signature covers.
+func (h *ExportHeader) SignedMessage() ([]byte, error) {
+	o := h.object()
+	delete(o, "signature")
+	body, err := canonical.Encode(o)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode export header: %w", err)
+	}
+	return append([]byte(HeaderPrefix), body...), nil
+}
+
+// SignHeader sets the header's format, key and signature.
+func (s *Signer) SignHeader(h *ExportHeader) error {
+	h.Format, h.KID, h.PublicKey, h.Signature = ExportFormat, s.kid, s.PublicKey(), ""
+	msg, err := h.SignedMessage()
+	if err != nil {
+		return err
+	}
+	h.Signature = base64.RawURLEncoding.EncodeToString(ed25519.Sign(s.priv, msg))
+	return nil
+}
+
+// VerifySignature checks that a signed header's KID names its public key
+// and that the signature is that key's over SignedMessage. It does not say
+// whether the key is one to trust.
+func (h *ExportHeader) VerifySignature() error {
+	pub, err := base64.RawURLEncoding.DecodeString(h.PublicKey)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return errors.New("audit: the export header's public_key is not a base64url Ed25519 public key")
+	}
+	if KeyID(pub) != h.KID {
+		return fmt.Errorf("audit: the export header's kid %q does not name its public key", h.KID)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(h.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return errors.New("audit: the export header's signature is not a base64url Ed25519 signature")
+	}
+	msg, err := h.SignedMessage()
+	if err != nil {
+		return err
+	}
+	if !ed25519.Verify(pub, msg, sig) {
+		return errors.New("audit: the export header's signature does not verify (the header was altered)")
+	}
+	return nil
 }
 
 // AppendHeaderLine appends the header line (with its newline) to dst.
@@ -249,14 +324,19 @@ func fields(v any, what string, dst map[string]any) error {
 
 func headerFrom(v any) (*ExportHeader, error) {
 	var h ExportHeader
-	err := fields(v, "the export header", map[string]any{"format": &h.Format, "database": &h.Database,
+	dst := map[string]any{"format": &h.Format, "database": &h.Database,
 		"from_seq": &h.FromSeq, "to_seq": &h.ToSeq, "prev_hash": &h.PrevHash, "head": &h.Head,
-		"since": &h.Since, "until": &h.Until, "exported_at": &h.ExportedAt})
-	if err != nil {
+		"since": &h.Since, "until": &h.Until, "exported_at": &h.ExportedAt}
+	if o, ok := v.(canonical.Object); ok {
+		if f, _ := o.Get("format"); f != ExportFormatV1 {
+			dst["count"], dst["kid"], dst["public_key"], dst["signature"] = &h.Count, &h.KID, &h.PublicKey, &h.Signature
+		}
+	}
+	if err := fields(v, "the export header", dst); err != nil {
 		return nil, err
 	}
-	if h.Format != ExportFormat {
-		return nil, fmt.Errorf("the export format is %q; this version reads %q", h.Format, ExportFormat)
+	if h.Format != ExportFormat && h.Format != ExportFormatV1 {
+		return nil, fmt.Errorf("the export format is %q; this version reads %q and %q", h.Format, ExportFormat, ExportFormatV1)
 	}
 	return &h, nil
 }
@@ -373,6 +453,26 @@ func (o VerifyOptions) Report(v *Verifier, count int64, head string) Report {
 	return r
 }
 
+// checkHeaderKey verifies a signed header's signature and, when keys are
+// trusted from outside, that one of them signed it. An unsigned (v1)
+// header is accepted only when no key is trusted: it proves nothing, and
+// the report says so.
+func checkHeaderKey(h *ExportHeader, opts VerifyOptions) error {
+	if !h.Signed() {
+		if len(opts.TrustedKeys) > 0 {
+			return errors.New("the export header is not signed (format v1), but audit keys are trusted: export again")
+		}
+		return nil
+	}
+	if err := h.VerifySignature(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "audit: "))
+	}
+	if len(opts.TrustedKeys) > 0 && !slices.Contains(opts.TrustedKeys, h.KID) {
+		return fmt.Errorf("the export header is signed by key %s, which is not a trusted audit key", h.KID)
+	}
+	return nil
+}
+
 // VerifyExport verifies a JSONL export offline: every entry line against
 // the chain, every checkpoint line's signature and head, the header's
 // range and head, and the outside checkpoints in opts. An export that
@@ -393,6 +493,11 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 			v = NewVerifier()
 		} else {
 			v = NewRangeVerifier()
+		}
+		// Checkpoints in a signed export must be signed by the key that
+		// signed its header (or by a key trusted from outside).
+		if header != nil && header.Signed() && len(opts.TrustedKeys) == 0 {
+			v.Trust(header.KID)
 		}
 		return opts.Prepare(v)
 	}
@@ -422,6 +527,9 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 				return Report{}, broken(fmt.Sprintf("line %d: a header line must come first, and only once", xr.Line()))
 			}
 			header = rec.Header
+			if err := checkHeaderKey(header, opts); err != nil {
+				return Report{}, broken(err.Error())
+			}
 		case rec.Checkpoint != nil:
 			if err := prepare(); err != nil {
 				return Report{}, err
@@ -461,6 +569,8 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 			return Report{}, &BreakError{Seq: first, Reason: "the first entry's prev_hash differs from the header's"}
 		case count > 0 && header.Head != head:
 			return Report{}, &BreakError{Seq: last, Reason: "the last entry's hash differs from the header's head"}
+		case header.Signed() && header.Count != count:
+			return Report{}, &BreakError{Seq: last + 1, Reason: fmt.Sprintf("the signed header counts %d entries but the export holds %d", header.Count, count)}
 		}
 	}
 	rep := opts.Report(v, count, head)

@@ -22,6 +22,10 @@ func export(tb testing.TB, es []*Entry, from, to int64, cps ...Checkpoint) []byt
 	if from > 1 {
 		h.PrevHash = es[from-2].Hash
 	}
+	h.Count = to - from + 1
+	if err := testSigner(tb).SignHeader(h); err != nil {
+		tb.Fatal(err)
+	}
 	buf, err := AppendHeaderLine(nil, h)
 	if err != nil {
 		tb.Fatal(err)

@@ -60,6 +60,9 @@ type ExportOptions struct {
 	Since, Until time.Time
 	// Format is "jsonl" (verifiable offline, ExportFormat) or "csv".
 	Format string
+	// Signer signs a JSONL export's header (the audit key). Without one
+	// the header is written in the unsigned ExportFormatV1.
+	Signer *Signer
 }
 
 // ExportResult describes what an export wrote.

@@ -329,7 +329,7 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 		var cw *csv.Writer
 		var buf []byte
 		if opt.Format == "jsonl" {
-			h := &audit.ExportHeader{Format: audit.ExportFormat, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
+			h := &audit.ExportHeader{Format: audit.ExportFormatV1, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
 			if !opt.Since.IsZero() {
 				h.Since = audit.FormatTime(opt.Since)
 			}
@@ -346,6 +346,14 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 				}
 				if err := q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, to).Scan(&h.Head); err != nil {
 					return classify(fmt.Errorf("db: read audit entry %d: %w", to, err))
+				}
+			}
+			if h.FromSeq > 0 {
+				h.Count = h.ToSeq - h.FromSeq + 1
+			}
+			if opt.Signer != nil {
+				if err := opt.Signer.SignHeader(h); err != nil {
+					return err
 				}
 			}
 			if buf, err = audit.AppendHeaderLine(buf[:0], h); err != nil {

@@ -916,7 +916,7 @@ func TestExportRoundTrip(t *testing.T) {
 	h.submit(t, h.agent, payBody(600))
 
 	var buf bytes.Buffer
-	res, err := h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl"})
+	res, err := h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Signer: signer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -503,7 +503,8 @@ func (h *historyPages) exportAudit(ec echo.Context) error {
 	}
 	defer release()
 	w := newAttachment(ec, "application/x-ndjson; charset=utf-8", "countersign-audit-"+h.c.now().UTC().Format("20060102T150405Z")+".jsonl")
-	_, err = h.c.trail.ExportAudit(ec.Request().Context(), w, audit.ExportOptions{Since: hq.filter.Since, Until: hq.filter.Until, Format: "jsonl"})
+	_, err = h.c.trail.ExportAudit(ec.Request().Context(), w, audit.ExportOptions{Since: hq.filter.Since, Until: hq.filter.Until, Format: "jsonl",
+		Signer: h.c.s.cfg.AuditSigner})
 	return w.finish(err, h.c.log)
 }
 

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"crypto/ed25519"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/audit"
 )
 
 // requestHost sends a GET with the given Host header and returns the
@@ -158,5 +161,23 @@ func TestHealthzFailsWhenDatabaseGone(t *testing.T) {
 				t.Errorf("healthz with the database %s = %d %s, want 503", how, r.Status, r.Raw)
 			}
 		})
+	}
+}
+
+// TestHistoryAuditExportHeaderSigned: the console's audit download carries
+// a header signed with the data directory's audit key.
+func TestHistoryAuditExportHeaderSigned(t *testing.T) {
+	signer := audit.NewSigner(ed25519.NewKeyFromSeed(make([]byte, 32)))
+	e := newConsoleEnvWith(t, func(c *Config) { c.AuditSigner = signer })
+	addRoleUsers(e)
+	b := e.browser()
+	b.login("aude", rolePassword)
+	p := b.get("/history/export/audit.jsonl")
+	if p.status != http.StatusOK {
+		t.Fatalf("export = %d", p.status)
+	}
+	rep, err := audit.VerifyExport(strings.NewReader(p.body), audit.VerifyOptions{TrustedKeys: []string{signer.KID()}})
+	if err != nil || rep.Header == nil || !rep.Header.Signed() || rep.Header.KID != signer.KID() || rep.Header.Count != rep.Count {
+		t.Fatalf("the console's export: %+v, %v; want a header signed by %s", rep.Header, err, signer.KID())
 	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	Accounts *account.Service
 	History  queue.History // the history pages and their exports
 	Audit    audit.Trail   // checkpoints, the timeline, the chain's status, the audit export
+	// AuditSigner signs the headers of audit exports (the data
+	// directory's audit key); nil writes them unsigned.
+	AuditSigner *audit.Signer
 	// Ping reports whether the store answers, for /healthz.
 	Ping    func(context.Context) error
 	Keys    *grant.Keyring
