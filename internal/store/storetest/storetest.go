@@ -2,7 +2,9 @@
 // set of tests that every implementation of the domain's store interfaces
 // (queue.Store, queue.History, account.Store, audit.Trail) must pass,
 // whatever its engine. It speaks only through those interfaces, so it holds
-// no SQL.
+// no SQL. SQLite (internal/db) and PostgreSQL (internal/pgstore) both run
+// it unchanged: a change to what a store does is made in both engines, with
+// a migration of the same number in each, and a case here.
 //
 // A store runs it from its own tests:
 //
@@ -38,6 +40,10 @@ type Stores struct {
 	History  queue.History
 	Accounts account.Store
 	Audit    audit.Trail
+	// Reopen opens another handle on the same database, with connections
+	// of its own, as another process or replica would hold it (closed
+	// when the test ends). The races between handles need it.
+	Reopen func(t *testing.T) Stores
 }
 
 type testCase struct {

@@ -1,0 +1,465 @@
+package pgstore
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// readSnapshot runs fn inside a REPEATABLE READ, READ ONLY transaction: fn
+// sees one consistent state of the database while writers go on, and takes
+// no lock that a writer waits for.
+func (d *DB) readSnapshot(ctx context.Context, fn func(q querier) error) error {
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return classify(fmt.Errorf("pgstore: begin read: %w", err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	return fn(tx)
+}
+
+// AuditHead returns the sequence number and hash of the newest audit entry
+// (0 and the genesis hash when there is none).
+func (d *DB) AuditHead(ctx context.Context) (int64, string, error) {
+	return auditHead(ctx, d.pool)
+}
+
+func auditHead(ctx context.Context, q querier) (int64, string, error) {
+	var seq int64
+	var hash string
+	err := q.QueryRow(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, audit.GenesisHash, nil
+	}
+	if err != nil {
+		return 0, "", classify(fmt.Errorf("pgstore: read audit head: %w", err))
+	}
+	return seq, hash, nil
+}
+
+const checkpointColumns = `seq, head, time, kid, public_key, signature`
+
+func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
+	var c audit.Checkpoint
+	err := r.Scan(&c.Seq, &c.Head, &c.Time, &c.KID, &c.PublicKey, &c.Signature)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, audit.ErrNoCheckpoint
+	}
+	if err != nil {
+		return c, classify(fmt.Errorf("pgstore: read checkpoint: %w", err))
+	}
+	return c, nil
+}
+
+// Checkpoint signs the current head of the audit trail and stores the
+// checkpoint, unless the newest checkpoint already covers the head, in
+// which case that one is returned. The head is read and the checkpoint
+// written in one write transaction, which holds the chain head lock. An
+// empty trail is audit.ErrNoCheckpoint.
+func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error) {
+	var out audit.Checkpoint
+	err := d.update(ctx, func(t *txn) error {
+		seq, head, err := auditHead(ctx, t.tx)
+		if err != nil {
+			return err
+		}
+		if seq == 0 {
+			return audit.ErrNoCheckpoint
+		}
+		latest, err := scanCheckpoint(t.tx.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
+		if err == nil && latest.Seq == seq {
+			out = latest
+			return nil
+		}
+		if err != nil && !errors.Is(err, audit.ErrNoCheckpoint) {
+			return err
+		}
+		c, err := signer.Sign(seq, head, d.now())
+		if err != nil {
+			return err
+		}
+		if _, err := t.tx.Exec(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES ($1,$2,$3,$4,$5,$6)`,
+			c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature); err != nil {
+			return fmt.Errorf("pgstore: store checkpoint: %w", err)
+		}
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// LatestCheckpoint returns the newest signed checkpoint.
+func (d *DB) LatestCheckpoint(ctx context.Context) (audit.Checkpoint, error) {
+	return scanCheckpoint(d.pool.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
+}
+
+func checkpointsIn(ctx context.Context, q querier, from, to int64) ([]audit.Checkpoint, error) {
+	rows, err := q.Query(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE seq BETWEEN $1 AND $2 ORDER BY seq`, from, to)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: read checkpoints: %w", err))
+	}
+	defer rows.Close()
+	var out []audit.Checkpoint
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, classify(rows.Err())
+}
+
+// RunCheckpoints signs a checkpoint whenever the audit trail has grown by
+// every entries since the newest one, or when interval has passed and the
+// head has moved; and once more when ctx ends. Several replicas may run it
+// at once: each decides from the newest checkpoint in the database, whoever
+// signed it, and signing is a write, under the chain head lock, that first
+// reads whether the head is already covered; so one replica at a time
+// checkpoints, and the others find the head covered. A failure is logged and retried later; it never stops the loop.
+func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger) {
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	if every <= 0 {
+		every = 1000
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var failedAt time.Time
+	due := func(ctx context.Context, final bool) bool {
+		seq, _, err := d.AuditHead(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("audit head", slog.Any("error", err))
+			}
+			failedAt = d.now()
+			return false
+		}
+		var lastSeq int64
+		var lastAt time.Time
+		if c, err := d.LatestCheckpoint(ctx); err == nil {
+			lastSeq = c.Seq
+			lastAt, _ = time.Parse(time.RFC3339Nano, c.Time)
+		} else if !errors.Is(err, audit.ErrNoCheckpoint) {
+			failedAt = d.now()
+			return false
+		}
+		if seq <= lastSeq {
+			return false
+		}
+		return final || seq-lastSeq >= every || d.now().Sub(lastAt) >= interval
+	}
+	take := func(ctx context.Context) {
+		c, err := d.Checkpoint(ctx, signer)
+		if err != nil {
+			if !errors.Is(err, audit.ErrNoCheckpoint) && ctx.Err() == nil {
+				log.Error("audit checkpoint", slog.Any("error", err))
+			}
+			failedAt = d.now()
+			return
+		}
+		failedAt = time.Time{}
+		log.Debug("audit checkpoint", slog.Int64("seq", c.Seq), slog.String("head", c.Head))
+	}
+	t := time.NewTicker(min(time.Second, interval))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if due(fctx, true) {
+				take(fctx)
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+		if !failedAt.IsZero() && d.now().Sub(failedAt) < min(30*time.Second, interval) {
+			continue
+		}
+		if due(ctx, false) {
+			take(ctx)
+		}
+	}
+}
+
+// VerifyChain recomputes the whole audit chain in one read snapshot, and
+// checks every stored checkpoint's signature and head.
+func (d *DB) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
+	return d.Verify(ctx, audit.VerifyOptions{})
+}
+
+// Verify is VerifyChain with checkpoints kept outside the database and,
+// optionally, the only key ids that checkpoints may be signed with.
+func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error) {
+	var res audit.VerifyResult
+	err := d.readSnapshot(ctx, func(q querier) error {
+		cps, err := checkpointsIn(ctx, q, 1, 1<<62)
+		if err != nil {
+			return err
+		}
+		v := audit.NewVerifier()
+		all := opts
+		all.Checkpoints = append(append([]audit.Checkpoint(nil), opts.Checkpoints...), cps...)
+		if err := all.Prepare(v); err != nil {
+			res.Err = err
+			return nil
+		}
+		rows, err := q.Query(ctx, `SELECT `+entryColumns+` FROM audit ORDER BY seq`)
+		if err != nil {
+			return classify(fmt.Errorf("pgstore: read audit: %w", err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, details, err := scanEntry(rows)
+			if err != nil {
+				return err
+			}
+			// The stored text is hashed as it is.
+			e.Details = audit.RawDetails(details)
+			if err := v.Add(e); err != nil {
+				res.Err = err
+				break
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return classify(fmt.Errorf("pgstore: read audit: %w", err))
+		}
+		count, head := v.Last()
+		if res.Err == nil {
+			count, head, res.Err = v.Finish()
+		}
+		rep := opts.Report(v, count, head)
+		res.Count, res.Head, res.Uncovered = rep.Count, rep.Head, rep.Uncovered
+		res.Checkpoints, res.CheckpointSeq, res.KeyIDs = rep.Checkpoints, rep.CheckpointSeq, rep.KeyIDs
+		return nil
+	})
+	if err != nil {
+		return audit.VerifyResult{}, err
+	}
+	res.OK = res.Err == nil
+	return res, nil
+}
+
+const entryColumns = `seq, time, kind, call_id, principal, channel, details, prev_hash, hash`
+
+// scanEntry reads an audit row; details are returned as stored, not parsed.
+func scanEntry(r rowScanner) (*audit.Entry, []byte, error) {
+	var e audit.Entry
+	var details string
+	if err := r.Scan(&e.Seq, &e.Time, &e.Kind, &e.CallID, &e.Principal, &e.Channel, &details, &e.PrevHash, &e.Hash); err != nil {
+		return nil, nil, classify(fmt.Errorf("pgstore: scan audit entry: %w", err))
+	}
+	return &e, []byte(details), nil
+}
+
+// ExportAudit streams the audit trail to w from one read snapshot, row by
+// row, in constant memory, in the formats of internal/db.
+func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptions) (audit.ExportResult, error) {
+	if opt.Format != "jsonl" && opt.Format != "csv" {
+		return audit.ExportResult{}, audit.ErrFormat
+	}
+	var res audit.ExportResult
+	err := d.readSnapshot(ctx, func(q querier) error {
+		from, to, err := auditRange(ctx, q, opt.Since, opt.Until)
+		if err != nil {
+			return err
+		}
+		bw := bufio.NewWriterSize(w, 64<<10)
+		var cw *csv.Writer
+		var buf []byte
+		if opt.Format == "jsonl" {
+			h := &audit.ExportHeader{Format: audit.ExportFormat, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
+			if !opt.Since.IsZero() {
+				h.Since = audit.FormatTime(opt.Since)
+			}
+			if !opt.Until.IsZero() {
+				h.Until = audit.FormatTime(opt.Until)
+			}
+			if from > 0 && to >= from {
+				h.FromSeq, h.ToSeq = from, to
+				h.PrevHash, h.Head = audit.GenesisHash, ""
+				if from > 1 {
+					if err := q.QueryRow(ctx, `SELECT hash FROM audit WHERE seq = $1`, from-1).Scan(&h.PrevHash); err != nil {
+						return classify(fmt.Errorf("pgstore: read audit entry %d: %w", from-1, err))
+					}
+				}
+				if err := q.QueryRow(ctx, `SELECT hash FROM audit WHERE seq = $1`, to).Scan(&h.Head); err != nil {
+					return classify(fmt.Errorf("pgstore: read audit entry %d: %w", to, err))
+				}
+			}
+			if buf, err = audit.AppendHeaderLine(buf[:0], h); err != nil {
+				return err
+			}
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
+			cps, err := checkpointsIn(ctx, q, from, to)
+			if err != nil {
+				return err
+			}
+			for _, c := range cps {
+				if buf, err = audit.AppendCheckpointLine(buf[:0], c); err != nil {
+					return err
+				}
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+			}
+			res.Checkpoints = len(cps)
+		} else {
+			cw = csv.NewWriter(bw)
+			if err := cw.Write([]string{"seq", "time", "kind", "call_id", "principal", "channel", "details", "prev_hash", "hash"}); err != nil {
+				return err
+			}
+		}
+		res.FromSeq, res.ToSeq = from, to
+		if from == 0 || to < from {
+			res.FromSeq, res.ToSeq = 0, 0
+			return flush(bw, cw)
+		}
+		rows, err := q.Query(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN $1 AND $2 ORDER BY seq`, from, to)
+		if err != nil {
+			return classify(fmt.Errorf("pgstore: read audit: %w", err))
+		}
+		defer rows.Close()
+		record := make([]string, 9)
+		for rows.Next() {
+			e, details, err := scanEntry(rows)
+			if err != nil {
+				return err
+			}
+			if cw != nil {
+				record[0], record[1], record[2] = strconv.FormatInt(e.Seq, 10), e.Time, csvCell(e.Kind)
+				record[3], record[4], record[5] = csvCell(e.CallID), csvCell(e.Principal), csvCell(e.Channel)
+				record[6], record[7], record[8] = csvCell(string(details)), e.PrevHash, e.Hash
+				if err := cw.Write(record); err != nil {
+					return err
+				}
+			} else {
+				if buf, err = audit.AppendEntryLine(buf[:0], e, details); err != nil {
+					return err
+				}
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+			}
+			res.Count++
+			res.Head = e.Hash
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return classify(fmt.Errorf("pgstore: read audit: %w", err))
+		}
+		return flush(bw, cw)
+	})
+	return res, err
+}
+
+func flush(bw *bufio.Writer, cw *csv.Writer) error {
+	if cw != nil {
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// auditRange turns a time window into the contiguous run of entries to
+// export (see internal/db).
+func auditRange(ctx context.Context, q querier, since, until time.Time) (from, to int64, err error) {
+	scan := func(query string, args ...any) (int64, error) {
+		var n *int64
+		err := q.QueryRow(ctx, query, args...).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && n == nil) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, classify(fmt.Errorf("pgstore: audit range: %w", err))
+		}
+		return *n, nil
+	}
+	if since.IsZero() {
+		from, err = scan(`SELECT MIN(seq) FROM audit`)
+	} else {
+		from, err = scan(`SELECT seq FROM audit WHERE time >= $1 ORDER BY time, seq LIMIT 1`, audit.FormatTime(since))
+	}
+	if err != nil || from == 0 {
+		return 0, 0, err
+	}
+	if until.IsZero() {
+		to, err = scan(`SELECT MAX(seq) FROM audit`)
+	} else {
+		to, err = scan(`SELECT seq FROM audit WHERE time < $1 ORDER BY time DESC, seq DESC LIMIT 1`, audit.FormatTime(until))
+	}
+	if err != nil || to < from {
+		return 0, 0, err
+	}
+	return from, to, nil
+}
+
+// csvCell keeps a spreadsheet from reading a cell as a formula: text that
+// begins with =, +, -, @, a tab or a carriage return gets a leading
+// apostrophe. JSONL exports are never altered.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
+// Timeline returns every audit entry about one call, oldest first, with
+// details parsed. A call that does not exist is queue.ErrNotFound.
+func (d *DB) Timeline(ctx context.Context, callID string) ([]audit.Entry, error) {
+	if callID == "" {
+		return nil, queue.ErrNotFound
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+entryColumns+` FROM audit WHERE call_id = $1 ORDER BY seq`, callID)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: timeline of %s: %w", callID, err))
+	}
+	defer rows.Close()
+	var out []audit.Entry
+	for rows.Next() {
+		e, details, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		if e.Details, err = audit.ParseDetails(details); err != nil {
+			return nil, fmt.Errorf("pgstore: audit entry %d: %w", e.Seq, err)
+		}
+		out = append(out, *e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, classify(fmt.Errorf("pgstore: timeline of %s: %w", callID, err))
+	}
+	if len(out) == 0 {
+		var n int
+		if err := d.pool.QueryRow(ctx, `SELECT COUNT(*) FROM calls WHERE id = $1`, callID).Scan(&n); err != nil {
+			return nil, classify(fmt.Errorf("pgstore: timeline of %s: %w", callID, err))
+		}
+		if n == 0 {
+			return nil, queue.ErrNotFound
+		}
+	}
+	return out, nil
+}

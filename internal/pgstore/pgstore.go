@@ -1,0 +1,343 @@
+// Package pgstore stores Countersign's state in PostgreSQL, for several
+// console replicas sharing one database. It implements the same stores as
+// internal/db (queue.Store and queue.History, account.Store, audit.Trail)
+// and passes the same conformance suite (internal/store/storetest).
+//
+// Isolation. PostgreSQL's default READ COMMITTED would let approve race
+// deny, two approvals both miss a quorum, and two rejections both count
+// from the same number, each on its own replica. Every write transaction
+// therefore begins by taking one transaction-scoped advisory lock, the lock
+// of the audit chain's head: every write appends to that one linear chain,
+// so writes serialize on it in any case, and taking it first means each
+// write transaction runs alone, reading (statement by statement, at READ
+// COMMITTED) a state that no concurrent writer changes, exactly as SQLite's
+// BEGIN IMMEDIATE does. No write needs a retry, none can deadlock against
+// another, and a read-then-decide can never act on stale rows. Reads outside
+// a write see committed data and take no lock.
+//
+// Live changes leave through NOTIFY inside the writing transaction, which
+// PostgreSQL delivers only once the transaction has committed; the payload
+// is the call id and the audit sequence number of the change (see Listen).
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/countersign/countersign/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Advisory lock keys (pg_advisory_xact_lock and friends take a bigint);
+// the high bits spell "cs" so they are unlikely to meet another
+// application's keys in a shared database.
+const (
+	lockChain      int64 = 0x6373_0000_0000_0001 // the audit chain head: every write
+	lockMigrate    int64 = 0x6373_0000_0000_0002 // applying migrations
+	lockSweep      int64 = 0x6373_0000_0000_0003 // the expiry sweeper
+)
+
+// Channel is the NOTIFY channel of committed changes.
+const Channel = "countersign_changes"
+
+// IsURL reports whether s names a PostgreSQL database (postgres:// or
+// postgresql://).
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// DB is an open Countersign database on PostgreSQL.
+type DB struct {
+	pool     *pgxpool.Pool
+	url      string // redacted, for messages
+	identity string
+	now      func() time.Time
+
+	// versions this process committed itself, so that the listener does not
+	// publish them a second time; guarded by mu.
+	mu    sync.Mutex
+	local map[int64]struct{}
+}
+
+// Options tune Open.
+type Options struct {
+	// MaxConns bounds the pool (default 16).
+	MaxConns int32
+	// ReadOnly opens without migrating: for verifying and exporting.
+	ReadOnly bool
+}
+
+// Open connects to the database at url (postgres://...), applies pending
+// migrations and reads the database's identity.
+func Open(ctx context.Context, rawURL string, opt Options) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %s: %w", redact(rawURL), err)
+	}
+	if opt.MaxConns <= 0 {
+		opt.MaxConns = 16
+	}
+	cfg.MaxConns = opt.MaxConns
+	cfg.MinConns = 0
+	cfg.HealthCheckPeriod = 5 * time.Second
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "countersign"
+	// Statements are prepared once per connection and described once.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect to %s: %w", redact(rawURL), err)
+	}
+	d := &DB{pool: pool, url: redact(rawURL), now: time.Now, local: map[int64]struct{}{}}
+	if !opt.ReadOnly {
+		if err := d.migrate(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	if err := pool.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&d.identity); err != nil {
+		pool.Close()
+		return nil, classify(fmt.Errorf("pgstore: %s is not a Countersign database: %w", d.url, err))
+	}
+	return d, nil
+}
+
+// Close closes every connection.
+func (d *DB) Close() error {
+	d.pool.Close()
+	return nil
+}
+
+// Ping checks that the database answers.
+func (d *DB) Ping(ctx context.Context) error { return classify(d.pool.Ping(ctx)) }
+
+// Identity is the random id recorded when the database was created.
+func (d *DB) Identity() string { return d.identity }
+
+// Location names the database for people, without its password.
+func (d *DB) Location() string { return d.url }
+
+// Pool exposes the connection pool for tests and read-only views.
+func (d *DB) Pool() *pgxpool.Pool { return d.pool }
+
+func (d *DB) migrate(ctx context.Context) error {
+	// Replicas starting at once take turns: the first applies, the others
+	// find the migrations recorded.
+	if err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockMigrate); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
+		return err
+	}); err != nil {
+		return classify(fmt.Errorf("pgstore: create migrations table: %w", err))
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := path.Base(name)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("pgstore: migration %s: name must start with a number", base)
+		}
+		if err := d.applyMigration(ctx, v, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *DB) applyMigration(ctx context.Context, version int, name string) error {
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockMigrate); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
+			return fmt.Errorf("read migrations: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		// The simple protocol runs a file of several statements at once.
+		if _, err := tx.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("%s: %w", path.Base(name), err)
+		}
+		if version == 1 {
+			var id [16]byte
+			if _, err := rand.Read(id[:]); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO meta (key, value) VALUES ('identity', $1)`, hex.EncodeToString(id[:])); err != nil {
+				return fmt.Errorf("record identity: %w", err)
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			version, path.Base(name), time.Now().UTC().Format(time.RFC3339))
+		return err
+	})
+	if err != nil {
+		return classify(fmt.Errorf("pgstore: migration %d: %w", version, err))
+	}
+	return nil
+}
+
+// update is the one place write transactions begin and commit. It takes
+// the chain head lock first (see the package comment), checks inside the
+// transaction that the database is still the one opened, runs fn, and
+// commits. The versions fn appended are remembered as this process's own
+// once the commit has happened.
+func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return classify(fmt.Errorf("pgstore: begin: %w", err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var id string
+	if err := tx.QueryRow(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity') FROM pg_advisory_xact_lock($1)`,
+		lockChain).Scan(&id); err != nil {
+		return classify(fmt.Errorf("pgstore: take the write lock: %w", err))
+	}
+	if id != d.identity {
+		return store.ErrReplaced
+	}
+	t := &txn{ctx: ctx, tx: tx, db: d}
+	if err := fn(t); err != nil {
+		return classify(err)
+	}
+	if err := t.notify(); err != nil {
+		return classify(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// A commit whose answer was lost may or may not have happened;
+		// either way nothing is acknowledged.
+		return classify(fmt.Errorf("pgstore: commit: %w", err))
+	}
+	if len(t.versions) > 0 {
+		d.mu.Lock()
+		for _, v := range t.versions {
+			d.local[v] = struct{}{}
+		}
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// own reports, and forgets, whether this process committed version v.
+func (d *DB) own(v int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.local[v]
+	delete(d.local, v)
+	return ok
+}
+
+// forgetOwn drops remembered versions at or below v.
+func (d *DB) forgetOwn(v int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := range d.local {
+		if k <= v {
+			delete(d.local, k)
+		}
+	}
+}
+
+// classify marks errors that mean the storage itself is in trouble: a lost
+// or refused connection, a server shutting down, a full disk, a read-only
+// server (a standby after failover).
+func classify(err error) error {
+	if err == nil || errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrReplaced) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "53"), // insufficient resources (disk full, too many connections)
+			strings.HasPrefix(pe.Code, "57"), // operator intervention (shutdown, cancel)
+			strings.HasPrefix(pe.Code, "58"), // system error (I/O)
+			pe.Code == "25006",               // read-only transaction
+			pe.Code == "40001", pe.Code == "40P01":
+			return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+		}
+		return err
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ne) || errors.As(err, &ce) || pgconn.Timeout(err) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "unexpected EOF") ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe") {
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the PostgreSQL database"
+	}
+	return u.Redacted()
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func nullMS(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UnixMilli()
+	return &v
+}
+
+func fromMS(n *int64) time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(*n).UTC()
+}
+
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,373 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Store adapts DB to queue.Store and queue.History.
+type Store struct{ *DB }
+
+// Store returns the queue's view of the database.
+func (d *DB) Store() Store { return Store{d} }
+
+var (
+	_ queue.Store   = Store{}
+	_ queue.History = Store{}
+	_ audit.Trail   = (*DB)(nil)
+)
+
+// Update runs fn in one write transaction (see the package comment on
+// isolation) and commits when fn returns nil. The commit has happened when
+// Update returns nil.
+func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
+	return s.DB.update(ctx, func(t *txn) error { return fn(t) })
+}
+
+// txn is one write transaction; it implements queue.Tx and account.Tx.
+type txn struct {
+	ctx context.Context
+	tx  pgx.Tx
+	db  *DB
+
+	// The chain head as this transaction left it, once read.
+	headSeq  int64
+	headHash string
+	headRead bool
+	// What the transaction appended: versions, and the newest version of
+	// each call, for NOTIFY.
+	versions []int64
+	calls    map[string]int64
+}
+
+const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
+	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at`
+
+// qualified is callColumns with the table alias c.
+const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
+	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
+	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
+	var c queue.Call
+	var args, status string
+	var rationale []byte
+	var required int32
+	var ttl, created, decideBy int64
+	var decidedAt, grantExp, redeemedAt, outcomeAt *int64
+	var deniedBy, deniedChannel, token, jti, kid, outStatus *string
+	var denyReason, outDetail []byte
+	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
+		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt}
+	err := r.Scan(append(dest, extra...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, queue.ErrNotFound
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: scan call: %w", err))
+	}
+	v, err := canonical.Parse([]byte(args))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: call %s: stored args do not parse: %w", c.ID, err)
+	}
+	obj, ok := v.(canonical.Object)
+	if !ok {
+		return nil, fmt.Errorf("pgstore: call %s: stored args are not an object", c.ID)
+	}
+	c.Args = obj
+	c.Rationale = string(rationale)
+	c.Status = queue.Status(status)
+	c.ApprovalsRequired = int(required)
+	c.GrantTTL = time.Duration(ttl) * time.Millisecond
+	c.CreatedAt = time.UnixMilli(created).UTC()
+	c.DecideBy = time.UnixMilli(decideBy).UTC()
+	c.DecidedAt = fromMS(decidedAt)
+	if deniedBy != nil {
+		c.Denial = &queue.Denial{By: *deniedBy, Channel: deref(deniedChannel), Reason: string(denyReason), At: c.DecidedAt}
+	}
+	c.Grant, c.GrantJTI, c.GrantKID = deref(token), deref(jti), deref(kid)
+	c.GrantExpiresAt = fromMS(grantExp)
+	c.RedeemedAt = fromMS(redeemedAt)
+	if outStatus != nil {
+		c.Outcome = &queue.Outcome{Status: *outStatus, Detail: string(outDetail), At: fromMS(outcomeAt)}
+	}
+	return &c, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
+	c, err := scanCall(q.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE `+where, args...))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT operator, channel, at FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a queue.Approval
+		var at int64
+		if err := rows.Scan(&a.Operator, &a.Channel, &at); err != nil {
+			return nil, classify(fmt.Errorf("pgstore: scan approval: %w", err))
+		}
+		a.At = time.UnixMilli(at).UTC()
+		c.Approvals = append(c.Approvals, a)
+	}
+	return c, classify(rows.Err())
+}
+
+func (t *txn) Call(id string) (*queue.Call, error) {
+	return loadCall(t.ctx, t.tx, `id = $1`, id)
+}
+
+func (t *txn) LatestByDigest(actor, digest string) (*queue.Call, error) {
+	return loadCall(t.ctx, t.tx, `actor = $1 AND digest = $2 ORDER BY seq DESC LIMIT 1`, actor, digest)
+}
+
+func (t *txn) InsertCall(c *queue.Call) error {
+	args, err := canonical.Encode(c.Args)
+	if err != nil {
+		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
+	}
+	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING seq`,
+		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
+		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy)).Scan(&c.Seq)
+	if err != nil {
+		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func (t *txn) UpdateCall(c *queue.Call) error {
+	var deniedBy, deniedChannel *string
+	var reason []byte
+	if c.Denial != nil {
+		deniedBy, deniedChannel = &c.Denial.By, &c.Denial.Channel
+		reason = []byte(c.Denial.Reason)
+	}
+	var outStatus *string
+	var outDetail []byte
+	var outAt *int64
+	if c.Outcome != nil {
+		outStatus = &c.Outcome.Status
+		outDetail = []byte(c.Outcome.Detail)
+		outAt = nullMS(c.Outcome.At)
+	}
+	tag, err := t.tx.Exec(t.ctx, `UPDATE calls SET status = $1, decided_at = $2, denied_by = $3, denied_channel = $4,
+		deny_reason = $5, grant_token = $6, grant_jti = $7, grant_kid = $8, grant_expires_at = $9, redeemed_at = $10,
+		outcome_status = $11, outcome_detail = $12, outcome_at = $13 WHERE id = $14`,
+		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
+		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt, c.ID)
+	if err != nil {
+		return fmt.Errorf("pgstore: update call %s: %w", c.ID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pgstore: update call %s: %w", c.ID, queue.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *txn) AddApproval(callID string, a queue.Approval) error {
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at) VALUES ($1,$2,$3,$4)`,
+		callID, a.Operator, a.Channel, ms(a.At)); err != nil {
+		return fmt.Errorf("pgstore: add approval to %s: %w", callID, err)
+	}
+	return nil
+}
+
+func (t *txn) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
+	tag, err := t.tx.Exec(t.ctx, `INSERT INTO redemptions (jti, call_id, at) VALUES ($1,$2,$3) ON CONFLICT (jti) DO NOTHING`,
+		jti, callID, ms(at))
+	if err != nil {
+		return false, fmt.Errorf("pgstore: consume nonce: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (t *txn) Retry(actor, tool string) (queue.RetryState, error) {
+	var st queue.RetryState
+	var count int32
+	var blocked *int64
+	err := t.tx.QueryRow(t.ctx, `SELECT count, blocked_at FROM retries WHERE actor = $1 AND tool = $2`, actor, tool).
+		Scan(&count, &blocked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("pgstore: read retries: %w", err)
+	}
+	st.Count, st.BlockedAt = int(count), fromMS(blocked)
+	return st, nil
+}
+
+func (t *txn) SetRetry(actor, tool string, st queue.RetryState) error {
+	var err error
+	if st.Count == 0 && !st.Blocked() {
+		_, err = t.tx.Exec(t.ctx, `DELETE FROM retries WHERE actor = $1 AND tool = $2`, actor, tool)
+	} else {
+		_, err = t.tx.Exec(t.ctx, `INSERT INTO retries (actor, tool, count, blocked_at) VALUES ($1,$2,$3,$4)
+			ON CONFLICT (actor, tool) DO UPDATE SET count = excluded.count, blocked_at = excluded.blocked_at`,
+			actor, tool, st.Count, nullMS(st.BlockedAt))
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: write retries: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) Append(e *audit.Entry) error { return t.append(e) }
+
+// append seals e onto the chain inside the transaction, which holds the
+// chain head lock. The entry is written by the same transaction as the
+// change it records, so a crash leaves both or neither.
+func (t *txn) append(e *audit.Entry) error {
+	if !t.headRead {
+		err := t.tx.QueryRow(t.ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&t.headSeq, &t.headHash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			t.headSeq, t.headHash = 0, ""
+		} else if err != nil {
+			return fmt.Errorf("pgstore: read audit head: %w", err)
+		}
+		t.headRead = true
+	}
+	if err := e.Seal(t.headSeq, t.headHash); err != nil {
+		return err
+	}
+	details, err := canonical.Encode(detailsOrEmpty(e.Details))
+	if err != nil {
+		return fmt.Errorf("pgstore: encode audit details: %w", err)
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)`, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details),
+		e.PrevHash, e.Hash); err != nil {
+		return fmt.Errorf("pgstore: append audit entry: %w", err)
+	}
+	t.headSeq, t.headHash = e.Seq, e.Hash
+	t.versions = append(t.versions, e.Seq)
+	if t.calls == nil {
+		t.calls = map[string]int64{}
+	}
+	t.calls[e.CallID] = e.Seq
+	return nil
+}
+
+// notify queues one notification per call the transaction changed (and one
+// with an empty call id for changes that concern no call), delivered by
+// PostgreSQL when, and only if, the transaction commits.
+func (t *txn) notify() error {
+	for id, v := range t.calls {
+		if _, err := t.tx.Exec(t.ctx, `SELECT pg_notify($1, $2)`, Channel, formatPayload(id, v)); err != nil {
+			return fmt.Errorf("pgstore: notify: %w", err)
+		}
+	}
+	return nil
+}
+
+// formatPayload is a notification's payload: "VERSION CALLID" (the call id
+// is empty for changes that concern no call).
+func formatPayload(callID string, version int64) string {
+	return strconv.FormatInt(version, 10) + " " + callID
+}
+
+func detailsOrEmpty(v any) any {
+	if v == nil {
+		return canonical.Object{}
+	}
+	return v
+}
+
+// Call reads one call.
+func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
+	return loadCall(ctx, s.pool, `id = $1`, id)
+}
+
+// DueCalls lists pending calls whose deadline has passed.
+func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM calls WHERE status = 'pending' AND decide_by <= $1 ORDER BY decide_by LIMIT $2`,
+		ms(now), limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: due calls: %w", err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, classify(err)
+}
+
+// NextDeadline returns the earliest decide_by of a pending call.
+func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var n *int64
+	if err := s.pool.QueryRow(ctx, `SELECT MIN(decide_by) FROM calls WHERE status = 'pending'`).Scan(&n); err != nil {
+		return time.Time{}, false, classify(fmt.Errorf("pgstore: next deadline: %w", err))
+	}
+	return fromMS(n), n != nil, nil
+}
+
+// PendingCalls lists pending calls, newest first, with their approvals.
+func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
+		WHERE c.status = 'pending' ORDER BY c.seq DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: pending calls: %w", err))
+	}
+	defer rows.Close()
+	var calls []*queue.Call
+	for rows.Next() {
+		c, err := scanCallWithApprovals(rows)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, classify(rows.Err())
+}
+
+// Blocks lists (actor, tool) pairs blocked by the retry cap.
+func (s Store) Blocks(ctx context.Context) ([]queue.Block, error) {
+	rows, err := s.pool.Query(ctx, `SELECT actor, tool, count, blocked_at FROM retries WHERE blocked_at IS NOT NULL
+		ORDER BY blocked_at DESC, actor, tool`)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: blocks: %w", err))
+	}
+	defer rows.Close()
+	var out []queue.Block
+	for rows.Next() {
+		var b queue.Block
+		var count int32
+		var at *int64
+		if err := rows.Scan(&b.Actor, &b.Tool, &count, &at); err != nil {
+			return nil, classify(err)
+		}
+		b.Count, b.BlockedAt = int(count), fromMS(at)
+		out = append(out, b)
+	}
+	return out, classify(rows.Err())
+}

@@ -1,0 +1,37 @@
+package pgstore_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/countersign/countersign/internal/pgstore"
+	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func mustOpen(tb testing.TB, url string) *pgstore.DB {
+	tb.Helper()
+	d, err := pgstore.Open(context.Background(), url, pgstore.Options{MaxConns: 8})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestConformance runs the store conformance suite on PostgreSQL, a fresh
+// database per case (the same suite runs on SQLite in internal/db).
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Stores { return conformanceStores(t, pgtest.Database(t)) })
+}
+
+// conformanceStores opens a pool on the database; Reopen opens another
+// pool on the same database, as another replica would.
+func conformanceStores(t *testing.T, url string) storetest.Stores {
+	d := mustOpen(t, url)
+	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d,
+		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, url) }}
+}
