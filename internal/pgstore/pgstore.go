@@ -51,9 +51,9 @@ var migrations embed.FS
 // the high bits spell "cs" so they are unlikely to meet another
 // application's keys in a shared database.
 const (
-	lockChain      int64 = 0x6373_0000_0000_0001 // the audit chain head: every write
-	lockMigrate    int64 = 0x6373_0000_0000_0002 // applying migrations
-	lockSweep      int64 = 0x6373_0000_0000_0003 // the expiry sweeper
+	lockChain   int64 = 0x6373_0000_0000_0001 // the audit chain head: every write
+	lockMigrate int64 = 0x6373_0000_0000_0002 // applying migrations
+	lockSweep   int64 = 0x6373_0000_0000_0003 // the expiry sweeper
 )
 
 // Channel is the NOTIFY channel of committed changes.
