@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -417,10 +418,12 @@ func auditRange(ctx context.Context, q querier, since, until time.Time) (from, t
 }
 
 // csvCell keeps a spreadsheet from reading a cell as a formula: text that
-// begins with =, +, -, @, a tab or a carriage return gets a leading
-// apostrophe. JSONL exports are never altered.
+// begins with =, +, -, @, a tab or a carriage return, or with the
+// full-width ＝ ＋ － ＠ that some spreadsheets also take for them, gets a
+// leading apostrophe. JSONL exports are never altered.
 func csvCell(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	r, _ := utf8.DecodeRuneInString(s)
+	if s != "" && strings.ContainsRune("=+-@\t\r\uFF1D\uFF0B\uFF0D\uFF20", r) {
 		return "'" + s
 	}
 	return s

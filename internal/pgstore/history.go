@@ -261,7 +261,8 @@ func nullText(s *string) any {
 }
 
 func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
-	args, err := canonical.ParseWith([]byte(r.args), canonical.Options{MaxBytes: audit.MaxDetailsBytes, MaxDepth: canonical.MaxArgsDepth + 1})
+	args, err := canonical.ParseWith([]byte(r.args), canonical.Options{MaxBytes: audit.MaxDetailsBytes,
+		MaxDepth: canonical.MaxArgsDepth + 1, Numbers: canonical.NumbersFor(r.tool)})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: call %s: stored args do not parse: %w", r.id, err)
 	}

@@ -129,8 +129,19 @@ func (d *DB) Close() error {
 	return nil
 }
 
-// Ping checks that the database answers.
-func (d *DB) Ping(ctx context.Context) error { return classify(d.pool.Ping(ctx)) }
+// Ping checks that the database answers and is still the one opened (a
+// restored or swapped database holds another identity), so /healthz fails
+// as every write would.
+func (d *DB) Ping(ctx context.Context) error {
+	var id string
+	if err := d.pool.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {
+		return classify(fmt.Errorf("pgstore: ping: %w", err))
+	}
+	if id != d.identity {
+		return store.ErrReplaced
+	}
+	return nil
+}
 
 // Identity is the random id recorded when the database was created.
 func (d *DB) Identity() string { return d.identity }

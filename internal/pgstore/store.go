@@ -52,12 +52,12 @@ type txn struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
-	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at`
+	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -72,7 +72,7 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var denyReason, outDetail []byte
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt}
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -80,7 +80,7 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: scan call: %w", err))
 	}
-	v, err := canonical.Parse([]byte(args))
+	v, err := canonical.ParseWith([]byte(args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: call %s: stored args do not parse: %w", c.ID, err)
 	}
@@ -158,10 +158,10 @@ func (t *txn) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING seq`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
-		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy)).Scan(&c.Seq)
+		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}

@@ -433,3 +433,50 @@ var _ = add("service/accounts, sessions, tokens and secrets across handles", fun
 })
 
 func randomInvoice() uint32 { return 1_000_000 + rand.Uint32N(1_000_000_000) }
+
+// testFreeze freezes a tool on one handle and finds approvals and
+// redemptions refused on every other at once, until it is lifted.
+var _ = add("service/a freeze holds at once on every handle", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newWorld(t, s)
+	hs := []*handle{w.open(t), w.open(t), w.open(t)}
+	approved := mustSubmit(t, hs[0], payer, refund(20, "n"))
+	approved, err := hs[0].q.Approve(ctx, "alice", audit.ChannelWeb, approved.ID, approved.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustSubmit(t, hs[0], payer, refund(21, "n"))
+	reason := "incident\x00 42"
+	f, err := hs[0].q.Freeze(ctx, "admin", audit.ChannelWeb, "payments.refund", "", reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := hs[1].Queue.Freezes(ctx)
+	if err != nil || len(fs) != 1 || fs[0].ID != f.ID || fs[0].Reason != reason || fs[0].Tool != "payments.refund" {
+		t.Fatalf("Freezes on another handle = %+v %v", fs, err)
+	}
+	var fe *queue.FrozenError
+	if _, err := hs[1].q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, c.Digest); !errors.As(err, &fe) {
+		t.Fatalf("Approve under a freeze = %v, want a FrozenError", err)
+	}
+	if r, err := hs[2].q.Redeem(ctx, payer, redeemBody(approved)); err != nil || r.Accepted || r.Reason != "frozen" {
+		t.Fatalf("Redeem under a freeze = %+v %v, want refused as frozen", r, err)
+	}
+	if _, err := hs[2].q.Unfreeze(ctx, "admin", audit.ChannelWeb, "payments.refund", "agent:other"); !errors.Is(err, queue.ErrFreezeScope) {
+		t.Fatalf("Unfreeze of another scope = %v, want ErrFreezeScope", err)
+	}
+	lifted, err := hs[2].q.Unfreeze(ctx, "admin", audit.ChannelWeb, "payments.refund", "")
+	if err != nil || len(lifted) != 1 {
+		t.Fatalf("Unfreeze = %v %v", lifted, err)
+	}
+	if fs, _ := hs[0].Queue.Freezes(ctx); len(fs) != 0 {
+		t.Fatalf("Freezes after the lift = %+v", fs)
+	}
+	if _, err := hs[1].q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, c.Digest); err != nil {
+		t.Fatalf("Approve after the lift: %v", err)
+	}
+	if r, err := hs[0].q.Redeem(ctx, payer, redeemBody(approved)); err != nil || !r.Accepted {
+		t.Fatalf("Redeem after the lift = %+v %v", r, err)
+	}
+	mustVerify(t, hs[0].Audit, 6)
+})
