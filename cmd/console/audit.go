@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 )
 
 // auditKeyPath is the audit checkpoint signing key, separate from the
@@ -57,6 +56,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory whose database to verify (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	file := fs.String("file", "", "a JSONL export to verify offline, without the database")
 	var cpFiles []string
 	fs.Func("checkpoint", "a checkpoint kept outside (as GET /api/v1/audit/checkpoint returned it); repeatable", func(s string) error {
@@ -133,8 +133,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			damage = &audit.BreakError{Seq: 0, Reason: strings.TrimPrefix(damage.Error(), "audit: ")}
 		}
 	} else {
-		path := dbPath(dataDir(e, *data))
-		d, err := db.OpenReadOnly(path)
+		d, err := openReadOnly(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
 			return 1
@@ -223,6 +222,7 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit export", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	since := fs.String("since", "", "first entry time, RFC 3339 or YYYY-MM-DD (UTC)")
 	until := fs.String("until", "", "entries before this time, RFC 3339 or YYYY-MM-DD (UTC)")
 	format := fs.String("format", "", "jsonl (verifiable offline) or csv")
@@ -260,7 +260,7 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 		}
 		*x.dst = t
 	}
-	d, err := db.OpenReadOnly(dbPath(dataDir(e, *data)))
+	d, err := openReadOnly(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
 		return 1
@@ -310,19 +310,16 @@ func auditCheckpoint(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit checkpoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(e.stderr, "usage: console audit checkpoint [--data DIR]")
+		fmt.Fprintln(e.stderr, "usage: console audit checkpoint [--data DIR] [--db URL]")
 		return 2
 	}
 	dir := dataDir(e, *data)
-	if _, err := os.Stat(dbPath(dir)); err != nil {
-		fmt.Fprintf(e.stderr, "console audit checkpoint: no database in %s: %v\n", dir, err)
-		return 1
-	}
-	d, err := openDB(dir)
+	d, err := openExisting(ctx, dir, databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
 		return 1

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 )
@@ -45,7 +46,7 @@ func auditAppend(t *testing.T, dir string, n int) {
 	}
 	defer d.Close()
 	for i := range n {
-		if _, _, err := accountsOf(d).CreateToken(context.Background(), fmt.Sprintf("agent:a%d", i), "payments-host",
+		if _, _, err := account.NewService(d.Accounts(), nil).CreateToken(context.Background(), fmt.Sprintf("agent:a%d", i), "payments-host",
 			"=cmd|' /C calc'!A0", "cli:tester", audit.ChannelCLI); err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,7 @@ func TestUserAddListDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	alice, err := accountsOf(d).UserByName(context.Background(), "alice")
+	alice, err := account.NewService(d.Accounts(), nil).UserByName(context.Background(), "alice")
 	if err != nil || !alice.Disabled() {
 		t.Fatalf("alice = %+v, %v; want disabled", alice, err)
 	}
@@ -78,7 +78,7 @@ func TestUserAddListDisable(t *testing.T) {
 	if !p.AtLeast(account.MinParams) {
 		t.Errorf("hash parameters %+v below %+v", p, account.MinParams)
 	}
-	bob, _ := accountsOf(d).UserByName(context.Background(), "bob")
+	bob, _ := account.NewService(d.Accounts(), nil).UserByName(context.Background(), "bob")
 	if err := account.Verify(bob.PasswordHash, "another password!"); err != nil {
 		t.Errorf("a CRLF line ending became part of the password: %v", err)
 	}

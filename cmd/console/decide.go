@@ -23,6 +23,7 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory")
+	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest you checked (required)")
 	toolsFile := fs.String("tools", "", "the tools file in force, when no server is running (default DATA/tools.yaml)")
@@ -34,13 +35,14 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR] [--tools FILE]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), *toolsFile, server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
+	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("deny", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory")
+	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
 	reason := fs.String("reason", "", "why, in words the agent will receive (required)")
 	pos, err := parseInterleaved(fs, args)
@@ -51,16 +53,16 @@ func cmdDeny(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), "", server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
+	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), "", server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
 }
 
 // decide hands the decision to a running server over its control socket, or,
 // when none is running, applies it to the database directly. Either way the
 // same queue rules apply and the audit records the cli channel.
-func decide(ctx context.Context, e *env, data, toolsFile string, req server.ControlRequest) int {
+func decide(ctx context.Context, e *env, data, url, toolsFile string, req server.ControlRequest) int {
 	resp, err := decideViaSocket(ctx, controlPath(data), req)
 	if errors.Is(err, errNoServer) {
-		resp, err = decideDirect(ctx, data, toolsFile, req)
+		resp, err = decideDirect(ctx, data, url, toolsFile, req)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console %s: %v\n", req.Action, err)
@@ -108,12 +110,9 @@ func decideViaSocket(ctx context.Context, sock string, req server.ControlRequest
 	return out, nil
 }
 
-func decideDirect(ctx context.Context, data, toolsFile string, req server.ControlRequest) (server.ControlResponse, error) {
+func decideDirect(ctx context.Context, data, url, toolsFile string, req server.ControlRequest) (server.ControlResponse, error) {
 	var out server.ControlResponse
-	if _, err := os.Stat(dbPath(data)); err != nil {
-		return out, fmt.Errorf("no database at %s: pass --data DIR", dbPath(data))
-	}
-	d, err := openDB(data)
+	d, err := openExisting(ctx, data, url)
 	if err != nil {
 		return out, err
 	}
@@ -130,7 +129,7 @@ func decideDirect(ctx context.Context, data, toolsFile string, req server.Contro
 			return out, fmt.Errorf("approving without a running server needs the tools file in force: %w", err)
 		}
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys})
+	q := queue.NewService(queue.Config{Store: d.queue, Policy: pol, Signer: keys})
 	call, err := server.Decide(ctx, q, req)
 	if err != nil {
 		out.Error = server.DecisionError(err)

@@ -77,7 +77,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer ln.Close()
-	a, err := openApp(data, f.tools, f.notifySource(e, ln), log)
+	a, err := openApp(data, f.db, f.tools, f.notifySource(e, ln), log)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1

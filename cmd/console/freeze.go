@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
@@ -43,6 +42,7 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 		fs.PrintDefaults()
 	}
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	tool := fs.String("tool", "", "freeze only this tool's calls")
 	actor := fs.String("actor", "", "freeze only this actor's calls")
 	reason := fs.String("reason", "", "why, in words agents and operators will see (freeze only)")
@@ -59,18 +59,13 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 		fs.Usage()
 		return 2
 	}
-	dir := dataDir(e, *data)
-	if _, err := os.Stat(dbPath(dir)); err != nil {
-		fmt.Fprintf(e.stderr, "console %s: no database at %s: pass --data DIR\n", name, dbPath(dir))
-		return 1
-	}
-	d, err := openDB(dir)
+	d, err := openExisting(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
 		return 1
 	}
 	defer d.Close()
-	q := queue.NewService(queue.Config{Store: d.Store()})
+	q := queue.NewService(queue.Config{Store: d.queue})
 	if *list {
 		fz, err := q.Store().Freezes(ctx)
 		if err != nil {

@@ -33,6 +33,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -56,7 +57,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "console keys rotate: %v\n", err)
 			return 1
 		}
-		if err := auditKeyRotation(ctx, e, dataDir(e, *data), old.KID, ki.KID); err != nil {
+		if err := auditKeyRotation(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), old.KID, ki.KID); err != nil {
 			fmt.Fprintf(e.stderr, "console keys rotate: the key was rotated but the audit entry failed: %v\n", err)
 			return 1
 		}
@@ -89,8 +90,8 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 // auditKeyRotation records a rotation on the audit trail. Keys live in
 // files, not in the database, so the entry is written right after the
 // rotation rather than in the same transaction.
-func auditKeyRotation(ctx context.Context, e *env, data, oldKID, newKID string) error {
-	d, err := openDB(data)
+func auditKeyRotation(ctx context.Context, e *env, data, url, oldKID, newKID string) error {
+	d, err := openStore(ctx, data, url)
 	if err != nil {
 		return err
 	}

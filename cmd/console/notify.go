@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/server"
 )
@@ -32,14 +31,14 @@ type notifyApp struct {
 	from   string // the file the configuration was read from
 	router *notify.Router
 	built  *notify.Built
-	outbox db.Outbox
+	outbox outboxStore
 }
 
 func vapidKeyPath(data string) string { return filepath.Join(data, "push-vapid.key") }
 
 // openNotify reads the configuration and builds its channels; it returns
 // nil when no notifications are configured.
-func openNotify(data string, src *notifySource, d *db.DB, log *slog.Logger) (*notifyApp, error) {
+func openNotify(data string, src *notifySource, d *engine, log *slog.Logger) (*notifyApp, error) {
 	if src == nil {
 		return nil, nil
 	}
@@ -47,7 +46,7 @@ func openNotify(data string, src *notifySource, d *db.DB, log *slog.Logger) (*no
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	opts := notify.BuildOptions{Subscriptions: d.Outbox(), Logger: log}
+	opts := notify.BuildOptions{Subscriptions: d.outbox, Logger: log}
 	for _, ch := range cfg.Channels {
 		if ch.Type == notify.TypePush && ch.Push.PrivateKey == "" {
 			if opts.VAPIDKey, err = loadOrCreateVAPIDKey(data); err != nil {
@@ -59,7 +58,7 @@ func openNotify(data string, src *notifySource, d *db.DB, log *slog.Logger) (*no
 	if err != nil {
 		return nil, fmt.Errorf("notifications (%s): %w", from, err)
 	}
-	return &notifyApp{cfg: cfg, from: from, router: notify.NewRouter(cfg, src.publicURL), built: built, outbox: d.Outbox()}, nil
+	return &notifyApp{cfg: cfg, from: from, router: notify.NewRouter(cfg, src.publicURL), built: built, outbox: d.outbox}, nil
 }
 
 func loadNotifyConfig(data string, src *notifySource) (*notify.Config, string, error) {

@@ -30,7 +30,7 @@ notifications:
 		}
 		return ""
 	}
-	a, err := openApp(data, tools, &notifySource{publicURL: "https://cs.example.com", getenv: env}, log)
+	a, err := openApp(data, "", tools, &notifySource{publicURL: "https://cs.example.com", getenv: env}, log)
 	if err != nil {
 		t.Fatalf("openApp: %v", err)
 	}
@@ -48,7 +48,7 @@ notifications:
 	}
 	a.Close()
 	// The key survives a restart: browsers' subscriptions depend on it.
-	a, err = openApp(data, tools, &notifySource{getenv: env}, log)
+	a, err = openApp(data, "", tools, &notifySource{getenv: env}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ notifications:
 	}
 	// A missing secret refuses the start, naming the file and the variable.
 	a.Close()
-	_, err = openApp(data, tools, &notifySource{getenv: func(string) string { return "" }}, log)
+	_, err = openApp(data, "", tools, &notifySource{getenv: func(string) string { return "" }}, log)
 	if err == nil || !strings.Contains(err.Error(), "tools.yaml (notifications)") || !strings.Contains(err.Error(), "HOOK_SECRET is not set") {
 		t.Fatalf("openApp without the secret = %v", err)
 	}
@@ -69,7 +69,7 @@ func TestNotifyFlagWinsAndNoConfigMeansNone(t *testing.T) {
 	tools := filepath.Join(data, "tools.yaml")
 	os.WriteFile(tools, examples.ToolsYAML, 0o600)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := openApp(data, tools, &notifySource{getenv: func(string) string { return "" }}, log)
+	a, err := openApp(data, "", tools, &notifySource{getenv: func(string) string { return "" }}, log)
 	if err != nil || a.notify != nil {
 		t.Fatalf("without configuration: %+v, %v", a.notify, err)
 	}
@@ -77,7 +77,7 @@ func TestNotifyFlagWinsAndNoConfigMeansNone(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "notify.yaml")
 	os.WriteFile(file, []byte("channels:\n  hook: {type: webhook, url: \"http://127.0.0.1:9/\", secret: {file: secret}}\n"), 0o600)
 	os.WriteFile(filepath.Join(filepath.Dir(file), "secret"), []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600)
-	a, err = openApp(data, tools, &notifySource{file: file, getenv: func(string) string { return "" }}, log)
+	a, err = openApp(data, "", tools, &notifySource{file: file, getenv: func(string) string { return "" }}, log)
 	if err != nil || a.notify == nil || a.notify.from != file {
 		t.Fatalf("--notify: %+v, %v", a.notify, err)
 	}

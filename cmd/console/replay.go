@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/replay"
 )
@@ -42,6 +41,7 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 	toolsFile := fs.String("tools", "", "the candidate tools file (required)")
 	sinceFlag := fs.String("since", "7d", "how far back: a duration such as 7d or 36h, or an RFC 3339 time")
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -65,7 +65,7 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console policy replay: the tools file is refused:\n%v\n", err)
 		return 1
 	}
-	d, err := db.OpenReadOnly(dbPath(dataDir(e, *data)))
+	d, err := openReadOnly(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console policy replay: %v\n", err)
 		return 1

@@ -19,7 +19,6 @@ import (
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
@@ -56,7 +55,7 @@ func controlPath(data string) string { return filepath.Join(data, "control.sock"
 // app is an opened data directory: database, keys, tools and queue.
 type app struct {
 	data     string
-	db       *db.DB
+	db       *engine
 	accounts *account.Service
 	keys     *grant.Keyring
 	tools    *tools.Registry
@@ -69,7 +68,7 @@ type app struct {
 
 // openApp opens the data directory. ns, when not nil, says where the
 // notifications configuration is; nil opens the console without them.
-func openApp(data, toolsFile string, ns *notifySource, log *slog.Logger) (*app, error) {
+func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", data, err)
 	}
@@ -77,7 +76,7 @@ func openApp(data, toolsFile string, ns *notifySource, log *slog.Logger) (*app, 
 	if err != nil {
 		return nil, err
 	}
-	d, err := openDB(data)
+	d, err := openStore(context.Background(), data, dbURL)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +93,7 @@ func openApp(data, toolsFile string, ns *notifySource, log *slog.Logger) (*app, 
 		d.Close()
 		return nil, err
 	}
-	qc := queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Logger: log}
+	qc := queue.Config{Store: d.queue, Policy: pol, Signer: keys, Logger: log}
 	if n != nil {
 		qc.Notifier = n.router
 	}
@@ -139,11 +138,11 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 }
 
 type serveFlags struct {
-	addr, data, tools, logLevel string
-	pprof, publicURL, notify    string
-	idle, absolute              time.Duration
-	trustedProxies, allowedHost listFlag
-	maxWaits                    int
+	addr, data, db, tools, logLevel string
+	pprof, publicURL, notify        string
+	idle, absolute                  time.Duration
+	trustedProxies, allowedHost     listFlag
+	maxWaits                        int
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -164,6 +163,7 @@ func (l *listFlag) Set(v string) error {
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	fs.StringVar(&f.db, "db", "", dbFlagUsage)
 	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
 	fs.StringVar(&f.notify, "notify", "", "notifications file: webhooks, Slack, email, Web Push and routing (default DATA/notify.yaml if present, else the tools file's notifications section; see docs/notifications.md)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -193,7 +193,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer ln.Close()
-	a, err := openApp(dataDir(e, f.data), f.tools, f.notifySource(e, ln), log)
+	a, err := openApp(dataDir(e, f.data), databaseURL(e, f.db), f.tools, f.notifySource(e, ln), log)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
@@ -233,7 +233,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	}
 	disp, notes := a.dispatcher()
 	srv, err := server.New(server.Config{
-		Queue: a.queue, Accounts: a.accounts, History: a.db.Store(), Audit: a.db, Ping: a.db.Ping,
+		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
 		Console:       &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
@@ -315,7 +315,7 @@ func identityPath(data string) string { return filepath.Join(data, "database-ide
 // this data directory has been using: a deleted database file would
 // otherwise come back empty, forgetting which grants were redeemed and the
 // whole history, without a word. The first start records the identity.
-func checkDatabaseIdentity(data string, d *db.DB) error {
+func checkDatabaseIdentity(data string, d *engine) error {
 	want, err := os.ReadFile(identityPath(data))
 	if errors.Is(err, os.ErrNotExist) {
 		return writeFileAtomic(identityPath(data), []byte(d.Identity()+"\n"))
@@ -326,7 +326,7 @@ func checkDatabaseIdentity(data string, d *db.DB) error {
 	if got := strings.TrimSpace(string(want)); got != d.Identity() {
 		return fmt.Errorf("the database %s is not the one this data directory was created with (identity %s, found %s): "+
 			"it was deleted or replaced, and starting would forget which grants were redeemed. Restore the database, "+
-			"or, to start over on purpose, remove %s", dbPath(data), got, d.Identity(), identityPath(data))
+			"or, to start over on purpose, remove %s", d.where, got, d.Identity(), identityPath(data))
 	}
 	return nil
 }

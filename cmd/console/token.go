@@ -4,13 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/server"
 )
 
@@ -22,13 +20,14 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("token "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory")
+	dbURL := dbFlag(fs)
 	actor := fs.String("actor", "", "the agent this token speaks for, e.g. agent:billing-bot")
 	audience := fs.String("audience", "", "the host that executes its calls, e.g. payments-host")
 	note := fs.String("note", "", "a note for people")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	d, err := openDB(dataDir(e, *data))
+	d, err := openStore(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console token: %v\n", err)
 		return 1
@@ -85,30 +84,8 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	return 2
 }
 
-// openDB opens the data directory's database, creating both if needed. The
-// directory holds keys and the database: it is made owner-only whatever
-// mode it was created with, and the database must be the one it was
-// created with.
-func openDB(data string) (*db.DB, error) {
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", data, err)
-	}
-	if err := os.Chmod(data, 0o700); err != nil {
-		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
-	}
-	d, err := db.Open(dbPath(data))
-	if err != nil {
-		return nil, err
-	}
-	if err := checkDatabaseIdentity(data, d); err != nil {
-		d.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
 // accountsOf is the account service over a database opened by a command.
-func accountsOf(d *db.DB) *account.Service { return account.NewService(d.Accounts(), nil) }
+func accountsOf(d *engine) *account.Service { return account.NewService(d.accounts, nil) }
 
 // cliPrincipal names who ran a command, for the audit trail.
 func cliPrincipal(e *env) string {

@@ -20,12 +20,12 @@ func TestTokenListRevealsNames(t *testing.T) {
 	if code, _, errs := userRun(t, "", "token", "create", "--actor", "agent:mailer", "--audience", "mail-host", "--data", data); code != 0 {
 		t.Fatalf("token create = %d: %s", code, errs)
 	}
-	d, err := openDB(data)
+	d, err := openStore(context.Background(), data, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok := account.Token{ID: "tok_legacy", Actor: "agent:ma\u202eiler", Audience: "mail-host", Note: "\u2067note", CreatedAt: time.Now().UTC()}
-	if err := d.Accounts().Update(context.Background(), func(tx account.Tx) error {
+	if err := d.accounts.Update(context.Background(), func(tx account.Tx) error {
 		return tx.InsertToken(tok, account.HashToken("cst_legacy"))
 	}); err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("user "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory")
+	dbURL := dbFlag(fs)
 	role := fs.String("role", "", "operator, auditor or admin")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
 	names, err := parseInterspersed(fs, args[1:])
@@ -42,19 +43,19 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintln(e.stderr, userUsage)
 			return 2
 		}
-		return userAdd(ctx, e, dataDir(e, *data), names[0], *role, *fromStdin)
+		return userAdd(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0], *role, *fromStdin)
 	case "list":
 		if len(names) != 0 {
 			fmt.Fprintln(e.stderr, userUsage)
 			return 2
 		}
-		return userList(ctx, e, dataDir(e, *data))
+		return userList(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL))
 	case "disable":
 		if len(names) != 1 {
 			fmt.Fprintln(e.stderr, userUsage)
 			return 2
 		}
-		return userDisable(ctx, e, dataDir(e, *data), names[0])
+		return userDisable(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0])
 	}
 	fmt.Fprintf(e.stderr, "console user: unknown subcommand %q (add, list, disable)\n", args[0])
 	return 2
@@ -76,7 +77,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func userAdd(ctx context.Context, e *env, data, name, roleName string, fromStdin bool) int {
+func userAdd(ctx context.Context, e *env, data, url, name, roleName string, fromStdin bool) int {
 	if err := account.CheckName(name); err != nil {
 		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
 		return 2
@@ -108,7 +109,7 @@ func userAdd(ctx context.Context, e *env, data, name, roleName string, fromStdin
 		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
 		return 1
 	}
-	d, err := openDB(data)
+	d, err := openStore(ctx, data, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
 		return 1
@@ -122,8 +123,8 @@ func userAdd(ctx context.Context, e *env, data, name, roleName string, fromStdin
 	return 0
 }
 
-func userList(ctx context.Context, e *env, data string) int {
-	d, err := openDB(data)
+func userList(ctx context.Context, e *env, data, url string) int {
+	d, err := openStore(ctx, data, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user list: %v\n", err)
 		return 1
@@ -147,8 +148,8 @@ func userList(ctx context.Context, e *env, data string) int {
 	return 0
 }
 
-func userDisable(ctx context.Context, e *env, data, name string) int {
-	d, err := openDB(data)
+func userDisable(ctx context.Context, e *env, data, url, name string) int {
+	d, err := openStore(ctx, data, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
 		return 1

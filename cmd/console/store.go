@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/pgstore"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+)
+
+// envDatabaseURL names the PostgreSQL database when --db is not given.
+const envDatabaseURL = "COUNTERSIGN_DATABASE_URL"
+
+// storage is what the commands use of either engine beside the domain's
+// store interfaces.
+type storage interface {
+	audit.Trail
+	queue.History
+	Close() error
+	Ping(ctx context.Context) error
+	Identity() string
+	AppendAudit(ctx context.Context, e *audit.Entry) error
+	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
+	RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger)
+	Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error)
+}
+
+// engine is an opened database, SQLite or PostgreSQL, with the stores the
+// domain declares.
+type engine struct {
+	storage
+	queue    queue.Store
+	accounts account.Store
+	catalog  catalog.Store
+	outbox   outboxStore
+	where    string      // the file, or the URL without its password
+	pg       *pgstore.DB // nil on SQLite
+}
+
+const dbFlagUsage = "PostgreSQL database shared by every replica, postgres://USER@HOST/DB " +
+	"(default $" + envDatabaseURL + "; without either, SQLite in the data directory)"
+
+// outboxStore is the notification outbox with the browsers' push
+// subscriptions.
+type outboxStore interface {
+	notify.Outbox
+	notify.Subscriptions
+	server.PushSubscriptions
+}
+
+// dbFlag registers --db on a command.
+func dbFlag(fs *flag.FlagSet) *string { return fs.String("db", "", dbFlagUsage) }
+
+// databaseURL is the PostgreSQL URL in force: the flag, then the
+// environment; "" means SQLite in the data directory.
+func databaseURL(e *env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return e.getenv(envDatabaseURL)
+}
+
+// openStore opens the data directory's database: PostgreSQL when url is
+// set, else SQLite in the directory, creating both if needed. The
+// directory holds keys (and the SQLite database): it is made owner-only
+// whatever mode it was created with, and the database must be the one it
+// was created with.
+func openStore(ctx context.Context, data, url string) (*engine, error) {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", data, err)
+	}
+	if err := os.Chmod(data, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
+	}
+	var en *engine
+	if url != "" {
+		if !pgstore.IsURL(url) {
+			return nil, fmt.Errorf("--db must be a postgres:// or postgresql:// URL")
+		}
+		d, err := pgstore.Open(ctx, url, pgstore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		en = pgEngine(d)
+	} else {
+		d, err := db.Open(dbPath(data))
+		if err != nil {
+			return nil, err
+		}
+		en = sqliteEngine(d)
+	}
+	if err := checkDatabaseIdentity(data, en); err != nil {
+		en.Close()
+		return nil, err
+	}
+	return en, nil
+}
+
+// openExisting is openStore for commands that act on a database that must
+// already exist: on SQLite, a missing file is refused rather than created.
+func openExisting(ctx context.Context, data, url string) (*engine, error) {
+	if url == "" {
+		if _, err := os.Stat(dbPath(data)); err != nil {
+			return nil, fmt.Errorf("no database at %s: pass --data DIR (or --db URL)", dbPath(data))
+		}
+	}
+	return openStore(ctx, data, url)
+}
+
+// openReadOnly opens an existing database for reading only, without
+// migrating it or taking any write lock: for verifying and exporting while
+// the server runs.
+func openReadOnly(ctx context.Context, data, url string) (*engine, error) {
+	if url != "" {
+		if !pgstore.IsURL(url) {
+			return nil, fmt.Errorf("--db must be a postgres:// or postgresql:// URL")
+		}
+		d, err := pgstore.Open(ctx, url, pgstore.Options{ReadOnly: true, MaxConns: 4})
+		if err != nil {
+			return nil, err
+		}
+		return pgEngine(d), nil
+	}
+	d, err := db.OpenReadOnly(dbPath(data))
+	if err != nil {
+		return nil, err
+	}
+	return sqliteEngine(d), nil
+}
+
+func sqliteEngine(d *db.DB) *engine {
+	return &engine{storage: d, queue: d.Store(), accounts: d.Accounts(), catalog: d.Catalog(), outbox: d.Outbox(), where: d.Path()}
+}
+
+func pgEngine(d *pgstore.DB) *engine {
+	return &engine{storage: d, queue: d.Store(), accounts: d.Accounts(), catalog: d.Catalog(), outbox: d.Outbox(), where: d.Location(), pg: d}
+}
