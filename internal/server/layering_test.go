@@ -12,7 +12,7 @@ import (
 // store. A second store (PostgreSQL) slots in only while this holds.
 func TestImportRule(t *testing.T) {
 	const mod = "github.com/countersign/countersign/"
-	engines := []string{mod + "internal/db", "github.com/mattn/go-sqlite3", "github.com/jackc/pgx", "github.com/lib/pq"}
+	engines := []string{mod + "internal/db", mod + "internal/pgstore", "github.com/mattn/go-sqlite3", "github.com/jackc/pgx", "github.com/lib/pq"}
 	rules := []struct {
 		pkg       string
 		forbidden []string
