@@ -19,12 +19,14 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/examples/mcpdemo"
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -97,6 +99,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	e.db = d
 	keys, err := grant.OpenKeyring(filepath.Join(filepath.Dir(o.path), "keys"), "countersign", e.clock.Now)
 	if err != nil {
