@@ -285,7 +285,7 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 		var cw *csv.Writer
 		var buf []byte
 		if opt.Format == "jsonl" {
-			h := &audit.ExportHeader{Format: audit.ExportFormat, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
+			h := &audit.ExportHeader{Format: audit.ExportFormatV1, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
 			if !opt.Since.IsZero() {
 				h.Since = audit.FormatTime(opt.Since)
 			}
@@ -302,6 +302,14 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 				}
 				if err := q.QueryRow(ctx, `SELECT hash FROM audit WHERE seq = $1`, to).Scan(&h.Head); err != nil {
 					return classify(fmt.Errorf("pgstore: read audit entry %d: %w", to, err))
+				}
+			}
+			if h.FromSeq > 0 {
+				h.Count = h.ToSeq - h.FromSeq + 1
+			}
+			if opt.Signer != nil {
+				if err := opt.Signer.SignHeader(h); err != nil {
+					return err
 				}
 			}
 			if buf, err = audit.AppendHeaderLine(buf[:0], h); err != nil {

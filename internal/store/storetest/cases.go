@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,20 @@ var _ = add("service/a call from submission to outcome, read back through every 
 	}
 	if rep, err := audit.VerifyExport(&buf, audit.VerifyOptions{}); err != nil || rep.Count != res.Count {
 		t.Fatalf("VerifyExport of the store's export: %+v %v", rep, err)
+	}
+	signer, err := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "audit-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if _, err := h.Audit.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Signer: signer}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"format":"`+audit.ExportFormat+`"`) {
+		t.Fatalf("a signed export's header names another format: %.300s", buf.String())
+	}
+	if rep, err := audit.VerifyExport(&buf, audit.VerifyOptions{}); err != nil || rep.Count != res.Count {
+		t.Fatalf("VerifyExport of the store's signed export: %+v %v", rep, err)
 	}
 })
 
