@@ -84,6 +84,12 @@ type env struct {
 
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
+	return newEnvWith(tb, nil)
+}
+
+// newEnvWith is newEnv with the service's Config adjusted.
+func newEnvWith(tb testing.TB, adjust func(*queue.Config)) *env {
+	tb.Helper()
 	dir := tb.TempDir()
 	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	d, err := db.Open(filepath.Join(dir, "countersign.db"))
@@ -101,8 +107,12 @@ func newEnv(tb testing.TB) *env {
 	}
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol")
 	st := &hookStore{Store: d.Store()}
-	q := queue.NewService(queue.Config{Store: st, Tools: reg, Signer: keys, Now: clk.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := queue.Config{Store: st, Tools: reg, Signer: keys, Now: clk.Now,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	q := queue.NewService(cfg)
 	return &env{clock: clk, db: d, store: st, q: q}
 }
 

@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,18 +65,23 @@ type Config struct {
 	// Notifier, when set, turns each change into outbox notices written by
 	// the change's own transaction.
 	Notifier Notifier
+	// MaxBlocksPerActor is how many (actor, tool) retry blocks an actor may
+	// hold before it is blocked for every tool (default
+	// DefaultMaxBlocksPerActor).
+	MaxBlocksPerActor int
 }
 
 // Service applies the queue's rules. It is safe for concurrent use; the
 // store's write transactions serialize every decision.
 type Service struct {
-	store  Store
-	tools  *tools.Registry
-	policy *policy.Policy
-	signer Signer
-	now    func() time.Time
-	log    *slog.Logger
-	notify Notifier
+	store     Store
+	maxBlocks int
+	tools     *tools.Registry
+	policy    *policy.Policy
+	signer    Signer
+	now       func() time.Time
+	log       *slog.Logger
+	notify    Notifier
 
 	waiters waiters
 
@@ -103,9 +110,10 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
-		waiters:  waiters{m: map[string]map[chan *Call]struct{}{}},
-		kick:     make(chan struct{}, 1),
-		stopping: make(chan struct{}),
+		maxBlocks: cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
+		waiters:   waiters{m: map[string]map[chan *Call]struct{}{}},
+		kick:      make(chan struct{}, 1),
+		stopping:  make(chan struct{}),
 	}
 }
 
@@ -230,17 +238,27 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		toolName = toolHint(body)
 	}
 	if len(problems) > 0 {
-		return nil, false, s.reject(ctx, who, toolName, &ProposalError{Kind: kind, Tool: toolName, Problems: problems})
+		return nil, false, s.reject(ctx, who, s.retryTool(toolName), &ProposalError{Kind: kind, Tool: toolName, Problems: problems})
 	}
 	if t.Audience != who.Audience {
 		err := fmt.Errorf("%w: %s runs on %q, this token is for %q", ErrAudienceNotAllow, t.Name, t.Audience, who.Audience)
+		var out error = err
 		if aerr := s.update(ctx, func(tx Tx, emit func(Event)) error {
-			return tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
-				"tool": t.Name, "codes": []string{"audience_not_allowed"}, "audience": who.Audience}))
+			out = err
+			blocked, err := s.retryBlocked(tx, who.Actor, t.Name)
+			if err != nil || blocked {
+				out = ErrRetryLimit
+				return err
+			}
+			if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": t.Name, "codes": []string{"audience_not_allowed"}, "audience": who.Audience})); err != nil {
+				return err
+			}
+			return s.countRefusal(tx, who.Actor, t.Name, emit)
 		}); aerr != nil {
 			return nil, false, aerr
 		}
-		return nil, false, err
+		return nil, false, out
 	}
 	env := p.Envelope(who.Actor, who.Audience)
 	env.Args = t.Bound(p.Args)
@@ -268,7 +286,9 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err != nil {
 			return err
 		}
-		if rs.Blocked() {
+		if blocked, err := s.retryBlocked(tx, who.Actor, p.Tool); err != nil {
+			return err
+		} else if blocked {
 			return ErrRetryLimit
 		}
 		prev, err := tx.LatestByDigest(who.Actor, c.Digest)
@@ -290,6 +310,11 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 			}
 			if err := tx.Append(s.entry(audit.KindRejected, prev, who.Actor, audit.ChannelAPI, map[string]any{
 				"tool": p.Tool, "codes": []string{"previously_denied"}, "digest": c.Digest})); err != nil {
+				return err
+			}
+			// Resubmitting what a person denied is a loop like any other:
+			// it counts against (actor, tool).
+			if err := s.countRefusal(tx, who.Actor, p.Tool, emit); err != nil {
 				return err
 			}
 			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
@@ -364,26 +389,41 @@ func isParseCode(code string) bool {
 
 // toolHint finds the tool a body meant to call when the body did not parse
 // as a whole, so its rejection counts against the right (actor, tool) pair.
-// Only a well-formed tool name is used; otherwise the pair's tool is "".
+// Only a top-level "tool" member counts (a decoy inside args is skipped), it
+// is read from at most the first 64 KiB, and only a well-formed name is
+// used; two top-level tool members that disagree name none.
 func toolHint(body []byte) string {
-	i := strings.Index(string(body[:min(len(body), 4096)]), `"tool"`)
-	if i < 0 {
+	sc := hintScanner{b: body[:min(len(body), 64<<10)]}
+	if !sc.byte('{') {
 		return ""
 	}
-	rest := strings.TrimLeft(string(body[i+6:min(len(body), i+6+200)]), " \t\r\n")
-	if !strings.HasPrefix(rest, ":") {
+	found := ""
+	for {
+		key, ok := sc.str()
+		if !ok || !sc.byte(':') {
+			return found
+		}
+		sc.space()
+		if key == "tool" && sc.peek() == '"' {
+			name, ok := sc.str()
+			if !ok {
+				return found
+			}
+			if found != "" && found != name {
+				return ""
+			}
+			found = name
+		} else if !sc.skipValue() {
+			return found
+		}
+		if !sc.byte(',') {
+			break
+		}
+	}
+	if found == "" {
 		return ""
 	}
-	rest = strings.TrimLeft(rest[1:], " \t\r\n")
-	if !strings.HasPrefix(rest, `"`) {
-		return ""
-	}
-	end := strings.IndexByte(rest[1:], '"')
-	if end < 0 {
-		return ""
-	}
-	name := rest[1 : 1+end]
-	v, err := canonical.Parse([]byte(`{"tool":"` + name + `","target":"x","args":{}}`))
+	v, err := canonical.Parse([]byte(`{"tool":` + strconv.Quote(found) + `,"target":"x","args":{}}`))
 	if err != nil {
 		return ""
 	}
@@ -391,6 +431,96 @@ func toolHint(body []byte) string {
 		return p.Tool
 	}
 	return ""
+}
+
+// hintScanner reads just enough JSON to walk an object's top-level members
+// in a body that may be malformed anywhere.
+type hintScanner struct {
+	b []byte
+	i int
+}
+
+func (s *hintScanner) space() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+func (s *hintScanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// byte consumes c after white space.
+func (s *hintScanner) byte(c byte) bool {
+	s.space()
+	if s.peek() != c {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// str reads a string after white space; only plain strings (no escapes) are
+// returned, since no valid tool name needs one.
+func (s *hintScanner) str() (string, bool) {
+	s.space()
+	if s.peek() != '"' {
+		return "", false
+	}
+	start, escaped := s.i+1, false
+	for s.i++; s.i < len(s.b); s.i++ {
+		switch s.b[s.i] {
+		case '\\':
+			escaped = true
+			s.i++
+		case '"':
+			out := string(s.b[start:s.i])
+			s.i++
+			if escaped {
+				return "\x00", true // never a tool name, but the member is read
+			}
+			return out, true
+		}
+	}
+	return "", false
+}
+
+// skipValue skips one value, nested or not.
+func (s *hintScanner) skipValue() bool {
+	s.space()
+	depth := 0
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case '"':
+			if _, ok := s.str(); !ok {
+				return false
+			}
+			if depth == 0 {
+				return true
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return true // the end of the enclosing object
+			}
+			depth--
+			if depth == 0 {
+				s.i++
+				return true
+			}
+		case ',':
+			if depth == 0 {
+				return true
+			}
+		}
+		s.i++
+	}
+	return false
 }
 
 // reject records a content rejection and applies the retry cap. It returns
@@ -401,11 +531,11 @@ func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *
 	var out error = perr
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		out = perr
-		rs, err := tx.Retry(who.Actor, tool)
+		blocked, err := s.retryBlocked(tx, who.Actor, tool)
 		if err != nil {
 			return err
 		}
-		if rs.Blocked() {
+		if blocked {
 			out = ErrRetryLimit
 			return nil
 		}
@@ -413,26 +543,102 @@ func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *
 		for _, p := range perr.Problems {
 			problems = append(problems, map[string]any{"code": p.Code, "path": p.Path, "message": p.Message})
 		}
-		if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
-			"tool": tool, "codes": perr.Problems.Codes(), "problems": problems})); err != nil {
+		details := map[string]any{"tool": tool, "codes": perr.Problems.Codes(), "problems": problems}
+		if perr.Tool != tool {
+			details["tool_named"] = perr.Tool // what the agent called it, when no tool of the registry
+		}
+		if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, details)); err != nil {
 			return err
 		}
-		rs.Count++
-		if rs.Count >= RetryLimit {
-			rs.BlockedAt = s.now()
-			b := &Block{Actor: who.Actor, Tool: tool, Count: rs.Count, BlockedAt: rs.BlockedAt}
-			if err := tx.Append(s.entry(audit.KindRetryBlocked, nil, who.Actor, audit.ChannelAPI, map[string]any{
-				"actor": who.Actor, "tool": tool, "count": int64(rs.Count)})); err != nil {
-				return err
-			}
-			emit(Event{Kind: audit.KindRetryBlocked, Block: b})
-		}
-		return tx.SetRetry(who.Actor, tool, rs)
+		return s.countRefusal(tx, who.Actor, tool, emit)
 	})
 	if err != nil {
 		return err
 	}
 	return out
+}
+
+// Retry-cap keys that are not tool names (a tool name never holds a
+// parenthesis or a star).
+const (
+	// UnknownTool is the one (actor, tool) pair that every rejection naming
+	// no tool of the registry counts against: unknown, malformed or missing
+	// names, so that an agent inventing names makes one block, not one per
+	// name.
+	UnknownTool = "(unknown)"
+	// AnyTool is the actor-wide pair: once an actor holds Config.MaxBlocksPerActor
+	// blocks it is blocked for every tool, shown as one block.
+	AnyTool = "*"
+)
+
+// DefaultMaxBlocksPerActor is how many (actor, tool) blocks an actor may
+// hold before the actor is blocked for every tool instead.
+const DefaultMaxBlocksPerActor = 10
+
+// retryTool is the retry-cap key of a tool name: the name when the
+// registry knows it, else UnknownTool.
+func (s *Service) retryTool(name string) string {
+	if _, ok := s.tools.Tool(name); ok {
+		return name
+	}
+	return UnknownTool
+}
+
+// retryBlocked reports whether actor is refused for tool, by the pair's
+// own block or by the actor-wide one.
+func (s *Service) retryBlocked(tx Tx, actor, tool string) (bool, error) {
+	for _, k := range []string{tool, AnyTool} {
+		rs, err := tx.Retry(actor, k)
+		if err != nil {
+			return false, err
+		}
+		if rs.Blocked() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// countRefusal counts one refusal against (actor, tool) and blocks the
+// pair at RetryLimit; the block is audited and pushed. An actor's blocks
+// are counted under AnyTool, and the maxBlocks-th blocks the actor
+// for every tool.
+func (s *Service) countRefusal(tx Tx, actor, tool string, emit func(Event)) error {
+	rs, err := tx.Retry(actor, tool)
+	if err != nil {
+		return err
+	}
+	rs.Count++
+	if rs.Count >= RetryLimit && !rs.Blocked() {
+		rs.BlockedAt = s.now()
+		if err := s.block(tx, actor, tool, rs, emit); err != nil {
+			return err
+		}
+		all, err := tx.Retry(actor, AnyTool)
+		if err != nil {
+			return err
+		}
+		all.Count++
+		if all.Count >= s.maxBlocks && !all.Blocked() {
+			all.BlockedAt = s.now()
+			if err := s.block(tx, actor, AnyTool, all, emit); err != nil {
+				return err
+			}
+		}
+		if err := tx.SetRetry(actor, AnyTool, all); err != nil {
+			return err
+		}
+	}
+	return tx.SetRetry(actor, tool, rs)
+}
+
+func (s *Service) block(tx Tx, actor, tool string, rs RetryState, emit func(Event)) error {
+	if err := tx.Append(s.entry(audit.KindRetryBlocked, nil, actor, audit.ChannelAPI, map[string]any{
+		"actor": actor, "tool": tool, "count": int64(rs.Count)})); err != nil {
+		return err
+	}
+	emit(Event{Kind: audit.KindRetryBlocked, Block: &Block{Actor: actor, Tool: tool, Count: rs.Count, BlockedAt: rs.BlockedAt}})
+	return nil
 }
 
 // ClearRetry lifts the retry cap for (actor, tool).
@@ -450,6 +656,19 @@ func (s *Service) ClearRetry(ctx context.Context, operator, channel, actor, tool
 		}
 		if err := tx.SetRetry(actor, tool, RetryState{}); err != nil {
 			return err
+		}
+		if tool != AnyTool {
+			// One block fewer for the actor-wide count.
+			all, err := tx.Retry(actor, AnyTool)
+			if err != nil {
+				return err
+			}
+			if all.Count > 0 {
+				all.Count--
+				if err := tx.SetRetry(actor, AnyTool, all); err != nil {
+					return err
+				}
+			}
 		}
 		if err := tx.Append(s.entry(audit.KindRetryCleared, nil, operator, channel, map[string]any{
 			"actor": actor, "tool": tool})); err != nil {

@@ -16,8 +16,13 @@ import (
 )
 
 // maxQueueCards bounds the queue page; the count beside the heading says
-// when there are more.
-const maxQueueCards = 500
+// when there are more. maxQueueBlocks bounds the blocked pairs it shows,
+// so that neither the page nor a socket's first message grows with what an
+// agent can make.
+const (
+	maxQueueCards  = 500
+	maxQueueBlocks = 100
+)
 
 // queueView reads the pending calls and the retry blocks.
 func (c *console) queueView(ctx context.Context, v *viewer, now time.Time) (templates.QueueView, error) {
@@ -33,6 +38,10 @@ func (c *console) queueView(ctx context.Context, v *viewer, now time.Time) (temp
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
 		qv.Cards = append(qv.Cards, c.cardView(call, decide, now))
+	}
+	if len(blocks) > maxQueueBlocks {
+		qv.BlocksHidden = len(blocks) - maxQueueBlocks
+		blocks = blocks[:maxQueueBlocks]
 	}
 	for _, b := range blocks {
 		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
@@ -101,7 +110,7 @@ func blockDOMID(actor, tool string) string {
 
 func (c *console) blockView(b queue.Block, v *viewer, now time.Time) templates.Block {
 	bv := templates.Block{
-		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal(b.Actor), Tool: reveal(b.Tool),
+		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal(b.Actor), Tool: blockToolText(b.Tool),
 		RawActor: b.Actor, RawTool: b.Tool, Count: b.Count, BlockedAt: b.BlockedAt, Now: now,
 	}
 	bv.Deceptive = bv.Actor.Deceptive() || bv.Tool.Deceptive()
@@ -109,6 +118,18 @@ func (c *console) blockView(b queue.Block, v *viewer, now time.Time) templates.B
 		bv.CanClear, bv.CSRF = true, v.csrf
 	}
 	return bv
+}
+
+// blockToolText names a block's tool, or what a retry key that is not a
+// tool name stands for.
+func blockToolText(tool string) templates.Text {
+	switch tool {
+	case queue.UnknownTool:
+		return templates.Plain("tools not in the tools file (every unknown name counts here)")
+	case queue.AnyTool:
+		return templates.Plain("every tool (this agent holds too many blocks)")
+	}
+	return reveal(tool)
 }
 
 func optText(s string) *templates.Text {

@@ -164,10 +164,12 @@ type Block struct {
 // QueueView is the queue page.
 type QueueView struct {
 	Page
-	Cards   []Card
-	Blocks  []Block
-	Message string
-	Error   string
+	Cards  []Card
+	Blocks []Block
+	// BlocksHidden counts the blocks beyond what the page shows.
+	BlocksHidden int
+	Message      string
+	Error        string
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
