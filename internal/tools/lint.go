@@ -371,7 +371,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"approvals", "args", "audience", "auto_approve", "decide_within", "description", "display", "grant_ttl", "informational", "rules", "target"}
+var toolFields = []string{"approvals", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -468,6 +468,15 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 		if f := fields["display"]; f != nil {
 			t.Money = l.display(f, t)
 		}
+		if f := fields["summary"]; f != nil {
+			t.Summary = l.summary(f, t)
+		}
+	}
+	if f := fields["confirm"]; f != nil {
+		t.Confirm = l.confirm(f, t)
+	}
+	if f := fields["deny_reasons"]; f != nil {
+		t.DenyReasons = l.denyReasons(f, t)
 	}
 	if len(l.problems) > before {
 		return nil

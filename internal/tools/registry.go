@@ -165,6 +165,14 @@ type Tool struct {
 	// Money names the args members shown as an amount of money; nil when
 	// the tool has no money display.
 	Money *Money
+	// Summary lists JSON Pointers into args of the members a queue card
+	// shows, in order; none when empty.
+	Summary []string
+	// Confirm is what an operator types before approving; nil when a
+	// press of Approve is enough.
+	Confirm *Confirm
+	// DenyReasons are preset reasons offered beside free text when denying.
+	DenyReasons []string
 	// AutoApprove is true when the tool opts in to approval by rule
 	// (auto_approve: allowed).
 	AutoApprove bool
