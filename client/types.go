@@ -71,6 +71,8 @@ type Call struct {
 	GrantExpiresAt time.Time `json:"grant_expires_at,omitzero"`
 	// Decision is set when an operator denied the call.
 	Decision *Decision `json:"decision,omitempty"`
+	// Comments are the notes operators left with their approvals.
+	Comments []Comment `json:"comments,omitempty"`
 	// Outcome is set once the executor reported what happened.
 	Outcome *Outcome `json:"outcome,omitempty"`
 
@@ -99,6 +101,13 @@ type Decision struct {
 	By     string    `json:"by"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+}
+
+// Comment is an operator's note with an approval.
+type Comment struct {
+	By      string    `json:"by"`
+	Comment string    `json:"comment"`
+	At      time.Time `json:"at"`
 }
 
 // Outcome is what the executor reported after running the call.

@@ -39,8 +39,8 @@ var qualified = func() string {
 
 // approvalsColumn is every approval of the row's call as a JSON array, in
 // the order loadCall reads them.
-const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at))
-	FROM (SELECT operator, channel, at FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
+const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment))
+	FROM (SELECT operator, channel, at, comment FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
 
 // estimateCap bounds the rows counted to estimate how selective a filter
 // is: enough to tell a rare value from a common one, cheap to count.
@@ -237,6 +237,7 @@ type approvalJSON struct {
 	Operator string `json:"operator"`
 	Channel  string `json:"channel"`
 	At       int64  `json:"at"`
+	Comment  string `json:"comment"`
 }
 
 // History returns one page of calls matching f, newest first, and the
@@ -274,7 +275,7 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 			return nil, 0, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 		}
 		for _, a := range as {
-			c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC()})
+			c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
 		}
 		calls = append(calls, c)
 		if len(calls) > limit {

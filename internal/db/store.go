@@ -181,7 +181,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
+	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at, comment FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 	}
@@ -189,7 +189,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	for rows.Next() {
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&a.Operator, &a.Channel, &at); err != nil {
+		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment); err != nil {
 			return nil, fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()
@@ -252,8 +252,8 @@ func (t *storeTx) UpdateCall(c *queue.Call) error {
 }
 
 func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
-	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at) VALUES (?,?,?,?)`,
-		callID, a.Operator, a.Channel, ms(a.At))
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment) VALUES (?,?,?,?,?)`,
+		callID, a.Operator, a.Channel, ms(a.At), a.Comment)
 	if err != nil {
 		return fmt.Errorf("db: add approval to %s: %w", callID, err)
 	}
@@ -401,7 +401,7 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 	if len(calls) == 0 {
 		return calls, nil
 	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at FROM approvals a
+	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at, a.comment FROM approvals a
 		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' ORDER BY a.at, a.operator`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
@@ -411,7 +411,7 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 		var id string
 		var a queue.Approval
 		var at int64
-		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at); err != nil {
+		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
 			return nil, fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()

@@ -78,6 +78,9 @@ type Approval struct {
 	Operator string
 	Channel  string
 	At       time.Time
+	// Comment is the operator's optional note, "" for none; the agent
+	// receives it with the call.
+	Comment string
 }
 
 // Denial records who denied a call and why.
@@ -145,6 +148,7 @@ var (
 	ErrPreviouslyDenied = errors.New("queue: the same call was denied recently")
 	ErrOperatorRequired = errors.New("queue: an operator name is required")
 	ErrNotADecider      = errors.New("queue: not an enabled operator or admin")
+	ErrCommentTooLong   = errors.New("queue: the approval's comment is too long")
 )
 
 // DeciderError is ErrNotADecider for one name: a decision in the name of

@@ -741,6 +741,25 @@ func (s *Service) Shutdown() {
 // operator was shown. The last approval the tool requires mints the grant in
 // the same transaction.
 func (s *Service) Approve(ctx context.Context, operator, channel, id, digest string) (*Call, error) {
+	return s.ApproveWith(ctx, ApproveInput{Operator: operator, Channel: channel, CallID: id, Digest: digest})
+}
+
+// ApproveInput is one operator's approval of a call, bound to the digest
+// the operator was shown.
+type ApproveInput struct {
+	Operator, Channel, CallID, Digest string
+	// Comment is an optional note (at most MaxReasonBytes), stored with the
+	// approval, recorded in its audit entry and returned to the agent.
+	Comment string
+}
+
+// ApproveWith is Approve with the approval's comment.
+func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, error) {
+	operator, channel, id, digest := in.Operator, in.Channel, in.CallID, in.Digest
+	comment := strings.TrimSpace(in.Comment)
+	if len(comment) > MaxReasonBytes {
+		return nil, fmt.Errorf("%w (at most %d bytes)", ErrCommentTooLong, MaxReasonBytes)
+	}
 	if err := account.CheckReserved(operator); err != nil {
 		return nil, fmt.Errorf("queue: operator %q: %w", operator, err)
 	}
@@ -771,13 +790,16 @@ func (s *Service) Approve(ctx context.Context, operator, channel, id, digest str
 			return ErrAlreadyApproved
 		}
 		now := s.now()
-		a := Approval{Operator: operator, Channel: channel, At: now}
+		a := Approval{Operator: operator, Channel: channel, At: now, Comment: comment}
 		if err := tx.AddApproval(c.ID, a); err != nil {
 			return err
 		}
 		c.Approvals = append(c.Approvals, a)
-		if err := tx.Append(s.entry(audit.KindApproved, c, operator, channel, map[string]any{
-			"digest": c.Digest, "received": int64(len(c.Approvals)), "required": int64(c.ApprovalsRequired)})); err != nil {
+		details := map[string]any{"digest": c.Digest, "received": int64(len(c.Approvals)), "required": int64(c.ApprovalsRequired)}
+		if comment != "" {
+			details["comment"] = comment
+		}
+		if err := tx.Append(s.entry(audit.KindApproved, c, operator, channel, details)); err != nil {
 			return err
 		}
 		if len(c.Approvals) >= c.ApprovalsRequired {

@@ -447,6 +447,15 @@ func CallView(c *queue.Call) map[string]any {
 	if c.Rationale != "" {
 		v["rationale"] = c.Rationale
 	}
+	var comments []map[string]any
+	for _, a := range c.Approvals {
+		if a.Comment != "" {
+			comments = append(comments, map[string]any{"by": a.Operator, "comment": a.Comment, "at": a.At.UTC().Format(time.RFC3339Nano)})
+		}
+	}
+	if comments != nil {
+		v["comments"] = comments
+	}
 	if c.Status == queue.StatusApproved {
 		v["grant"] = c.Grant
 		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)

@@ -23,7 +23,7 @@ var notices = map[string]string{
 
 func (c *console) queuePage(ec echo.Context) error {
 	v := viewerOf(ec)
-	qv, err := c.queueView(ec.Request().Context(), v, c.now())
+	qv, err := c.queueView(ec.Request().Context(), v, c.now(), parseQueueQuery(ec.QueryParams()))
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (c *console) clearBlock(ec echo.Context) error {
 		if ae.Status >= 500 {
 			return err
 		}
-		qv, qerr := c.queueView(ec.Request().Context(), v, c.now())
+		qv, qerr := c.queueView(ec.Request().Context(), v, c.now(), parseQueueQuery(nil))
 		if qerr != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func TestQueuePageByRole(t *testing.T) {
 		t.Run(string(u.role), func(t *testing.T) {
 			b := e.browser()
 			b.login(u.name, rolePassword)
-			p := b.get("/")
+			p := b.get("/?sort=newest")
 			if p.status != http.StatusOK {
 				t.Fatalf("GET / = %d", p.status)
 			}
@@ -101,8 +101,8 @@ func TestQueuePageByRole(t *testing.T) {
 			if p.find("connection").Length() != 1 {
 				t.Error("no connection indicator")
 			}
-			if ws, _ := p.find("live").Attr("ws-connect"); ws != "/ws" {
-				t.Errorf("ws-connect = %q, want /ws", ws)
+			if ws, _ := p.find("live").Attr("ws-connect"); ws != "/ws?sort=newest" {
+				t.Errorf("ws-connect = %q, want /ws?sort=newest (the page's sort)", ws)
 			}
 			logout := p.doc.Find(`form[data-testid="logout-form"]`)
 			if m, _ := logout.Attr("method"); m != "post" || logout.Find(`input[name="csrf"]`).Length() != 1 {

@@ -24,8 +24,9 @@ const (
 	maxQueueBlocks = 100
 )
 
-// queueView reads the pending calls and the retry blocks.
-func (c *console) queueView(ctx context.Context, v *viewer, now time.Time) (templates.QueueView, error) {
+// queueView reads the pending calls the query lets through, in its
+// order, and the retry blocks.
+func (c *console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
 	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
 	if err != nil {
 		return templates.QueueView{}, err
@@ -34,11 +35,24 @@ func (c *console) queueView(ctx context.Context, v *viewer, now time.Time) (temp
 	if err != nil {
 		return templates.QueueView{}, err
 	}
-	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", "/ws", now)}
+	query := qq.values().Encode()
+	ws := "/ws"
+	if query != "" {
+		ws += "?" + query
+	}
+	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), Query: query, Filtered: qq.filtered(),
+		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn}}
+	if reg := c.q.Tools(); reg != nil {
+		qv.Tools = reg.Names()
+	}
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
-		qv.Cards = append(qv.Cards, c.cardView(call, decide, now))
+		card := c.cardView(call, decide, now)
+		if qq.matches(call, card.Deceptive) {
+			qv.Cards = append(qv.Cards, card)
+		}
 	}
+	sortCards(qv.Cards, qq.Sort)
 	if len(blocks) > maxQueueBlocks {
 		qv.BlocksHidden = len(blocks) - maxQueueBlocks
 		blocks = blocks[:maxQueueBlocks]
@@ -71,13 +85,25 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 
 func (c *console) cardView(call *queue.Call, canDecide bool, now time.Time) templates.Card {
 	card := templates.Card{
-		ID: call.ID, Tool: reveal(call.Tool), Target: reveal(call.Target), Actor: reveal(call.Actor),
+		ID: call.ID, Tool: reveal(call.Tool), Target: reveal(call.Target), Actor: reveal(call.Actor), RawTool: call.Tool,
 		CreatedAt: call.CreatedAt, DecideBy: call.DecideBy,
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
+		Group: groupKey(call),
 	}
-	card.Deceptive = card.Tool.Deceptive() || card.Target.Deceptive() || card.Actor.Deceptive() ||
-		reveal(call.Audience).Deceptive() || reveal(call.Rationale).Deceptive() || valueDeceptive(call.Args)
+	if reg := c.q.Tools(); reg != nil {
+		if t, ok := reg.Tool(call.Tool); ok {
+			card.Summary = summary(t, call.Args)
+		}
+	}
+	card.Deceptive = callDeceptive(call)
 	return card
+}
+
+// callDeceptive reports whether anything in the call would be revealed
+// with a warning.
+func callDeceptive(call *queue.Call) bool {
+	return reveal(call.Tool).Deceptive() || reveal(call.Target).Deceptive() || reveal(call.Actor).Deceptive() ||
+		reveal(call.Audience).Deceptive() || reveal(call.Rationale).Deceptive() || valueDeceptive(call.Args)
 }
 
 // valueDeceptive reports whether any key or string inside v would be

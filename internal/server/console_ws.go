@@ -51,6 +51,9 @@ func (c *console) serveWS(ec echo.Context) error {
 		return nil // the upgrader has answered
 	}
 	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), viewer: v, callID: callID}
+	if callID == "" {
+		cl.queue = parseQueueQuery(ec.QueryParams())
+	}
 	if !c.hub.add(cl) {
 		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "restarting"),
 			time.Now().Add(time.Second))
@@ -84,7 +87,7 @@ func (c *console) snapshot(cl *client) ([]byte, error) {
 		}
 		return renderBytes(templates.Status(c.statusView(call, cl.viewer, now), true))
 	}
-	qv, err := c.queueView(ctx, cl.viewer, now)
+	qv, err := c.queueView(ctx, cl.viewer, now, cl.queue)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,9 @@ type client struct {
 	send   chan []byte
 	viewer *viewer
 	callID string // the call page it shows, or "" for the queue page
+	// queue is a queue page's filter: only the calls it lets through are
+	// pushed to the page.
+	queue queueQuery
 
 	// closeCode and closeText are set by the hub before it closes send, and
 	// read by the writer after it sees send closed.
@@ -300,6 +303,11 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 		}
 	}
 	decide := v.user.Role.CanDecide()
+	if !cl.queue.matches(call, callDeceptive(call)) {
+		// The page never showed this call: its filter keeps it out, and
+		// nothing a change makes to a call changes what the filter reads.
+		return "", nil
+	}
 	switch {
 	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
 		return "upsert:" + boolKey(decide), func() ([]byte, error) {

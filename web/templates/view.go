@@ -132,6 +132,7 @@ type Card struct {
 	Tool      Text
 	Target    Text
 	Actor     Text
+	RawTool   string // the tool's name, for sorting by tool
 	CreatedAt time.Time
 	DecideBy  time.Time
 	Received  int
@@ -139,7 +140,43 @@ type Card struct {
 	Deceptive bool
 	CanDecide bool
 	Now       time.Time
+	// Summary is the one-line summary of the call's key arguments.
+	Summary []SummaryItem
+	// Group names the calls with the same tool, target and actor, which
+	// the queue shows under one heading.
+	Group string
 }
+
+// SummaryItem is one argument in a card's summary line.
+type SummaryItem struct {
+	Key   string // the member's pointer without its leading slash
+	Value Text   // the value as shown, perhaps cut
+	// Money is the formatted amount when the tool shows the integer as
+	// money; Value keeps the raw integer.
+	Money string
+	// Cut is set when Value is the first characters of a longer value of
+	// Length characters.
+	Cut    bool
+	Length int
+}
+
+// QueueFilter is the queue's filter and sort as typed.
+type QueueFilter struct {
+	Sort, Tool, Actor, Target string
+	Warn                      bool
+}
+
+// QueueSort is one way to order the queue.
+type QueueSort struct{ Value, Label string }
+
+// QueueSorts are the queue's orders, the default first.
+var QueueSorts = []QueueSort{
+	{"deadline", "deadline, soonest first"}, {"oldest", "waiting longest first"},
+	{"newest", "newest first"}, {"tool", "tool, then deadline"},
+}
+
+// Millis is t in milliseconds since 1970, for the page's script.
+func Millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
 // DOMID is the element id of the card.
 func (c Card) DOMID() string { return "call-" + c.ID }
@@ -173,6 +210,14 @@ type QueueView struct {
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
+	// Filter is the page's filter and sort; Query the same as a URL query
+	// ("" for the defaults), which the socket's URL and the cards' links
+	// carry; Filtered is set when anything but the sort is set.
+	Filter   QueueFilter
+	Query    string
+	Filtered bool
+	// Tools are the tool names the filter offers.
+	Tools []string
 }
 
 // ConnectHelp tells a fresh install how an agent connects.
