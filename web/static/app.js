@@ -16,7 +16,10 @@
       if (armed) armed.add(b);
       b.disabled = true;
       (function (btn) {
-        setTimeout(function () { btn.disabled = false; }, parseInt(btn.getAttribute("data-arm"), 10) || 1000);
+        setTimeout(function () {
+          btn.disabled = false;
+          if (focusWhenArmed === btn) { focusWhenArmed = null; btn.focus(); }
+        }, parseInt(btn.getAttribute("data-arm"), 10) || 1000);
       })(b);
     }
   }
@@ -88,6 +91,150 @@
     }
   }
 
+  // The queue: the server renders the cards in the page's order with the
+  // calls of one tool, target and actor together; cards pushed later are
+  // put in place here, and each group of two or more gets a heading.
+  function cardNum(el, name) { return parseInt(el.getAttribute(name), 10) || 0; }
+  function compareCards(sort) {
+    return function (a, b) {
+      if (sort === "oldest") return cardNum(a, "data-created") - cardNum(b, "data-created");
+      if (sort === "newest") return cardNum(b, "data-created") - cardNum(a, "data-created");
+      if (sort === "tool") {
+        var ta = a.getAttribute("data-tool") || "", tb = b.getAttribute("data-tool") || "";
+        if (ta !== tb) return ta < tb ? -1 : 1;
+      }
+      return (cardNum(a, "data-deadline") - cardNum(b, "data-deadline")) ||
+        (cardNum(a, "data-created") - cardNum(b, "data-created"));
+    };
+  }
+  function groupHeading(key, members) {
+    var h = document.createElement("div");
+    h.className = "group-head";
+    h.setAttribute("data-group-head", key);
+    h.setAttribute("data-testid", "group-head");
+    var count = document.createElement("strong");
+    count.setAttribute("data-testid", "group-count");
+    count.textContent = members.length + " calls";
+    h.appendChild(count);
+    var parts = [[" of ", "card-tool"], [" on ", "card-target"], [" by ", "card-actor"]];
+    for (var i = 0; i < parts.length; i++) {
+      var src = members[0].querySelector('[data-testid="' + parts[i][1] + '"]');
+      if (!src) continue;
+      h.appendChild(document.createTextNode(parts[i][0]));
+      var copy = document.createElement("span");
+      copy.className = "mono";
+      // A copy of what the server rendered: escapes stay escapes.
+      for (var n = src.firstChild; n; n = n.nextSibling) copy.appendChild(n.cloneNode(true));
+      h.appendChild(copy);
+    }
+    h.appendChild(document.createTextNode(" · each is decided on its own"));
+    return h;
+  }
+  function orderQueue() {
+    var list = document.getElementById("queue-list");
+    var conf = document.getElementById("queue-order");
+    if (!list || !conf) return;
+    var cards = Array.prototype.slice.call(list.querySelectorAll("article[data-call]"));
+    cards.sort(compareCards(conf.getAttribute("data-sort") || "deadline"));
+    var groups = {}, keys = [];
+    for (var i = 0; i < cards.length; i++) {
+      var g = cards[i].getAttribute("data-group") || cards[i].getAttribute("data-call");
+      if (!groups[g]) { groups[g] = []; keys.push(g); }
+      groups[g].push(cards[i]);
+    }
+    var want = [];
+    for (var k = 0; k < keys.length; k++) {
+      var members = groups[keys[k]];
+      if (members.length > 1) {
+        var old = list.querySelector('[data-group-head="' + keys[k] + '"]');
+        var fresh = groupHeading(keys[k], members);
+        if (old && old.textContent === fresh.textContent) fresh = old;
+        want.push(fresh);
+      }
+      for (var m = 0; m < members.length; m++) {
+        members[m].classList.toggle("grouped", members.length > 1);
+        want.push(members[m]);
+      }
+    }
+    // Move nothing that is already in place, so focus and selection stay.
+    var same = list.children.length === want.length;
+    for (var w = 0; same && w < want.length; w++) same = list.children[w] === want[w];
+    if (!same) {
+      var heads = list.querySelectorAll("[data-group-head]");
+      for (var x = 0; x < heads.length; x++) if (want.indexOf(heads[x]) < 0) heads[x].remove();
+      for (var y = 0; y < want.length; y++) list.appendChild(want[y]);
+    }
+    // Card links carry the queue's filter and sort, so that the call page
+    // offers the next pending call in the same order.
+    var query = conf.getAttribute("data-query") || "";
+    var links = list.querySelectorAll('a[href^="/calls/"]');
+    for (var l = 0; l < links.length; l++) {
+      var base = links[l].getAttribute("href").split("?")[0];
+      links[l].setAttribute("href", query ? base + "?" + query : base);
+    }
+  }
+
+  // Keys: j/k move between cards, o opens one, a goes to Approve (it still
+  // arms after its delay and still needs a press), d to the deny reason, ?
+  // shows the keys. No key decides anything.
+  var selected = -1;
+  function cardsInOrder() { return Array.prototype.slice.call(document.querySelectorAll("#queue-list article[data-call]")); }
+  function select(step) {
+    var cards = cardsInOrder();
+    if (!cards.length) return;
+    var cur = document.querySelector("#queue-list article.selected");
+    var i = cur ? cards.indexOf(cur) : -1;
+    i = i < 0 ? (step > 0 ? 0 : cards.length - 1) : Math.max(0, Math.min(cards.length - 1, i + step));
+    for (var c = 0; c < cards.length; c++) cards[c].classList.toggle("selected", c === i);
+    cards[i].setAttribute("aria-current", "true");
+    var link = cards[i].querySelector('a[href^="/calls/"]');
+    if (link) link.focus();
+    cards[i].scrollIntoView({ block: "nearest" });
+    selected = i;
+  }
+  function openSelected() {
+    var cur = document.querySelector("#queue-list article.selected") ||
+      (document.activeElement && document.activeElement.closest && document.activeElement.closest("article[data-call]"));
+    var link = cur && cur.querySelector('a[href^="/calls/"]');
+    if (link) link.click();
+  }
+  var focusWhenArmed = null;
+  function goApprove() {
+    var confirm = document.querySelector('[data-testid="confirm-input"]');
+    if (confirm && confirm.value === "") { confirm.focus(); return; }
+    var b = document.querySelector('[data-testid="approve"]');
+    if (!b) return;
+    b.scrollIntoView({ block: "nearest" });
+    if (b.disabled) focusWhenArmed = b; else b.focus();
+  }
+  function goDeny() {
+    var r = document.querySelector('[data-testid="deny-reason"]');
+    if (r) { r.scrollIntoView({ block: "nearest" }); r.focus(); }
+  }
+  function toggleKeys(show) {
+    var help = document.getElementById("keys-help");
+    if (help) help.hidden = show === undefined ? !help.hidden : !show;
+  }
+  function onKey(e) {
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+    var t = e.target;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) {
+      if (e.key === "Escape") t.blur();
+      return;
+    }
+    switch (e.key) {
+      case "j": select(1); break;
+      case "k": select(-1); break;
+      case "o": openSelected(); break;
+      case "a": goApprove(); break;
+      case "d": goDeny(); break;
+      case "?": toggleKeys(); break;
+      case "Escape": toggleKeys(false); break;
+      default: return;
+    }
+    e.preventDefault();
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -106,7 +253,9 @@
     localize(document);
     arm(document);
     tick();
+    orderQueue();
     countCards();
+    document.addEventListener("keydown", onKey);
     setInterval(tick, 1000);
     var body = document.body;
     body.addEventListener("htmx:wsConnecting", function () { setConn("connecting", "connecting…"); });
@@ -117,6 +266,6 @@
       else setConn("closed", "disconnected: reload the page");
     });
     body.addEventListener("htmx:wsError", function () { setConn("reconnecting", "reconnecting…"); });
-    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); countCards(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); countCards(); });
   });
 })();

@@ -106,7 +106,7 @@ func QueuePage(v QueueView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<div id=\"queue-keys\" class=\"keys\" hidden data-testid=\"queue-keys\"><strong>Keys:</strong> <kbd>j</kbd> next card · <kbd>k</kbd> previous card · <kbd>o</kbd> open it · <kbd>?</kbd> this help. On a call: <kbd>a</kbd> goes to Approve, <kbd>d</kbd> to the deny reason; nothing decides without a press of the button.</div><div id=\"queue-order\" hidden data-sort=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<div id=\"keys-help\" class=\"keys\" hidden data-testid=\"keys-help\"><strong>Keys:</strong> <kbd>j</kbd> next card · <kbd>k</kbd> previous card · <kbd>o</kbd> open it · <kbd>?</kbd> this help. On a call: <kbd>a</kbd> goes to Approve, <kbd>d</kbd> to the deny reason; nothing decides without a press of the button.</div><div id=\"queue-order\" hidden data-sort=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -55,7 +55,7 @@ var _ = add("calls/a decision's fields persist", func(t *testing.T, s Stores) {
 	at := t0.Add(time.Minute)
 	update(t, s, func(tx queue.Tx) error {
 		for _, a := range []queue.Approval{{Operator: "bob", Channel: audit.ChannelCLI, At: at.Add(time.Second)},
-			{Operator: "alice", Channel: audit.ChannelWeb, At: at}} {
+			{Operator: "alice", Channel: audit.ChannelWeb, At: at, Comment: "checked the ticket\nand the invoice"}} {
 			if err := tx.AddApproval(approved.ID, a); err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ var _ = add("calls/a decision's fields persist", func(t *testing.T, s Stores) {
 		return tx.UpdateCall(redeemed)
 	})
 	// Approvals come back in the order they were given.
-	approved.Approvals = []queue.Approval{{Operator: "alice", Channel: audit.ChannelWeb, At: at},
+	approved.Approvals = []queue.Approval{{Operator: "alice", Channel: audit.ChannelWeb, At: at, Comment: "checked the ticket\nand the invoice"},
 		{Operator: "bob", Channel: audit.ChannelCLI, At: at.Add(time.Second)}}
 	for _, want := range []*queue.Call{approved, denied, redeemed} {
 		got, err := s.Queue.Call(ctx, want.ID)
