@@ -123,7 +123,7 @@ func TestCardSummary(t *testing.T) {
 	if got := card.Find(`[data-testid="summary-money"]`).Text(); got != "USD 1,299.99" {
 		t.Errorf("money %q, want USD 1,299.99 as on the call page", got)
 	}
-	callMoney := strings.TrimSpace(b.get("/calls/"+refund.ID).doc.Find(`[data-pointer="/amount_minor"] [data-testid="arg-money"]`).Text())
+	callMoney := strings.TrimSpace(b.get("/calls/" + refund.ID).doc.Find(`[data-pointer="/amount_minor"] [data-testid="arg-money"]`).Text())
 	if callMoney != "USD 1,299.99" {
 		t.Errorf("the call page shows %q", callMoney)
 	}
