@@ -21,13 +21,14 @@ import (
 
 // approvalsColumn is every approval of the row's call as a JSON array, in
 // the order loadCall reads them.
-const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'channel', a.channel, 'at', a.at)
+const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment)
 	ORDER BY a.at, a.operator) FROM approvals a WHERE a.call_id = c.id)::text, '[]')`
 
 type approvalJSON struct {
 	Operator string `json:"operator"`
 	Channel  string `json:"channel"`
 	At       int64  `json:"at"`
+	Comment  string `json:"comment"`
 }
 
 func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {
@@ -41,7 +42,7 @@ func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {
 		return nil, fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err)
 	}
 	for _, a := range as {
-		c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC()})
+		c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
 	}
 	return c, nil
 }

@@ -127,7 +127,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT operator, channel, at FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
+	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err))
 	}
@@ -135,7 +135,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	for rows.Next() {
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&a.Operator, &a.Channel, &at); err != nil {
+		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment); err != nil {
 			return nil, classify(fmt.Errorf("pgstore: scan approval: %w", err))
 		}
 		a.At = time.UnixMilli(at).UTC()
@@ -198,8 +198,8 @@ func (t *txn) UpdateCall(c *queue.Call) error {
 }
 
 func (t *txn) AddApproval(callID string, a queue.Approval) error {
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at) VALUES ($1,$2,$3,$4)`,
-		callID, a.Operator, a.Channel, ms(a.At)); err != nil {
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment) VALUES ($1,$2,$3,$4,$5)`,
+		callID, a.Operator, a.Channel, ms(a.At), a.Comment); err != nil {
 		return fmt.Errorf("pgstore: add approval to %s: %w", callID, err)
 	}
 	return nil
