@@ -23,6 +23,6 @@ func conformanceStores(t *testing.T, path string) storetest.Stores {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d,
+	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
 		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, path) }}
 }

@@ -32,6 +32,6 @@ func TestConformance(t *testing.T) {
 // pool on the same database, as another replica would.
 func conformanceStores(t *testing.T, url string) storetest.Stores {
 	d := mustOpen(t, url)
-	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d,
+	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
 		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, url) }}
 }

@@ -95,12 +95,25 @@ func row(t *testing.T, o notify.Outbox, seq int64) notify.Delivery {
 	return notify.Delivery{}
 }
 
-// Run runs the conformance suite; open returns a fresh, empty store.
-func Run(t *testing.T, open func(t *testing.T) Harness) {
-	ctx := context.Background()
+// Case is one check of the suite, on a fresh, empty store.
+type Case struct {
+	Name string
+	Fn   func(t *testing.T, h Harness)
+}
 
-	t.Run("due rows only, in due order, with their content", func(t *testing.T) {
-		h := open(t)
+// Run runs every case as a subtest, each on the fresh store open returns.
+func Run(t *testing.T, open func(t *testing.T) Harness) {
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) { c.Fn(t, open(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+// Cases are the suite's checks; a store's own conformance suite may run
+// them one by one (internal/store/storetest does).
+var Cases = []Case{
+	{"due rows only, in due order, with their content", func(t *testing.T, h Harness) {
 		c1 := h.NewCall(t)
 		later := notice("evt_b", "hook", c1, base.Add(time.Minute))
 		later.Kind, later.WhilePending = notify.CallEscalated, true
@@ -130,10 +143,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 				t.Fatalf("WhilePending lost: %+v", r)
 			}
 		}
-	})
-
-	t.Run("a duplicate event on a channel is stored once", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"a duplicate event on a channel is stored once", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		h.Enqueue(t, notice("evt_a", "hook", c, base), notice("evt_a", "slack", c, base))
 		h.Enqueue(t, notice("evt_a", "hook", c, base))
@@ -141,10 +152,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if err != nil || len(rows) != 2 {
 			t.Fatalf("Deliveries = %d rows, %v; want 2", len(rows), err)
 		}
-	})
-
-	t.Run("a lease keeps a row from other owners until it runs out", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"a lease keeps a row from other owners until it runs out", func(t *testing.T, h Harness) {
 		h.Enqueue(t, notice("evt_a", "hook", h.NewCall(t), base))
 		got, _ := claim(t, h.Outbox, "a", base, 10)
 		if len(got) != 1 {
@@ -173,10 +182,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if err := h.Outbox.Finish(ctx, "b", notify.Result{Seq: got[0].Seq, At: base, Delivered: true}); !errors.Is(err, notify.ErrLeaseLost) {
 			t.Fatalf("Finish of a delivered row = %v, want ErrLeaseLost", err)
 		}
-	})
-
-	t.Run("a failed attempt waits for its retry time; a dead row stays", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"a failed attempt waits for its retry time; a dead row stays", func(t *testing.T, h Harness) {
 		h.Enqueue(t, notice("evt_a", "hook", h.NewCall(t), base))
 		got, _ := claim(t, h.Outbox, "a", base, 10)
 		finish(t, h.Outbox, "a", notify.Result{Seq: got[0].Seq, At: base, Error: "HTTP 503", RetryAt: base.Add(10 * time.Second)})
@@ -202,10 +209,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if _, ok, _ := h.Outbox.NextDue(ctx); ok {
 			t.Fatal("NextDue found a row, want none pending")
 		}
-	})
-
-	t.Run("per channel and call, rows go in order", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"per channel and call, rows go in order", func(t *testing.T, h Harness) {
 		c1, c2 := h.NewCall(t), h.NewCall(t)
 		h.Enqueue(t, notice("evt_1", "slack", c1, base), notice("evt_1", "hook", c1, base))
 		h.Enqueue(t, notice("evt_2", "slack", c1, base.Add(time.Second)), notice("evt_2", "hook", c1, base.Add(time.Second)))
@@ -232,10 +237,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if !same(events(got4), "evt_2/slack") {
 			t.Fatalf("claimed %v, want evt_2/slack once evt_1/slack is dead", events(got4))
 		}
-	})
-
-	t.Run("a later scheduled row does not hold up earlier events", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"a later scheduled row does not hold up earlier events", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		esc := notice("evt_esc", "slack", c, base.Add(10*time.Minute))
 		esc.Kind, esc.WhilePending = notify.CallEscalated, true
@@ -250,10 +253,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if !same(events(got), "evt_appr/slack") {
 			t.Fatalf("claimed %v, want the approval before the escalation due later", events(got))
 		}
-	})
-
-	t.Run("a reminder or escalation of a decided call is skipped, never sent", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"a reminder or escalation of a decided call is skipped, never sent", func(t *testing.T, h Harness) {
 		c, open2 := h.NewCall(t), h.NewCall(t)
 		esc := notice("evt_esc", "slack", c, base.Add(10*time.Minute))
 		esc.Kind, esc.WhilePending = notify.CallEscalated, true
@@ -281,10 +282,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if !same(events(got), "evt_out/slack") {
 			t.Fatalf("claimed %v: a skipped row must not hold up later ones", events(got))
 		}
-	})
-
-	t.Run("the receipt is the earliest delivered one of the channel and call", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"the receipt is the earliest delivered one of the channel and call", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		h.Enqueue(t, notice("evt_1", "slack", c, base), notice("evt_1", "mail", c, base))
 		h.Enqueue(t, notice("evt_2", "slack", c, base.Add(time.Second)))
@@ -302,10 +301,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if r, _ := h.Outbox.Receipt(ctx, "mail", c); r != "<m@x>" {
 			t.Fatalf("Receipt(mail) = %q", r)
 		}
-	})
-
-	t.Run("retry and its refusals", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"retry and its refusals", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		h.Enqueue(t, notice("evt_1", "hook", c, base), notice("evt_2", "mail", c, base), notice("evt_3", "sms", c, base))
 		got, _ := claim(t, h.Outbox, "a", base, 10)
@@ -335,10 +332,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if err := h.Outbox.Retry(ctx, again[0].Seq, now); !errors.Is(err, notify.ErrNotRetryable) {
 			t.Fatalf("Retry(in flight) = %v, want ErrNotRetryable", err)
 		}
-	})
-
-	t.Run("listing filters and pages newest first", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"listing filters and pages newest first", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		for i := 0; i < 5; i++ {
 			h.Enqueue(t, notice(fmt.Sprintf("evt_%d", i), "hook", c, base.Add(time.Duration(i)*time.Second)),
@@ -360,10 +355,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if len(page) != 0 {
 			t.Fatalf("delivered: %v, want none", events(page))
 		}
-	})
-
-	t.Run("prune deletes finished rows only", func(t *testing.T) {
-		h := open(t)
+	}},
+	{"prune deletes finished rows only", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		h.Enqueue(t, notice("evt_1", "hook", c, base), notice("evt_2", "mail", c, base), notice("evt_3", "sms", c, base))
 		got, _ := claim(t, h.Outbox, "a", base, 10)
@@ -378,13 +371,11 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if !same(events(rows), "evt_3/sms") {
 			t.Fatalf("left %v, want the pending row", events(rows))
 		}
-	})
-
-	t.Run("concurrent claims hand each row to one owner", func(t *testing.T) {
+	}},
+	{"concurrent claims hand each row to one owner", func(t *testing.T, h Harness) {
 		if testing.Short() {
 			t.Skip("race of claimers")
 		}
-		h := open(t)
 		const rows = 200
 		for i := 0; i < rows; i += 20 {
 			var ns []queue.Notice
@@ -435,5 +426,5 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		if len(seen) != rows {
 			t.Fatalf("%d rows claimed, want %d", len(seen), rows)
 		}
-	})
+	}},
 }

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite of Countersign's stores: one
 // set of tests that every implementation of the domain's store interfaces
-// (queue.Store, queue.History, account.Store, audit.Trail) must pass,
+// (queue.Store, queue.History, account.Store, audit.Trail, notify.Outbox)
+// must pass,
 // whatever its engine. It speaks only through those interfaces, so it holds
 // no SQL. SQLite (internal/db) and PostgreSQL (internal/pgstore) both run
 // it unchanged: a change to what a store does is made in both engines, with
@@ -31,6 +32,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -44,6 +46,18 @@ type Stores struct {
 	// of its own, as another process or replica would hold it (closed
 	// when the test ends). The races between handles need it.
 	Reopen func(t *testing.T) Stores
+	// Outbox delivers the notices queue.Tx.Enqueue writes; Push keeps
+	// browsers' Web Push subscriptions.
+	Outbox notify.Outbox
+	Push   PushStore
+}
+
+// PushStore is the store of Web Push subscriptions: what the push channel
+// reads and what the console writes.
+type PushStore interface {
+	notify.Subscriptions
+	SavePushSubscription(ctx context.Context, s notify.Subscription) error
+	DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error
 }
 
 type testCase struct {
