@@ -133,19 +133,19 @@ func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
 	sort.Strings(names)
 	for _, name := range names {
 		notes.Channels = append(notes.Channels, server.NotificationChannel{Name: name, Type: n.cfg.Channels[name].Type,
-			Detail: describeChannel(n.cfg.Channels[name])})
+			Detail: describeChannel(n.cfg.Channels[name], n.built.Channels[name])})
 	}
 	return d, notes
 }
 
 // describeChannel says where a channel sends, without its secrets.
-func describeChannel(c *notify.ChannelConfig) string {
+func describeChannel(c *notify.ChannelConfig, built notify.Channel) string {
 	var s string
 	switch c.Type {
 	case notify.TypeWebhook:
 		s = "POST " + hostOf(c.Webhook.URL)
-		if len(c.Webhook.SigningKey) > 0 {
-			s += ", signed v1 and v1a"
+		if w, ok := built.(*notify.Webhook); ok && w.PublicKey() != "" {
+			s += ", signed v1 and v1a (public key " + w.PublicKey() + ")"
 		} else {
 			s += ", signed v1"
 		}
