@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -76,33 +79,145 @@ func (c *console) callPage(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cv := c.callView(call, viewerOf(ec), c.now())
+	v := viewerOf(ec)
+	cv := c.callView(call, v, c.now())
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
+	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
+}
+
+// navigation links a call page to the queue it was opened from and to the
+// next pending call in that queue's order that the viewer may decide.
+func (c *console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
+	query := qq.values().Encode()
+	cv.QueueURL = withQuery("/", qq.values())
+	if !v.user.Role.CanDecide() {
+		return
+	}
+	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return // the link is a convenience; the page stands without it
+	}
+	now := c.now()
+	var cards []templates.Card
+	for _, call := range calls {
+		if call.ID == id || call.Actor == v.user.Name || call.ApprovedBy(v.user.Name) || !now.Before(call.DecideBy) {
+			continue
+		}
+		card := c.cardView(call, true, now)
+		if qq.matches(call, card.Deceptive) {
+			cards = append(cards, card)
+		}
+	}
+	if len(cards) == 0 {
+		return
+	}
+	sortCards(cards, qq.Sort)
+	cv.NextURL = "/calls/" + url.PathEscape(cards[0].ID)
+	if query != "" {
+		cv.NextURL += "?" + query
+	}
+}
+
+// afterDecision is where a decision sends the browser: the call's page
+// with its notice, keeping the queue's filter and sort (the form's q).
+func afterDecision(id, notice, q string) string {
+	v, _ := url.ParseQuery(q)
+	rest := parseQueueQuery(v).values()
+	rest.Set("notice", notice)
+	return "/calls/" + url.PathEscape(id) + "?" + rest.Encode()
 }
 
 func (c *console) approve(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
-	digest := strings.TrimSpace(ec.Request().PostForm.Get("digest"))
-	if _, err := c.q.Approve(ec.Request().Context(), v.user.Name, audit.ChannelWeb, id, digest); err != nil {
-		return c.refused(ec, id, err, "")
+	form := ec.Request().PostForm
+	ctx := ec.Request().Context()
+	call, err := c.q.Call(ctx, id)
+	if err != nil {
+		return err
 	}
-	return ec.Redirect(http.StatusSeeOther, "/calls/"+id+"?notice=approved")
+	// What the tool asks to be typed, and the acknowledgement of a
+	// deception warning, are checked here, whatever the page did.
+	if err := c.confirmation(call, form); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	digest := strings.TrimSpace(form.Get("digest"))
+	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment")}
+	if _, err := c.q.ApproveWith(ctx, in); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "approved", form.Get("q")))
+}
+
+// confirmation checks what an approval in the browser must carry besides
+// the digest: the target or word the tool asks to be typed, and, for a
+// call with a deception warning, the ticked acknowledgement.
+func (c *console) confirmation(call *queue.Call, form url.Values) error {
+	if callDeceptive(call) && form.Get("ack_warnings") != "1" {
+		return newAPIError(http.StatusConflict, "warning_not_acknowledged",
+			"this call contains hidden or look-alike characters; read the warning, tick that you did, and approve again")
+	}
+	reg := c.q.Tools()
+	if reg == nil {
+		return nil
+	}
+	t, ok := reg.Tool(call.Tool)
+	if !ok || t.Confirm == nil {
+		return nil
+	}
+	want := t.Confirm.Expected(shownText(reveal(call.Target)))
+	if strings.TrimSpace(form.Get("confirm")) != want {
+		return newAPIError(http.StatusConflict, "confirmation_mismatch",
+			"to approve, type %s exactly as shown (%q); nothing was approved", t.Confirm.Describe(), want)
+	}
+	return nil
+}
+
+// shownText is a revealed text as the page shows it, escapes included.
+func shownText(t templates.Text) string {
+	var b strings.Builder
+	for _, s := range t.Segs {
+		b.WriteString(s.S)
+	}
+	return b.String()
 }
 
 func (c *console) deny(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
-	reason := ec.Request().PostForm.Get("reason")
-	if _, err := c.q.Deny(ec.Request().Context(), v.user.Name, audit.ChannelWeb, id, reason); err != nil {
-		return c.refused(ec, id, err, reason)
+	form := ec.Request().PostForm
+	ctx := ec.Request().Context()
+	reason := strings.TrimSpace(form.Get("reason"))
+	if preset := form.Get("preset"); preset != "" {
+		call, err := c.q.Call(ctx, id)
+		if err != nil {
+			return err
+		}
+		var offered []string
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				offered = t.DenyReasons
+			}
+		}
+		if !slices.Contains(offered, preset) {
+			return c.refused(ec, id, newAPIError(http.StatusBadRequest, "unknown_reason",
+				"choose one of the reasons offered, or write your own"), form)
+		}
+		if reason == "" {
+			reason = preset
+		} else {
+			reason = preset + ": " + reason
+		}
 	}
-	return ec.Redirect(http.StatusSeeOther, "/calls/"+id+"?notice=denied")
+	if _, err := c.q.Deny(ctx, v.user.Name, audit.ChannelWeb, id, reason); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "denied", form.Get("q")))
 }
 
 // refused shows the call again with the reason a decision was refused,
 // with the status that reason carries (409 for a changed digest or a call
 // no longer pending, 403 for one's own call).
-func (c *console) refused(ec echo.Context, id string, err error, reason string) error {
+func (c *console) refused(ec echo.Context, id string, err error, form url.Values) error {
 	if errors.Is(err, queue.ErrNotFound) {
 		return err
 	}
@@ -116,7 +231,9 @@ func (c *console) refused(ec echo.Context, id string, err error, reason string) 
 	}
 	cv := c.callView(call, viewerOf(ec), c.now())
 	cv.Status.Message = ae.Message
-	cv.Status.Reason = reason
+	cv.Status.Reason, cv.Status.Comment = form.Get("reason"), form.Get("comment")
+	v, _ := url.ParseQuery(form.Get("q"))
+	c.navigation(ec.Request().Context(), &cv, viewerOf(ec), id, parseQueueQuery(v))
 	return c.render(ec, ae.Status, templates.CallPage(cv))
 }
 

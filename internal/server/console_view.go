@@ -175,7 +175,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	for _, a := range call.Approvals {
-		s.Approvals = append(s.Approvals, templates.Approval{By: reveal(a.Operator), Channel: a.Channel, At: a.At})
+		s.Approvals = append(s.Approvals, templates.Approval{By: reveal(a.Operator), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)})
 	}
 	if call.Denial != nil {
 		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
@@ -187,6 +187,17 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		s.CanDecide, s.CSRF = true, v.csrf
 		s.OwnCall = v.user.Name == call.Actor
 		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
+	}
+	if call.Status == queue.StatusPending {
+		s.Warned = callDeceptive(call)
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				s.DenyReasons = t.DenyReasons
+				if t.Confirm != nil {
+					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal(call.Target)))
+				}
+			}
+		}
 	}
 	return s
 }

@@ -139,6 +139,8 @@ func DecisionError(err error) *APIError {
 	case errors.As(err, &de):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
 			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", de.Operator)
+	case errors.Is(err, queue.ErrCommentTooLong):
+		return newAPIError(http.StatusBadRequest, "comment_too_long", "the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes)
 	case errors.Is(err, queue.ErrNotBlocked):
 		return newAPIError(http.StatusNotFound, "not_blocked", "that actor and tool are not blocked")
 	}

@@ -235,6 +235,19 @@
     e.preventDefault();
   }
 
+  // Decision forms carry the queue's filter and sort from the page's
+  // address, so that the page after the decision offers the next call in
+  // the same order. The pushed fragments carry none of it.
+  function fillQuery(e) {
+    var form = e.target;
+    if (!form || !form.querySelectorAll) return;
+    var fields = form.querySelectorAll('input[data-fill="queue-query"]');
+    if (!fields.length) return;
+    var params = new URLSearchParams(window.location.search);
+    params.delete("notice");
+    for (var i = 0; i < fields.length; i++) fields[i].value = params.toString();
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -256,6 +269,7 @@
     orderQueue();
     countCards();
     document.addEventListener("keydown", onKey);
+    document.addEventListener("submit", fillQuery, true);
     setInterval(tick, 1000);
     var body = document.body;
     body.addEventListener("htmx:wsConnecting", function () { setConn("connecting", "connecting…"); });

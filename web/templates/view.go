@@ -264,6 +264,7 @@ type Approval struct {
 	By      Text
 	Channel string
 	At      time.Time
+	Comment *Text // the operator's note, nil for none
 }
 
 // StatusView is the part of a call's page that changes: status, approvals,
@@ -305,6 +306,19 @@ type StatusView struct {
 	// Reason is the denial reason the viewer typed, kept when a denial is
 	// refused.
 	Reason string
+
+	// Confirm, when set, says what must be typed to approve ("the
+	// target"); ConfirmExpected is that text as the page shows it.
+	Confirm         string
+	ConfirmExpected string
+	// Warned is set when the call carries a deception warning: approving
+	// needs a ticked acknowledgement.
+	Warned bool
+	// DenyReasons are the tool's preset reasons.
+	DenyReasons []string
+	// Comment is the approval comment the viewer typed, kept when an
+	// approval is refused.
+	Comment string
 	Now    time.Time
 }
 
@@ -324,6 +338,11 @@ type CallView struct {
 	CreatedAt       time.Time
 	Warnings        []Warning
 	Status          StatusView
+	// NextURL is the next pending call the viewer may decide, in the
+	// queue's order and filter ("" when there is none); QueueURL the queue
+	// with that filter.
+	NextURL  string
+	QueueURL string
 }
 
 // UserRow is an account on the admin page.
