@@ -319,7 +319,7 @@ type StatusView struct {
 	// Comment is the approval comment the viewer typed, kept when an
 	// approval is refused.
 	Comment string
-	Now    time.Time
+	Now     time.Time
 }
 
 // CallView is a call's page.
