@@ -20,7 +20,9 @@ func TestIdleWaiterMemory(t *testing.T) {
 		t.Skip("-short: 10,000 idle long-polls")
 	}
 	const waiters = 10000
-	s := startServer(t, "")
+	// One token holds every waiter here, so the per-token cap is raised
+	// above what the test opens.
+	s := startServer(t, "", "--max-waits-per-token", strconv.Itoa(waiters+1000))
 	agent := s.token("agent:weather", "weather-host")
 	req, _ := http.NewRequest(http.MethodPost, s.url+"/api/v1/calls",
 		strings.NewReader(`{"tool":"weather.search","target":"weather:forecast","args":{"city":"Bergen"}}`))
