@@ -30,6 +30,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	var f serveFlags
 	f.register(fs)
+	f.mcp.trustFirst = true // the example server's tools are callable at once; pass --trust-first-definitions=false to review them
 	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
 	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +65,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 				fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 				return 1
 			}
-			if err := os.WriteFile(f.tools, examples.ToolsYAML, 0o600); err != nil {
+			if err := os.WriteFile(f.tools, append(append([]byte(nil), examples.ToolsYAML...), examples.MCPDemoSection...), 0o600); err != nil {
 				fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 				return 1
 			}
@@ -98,6 +99,11 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "Data directory: %s\n\nLogins (shown once):\n", data)
 	for _, l := range logins {
 		fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
+	}
+	f.mcp.dial = demoUpstreams()
+	if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
 	}
 	fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
 

@@ -39,21 +39,22 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":    {"run the console server", cmdServe},
-		"demo":     {"run a demo console with sample tools, logins and an agent", cmdDemo},
-		"digest":   {"print the digest of a proposal", cmdDigest},
-		"validate": {"parse, validate and digest a proposal against a tools file", cmdValidate},
-		"tools":    {"tools lint FILE: check a tools file", cmdTools},
-		"policy":   {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
-		"freeze":   {"stop approvals and redemptions (all, or one tool or actor): the kill switch", cmdFreeze},
-		"unfreeze": {"lift a freeze (admin)", cmdUnfreeze},
-		"keys":     {"keys list|rotate: grant signing keys", cmdKeys},
-		"token":    {"token create|list|revoke: agent API tokens", cmdToken},
-		"user":     {"user add|list|disable: console accounts", cmdUser},
-		"approve":  {"approve a call as an operator", cmdApprove},
-		"deny":     {"deny a call as an operator", cmdDeny},
-		"call":     {"call submit|get|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
-		"audit":    {"audit verify|export: the tamper-evident audit trail", cmdAudit},
+		"serve":      {"run the console server", cmdServe},
+		"demo":       {"run a demo console with sample tools, logins and an agent", cmdDemo},
+		"digest":     {"print the digest of a proposal", cmdDigest},
+		"validate":   {"parse, validate and digest a proposal against a tools file", cmdValidate},
+		"tools":      {"tools lint FILE: check a tools file", cmdTools},
+		"policy":     {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
+		"freeze":     {"stop approvals and redemptions (all, or one tool or actor): the kill switch", cmdFreeze},
+		"unfreeze":   {"lift a freeze (admin)", cmdUnfreeze},
+		"keys":       {"keys list|rotate: grant signing keys", cmdKeys},
+		"token":      {"token create|list|revoke: agent API tokens", cmdToken},
+		"user":       {"user add|list|disable: console accounts", cmdUser},
+		"approve":    {"approve a call as an operator", cmdApprove},
+		"deny":       {"deny a call as an operator", cmdDeny},
+		"call":       {"call submit|get|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
+		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
+		"audit":      {"audit verify|export: the tamper-evident audit trail", cmdAudit},
 	}
 }
 

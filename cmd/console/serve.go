@@ -143,6 +143,7 @@ type serveFlags struct {
 	idle, absolute                  time.Duration
 	trustedProxies, allowedHost     listFlag
 	maxWaits                        int
+	mcp                             mcpFlags
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -174,6 +175,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxWaits, "max-waits-per-token", server.DefaultMaxWaitsPerToken, "how many long-polls one API token may hold open at once; one more is answered 429 too_many_waits")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
+	f.mcp.register(fs)
 }
 
 func cmdServe(ctx context.Context, e *env, args []string) int {
@@ -232,12 +234,21 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	disp, notes := a.dispatcher()
+	gw, _, err := a.gateway(f, publicURL)
+	if err != nil {
+		return err
+	}
+	var mcpHandler http.Handler
+	if gw != nil {
+		mcpHandler = gw
+	}
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
 		Console:       &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
 		Notifications: notes,
+		MCP:           mcpHandler,
 	})
 	if err != nil {
 		return err
@@ -252,6 +263,10 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }()
+	if gw != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); gw.Run(ctx) }()
+	}
 	if disp != nil {
 		srv.Registerer().MustRegister(disp.Collectors()...)
 		// Every commit may have written outbox rows: wake the dispatcher.

@@ -96,6 +96,9 @@ type Gateway struct {
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
 	watch  map[string]map[*sdk.ServerSession]int // call id → sessions told to follow it by URL elicitation
 	runCtx context.Context
+
+	stopped context.Context // done once Run has returned: event streams end
+	stop    context.CancelFunc
 }
 
 // NewGateway builds the gateway's servers, one per upstream.
@@ -126,6 +129,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		upstreams: map[string]*Upstream{}, servers: map[string]*sdk.Server{}, handlers: map[string]http.Handler{},
 		listed: map[string]map[string]string{}, local: map[*sdk.ServerSession]Agent{},
 		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background()}
+	g.stopped, g.stop = context.WithCancel(context.Background())
 	g.origins = http.NewCrossOriginProtection()
 	if cfg.PublicURL != "" {
 		u, err := url.Parse(cfg.PublicURL)
@@ -159,16 +163,23 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 				Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 			})
 		g.servers[name] = srv
-		g.handlers[name] = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
-			&sdk.StreamableHTTPOptions{
+		opts := func(stateless bool) *sdk.StreamableHTTPOptions {
+			return &sdk.StreamableHTTPOptions{
 				Logger:         cfg.Logger,
+				Stateless:      stateless,
 				SessionTimeout: cfg.SessionTimeout,
 				// DESIGN §4's body limit, not the SDK's 4 MiB.
 				MaxRequestBodyBytes: canonical.MaxBodyBytes,
 				// The console checks Host itself (HostChecked); the SDK's
 				// check would refuse a TLS proxy's relayed requests.
 				DisableLocalhostProtection: cfg.HostChecked,
-			})
+			}
+		}
+		get := func(*http.Request) *sdk.Server { return srv }
+		g.handlers[name] = byProtocol{
+			sessions:  sdk.NewStreamableHTTPHandler(get, opts(false)),
+			stateless: sdk.NewStreamableHTTPHandler(get, opts(true)),
+		}
 	}
 	cfg.Catalog.OnChange(g.syncTools)
 	cfg.Queue.Subscribe(g.observe)
@@ -189,6 +200,7 @@ func (g *Gateway) Run(ctx context.Context) {
 	g.mu.Lock()
 	g.runCtx = ctx
 	g.mu.Unlock()
+	defer g.stop()
 	var wg sync.WaitGroup
 	for _, u := range g.upstreams {
 		wg.Add(1)
@@ -369,10 +381,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A held tools/call answers within the hold and the upstream's time;
-	// the standalone event stream (GET) lives as long as its session.
+	// an event stream (GET, or subscriptions/listen from 2026-07-28) lives
+	// as long as its client wants it.
 	rc := http.NewResponseController(w)
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet || r.Header.Get("Mcp-Protocol-Version") >= firstStatelessVersion {
 		_ = rc.SetWriteDeadline(time.Time{})
+		// An event stream would otherwise hold a graceful shutdown until
+		// its drain timeout.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(g.stopped, cancel)()
+		r = r.WithContext(ctx)
 	} else {
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.Hold + g.cfg.ForwardTimeout + 30*time.Second))
 	}
@@ -384,6 +403,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return &auth.TokenInfo{UserID: a.TokenID, Extra: map[string]any{agentKey: a}}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	g.origins.Handler(bind(h)).ServeHTTP(w, r)
+}
+
+// byProtocol sends each request to the handler of its protocol version.
+// Up to 2025-11-25 a client opens a session (initialize), whose
+// capabilities say whether it takes URL elicitation, and whose event
+// stream carries tools/list_changed and elicitation/complete: those
+// sessions live in this process, so replicas need sticky routing by
+// Mcp-Session-Id. From 2026-07-28 every request stands alone (its
+// capabilities travel with it), which the SDK serves only statelessly: any
+// replica can answer.
+type byProtocol struct{ sessions, stateless http.Handler }
+
+// firstStatelessVersion is the first protocol version without sessions.
+const firstStatelessVersion = "2026-07-28"
+
+func (h byProtocol) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Protocol-Version") >= firstStatelessVersion {
+		h.stateless.ServeHTTP(w, r)
+		return
+	}
+	h.sessions.ServeHTTP(w, r)
 }
 
 // writeHTTPError answers with the console's error shape.

@@ -86,6 +86,11 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
+	return newEnvWith(t, o, func(context.Context, string) (mcp.Agent, error) { return mcp.Agent{}, mcp.ErrUnauthorized })
+}
+
+func newEnvWith(t *testing.T, o envOptions, authenticate func(context.Context, string) (mcp.Agent, error)) *env {
+	t.Helper()
 	if o.path == "" {
 		o.path = filepath.Join(t.TempDir(), "countersign.db")
 	}
@@ -123,7 +128,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com",
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": mcp.InMemory(e.upstrm)},
-		Authenticate: func(context.Context, string) (mcp.Agent, error) { return mcp.Agent{}, mcp.ErrUnauthorized }})
+		Authenticate: authenticate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,10 @@ type Config struct {
 	// Notifications, when set, serves the deliveries page's data and Web
 	// Push subscriptions.
 	Notifications *Notifications
+	// MCP serves the MCP gateway at /mcp/{name} (GET, POST and DELETE of
+	// Streamable HTTP); nil serves none. It authenticates its own agent
+	// tokens; the Host check and the security headers apply to it too.
+	MCP http.Handler
 }
 
 // Server is Countersign's HTTP front end.
@@ -157,6 +161,11 @@ func New(cfg Config) (*Server, error) {
 	s.echo = e
 
 	s.routesAPI(e)
+	if cfg.MCP != nil {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			e.Add(m, "/mcp/:name", echo.WrapHandler(cfg.MCP))
+		}
+	}
 	if cfg.Console != nil {
 		c, err := newConsole(s, *cfg.Console)
 		if err != nil {
