@@ -106,6 +106,7 @@ func newEnvWith(t *testing.T, o envOptions, authenticate func(context.Context, s
 	t.Cleanup(func() { d.Close() })
 	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	e.db = d
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	keys, err := grant.OpenKeyring(filepath.Join(filepath.Dir(o.path), "keys"), "countersign", e.clock.Now)
 	if err != nil {
 		t.Fatal(err)
