@@ -22,15 +22,18 @@ import (
 func auditKeyPath(data string) string { return filepath.Join(data, "audit-key") }
 
 const auditUsage = `usage:
-  console audit verify [--data DIR | --file EXPORT] [--checkpoint FILE]...
+  console audit verify [--data DIR] [--file EXPORT] [--checkpoint FILE]...
   console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]
   console audit checkpoint [--data DIR]
+  console audit accept-rollback --as ADMIN [--data DIR]
 
 verify recomputes the hash chain and checks every signed checkpoint; it
 exits 0 when all is intact, 1 on any damage (naming the first bad entry),
 2 on a usage error. export streams the trail; a JSONL export verifies
 offline with verify --file. checkpoint signs the current head now and
-prints it as GET /api/v1/audit/checkpoint would.`
+prints it as GET /api/v1/audit/checkpoint would. accept-rollback accepts a
+database restored from an older copy, which serve refuses: every grant
+issued until then is refused from then on.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -44,6 +47,8 @@ func cmdAudit(ctx context.Context, e *env, args []string) int {
 		return auditExport(ctx, e, args[1:])
 	case "checkpoint":
 		return auditCheckpoint(ctx, e, args[1:])
+	case "accept-rollback":
+		return auditAcceptRollback(ctx, e, args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprintln(e.stderr, auditUsage)
 		return 0

@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
@@ -63,6 +64,7 @@ type app struct {
 	toolsAt  string // the tools file
 	queue    *queue.Service
 	notify   *notifyApp // nil when no notifications are configured
+	mark     *highwater.File
 	log      *slog.Logger
 }
 
@@ -78,6 +80,11 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 	}
 	d, err := openStore(context.Background(), data, dbURL)
 	if err != nil {
+		return nil, err
+	}
+	mark, err := openMark(context.Background(), data, d)
+	if err != nil {
+		d.Close()
 		return nil, err
 	}
 	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
@@ -107,7 +114,7 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 	log.Info("tools file loaded", slog.String("file", toolsAt), slog.String("digest", pol.ToolsDigest()),
 		slog.Int("tools", len(pol.Registry().Names())))
 	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: pol.Registry(), policy: pol,
-		toolsAt: toolsAt, queue: q, notify: n, log: log}, nil
+		toolsAt: toolsAt, queue: q, notify: n, mark: mark, log: log}, nil
 }
 
 // loadPolicy reads the tools file (the flag, else DATA/tools.yaml) and
@@ -127,7 +134,11 @@ func loadPolicy(data, file string) (*policy.Policy, string, error) {
 	return pol, file, nil
 }
 
-func (a *app) Close() error { return a.db.Close() }
+func (a *app) Close() error {
+	err := a.db.Close()
+	a.mark.Close()
+	return err
+}
 
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level

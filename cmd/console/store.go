@@ -33,6 +33,9 @@ type storage interface {
 	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
 	RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger)
 	Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error)
+	AuditHead(ctx context.Context) (int64, string, error)
+	AuditHashAt(ctx context.Context, seq int64) (string, error)
+	OnCommit(fn func(seq int64, head string) error)
 }
 
 // engine is an opened database, SQLite or PostgreSQL, with the stores the

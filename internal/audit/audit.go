@@ -41,6 +41,8 @@ const (
 	KindTokenRevoked      = "token_revoked"
 	KindKeyRotated        = "key_rotated"
 	KindPruned            = "pruned"
+	// KindRollbackAccepted records an older database accepted on purpose.
+	KindRollbackAccepted = "rollback_accepted"
 )
 
 // Channels through which a change arrived.

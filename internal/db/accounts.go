@@ -297,5 +297,5 @@ func (t *storeTx) InsertSecret(name string, value []byte) error {
 // own, for changes recorded outside the queue and the accounts (key
 // rotation).
 func (d *DB) AppendAudit(ctx context.Context, e *audit.Entry) error {
-	return d.update(ctx, func(tx *sql.Tx) error { return appendAudit(ctx, tx, e) })
+	return d.update(ctx, func(tx *sql.Tx) error { return d.appendAudit(ctx, tx, e) })
 }

@@ -44,6 +44,17 @@ type DB struct {
 	now      func() time.Time
 	writeMu  sync.Mutex
 	writer   *sql.Conn // the connection every write runs on; guarded by writeMu
+	// txHead is the audit head the running write transaction appended, if
+	// any; guarded by writeMu.
+	txHead commitHead
+	// onCommit, when set, runs after every commit that appended audit
+	// entries, with the chain's new head, before the write returns.
+	onCommit func(seq int64, head string) error
+}
+
+type commitHead struct {
+	seq  int64
+	hash string
 }
 
 // ErrReplaced is store.ErrReplaced: the database file was removed or
@@ -105,6 +116,18 @@ func Open(path string) (*DB, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// OnCommit sets fn to run after every write transaction that appended
+// audit entries has committed, with the chain's new head, before the write
+// returns to its caller: once per commit, however many entries or
+// redemptions the commit holds. An error from fn is returned by the write
+// (its changes are committed, but nothing is acknowledged). Set it before
+// any write runs; nil turns it off.
+func (d *DB) OnCommit(fn func(seq int64, head string) error) {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	d.onCommit = fn
 }
 
 // Close closes the database.

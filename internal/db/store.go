@@ -63,6 +63,7 @@ func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 	if err := d.checkIdentity(ctx, tx); err != nil {
 		return err
 	}
+	d.txHead = commitHead{}
 	if err := fn(tx); err != nil {
 		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 			d.discardWriter()
@@ -74,6 +75,11 @@ func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
 		// end; never reuse it.
 		d.discardWriter()
 		return classify(fmt.Errorf("db: commit: %w", err))
+	}
+	if d.onCommit != nil && d.txHead.seq > 0 {
+		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
+			return fmt.Errorf("db: committed, but not acknowledged: %w", err)
+		}
 	}
 	return nil
 }
@@ -304,13 +310,13 @@ func (t *storeTx) SetRetry(actor, tool string, st queue.RetryState) error {
 }
 
 func (t *storeTx) Append(e *audit.Entry) error {
-	return appendAudit(t.ctx, t.tx, e)
+	return t.db.appendAudit(t.ctx, t.tx, e)
 }
 
 // appendAudit seals e onto the chain inside tx. Because the entry is written
 // by the same transaction as the change it records, a crash leaves both or
 // neither.
-func appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
+func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
 	var seq int64
 	var prev string
 	err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
@@ -329,6 +335,7 @@ func appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
 	if err != nil {
 		return fmt.Errorf("db: append audit entry: %w", err)
 	}
+	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	return nil
 }
 

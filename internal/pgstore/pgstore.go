@@ -76,6 +76,22 @@ type DB struct {
 	// publish them a second time; guarded by mu.
 	mu    sync.Mutex
 	local map[int64]struct{}
+
+	// commitMu orders this process's commits with their onCommit calls;
+	// the chain head lock already orders the commits themselves.
+	commitMu sync.Mutex
+	onCommit func(seq int64, head string) error
+}
+
+// OnCommit sets fn to run after every write transaction that appended
+// audit entries has committed, with the chain's new head, before the write
+// returns: once per commit, in commit order. An error from fn is returned
+// by the write (committed, but not acknowledged). Set it before any write
+// runs.
+func (d *DB) OnCommit(fn func(seq int64, head string) error) {
+	d.commitMu.Lock()
+	defer d.commitMu.Unlock()
+	d.onCommit = fn
 }
 
 // Options tune Open.
@@ -248,10 +264,20 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	if err := t.notify(); err != nil {
 		return classify(err)
 	}
+	d.commitMu.Lock()
 	if err := tx.Commit(ctx); err != nil {
+		d.commitMu.Unlock()
 		// A commit whose answer was lost may or may not have happened;
 		// either way nothing is acknowledged.
 		return classify(fmt.Errorf("pgstore: commit: %w", err))
+	}
+	var hookErr error
+	if d.onCommit != nil && len(t.versions) > 0 {
+		hookErr = d.onCommit(t.headSeq, t.headHash)
+	}
+	d.commitMu.Unlock()
+	if hookErr != nil {
+		return fmt.Errorf("pgstore: committed, but not acknowledged: %w", hookErr)
 	}
 	if len(t.versions) > 0 {
 		d.mu.Lock()

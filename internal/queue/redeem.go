@@ -136,16 +136,30 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 				// A validly signed grant that this database did not issue
 				// for this call: refuse as revoked.
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-			case c.Status != StatusApproved && c.Status != StatusRedeemed:
+			case c.Status == StatusRedeemed:
+				// Redeemed already, whatever the nonce ledger says: a call
+				// row that says so is enough to refuse a replay, even where
+				// the ledger row went missing.
+				res.Set(grant.StepStatus, true, "")
+				res.Set(grant.StepNonce, false, grant.ReasonReplayed)
+			case c.Status != StatusApproved:
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case s.ToolChanged(c):
 				res.Set(grant.StepStatus, false, grant.ReasonToolChanged)
 			default:
+				cut, err := tx.LastRollback()
+				if err != nil {
+					return err
+				}
 				f, err := frozen(tx, c.Tool, c.Actor)
 				if err != nil {
 					return err
 				}
-				if f != nil {
+				if !cut.IsZero() && res.Claims.IssuedAt <= cut.Unix() {
+					// Issued before a rollback was accepted: the restored
+					// database cannot know whether it was redeemed.
+					res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+				} else if f != nil {
 					res.Set(grant.StepStatus, false, grant.ReasonFrozen)
 					out.Freeze = f
 				} else {

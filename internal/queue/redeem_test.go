@@ -237,3 +237,25 @@ func TestInformationalMembersAreValidated(t *testing.T) {
 		t.Fatalf("exact Redeem after the refusals: %v %s", err, checks(r))
 	}
 }
+
+// TestRedeemRefusesRedeemedStatus: a call whose status is already redeemed
+// is refused as replayed even when its nonce ledger row is missing (a
+// restored or edited database), and nothing changes.
+func TestRedeemRefusesRedeemedStatus(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := MustApproved(t, e)
+	if r, err := e.q.Redeem(ctx, agent, exactBody(c)); err != nil || !r.Accepted {
+		t.Fatalf("first Redeem: %v %s", err, checks(r))
+	}
+	if _, err := e.db.SQL().Exec(`DELETE FROM redemptions WHERE call_id = ?`, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.q.Redeem(ctx, agent, exactBody(c))
+	if err != nil || r.Accepted || r.Reason != "replayed" {
+		t.Fatalf("Redeem of a redeemed call without its ledger row: %v accepted=%v reason %q, want replayed", err, r != nil && r.Accepted, r.Reason)
+	}
+	if n := countLedger(t, e.db); n != 0 {
+		t.Errorf("ledger rows = %d, want 0: the refusal consumed something", n)
+	}
+}

@@ -65,6 +65,24 @@ type Tx interface {
 	// after commit. A notice whose event id and channel are already there
 	// is ignored.
 	Enqueue(ns []Notice) error
+	// InsertRollback records a rollback accepted on purpose.
+	InsertRollback(r Rollback) error
+	// LastRollback returns when the latest rollback was accepted (zero when
+	// none was): grants issued at or before then are refused.
+	LastRollback() (time.Time, error)
+}
+
+// Rollback is an older database accepted on purpose: the data directory's
+// high-water mark (MarkSeq, MarkHead) was ahead of the database's chain
+// (DBSeq, DBHead). Every grant issued at or before AcceptedAt is refused at
+// redemption, since the database no longer knows which were redeemed.
+type Rollback struct {
+	AcceptedAt time.Time
+	AcceptedBy string
+	MarkSeq    int64
+	MarkHead   string
+	DBSeq      int64
+	DBHead     string
 }
 
 // RetryState counts an (actor, tool) pair's content rejections in a row.

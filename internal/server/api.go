@@ -105,6 +105,9 @@ func toAPIError(err error) *APIError {
 	case errors.Is(err, store.ErrReplaced):
 		return newAPIError(http.StatusServiceUnavailable, "unavailable",
 			"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.")
+	case errors.Is(err, store.ErrRolledBack):
+		return newAPIError(http.StatusServiceUnavailable, "unavailable",
+			"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.")
 	case errors.Is(err, store.ErrUnavailable):
 		return newAPIError(http.StatusServiceUnavailable, "unavailable",
 			"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.")

@@ -15,3 +15,9 @@ var ErrReplaced = errors.New("store: the database was removed or replaced while 
 // ErrUnavailable wraps storage failures that a client may retry later (disk
 // full, read-only file, locked too long, connection lost).
 var ErrUnavailable = errors.New("store: storage unavailable")
+
+// ErrRolledBack is returned by a write whose commit left the audit chain
+// behind the data directory's high-water mark (or on another history): the
+// database was rolled back or replaced under the running console. The
+// write was committed but is not acknowledged.
+var ErrRolledBack = errors.New("store: the database's audit chain went back behind this data directory's high-water mark")

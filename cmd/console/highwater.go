@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/highwater"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// markPath is the data directory's high-water mark of the audit chain.
+func markPath(data string) string { return filepath.Join(data, "audit-mark") }
+
+// chainHead is the database's audit chain head as a mark.
+func chainHead(ctx context.Context, d *engine) (highwater.Mark, error) {
+	seq, head, err := d.AuditHead(ctx)
+	if err != nil {
+		return highwater.Mark{}, err
+	}
+	if seq == 0 {
+		head = ""
+	}
+	return highwater.Mark{Seq: seq, Head: head}, nil
+}
+
+// openMark opens the data directory's high-water mark, refuses a database
+// whose audit chain does not contain it, and has every commit from here on
+// advance it before the commit is acknowledged.
+func openMark(ctx context.Context, data string, d *engine) (*highwater.File, error) {
+	hw, err := highwater.Open(markPath(data), d.Identity())
+	if err != nil {
+		return nil, err
+	}
+	head, err := chainHead(ctx, d)
+	if err == nil {
+		err = highwater.Check(hw.Mark(), head, func(seq int64) (string, error) { return d.AuditHashAt(ctx, seq) })
+	}
+	var be *highwater.BehindError
+	if errors.As(err, &be) {
+		hw.Close()
+		return nil, fmt.Errorf("%v. The database was restored from an older copy (or replaced), and grants redeemed since then "+
+			"could redeem again. Restore the newer database, or accept this one on purpose: "+
+			"console audit accept-rollback --as ADMIN --data %s (every grant issued until then is refused)", err, data)
+	}
+	if err == nil {
+		err = hw.Advance(head)
+	}
+	if err != nil {
+		hw.Close()
+		return nil, err
+	}
+	d.OnCommit(func(seq int64, head string) error { return hw.Advance(highwater.Mark{Seq: seq, Head: head}) })
+	return hw, nil
+}
+
+// auditAcceptRollback accepts a database that is behind the data
+// directory's high-water mark, in the name of an enabled admin, audited:
+// every grant issued until now is refused from then on, and the mark is
+// set to the database's chain.
+func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("audit accept-rollback", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
+	as := fs.String("as", "", "the admin account accepting the rollback (required)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *as == "" {
+		fmt.Fprintln(e.stderr, "usage: console audit accept-rollback --as ADMIN [--data DIR] [--db URL]")
+		return 2
+	}
+	dir := dataDir(e, *data)
+	d, err := openExisting(ctx, dir, databaseURL(e, *dbURL))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %v\n", err)
+		return 1
+	}
+	defer d.Close()
+	hw, err := highwater.Open(markPath(dir), d.Identity())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %v\n", err)
+		return 1
+	}
+	defer hw.Close()
+	head, err := chainHead(ctx, d)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %v\n", err)
+		return 1
+	}
+	mark := hw.Mark()
+	var be *highwater.BehindError
+	err = highwater.Check(mark, head, func(seq int64) (string, error) { return d.AuditHashAt(ctx, seq) })
+	if err == nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: the database's chain (%s) contains this data directory's mark (%s): there is no rollback to accept\n", head, mark)
+		return 1
+	}
+	if !errors.As(err, &be) {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %v\n", err)
+		return 1
+	}
+	q := queue.NewService(queue.Config{Store: d.queue})
+	err = q.AcceptRollback(ctx, *as, audit.ChannelCLI, queue.Rollback{MarkSeq: mark.Seq, MarkHead: mark.Head, DBSeq: head.Seq, DBHead: head.Head})
+	if errors.Is(err, queue.ErrNotAdmin) {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %s is not an enabled admin account; only an admin may accept a rollback\n", *as)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: %v\n", err)
+		return 1
+	}
+	now, err := chainHead(ctx, d)
+	if err == nil {
+		err = hw.Reset(now)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit accept-rollback: accepted, but the mark could not be reset: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "accepted: the database ends at %s, behind %s; every grant issued until now is refused at redemption, and the mark is now %s\n",
+		head, mark, now)
+	return 0
+}

@@ -1,0 +1,42 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/queue"
+)
+
+func (t *storeTx) InsertRollback(r queue.Rollback) error {
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO rollbacks (accepted_at, accepted_by, mark_seq, mark_head, db_seq, db_head)
+		VALUES (?,?,?,?,?,?)`, ms(r.AcceptedAt), r.AcceptedBy, r.MarkSeq, r.MarkHead, r.DBSeq, r.DBHead)
+	if err != nil {
+		return fmt.Errorf("db: record rollback: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) LastRollback() (time.Time, error) {
+	var at sql.NullInt64
+	if err := t.tx.QueryRowContext(t.ctx, `SELECT MAX(accepted_at) FROM rollbacks`).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("db: read rollbacks: %w", err)
+	}
+	return fromMS(at), nil
+}
+
+// AuditHashAt returns the hash of audit entry seq, or an error wrapping
+// sql.ErrNoRows when there is none.
+func (d *DB) AuditHashAt(ctx context.Context, seq int64) (string, error) {
+	var h string
+	err := d.sql.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("db: no audit entry %d: %w", seq, err)
+	}
+	if err != nil {
+		return "", classify(fmt.Errorf("db: read audit entry %d: %w", seq, err))
+	}
+	return h, nil
+}
