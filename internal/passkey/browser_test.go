@@ -200,11 +200,11 @@ func TestBrowserCeremonies(t *testing.T) {
 	}
 
 	// Register.
-	opts, id, err := svc.BeginRegistration(user)
+	opts, id, err := svc.BeginRegistration(context.Background(), user)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := svc.FinishRegistration(id, user, "virtual key", p.create(opts))
+	cred, err := svc.FinishRegistration(context.Background(), id, user, "virtual key", p.create(opts))
 	if err != nil {
 		t.Fatalf("register: %v", err)
 	}
@@ -217,21 +217,19 @@ func TestBrowserCeremonies(t *testing.T) {
 	binding := Binding{CallID: "c_01", Digest: strings.Repeat("ab", 32), Operator: "alice"}
 	ceremony := func(name string, b Binding) (string, []byte) {
 		t.Helper()
-		opts, id, err := svc.BeginApproval(user, b)
+		opts, id, err := svc.BeginApproval(context.Background(), user, b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp := p.get(opts)
-		svc.mu.Lock()
-		sd := svc.ceremonies[id].session
-		svc.mu.Unlock()
+		sd := peekSession(t, svc, id)
 		rec.Assertions = append(rec.Assertions, recorded{Name: name, Binding: b, Session: sd, Response: resp})
 		return id, resp
 	}
 
 	t.Run("approve", func(t *testing.T) {
 		id, resp := ceremony("approve", binding)
-		a, err := svc.FinishApproval(id, user, binding, resp)
+		a, err := svc.FinishApproval(context.Background(), id, user, binding, resp)
 		if err != nil {
 			t.Fatalf("approve: %v", err)
 		}
@@ -243,7 +241,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		}
 		user.Credentials = []Credential{a.Credential}
 		// A second finish with the same session data approves nothing.
-		_, err = svc.FinishApproval(id, user, binding, resp)
+		_, err = svc.FinishApproval(context.Background(), id, user, binding, resp)
 		wantReason(t, err, ReasonCeremony)
 	})
 
@@ -251,7 +249,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		p.override(true, false)
 		defer p.override(false, false)
 		id, resp := ceremony("uv_missing", binding)
-		_, err := svc.FinishApproval(id, user, binding, resp)
+		_, err := svc.FinishApproval(context.Background(), id, user, binding, resp)
 		wantReason(t, err, ReasonUserVerification)
 	})
 
@@ -259,7 +257,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		p.override(false, true)
 		defer p.override(false, false)
 		id, resp := ceremony("bogus_signature", binding)
-		_, err := svc.FinishApproval(id, user, binding, resp)
+		_, err := svc.FinishApproval(context.Background(), id, user, binding, resp)
 		wantReason(t, err, ReasonSignature)
 	})
 
@@ -269,7 +267,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		c.Authenticator.SignCount += 1000
 		ahead.Credentials = []Credential{c}
 		id, resp := ceremony("sign_count_backwards", binding)
-		_, err := svc.FinishApproval(id, ahead, binding, resp)
+		_, err := svc.FinishApproval(context.Background(), id, ahead, binding, resp)
 		wantReason(t, err, ReasonSignCount)
 	})
 
@@ -277,7 +275,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		id, resp := ceremony("call_changed", binding)
 		changed := binding
 		changed.Digest = strings.Repeat("cd", 32)
-		_, err := svc.FinishApproval(id, user, changed, resp)
+		_, err := svc.FinishApproval(context.Background(), id, user, changed, resp)
 		wantReason(t, err, ReasonCallChanged)
 	})
 
@@ -286,7 +284,7 @@ func TestBrowserCeremonies(t *testing.T) {
 		id, resp := ceremony("approve_other_call", other)
 		// Signed for c_02; presented as the approval of c_01's ceremony is
 		// impossible (ceremonies are keyed), so check the evidence instead:
-		a, err := svc.FinishApproval(id, user, other, resp)
+		a, err := svc.FinishApproval(context.Background(), id, user, other, resp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,11 +318,11 @@ func TestBrowserZeroSignCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := User{Handle: NewHandle(), Name: "bob"}
-	opts, id, err := svc.BeginRegistration(user)
+	opts, id, err := svc.BeginRegistration(context.Background(), user)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := svc.FinishRegistration(id, user, "synced", p.create(opts))
+	cred, err := svc.FinishRegistration(context.Background(), id, user, "synced", p.create(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,11 +350,11 @@ func TestBrowserZeroSignCount(t *testing.T) {
 	user.Credentials = []Credential{cred}
 	b := Binding{CallID: "c_9", Digest: strings.Repeat("0f", 32), Operator: "bob"}
 	for i := 0; i < 2; i++ {
-		opts, id, err := svc.BeginApproval(user, b)
+		opts, id, err := svc.BeginApproval(context.Background(), user, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := svc.FinishApproval(id, user, b, p.get(opts))
+		a, err := svc.FinishApproval(context.Background(), id, user, b, p.get(opts))
 		if err != nil {
 			t.Fatalf("approval %d with counter 0 after 0: %v", i+1, err)
 		}

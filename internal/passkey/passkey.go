@@ -2,23 +2,27 @@ package passkey
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/go-webauthn/webauthn/protocol"
 	"github.com/go-webauthn/webauthn/webauthn"
+
+	"github.com/countersign/countersign/internal/oneshot"
 )
 
 // CeremonyTTL is how long a begun registration or approval may take to
 // finish; its session data is gone after that, and after its first use.
 const CeremonyTTL = 2 * time.Minute
 
-// MaxCeremonies bounds the ceremonies under way at once in one process.
+// MaxCeremonies bounds the ceremonies under way at once in the default
+// in-memory store.
 const MaxCeremonies = 10000
 
 // MaxNameLen bounds a passkey's name.
@@ -35,6 +39,10 @@ type Config struct {
 	Origins []string
 	// Now is the clock for ceremony lifetimes.
 	Now func() time.Time
+	// Ceremonies keeps the session data of ceremonies under way. Behind
+	// several replicas it must be shared (the database); nil keeps them
+	// in this process's memory, at most MaxCeremonies at once.
+	Ceremonies oneshot.Store
 }
 
 // User is an operator as the ceremonies need them.
@@ -74,16 +82,14 @@ func (w waUser) WebAuthnCredentials() []webauthn.Credential {
 }
 
 // Service runs registration and approval ceremonies. Safe for concurrent
-// use. The session data of a ceremony lives in this process's memory: a
-// ceremony begun on one replica must finish on the same one.
+// use. The session data of a ceremony lives in Config.Ceremonies: with a
+// shared store, a ceremony begun on one replica finishes on any other.
 type Service struct {
-	wa      *webauthn.WebAuthn
-	rpID    string
-	origins []string
-	now     func() time.Time
-
-	mu         sync.Mutex
-	ceremonies map[string]ceremony
+	wa         *webauthn.WebAuthn
+	rpID       string
+	origins    []string
+	now        func() time.Time
+	ceremonies oneshot.Store
 }
 
 type kind int
@@ -93,13 +99,12 @@ const (
 	kindApprove
 )
 
-// ceremony is one begun registration or approval, keyed by a random id.
+// ceremony is one begun registration or approval, kept under a random id.
 type ceremony struct {
-	kind    kind
-	handle  []byte
-	binding Binding // approvals only
-	session webauthn.SessionData
-	expires time.Time
+	Kind    kind                 `json:"kind"`
+	Handle  []byte               `json:"handle"`
+	Binding Binding              `json:"binding"` // approvals only
+	Session webauthn.SessionData `json:"session"`
 }
 
 // New returns a Service for one relying party.
@@ -119,6 +124,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Ceremonies == nil {
+		cfg.Ceremonies = oneshot.NewMemory(MaxCeremonies, cfg.Now)
+	}
 	wa, err := webauthn.New(&webauthn.Config{
 		RPID: cfg.RPID, RPDisplayName: cfg.RPName, RPOrigins: cfg.Origins,
 		AuthenticatorSelection: protocol.AuthenticatorSelection{
@@ -130,7 +138,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("passkey: %w", err)
 	}
-	return &Service{wa: wa, rpID: cfg.RPID, origins: cfg.Origins, now: cfg.Now, ceremonies: map[string]ceremony{}}, nil
+	return &Service{wa: wa, rpID: cfg.RPID, origins: cfg.Origins, now: cfg.Now, ceremonies: cfg.Ceremonies}, nil
 }
 
 // RPID returns the relying party id.
@@ -148,7 +156,7 @@ func NewHandle() []byte {
 // BeginRegistration starts registering a new passkey for u. The options go
 // to navigator.credentials.create; the ceremony id comes back with the
 // browser's answer.
-func (s *Service) BeginRegistration(u User) (*protocol.CredentialCreation, string, error) {
+func (s *Service) BeginRegistration(ctx context.Context, u User) (*protocol.CredentialCreation, string, error) {
 	if len(u.Handle) == 0 || len(u.Handle) > 64 {
 		return nil, "", errors.New("passkey: the user handle must be 1 to 64 bytes")
 	}
@@ -160,7 +168,7 @@ func (s *Service) BeginRegistration(u User) (*protocol.CredentialCreation, strin
 	if err != nil {
 		return nil, "", fmt.Errorf("passkey: begin registration: %w", err)
 	}
-	id, err := s.put(ceremony{kind: kindRegister, handle: u.Handle, session: *sd})
+	id, err := s.put(ctx, ceremony{Kind: kindRegister, Handle: u.Handle, Session: *sd})
 	if err != nil {
 		return nil, "", err
 	}
@@ -169,11 +177,11 @@ func (s *Service) BeginRegistration(u User) (*protocol.CredentialCreation, strin
 
 // FinishRegistration checks the browser's answer to BeginRegistration
 // (user verification required) and returns the new credential named name.
-func (s *Service) FinishRegistration(id string, u User, name string, response []byte) (Credential, error) {
+func (s *Service) FinishRegistration(ctx context.Context, id string, u User, name string, response []byte) (Credential, error) {
 	if err := CheckName(name); err != nil {
 		return Credential{}, err
 	}
-	c, err := s.take(id, kindRegister, u.Handle)
+	c, err := s.take(ctx, id, kindRegister, u.Handle)
 	if err != nil {
 		return Credential{}, err
 	}
@@ -189,7 +197,7 @@ func (s *Service) FinishRegistration(id string, u User, name string, response []
 			return Credential{}, refuse(ReasonCredential, "this passkey is already registered", nil)
 		}
 	}
-	wc, err := s.wa.CreateCredential(waUser{u}, c.session, parsed)
+	wc, err := s.wa.CreateCredential(waUser{u}, c.Session, parsed)
 	if err != nil {
 		return Credential{}, refuse(ReasonVerification, "the registration did not verify", err)
 	}
@@ -212,7 +220,7 @@ func CheckName(name string) error {
 
 // BeginApproval starts approving the call of b with one of u's passkeys.
 // The options go to navigator.credentials.get.
-func (s *Service) BeginApproval(u User, b Binding) (*protocol.CredentialAssertion, string, error) {
+func (s *Service) BeginApproval(ctx context.Context, u User, b Binding) (*protocol.CredentialAssertion, string, error) {
 	if b.Operator != u.Name {
 		return nil, "", fmt.Errorf("passkey: binding names operator %q, not %q", b.Operator, u.Name)
 	}
@@ -228,7 +236,7 @@ func (s *Service) BeginApproval(u User, b Binding) (*protocol.CredentialAssertio
 	if err != nil {
 		return nil, "", fmt.Errorf("passkey: begin approval: %w", err)
 	}
-	id, err := s.put(ceremony{kind: kindApprove, handle: u.Handle, binding: b, session: *sd})
+	id, err := s.put(ctx, ceremony{Kind: kindApprove, Handle: u.Handle, Binding: b, Session: *sd})
 	if err != nil {
 		return nil, "", err
 	}
@@ -250,12 +258,12 @@ type Approval struct {
 // binding of the call as it stands (re-read by the caller): a call whose
 // digest changed since the ceremony began approves nothing. The ceremony
 // is used up whatever the outcome.
-func (s *Service) FinishApproval(id string, u User, now Binding, response []byte) (Approval, error) {
-	c, err := s.take(id, kindApprove, u.Handle)
+func (s *Service) FinishApproval(ctx context.Context, id string, u User, now Binding, response []byte) (Approval, error) {
+	c, err := s.take(ctx, id, kindApprove, u.Handle)
 	if err != nil {
 		return Approval{}, err
 	}
-	if c.binding != now {
+	if c.Binding != now {
 		return Approval{}, refuse(ReasonCallChanged, "the call, its digest or the operator changed since the passkey prompt opened; reload the call and approve again", nil)
 	}
 	parsed, err := protocol.ParseCredentialRequestResponseBytes(response)
@@ -266,7 +274,7 @@ func (s *Service) FinishApproval(id string, u User, now Binding, response []byte
 		return Approval{}, refuse(ReasonUserVerification, "the authenticator did not verify the user (PIN or biometrics); an approval needs it", nil)
 	}
 	cd := parsed.Response.CollectedClientData
-	if cd.Challenge != c.session.Challenge {
+	if cd.Challenge != c.Session.Challenge {
 		return Approval{}, refuse(ReasonChallenge, "the signed challenge is not the one issued for this approval", nil)
 	}
 	got, err := decodeB64(cd.Challenge)
@@ -285,7 +293,7 @@ func (s *Service) FinishApproval(id string, u User, now Binding, response []byte
 	if stored == nil {
 		return Approval{}, refuse(ReasonCredential, "the passkey used is not one of yours (it may have been removed)", nil)
 	}
-	wc, err := s.wa.ValidateLogin(waUser{u}, c.session, parsed)
+	wc, err := s.wa.ValidateLogin(waUser{u}, c.Session, parsed)
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) && pe.Type == protocol.ErrAssertionSignature.Type {
@@ -331,42 +339,46 @@ func decodeB64(s string) ([]byte, error) {
 	return base64.RawURLEncoding.DecodeString(s)
 }
 
-func (s *Service) put(c ceremony) (string, error) {
+func (s *Service) put(ctx context.Context, c ceremony) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	id := base64.RawURLEncoding.EncodeToString(b[:])
-	now := s.now()
-	c.expires = now.Add(CeremonyTTL)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, e := range s.ceremonies {
-		if !now.Before(e.expires) {
-			delete(s.ceremonies, k)
+	data, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	if err := s.ceremonies.Put(ctx, id, data, s.now().Add(CeremonyTTL)); err != nil {
+		if errors.Is(err, oneshot.ErrFull) {
+			return "", errors.New("passkey: too many passkey prompts open; try again in a minute")
 		}
+		return "", fmt.Errorf("passkey: keep the prompt under way: %w", err)
 	}
-	if len(s.ceremonies) >= MaxCeremonies {
-		return "", errors.New("passkey: too many passkey prompts open; try again in a minute")
-	}
-	s.ceremonies[id] = c
 	return id, nil
 }
 
 // take removes and returns a ceremony: whatever happens next, it cannot be
 // finished twice.
-func (s *Service) take(id string, k kind, handle []byte) (ceremony, error) {
-	s.mu.Lock()
-	c, ok := s.ceremonies[id]
-	delete(s.ceremonies, id)
-	s.mu.Unlock()
-	if !ok || c.kind != k {
+func (s *Service) take(ctx context.Context, id string, k kind, handle []byte) (ceremony, error) {
+	data, expires, err := s.ceremonies.Take(ctx, id)
+	if errors.Is(err, oneshot.ErrNotFound) {
 		return ceremony{}, refuse(ReasonCeremony, "the passkey prompt is unknown or already used; start again", nil)
 	}
-	if !s.now().Before(c.expires) {
+	if err != nil {
+		return ceremony{}, fmt.Errorf("passkey: read the prompt under way: %w", err)
+	}
+	var c ceremony
+	if err := json.Unmarshal(data, &c); err != nil {
+		return ceremony{}, fmt.Errorf("passkey: read the prompt under way: %w", err)
+	}
+	if c.Kind != k {
+		return ceremony{}, refuse(ReasonCeremony, "the passkey prompt is unknown or already used; start again", nil)
+	}
+	if !s.now().Before(expires) {
 		return ceremony{}, refuse(ReasonCeremony, "the passkey prompt was open longer than "+CeremonyTTL.String()+"; start again", nil)
 	}
-	if !bytes.Equal(c.handle, handle) {
+	if !bytes.Equal(c.Handle, handle) {
 		return ceremony{}, refuse(ReasonCeremony, "the passkey prompt was opened by another operator", nil)
 	}
 	return c, nil

@@ -1,6 +1,7 @@
 package passkey
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -67,9 +68,7 @@ func newReplay(t *testing.T) *replay {
 // begin installs a recorded ceremony as if BeginApproval had issued it.
 func (r *replay) begin(a recorded, binding Binding) string {
 	id := strings.Repeat("x", 8) + a.Name + binding.CallID
-	r.svc.mu.Lock()
-	r.svc.ceremonies[id] = ceremony{kind: kindApprove, handle: r.user.Handle, binding: binding, session: a.Session, expires: r.now.Add(CeremonyTTL)}
-	r.svc.mu.Unlock()
+	install(r.svc, id, ceremony{Kind: kindApprove, Handle: r.user.Handle, Binding: binding, Session: a.Session}, r.now.Add(CeremonyTTL))
 	return id
 }
 
@@ -84,7 +83,7 @@ func (r *replay) withCount(n uint32) User {
 func TestReplayApprove(t *testing.T) {
 	r := newReplay(t)
 	a := r.rec.assertion(t, "approve")
-	ap, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, a.Binding, a.Response)
+	ap, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, a.Binding, a.Response)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +109,7 @@ func TestReplayRefusals(t *testing.T) {
 	var approveCount uint32
 	{
 		r := newReplay(t)
-		ap, err := r.svc.FinishApproval(r.begin(approve, approve.Binding), r.user, approve.Binding, approve.Response)
+		ap, err := r.svc.FinishApproval(context.Background(), r.begin(approve, approve.Binding), r.user, approve.Binding, approve.Response)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,74 +123,74 @@ func TestReplayRefusals(t *testing.T) {
 	}{
 		{"user verification missing", func(r *replay) error {
 			a := rec.assertion(t, "uv_missing")
-			_, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, a.Binding, a.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, a.Binding, a.Response)
 			return err
 		}, ReasonUserVerification},
 		{"bogus signature", func(r *replay) error {
 			a := rec.assertion(t, "bogus_signature")
-			_, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, a.Binding, a.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, a.Binding, a.Response)
 			return err
 		}, ReasonSignature},
 		{"sign count backwards", func(r *replay) error {
-			_, err := r.svc.FinishApproval(r.begin(approve, approve.Binding), r.withCount(approveCount+1), approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(approve, approve.Binding), r.withCount(approveCount+1), approve.Binding, approve.Response)
 			return err
 		}, ReasonSignCount},
 		{"sign count equal above zero", func(r *replay) error {
-			_, err := r.svc.FinishApproval(r.begin(approve, approve.Binding), r.withCount(approveCount), approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(approve, approve.Binding), r.withCount(approveCount), approve.Binding, approve.Response)
 			return err
 		}, ReasonSignCount},
 		{"call changed between begin and finish", func(r *replay) error {
 			a := rec.assertion(t, "call_changed")
 			changed := a.Binding
 			changed.Digest = strings.Repeat("cd", 32)
-			_, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, changed, a.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, changed, a.Response)
 			return err
 		}, ReasonCallChanged},
 		{"challenge signed for another call", func(r *replay) error {
 			// The ceremony claims c_01, the authenticator signed c_02's challenge.
-			_, err := r.svc.FinishApproval(r.begin(other, approve.Binding), r.user, approve.Binding, other.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(other, approve.Binding), r.user, approve.Binding, other.Response)
 			return err
 		}, ReasonChallenge},
 		{"challenge not issued by us", func(r *replay) error {
 			a := approve
 			a.Session.Challenge = other.Session.Challenge
-			_, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, a.Binding, a.Response)
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, a.Binding, a.Response)
 			return err
 		}, ReasonChallenge},
 		{"ceremony expired", func(r *replay) error {
 			id := r.begin(approve, approve.Binding)
 			r.now = r.now.Add(CeremonyTTL)
-			_, err := r.svc.FinishApproval(id, r.user, approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), id, r.user, approve.Binding, approve.Response)
 			return err
 		}, ReasonCeremony},
 		{"finished twice", func(r *replay) error {
 			id := r.begin(approve, approve.Binding)
-			if _, err := r.svc.FinishApproval(id, r.user, approve.Binding, approve.Response); err != nil {
+			if _, err := r.svc.FinishApproval(context.Background(), id, r.user, approve.Binding, approve.Response); err != nil {
 				return err
 			}
-			_, err := r.svc.FinishApproval(id, r.user, approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), id, r.user, approve.Binding, approve.Response)
 			return err
 		}, ReasonCeremony},
 		{"another operator finishes", func(r *replay) error {
 			id := r.begin(approve, approve.Binding)
 			mallory := r.user
 			mallory.Handle = NewHandle()
-			_, err := r.svc.FinishApproval(id, mallory, approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), id, mallory, approve.Binding, approve.Response)
 			return err
 		}, ReasonCeremony},
 		{"passkey removed", func(r *replay) error {
 			id := r.begin(approve, approve.Binding)
 			u := r.user
 			u.Credentials = nil
-			_, err := r.svc.FinishApproval(id, u, approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), id, u, approve.Binding, approve.Response)
 			return err
 		}, ReasonCredential},
 		{"unknown ceremony", func(r *replay) error {
-			_, err := r.svc.FinishApproval("nope", r.user, approve.Binding, approve.Response)
+			_, err := r.svc.FinishApproval(context.Background(), "nope", r.user, approve.Binding, approve.Response)
 			return err
 		}, ReasonCeremony},
 		{"malformed answer", func(r *replay) error {
-			_, err := r.svc.FinishApproval(r.begin(approve, approve.Binding), r.user, approve.Binding, []byte(`{"id":"x"}`))
+			_, err := r.svc.FinishApproval(context.Background(), r.begin(approve, approve.Binding), r.user, approve.Binding, []byte(`{"id":"x"}`))
 			return err
 		}, ReasonMalformed},
 	}
@@ -206,7 +205,7 @@ func approvedEvidence(t *testing.T) Evidence {
 	t.Helper()
 	r := newReplay(t)
 	a := r.rec.assertion(t, "approve")
-	ap, err := r.svc.FinishApproval(r.begin(a, a.Binding), r.user, a.Binding, a.Response)
+	ap, err := r.svc.FinishApproval(context.Background(), r.begin(a, a.Binding), r.user, a.Binding, a.Response)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,4 +405,22 @@ func TestNewRefusesOriginOffRPID(t *testing.T) {
 	if _, err := New(Config{RPID: "example.com", Origins: []string{"https://badexample.com"}}); err == nil {
 		t.Error("a look-alike suffix was accepted")
 	}
+}
+
+// Two services over one ceremony store are two replicas: a prompt opened on
+// one is finished on the other, and only once.
+func TestReplayFinishOnAnotherReplica(t *testing.T) {
+	r := newReplay(t)
+	other, err := New(Config{RPID: r.rec.RPID, Origins: []string{r.rec.Origin}, Now: func() time.Time { return r.now },
+		Ceremonies: r.svc.ceremonies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.rec.assertion(t, "approve")
+	id := r.begin(a, a.Binding)
+	if _, err := other.FinishApproval(context.Background(), id, r.user, a.Binding, a.Response); err != nil {
+		t.Fatalf("finish on the other replica: %v", err)
+	}
+	_, err = r.svc.FinishApproval(context.Background(), id, r.user, a.Binding, a.Response)
+	wantReason(t, err, ReasonCeremony)
 }

@@ -19,14 +19,15 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"encoding/json"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/oneshot"
 )
 
 // PrincipalPrefix starts every single-sign-on principal:
@@ -36,8 +37,8 @@ const PrincipalPrefix = "oidc:"
 // FlowTTL is how long a started login may take to come back.
 const FlowTTL = 10 * time.Minute
 
-// MaxFlows bounds the logins under way at once in one process, so a flood
-// of unfinished logins cannot grow memory without end.
+// MaxFlows bounds the logins under way at once in the default in-memory
+// store, so a flood of unfinished logins cannot grow memory without end.
 const MaxFlows = 10000
 
 // DefaultScopes are requested when Config.Scopes is empty.
@@ -69,6 +70,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// Now is the clock for token expiry and flow lifetimes.
 	Now func() time.Time
+	// Flows keeps the logins under way between Begin and Finish. Behind
+	// several replicas it must be shared (the database); nil keeps them
+	// in this process's memory, at most MaxFlows at once.
+	Flows oneshot.Store
 }
 
 // RelyingParty runs logins against one provider. Safe for concurrent use.
@@ -79,17 +84,14 @@ type RelyingParty struct {
 	endSession string
 	issuerHost string
 	now        func() time.Time
-
-	mu    sync.Mutex
-	flows map[string]flow
+	flows      oneshot.Store
 }
 
-// flow is one login under way, keyed by its state.
+// flow is one login under way, kept under its state.
 type flow struct {
-	nonce    string
-	verifier string // PKCE code verifier
-	returnTo string
-	expires  time.Time
+	Nonce    string `json:"nonce"`
+	Verifier string `json:"verifier"` // PKCE code verifier
+	ReturnTo string `json:"return_to"`
 }
 
 // New discovers the provider (its discovery document is fetched now, its
@@ -107,6 +109,9 @@ func New(ctx context.Context, cfg Config) (*RelyingParty, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Flows == nil {
+		cfg.Flows = oneshot.NewMemory(MaxFlows, cfg.Now)
 	}
 	if cfg.GroupsClaim == "" {
 		cfg.GroupsClaim = DefaultGroupsClaim
@@ -149,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*RelyingParty, error) {
 		endSession: extra.EndSession,
 		issuerHost: iu.Host,
 		now:        cfg.Now,
-		flows:      map[string]flow{},
+		flows:      cfg.Flows,
 	}
 	return rp, nil
 }
@@ -161,17 +166,18 @@ func (rp *RelyingParty) Issuer() string { return rp.cfg.Issuer }
 // redirect the browser to, and the state, which the caller keeps in a
 // cookie on that browser and hands back to Finish. returnTo is kept with
 // the flow and given back by Finish.
-func (rp *RelyingParty) Begin(returnTo string) (authURL, state string, err error) {
+func (rp *RelyingParty) Begin(ctx context.Context, returnTo string) (authURL, state string, err error) {
 	state, nonce, verifier := random(), random(), oauth2.GenerateVerifier()
-	now := rp.now()
-	rp.mu.Lock()
-	rp.pruneLocked(now)
-	if len(rp.flows) >= MaxFlows {
-		rp.mu.Unlock()
-		return "", "", ErrBusy
+	data, err := json.Marshal(flow{Nonce: nonce, Verifier: verifier, ReturnTo: returnTo})
+	if err != nil {
+		return "", "", err
 	}
-	rp.flows[state] = flow{nonce: nonce, verifier: verifier, returnTo: returnTo, expires: now.Add(FlowTTL)}
-	rp.mu.Unlock()
+	if err := rp.flows.Put(ctx, state, data, rp.now().Add(FlowTTL)); err != nil {
+		if errors.Is(err, oneshot.ErrFull) {
+			return "", "", ErrBusy
+		}
+		return "", "", fmt.Errorf("sso: keep the login under way: %w", err)
+	}
 	return rp.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), state, nil
 }
 
@@ -187,17 +193,21 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieStat
 	if state == "" {
 		return Identity{}, refuse(ReasonState, "the callback carries no state", nil)
 	}
-	rp.mu.Lock()
-	f, ok := rp.flows[state]
-	delete(rp.flows, state)
-	rp.mu.Unlock()
-	if !ok {
+	data, expires, err := rp.flows.Take(ctx, state)
+	if errors.Is(err, oneshot.ErrNotFound) {
 		return Identity{}, refuse(ReasonState, "the login is unknown, already used or too old", nil)
+	}
+	if err != nil {
+		return Identity{}, fmt.Errorf("sso: read the login under way: %w", err)
+	}
+	var f flow
+	if err := json.Unmarshal(data, &f); err != nil {
+		return Identity{}, fmt.Errorf("sso: read the login under way: %w", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(state), []byte(cookieState)) != 1 {
 		return Identity{}, refuse(ReasonState, "the login was started in another browser", nil)
 	}
-	if !rp.now().Before(f.expires) {
+	if !rp.now().Before(expires) {
 		return Identity{}, refuse(ReasonState, "the login took longer than "+FlowTTL.String(), nil)
 	}
 	if e := query.Get("error"); e != "" {
@@ -210,7 +220,7 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieStat
 	if rp.cfg.HTTPClient != nil {
 		ctx = context.WithValue(ctx, oauth2.HTTPClient, rp.cfg.HTTPClient)
 	}
-	tok, err := rp.oauth.Exchange(ctx, code, oauth2.VerifierOption(f.verifier))
+	tok, err := rp.oauth.Exchange(ctx, code, oauth2.VerifierOption(f.Verifier))
 	if err != nil {
 		return Identity{}, refuse(ReasonExchange, "the provider refused the code", err)
 	}
@@ -222,10 +232,10 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieStat
 	if err != nil {
 		return Identity{}, refuse(tokenReason(err), "the ID token did not verify", err)
 	}
-	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(f.nonce)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(f.Nonce)) != 1 {
 		return Identity{}, refuse(ReasonNonce, "the ID token's nonce is not this login's", nil)
 	}
-	return rp.identity(idt, raw, f.returnTo)
+	return rp.identity(idt, raw, f.ReturnTo)
 }
 
 func (rp *RelyingParty) identity(idt *oidc.IDToken, raw, returnTo string) (Identity, error) {
@@ -280,22 +290,6 @@ func (rp *RelyingParty) LogoutURL(idToken, postLogout string) (string, bool) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), true
-}
-
-// Pending reports how many logins are under way.
-func (rp *RelyingParty) Pending() int {
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
-	rp.pruneLocked(rp.now())
-	return len(rp.flows)
-}
-
-func (rp *RelyingParty) pruneLocked(now time.Time) {
-	for k, f := range rp.flows {
-		if !now.Before(f.expires) {
-			delete(rp.flows, k)
-		}
-	}
 }
 
 // Identity is who the provider says logged in, after every check passed.

@@ -19,6 +19,7 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/oneshot"
 )
 
 const callback = "http://127.0.0.1:1/auth/oidc/callback"
@@ -130,7 +131,7 @@ func authorize(t *testing.T, authURL string) url.Values {
 
 func login(t *testing.T, rp *RelyingParty) (Identity, error) {
 	t.Helper()
-	authURL, state, err := rp.Begin("/queue")
+	authURL, state, err := rp.Begin(context.Background(), "/queue")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestLogin(t *testing.T) {
 	if id.ReturnTo != "/queue" || id.IDToken == "" {
 		t.Errorf("ReturnTo = %q, IDToken empty = %v", id.ReturnTo, id.IDToken == "")
 	}
-	if n := rp.Pending(); n != 0 {
+	if n := rp.flows.(*oneshot.Memory).Len(); n != 0 {
 		t.Errorf("%d flows left after the login, want 0", n)
 	}
 }
@@ -184,7 +185,7 @@ func TestLogin(t *testing.T) {
 func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, err := rp.Begin("")
+	authURL, state, err := rp.Begin(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	if !strings.Contains(" "+q.Get("scope")+" ", " openid ") {
 		t.Errorf("scope = %q, want openid", q.Get("scope"))
 	}
-	_, state2, _ := rp.Begin("")
+	_, state2, _ := rp.Begin(context.Background(), "")
 	if state2 == state {
 		t.Error("two logins share a state")
 	}
@@ -275,7 +276,7 @@ func TestGroupsClaimConfigurable(t *testing.T) {
 func TestReplayedCodeRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin("")
+	authURL, state, _ := rp.Begin(context.Background(), "")
 	q := authorize(t, authURL)
 	if _, err := rp.Finish(context.Background(), q, state); err != nil {
 		t.Fatal(err)
@@ -283,7 +284,7 @@ func TestReplayedCodeRefused(t *testing.T) {
 	_, err := rp.Finish(context.Background(), q, state)
 	wantRefusal(t, err, ReasonState)
 
-	_, state2, _ := rp.Begin("")
+	_, state2, _ := rp.Begin(context.Background(), "")
 	q2 := url.Values{"state": {state2}, "code": {q.Get("code")}}
 	_, err = rp.Finish(context.Background(), q2, state2)
 	wantRefusal(t, err, ReasonExchange)
@@ -292,21 +293,29 @@ func TestReplayedCodeRefused(t *testing.T) {
 func TestPKCEVerifierChecked(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin("")
+	authURL, state, _ := rp.Begin(context.Background(), "")
 	q := authorize(t, authURL)
-	rp.mu.Lock()
-	f := rp.flows[state]
-	f.verifier = "a-verifier-that-is-not-the-one-whose-challenge-was-sent-0123456789"
-	rp.flows[state] = f
-	rp.mu.Unlock()
-	_, err := rp.Finish(context.Background(), q, state)
+	data, expires, err := rp.flows.Take(context.Background(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f flow
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	f.Verifier = "a-verifier-that-is-not-the-one-whose-challenge-was-sent-0123456789"
+	data, _ = json.Marshal(f)
+	if err := rp.flows.Put(context.Background(), state, data, expires); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rp.Finish(context.Background(), q, state)
 	wantRefusal(t, err, ReasonExchange)
 }
 
 func TestWrongNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin("")
+	authURL, state, _ := rp.Begin(context.Background(), "")
 	u, _ := url.Parse(authURL)
 	q := u.Query()
 	q.Set("nonce", "a-nonce-an-attacker-chose")
@@ -318,7 +327,7 @@ func TestWrongNonceRefused(t *testing.T) {
 func TestMissingNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin("")
+	authURL, state, _ := rp.Begin(context.Background(), "")
 	u, _ := url.Parse(authURL)
 	q := u.Query()
 	q.Del("nonce")
@@ -330,8 +339,8 @@ func TestMissingNonceRefused(t *testing.T) {
 func TestStateBoundToBrowser(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, _, _ := rp.Begin("")
-	_, otherState, _ := rp.Begin("")
+	authURL, _, _ := rp.Begin(context.Background(), "")
+	_, otherState, _ := rp.Begin(context.Background(), "")
 	q := authorize(t, authURL)
 	// The callback reaches a browser whose cookie holds another login's
 	// state: login CSRF, refused, and the flow is used up.
@@ -349,7 +358,7 @@ func TestFlowExpires(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	rp := newRP(t, p, func(c *Config) { c.Now = clock })
-	authURL, state, _ := rp.Begin("")
+	authURL, state, _ := rp.Begin(context.Background(), "")
 	q := authorize(t, authURL)
 	mu.Lock()
 	now = now.Add(FlowTTL)
@@ -361,7 +370,7 @@ func TestFlowExpires(t *testing.T) {
 func TestProviderErrorRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	_, state, _ := rp.Begin("")
+	_, state, _ := rp.Begin(context.Background(), "")
 	_, err := rp.Finish(context.Background(), url.Values{"state": {state}, "error": {"access_denied"},
 		"error_description": {"user is not assigned to the app"}}, state)
 	wantRefusal(t, err, ReasonProvider)
@@ -498,11 +507,11 @@ func TestBeginBounded(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
 	for i := 0; i < MaxFlows; i++ {
-		if _, _, err := rp.Begin(""); err != nil {
+		if _, _, err := rp.Begin(context.Background(), ""); err != nil {
 			t.Fatalf("Begin %d: %v", i, err)
 		}
 	}
-	if _, _, err := rp.Begin(""); !errors.Is(err, ErrBusy) {
+	if _, _, err := rp.Begin(context.Background(), ""); !errors.Is(err, ErrBusy) {
 		t.Errorf("Begin past the bound = %v, want ErrBusy", err)
 	}
 }
@@ -533,4 +542,28 @@ func TestRefusalMessageNamesReason(t *testing.T) {
 	if !bytes.Contains([]byte(err.Error()), []byte("nonce")) || !errors.Is(err, err.Err) {
 		t.Errorf("Error() = %q", err)
 	}
+}
+
+// Two relying parties over one store are two replicas behind a load
+// balancer: a login begun on one finishes on the other, once.
+func TestFlowFinishesOnAnotherReplica(t *testing.T) {
+	p := startProvider(t)
+	shared := oneshot.NewMemory(10, nil)
+	a := newRP(t, p, func(c *Config) { c.Flows = shared })
+	b := newRP(t, p, func(c *Config) { c.Flows = shared })
+	p.QueueUser(&mockoidc.MockUser{Subject: "s-repl", Groups: []string{"approvers"}})
+	authURL, state, err := a.Begin(context.Background(), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := authorize(t, authURL)
+	id, err := b.Finish(context.Background(), q, state)
+	if err != nil {
+		t.Fatalf("finish on the other replica: %v", err)
+	}
+	if id.Subject != "s-repl" || id.ReturnTo != "/x" {
+		t.Errorf("identity = %q, return %q", id.Subject, id.ReturnTo)
+	}
+	_, err = a.Finish(context.Background(), q, state)
+	wantRefusal(t, err, ReasonState)
 }
