@@ -40,11 +40,25 @@ func (s *Service) AddUser(ctx context.Context, name string, role Role, passwordH
 	if _, err := ParseRole(string(role)); err != nil {
 		return User{}, err
 	}
+	if strings.HasPrefix(strings.ToLower(name), OIDCPrefix) {
+		return User{}, fmt.Errorf("%w: names starting with %s are single-sign-on principals", ErrBadName, OIDCPrefix)
+	}
 	if _, _, _, err := ParseHash(passwordHash); err != nil {
 		return User{}, err
 	}
-	u := User{Name: name, Role: role, PasswordHash: passwordHash, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
+	u := User{Name: name, Role: role, PasswordHash: passwordHash, Kind: KindLocal, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
 	err := s.store.Update(ctx, func(tx Tx) error {
+		// A new local account must not take the name a single-sign-on
+		// user is shown under.
+		others, err := tx.UsersNamed(name)
+		if err != nil {
+			return err
+		}
+		for _, o := range others {
+			if o.Kind == KindOIDC && !o.Disabled() {
+				return &ShadowError{Name: name, Holder: o.Name}
+			}
+		}
 		if err := tx.InsertUser(u); err != nil {
 			return err
 		}
@@ -82,10 +96,11 @@ func (s *Service) DisableUser(ctx context.Context, name, by, channel string) err
 	})
 }
 
-// CreateSession records a new login of user.
+// CreateSession records a new password login of user.
 func (s *Service) CreateSession(ctx context.Context, idHash, user, csrf string, now time.Time) error {
 	return s.store.Update(ctx, func(tx Tx) error {
-		return tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, CreatedAt: now, LastSeen: now})
+		return tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, Method: MethodPassword,
+			CreatedAt: now, LastSeen: now})
 	})
 }
 

@@ -30,13 +30,28 @@ type Store interface {
 	TokenByHash(ctx context.Context, hash string) (Token, error)
 	// Tokens lists every token, newest first, revoked ones included.
 	Tokens(ctx context.Context) ([]Token, error)
+	// Passkeys lists a user's passkeys, oldest first.
+	Passkeys(ctx context.Context, user string) ([]Passkey, error)
 }
 
 // Tx is what one account transaction may do.
 type Tx interface {
 	User(name string) (User, error)
-	// InsertUser fails with ErrUserExists when the name is taken.
+	// UserByIdentity finds the single-sign-on account of (issuer,
+	// subject): ErrUserNotFound when there is none.
+	UserByIdentity(issuer, subject string) (User, error)
+	// UsersNamed lists the accounts whose name or short name equals name
+	// ignoring ASCII case, enabled or not.
+	UsersNamed(name string) ([]User, error)
+	// InsertUser fails with ErrUserExists when the name is taken, or when
+	// a single-sign-on account of that (issuer, subject) exists.
 	InsertUser(u User) error
+	// UpdateOIDCUser writes what a single-sign-on login refreshes: role
+	// ("" for none), short name, display name, email, groups and last
+	// login. ErrUserNotFound when there is no such account.
+	UpdateOIDCUser(u User) error
+	// SetUserHandle sets the account's WebAuthn user handle.
+	SetUserHandle(name string, handle []byte) error
 	// DisableUser marks an enabled user disabled: ErrUserNotFound when
 	// there is no such user, ErrUserDisabled when it already is.
 	DisableUser(name string, at time.Time) error
@@ -60,6 +75,25 @@ type Tx interface {
 	// RevokeToken revokes a live token: ErrTokenNotFound when there is no
 	// live token with that id.
 	RevokeToken(id string, at time.Time) error
+
+	// Passkeys lists a user's passkeys, oldest first.
+	Passkeys(user string) ([]Passkey, error)
+	// InsertPasskey stores a new passkey; a credential id already
+	// registered (to anyone) fails.
+	InsertPasskey(p Passkey) error
+	// DeletePasskey removes one of user's passkeys and returns it:
+	// ErrPasskeyNotFound when user has no passkey with that id.
+	DeletePasskey(user string, id []byte) (Passkey, error)
+
+	// InsertOneshot keeps a value; its (kind, key hash) must be new.
+	InsertOneshot(o Oneshot) error
+	// TakeOneshot deletes and returns a value: oneshot.ErrNotFound when
+	// there is none.
+	TakeOneshot(kind, keyHash string) (Oneshot, error)
+	// CountOneshots counts the values of a kind.
+	CountOneshots(kind string) (int, error)
+	// PruneOneshots deletes the values of a kind that expired by now.
+	PruneOneshots(kind string, now time.Time) error
 
 	// Secret reads a console secret: ErrSecretNotFound when unset.
 	Secret(name string) ([]byte, error)

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,19 +32,54 @@ func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	})
 }
 
-const userColumns = `name, role, password_hash, created_at, disabled_at`
+const userColumns = `name, role, password_hash, created_at, disabled_at, kind, COALESCE(issuer, ''), COALESCE(subject, ''),
+	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle`
+
+// userColumnsOf is userColumns of the users table under alias a.
+func userColumnsOf(a string) string {
+	return strings.NewReplacer("$", a+".").Replace(`$name, $role, $password_hash, $created_at, $disabled_at, $kind,
+	COALESCE($issuer, ''), COALESCE($subject, ''), $short_name, $display_name, $email, $groups, $last_login_at,
+	$no_role_since, $webauthn_handle`)
+}
+
+// userDest is where a row of userColumns is scanned, before it is read
+// into an account.User.
+type userDest struct {
+	u                   account.User
+	role, kind, groups  string
+	created             int64
+	disabled, lastLogin sql.NullInt64
+	noRole              sql.NullInt64
+	handle              []byte
+}
+
+func (d *userDest) dest() []any {
+	return []any{&d.u.Name, &d.role, &d.u.PasswordHash, &d.created, &d.disabled, &d.kind, &d.u.Issuer, &d.u.Subject,
+		&d.u.ShortName, &d.u.DisplayName, &d.u.Email, &d.groups, &d.lastLogin, &d.noRole, &d.handle}
+}
+
+func (d *userDest) user() (account.User, error) {
+	u := d.u
+	u.Role, u.Kind = account.Role(d.role), account.Kind(d.kind)
+	if d.noRole.Valid {
+		u.Role = ""
+	}
+	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
+	if err := json.Unmarshal([]byte(d.groups), &u.Groups); err != nil {
+		return account.User{}, fmt.Errorf("db: groups of %s: %w", u.Name, err)
+	}
+	if len(d.handle) > 0 {
+		u.Handle = d.handle
+	}
+	return u, nil
+}
 
 func scanUser(r rowScanner) (account.User, error) {
-	var u account.User
-	var role string
-	var created int64
-	var disabled sql.NullInt64
-	if err := r.Scan(&u.Name, &role, &u.PasswordHash, &created, &disabled); err != nil {
+	var d userDest
+	if err := r.Scan(d.dest()...); err != nil {
 		return account.User{}, err
 	}
-	u.Role = account.Role(role)
-	u.CreatedAt, u.DisabledAt = time.UnixMilli(created).UTC(), fromMS(disabled)
-	return u, nil
+	return d.user()
 }
 
 func userByName(ctx context.Context, q querier, name string) (account.User, error) {
@@ -80,23 +116,24 @@ func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
 	return out, rows.Err()
 }
 
-const sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
-	u.name, u.role, u.password_hash, u.created_at, u.disabled_at`
+var sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
+	s.method, s.id_token, ` + userColumnsOf("u")
 
 func scanSession(r rowScanner) (account.Session, error) {
 	var s account.Session
 	var created, seen int64
 	var revoked sql.NullInt64
-	var role string
-	var ucreated int64
-	var disabled sql.NullInt64
-	if err := r.Scan(&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason,
-		&s.User.Name, &role, &s.User.PasswordHash, &ucreated, &disabled); err != nil {
+	var d userDest
+	dest := append([]any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, d.dest()...)
+	if err := r.Scan(dest...); err != nil {
 		return account.Session{}, err
 	}
 	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
-	s.User.Role = account.Role(role)
-	s.User.CreatedAt, s.User.DisabledAt = time.UnixMilli(ucreated).UTC(), fromMS(disabled)
+	u, err := d.user()
+	if err != nil {
+		return account.Session{}, err
+	}
+	s.User = u
 	return s, nil
 }
 
@@ -189,13 +226,109 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 func (t *storeTx) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
 
 func (t *storeTx) InsertUser(u account.User) error {
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO users (name, role, password_hash, created_at) VALUES (?,?,?,?)`,
-		u.Name, string(u.Role), u.PasswordHash, ms(u.CreatedAt)); err != nil {
+	kind := u.Kind
+	if kind == "" {
+		kind = account.KindLocal
+	}
+	var issuer, subject, lastLogin any
+	if kind == account.KindOIDC {
+		issuer, subject = u.Issuer, u.Subject
+	}
+	if !u.LastLoginAt.IsZero() {
+		lastLogin = ms(u.LastLoginAt)
+	}
+	groups, err := groupsJSON(u.Groups)
+	if err != nil {
+		return err
+	}
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO users (name, role, password_hash, created_at, kind, issuer, subject,
+		short_name, display_name, email, groups, last_login_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		u.Name, string(u.Role), u.PasswordHash, ms(u.CreatedAt), string(kind), issuer, subject,
+		u.ShortName, u.DisplayName, u.Email, groups, lastLogin); err != nil {
 		var se sqlite3.Error
-		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
+		if errors.As(err, &se) && (se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique) {
 			return fmt.Errorf("%w: %s", account.ErrUserExists, u.Name)
 		}
 		return fmt.Errorf("db: insert user: %w", err)
+	}
+	return nil
+}
+
+func groupsJSON(groups []string) (string, error) {
+	if groups == nil {
+		groups = []string{}
+	}
+	b, err := json.Marshal(groups)
+	if err != nil {
+		return "", fmt.Errorf("db: encode groups: %w", err)
+	}
+	return string(b), nil
+}
+
+func (t *storeTx) UserByIdentity(issuer, subject string) (account.User, error) {
+	u, err := scanUser(t.tx.QueryRowContext(t.ctx, `SELECT `+userColumns+` FROM users
+		WHERE kind = 'oidc' AND issuer = ? AND subject = ?`, issuer, subject))
+	if errors.Is(err, sql.ErrNoRows) {
+		return account.User{}, fmt.Errorf("%w: %s at %s", account.ErrUserNotFound, subject, issuer)
+	}
+	if err != nil {
+		return account.User{}, fmt.Errorf("db: look up user by identity: %w", err)
+	}
+	return u, nil
+}
+
+func (t *storeTx) UsersNamed(name string) ([]account.User, error) {
+	rows, err := t.tx.QueryContext(t.ctx, `SELECT `+userColumns+` FROM users
+		WHERE name = ? COLLATE NOCASE OR (short_name <> '' AND short_name = ? COLLATE NOCASE) ORDER BY name`, name, name)
+	if err != nil {
+		return nil, fmt.Errorf("db: look up users named %q: %w", name, err)
+	}
+	defer rows.Close()
+	var out []account.User
+	for rows.Next() {
+		u, err := scanUser(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+func (t *storeTx) UpdateOIDCUser(u account.User) error {
+	groups, err := groupsJSON(u.Groups)
+	if err != nil {
+		return err
+	}
+	// A user left without a role keeps its last role in the column, which
+	// only admits real roles; no_role_since says it has none.
+	var noRole any
+	role := string(u.Role)
+	if u.Role == "" {
+		noRole = ms(u.LastLoginAt)
+		role = ""
+	}
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE users SET role = CASE WHEN ? = '' THEN role ELSE ? END,
+		no_role_since = CASE WHEN ? IS NULL THEN NULL ELSE COALESCE(no_role_since, ?) END,
+		short_name = ?, display_name = ?, email = ?, groups = ?, last_login_at = ?
+		WHERE name = ? AND kind = 'oidc'`,
+		role, role, noRole, noRole, u.ShortName, u.DisplayName, u.Email, groups, ms(u.LastLoginAt), u.Name)
+	if err != nil {
+		return fmt.Errorf("db: update user %s: %w", u.Name, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("%w: %s", account.ErrUserNotFound, u.Name)
+	}
+	return nil
+}
+
+func (t *storeTx) SetUserHandle(name string, handle []byte) error {
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE users SET webauthn_handle = ? WHERE name = ?`, handle, name)
+	if err != nil {
+		return fmt.Errorf("db: set user handle: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
 	}
 	return nil
 }
@@ -229,8 +362,12 @@ func (t *storeTx) RevokeUserSessions(user, reason string, at time.Time) (int64, 
 }
 
 func (t *storeTx) InsertSession(s account.Session) error {
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen) VALUES (?,?,?,?,?)`,
-		s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen)); err != nil {
+	method := s.Method
+	if method == "" {
+		method = account.MethodPassword
+	}
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen, method, id_token)
+		VALUES (?,?,?,?,?,?,?)`, s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen), method, s.IDToken); err != nil {
 		return fmt.Errorf("db: insert session: %w", err)
 	}
 	return nil
