@@ -53,7 +53,9 @@ func (a Accounts) Passkeys(ctx context.Context, user string) ([]account.Passkey,
 	return passkeysOf(ctx, a.d.sql, user)
 }
 
-func (t *storeTx) Passkeys(user string) ([]account.Passkey, error) { return passkeysOf(t.ctx, t.tx, user) }
+func (t *storeTx) Passkeys(user string) ([]account.Passkey, error) {
+	return passkeysOf(t.ctx, t.tx, user)
+}
 
 // ErrPasskeyTaken is a credential id that is already registered.
 var ErrPasskeyTaken = errors.New("db: that passkey is already registered")
