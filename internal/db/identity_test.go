@@ -321,3 +321,15 @@ func TestPasskeysStored(t *testing.T) {
 		t.Errorf("VerifyChain = %+v, %v", res, err)
 	}
 }
+
+// A provider that calls someone by a reserved name cannot make them pass
+// for a rule or for the console.
+func TestLoginOIDCReservedNames(t *testing.T) {
+	f := newSSOFixture(t)
+	for _, name := range []string{"console", "Console", "policy:auto-refunds", "system:expiry"} {
+		_, _, err := f.login(t, ssoLogin("00r-"+strings.NewReplacer(":", "-").Replace(name), name, account.RoleOperator))
+		if !errors.Is(err, account.ErrReservedName) {
+			t.Errorf("login as %q = %v, want ErrReservedName", name, err)
+		}
+	}
+}
