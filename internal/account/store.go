@@ -78,8 +78,8 @@ type Tx interface {
 
 	// Passkeys lists a user's passkeys, oldest first.
 	Passkeys(user string) ([]Passkey, error)
-	// InsertPasskey stores a new passkey; a credential id already
-	// registered (to anyone) fails.
+	// InsertPasskey stores a new passkey: ErrPasskeyTaken when its
+	// credential id is already registered (to anyone).
 	InsertPasskey(p Passkey) error
 	// DeletePasskey removes one of user's passkeys and returns it:
 	// ErrPasskeyNotFound when user has no passkey with that id.

@@ -120,4 +120,5 @@ var (
 	ErrTokenName       = errors.New("account: a token's actor and audience follow the account name rule")
 	ErrSecretNotFound  = errors.New("account: no such console secret")
 	ErrPasskeyNotFound = errors.New("account: no such passkey")
+	ErrPasskeyTaken    = errors.New("account: that passkey is already registered")
 )

@@ -57,16 +57,13 @@ func (t *storeTx) Passkeys(user string) ([]account.Passkey, error) {
 	return passkeysOf(t.ctx, t.tx, user)
 }
 
-// ErrPasskeyTaken is a credential id that is already registered.
-var ErrPasskeyTaken = errors.New("db: that passkey is already registered")
-
 func (t *storeTx) InsertPasskey(p account.Passkey) error {
 	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO passkeys (`+passkeyColumns+`) VALUES (?,?,?,?,?,?,?,NULL)`,
 		p.ID, p.User, p.Name, p.PublicKey, int64(p.SignCount), string(p.Record), ms(p.CreatedAt))
 	if err != nil {
 		var se sqlite3.Error
 		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
-			return ErrPasskeyTaken
+			return account.ErrPasskeyTaken
 		}
 		return fmt.Errorf("db: insert passkey: %w", err)
 	}

@@ -19,7 +19,9 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/passkey"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/sso"
 	"github.com/countersign/countersign/web/static"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -52,6 +54,41 @@ type ConsoleConfig struct {
 	// to (e.g. /mcp/github), named in the help of a console that has no
 	// agent token yet.
 	MCPEndpoints []string
+
+	// SSO signs people on through an OpenID provider; nil offers local
+	// accounts only. Its flows should live in the database
+	// (account.Service.Oneshots) so that any replica finishes a login.
+	SSO *sso.RelyingParty
+	// SSOName names the provider on the login page: "Sign in with NAME"
+	// (default "single sign-on").
+	SSOName string
+	// LocalLogin says who may log in with a local name and password:
+	// LocalAll (the default), LocalAdminsOnly (break-glass
+	// administrators) or LocalOff. Anything but LocalAll needs SSO.
+	LocalLogin LocalLogin
+	// Passkeys runs passkey ceremonies (registration on the account page,
+	// approvals on the call page); nil turns passkeys off. Its
+	// ceremonies should live in the database, like SSO's flows.
+	Passkeys *passkey.Service
+}
+
+// LocalLogin says which local accounts may log in with a password.
+type LocalLogin string
+
+// Local login modes.
+const (
+	LocalAll        LocalLogin = "all"
+	LocalAdminsOnly LocalLogin = "admins-only"
+	LocalOff        LocalLogin = "off"
+)
+
+// ParseLocalLogin reads --local-login.
+func ParseLocalLogin(s string) (LocalLogin, error) {
+	switch l := LocalLogin(s); l {
+	case LocalAll, LocalAdminsOnly, LocalOff:
+		return l, nil
+	}
+	return "", fmt.Errorf("server: local login %q: want all, admins-only or off", s)
 }
 
 func (cfg *ConsoleConfig) defaults() {
@@ -72,6 +109,12 @@ func (cfg *ConsoleConfig) defaults() {
 	}
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = 64
+	}
+	if cfg.LocalLogin == "" {
+		cfg.LocalLogin = LocalAll
+	}
+	if cfg.SSOName == "" {
+		cfg.SSOName = "single sign-on"
 	}
 }
 
@@ -102,6 +145,9 @@ type console struct {
 	deviceCodec      *securecookie.SecureCookie // signs and encrypts known-device cookies
 	deviceCookieName string
 
+	ssoCodec      *securecookie.SecureCookie // signs and encrypts the login-under-way cookie
+	ssoCookieName string
+
 	hub  *hub
 	stop chan struct{}
 	wg   sync.WaitGroup // the hub, the sweeper and every socket goroutine
@@ -113,6 +159,12 @@ type console struct {
 
 func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	cfg.defaults()
+	if _, err := ParseLocalLogin(string(cfg.LocalLogin)); err != nil {
+		return nil, err
+	}
+	if cfg.LocalLogin != LocalAll && cfg.SSO == nil {
+		return nil, fmt.Errorf("server: local login %s needs single sign-on configured, or nobody could log in", cfg.LocalLogin)
+	}
 	c := &console{
 		s: s, cfg: cfg, accounts: s.cfg.Accounts, history: s.cfg.History, trail: s.cfg.Audit, q: s.cfg.Queue, log: s.log, now: s.now,
 		accountLimiter: account.NewLimiter(account.AccountPolicy),
@@ -122,7 +174,7 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		verify:         account.Verify,
 		stop:           make(chan struct{}),
 	}
-	c.cookieName, c.deviceCookieName = "countersign", "countersign-device"
+	c.cookieName, c.deviceCookieName, c.ssoCookieName = "countersign", "countersign-device", "countersign-oidc"
 	if cfg.PublicURL != "" {
 		u, err := url.Parse(cfg.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -131,7 +183,7 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		c.origin = u.Scheme + "://" + strings.ToLower(u.Host)
 		if u.Scheme == "https" {
 			c.secure = true
-			c.cookieName, c.deviceCookieName = "__Host-countersign", "__Host-countersign-device"
+			c.cookieName, c.deviceCookieName, c.ssoCookieName = "__Host-countersign", "__Host-countersign-device", "__Host-countersign-oidc"
 		}
 	}
 	ctx := context.Background()
@@ -155,6 +207,7 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		return nil, err
 	}
 	c.deviceCodec = securecookie.New(devHash, devBlock).MaxAge(int(deviceCookieAge / time.Second))
+	c.ssoCodec = securecookie.New(hashKey, blockKey).MaxAge(int(sso.FlowTTL / time.Second))
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
 	c.cookies.Options = &sessions.Options{Path: "/", HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteStrictMode}
 	c.cookies.MaxAge(int(cfg.AbsoluteTimeout / time.Second))
@@ -178,6 +231,10 @@ func (c *console) routes(e *echo.Echo) {
 	})
 	e.GET("/login", c.loginPage)
 	e.POST("/login", c.login)
+	if c.cfg.SSO != nil {
+		e.GET(ssoLoginPath, c.ssoLogin)
+		e.GET(ssoCallbackPath, c.ssoCallback)
+	}
 
 	// Middleware is attached per route: a Group with an empty prefix would
 	// also claim every unknown path.
@@ -185,6 +242,7 @@ func (c *console) routes(e *echo.Echo) {
 	e.GET("/calls/:id", c.callPage, c.requireSession)
 	e.GET("/ws", c.serveWS, c.requireSession)
 	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
+	e.GET("/account", c.accountPage, c.requireSession)
 	c.routesHistory(e.Group(historyPath, c.requireSession))
 	c.routesNotify(e)
 
@@ -192,11 +250,16 @@ func (c *console) routes(e *echo.Echo) {
 		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)
 	}
 	post("/logout", c.logout)
+	post("/account/reauth", c.reauth)
+	post("/account/passkeys/begin", c.beginRegistration)
+	post("/account/passkeys/finish", c.finishRegistration)
+	post("/account/passkeys/remove", c.removePasskey)
 	post("/calls/:id/approve", c.approve, c.requireDecider)
 	post("/calls/:id/deny", c.deny, c.requireDecider)
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
 	post("/admin/users", c.addUser, c.requireAdmin)
 	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
+	post("/admin/users/end-sessions", c.endSessions, c.requireAdmin)
 	post("/admin/tokens", c.createToken, c.requireAdmin)
 	post("/admin/tokens/:id/revoke", c.revokeToken, c.requireAdmin)
 	post("/admin/freeze", c.freeze, c.requireAdmin)
@@ -229,7 +292,10 @@ func (c *console) wantsHTML(ec echo.Context) bool {
 	switch {
 	case strings.HasPrefix(p, "/api/"), p == "/healthz", p == "/metrics", p == "/ws", strings.HasPrefix(p, static.Prefix):
 		return false
-	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history",
+	case p == "/account/passkeys/begin", p == "/account/passkeys/finish":
+		return false
+	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account",
+		strings.HasPrefix(p, "/account/"), strings.HasPrefix(p, "/auth/"),
 		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
 		strings.HasPrefix(p, "/history/"):
 		return true

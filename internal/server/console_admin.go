@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +26,14 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		return av, err
 	}
 	for _, u := range users {
-		av.Users = append(av.Users, templates.UserRow{Name: u.Name, Shown: reveal(u.Name), Role: string(u.Role), CreatedAt: u.CreatedAt,
-			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name})
+		row := templates.UserRow{Name: u.Name, Shown: reveal(u.Shown()), Role: string(u.Role), CreatedAt: u.CreatedAt,
+			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name, SSO: u.SSO(), LastLoginAt: u.LastLoginAt}
+		if u.SSO() {
+			row.Principal = reveal(u.Name)
+			row.Email = optText(u.Email)
+			row.Groups = optText(strings.Join(u.Groups, ", "))
+		}
+		av.Users = append(av.Users, row)
 	}
 	toks, err := c.accounts.Tokens(ctx)
 	if err != nil {
@@ -80,11 +87,16 @@ func (c *console) addUser(ec echo.Context) error {
 }
 
 func (c *console) disableUser(ec echo.Context) error {
-	v, name := viewerOf(ec), ec.Param("name")
+	v := viewerOf(ec)
+	// Single-sign-on names hold a '/', sent escaped in the path.
+	name, err := url.PathUnescape(ec.Param("name"))
+	if err != nil {
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no such account", nil)
+	}
 	if name == v.user.Name {
 		return c.renderAdmin(ec, http.StatusConflict, "", "you cannot disable your own account", nil)
 	}
-	err := c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
+	err = c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
 	switch {
 	case errors.Is(err, account.ErrUserNotFound):
 		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+RevealString(name), nil)
@@ -95,6 +107,25 @@ func (c *console) disableUser(ec echo.Context) error {
 	}
 	c.hub.endUser(name)
 	return c.renderAdmin(ec, http.StatusOK, "Disabled "+RevealString(name)+"; their sessions have ended.", "", nil)
+}
+
+// endSessions ends every session of an account at once: its pages on this
+// server close now, on other servers within their sweep interval.
+func (c *console) endSessions(ec echo.Context) error {
+	v, name := viewerOf(ec), ec.Request().PostForm.Get("name")
+	n, err := c.accounts.EndSessions(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
+	if errors.Is(err, account.ErrUserNotFound) {
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+RevealString(name), nil)
+	}
+	if err != nil {
+		return err
+	}
+	c.hub.endUser(name)
+	msg := "Ended " + strconv.FormatInt(n, 10) + " session(s) of " + RevealString(name) + "."
+	if name == v.user.Name {
+		msg += " Yours too: log in again."
+	}
+	return c.renderAdmin(ec, http.StatusOK, msg, "", nil)
 }
 
 func (c *console) createToken(ec echo.Context) error {

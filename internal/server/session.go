@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -40,14 +41,21 @@ const (
 
 // viewer is the logged-in person behind a request.
 type viewer struct {
-	idHash string
-	user   account.User
-	csrf   string
+	idHash  string
+	user    account.User
+	csrf    string
+	method  string    // how the session logged in
+	idToken string    // the provider's ID token, for RP-initiated logout
+	loginAt time.Time // when the session logged in
 }
 
 func (v *viewer) templ() *templates.Viewer {
-	return &templates.Viewer{Name: v.user.Name, Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
+	tv := &templates.Viewer{Name: v.user.Shown(), Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
 		IsAdmin: v.user.Role.CanAdminister(), CSRF: v.csrf}
+	if v.user.SSO() {
+		tv.Principal = v.user.Name
+	}
+	return tv
 }
 
 func viewerOf(ec echo.Context) *viewer {
@@ -142,7 +150,7 @@ func (c *console) currentViewer(ec echo.Context) (*viewer, error) {
 			return nil, err
 		}
 	}
-	v := &viewer{idHash: idHash, user: s.User, csrf: s.CSRF}
+	v := &viewer{idHash: idHash, user: s.User, csrf: s.CSRF, method: s.Method, idToken: s.IDToken, loginAt: s.CreatedAt}
 	ec.Set(viewerKey, v)
 	return v, nil
 }
@@ -259,12 +267,20 @@ func (c *console) loginPage(ec echo.Context) error {
 	if _, err := c.currentViewer(ec); err == nil {
 		return ec.Redirect(http.StatusSeeOther, "/")
 	}
-	return c.renderLogin(ec, http.StatusOK, "", "")
+	notice := ""
+	if ec.QueryParam("notice") == "logged-out" {
+		notice = "You are logged out."
+	}
+	return c.renderLoginNotice(ec, http.StatusOK, "", "", notice)
 }
 
 // renderLogin shows the login form, keeping the browser's pre-login id
 // when it has one so that several tabs can log in.
 func (c *console) renderLogin(ec echo.Context, status int, name, msg string) error {
+	return c.renderLoginNotice(ec, status, name, msg, "")
+}
+
+func (c *console) renderLoginNotice(ec echo.Context, status int, name, msg, notice string) error {
 	pre, _ := c.cookieValues(ec.Request())[cookiePre].(string)
 	if pre == "" {
 		pre = newID()
@@ -272,8 +288,24 @@ func (c *console) renderLogin(ec echo.Context, status int, name, msg string) err
 			return err
 		}
 	}
-	return c.render(ec, status, templates.LoginPage(templates.LoginView{
-		Page: templates.Page{Title: "Log in", Now: c.now()}, CSRF: c.loginToken(pre), Name: name, Error: msg}))
+	next := ec.QueryParam("next")
+	if ec.Request().Method == http.MethodPost {
+		next = ec.Request().PostForm.Get("next")
+	}
+	next = localPath(next)
+	lv := templates.LoginView{Page: templates.Page{Title: "Log in", Now: c.now()}, CSRF: c.loginToken(pre),
+		Name: name, Error: msg, Notice: notice, Local: string(c.cfg.LocalLogin)}
+	if next != "/" {
+		lv.Next = next
+	}
+	if c.cfg.SSO != nil {
+		lv.SSOName = c.cfg.SSOName
+		lv.SSOURL = ssoLoginPath
+		if lv.Next != "" {
+			lv.SSOURL += "?next=" + url.QueryEscape(lv.Next)
+		}
+	}
+	return c.render(ec, status, templates.LoginPage(lv))
 }
 
 // Known devices. A browser that logged in successfully keeps a signed
@@ -338,6 +370,9 @@ func (c *console) login(ec echo.Context) error {
 	if err := parseForm(ec); err != nil {
 		return err
 	}
+	if c.cfg.LocalLogin == LocalOff {
+		return c.renderLogin(ec, http.StatusForbidden, "", "Local accounts are turned off on this console; sign in with "+c.cfg.SSOName+".")
+	}
 	pre, _ := c.cookieValues(r)[cookiePre].(string)
 	token := r.PostForm.Get("csrf")
 	if pre == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.loginToken(pre))) != 1 {
@@ -375,13 +410,18 @@ func (c *console) login(ec echo.Context) error {
 		c.addressLimiter.Refund(addrKey)
 		return err
 	}
-	ok := c.checkPassword(ctx, hash, password) && hash != c.dummyHash && !user.Disabled()
+	ok := c.checkPassword(ctx, hash, password) && hash != c.dummyHash && !user.Disabled() && user.Kind != account.KindOIDC
 	if !ok {
 		c.log.Info("console login failed", slog.String("name", shownName), slog.String("remote", remote))
 		return c.renderLogin(ec, http.StatusUnauthorized, shownName, "Wrong name or password, or the account is disabled.")
 	}
 	lim.Reset(key)
 	c.addressLimiter.Refund(addrKey)
+	if c.cfg.LocalLogin == LocalAdminsOnly && !user.Role.CanAdminister() {
+		c.log.Info("console login refused: local accounts are for administrators only", slog.String("user", user.Name))
+		return c.renderLogin(ec, http.StatusForbidden, shownName,
+			"Local accounts may log in here only as administrators (for emergencies); sign in with "+c.cfg.SSOName+".")
+	}
 	sid, csrf := newID(), newID()
 	if err := c.accounts.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
 		return err
@@ -393,7 +433,7 @@ func (c *console) login(ec echo.Context) error {
 		return err
 	}
 	c.log.Info("console login", slog.String("user", user.Name), slog.String("remote", remote))
-	return ec.Redirect(http.StatusSeeOther, "/")
+	return ec.Redirect(http.StatusSeeOther, localPath(r.PostForm.Get("next")))
 }
 
 // checkPassword verifies a password, at most two at a time: argon2id is
@@ -417,5 +457,12 @@ func (c *console) logout(ec echo.Context) error {
 	if err := c.setCookie(ec, map[any]any{}, -1); err != nil {
 		return err
 	}
-	return ec.Redirect(http.StatusSeeOther, "/login")
+	// A single-sign-on session also ends at the provider when it offers
+	// RP-initiated logout; it sends the browser back to the login page.
+	if v.method == account.MethodOIDC {
+		if u := c.providerLogoutURL(v.idToken); u != "" {
+			return ec.Redirect(http.StatusSeeOther, u)
+		}
+	}
+	return ec.Redirect(http.StatusSeeOther, "/login?notice=logged-out")
 }

@@ -159,7 +159,7 @@ func TestLogoutEndsSessionAndSocket(t *testing.T) {
 		t.Errorf("logout without the CSRF token = %d, want 403", p.status)
 	}
 	p := b.post("/logout", url.Values{"csrf": {tok}})
-	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/login?notice=logged-out" {
 		t.Fatalf("logout = %d → %q", p.status, p.header.Get("Location"))
 	}
 	expectSessionEnded(t, conn)

@@ -42,7 +42,7 @@ func TestBrowserRedirectFlow(t *testing.T) {
 	rp := newRP(t, p, func(c *Config) { c.RedirectURL = base + "/auth/oidc/callback" })
 	mux := http.NewServeMux()
 	mux.HandleFunc("/login", func(w http.ResponseWriter, r *http.Request) {
-		u, state, err := rp.Begin(context.Background(), "/queue")
+		u, state, err := rp.Begin(context.Background(), "/queue", false)
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
@@ -116,7 +116,7 @@ func TestBrowserRedirectFlow(t *testing.T) {
 	other, ocancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(ocancel)
 	// A login started in this browser, its callback delivered to another.
-	u, _, err := rp.Begin(context.Background(), "")
+	u, _, err := rp.Begin(context.Background(), "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

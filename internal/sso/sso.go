@@ -165,8 +165,10 @@ func (rp *RelyingParty) Issuer() string { return rp.cfg.Issuer }
 // Begin starts a login: it returns the provider's authorization URL to
 // redirect the browser to, and the state, which the caller keeps in a
 // cookie on that browser and hands back to Finish. returnTo is kept with
-// the flow and given back by Finish.
-func (rp *RelyingParty) Begin(ctx context.Context, returnTo string) (authURL, state string, err error) {
+// the flow and given back by Finish. forceLogin asks the provider to
+// authenticate the user again even when it holds a session of its own
+// (prompt=login), for the steps that want a fresh login.
+func (rp *RelyingParty) Begin(ctx context.Context, returnTo string, forceLogin bool) (authURL, state string, err error) {
 	state, nonce, verifier := random(), random(), oauth2.GenerateVerifier()
 	data, err := json.Marshal(flow{Nonce: nonce, Verifier: verifier, ReturnTo: returnTo})
 	if err != nil {
@@ -178,7 +180,11 @@ func (rp *RelyingParty) Begin(ctx context.Context, returnTo string) (authURL, st
 		}
 		return "", "", fmt.Errorf("sso: keep the login under way: %w", err)
 	}
-	return rp.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), state, nil
+	opts := []oauth2.AuthCodeOption{oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)}
+	if forceLogin {
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"))
+	}
+	return rp.oauth.AuthCodeURL(state, opts...), state, nil
 }
 
 // ErrBusy is returned by Begin when too many logins are under way.

@@ -131,7 +131,7 @@ func authorize(t *testing.T, authURL string) url.Values {
 
 func login(t *testing.T, rp *RelyingParty) (Identity, error) {
 	t.Helper()
-	authURL, state, err := rp.Begin(context.Background(), "/queue")
+	authURL, state, err := rp.Begin(context.Background(), "/queue", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestLogin(t *testing.T) {
 func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, err := rp.Begin(context.Background(), "")
+	authURL, state, err := rp.Begin(context.Background(), "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +203,16 @@ func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	if !strings.Contains(" "+q.Get("scope")+" ", " openid ") {
 		t.Errorf("scope = %q, want openid", q.Get("scope"))
 	}
-	_, state2, _ := rp.Begin(context.Background(), "")
+	if q.Has("prompt") {
+		t.Errorf("prompt = %q on an ordinary login", q.Get("prompt"))
+	}
+	_, state2, _ := rp.Begin(context.Background(), "", false)
 	if state2 == state {
 		t.Error("two logins share a state")
+	}
+	fresh, _, _ := rp.Begin(context.Background(), "", true)
+	if u, _ := url.Parse(fresh); u.Query().Get("prompt") != "login" {
+		t.Errorf("a login that must be fresh asks prompt=%q, want login", u.Query().Get("prompt"))
 	}
 }
 
@@ -276,7 +283,7 @@ func TestGroupsClaimConfigurable(t *testing.T) {
 func TestReplayedCodeRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "")
+	authURL, state, _ := rp.Begin(context.Background(), "", false)
 	q := authorize(t, authURL)
 	if _, err := rp.Finish(context.Background(), q, state); err != nil {
 		t.Fatal(err)
@@ -284,7 +291,7 @@ func TestReplayedCodeRefused(t *testing.T) {
 	_, err := rp.Finish(context.Background(), q, state)
 	wantRefusal(t, err, ReasonState)
 
-	_, state2, _ := rp.Begin(context.Background(), "")
+	_, state2, _ := rp.Begin(context.Background(), "", false)
 	q2 := url.Values{"state": {state2}, "code": {q.Get("code")}}
 	_, err = rp.Finish(context.Background(), q2, state2)
 	wantRefusal(t, err, ReasonExchange)
@@ -293,7 +300,7 @@ func TestReplayedCodeRefused(t *testing.T) {
 func TestPKCEVerifierChecked(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "")
+	authURL, state, _ := rp.Begin(context.Background(), "", false)
 	q := authorize(t, authURL)
 	data, expires, err := rp.flows.Take(context.Background(), state)
 	if err != nil {
@@ -315,7 +322,7 @@ func TestPKCEVerifierChecked(t *testing.T) {
 func TestWrongNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "")
+	authURL, state, _ := rp.Begin(context.Background(), "", false)
 	u, _ := url.Parse(authURL)
 	q := u.Query()
 	q.Set("nonce", "a-nonce-an-attacker-chose")
@@ -327,7 +334,7 @@ func TestWrongNonceRefused(t *testing.T) {
 func TestMissingNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "")
+	authURL, state, _ := rp.Begin(context.Background(), "", false)
 	u, _ := url.Parse(authURL)
 	q := u.Query()
 	q.Del("nonce")
@@ -339,8 +346,8 @@ func TestMissingNonceRefused(t *testing.T) {
 func TestStateBoundToBrowser(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, _, _ := rp.Begin(context.Background(), "")
-	_, otherState, _ := rp.Begin(context.Background(), "")
+	authURL, _, _ := rp.Begin(context.Background(), "", false)
+	_, otherState, _ := rp.Begin(context.Background(), "", false)
 	q := authorize(t, authURL)
 	// The callback reaches a browser whose cookie holds another login's
 	// state: login CSRF, refused, and the flow is used up.
@@ -358,7 +365,7 @@ func TestFlowExpires(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	rp := newRP(t, p, func(c *Config) { c.Now = clock })
-	authURL, state, _ := rp.Begin(context.Background(), "")
+	authURL, state, _ := rp.Begin(context.Background(), "", false)
 	q := authorize(t, authURL)
 	mu.Lock()
 	now = now.Add(FlowTTL)
@@ -370,7 +377,7 @@ func TestFlowExpires(t *testing.T) {
 func TestProviderErrorRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	_, state, _ := rp.Begin(context.Background(), "")
+	_, state, _ := rp.Begin(context.Background(), "", false)
 	_, err := rp.Finish(context.Background(), url.Values{"state": {state}, "error": {"access_denied"},
 		"error_description": {"user is not assigned to the app"}}, state)
 	wantRefusal(t, err, ReasonProvider)
@@ -507,11 +514,11 @@ func TestBeginBounded(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
 	for i := 0; i < MaxFlows; i++ {
-		if _, _, err := rp.Begin(context.Background(), ""); err != nil {
+		if _, _, err := rp.Begin(context.Background(), "", false); err != nil {
 			t.Fatalf("Begin %d: %v", i, err)
 		}
 	}
-	if _, _, err := rp.Begin(context.Background(), ""); !errors.Is(err, ErrBusy) {
+	if _, _, err := rp.Begin(context.Background(), "", false); !errors.Is(err, ErrBusy) {
 		t.Errorf("Begin past the bound = %v, want ErrBusy", err)
 	}
 }
@@ -552,7 +559,7 @@ func TestFlowFinishesOnAnotherReplica(t *testing.T) {
 	a := newRP(t, p, func(c *Config) { c.Flows = shared })
 	b := newRP(t, p, func(c *Config) { c.Flows = shared })
 	p.QueueUser(&mockoidc.MockUser{Subject: "s-repl", Groups: []string{"approvers"}})
-	authURL, state, err := a.Begin(context.Background(), "/x")
+	authURL, state, err := a.Begin(context.Background(), "/x", false)
 	if err != nil {
 		t.Fatal(err)
 	}

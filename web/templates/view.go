@@ -54,7 +54,10 @@ type Warning struct {
 
 // Viewer is the person looking at a page.
 type Viewer struct {
+	// Name is how the viewer is shown; Principal, for single sign-on, is
+	// the identity decisions record (oidc:{issuer host}/{sub}).
 	Name      string
+	Principal string
 	Role      string
 	CanDecide bool
 	IsAdmin   bool
@@ -114,9 +117,68 @@ type ReplayFlagged struct {
 // LoginView is the login page.
 type LoginView struct {
 	Page
-	CSRF  string
-	Name  string
-	Error string
+	CSRF   string
+	Name   string
+	Error  string
+	Notice string
+	// Next is where a login goes afterwards (a path on this console).
+	Next string
+	// SSOName and SSOURL offer single sign-on ("Sign in with SSOName");
+	// empty when it is not configured.
+	SSOName string
+	SSOURL  string
+	// Local is who may log in with a password: all, admins-only or off.
+	Local string
+}
+
+// NoRoleView tells a person who signed on that no group gives them a role.
+type NoRoleView struct {
+	Page
+	Principal string
+	Shown     string
+	Groups    []string
+	// LogoutURL ends the provider's session, so another account can be
+	// used; "" when the provider offers none.
+	LogoutURL string
+}
+
+// ContinueView moves a browser on after single sign-on.
+type ContinueView struct {
+	Page
+	Next string
+}
+
+// PasskeyRow is one of the viewer's passkeys on the account page.
+type PasskeyRow struct {
+	ID         string // credential id, base64url
+	Name       string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+}
+
+// AccountView is the viewer's own account page.
+type AccountView struct {
+	Page
+	Name        string
+	Principal   string // "" for local accounts
+	Kind        string // local or oidc
+	Role        string
+	Email       string
+	DisplayName string
+	Groups      []string
+	LoginAt     time.Time
+	Method      string
+	Passkeys    []PasskeyRow
+	// PasskeysOn is false when the console runs without passkeys; RPID
+	// is the host they are bound to.
+	PasskeysOn bool
+	RPID       string
+	// Fresh is true while the login is recent enough to register a
+	// passkey; FreshFor says how recent.
+	Fresh    bool
+	FreshFor string
+	Message  string
+	Error    string
 }
 
 // ErrorView is an error page.
@@ -353,6 +415,13 @@ type UserRow struct {
 	CreatedAt  time.Time
 	DisabledAt time.Time
 	Self       bool
+	// Single sign-on accounts: the principal, and what the provider said
+	// at the last login (nil when it said nothing).
+	SSO         bool
+	Principal   Text
+	Email       *Text
+	Groups      *Text
+	LastLoginAt time.Time
 }
 
 // TokenRow is an API token on the admin page.
@@ -383,6 +452,22 @@ type AdminView struct {
 	ReplayTools string
 	ReplaySince string
 	Replay      *ReplayView
+}
+
+// joinOr joins items with commas, or says none.
+func joinOr(items []string, none string) string {
+	if len(items) == 0 {
+		return none
+	}
+	return strings.Join(items, ", ")
+}
+
+// roleName names a role, or its absence.
+func roleName(r string) string {
+	if r == "" {
+		return "no role"
+	}
+	return r
 }
 
 // rfc3339 formats a time for machines (datetime attributes, scripts).
