@@ -155,6 +155,7 @@ type serveFlags struct {
 	trustedProxies, allowedHost     listFlag
 	maxWaits                        int
 	mcp                             mcpFlags
+	identity                        identityFlags
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -187,6 +188,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 	f.mcp.register(fs)
+	f.identity.register(fs)
 }
 
 func cmdServe(ctx context.Context, e *env, args []string) int {
@@ -253,11 +255,15 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if gw != nil {
 		mcpHandler = gw
 	}
+	cc := &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL}
+	if err := f.identity.consoleIdentity(ctx, a.accounts, publicURL, cc); err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
-		Console:       &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL},
+		Console:       cc,
 		Notifications: notes,
 		MCP:           mcpHandler,
 	})

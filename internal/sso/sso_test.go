@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -20,62 +19,17 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/oneshot"
+	"github.com/countersign/countersign/internal/sso/ssotest"
 )
 
 const callback = "http://127.0.0.1:1/auth/oidc/callback"
 
 // provider is an in-process OpenID provider speaking the real protocol.
-type provider struct {
-	*mockoidc.MockOIDC
-	endSession string        // added to the discovery document when set
-	jwks       func() []byte // replaces the served key set when set
-}
+type provider = ssotest.Provider
 
 func startProvider(t *testing.T, opts ...func(*provider)) *provider {
 	t.Helper()
-	m, err := mockoidc.NewServer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &provider{MockOIDC: m}
-	for _, o := range opts {
-		o(p)
-	}
-	// mockoidc keeps its sessions in a plain map; one request at a time
-	// keeps it (and the race detector) happy.
-	var mu sync.Mutex
-	if err := m.AddMiddleware(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case r.URL.Path == mockoidc.DiscoveryEndpoint && p.endSession != "":
-				rec := httptest.NewRecorder()
-				next.ServeHTTP(rec, r)
-				var doc map[string]any
-				if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
-					http.Error(w, err.Error(), 500)
-					return
-				}
-				doc["end_session_endpoint"] = p.endSession
-				w.Header().Set("Content-Type", "application/json")
-				_ = json.NewEncoder(w).Encode(doc)
-			case r.URL.Path == mockoidc.JWKSEndpoint && p.jwks != nil:
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(p.jwks())
-			default:
-				next.ServeHTTP(w, r)
-			}
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ln := mustListen(t)
-	if err := m.Start(ln, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Shutdown() })
-	return p
+	return ssotest.Start(t, opts...)
 }
 
 func mustListen(t *testing.T) net.Listener {
@@ -459,7 +413,7 @@ func TestForeignSignatureRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProvider(t, func(p *provider) {
-		p.jwks = func() []byte { b, _ := other.JWKS(); return b }
+		p.JWKS = func() []byte { b, _ := other.JWKS(); return b }
 	})
 	rp := newRP(t, p)
 	_, err = login(t, rp)
@@ -472,7 +426,7 @@ func TestLogoutURL(t *testing.T) {
 	if _, ok := rp.LogoutURL("tok", "http://127.0.0.1:1/login"); ok {
 		t.Error("LogoutURL offered although the provider advertises no end_session_endpoint")
 	}
-	p2 := startProvider(t, func(p *provider) { p.endSession = "https://idp.example/logout?x=1" })
+	p2 := startProvider(t, func(p *provider) { p.EndSession = "https://idp.example/logout?x=1" })
 	rp2 := newRP(t, p2)
 	got, ok := rp2.LogoutURL("tok.en.value", "http://127.0.0.1:1/login")
 	if !ok {
