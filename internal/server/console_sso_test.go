@@ -28,8 +28,8 @@ func newSSOEnv(t *testing.T, local LocalLogin, opts ...func(*ssotest.Provider)) 
 		rp, err := sso.New(context.Background(), sso.Config{
 			Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret,
 			RedirectURL: cfg.Console.PublicURL + CallbackPath,
-			Roles: sso.RoleMap{"approvers": account.RoleOperator, "sre": account.RoleAdmin, "audit": account.RoleAuditor},
-			Flows: cfg.Accounts.Oneshots("oidc", sso.MaxFlows),
+			Roles:       sso.RoleMap{"approvers": account.RoleOperator, "sre": account.RoleAdmin, "audit": account.RoleAuditor},
+			Flows:       cfg.Accounts.Oneshots("oidc", sso.MaxFlows),
 		})
 		if err != nil {
 			t.Fatal(err)
