@@ -26,11 +26,14 @@ func (c *console) fresh(v *viewer) bool { return c.now().Sub(v.loginAt) < FreshL
 
 func (c *console) accountView(ctx context.Context, v *viewer) (templates.AccountView, error) {
 	av := templates.AccountView{Page: c.page(v, "Your account", "account", "", c.now()),
-		Name: v.user.Shown(), Kind: string(v.user.Kind), Role: string(v.user.Role), Email: v.user.Email,
-		DisplayName: v.user.DisplayName, Groups: v.user.Groups, LoginAt: v.loginAt, Method: v.method,
+		Name: RevealString(v.user.Shown()), Kind: string(v.user.Kind), Role: string(v.user.Role), Email: RevealString(v.user.Email),
+		DisplayName: RevealString(v.user.DisplayName), LoginAt: v.loginAt, Method: v.method,
 		PasskeysOn: c.cfg.Passkeys != nil, Fresh: c.fresh(v), FreshFor: span(FreshLogin)}
+	for _, g := range v.user.Groups {
+		av.Groups = append(av.Groups, RevealString(g))
+	}
 	if v.user.SSO() {
-		av.Principal = v.user.Name
+		av.Principal = RevealString(v.user.Name)
 	}
 	if c.cfg.Passkeys == nil {
 		return av, nil
@@ -41,7 +44,7 @@ func (c *console) accountView(ctx context.Context, v *viewer) (templates.Account
 		return av, err
 	}
 	for _, p := range pks {
-		av.Passkeys = append(av.Passkeys, templates.PasskeyRow{ID: p.IDString(), Name: p.Name, CreatedAt: p.CreatedAt, LastUsedAt: p.LastUsedAt})
+		av.Passkeys = append(av.Passkeys, templates.PasskeyRow{ID: p.IDString(), Name: RevealString(p.Name), CreatedAt: p.CreatedAt, LastUsedAt: p.LastUsedAt})
 	}
 	return av, nil
 }
@@ -219,5 +222,5 @@ func (c *console) removePasskey(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.renderAccount(ec, http.StatusOK, "Removed the passkey "+p.Name+".", "")
+	return c.renderAccount(ec, http.StatusOK, "Removed the passkey "+RevealString(p.Name)+".", "")
 }

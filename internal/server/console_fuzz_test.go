@@ -73,8 +73,8 @@ func FuzzLoginForm(f *testing.F) {
 			if kept, _ := doc.Find(`input[name="name"]`).Attr("value"); kept != "" && (kept != vals.Get("name") || account.CheckName(kept) != nil) {
 				t.Fatalf("the form kept the name %q", kept)
 			}
-			if n := doc.Find("script").Length(); n != 4 {
-				t.Fatalf("%d script elements, want the 4 static ones", n)
+			if n := doc.Find("script").Length(); n != 5 {
+				t.Fatalf("%d script elements, want the 5 static ones", n)
 			}
 			doc.Find("*").Each(func(_ int, s *goquerySelection) {
 				for _, a := range s.Nodes[0].Attr {

@@ -388,8 +388,8 @@ func TestHostileCallRendersAsText(t *testing.T) {
 			if p.status != http.StatusOK {
 				t.Fatalf("%s as %s = %d", path, who, p.status)
 			}
-			if n := p.doc.Find("script").Length(); n != 4 {
-				t.Errorf("%s: %d script elements, want the 4 static ones", path, n)
+			if n := p.doc.Find("script").Length(); n != 5 {
+				t.Errorf("%s: %d script elements, want the 5 static ones", path, n)
 			}
 			if n := p.doc.Find("img, svg, iframe").Length(); n != 0 {
 				t.Errorf("%s: %d injected elements", path, n)

@@ -289,7 +289,7 @@ func TestAdminEndsASingleSignOnUsersSessions(t *testing.T) {
 	admin.login("adele", rolePassword)
 	page := admin.get("/admin")
 	row := page.doc.Find(`[data-testid="user-row"][data-user="` + e.principal("00u-g") + `"]`)
-	if row.Find(`[data-testid="user-shown"]`).Text() != "gus" || row.Find(`[data-testid="end-sessions"]`).Length() != 1 {
+	if row.Find(`[data-testid="user-name"]`).Text() != "gus" || row.Find(`[data-testid="end-sessions"]`).Length() != 1 {
 		t.Fatalf("admin row = %q", row.Text())
 	}
 	p := admin.post("/admin/users/end-sessions", url.Values{"csrf": {admin.csrf()}, "name": {e.principal("00u-g")}})

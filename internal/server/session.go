@@ -50,10 +50,10 @@ type viewer struct {
 }
 
 func (v *viewer) templ() *templates.Viewer {
-	tv := &templates.Viewer{Name: v.user.Shown(), Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
+	tv := &templates.Viewer{Name: RevealString(v.user.Shown()), Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
 		IsAdmin: v.user.Role.CanAdminister(), CSRF: v.csrf}
 	if v.user.SSO() {
-		tv.Principal = v.user.Name
+		tv.Principal = RevealString(v.user.Name)
 	}
 	return tv
 }
