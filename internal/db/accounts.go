@@ -68,6 +68,9 @@ func (d *userDest) user() (account.User, error) {
 	if err := json.Unmarshal([]byte(d.groups), &u.Groups); err != nil {
 		return account.User{}, fmt.Errorf("db: groups of %s: %w", u.Name, err)
 	}
+	if len(u.Groups) == 0 {
+		u.Groups = nil
+	}
 	if len(d.handle) > 0 {
 		u.Handle = d.handle
 	}

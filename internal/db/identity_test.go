@@ -12,15 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/oneshot"
-	"github.com/countersign/countersign/internal/oneshot/oneshottest"
 )
-
-func TestOneshotsConform(t *testing.T) {
-	oneshottest.Run(t, func(t *testing.T, max int, now func() time.Time) oneshot.Store {
-		d := openTestDB(t)
-		return account.NewService(d.Accounts(), now).Oneshots("test", max)
-	})
-}
 
 // Kinds are kept apart, and a key is stored only as its hash.
 func TestOneshotsKindsApartKeyHashed(t *testing.T) {

@@ -22,7 +22,7 @@ func accountUpdate(t *testing.T, s Stores, fn func(tx account.Tx) error) {
 
 func addUser(t *testing.T, s Stores, name string, role account.Role) account.User {
 	t.Helper()
-	u := account.User{Name: name, Role: role, PasswordHash: passwordHash, CreatedAt: t0}
+	u := account.User{Name: name, Role: role, PasswordHash: passwordHash, Kind: account.KindLocal, CreatedAt: t0}
 	accountUpdate(t, s, func(tx account.Tx) error { return tx.InsertUser(u) })
 	return u
 }
@@ -72,7 +72,7 @@ var _ = add("accounts/users", func(t *testing.T, s Stores) {
 var _ = add("accounts/sessions", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	alice := addUser(t, s, "alice", account.RoleOperator)
-	sess := account.Session{IDHash: "h1", User: alice, CSRF: "csrf", CreatedAt: t0, LastSeen: t0}
+	sess := account.Session{IDHash: "h1", User: alice, CSRF: "csrf", Method: account.MethodPassword, CreatedAt: t0, LastSeen: t0}
 	accountUpdate(t, s, func(tx account.Tx) error { return tx.InsertSession(sess) })
 	if got, err := s.Accounts.Session(ctx, "h1"); err != nil || !reflect.DeepEqual(got, sess) {
 		t.Errorf("Session = %+v, %v; want %+v", got, err, sess)
