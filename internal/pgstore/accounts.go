@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,19 +29,57 @@ func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	return a.d.update(ctx, func(t *txn) error { return fn(t) })
 }
 
-const userColumns = `name, role, password_hash, created_at, disabled_at`
+const userColumns = `name, role, password_hash, created_at, disabled_at, kind, COALESCE(issuer, ''), COALESCE(subject, ''),
+	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle`
+
+// userColumnsOf is userColumns of the users table under alias a.
+func userColumnsOf(a string) string {
+	return strings.NewReplacer("$", a+".").Replace(`$name, $role, $password_hash, $created_at, $disabled_at, $kind,
+	COALESCE($issuer, ''), COALESCE($subject, ''), $short_name, $display_name, $email, $groups, $last_login_at,
+	$no_role_since, $webauthn_handle`)
+}
+
+// userDest is where a row of userColumns is scanned.
+type userDest struct {
+	u                           account.User
+	role, kind, groups          string
+	display, email              []byte
+	created                     int64
+	disabled, lastLogin, noRole *int64
+	handle                      []byte
+}
+
+func (d *userDest) dest() []any {
+	return []any{&d.u.Name, &d.role, &d.u.PasswordHash, &d.created, &d.disabled, &d.kind, &d.u.Issuer, &d.u.Subject,
+		&d.u.ShortName, &d.display, &d.email, &d.groups, &d.lastLogin, &d.noRole, &d.handle}
+}
+
+func (d *userDest) user() (account.User, error) {
+	u := d.u
+	u.Role, u.Kind = account.Role(d.role), account.Kind(d.kind)
+	if d.noRole != nil {
+		u.Role = ""
+	}
+	u.DisplayName, u.Email = string(d.display), string(d.email)
+	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
+	if err := json.Unmarshal([]byte(d.groups), &u.Groups); err != nil {
+		return account.User{}, fmt.Errorf("pgstore: groups of %s: %w", u.Name, err)
+	}
+	if len(u.Groups) == 0 {
+		u.Groups = nil
+	}
+	if len(d.handle) > 0 {
+		u.Handle = d.handle
+	}
+	return u, nil
+}
 
 func scanUser(r rowScanner) (account.User, error) {
-	var u account.User
-	var role string
-	var created int64
-	var disabled *int64
-	if err := r.Scan(&u.Name, &role, &u.PasswordHash, &created, &disabled); err != nil {
+	var d userDest
+	if err := r.Scan(d.dest()...); err != nil {
 		return account.User{}, err
 	}
-	u.Role = account.Role(role)
-	u.CreatedAt, u.DisabledAt = time.UnixMilli(created).UTC(), fromMS(disabled)
-	return u, nil
+	return d.user()
 }
 
 func userByName(ctx context.Context, q querier, name string) (account.User, error) {
@@ -76,21 +116,24 @@ func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
 	return out, classify(rows.Err())
 }
 
-const sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
-	u.name, u.role, u.password_hash, u.created_at, u.disabled_at`
+var sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
+	s.method, s.id_token, ` + userColumnsOf("u")
 
 func scanSession(r rowScanner) (account.Session, error) {
 	var s account.Session
-	var created, seen, ucreated int64
-	var revoked, disabled *int64
-	var role string
-	if err := r.Scan(&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason,
-		&s.User.Name, &role, &s.User.PasswordHash, &ucreated, &disabled); err != nil {
+	var created, seen int64
+	var revoked *int64
+	var d userDest
+	dest := append([]any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, d.dest()...)
+	if err := r.Scan(dest...); err != nil {
 		return account.Session{}, err
 	}
 	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
-	s.User.Role = account.Role(role)
-	s.User.CreatedAt, s.User.DisabledAt = time.UnixMilli(ucreated).UTC(), fromMS(disabled)
+	u, err := d.user()
+	if err != nil {
+		return account.Session{}, err
+	}
+	s.User = u
 	return s, nil
 }
 
@@ -178,8 +221,25 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 func (t *txn) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
 
 func (t *txn) InsertUser(u account.User) error {
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO users (name, role, password_hash, created_at) VALUES ($1,$2,$3,$4)`,
-		u.Name, string(u.Role), u.PasswordHash, ms(u.CreatedAt)); err != nil {
+	kind := u.Kind
+	if kind == "" {
+		kind = account.KindLocal
+	}
+	var issuer, subject, lastLogin any
+	if kind == account.KindOIDC {
+		issuer, subject = u.Issuer, u.Subject
+	}
+	if !u.LastLoginAt.IsZero() {
+		lastLogin = ms(u.LastLoginAt)
+	}
+	groups, err := groupsJSON(u.Groups)
+	if err != nil {
+		return err
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO users (name, role, password_hash, created_at, kind, issuer, subject,
+		short_name, display_name, email, groups, last_login_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)`,
+		u.Name, string(u.Role), u.PasswordHash, ms(u.CreatedAt), string(kind), issuer, subject,
+		u.ShortName, []byte(u.DisplayName), []byte(u.Email), groups, lastLogin); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
 			return fmt.Errorf("%w: %s", account.ErrUserExists, u.Name)
@@ -217,8 +277,12 @@ func (t *txn) RevokeUserSessions(user, reason string, at time.Time) (int64, erro
 }
 
 func (t *txn) InsertSession(s account.Session) error {
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen) VALUES ($1,$2,$3,$4,$5)`,
-		s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen)); err != nil {
+	method := s.Method
+	if method == "" {
+		method = account.MethodPassword
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen, method, id_token)
+		VALUES ($1,$2,$3,$4,$5,$6,$7)`, s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen), method, s.IDToken); err != nil {
 		return fmt.Errorf("pgstore: insert session: %w", err)
 	}
 	return nil
