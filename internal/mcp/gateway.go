@@ -72,7 +72,7 @@ type GatewayConfig struct {
 	// Hold is how long a tools/call waits for a decision (DefaultHold).
 	Hold time.Duration
 	// ProgressEvery is the progress notification interval
-	// (DefaultProgressEvery).
+	// (DefaultProgressEvery, or a fifth of a shorter hold).
 	ProgressEvery time.Duration
 	// ForwardTimeout bounds an upstream's answer (DefaultForwardTimeout).
 	ForwardTimeout time.Duration
@@ -113,7 +113,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		return nil, fmt.Errorf("mcp: a hold of %s is longer than clients wait (at most %s)", cfg.Hold, MaxHold)
 	}
 	if cfg.ProgressEvery <= 0 {
-		cfg.ProgressEvery = DefaultProgressEvery
+		cfg.ProgressEvery = max(min(DefaultProgressEvery, cfg.Hold/5), 100*time.Millisecond)
 	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = DefaultForwardTimeout
