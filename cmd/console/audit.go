@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/grant"
 )
 
 // auditKeyPath is the audit checkpoint signing key, separate from the
@@ -62,6 +63,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory whose database to verify (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
+	trusted := fs.String("trusted-keys", "", "the cluster's trust file (console keys trust): checkpoints signed by its audit keys are accepted too (default $"+envTrustedKeys+")")
 	file := fs.String("file", "", "a JSONL export to verify offline, without the database")
 	var cpFiles []string
 	fs.Func("checkpoint", "a checkpoint kept outside (as GET /api/v1/audit/checkpoint returned it); repeatable", func(s string) error {
@@ -95,6 +97,25 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	for _, c := range opts.Checkpoints {
 		if !containsString(opts.TrustedKeys, c.KID) {
 			opts.TrustedKeys = append(opts.TrustedKeys, c.KID)
+		}
+	}
+	// With several replicas, each signs checkpoints with its own audit
+	// key: the trust file deployed with them lists them all.
+	if path := trustedKeysPath(e, *trusted); path != "" {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			var ts *grant.TrustSet
+			if ts, err = grant.ParseTrust(b); err == nil {
+				for _, kid := range ts.AuditKIDs() {
+					if !containsString(opts.TrustedKeys, kid) {
+						opts.TrustedKeys = append(opts.TrustedKeys, kid)
+					}
+				}
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+			return 1
 		}
 	}
 	// So is the data directory's own audit key: a trail rewritten and
@@ -163,7 +184,10 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	printReport(e.stdout, rep, len(opts.Checkpoints))
-	if dataKey != "" {
+	if dataKey != "" && len(opts.TrustedKeys) > 1 {
+		fmt.Fprintf(e.stdout, "audit keys: every checkpoint%s is signed by one of %s (the data directory's key %s, and the trusted ones)\n",
+			map[bool]string{true: " and the export header", false: ""}[*file != ""], strings.Join(opts.TrustedKeys, ", "), dataKey)
+	} else if dataKey != "" {
 		fmt.Fprintf(e.stdout, "audit key: every checkpoint%s is signed by the data directory's key %s\n",
 			map[bool]string{true: " and the export header", false: ""}[*file != ""], dataKey)
 	} else if *file == "" {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -11,7 +13,14 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 )
 
-const keysUsage = "usage: console keys list|rotate [--data DIR]"
+const keysUsage = `usage: console keys list|rotate|jwks [--data DIR]
+       console keys trust FILE...
+
+jwks prints this data directory's part of a cluster's trust file: its
+grant keys that may verify a live grant and its audit checkpoint key.
+trust merges such parts into the trust file deployed with every replica
+(serve --trusted-keys FILE). With several replicas, rotate one replica's
+key, then give every replica the new trust file.`
 
 // cmdKeys lists and rotates the grant signing keys in DATA/keys. A rotation
 // may run while the server runs: the server signs its next grant with the
@@ -26,8 +35,11 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, keysUsage)
 		return 0
 	}
-	if sub != "list" && sub != "rotate" {
-		fmt.Fprintf(e.stderr, "console keys: unknown subcommand %q (list, rotate)\n", sub)
+	if sub == "trust" {
+		return keysTrust(e, args[1:])
+	}
+	if sub != "list" && sub != "rotate" && sub != "jwks" {
+		fmt.Fprintf(e.stderr, "console keys: unknown subcommand %q (list, rotate, jwks, trust)\n", sub)
 		return 2
 	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -50,6 +62,18 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	switch sub {
+	case "jwks":
+		signer, err := audit.LoadOrCreateKey(auditKeyPath(dataDir(e, *data)))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console keys jwks: %v\n", err)
+			return 1
+		}
+		aj, err := grant.AuditJWK(signer.PublicKey())
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console keys jwks: %v\n", err)
+			return 1
+		}
+		return printTrust(e, &grant.TrustSet{Keys: k.OwnJWKs(), AuditKeys: []grant.JWK{aj}})
 	case "rotate":
 		old := k.Keys()[0]
 		ki, err := k.Rotate()
@@ -99,4 +123,38 @@ func auditKeyRotation(ctx context.Context, e *env, data, url, oldKID, newKID str
 	return d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindKeyRotated,
 		Principal: cliPrincipal(e), Channel: audit.ChannelCLI,
 		Details: map[string]any{"old_kid": oldKID, "new_kid": newKID}})
+}
+
+// keysTrust merges trust file parts (console keys jwks of each replica, or
+// earlier trust files) into one trust file on standard output.
+func keysTrust(e *env, files []string) int {
+	if len(files) == 0 {
+		fmt.Fprintln(e.stderr, "usage: console keys trust FILE... (each the output of console keys jwks, or a trust file)")
+		return 2
+	}
+	var sets []*grant.TrustSet
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console keys trust: %v\n", err)
+			return 1
+		}
+		t, err := grant.ParseTrust(b)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console keys trust: %s: %v\n", f, err)
+			return 1
+		}
+		sets = append(sets, t)
+	}
+	return printTrust(e, grant.Merge(sets...))
+}
+
+func printTrust(e *env, t *grant.TrustSet) int {
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "%s\n", b)
+	return 0
 }

@@ -150,6 +150,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 type serveFlags struct {
 	addr, data, db, tools, logLevel string
+	trustedKeys                     string
 	pprof, publicURL, notify        string
 	idle, absolute                  time.Duration
 	trustedProxies, allowedHost     listFlag
@@ -177,6 +178,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	fs.StringVar(&f.db, "db", "", dbFlagUsage)
+	fs.StringVar(&f.trustedKeys, "trusted-keys", "", "trust file of a cluster of replicas (console keys trust): the other replicas' grant and audit keys that this one accepts (default $"+envTrustedKeys+")")
 	fs.StringVar(&f.tools, "tools", "", "tools file (default DATA/tools.yaml)")
 	fs.StringVar(&f.notify, "notify", "", "notifications file: webhooks, Slack, email, Web Push and routing (default DATA/notify.yaml if present, else the tools file's notifications section; see docs/notifications.md)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -214,6 +216,15 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer a.Close()
+	if path := trustedKeysPath(e, f.trustedKeys); path != "" {
+		if err := a.keys.Trust(path); err != nil {
+			fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+			return 1
+		}
+		ts := a.keys.TrustSet()
+		log.Info("trust file loaded", slog.String("file", path), slog.Int("grant_keys", len(ts.Keys)),
+			slog.Int("audit_keys", len(ts.AuditKeys)))
+	}
 	fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data)
 	if err := a.serve(ctx, ln, f); err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)

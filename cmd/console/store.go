@@ -21,6 +21,19 @@ import (
 // envDatabaseURL names the PostgreSQL database when --db is not given.
 const envDatabaseURL = "COUNTERSIGN_DATABASE_URL"
 
+// envTrustedKeys names the cluster's trust file when --trusted-keys is not
+// given.
+const envTrustedKeys = "COUNTERSIGN_TRUSTED_KEYS"
+
+// trustedKeysPath is the trust file in force: the flag, then the
+// environment; "" for none.
+func trustedKeysPath(e *env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return e.getenv(envTrustedKeys)
+}
+
 // storage is what the commands use of either engine beside the domain's
 // store interfaces.
 type storage interface {

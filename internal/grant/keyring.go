@@ -107,6 +107,8 @@ type Keyring struct {
 
 	lastCheck atomic.Int64 // monotonic nanoseconds of the last look at the index
 	epoch     time.Time    // origin of lastCheck
+
+	trust *trustFile // the other replicas' keys (Trust); guarded by mu
 }
 
 // OpenKeyring opens the key directory dir for grants issued by issuer,
@@ -241,24 +243,43 @@ type JWK struct {
 }
 
 // JWKS returns the JSON Web Key Set (RFC 7517) of the keys that may still
-// verify a live grant, as of the keyring's clock, newest first.
+// verify a live grant, as of the keyring's clock: its own, newest first,
+// then the trust file's (Trust) that are not its own.
 func (k *Keyring) JWKS() []byte {
 	var set struct {
 		Keys []JWK `json:"keys"`
 	}
-	set.Keys = []JWK{}
+	set.Keys = k.OwnJWKs()
+	own := map[string]bool{}
 	for _, ki := range k.Keys() {
-		if ki.State == StateRetired {
-			continue
+		own[ki.KID] = true
+	}
+	if t := k.TrustSet(); t != nil {
+		for _, j := range t.Keys {
+			if !own[j.KID] {
+				set.Keys = append(set.Keys, j)
+			}
 		}
-		set.Keys = append(set.Keys, JWK{KTY: "OKP", CRV: "Ed25519", X: b64.EncodeToString(ki.PublicKey),
-			KID: ki.KID, ALG: Algorithm, USE: "sig"})
 	}
 	b, err := json.Marshal(set)
 	if err != nil {
 		panic("grant: marshal JWKS: " + err.Error()) // plain strings only
 	}
 	return b
+}
+
+// OwnJWKs lists the keyring's own keys that may still verify a live grant,
+// newest first: what this replica adds to a cluster's trust file.
+func (k *Keyring) OwnJWKs() []JWK {
+	out := []JWK{}
+	for _, ki := range k.Keys() {
+		if ki.State == StateRetired {
+			continue
+		}
+		out = append(out, JWK{KTY: "OKP", CRV: "Ed25519", X: b64.EncodeToString(ki.PublicKey),
+			KID: ki.KID, ALG: Algorithm, USE: "sig"})
+	}
+	return out
 }
 
 // verifyingKey returns the public key kid names if it may verify at now.
@@ -268,13 +289,21 @@ func (k *Keyring) JWKS() []byte {
 func (k *Keyring) verifyingKey(kid string, now time.Time) (ed25519.PublicKey, bool) {
 	k.maybeRefresh()
 	pub, found, ok := k.lookup(kid, now)
-	if !found {
-		if unlock, err := k.lock(lockShared); err == nil {
-			k.refresh() // on error the keys in memory stay as they were
-			unlock()
-		}
-		pub, _, ok = k.lookup(kid, now)
+	if found {
+		return pub, ok
 	}
+	// Another replica's key, from the trust file, before looking at the
+	// directory again: the common case with several replicas.
+	if t := k.trustFile(); t != nil {
+		if pub, ok := t.lookup(kid); ok {
+			return pub, true
+		}
+	}
+	if unlock, err := k.lock(lockShared); err == nil {
+		k.refresh() // on error the keys in memory stay as they were
+		unlock()
+	}
+	pub, _, ok = k.lookup(kid, now)
 	return pub, ok
 }
 

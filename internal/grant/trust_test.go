@@ -1,0 +1,134 @@
+package grant
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeTrust(tb testing.TB, path string, sets ...*TrustSet) {
+	tb.Helper()
+	b, err := json.Marshal(Merge(sets...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// A replica verifies another replica's grants only once the trust file
+// deployed with it lists the other's key, lists that key in its JWKS, and
+// stops trusting it when the file drops it.
+func TestTrustFileAcrossReplicas(t *testing.T) {
+	clk := newClock()
+	a, _ := MustKeyring(t, clk)
+	b, _ := MustKeyring(t, clk)
+	f := newFixture(t)
+	token, kidA := MustMint(t, a, f)
+	if r := b.Verify(token, f.ctx, f.call, clk.Now()); r.Reason != ReasonUnknownKey {
+		t.Fatalf("B verifies A's grant without trust: %q, want %s", r.Reason, ReasonUnknownKey)
+	}
+	path := filepath.Join(t.TempDir(), "trusted-keys.json")
+	writeTrust(t, path, &TrustSet{Keys: a.OwnJWKs()}, &TrustSet{Keys: b.OwnJWKs()})
+	if err := b.Trust(path); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.Verify(token, f.ctx, f.call, clk.Now()); r.Reason != "" {
+		t.Fatalf("B with A's key in the trust file: %q, want accepted", r.Reason)
+	}
+	if jwks := string(b.JWKS()); !strings.Contains(jwks, kidA) || strings.Count(jwks, `"kid"`) != 2 {
+		t.Fatalf("B's JWKS = %s, want its own key and A's once each", jwks)
+	}
+	// A forged grant under A's kid signed by another key is refused.
+	c, _ := MustKeyring(t, clk)
+	forged, _ := MustMint(t, c, f)
+	parts := strings.SplitN(forged, ".", 2)
+	hdr, _ := json.Marshal(map[string]string{"alg": Algorithm, "typ": "countersign-grant+jwt", "kid": kidA})
+	if r := b.Verify(enc(hdr)+"."+parts[1], f.ctx, f.call, clk.Now()); r.Reason == "" {
+		t.Fatal("a grant re-labelled with a trusted kid verified")
+	}
+
+	// The file changes: A's key is dropped, and B stops trusting it.
+	writeTrust(t, path, &TrustSet{Keys: b.OwnJWKs()})
+	time.Sleep(RefreshInterval + 100*time.Millisecond)
+	if r := b.Verify(token, f.ctx, f.call, clk.Now()); r.Reason != ReasonUnknownKey {
+		t.Fatalf("B after A's key left the trust file: %q, want %s", r.Reason, ReasonUnknownKey)
+	}
+	// A file that no longer parses leaves the keys read before in force.
+	if err := os.WriteFile(path, []byte(`{"keys":[{"kty":"RSA"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(RefreshInterval + 100*time.Millisecond)
+	if b.TrustSet() == nil || b.TrustError() == nil {
+		t.Fatalf("a broken trust file: set %v, error %v; want the old set and an error", b.TrustSet(), b.TrustError())
+	}
+}
+
+// A key of the keyring's own is judged by its own state: retired stays
+// retired even when a trust file still lists it.
+func TestTrustFileDoesNotRevivePrivateRetiredKeys(t *testing.T) {
+	clk := newClock()
+	a, _ := MustKeyring(t, clk)
+	f := newFixture(t)
+	token, _ := MustMint(t, a, f)
+	old := a.OwnJWKs()
+	if _, err := a.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "trusted-keys.json")
+	writeTrust(t, path, &TrustSet{Keys: old})
+	if err := a.Trust(path); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(MaxTTL + time.Second)
+	if r := a.Verify(token, f.ctx, f.call, clk.Now()); r.Reason != ReasonUnknownKey {
+		t.Fatalf("a retired own key listed in the trust file: %q, want %s", r.Reason, ReasonUnknownKey)
+	}
+}
+
+func TestParseTrustRefuses(t *testing.T) {
+	clk := newClock()
+	a, _ := MustKeyring(t, clk)
+	good := a.OwnJWKs()[0]
+	mk := func(keys, audit []JWK) []byte {
+		b, _ := json.Marshal(TrustSet{Keys: keys, AuditKeys: audit})
+		return b
+	}
+	rsa := good
+	rsa.KTY = "RSA"
+	short := good
+	short.X = "AAAA"
+	hs := good
+	hs.ALG = "HS256"
+	badAudit := good // its kid is a grant kid, not the id its key implies
+	for name, data := range map[string][]byte{
+		"not JSON":           []byte(`{`),
+		"unknown member":     []byte(`{"keys":[],"extra":1}`),
+		"RSA key":            mk([]JWK{rsa}, nil),
+		"short key":          mk([]JWK{short}, nil),
+		"alg HS256":          mk([]JWK{hs}, nil),
+		"kid twice":          mk([]JWK{good, good}, nil),
+		"audit kid mismatch": mk(nil, []JWK{badAudit}),
+		"two values":         []byte(`{"keys":[]} {"keys":[]}`),
+	} {
+		if _, err := ParseTrust(data); err == nil {
+			t.Errorf("%s: ParseTrust accepted %s", name, data)
+		}
+	}
+	aj, err := AuditJWK(good.X)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := ParseTrust(mk([]JWK{good}, []JWK{aj}))
+	if err != nil || len(ts.Keys) != 1 || len(ts.AuditKIDs()) != 1 {
+		t.Fatalf("ParseTrust of a good file = %+v, %v", ts, err)
+	}
+}
