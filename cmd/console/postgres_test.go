@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,6 +56,39 @@ func TestCommandsOnPostgres(t *testing.T) {
 	code, out, errs = runWith(t, onB, "", "audit", "export", "--format", "jsonl", "--data", b)
 	if code != 0 || strings.Count(out, "\n") != 5 {
 		t.Fatalf("audit export on B = %d, %d lines %s:\n%s", code, strings.Count(out, "\n"), errs, out)
+	}
+	// Each replica signs checkpoints with its own audit key: a verifier
+	// with one replica's data directory needs the cluster's trust file.
+	if code, _, errs := runWith(t, onB, "", "token", "create", "--actor", "agent:b", "--audience", "payments-host", "--data", b); code != 0 {
+		t.Fatalf("token create on B = %d %s", code, errs)
+	}
+	if code, out, errs := runWith(t, onB, "", "audit", "checkpoint", "--data", b); code != 0 || !strings.Contains(out, `"seq":4`) {
+		t.Fatalf("audit checkpoint on B = %d %q %s", code, out, errs)
+	}
+	if code, out, _ := runWith(t, onA, "", "audit", "verify", "--data", a, "--db", url); code != 1 || !strings.Contains(out, "DAMAGED") {
+		t.Fatalf("audit verify on A without the trust file = %d %q, want B's checkpoint refused", code, out)
+	}
+	parts := t.TempDir()
+	for name, dir := range map[string]string{"a.json": a, "b.json": b} {
+		code, out, errs := runWith(t, onA, "", "keys", "jwks", "--data", dir)
+		if code != 0 || !strings.Contains(out, `"audit_keys"`) {
+			t.Fatalf("keys jwks = %d %q %s", code, out, errs)
+		}
+		if err := os.WriteFile(filepath.Join(parts, name), []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, trust, errs := runWith(t, onA, "", "keys", "trust", filepath.Join(parts, "a.json"), filepath.Join(parts, "b.json"))
+	if code != 0 || strings.Count(trust, `"kid"`) != 4 {
+		t.Fatalf("keys trust = %d %s %s", code, trust, errs)
+	}
+	trustFile := filepath.Join(parts, "trusted-keys.json")
+	if err := os.WriteFile(trustFile, []byte(trust), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runWith(t, onA, "", "audit", "verify", "--data", a, "--db", url, "--trusted-keys", trustFile)
+	if code != 0 || !strings.Contains(out, "4 entries") || !strings.Contains(out, "2 checkpoints") && !strings.Contains(out, "checkpoints: 2") {
+		t.Fatalf("audit verify on A with the trust file = %d %q %s", code, out, errs)
 	}
 	if code, _, errs := runWith(t, onA, "", "freeze", "--as", "nobody", "--reason", "x", "--data", a, "--db", url); code == 0 {
 		t.Fatalf("freeze as an unknown user = 0, want a refusal: %s", errs)
