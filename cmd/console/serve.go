@@ -270,19 +270,28 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if err := f.identity.consoleIdentity(ctx, a.accounts, publicURL, cc); err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cfg := server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
 		Console:       cc,
 		Notifications: notes,
 		MCP:           mcpHandler,
-	})
+	}
+	if a.db.pg != nil {
+		// Other replicas' changes reach this one's pages and long-polls.
+		live, err := a.db.pg.Listen(ctx, a.queue.Apply, a.log)
+		if err != nil {
+			return fmt.Errorf("listen for other replicas' changes: %w", err)
+		}
+		cfg.Live = live
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	if f.pprof != "" {
 		if err := servePprof(ctx, f.pprof, a.log); err != nil {
 			return err

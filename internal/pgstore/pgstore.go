@@ -72,10 +72,14 @@ type DB struct {
 	identity string
 	now      func() time.Time
 
-	// versions this process committed itself, so that the listener does not
-	// publish them a second time; guarded by mu.
+	raw string // the URL as given, for the listener's own connection
+
+	// Audit entries this process is committing or committed itself (seq
+	// to hash), so that the listener does not publish them a second time;
+	// guarded by mu. The hash tells them from another replica's entry of
+	// the same seq after a failed commit.
 	mu    sync.Mutex
-	local map[int64]struct{}
+	local map[int64]string
 
 	// commitMu orders this process's commits with their onCommit calls;
 	// the chain head lock already orders the commits themselves.
@@ -125,7 +129,7 @@ func Open(ctx context.Context, rawURL string, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect to %s: %w", redact(rawURL), err)
 	}
-	d := &DB{pool: pool, url: redact(rawURL), now: time.Now, local: map[int64]struct{}{}}
+	d := &DB{pool: pool, url: redact(rawURL), raw: rawURL, now: time.Now, local: map[int64]string{}}
 	if !opt.ReadOnly {
 		if err := d.migrate(ctx); err != nil {
 			pool.Close()
@@ -264,46 +268,68 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	if err := t.notify(); err != nil {
 		return classify(err)
 	}
+	// Remembered before the commit, so the listener, which may hear of the
+	// commit before Commit returns, knows them as this process's own.
+	d.remember(t.entries)
 	d.commitMu.Lock()
 	if err := tx.Commit(ctx); err != nil {
 		d.commitMu.Unlock()
+		d.forget(t.entries)
 		// A commit whose answer was lost may or may not have happened;
 		// either way nothing is acknowledged.
 		return classify(fmt.Errorf("pgstore: commit: %w", err))
 	}
 	var hookErr error
-	if d.onCommit != nil && len(t.versions) > 0 {
+	if d.onCommit != nil && len(t.entries) > 0 {
 		hookErr = d.onCommit(t.headSeq, t.headHash)
 	}
 	d.commitMu.Unlock()
 	if hookErr != nil {
 		return fmt.Errorf("pgstore: committed, but not acknowledged: %w", hookErr)
 	}
-	if len(t.versions) > 0 {
-		d.mu.Lock()
-		for _, v := range t.versions {
-			d.local[v] = struct{}{}
-		}
-		d.mu.Unlock()
-	}
 	return nil
 }
 
-// own reports, and forgets, whether this process committed version v.
-func (d *DB) own(v int64) bool {
+func (d *DB) remember(es []entryID) {
+	if len(es) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, ok := d.local[v]
-	delete(d.local, v)
-	return ok
+	for _, e := range es {
+		d.local[e.seq] = e.hash
+	}
 }
 
-// forgetOwn drops remembered versions at or below v.
-func (d *DB) forgetOwn(v int64) {
+func (d *DB) forget(es []entryID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range es {
+		if d.local[e.seq] == e.hash {
+			delete(d.local, e.seq)
+		}
+	}
+}
+
+// own reports, and forgets, whether this process committed the entry.
+func (d *DB) own(seq int64, hash string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.local[seq]
+	if ok && h == hash {
+		delete(d.local, seq)
+		return true
+	}
+	return false
+}
+
+// forgetOwnUpTo drops remembered entries at or below seq: the listener
+// has read past them.
+func (d *DB) forgetOwnUpTo(seq int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for k := range d.local {
-		if k <= v {
+		if k <= seq {
 			delete(d.local, k)
 		}
 	}

@@ -44,10 +44,16 @@ type txn struct {
 	headSeq  int64
 	headHash string
 	headRead bool
-	// What the transaction appended: versions, and the newest version of
-	// each call, for NOTIFY.
-	versions []int64
-	calls    map[string]int64
+	// What the transaction appended: its entries, and the newest version
+	// of each call, for NOTIFY.
+	entries []entryID
+	calls   map[string]int64
+}
+
+// entryID names one audit entry.
+type entryID struct {
+	seq  int64
+	hash string
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
@@ -273,7 +279,7 @@ func (t *txn) append(e *audit.Entry) error {
 		return fmt.Errorf("pgstore: append audit entry: %w", err)
 	}
 	t.headSeq, t.headHash = e.Seq, e.Hash
-	t.versions = append(t.versions, e.Seq)
+	t.entries = append(t.entries, entryID{e.Seq, e.Hash})
 	if t.calls == nil {
 		t.calls = map[string]int64{}
 	}
@@ -370,4 +376,33 @@ func (s Store) Blocks(ctx context.Context) ([]queue.Block, error) {
 		out = append(out, b)
 	}
 	return out, classify(rows.Err())
+}
+
+var _ queue.SweepLocker = Store{}
+
+// TrySweep takes the expiry sweeper's session advisory lock on a
+// connection of its own, so that one replica at a time expires calls.
+func (s Store) TrySweep(ctx context.Context) (func(), bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, classify(fmt.Errorf("pgstore: sweep lock: %w", err))
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockSweep).Scan(&got); err != nil {
+		conn.Release()
+		return nil, false, classify(fmt.Errorf("pgstore: sweep lock: %w", err))
+	}
+	if !got {
+		conn.Release()
+		return nil, false, nil
+	}
+	return func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockSweep); err != nil {
+			// A session lock must not outlive the sweep: drop the
+			// connection, which releases it.
+			conn.Hijack().Close(context.Background())
+			return
+		}
+		conn.Release()
+	}, true, nil
 }

@@ -25,9 +25,31 @@ func (s *Service) expire(tx Tx, c *Call, emit func(Event)) error {
 	return nil
 }
 
+// SweepLocker is a Store that several servers share (replicas on one
+// PostgreSQL database): ExpireDue sweeps only while it holds the store's
+// sweep lock, so one server at a time expires calls and the others find
+// nothing left to do.
+type SweepLocker interface {
+	// TrySweep takes the sweep lock without waiting; false means another
+	// server holds it. release gives it back.
+	TrySweep(ctx context.Context) (release func(), ok bool, err error)
+}
+
 // ExpireDue expires every pending call whose deadline has passed, each in its
-// own transaction, and returns how many it expired.
+// own transaction, and returns how many it expired. On a store shared by
+// several servers it does so only while holding the sweep lock, and does
+// nothing when another server holds it.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	if sl, ok := s.store.(SweepLocker); ok {
+		release, got, err := sl.TrySweep(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if !got {
+			return 0, nil
+		}
+		defer release()
+	}
 	ids, err := s.store.DueCalls(ctx, s.now(), 500)
 	if err != nil {
 		return 0, err

@@ -48,6 +48,11 @@ type Event struct {
 	Reason string
 	// Freeze is set for frozen and unfrozen.
 	Freeze *Freeze
+	// Remote marks a change another server committed to the shared store
+	// (a replica), published here by Apply: waiters wake and pages update
+	// as for a local change, but it was not made here (metrics count only
+	// their own changes).
+	Remote bool
 }
 
 // Config holds the service's collaborators.
@@ -132,6 +137,20 @@ func (s *Service) Subscribe(fn func(Event)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listeners = append(s.listeners, fn)
+}
+
+// Apply publishes a change that another server committed to the store they
+// share (several replicas on one PostgreSQL database; the store's listener
+// calls it after the commit): long-polls waiting on the call wake, and
+// subscribers hear of it as of a local change, with Remote set. A pending
+// call may bring the next deadline forward, so the expiry loop looks
+// again.
+func (s *Service) Apply(ev Event) {
+	ev.Remote = true
+	if ev.Call != nil && ev.Call.Status == StatusPending {
+		s.kickExpiry()
+	}
+	s.publish(ev)
 }
 
 func (s *Service) publish(events ...Event) {

@@ -239,6 +239,10 @@ func (s *Server) healthz(c echo.Context) error {
 	if err := s.cfg.Ping(ctx); err != nil {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 	}
+	if s.cfg.Live != nil && !s.cfg.Live.Connected() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "degraded",
+			"live": "disconnected: not hearing of other replicas' changes; reconnecting"})
+	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 

@@ -27,7 +27,7 @@ type metrics struct {
 	waitsRefused  prometheus.Counter
 }
 
-func newMetrics(q *queue.Service, waits *tokenWaits) *metrics {
+func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposals_total",
 		Help: "Proposals by outcome: created, duplicate, rejected, refused (audience, retry limit, previously denied), error."}, []string{"outcome"})
@@ -62,7 +62,26 @@ func newMetrics(q *queue.Service, waits *tokenWaits) *metrics {
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
 		m.redeemSeconds, m.pushes, waiters, evalErrors, m.waitsRefused, mostWaits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if live != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_live_listener_connected",
+			Help: "1 while the listener for other replicas' changes is connected to PostgreSQL, else 0."}, func() float64 {
+			if live.Connected() {
+				return 1
+			}
+			return 0
+		}), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_live_listener_reconnects_total",
+			Help: "Times the listener for other replicas' changes reconnected and caught up."}, func() float64 {
+			return float64(live.Reconnects())
+		}))
+	}
 	return m
+}
+
+// Live is the state of a replica's listener for the changes other
+// replicas commit (pgstore.Listener).
+type Live interface {
+	Connected() bool
+	Reconnects() int64
 }
 
 func (m *metrics) handler() echo.HandlerFunc {
@@ -96,6 +115,9 @@ func (m *metrics) proposal(err error, d time.Duration) {
 
 // observe counts committed changes.
 func (m *metrics) observe(ev queue.Event) {
+	if ev.Remote {
+		return // another replica counts its own
+	}
 	switch ev.Kind {
 	case audit.KindSubmitted:
 		m.proposals.WithLabelValues("created").Inc()

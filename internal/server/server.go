@@ -39,7 +39,12 @@ type Config struct {
 	// directory's audit key); nil writes them unsigned.
 	AuditSigner *audit.Signer
 	// Ping reports whether the store answers, for /healthz.
-	Ping    func(context.Context) error
+	Ping func(context.Context) error
+	// Live, when set, is the listener that hears of the changes other
+	// replicas commit to a shared store; while it is disconnected /healthz
+	// answers 503 (this replica's pages and long-polls would miss other
+	// replicas' changes until it has caught up) and the metrics say so.
+	Live    Live
 	Keys    *grant.Keyring
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -142,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxWaitsPerToken = DefaultMaxWaitsPerToken
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, waits: tokenWaits{open: map[string]int{}}}
-	s.metrics = newMetrics(cfg.Queue, &s.waits)
+	s.metrics = newMetrics(cfg.Queue, &s.waits, cfg.Live)
 	cfg.Queue.Subscribe(s.metrics.observe)
 
 	e := echo.New()
