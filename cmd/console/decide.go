@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
@@ -35,7 +36,7 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR] [--tools FILE]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, server.ControlRequest{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
+	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, control.Request{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {
@@ -53,13 +54,13 @@ func cmdDeny(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), "", server.ControlRequest{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
+	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), "", control.Request{Action: "deny", ID: pos[0], Operator: *as, Reason: *reason})
 }
 
 // decide hands the decision to a running server over its control socket, or,
 // when none is running, applies it to the database directly. Either way the
 // same queue rules apply and the audit records the cli channel.
-func decide(ctx context.Context, e *env, data, url, toolsFile string, req server.ControlRequest) int {
+func decide(ctx context.Context, e *env, data, url, toolsFile string, req control.Request) int {
 	resp, err := decideViaSocket(ctx, controlPath(data), req)
 	if errors.Is(err, errNoServer) {
 		resp, err = decideDirect(ctx, data, url, toolsFile, req)
@@ -80,8 +81,8 @@ func decide(ctx context.Context, e *env, data, url, toolsFile string, req server
 
 var errNoServer = errors.New("no server on the control socket")
 
-func decideViaSocket(ctx context.Context, sock string, req server.ControlRequest) (server.ControlResponse, error) {
-	var out server.ControlResponse
+func decideViaSocket(ctx context.Context, sock string, req control.Request) (control.Response, error) {
+	var out control.Response
 	if _, err := os.Stat(sock); err != nil {
 		return out, errNoServer
 	}
@@ -110,8 +111,8 @@ func decideViaSocket(ctx context.Context, sock string, req server.ControlRequest
 	return out, nil
 }
 
-func decideDirect(ctx context.Context, data, url, toolsFile string, req server.ControlRequest) (server.ControlResponse, error) {
-	var out server.ControlResponse
+func decideDirect(ctx context.Context, data, url, toolsFile string, req control.Request) (control.Response, error) {
+	var out control.Response
 	d, err := openExisting(ctx, data, url)
 	if err != nil {
 		return out, err
@@ -130,9 +131,9 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req server.C
 		}
 	}
 	q := queue.NewService(queue.Config{Store: d.queue, Policy: pol, Signer: keys})
-	call, err := server.Decide(ctx, q, req)
+	call, err := control.Decide(ctx, q, req)
 	if err != nil {
-		out.Error = server.DecisionError(err)
+		out.Error = server.ErrorOf(err)
 		return out, nil
 	}
 	if call != nil {

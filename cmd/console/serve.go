@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/policy"
@@ -318,14 +319,14 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		a.db.RunCheckpoints(ctx, signer, checkpointInterval, checkpointEvery, a.log)
 	}()
 
-	ctl, err := server.ListenControl(controlPath(a.data))
+	ctl, err := control.Listen(controlPath(a.data))
 	if err != nil {
 		return err
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := server.ServeControl(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
+		if err := control.Serve(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/reveal"
 )
 
 func cmdToken(ctx context.Context, e *env, args []string) int {
@@ -45,7 +45,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 		fmt.Fprintf(e.stderr, "Created %s for actor %s, audience %s. The token is shown once; store it now:\n", t.ID,
-			server.RevealString(t.Actor), server.RevealString(t.Audience))
+			reveal.String(t.Actor), reveal.String(t.Audience))
 		fmt.Fprintln(e.stdout, secret)
 		return 0
 	case "list":
@@ -63,8 +63,8 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			}
 			// Names and notes go through the revealer: a bidi control in a
 			// name from an older database must not turn the line around.
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", server.RevealString(t.ID), server.RevealString(t.Actor),
-				server.RevealString(t.Audience), t.CreatedAt.Format(time.RFC3339), revoked, server.RevealString(t.Note))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", reveal.String(t.ID), reveal.String(t.Actor),
+				reveal.String(t.Audience), t.CreatedAt.Format(time.RFC3339), revoked, reveal.String(t.Note))
 		}
 		w.Flush()
 		return 0

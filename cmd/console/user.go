@@ -11,7 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/reveal"
 )
 
 const userUsage = `usage:
@@ -142,7 +142,7 @@ func userList(ctx context.Context, e *env, data, url string) int {
 		if u.Disabled() {
 			disabled = u.DisabledAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", server.RevealString(u.Name), u.Role, u.CreatedAt.Format(time.RFC3339), disabled)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", reveal.String(u.Name), u.Role, u.CreatedAt.Format(time.RFC3339), disabled)
 	}
 	w.Flush()
 	return 0

@@ -160,11 +160,61 @@ func (e *DeciderError) Error() string { return fmt.Sprintf("%v: %q", ErrNotADeci
 // Unwrap makes a *DeciderError an ErrNotADecider.
 func (e *DeciderError) Unwrap() error { return ErrNotADecider }
 
+// ProposalKind says why a proposal was refused.
+type ProposalKind string
+
+// Proposal refusals.
+const (
+	// KindParse: the text is not acceptable JSON (400, or 413 for
+	// too_large).
+	KindParse ProposalKind = "parse"
+	// KindUnknownTool: no tool of that name (422).
+	KindUnknownTool ProposalKind = "unknown_tool"
+	// KindInvalidArguments: the call does not fit its tool (422).
+	KindInvalidArguments ProposalKind = "invalid_arguments"
+)
+
+// NotPendingError is ErrNotPending with the call's status: a decision or a
+// cancellation of a call that is no longer pending.
+type NotPendingError struct {
+	Status Status
+	// Expired is set when the call was found past its decision deadline
+	// and expired on the spot.
+	Expired bool
+}
+
+// Message says it for people, without the package prefix.
+func (e *NotPendingError) Message() string {
+	if e.Expired {
+		return "call is no longer pending (its decision deadline passed; it is now expired)"
+	}
+	return fmt.Sprintf("call is no longer pending (it is %s)", e.Status)
+}
+
+func (e *NotPendingError) Error() string { return "queue: " + e.Message() }
+
+// Unwrap makes a *NotPendingError an ErrNotPending.
+func (e *NotPendingError) Unwrap() error { return ErrNotPending }
+
+// AudienceError is ErrAudienceNotAllow for one tool and token.
+type AudienceError struct {
+	Tool, ToolAudience, TokenAudience string
+}
+
+// Message says it for the agent, without the package prefix.
+func (e *AudienceError) Message() string {
+	return fmt.Sprintf("the tool's audience is not the token's audience: %s runs on %q, this token is for %q",
+		e.Tool, e.ToolAudience, e.TokenAudience)
+}
+
+func (e *AudienceError) Error() string { return "queue: " + e.Message() }
+
+// Unwrap makes an *AudienceError an ErrAudienceNotAllow.
+func (e *AudienceError) Unwrap() error { return ErrAudienceNotAllow }
+
 // ProposalError is a proposal refused for its content: every problem found.
 type ProposalError struct {
-	// Kind is "parse" (the text is not acceptable JSON: 400, or 413 for
-	// too_large), "unknown_tool" or "invalid_arguments" (422).
-	Kind     string
+	Kind     ProposalKind
 	Tool     string
 	Problems canonical.Problems
 }

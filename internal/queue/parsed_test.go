@@ -126,7 +126,7 @@ func TestSubmitProposalParseFailureIsRecorded(t *testing.T) {
 		}
 		_, _, err := e.q.SubmitProposal(ctx, gateway, p, perr)
 		var pe *queue.ProposalError
-		if !errors.As(err, &pe) || pe.Kind != "parse" || pe.Tool != "demo/scale" {
+		if !errors.As(err, &pe) || pe.Kind != queue.KindParse || pe.Tool != "demo/scale" {
 			t.Fatalf("SubmitProposal(%s) = %v, want a parse rejection of demo/scale", args, err)
 		}
 	}

@@ -77,7 +77,7 @@ func ParseRedemption(body []byte) (string, canonical.Proposal, canonical.Problem
 func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Redemption, error) {
 	token, p, problems := ParseRedemption(body)
 	if len(problems) > 0 {
-		return nil, &ProposalError{Kind: "parse", Problems: problems}
+		return nil, &ProposalError{Kind: KindParse, Problems: problems}
 	}
 	r, err := s.RedeemCall(ctx, who, token, p)
 	var pe *ProposalError
@@ -238,7 +238,7 @@ func (s *Service) refuseInvalid(ctx context.Context, who Principal, claims *gran
 	if err != nil {
 		return err
 	}
-	return &ProposalError{Kind: "invalid_arguments", Tool: claims.Tool, Problems: problems}
+	return &ProposalError{Kind: KindInvalidArguments, Tool: claims.Tool, Problems: problems}
 }
 
 func nilIfEmpty(c *Call) *Call {

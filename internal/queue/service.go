@@ -239,17 +239,17 @@ func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical
 func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error) (*Call, bool, error) {
 	var t *tools.Tool
 	var problems canonical.Problems
-	var kind string
+	var kind ProposalKind
 	if perr != nil {
 		problems = problemsOf(perr)
-		kind = "invalid_arguments"
+		kind = KindInvalidArguments
 		if len(problems) == 1 && isParseCode(problems[0].Code) {
-			kind = "parse"
+			kind = KindParse
 		}
 	} else if t, problems = s.tools.Check(p); len(problems) > 0 {
-		kind = "invalid_arguments"
+		kind = KindInvalidArguments
 		if t == nil {
-			kind = "unknown_tool"
+			kind = KindUnknownTool
 		}
 	}
 	toolName := p.Tool
@@ -260,7 +260,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		return nil, false, s.reject(ctx, who, s.retryTool(toolName), &ProposalError{Kind: kind, Tool: toolName, Problems: problems})
 	}
 	if t.Audience != who.Audience {
-		err := fmt.Errorf("%w: %s runs on %q, this token is for %q", ErrAudienceNotAllow, t.Name, t.Audience, who.Audience)
+		err := &AudienceError{Tool: t.Name, ToolAudience: t.Audience, TokenAudience: who.Audience}
 		var out error = err
 		if aerr := s.update(ctx, func(tx Tx, emit func(Event)) error {
 			out = err
@@ -546,7 +546,7 @@ func (s *hintScanner) skipValue() bool {
 // perr, or ErrRetryLimit when the pair is already blocked.
 func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *ProposalError) error {
 	s.log.Info("proposal rejected", slog.String("actor", who.Actor), slog.String("tool", tool),
-		slog.String("kind", perr.Kind), slog.Any("codes", perr.Problems.Codes()))
+		slog.String("kind", string(perr.Kind)), slog.Any("codes", perr.Problems.Codes()))
 	var out error = perr
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		out = perr
@@ -884,13 +884,13 @@ func (s *Service) loadPending(tx Tx, id string, emit func(Event)) (*Call, error)
 		return nil, err
 	}
 	if c.Status != StatusPending {
-		return nil, fmt.Errorf("%w (it is %s)", ErrNotPending, c.Status)
+		return nil, &NotPendingError{Status: c.Status}
 	}
 	if !s.now().Before(c.DecideBy) {
 		if err := s.expire(tx, c, emit); err != nil {
 			return nil, err
 		}
-		return nil, commitAnd(fmt.Errorf("%w (its decision deadline passed; it is now expired)", ErrNotPending))
+		return nil, commitAnd(&NotPendingError{Status: StatusExpired, Expired: true})
 	}
 	return c, nil
 }
@@ -943,7 +943,7 @@ func (s *Service) Cancel(ctx context.Context, who Principal, id string) (*Call, 
 			return ErrNotFound
 		}
 		if c.Status != StatusPending {
-			return fmt.Errorf("%w (it is %s)", ErrNotPending, c.Status)
+			return &NotPendingError{Status: c.Status}
 		}
 		c.Status = StatusCancelled
 		c.DecidedAt = s.now()

@@ -17,7 +17,6 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/store"
 )
 
 const (
@@ -40,126 +39,6 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	api.POST("/redeem", s.redeem)
 }
 
-// APIError is the one error shape of the agent API.
-type APIError struct {
-	Status   int                `json:"-"`
-	Code     string             `json:"code"`
-	Message  string             `json:"message"`
-	Problems canonical.Problems `json:"problems,omitempty"`
-	// Extra members for particular codes (reason, call_id, retry hint).
-	Reason string `json:"reason,omitempty"`
-	CallID string `json:"call_id,omitempty"`
-	Hint   string `json:"hint,omitempty"`
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
-
-func newAPIError(status int, code, format string, args ...any) *APIError {
-	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// toAPIError maps a domain error to the API's status and code.
-func toAPIError(err error) *APIError {
-	var ae *APIError
-	var pe *queue.ProposalError
-	var de *queue.DeniedError
-	var pd *queue.PolicyDeniedError
-	var fz *queue.FrozenError
-	var he *echo.HTTPError
-	var fe *queue.FilterError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &pd):
-		return &APIError{Status: http.StatusForbidden, Code: "denied_by_policy", CallID: pd.CallID, Reason: pd.Reason,
-			Message: fmt.Sprintf("rule %s of this console denied the call: %s. Do not retry it as it is; change the call or ask a person.", pd.Rule, pd.Reason)}
-	case errors.As(err, &fz):
-		return &APIError{Status: http.StatusServiceUnavailable, Code: "frozen", Reason: fz.Freeze.Reason,
-			Message: fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing is approved or run until it is lifted; wait, or ask a person.",
-				fz.Freeze.Scope(), fz.Freeze.At.UTC().Format(time.RFC3339), fz.Freeze.Reason)}
-	case errors.Is(err, queue.ErrToolChanged):
-		return newAPIError(http.StatusConflict, "tool_changed",
-			"the tool's definition changed after this call was made, so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)")
-	case errors.As(err, &pe):
-		return proposalError(pe)
-	case errors.As(err, &de):
-		return &APIError{Status: http.StatusConflict, Code: "previously_denied", CallID: de.CallID, Reason: de.Reason,
-			Message: fmt.Sprintf("an operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
-				de.At.UTC().Format(time.RFC3339), de.Reason)}
-	case errors.Is(err, queue.ErrAudienceNotAllow):
-		return newAPIError(http.StatusForbidden, "audience_not_allowed", "%s", strings.TrimPrefix(err.Error(), "queue: "))
-	case errors.Is(err, queue.ErrRetryLimit):
-		return &APIError{Status: http.StatusTooManyRequests, Code: "retry_limit",
-			Message: "three proposals in a row for this tool were rejected; stop retrying and ask a person",
-			Hint:    "an operator can clear the block in the console"}
-	case errors.Is(err, queue.ErrNotFound):
-		return newAPIError(http.StatusNotFound, "not_found", "no such call")
-	case errors.Is(err, queue.ErrNotPending):
-		return newAPIError(http.StatusConflict, "not_pending", "%s", strings.TrimPrefix(err.Error(), "queue: "))
-	case errors.Is(err, queue.ErrNotRedeemed):
-		return newAPIError(http.StatusConflict, "not_redeemed", "report an outcome only after the grant was redeemed")
-	case errors.Is(err, queue.ErrOutcomeReported):
-		return newAPIError(http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call")
-	case errors.Is(err, queue.ErrInvalidOutcome):
-		return newAPIError(http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown")
-	case errors.Is(err, store.ErrReplaced):
-		return newAPIError(http.StatusServiceUnavailable, "unavailable",
-			"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.")
-	case errors.Is(err, store.ErrRolledBack):
-		return newAPIError(http.StatusServiceUnavailable, "unavailable",
-			"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.")
-	case errors.Is(err, store.ErrUnavailable):
-		return newAPIError(http.StatusServiceUnavailable, "unavailable",
-			"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.")
-	case errors.As(err, &fe):
-		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
-	case errors.As(err, &he):
-		return httpError(he)
-	}
-	return newAPIError(http.StatusInternalServerError, "internal", "internal error; nothing was changed")
-}
-
-func httpError(he *echo.HTTPError) *APIError {
-	switch he.Code {
-	case http.StatusNotFound:
-		return newAPIError(he.Code, "not_found", "no such route")
-	case http.StatusMethodNotAllowed:
-		return newAPIError(he.Code, "method_not_allowed", "method not allowed on this route")
-	case http.StatusRequestEntityTooLarge:
-		return newAPIError(he.Code, "too_large", "the body is larger than %d bytes", canonical.MaxBodyBytes)
-	case http.StatusUnauthorized:
-		return newAPIError(he.Code, "unauthorized", "%v", he.Message)
-	case http.StatusForbidden:
-		return newAPIError(he.Code, "forbidden", "%v", he.Message)
-	case http.StatusBadRequest:
-		return newAPIError(he.Code, "bad_request", "%v", he.Message)
-	}
-	return newAPIError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%v", he.Message)
-}
-
-func proposalError(pe *queue.ProposalError) *APIError {
-	ae := &APIError{Problems: pe.Problems}
-	switch pe.Kind {
-	case "parse":
-		ae.Status, ae.Code = http.StatusBadRequest, pe.Problems[0].Code
-		if ae.Code == canonical.CodeTooLarge {
-			ae.Status = http.StatusRequestEntityTooLarge
-		}
-		ae.Message = pe.Problems[0].Message
-	case "unknown_tool":
-		ae.Status, ae.Code = http.StatusUnprocessableEntity, "unknown_tool"
-		ae.Message = pe.Problems[0].Message
-	default:
-		ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_arguments"
-		if len(pe.Problems) == 1 {
-			ae.Message = "1 problem in the proposal"
-		} else {
-			ae.Message = fmt.Sprintf("%d problems in the proposal", len(pe.Problems))
-		}
-	}
-	return ae
-}
-
 // handleError is the server's one error handler. API and unknown paths get
 // the JSON error shape; console pages get an HTML page. Only 5xx is logged
 // as an error.
@@ -167,7 +46,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	ae := toAPIError(err)
+	ae := ErrorOf(err)
 	if ae.Status >= 500 {
 		s.log.Error("request failed", slog.String("path", c.Request().URL.Path), slog.Any("error", err),
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
@@ -325,7 +204,7 @@ func (s *Server) outcome(c echo.Context) error {
 	}
 	v, err := canonical.Parse(body)
 	if err != nil {
-		return &queue.ProposalError{Kind: "parse", Problems: canonical.Problems{*err.(*canonical.Problem)}}
+		return &queue.ProposalError{Kind: queue.KindParse, Problems: canonical.Problems{*err.(*canonical.Problem)}}
 	}
 	o, ok := v.(canonical.Object)
 	var problems canonical.Problems
@@ -352,7 +231,7 @@ func (s *Server) outcome(c echo.Context) error {
 		problems = append(problems, canonical.Problem{Code: canonical.CodeMissingField, Path: "/status", Message: "status is required: succeeded, failed or unknown"})
 	}
 	if len(problems) > 0 {
-		return &queue.ProposalError{Kind: "invalid_arguments", Problems: problems}
+		return &queue.ProposalError{Kind: queue.KindInvalidArguments, Problems: problems}
 	}
 	call, err := s.cfg.Queue.ReportOutcome(c.Request().Context(), principal(c), c.Param("id"), status, detail)
 	if err != nil {
@@ -375,7 +254,7 @@ func (s *Server) redeem(c echo.Context) error {
 			ae := proposalError(pe)
 			ae.Status, ae.Code = http.StatusBadRequest, "malformed"
 			ae.Message = "the redemption request must be {\"grant\": \"...\", \"call\": {\"tool\", \"target\", \"args\"}}"
-			if pe.Kind == "invalid_arguments" {
+			if pe.Kind == queue.KindInvalidArguments {
 				ae.Message = fmt.Sprintf("the call presented does not validate against %s (%s); present exactly the call that was approved, every member valid",
 					pe.Tool, problemCount(len(pe.Problems)))
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/passkey"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -26,14 +27,14 @@ func (c *console) fresh(v *viewer) bool { return c.now().Sub(v.loginAt) < FreshL
 
 func (c *console) accountView(ctx context.Context, v *viewer) (templates.AccountView, error) {
 	av := templates.AccountView{Page: c.page(v, "Your account", "account", "", c.now()),
-		Name: RevealString(v.user.Shown()), Kind: string(v.user.Kind), Role: string(v.user.Role), Email: RevealString(v.user.Email),
-		DisplayName: RevealString(v.user.DisplayName), LoginAt: v.loginAt, Method: v.method,
+		Name: reveal.String(v.user.Shown()), Kind: string(v.user.Kind), Role: string(v.user.Role), Email: reveal.String(v.user.Email),
+		DisplayName: reveal.String(v.user.DisplayName), LoginAt: v.loginAt, Method: v.method,
 		PasskeysOn: c.cfg.Passkeys != nil, Fresh: c.fresh(v), FreshFor: span(FreshLogin)}
 	for _, g := range v.user.Groups {
-		av.Groups = append(av.Groups, RevealString(g))
+		av.Groups = append(av.Groups, reveal.String(g))
 	}
 	if v.user.SSO() {
-		av.Principal = RevealString(v.user.Name)
+		av.Principal = reveal.String(v.user.Name)
 	}
 	if c.cfg.Passkeys == nil {
 		return av, nil
@@ -44,7 +45,7 @@ func (c *console) accountView(ctx context.Context, v *viewer) (templates.Account
 		return av, err
 	}
 	for _, p := range pks {
-		av.Passkeys = append(av.Passkeys, templates.PasskeyRow{ID: p.IDString(), Name: RevealString(p.Name), CreatedAt: p.CreatedAt, LastUsedAt: p.LastUsedAt})
+		av.Passkeys = append(av.Passkeys, templates.PasskeyRow{ID: p.IDString(), Name: reveal.String(p.Name), CreatedAt: p.CreatedAt, LastUsedAt: p.LastUsedAt})
 	}
 	return av, nil
 }
@@ -222,5 +223,5 @@ func (c *console) removePasskey(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.renderAccount(ec, http.StatusOK, "Removed the passkey "+RevealString(p.Name)+".", "")
+	return c.renderAccount(ec, http.StatusOK, "Removed the passkey "+reveal.String(p.Name)+".", "")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -26,10 +27,10 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		return av, err
 	}
 	for _, u := range users {
-		row := templates.UserRow{Name: u.Name, Shown: reveal(u.Shown()), Role: string(u.Role), CreatedAt: u.CreatedAt,
+		row := templates.UserRow{Name: u.Name, Shown: reveal.Of(u.Shown()), Role: string(u.Role), CreatedAt: u.CreatedAt,
 			DisabledAt: u.DisabledAt, Self: u.Name == v.user.Name, SSO: u.SSO(), LastLoginAt: u.LastLoginAt}
 		if u.SSO() {
-			row.Principal = reveal(u.Name)
+			row.Principal = reveal.Of(u.Name)
 			row.Email = optText(u.Email)
 			row.Groups = optText(strings.Join(u.Groups, ", "))
 		}
@@ -40,7 +41,7 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 		return av, err
 	}
 	for _, t := range toks {
-		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: reveal(t.Actor), Audience: reveal(t.Audience), Note: reveal(t.Note),
+		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: reveal.Of(t.Actor), Audience: reveal.Of(t.Audience), Note: reveal.Of(t.Note),
 			CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
 	}
 	return av, nil
@@ -79,11 +80,11 @@ func (c *console) addUser(ec echo.Context) error {
 	}
 	if _, err := c.accounts.AddUser(ec.Request().Context(), name, role, hash, v.user.Name, audit.ChannelWeb); err != nil {
 		if errors.Is(err, account.ErrUserExists) {
-			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+RevealString(name)+" already exists", nil)
+			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+reveal.String(name)+" already exists", nil)
 		}
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "Added "+RevealString(name)+" ("+string(role)+").", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Added "+reveal.String(name)+" ("+string(role)+").", "", nil)
 }
 
 func (c *console) disableUser(ec echo.Context) error {
@@ -99,14 +100,14 @@ func (c *console) disableUser(ec echo.Context) error {
 	err = c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
 	switch {
 	case errors.Is(err, account.ErrUserNotFound):
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+RevealString(name), nil)
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+reveal.String(name), nil)
 	case errors.Is(err, account.ErrUserDisabled):
-		return c.renderAdmin(ec, http.StatusConflict, "", RevealString(name)+" is already disabled", nil)
+		return c.renderAdmin(ec, http.StatusConflict, "", reveal.String(name)+" is already disabled", nil)
 	case err != nil:
 		return err
 	}
 	c.hub.endUser(name)
-	return c.renderAdmin(ec, http.StatusOK, "Disabled "+RevealString(name)+"; their sessions have ended.", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Disabled "+reveal.String(name)+"; their sessions have ended.", "", nil)
 }
 
 // endSessions ends every session of an account at once: its pages on this
@@ -115,13 +116,13 @@ func (c *console) endSessions(ec echo.Context) error {
 	v, name := viewerOf(ec), ec.Request().PostForm.Get("name")
 	n, err := c.accounts.EndSessions(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
 	if errors.Is(err, account.ErrUserNotFound) {
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+RevealString(name), nil)
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+reveal.String(name), nil)
 	}
 	if err != nil {
 		return err
 	}
 	c.hub.endUser(name)
-	msg := "Ended " + strconv.FormatInt(n, 10) + " session(s) of " + RevealString(name) + "."
+	msg := "Ended " + strconv.FormatInt(n, 10) + " session(s) of " + reveal.String(name) + "."
 	if name == v.user.Name {
 		msg += " Yours too: log in again."
 	}
@@ -145,19 +146,19 @@ func (c *console) createToken(ec echo.Context) error {
 	case err != nil:
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: reveal(t.Actor), Audience: reveal(t.Audience), Secret: secret})
+	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: reveal.Of(t.Actor), Audience: reveal.Of(t.Audience), Secret: secret})
 }
 
 func (c *console) revokeToken(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
 	err := c.accounts.RevokeToken(ec.Request().Context(), id, v.user.Name, audit.ChannelWeb)
 	if errors.Is(err, account.ErrTokenNotFound) {
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+RevealString(id), nil)
+		return c.renderAdmin(ec, http.StatusNotFound, "", "no active token "+reveal.String(id), nil)
 	}
 	if err != nil {
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, "Revoked "+RevealString(id)+".", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, "Revoked "+reveal.String(id)+".", "", nil)
 }
 
 // freeze stops approvals and redemptions for a tool, an actor, or all.
@@ -171,7 +172,7 @@ func (c *console) freeze(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.renderAdmin(ec, http.StatusOK, RevealString(f.Scope())+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
+	return c.renderAdmin(ec, http.StatusOK, reveal.String(f.Scope())+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
 }
 
 // unfreeze lifts the freezes with exactly this tool and actor.

@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -289,10 +290,10 @@ func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, Digest: call.Digest, Deceptive: card.Deceptive,
 	}
 	for _, a := range call.Approvals {
-		r.Deciders = append(r.Deciders, templates.Decider{By: reveal(a.Operator), Verb: "approved", Channel: a.Channel, At: a.At})
+		r.Deciders = append(r.Deciders, templates.Decider{By: reveal.Of(a.Operator), Verb: "approved", Channel: a.Channel, At: a.At})
 	}
 	if call.Denial != nil {
-		r.Deciders = append(r.Deciders, templates.Decider{By: reveal(call.Denial.By), Verb: "denied", Channel: call.Denial.Channel, At: call.Denial.At})
+		r.Deciders = append(r.Deciders, templates.Decider{By: reveal.Of(call.Denial.By), Verb: "denied", Channel: call.Denial.Channel, At: call.Denial.At})
 	}
 	return r
 }
@@ -360,7 +361,7 @@ func (d details) num(name string) (int64, bool) {
 func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 	te := templates.TimelineEntry{
 		Seq: e.Seq, Kind: e.Kind, Title: entryTitles[e.Kind], RawTime: e.Time,
-		Principal: reveal(e.Principal), Channel: e.Channel, Hash: e.Hash,
+		Principal: reveal.Of(e.Principal), Channel: e.Channel, Hash: e.Hash,
 	}
 	if te.Title == "" {
 		te.Title = e.Kind
@@ -369,7 +370,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 	d := details{e.Details}
 	text := func(label, name string, mono, agent bool) {
 		if s, ok := d.str(name); ok {
-			te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal(s), Mono: mono, Agent: agent})
+			te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal.Of(s), Mono: mono, Agent: agent})
 		}
 	}
 	plain := func(label, s string) {
@@ -380,7 +381,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 		if !ok {
 			return
 		}
-		te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal(s), Mono: true})
+		te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal.Of(s), Mono: true})
 		if s != call.Digest {
 			plain("Warning", "this digest differs from the call's digest "+call.Digest)
 		}
@@ -391,7 +392,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 				plain(label, t.UTC().Format("2006-01-02 15:04:05 UTC"))
 				return
 			}
-			te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal(s), Mono: true})
+			te.Facts = append(te.Facts, templates.Fact{Label: label, Value: reveal.Of(s), Mono: true})
 		}
 	}
 	unix := func(label, name string) {
@@ -441,7 +442,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 						parts = append(parts, s)
 					}
 				}
-				te.Facts = append(te.Facts, templates.Fact{Label: "Codes", Value: reveal(strings.Join(parts, ", ")), Mono: true})
+				te.Facts = append(te.Facts, templates.Fact{Label: "Codes", Value: reveal.Of(strings.Join(parts, ", ")), Mono: true})
 			}
 		}
 		digest("Digest")

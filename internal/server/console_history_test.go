@@ -899,7 +899,7 @@ func TestHistoryExportsStream(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
 		w := newExportRecorder()
 		err := h.exportAudit(e.srv.echo.NewContext(req, w))
-		if ae := toAPIError(err); ae.Status != http.StatusTooManyRequests || w.status != 0 {
+		if ae := ErrorOf(err); ae.Status != http.StatusTooManyRequests || w.status != 0 {
 			t.Errorf("export beyond the bound: %v, %d bytes written", err, w.body.Len())
 		}
 		for _, r := range releases {

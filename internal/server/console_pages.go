@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -165,7 +166,7 @@ func (c *console) confirmation(call *queue.Call, form url.Values) error {
 	if !ok || t.Confirm == nil {
 		return nil
 	}
-	want := t.Confirm.Expected(shownText(reveal(call.Target)))
+	want := t.Confirm.Expected(shownText(reveal.Of(call.Target)))
 	if strings.TrimSpace(form.Get("confirm")) != want {
 		return newAPIError(http.StatusConflict, "confirmation_mismatch",
 			"to approve, type %s exactly as shown (%q); nothing was approved", t.Confirm.Describe(), want)
@@ -221,7 +222,7 @@ func (c *console) refused(ec echo.Context, id string, err error, form url.Values
 	if errors.Is(err, queue.ErrNotFound) {
 		return err
 	}
-	ae := DecisionError(err)
+	ae := ErrorOf(err)
 	if ae.Status >= 500 {
 		return err
 	}
@@ -242,7 +243,7 @@ func (c *console) clearBlock(ec echo.Context) error {
 	form := ec.Request().PostForm
 	err := c.q.ClearRetry(ec.Request().Context(), v.user.Name, audit.ChannelWeb, form.Get("actor"), form.Get("tool"))
 	if err != nil {
-		ae := DecisionError(err)
+		ae := ErrorOf(err)
 		if ae.Status >= 500 {
 			return err
 		}

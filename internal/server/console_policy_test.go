@@ -38,7 +38,7 @@ func TestFreezeBannerAndAdminForms(t *testing.T) {
 	}
 	// The freeze is in force for the queue.
 	_, _, err := e.q.Submit(context.Background(), queue.Principal{Actor: "agent:x", Audience: "payments-host"}, []byte(refund))
-	if ae := toAPIError(err); ae.Status != http.StatusServiceUnavailable || ae.Code != "frozen" || ae.Reason != "ledger out of sync" {
+	if ae := ErrorOf(err); ae.Status != http.StatusServiceUnavailable || ae.Code != "frozen" || ae.Reason != "ledger out of sync" {
 		t.Fatalf("submission while frozen: %v", err)
 	}
 	// An operator cannot lift it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -158,7 +159,7 @@ func summary(t *tools.Tool, args canonical.Object) []templates.SummaryItem {
 		it := templates.SummaryItem{Key: strings.TrimPrefix(ptr, "/")}
 		switch x := v.(type) {
 		case string:
-			it.Value, it.Length, it.Cut = cutText(reveal(x), summaryCut)
+			it.Value, it.Length, it.Cut = cutText(reveal.Of(x), summaryCut)
 			if x == "" {
 				it.Value = templates.Plain("(empty)")
 			}

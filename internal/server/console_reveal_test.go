@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/reveal"
 )
 
 // Every class of deceptive character, wherever it appears in a call, is
@@ -21,18 +22,18 @@ func TestDeceptiveCharactersRevealedOnPage(t *testing.T) {
 		escape string
 		kind   string
 	}{
-		{"bidi override", "\u202E", "[U+202E]", kindBidi},
-		{"bidi isolate", "\u2067", "[U+2067]", kindBidi},
-		{"arabic letter mark", "\u061C", "[U+061C]", kindBidi},
-		{"zero width space", "\u200B", "[U+200B]", kindInvisible},
-		{"word joiner", "\u2060", "[U+2060]", kindInvisible},
-		{"bom", "\uFEFF", "[U+FEFF]", kindInvisible},
-		{"soft hyphen", "\u00AD", "[U+00AD]", kindInvisible},
-		{"other format", "\u2062", "[U+2062]", kindInvisible},
-		{"tag", "\U000E0041", "[U+E0041]", kindTag},
-		{"nul", "\x00", "[U+0000]", kindControl},
-		{"escape", "\x1b", "[U+001B]", kindControl},
-		{"c1", "\u0085", "[U+0085]", kindControl},
+		{"bidi override", "\u202E", "[U+202E]", reveal.KindBidi},
+		{"bidi isolate", "\u2067", "[U+2067]", reveal.KindBidi},
+		{"arabic letter mark", "\u061C", "[U+061C]", reveal.KindBidi},
+		{"zero width space", "\u200B", "[U+200B]", reveal.KindInvisible},
+		{"word joiner", "\u2060", "[U+2060]", reveal.KindInvisible},
+		{"bom", "\uFEFF", "[U+FEFF]", reveal.KindInvisible},
+		{"soft hyphen", "\u00AD", "[U+00AD]", reveal.KindInvisible},
+		{"other format", "\u2062", "[U+2062]", reveal.KindInvisible},
+		{"tag", "\U000E0041", "[U+E0041]", reveal.KindTag},
+		{"nul", "\x00", "[U+0000]", reveal.KindControl},
+		{"escape", "\x1b", "[U+001B]", reveal.KindControl},
+		{"c1", "\u0085", "[U+0085]", reveal.KindControl},
 	}
 	for _, cl := range classes {
 		t.Run(cl.name, func(t *testing.T) {
@@ -133,7 +134,7 @@ func TestMixedScriptsWarned(t *testing.T) {
 	if p.doc.Find(`[data-pointer="/subject"] [data-testid="mixed-script"]`).Length() != 0 {
 		t.Error("separate Cyrillic and Latin words were flagged")
 	}
-	if w := p.find("deception-warning").Text(); !strings.Contains(w, kindMixed) || !strings.Contains(w, "/to/0/name") {
+	if w := p.find("deception-warning").Text(); !strings.Contains(w, reveal.KindMixed) || !strings.Contains(w, "/to/0/name") {
 		t.Errorf("warning = %q, want mixed scripts at /to/0/name", w)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/sso"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -98,15 +99,15 @@ func (c *console) ssoCallback(ec echo.Context) error {
 		c.log.Info("single sign-on without a role", slog.String("principal", id.Principal), slog.Any("groups", id.Groups))
 		groups := make([]string, len(id.Groups))
 		for i, g := range id.Groups {
-			groups[i] = RevealString(g)
+			groups[i] = reveal.String(g)
 		}
 		return c.render(ec, http.StatusForbidden, templates.NoRolePage(templates.NoRoleView{
-			Page: templates.Page{Title: "No role", Now: c.now()}, Principal: RevealString(id.Principal),
-			Shown: RevealString(shownOf(id)), Groups: groups, LogoutURL: c.providerLogoutURL(id.IDToken)}))
+			Page: templates.Page{Title: "No role", Now: c.now()}, Principal: reveal.String(id.Principal),
+			Shown: reveal.String(shownOf(id)), Groups: groups, LogoutURL: c.providerLogoutURL(id.IDToken)}))
 	case errors.As(err, &shadow), errors.Is(err, account.ErrReservedName), errors.Is(err, account.ErrLoginDisabled),
 		errors.Is(err, account.ErrBadPrincipal):
 		c.log.Warn("single sign-on refused", slog.String("principal", id.Principal), slog.Any("error", err))
-		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+RevealString(strings.TrimPrefix(err.Error(), "account: ")))
+		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+reveal.String(strings.TrimPrefix(err.Error(), "account: ")))
 	case err != nil:
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+
+	"github.com/countersign/countersign/internal/reveal"
 )
 
 const (
@@ -187,7 +189,7 @@ func TestQueueSocketRespectsFilter(t *testing.T) {
 }
 
 func TestCutText(t *testing.T) {
-	in := reveal("ab\u202Ecdef")
+	in := reveal.Of("ab\u202Ecdef")
 	got, n, cut := cutText(in, 3)
 	var shown strings.Builder
 	for _, s := range got.Segs {
@@ -196,7 +198,7 @@ func TestCutText(t *testing.T) {
 	if n != 7 || !cut || shown.String() != "ab[U+202E]" {
 		t.Errorf("cutText = %q, %d, %v; want the escape kept whole", shown.String(), n, cut)
 	}
-	if _, n, cut := cutText(reveal("short"), 60); cut || n != 5 {
+	if _, n, cut := cutText(reveal.Of("short"), 60); cut || n != 5 {
 		t.Errorf("short text cut: %d %v", n, cut)
 	}
 }

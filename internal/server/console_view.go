@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
 )
@@ -76,8 +77,8 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 			p.FreezesUnknown = true
 		}
 		for _, f := range fz {
-			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: RevealString(f.Scope()),
-				Reason: RevealString(f.Reason), By: RevealString(f.By), Since: f.At})
+			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: reveal.String(f.Scope()),
+				Reason: reveal.String(f.Reason), By: reveal.String(f.By), Since: f.At})
 		}
 	}
 	return p
@@ -85,7 +86,7 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 
 func (c *console) cardView(call *queue.Call, canDecide bool, now time.Time) templates.Card {
 	card := templates.Card{
-		ID: call.ID, Tool: reveal(call.Tool), Target: reveal(call.Target), Actor: reveal(call.Actor), RawTool: call.Tool,
+		ID: call.ID, Tool: reveal.Of(call.Tool), Target: reveal.Of(call.Target), Actor: reveal.Of(call.Actor), RawTool: call.Tool,
 		CreatedAt: call.CreatedAt, DecideBy: call.DecideBy,
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
 		Group: groupKey(call),
@@ -102,8 +103,8 @@ func (c *console) cardView(call *queue.Call, canDecide bool, now time.Time) temp
 // callDeceptive reports whether anything in the call would be revealed
 // with a warning.
 func callDeceptive(call *queue.Call) bool {
-	return reveal(call.Tool).Deceptive() || reveal(call.Target).Deceptive() || reveal(call.Actor).Deceptive() ||
-		reveal(call.Audience).Deceptive() || reveal(call.Rationale).Deceptive() || valueDeceptive(call.Args)
+	return reveal.Of(call.Tool).Deceptive() || reveal.Of(call.Target).Deceptive() || reveal.Of(call.Actor).Deceptive() ||
+		reveal.Of(call.Audience).Deceptive() || reveal.Of(call.Rationale).Deceptive() || valueDeceptive(call.Args)
 }
 
 // valueDeceptive reports whether any key or string inside v would be
@@ -112,7 +113,7 @@ func valueDeceptive(v any) bool {
 	switch x := v.(type) {
 	case canonical.Object:
 		for _, m := range x {
-			if reveal(m.Name).Deceptive() || valueDeceptive(m.Value) {
+			if reveal.Of(m.Name).Deceptive() || valueDeceptive(m.Value) {
 				return true
 			}
 		}
@@ -123,7 +124,7 @@ func valueDeceptive(v any) bool {
 			}
 		}
 	case string:
-		return reveal(x).Deceptive()
+		return reveal.Of(x).Deceptive()
 	}
 	return false
 }
@@ -136,7 +137,7 @@ func blockDOMID(actor, tool string) string {
 
 func (c *console) blockView(b queue.Block, v *viewer, now time.Time) templates.Block {
 	bv := templates.Block{
-		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal(b.Actor), Tool: blockToolText(b.Tool),
+		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal.Of(b.Actor), Tool: blockToolText(b.Tool),
 		RawActor: b.Actor, RawTool: b.Tool, Count: b.Count, BlockedAt: b.BlockedAt, Now: now,
 	}
 	bv.Deceptive = bv.Actor.Deceptive() || bv.Tool.Deceptive()
@@ -155,14 +156,14 @@ func blockToolText(tool string) templates.Text {
 	case queue.AnyTool:
 		return templates.Plain("every tool (this agent holds too many blocks)")
 	}
-	return reveal(tool)
+	return reveal.Of(tool)
 }
 
 func optText(s string) *templates.Text {
 	if s == "" {
 		return nil
 	}
-	t := reveal(s)
+	t := reveal.Of(s)
 	return &t
 }
 
@@ -175,7 +176,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	for _, a := range call.Approvals {
-		s.Approvals = append(s.Approvals, templates.Approval{By: reveal(a.Operator), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)})
+		s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(a.Operator), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)})
 	}
 	if call.Denial != nil {
 		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
@@ -194,7 +195,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 			if t, ok := reg.Tool(call.Tool); ok {
 				s.DenyReasons = t.DenyReasons
 				if t.Confirm != nil {
-					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal(call.Target)))
+					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(call.Target)))
 				}
 			}
 		}
@@ -207,8 +208,8 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 func (c *console) callView(call *queue.Call, v *viewer, now time.Time) templates.CallView {
 	cv := templates.CallView{
 		Page: c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now),
-		ID:   call.ID, Actor: reveal(call.Actor), Audience: reveal(call.Audience), Tool: reveal(call.Tool),
-		Target: reveal(call.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
+		ID:   call.ID, Actor: reveal.Of(call.Actor), Audience: reveal.Of(call.Audience), Tool: reveal.Of(call.Tool),
+		Target: reveal.Of(call.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
 		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now),
 	}
 	var tool *tools.Tool
@@ -288,7 +289,7 @@ func shownPointer(ptr string) string {
 		return "/"
 	}
 	var b strings.Builder
-	for _, s := range reveal(ptr).Segs {
+	for _, s := range reveal.Of(ptr).Segs {
 		b.WriteString(s.S)
 	}
 	return b.String()
@@ -304,7 +305,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 	case canonical.Object:
 		n.Kind = "object"
 		for _, m := range x {
-			k := reveal(m.Name)
+			k := reveal.Of(m.Name)
 			cp := canonical.Join(ptr, m.Name)
 			if k.Deceptive() {
 				b.warn("args "+shownPointer(cp)+" (name)", k)
@@ -319,7 +320,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 	case string:
 		n.Kind = "string"
 		if x != "" {
-			n.Value = reveal(x)
+			n.Value = reveal.Of(x)
 		}
 		b.warn("args "+shownPointer(ptr), n.Value)
 	case int64:
@@ -335,7 +336,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 	default:
 		// The canonical parser produces nothing else; show it rather than
 		// hide it.
-		n.Value = reveal(canonical.TypeName(v))
+		n.Value = reveal.Of(canonical.TypeName(v))
 	}
 	return n
 }

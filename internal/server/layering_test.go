@@ -19,7 +19,7 @@ func TestImportRule(t *testing.T) {
 	}{
 		{"./", engines},
 	}
-	for _, domain := range []string{"canonical", "queue", "grant", "account", "audit", "tools", "store", "notify", "mcp"} {
+	for _, domain := range []string{"canonical", "queue", "grant", "account", "audit", "tools", "store", "notify", "mcp", "reveal"} {
 		rules = append(rules, struct {
 			pkg       string
 			forbidden []string

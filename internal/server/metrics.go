@@ -107,7 +107,7 @@ func (m *metrics) proposal(err error, d time.Duration) {
 	case errors.Is(err, queue.ErrAudienceNotAllow), errors.Is(err, queue.ErrRetryLimit), errors.Is(err, queue.ErrPreviouslyDenied),
 		errors.As(err, new(*queue.PolicyDeniedError)), errors.As(err, new(*queue.FrozenError)):
 		m.proposals.WithLabelValues("refused").Inc()
-		m.problems.WithLabelValues(toAPIError(err).Code).Inc()
+		m.problems.WithLabelValues(ErrorOf(err).Code).Inc()
 	default:
 		m.proposals.WithLabelValues("error").Inc()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/reveal"
 )
 
 // insertLegacyToken stores a token whose names break today's rule, as a
@@ -81,8 +82,8 @@ func TestRevealString(t *testing.T) {
 		"x\u200by\x00":       "x[U+200B]y[U+0000]",
 		"bad\xffbyte":        "bad[0xFF]byte",
 	} {
-		if got := RevealString(in); got != want {
-			t.Errorf("RevealString(%q) = %q, want %q", in, got, want)
+		if got := reveal.String(in); got != want {
+			t.Errorf("reveal.String(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -50,10 +51,10 @@ type viewer struct {
 }
 
 func (v *viewer) templ() *templates.Viewer {
-	tv := &templates.Viewer{Name: RevealString(v.user.Shown()), Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
+	tv := &templates.Viewer{Name: reveal.String(v.user.Shown()), Role: string(v.user.Role), CanDecide: v.user.Role.CanDecide(),
 		IsAdmin: v.user.Role.CanAdminister(), CSRF: v.csrf}
 	if v.user.SSO() {
-		tv.Principal = RevealString(v.user.Name)
+		tv.Principal = reveal.String(v.user.Name)
 	}
 	return tv
 }

@@ -7,44 +7,30 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/countersign/countersign/internal/reveal"
 )
 
-// SegKind says how a segment of agent text is shown.
-type SegKind int
+// SegKind says how a segment of agent text is shown (reveal.SegKind).
+type SegKind = reveal.SegKind
 
 // Segment kinds.
 const (
-	// SegText is ordinary text.
-	SegText SegKind = iota
-	// SegEscape is a character that could deceive, shown as a visible
-	// escape such as [U+202E] or \n.
-	SegEscape
-	// SegBreak is a visible line break after an escaped newline.
-	SegBreak
-	// SegMixed is a word that mixes scripts, shown highlighted.
-	SegMixed
+	SegText   = reveal.SegText
+	SegEscape = reveal.SegEscape
+	SegBreak  = reveal.SegBreak
+	SegMixed  = reveal.SegMixed
 )
 
 // Seg is one piece of a Text.
-type Seg struct {
-	Kind SegKind
-	S    string // the text, or the escape as shown
-	Note string // what the escape stands for, or which scripts mix
-}
+type Seg = reveal.Seg
 
-// Text is a string from an agent, split so that nothing in it can hide.
-type Text struct {
-	Segs []Seg
-	// Warnings name the kinds of deceptive characters found, in a fixed
-	// order, each once.
-	Warnings []string
-}
+// Text is a string from an agent, split by internal/reveal so that nothing
+// in it can hide.
+type Text = reveal.Text
 
 // Plain returns a Text of trusted text with no escapes.
 func Plain(s string) Text { return Text{Segs: []Seg{{Kind: SegText, S: s}}} }
-
-// Deceptive reports whether the text holds anything that warrants a warning.
-func (t Text) Deceptive() bool { return len(t.Warnings) > 0 }
 
 // Warning is one field of a call that holds deceptive characters.
 type Warning struct {

@@ -1,29 +1,76 @@
-package server
+// Package reveal shows deceptive characters. What an operator sees is what
+// they sign: every character that could make two different calls look
+// alike, or hide part of one (bidirectional controls, invisible and tag
+// characters, controls, unusual spaces, unassigned code points, invalid
+// UTF-8), is shown as a visible escape, words that mix scripts are marked,
+// and the text carries a warning. Nothing is dropped or truncated.
+package reveal
 
 import (
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/countersign/countersign/web/templates"
 )
 
-// What an operator sees is what they sign: every character that could make
-// two different calls look alike, or hide part of one, is shown as a
-// visible escape, and the call carries a warning. Nothing is dropped or
-// truncated.
+// SegKind says how a segment of revealed text is shown.
+type SegKind int
+
+// Segment kinds.
+const (
+	// SegText is ordinary text.
+	SegText SegKind = iota
+	// SegEscape is a character that could deceive, shown as a visible
+	// escape such as [U+202E] or \n.
+	SegEscape
+	// SegBreak is a visible line break after an escaped newline.
+	SegBreak
+	// SegMixed is a word that mixes scripts, shown highlighted.
+	SegMixed
+)
+
+// Seg is one piece of a Text.
+type Seg struct {
+	Kind SegKind
+	S    string // the text, or the escape as shown
+	Note string // what the escape stands for, or which scripts mix
+}
+
+// Text is a string from an agent, split so that nothing in it can hide.
+type Text struct {
+	Segs []Seg
+	// Warnings name the kinds of deceptive characters found, in a fixed
+	// order, each once.
+	Warnings []string
+}
+
+// Deceptive reports whether the text holds anything that warrants a warning.
+func (t Text) Deceptive() bool { return len(t.Warnings) > 0 }
+
+// Of splits s into text, visible escapes and mixed-script words.
+func Of(s string) Text { return reveal(s) }
 
 // Kinds of deceptive content, in the order warnings list them.
 const (
-	kindBidi       = "bidirectional control"
-	kindInvisible  = "invisible character"
-	kindTag        = "tag character"
-	kindControl    = "control character"
-	kindSpace      = "unusual space"
-	kindUnassigned = "unassigned or private-use character"
-	kindInvalid    = "invalid UTF-8"
-	kindMixed      = "mixed scripts"
+	KindBidi       = "bidirectional control"
+	KindInvisible  = "invisible character"
+	KindTag        = "tag character"
+	KindControl    = "control character"
+	KindSpace      = "unusual space"
+	KindUnassigned = "unassigned or private-use character"
+	KindInvalid    = "invalid UTF-8"
+	KindMixed      = "mixed scripts"
+)
+
+const (
+	kindBidi       = KindBidi
+	kindInvisible  = KindInvisible
+	kindTag        = KindTag
+	kindControl    = KindControl
+	kindSpace      = KindSpace
+	kindUnassigned = KindUnassigned
+	kindInvalid    = KindInvalid
+	kindMixed      = KindMixed
 )
 
 var kindOrder = []string{kindBidi, kindInvisible, kindTag, kindControl, kindSpace, kindUnassigned, kindInvalid, kindMixed}
@@ -101,14 +148,14 @@ func escapeRune(r rune) (string, string) {
 	return "[" + code + "]", code + " " + name
 }
 
-// RevealString is the revealer for plain text (messages, the command
+// String is the revealer for plain text (messages, the command
 // line): every character that reveal escapes is written as its visible
 // escape, such as [U+202E]; the rest is unchanged. It never returns a bidi
 // control, an invisible or a control character.
-func RevealString(s string) string {
+func String(s string) string {
 	var b strings.Builder
 	for _, seg := range reveal(s).Segs {
-		if seg.Kind != templates.SegBreak {
+		if seg.Kind != SegBreak {
 			b.WriteString(seg.S)
 		}
 	}
@@ -116,8 +163,8 @@ func RevealString(s string) string {
 }
 
 // reveal splits s into text, escapes and mixed-script words.
-func reveal(s string) templates.Text {
-	var t templates.Text
+func reveal(s string) Text {
+	var t Text
 	found := map[string]bool{}
 	var plain strings.Builder
 	flush := func() {
@@ -130,7 +177,7 @@ func reveal(s string) templates.Text {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			flush()
-			t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegEscape, S: fmt.Sprintf("[0x%02X]", s[i]), Note: "a byte that is not UTF-8"})
+			t.Segs = append(t.Segs, Seg{Kind: SegEscape, S: fmt.Sprintf("[0x%02X]", s[i]), Note: "a byte that is not UTF-8"})
 			found[kindInvalid] = true
 			i++
 			continue
@@ -143,12 +190,12 @@ func reveal(s string) templates.Text {
 		}
 		flush()
 		shown, note := escapeRune(r)
-		t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegEscape, S: shown, Note: note})
+		t.Segs = append(t.Segs, Seg{Kind: SegEscape, S: shown, Note: note})
 		if kind != "" {
 			found[kind] = true
 		}
 		if r == '\n' || r == 0x2028 || r == 0x2029 {
-			t.Segs = append(t.Segs, templates.Seg{Kind: templates.SegBreak})
+			t.Segs = append(t.Segs, Seg{Kind: SegBreak})
 		}
 	}
 	flush()
@@ -173,7 +220,7 @@ func reveal(s string) templates.Text {
 
 // appendWords appends plain text, marking each word whose letters come
 // from scripts that are not normally written together.
-func appendWords(segs []templates.Seg, s string, found map[string]bool) []templates.Seg {
+func appendWords(segs []Seg, s string, found map[string]bool) []Seg {
 	start := 0 // start of pending ordinary text
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -191,16 +238,16 @@ func appendWords(segs []templates.Seg, s string, found map[string]bool) []templa
 		}
 		if scripts := wordScripts(s[i:j]); len(scripts) > 1 && !allowedMix(scripts) {
 			if start < i {
-				segs = append(segs, templates.Seg{Kind: templates.SegText, S: s[start:i]})
+				segs = append(segs, Seg{Kind: SegText, S: s[start:i]})
 			}
-			segs = append(segs, templates.Seg{Kind: templates.SegMixed, S: s[i:j], Note: "mixes " + strings.Join(scripts, " and ")})
+			segs = append(segs, Seg{Kind: SegMixed, S: s[i:j], Note: "mixes " + strings.Join(scripts, " and ")})
 			found[kindMixed] = true
 			start = j
 		}
 		i = j
 	}
 	if start < len(s) {
-		segs = append(segs, templates.Seg{Kind: templates.SegText, S: s[start:]})
+		segs = append(segs, Seg{Kind: SegText, S: s[start:]})
 	}
 	return segs
 }

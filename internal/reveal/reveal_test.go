@@ -1,22 +1,20 @@
-package server
+package reveal
 
 import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/countersign/countersign/web/templates"
 )
 
 // shown is how a Text reads on the page: escapes in place, breaks as
 // newlines, mixed words in braces.
-func shown(t templates.Text) string {
+func shown(t Text) string {
 	var b strings.Builder
 	for _, s := range t.Segs {
 		switch s.Kind {
-		case templates.SegBreak:
+		case SegBreak:
 			b.WriteString("⏎")
-		case templates.SegMixed:
+		case SegMixed:
 			b.WriteString("{" + s.S + "}")
 		default:
 			b.WriteString(s.S)
@@ -92,7 +90,7 @@ func TestRevealRanges(t *testing.T) {
 	rs = append(rs, 0x061C, 0xFEFF, 0x00AD)
 	for _, r := range rs {
 		got := reveal("x" + string(r) + "y")
-		if len(got.Segs) != 3 || got.Segs[1].Kind != templates.SegEscape || len(got.Warnings) == 0 {
+		if len(got.Segs) != 3 || got.Segs[1].Kind != SegEscape || len(got.Warnings) == 0 {
 			t.Errorf("U+%04X: segments %+v warnings %q; want x, an escape, y and a warning", r, got.Segs, got.Warnings)
 		}
 	}
@@ -119,7 +117,7 @@ func FuzzReveal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		got := reveal(s)
 		for _, seg := range got.Segs {
-			if seg.Kind == templates.SegText || seg.Kind == templates.SegMixed {
+			if seg.Kind == SegText || seg.Kind == SegMixed {
 				for _, r := range seg.S {
 					if esc, _ := classifyRune(r); esc {
 						t.Fatalf("reveal(%q): %U left unescaped in %q", s, r, seg.S)

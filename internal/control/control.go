@@ -1,0 +1,128 @@
+// Package control is the control socket: it lets `console approve|deny|clear`
+// hand a decision to a running server, so that waiters and open pages see
+// it at once. It is a Unix socket in the data directory that only the owner
+// can open; whoever can open it can already write the database file.
+// Answers have the API's error shape (server.ErrorOf).
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+)
+
+// Request is a decision handed over the control socket.
+type Request struct {
+	Action   string `json:"action"` // approve, deny, clear
+	ID       string `json:"id,omitempty"`
+	Operator string `json:"operator"`
+	Digest   string `json:"digest,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+	Tool     string `json:"tool,omitempty"`
+}
+
+// Response is the control socket's answer: the call, or an error in the
+// API's shape.
+type Response struct {
+	Call  map[string]any   `json:"call,omitempty"`
+	Error *server.APIError `json:"error,omitempty"`
+}
+
+// Listen opens the control socket at path, replacing a stale socket file
+// left by a server that is gone. It fails when another server is listening
+// there. The socket is made owner-only; the process umask (set once in
+// main) keeps it so from the start.
+func Listen(path string) (net.Listener, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("control: another console is already serving this data directory (%s answers)", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control: remove stale control socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control: control socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// Serve answers control requests on ln until ctx ends, then waits for the
+// requests in flight (at most 5 s) and returns.
+func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			write(w, nil, &server.APIError{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
+			return
+		}
+		call, err := Decide(r.Context(), q, req)
+		write(w, call, err)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Decide applies a command-line decision through the queue, recording the
+// cli channel. It is used both behind the control socket and directly on
+// the database when no server is running. The queue checks, inside the
+// decision's transaction, that the operator is an enabled account allowed
+// to decide, as for the browser.
+func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, error) {
+	switch req.Action {
+	case "approve":
+		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
+	case "deny":
+		return q.Deny(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Reason)
+	case "clear":
+		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
+	}
+	return nil, &server.APIError{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny or clear"}
+}
+
+func write(w http.ResponseWriter, call *queue.Call, err error) {
+	var resp Response
+	status := http.StatusOK
+	if err != nil {
+		resp.Error = server.ErrorOf(err)
+		status = resp.Error.Status
+	} else if call != nil {
+		resp.Call = server.CallView(call)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(resp)
+}

@@ -1,0 +1,98 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// stack is a database, a keyring and the example tools behind a queue.
+type stack struct {
+	db       *db.DB
+	queue    *queue.Service
+	accounts *account.Service
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := db.Open(filepath.Join(dir, "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.Load("../../examples/tools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return &stack{db: d, queue: q, accounts: account.NewService(d.Accounts(), nil)}
+}
+
+// TestDecideNeedsAnEnabledDecider: a command-line decision in the name of
+// someone who is not an enabled operator or admin changes nothing, so one
+// shell user cannot meet a quorum under invented names.
+func TestDecideNeedsAnEnabledDecider(t *testing.T) {
+	st := newStack(t)
+	ctx := context.Background()
+	hash, err := account.Hash("a-long-password-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []struct {
+		name string
+		role account.Role
+	}{{"olga", account.RoleOperator}, {"ada", account.RoleAdmin}, {"aud", account.RoleAuditor}, {"gone", account.RoleOperator}} {
+		if _, err := st.accounts.AddUser(ctx, u.name, u.role, hash, "test", audit.ChannelCLI); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.accounts.DisableUser(ctx, "gone", "test", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	deployer := queue.Principal{Actor: "agent:deployer", Audience: "deploy-host"}
+	c, _, err := st.queue.Submit(ctx, deployer, []byte(`{"tool":"releases.deploy","target":"service:api","args":{"version":"v1.2.3","environment":"production","change_ticket":"CHG-1234"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, digest := c.ID, c.Digest
+
+	for _, name := range []string{"ghost1", "aud", "gone", ""} {
+		_, err := Decide(ctx, st.queue, Request{Action: "approve", ID: id, Operator: name, Digest: digest})
+		if !errors.Is(err, queue.ErrNotADecider) {
+			t.Errorf("approve as %q: %v, want queue.ErrNotADecider", name, err)
+		}
+		if ae := server.ErrorOf(err); ae.Status != http.StatusForbidden || ae.Code != "not_a_decider" {
+			t.Errorf("approve as %q: %d %s, want 403 not_a_decider", name, ae.Status, ae.Code)
+		}
+	}
+	var approvals int
+	st.db.SQL().QueryRow(`SELECT COUNT(*) FROM approvals WHERE call_id = ?`, id).Scan(&approvals)
+	if approvals != 0 {
+		t.Fatalf("%d approvals recorded for refused deciders", approvals)
+	}
+	for _, name := range []string{"olga", "ada"} {
+		if _, err := Decide(ctx, st.queue, Request{Action: "approve", ID: id, Operator: name, Digest: digest}); err != nil {
+			t.Fatalf("approve as %s: %v", name, err)
+		}
+	}
+	if c, err := st.queue.Call(ctx, id); err != nil || c.Status != "approved" {
+		t.Fatalf("after two real operators: %v %v", c.Status, err)
+	}
+}

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
+)
+
+// APIError is the one error shape of the agent API, of the control socket
+// and of the messages console pages show.
+type APIError struct {
+	Status   int                `json:"-"`
+	Code     string             `json:"code"`
+	Message  string             `json:"message"`
+	Problems canonical.Problems `json:"problems,omitempty"`
+	// Extra members for particular codes (reason, call_id, retry hint).
+	Reason string `json:"reason,omitempty"`
+	CallID string `json:"call_id,omitempty"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func newAPIError(status int, code, format string, args ...any) *APIError {
+	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// sentinels is the one table from the domain's sentinel errors to the API's
+// status, code and message: a message a model can act on, or that tells a
+// person what to do next. It is read in order; errors that carry values
+// (a proposal's problems, a denial's reason) are mapped in ErrorOf first.
+var sentinels = []struct {
+	err     error
+	status  int
+	code    string
+	message string
+	hint    string
+}{
+	{queue.ErrToolChanged, http.StatusConflict, "tool_changed",
+		"the tool's definition changed after this call was made, so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)", ""},
+	{queue.ErrRetryLimit, http.StatusTooManyRequests, "retry_limit",
+		"three proposals in a row for this tool were rejected; stop retrying and ask a person",
+		"an operator can clear the block in the console"},
+	{queue.ErrNotFound, http.StatusNotFound, "not_found", "no such call", ""},
+	{queue.ErrNotRedeemed, http.StatusConflict, "not_redeemed", "report an outcome only after the grant was redeemed", ""},
+	{queue.ErrOutcomeReported, http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call", ""},
+	{queue.ErrInvalidOutcome, http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown", ""},
+	{queue.ErrDigestMismatch, http.StatusConflict, "digest_mismatch",
+		"the digest you approved is not this call's digest; reload the call, check what it does, and approve the digest shown", ""},
+	{queue.ErrOwnCall, http.StatusForbidden, "own_call", "you cannot approve a call proposed under your own name; ask another operator", ""},
+	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
+	{queue.ErrReasonRequired, http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)", ""},
+	{queue.ErrReasonTooLong, http.StatusBadRequest, "reason_too_long", fmt.Sprintf("the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
+	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
+	{queue.ErrOperatorRequired, http.StatusBadRequest, "operator_required", "say who is deciding", ""},
+	{queue.ErrNotBlocked, http.StatusNotFound, "not_blocked", "that actor and tool are not blocked", ""},
+	{store.ErrReplaced, http.StatusServiceUnavailable, "unavailable",
+		"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.", ""},
+	{store.ErrRolledBack, http.StatusServiceUnavailable, "unavailable",
+		"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.", ""},
+	{store.ErrUnavailable, http.StatusServiceUnavailable, "unavailable",
+		"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.", ""},
+}
+
+// ErrorOf maps any error to the API's status, code and message; an error
+// it does not know is a 500 that says nothing was changed. The HTTP error
+// handler, the console's pages and the control socket all answer with it.
+func ErrorOf(err error) *APIError {
+	var (
+		ae *APIError
+		pd *queue.PolicyDeniedError
+		fz *queue.FrozenError
+		pe *queue.ProposalError
+		de *queue.DeniedError
+		ad *queue.AudienceError
+		np *queue.NotPendingError
+		nd *queue.DeciderError
+		fe *queue.FilterError
+		he *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &pd):
+		return &APIError{Status: http.StatusForbidden, Code: "denied_by_policy", CallID: pd.CallID, Reason: pd.Reason,
+			Message: fmt.Sprintf("rule %s of this console denied the call: %s. Do not retry it as it is; change the call or ask a person.", pd.Rule, pd.Reason)}
+	case errors.As(err, &fz):
+		return &APIError{Status: http.StatusServiceUnavailable, Code: "frozen", Reason: fz.Freeze.Reason,
+			Message: fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing is approved or run until it is lifted; wait, or ask a person.",
+				fz.Freeze.Scope(), fz.Freeze.At.UTC().Format(time.RFC3339), fz.Freeze.Reason)}
+	case errors.As(err, &pe):
+		return proposalError(pe)
+	case errors.As(err, &de):
+		return &APIError{Status: http.StatusConflict, Code: "previously_denied", CallID: de.CallID, Reason: de.Reason,
+			Message: fmt.Sprintf("an operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
+				de.At.UTC().Format(time.RFC3339), de.Reason)}
+	case errors.As(err, &ad):
+		return newAPIError(http.StatusForbidden, "audience_not_allowed", "%s", ad.Message())
+	case errors.As(err, &np):
+		return newAPIError(http.StatusConflict, "not_pending", "%s", np.Message())
+	case errors.As(err, &nd):
+		return newAPIError(http.StatusForbidden, "not_a_decider",
+			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
+	case errors.As(err, &fe):
+		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
+	case errors.As(err, &he):
+		return httpError(he)
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return &APIError{Status: s.status, Code: s.code, Message: s.message, Hint: s.hint}
+		}
+	}
+	return newAPIError(http.StatusInternalServerError, "internal", "internal error; nothing was changed")
+}
+
+func httpError(he *echo.HTTPError) *APIError {
+	switch he.Code {
+	case http.StatusNotFound:
+		return newAPIError(he.Code, "not_found", "no such route")
+	case http.StatusMethodNotAllowed:
+		return newAPIError(he.Code, "method_not_allowed", "method not allowed on this route")
+	case http.StatusRequestEntityTooLarge:
+		return newAPIError(he.Code, "too_large", "the body is larger than %d bytes", canonical.MaxBodyBytes)
+	case http.StatusUnauthorized:
+		return newAPIError(he.Code, "unauthorized", "%v", he.Message)
+	case http.StatusForbidden:
+		return newAPIError(he.Code, "forbidden", "%v", he.Message)
+	case http.StatusBadRequest:
+		return newAPIError(he.Code, "bad_request", "%v", he.Message)
+	}
+	return newAPIError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%v", he.Message)
+}
+
+func proposalError(pe *queue.ProposalError) *APIError {
+	ae := &APIError{Problems: pe.Problems}
+	switch pe.Kind {
+	case queue.KindParse:
+		ae.Status, ae.Code = http.StatusBadRequest, pe.Problems[0].Code
+		if ae.Code == canonical.CodeTooLarge {
+			ae.Status = http.StatusRequestEntityTooLarge
+		}
+		ae.Message = pe.Problems[0].Message
+	case queue.KindUnknownTool:
+		ae.Status, ae.Code = http.StatusUnprocessableEntity, "unknown_tool"
+		ae.Message = pe.Problems[0].Message
+	default:
+		ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_arguments"
+		if len(pe.Problems) == 1 {
+			ae.Message = "1 problem in the proposal"
+		} else {
+			ae.Message = fmt.Sprintf("%d problems in the proposal", len(pe.Problems))
+		}
+	}
+	return ae
+}
