@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/pgtest"
 )
 
 // consoleBin is the console binary built once for the whole suite, without
@@ -36,7 +38,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: build console:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	// The replica tests start PostgreSQL; pgtest.Main stops it afterwards.
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

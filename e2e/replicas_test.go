@@ -1,0 +1,401 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/pgtest"
+)
+
+// replicas are console servers sharing one PostgreSQL database, each with
+// its own data directory (its keys), and a trust file listing them all.
+type replicas struct {
+	t     *testing.T
+	db    string
+	data  []string
+	trust string
+	srv   []*server
+}
+
+func startReplicas(t *testing.T, db string, n int) *replicas {
+	t.Helper()
+	r := &replicas{t: t, db: db}
+	parts := t.TempDir()
+	var files []string
+	for i := 0; i < n; i++ {
+		d := t.TempDir()
+		r.data = append(r.data, d)
+		out, code := runConsole(t, "", "keys", "jwks", "--data", d)
+		if code != 0 {
+			t.Fatalf("keys jwks exited %d", code)
+		}
+		f := filepath.Join(parts, fmt.Sprintf("%d.json", i))
+		if err := os.WriteFile(f, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	out, code := runConsole(t, "", append([]string{"keys", "trust"}, files...)...)
+	if code != 0 {
+		t.Fatalf("keys trust exited %d", code)
+	}
+	r.trust = filepath.Join(parts, "trusted-keys.json")
+	if err := os.WriteFile(r.trust, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"alice", "bob", "op0", "op1", "op2", "op3"} {
+		if _, code := runConsole(t, "pw-"+name+"-correct horse battery staple\n", "user", "add", name, "--role", "operator",
+			"--password-stdin", "--data", r.data[0], "--db", db); code != 0 {
+			t.Fatalf("user add %s exited %d", name, code)
+		}
+	}
+	for _, d := range r.data {
+		r.srv = append(r.srv, r.start(d))
+	}
+	return r
+}
+
+func (r *replicas) start(data string) *server {
+	return startServer(r.t, data, "--db", r.db, "--trusted-keys", r.trust)
+}
+
+func (r *replicas) token(actor, audience string) string {
+	r.t.Helper()
+	out, code := runConsole(r.t, "", "token", "create", "--data", r.data[0], "--db", r.db, "--actor", actor, "--audience", audience)
+	if code != 0 {
+		r.t.Fatalf("token create exited %d", code)
+	}
+	return strings.TrimSpace(out)
+}
+
+// verify runs console audit verify on the shared database with the trust
+// file, from the first replica's data directory.
+func (r *replicas) verify() string {
+	r.t.Helper()
+	out, code := runConsole(r.t, "", "audit", "verify", "--data", r.data[0], "--db", r.db, "--trusted-keys", r.trust)
+	if code != 0 {
+		r.t.Fatalf("audit verify exited %d:\n%s", code, out)
+	}
+	return out
+}
+
+func requirePostgres(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: several console replicas on PostgreSQL")
+	}
+}
+
+const replicaRefund = `{"tool":"payments.refund","target":"invoice:INV-%d","args":{"amount_minor":1299,"currency":"EUR","reason_code":"duplicate"}}`
+
+// TestReplicasWholeLoop submits on one replica, long-polls on a second,
+// approves on the third, redeems on the first and replays on the second.
+func TestReplicasWholeLoop(t *testing.T) {
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 3)
+	token := r.token("agent:billing-bot", "payments-host")
+	a, b, c := newRawAgent(r.srv[0].url, token), newRawAgent(r.srv[1].url, token), newRawAgent(r.srv[2].url, token)
+	ctx := context.Background()
+
+	call := fmt.Sprintf(replicaRefund, 1042)
+	sub, err := a.submit(ctx, call)
+	if err != nil || sub.status != http.StatusCreated {
+		t.Fatalf("submit on A: %d %s %v", sub.status, sub.raw, err)
+	}
+	id, digest := sub.str("id"), sub.str("digest")
+	waited := make(chan reply, 1)
+	go func() {
+		w, err := b.do(ctx, http.MethodGet, "/api/v1/calls/"+id+"?wait=45s", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- w
+	}()
+	time.Sleep(300 * time.Millisecond) // let B's long-poll start; it returns at once if late
+	if ar, err := controlApprove(ctx, r.data[2], id, "alice", digest); err != nil || ar.status != http.StatusOK {
+		t.Fatalf("approve on C: %d %s %v", ar.status, ar.raw, err)
+	}
+	var w reply
+	select {
+	case w = <-waited:
+	case <-time.After(40 * time.Second):
+		t.Fatal("B's long-poll did not return after C approved")
+	}
+	if w.str("status") != "approved" || w.str("grant") == "" {
+		t.Fatalf("B's long-poll: %s", w.raw)
+	}
+	grant := w.str("grant")
+	var hdr struct {
+		KID string `json:"kid"`
+	}
+	if h, err := decodeSegment(strings.Split(grant, ".")[0]); err != nil || json.Unmarshal(h, &hdr) != nil {
+		t.Fatalf("grant header: %v", err)
+	}
+	// Every replica lists the key C signed with.
+	for i, s := range []*rawAgent{a, b, c} {
+		k, err := s.do(ctx, http.MethodGet, "/api/v1/keys", nil)
+		if err != nil || !strings.Contains(string(k.raw), hdr.KID) {
+			t.Fatalf("replica %d's /api/v1/keys lacks %s: %s", i, hdr.KID, k.raw)
+		}
+	}
+	if rr, err := a.redeem(ctx, grant, call); err != nil || rr.status != http.StatusOK || rr.str("decision") != "accepted" {
+		t.Fatalf("redeem on A of C's grant: %d %s %v", rr.status, rr.raw, err)
+	}
+	if rr, err := b.redeem(ctx, grant, call); err != nil || rr.status != http.StatusConflict || rr.str("reason") != "replayed" {
+		t.Fatalf("redeem again on B: %d %s %v", rr.status, rr.raw, err)
+	}
+	if o, err := c.do(ctx, http.MethodPost, "/api/v1/calls/"+id+"/outcome", []byte(`{"status":"succeeded"}`)); err != nil || o.status != http.StatusOK {
+		t.Fatalf("outcome on C: %d %s %v", o.status, o.raw, err)
+	}
+	for i, s := range []*rawAgent{a, b, c} {
+		g, err := s.do(ctx, http.MethodGet, "/api/v1/calls/"+id, nil)
+		if err != nil || g.str("status") != "redeemed" {
+			t.Fatalf("replica %d reads %s", i, g.raw)
+		}
+		h, err := s.do(ctx, http.MethodGet, "/healthz", nil)
+		if err != nil || h.status != http.StatusOK {
+			t.Fatalf("replica %d /healthz: %d %s", i, h.status, h.raw)
+		}
+	}
+	r.verify()
+}
+
+// Test64RedemptionsAcrossReplicas races 64 redemptions of one grant spread
+// over three replicas, several rounds: exactly one is accepted every time.
+func Test64RedemptionsAcrossReplicas(t *testing.T) {
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 3)
+	token := r.token("agent:billing-bot", "payments-host")
+	var agents []*rawAgent
+	for _, s := range r.srv {
+		agents = append(agents, newRawAgent(s.url, token))
+	}
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		call := fmt.Sprintf(replicaRefund, 2000+round)
+		sub, err := agents[round%3].submit(ctx, call)
+		if err != nil || sub.status != http.StatusCreated {
+			t.Fatalf("submit: %d %s %v", sub.status, sub.raw, err)
+		}
+		ar, err := controlApprove(ctx, r.data[(round+1)%3], sub.str("id"), "alice", sub.str("digest"))
+		if err != nil || ar.status != http.StatusOK {
+			t.Fatalf("approve: %d %s %v", ar.status, ar.raw, err)
+		}
+		grant, _ := ar.body["call"].(map[string]any)["grant"].(string)
+		var accepted, replayed atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				rr, err := agents[i%3].redeem(ctx, grant, call)
+				switch {
+				case err != nil:
+					t.Errorf("redeem: %v", err)
+				case rr.status == http.StatusOK:
+					accepted.Add(1)
+				case rr.status == http.StatusConflict && rr.str("reason") == "replayed":
+					replayed.Add(1)
+				default:
+					t.Errorf("redeem: %d %s", rr.status, rr.raw)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if accepted.Load() != 1 || replayed.Load() != 63 {
+			t.Fatalf("round %d: %d accepted, %d replayed; want 1 and 63", round, accepted.Load(), replayed.Load())
+		}
+	}
+	r.verify()
+}
+
+// checkLedger reads every acknowledged change back through replica s.
+func checkLedger(t *testing.T, a *rawAgent, l *ledger) {
+	t.Helper()
+	ctx := context.Background()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id := range l.submitted {
+		g, err := a.do(ctx, http.MethodGet, "/api/v1/calls/"+id, nil)
+		if err != nil || g.status != http.StatusOK {
+			t.Errorf("acknowledged call %s: %d %v", id, g.status, err)
+			continue
+		}
+		st := g.str("status")
+		if _, ok := l.approved[id]; ok && st != "approved" && st != "redeemed" {
+			t.Errorf("acknowledged approval of %s: status %s", id, st)
+		}
+		if n := l.accepted[id]; n > 1 {
+			t.Errorf("call %s accepted %d times", id, n)
+		} else if n == 1 && st != "redeemed" {
+			t.Errorf("acknowledged redemption of %s: status %s", id, st)
+		}
+	}
+}
+
+// TestReplicaKilledUnderLoad kills one of three replicas with SIGKILL in
+// the middle of mixed load on all three: the other two keep serving, and
+// nothing any of them acknowledged is lost.
+func TestReplicaKilledUnderLoad(t *testing.T) {
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 3)
+	token := r.token("agent:weather", "weather-host")
+	l := newLedger()
+	var seq atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var afterKill atomic.Int64
+	var killed atomic.Bool
+	for i, s := range r.srv {
+		a := newRawAgent(s.url, token)
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mixedLoad(ctx, a, r.data[i], l, (i*2+w)%4, &seq)
+			}()
+		}
+		if i != 1 {
+			wg.Add(1)
+			go func() { // counts what the survivors serve once B is dead
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if killed.Load() {
+						if h, err := a.do(ctx, http.MethodGet, "/healthz", nil); err == nil && h.status == http.StatusOK {
+							afterKill.Add(1)
+						}
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
+	r.srv[1].kill()
+	killed.Store(true)
+	before := len(l.snapshot())
+	time.Sleep(2 * time.Second)
+	cancel()
+	wg.Wait()
+	t.Logf("acknowledged: %d calls (%d before the kill), %d approvals, %d redemptions; %d health answers after the kill",
+		len(l.snapshot()), before, len(l.approved), len(l.accepted), afterKill.Load())
+	if afterKill.Load() == 0 {
+		t.Fatal("the surviving replicas answered nothing after the kill")
+	}
+	if after := len(l.snapshot()); after <= before {
+		t.Fatalf("no call was acknowledged after the kill (%d before, %d after)", before, after)
+	}
+	checkLedger(t, newRawAgent(r.srv[0].url, token), l)
+	// The killed replica comes back on the same data directory.
+	r.srv[1] = r.start(r.data[1])
+	checkLedger(t, newRawAgent(r.srv[1].url, token), l)
+	r.verify()
+}
+
+// TestPostgresRestartUnderLoad restarts PostgreSQL under mixed load on
+// three replicas: they reconnect, their listeners catch up, and the chain
+// verifies.
+func TestPostgresRestartUnderLoad(t *testing.T) {
+	requirePostgres(t)
+	cl := pgtest.Start(t)
+	r := startReplicas(t, cl.Database(t), 3)
+	token := r.token("agent:weather", "weather-host")
+	l := newLedger()
+	var seq atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, s := range r.srv {
+		a := newRawAgent(s.url, token)
+		wg.Add(1)
+		go func() { defer wg.Done(); mixedLoad(ctx, a, r.data[i], l, i, &seq) }()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := cl.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	// While it is down, every replica says so.
+	for i, s := range r.srv {
+		h, err := newRawAgent(s.url, "").do(context.Background(), http.MethodGet, "/healthz", nil)
+		if err != nil || h.status != http.StatusServiceUnavailable {
+			t.Errorf("replica %d /healthz with PostgreSQL down: %d %s %v", i, h.status, h.raw, err)
+		}
+	}
+	time.Sleep(time.Second)
+	if err := cl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(l.snapshot())
+	deadline := time.Now().Add(30 * time.Second)
+	for i, s := range r.srv {
+		for {
+			h, err := newRawAgent(s.url, "").do(context.Background(), http.MethodGet, "/healthz", nil)
+			if err == nil && h.status == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d did not recover after PostgreSQL restarted: %d %s %v", i, h.status, h.raw, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	cancel()
+	wg.Wait()
+	t.Logf("acknowledged: %d calls (%d before PostgreSQL came back), %d approvals, %d redemptions",
+		len(l.snapshot()), before, len(l.approved), len(l.accepted))
+	if after := len(l.snapshot()); after <= before {
+		t.Fatalf("nothing was acknowledged after the restart (%d before, %d after)", before, after)
+	}
+	// The listeners work again: a call approved on C wakes a long-poll on B.
+	a, b := newRawAgent(r.srv[0].url, token), newRawAgent(r.srv[1].url, token)
+	sub, err := a.submit(context.Background(), `{"tool":"weather.search","target":"weather:forecast","args":{"city":"After"}}`)
+	if err != nil || sub.status != http.StatusCreated {
+		t.Fatalf("submit after the restart: %d %s %v", sub.status, sub.raw, err)
+	}
+	waited := make(chan reply, 1)
+	go func() {
+		w, _ := b.do(context.Background(), http.MethodGet, "/api/v1/calls/"+sub.str("id")+"?wait=30s", nil)
+		waited <- w
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if ar, err := controlApprove(context.Background(), r.data[2], sub.str("id"), "op1", sub.str("digest")); err != nil || ar.status != http.StatusOK {
+		t.Fatalf("approve after the restart: %d %s %v", ar.status, ar.raw, err)
+	}
+	select {
+	case w := <-waited:
+		if w.str("status") != "approved" {
+			t.Fatalf("B's long-poll after the restart: %s", w.raw)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("B's long-poll did not wake after the restart")
+	}
+	checkLedger(t, a, l)
+	r.verify()
+}
+
+// snapshot copies the ids of the acknowledged submissions.
+func (l *ledger) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.submitted))
+	for id := range l.submitted {
+		out = append(out, id)
+	}
+	return out
+}
+
+func decodeSegment(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
