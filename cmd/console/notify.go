@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // notifySource says where the notifications configuration comes from and
@@ -174,4 +175,25 @@ func hostOf(raw string) string {
 		return u.Scheme + "://" + u.Host
 	}
 	return "?"
+}
+
+// checkRuleChannels refuses a rule that names a notification channel the
+// configuration does not have: its calls would reach nobody it meant.
+func checkRuleChannels(reg *tools.Registry, n *notifyApp) error {
+	var problems []string
+	for _, t := range reg.Tools() {
+		for _, r := range t.Rules {
+			for _, ch := range r.Notify {
+				if n == nil {
+					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, but no notifications are configured (see docs/notifications.md)", t.Name, r.ID, ch))
+				} else if _, ok := n.cfg.Channels[ch]; !ok {
+					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, which is not a channel of %s", t.Name, r.ID, ch, n.from))
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("rules name unknown notification channels:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
 }

@@ -83,3 +83,36 @@ func TestNotifyFlagWinsAndNoConfigMeansNone(t *testing.T) {
 	}
 	a.Close()
 }
+
+func TestRulesMayNameOnlyConfiguredChannels(t *testing.T) {
+	data := t.TempDir()
+	tools := filepath.Join(data, "tools.yaml")
+	os.WriteFile(tools, []byte(`tools:
+  ops.restart:
+    audience: ops-host
+    target: '^service:[a-z-]+$'
+    approvals: 1
+    decide_within: 10m
+    args: {type: object, additionalProperties: false, properties: {}}
+    rules:
+      - {id: prod, when: 'target == "service:prod"', then: ask, notify: [oncall]}
+`), 0o600)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	secret := func(string) string { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }
+	_, err := openApp(data, "", tools, &notifySource{getenv: secret}, log)
+	if err == nil || !strings.Contains(err.Error(), "tool ops.restart, rule prod: notify names oncall, but no notifications are configured") {
+		t.Fatalf("without notifications: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "notify.yaml")
+	os.WriteFile(file, []byte("channels:\n  hook: {type: webhook, url: \"https://h.example.com/\", secret: {env: S}}\n"), 0o600)
+	_, err = openApp(data, "", tools, &notifySource{file: file, getenv: secret}, log)
+	if err == nil || !strings.Contains(err.Error(), "notify names oncall, which is not a channel of "+file) {
+		t.Fatalf("with another channel: %v", err)
+	}
+	os.WriteFile(file, []byte("channels:\n  oncall: {type: webhook, url: \"https://h.example.com/\", secret: {env: S}}\n"), 0o600)
+	a, err := openApp(data, "", tools, &notifySource{file: file, getenv: secret}, log)
+	if err != nil {
+		t.Fatalf("with the channel: %v", err)
+	}
+	a.Close()
+}

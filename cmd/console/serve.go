@@ -97,6 +97,9 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 		ns.toolsFile = toolsFile
 	}
 	n, err := openNotify(data, ns, d, log)
+	if err == nil && ns != nil {
+		err = checkRuleChannels(pol.Registry(), n)
+	}
 	if err != nil {
 		d.Close()
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -135,5 +136,75 @@ func TestAFailedOutboxWriteUndoesTheChange(t *testing.T) {
 	}
 	if err := l.db.SQL().QueryRow(`SELECT COUNT(*) FROM audit WHERE kind = 'submitted'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d submissions audited, want none", n)
+	}
+}
+
+const ruledTools = `tools:
+  payments.refund:
+    audience: payments-host
+    target: '^invoice:INV-[0-9]+$'
+    approvals: 1
+    grant_ttl: 60s
+    decide_within: 15m
+    args:
+      type: object
+      additionalProperties: false
+      required: [amount_minor]
+      properties:
+        amount_minor: {type: integer, minimum: 1, maximum: 5000000}
+    rules:
+      - id: large
+        when: args.amount_minor > 100000
+        then: ask
+        approvals: 2
+        notify: [oncall]
+`
+
+// TestARulesChannelsHearEveryEvent: a rule's notify list is kept with the
+// call, so its channels hear the submission and, later, the decision.
+func TestARulesChannelsHearEveryEvent(t *testing.T) {
+	l := newLedger(t, nil)
+	pol, err := policy.Parse([]byte(ruledTools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := notify.ParseConfig([]byte(`
+channels:
+  hook: {type: webhook, url: "https://hooks.example.com/cs", secret: {env: S}}
+  oncall: {type: webhook, url: "https://oncall.example.com/cs", secret: {env: S}}
+routes:
+  - tools: ["*"]
+    notify: [hook]
+`), notify.Env{Getenv: func(string) string { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewService(queue.Config{Store: l.db.Store(), Policy: pol, Signer: l.keys,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Notifier: notify.NewRouter(cfg, "https://cs.example.com")})
+	ctx := context.Background()
+	large, _, err := q.Submit(ctx, agent, []byte(`{"tool":"payments.refund","target":"invoice:INV-1","args":{"amount_minor":200000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, _, err := q.Submit(ctx, agent, []byte(`{"tool":"payments.refund","target":"invoice:INV-2","args":{"amount_minor":100}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Deny(ctx, "alice", audit.ChannelWeb, large.ID, "too large"); err != nil {
+		t.Fatal(err)
+	}
+	channels := func(id string) string {
+		rows, _ := l.db.Outbox().Deliveries(ctx, notify.Query{CallID: id})
+		var out []string
+		for i := len(rows) - 1; i >= 0; i-- {
+			out = append(out, rows[i].Kind+"@"+rows[i].Channel)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := channels(large.ID); got != "call.submitted@hook call.submitted@oncall call.denied@hook call.denied@oncall" {
+		t.Fatalf("the large refund's notices: %s", got)
+	}
+	if got := channels(small.ID); got != "call.submitted@hook" {
+		t.Fatalf("the small refund's notices: %s", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -132,7 +133,7 @@ type storeTx struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -142,9 +143,10 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var ttl, created, decideBy int64
 	var decidedAt, grantExp, redeemedAt, outcomeAt sql.NullInt64
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
+	var notify string
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest)
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -160,6 +162,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
+	c.Notify = splitNames(notify)
 	c.Status = queue.Status(status)
 	c.GrantTTL = time.Duration(ttl) * time.Millisecond
 	c.CreatedAt = time.UnixMilli(created).UTC()
@@ -218,9 +221,9 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
-		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest)
+		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","))
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}
@@ -447,4 +450,12 @@ func (s Store) Blocks(ctx context.Context) ([]queue.Block, error) {
 		out = append(out, b)
 	}
 	return out, rows.Err()
+}
+
+// splitNames reads a comma-separated list of channel names ("" is none).
+func splitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

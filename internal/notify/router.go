@@ -68,9 +68,11 @@ func kindOf(queueKind string) string {
 	return ""
 }
 
-// Notices returns the outbox rows that a committed change announces. A
-// submission also schedules its reminder and escalation, each delivered
-// only if the call is still pending when it comes due.
+// Notices returns the outbox rows that a committed change announces: to
+// the channels of the call's route, and to those the rule that matched it
+// named (Call.Notify). A submission also schedules its reminder and
+// escalation, each delivered only if the call is still pending when it
+// comes due.
 func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	kind := kindOf(ev.Kind)
 	if kind == "" || ev.Call == nil {
@@ -79,11 +81,11 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	c := ev.Call
 	rt := r.Route(c.Tool)
 	if rt == nil {
-		return nil
+		rt = &Route{}
 	}
 	at := eventTime(kind, c)
 	var out []queue.Notice
-	channels := rt.Notify
+	channels := union(rt.Notify, c.Notify)
 	if kind != CallSubmitted && escalated(rt, c) {
 		channels = union(channels, rt.EscalateTo)
 	}
@@ -101,7 +103,7 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	if rt.RemindBefore > 0 {
 		remindAt := c.DecideBy.Add(-rt.RemindBefore)
 		if remindAt.After(c.CreatedAt) {
-			to := rt.Notify
+			to := channels
 			if !escalateAt.IsZero() && escalateAt.Before(remindAt) {
 				to = union(to, rt.EscalateTo)
 			}

@@ -182,3 +182,23 @@ func TestRouterUnroutedToolsAndShortDeadlines(t *testing.T) {
 		t.Fatalf("short deadline: %s", got)
 	}
 }
+
+// TestRouterAddsTheRulesChannels: a rule's notify list reaches its channels
+// with every event of the call, even for a tool no route matches.
+func TestRouterAddsTheRulesChannels(t *testing.T) {
+	cfg := mustConfig(t, routedConfig, map[string]string{"S": newSecret(t)})
+	r := notify.NewRouter(cfg, "")
+	c := testCall("call_r", t0)
+	c.Notify = []string{"oncall"}
+	if got := notices(r.Notices(submitted(c))); got != "call.submitted@hook call.submitted@ops call.submitted@oncall call.escalated@oncall? call.reminder@hook? call.reminder@ops? call.reminder@oncall?" {
+		t.Fatalf("submitted: %s", got)
+	}
+	if got := notices(r.Notices(approved(c, "alice", t0.Add(time.Minute)))); got != "call.approved@hook call.approved@oncall" {
+		t.Fatalf("approved: %s", got)
+	}
+	other := testCall("call_o", t0)
+	other.Tool, other.Notify = "releases.deploy", []string{"oncall", "nowhere"}
+	if got := notices(r.Notices(submitted(other))); got != "call.submitted@oncall" {
+		t.Fatalf("unrouted tool with a rule's channels: %s", got)
+	}
+}

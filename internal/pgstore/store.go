@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"strconv"
 	"time"
 
@@ -58,12 +59,12 @@ type entryID struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
-	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest`
+	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -76,9 +77,10 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var decidedAt, grantExp, redeemedAt, outcomeAt *int64
 	var deniedBy, deniedChannel, token, jti, kid, outStatus *string
 	var denyReason, outDetail []byte
+	var notify string
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest}
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -95,6 +97,9 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 		return nil, fmt.Errorf("pgstore: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
+	if notify != "" {
+		c.Notify = strings.Split(notify, ",")
+	}
 	c.Rationale = string(rationale)
 	c.Status = queue.Status(status)
 	c.ApprovalsRequired = int(required)
@@ -164,10 +169,11 @@ func (t *txn) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) RETURNING seq`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
-		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest).Scan(&c.Seq)
+		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
+		strings.Join(c.Notify, ",")).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}

@@ -53,6 +53,9 @@ type Call struct {
 	// submitted under; approval and redemption refuse the call with
 	// tool_changed once the tool's current definition digest differs.
 	ToolDigest string
+	// Notify names the notification channels the rule that matched the
+	// call asked for (its notify list); nil when none did.
+	Notify []string
 
 	ApprovalsRequired int
 	Approvals         []Approval
@@ -113,6 +116,10 @@ func (c *Call) ApprovedBy(operator string) bool {
 func (c *Call) Clone() *Call {
 	cp := *c
 	cp.Approvals = append([]Approval(nil), c.Approvals...)
+	cp.Notify = append([]string(nil), c.Notify...)
+	if c.Notify == nil {
+		cp.Notify = nil
+	}
 	if c.Denial != nil {
 		d := *c.Denial
 		cp.Denial = &d

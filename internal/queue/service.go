@@ -298,6 +298,9 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 	if decision.Action == policy.Ask {
 		c.ApprovalsRequired = max(t.Approvals, decision.Approvals)
 	}
+	if decision.Rule != nil && len(decision.Rule.Notify) > 0 {
+		c.Notify = append([]string(nil), decision.Rule.Notify...)
+	}
 	var result *Call
 	created := false
 	err = s.update(ctx, func(tx Tx, emit func(Event)) error {

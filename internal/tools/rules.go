@@ -51,6 +51,10 @@ type RuleSpec struct {
 	Approvals int
 	// Reason explains the rule; the agent receives it when the rule denies.
 	Reason string
+	// Notify names notification channels that hear of every event of a
+	// call the rule matched, besides those its route names. It says who is
+	// told, not what is decided, so the digest does not cover it.
+	Notify []string
 	// Digest is the hex SHA-256 of the rule's canonical text (its id, when,
 	// then, approvals and reason), recorded with every decision it makes.
 	Digest string
@@ -81,7 +85,10 @@ func (t *Tool) AutoApproveBlockers() []string {
 	return why
 }
 
-var ruleFields = []string{"approvals", "id", "reason", "then", "when"}
+var ruleFields = []string{"approvals", "id", "notify", "reason", "then", "when"}
+
+// channelNamePattern is a notification channel's name (internal/notify).
+var channelNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 
 // rules reads a tool's rules list: its shape only. What the expressions
 // mean, and whether each action is allowed for the tool, is checked when
@@ -165,8 +172,33 @@ func (l *linter) rules(n *yaml.Node, tool string) []RuleSpec {
 				r.Reason = strings.TrimSpace(s)
 			}
 		}
+		if f := fields["notify"]; f != nil {
+			r.Notify = l.channelNames(f, tool, path+"/notify")
+		}
 		r.Digest = ruleDigest(r)
 		out = append(out, r)
+	}
+	return out
+}
+
+// channelNames reads a rule's notify list: channel names of the
+// notifications configuration, which the console checks at start.
+func (l *linter) channelNames(n *yaml.Node, tool, path string) []string {
+	if n.Kind != yaml.SequenceNode {
+		l.add(n, tool, path, "must be a list of notification channel names, such as [oncall]")
+		return nil
+	}
+	var out []string
+	for _, item := range n.Content {
+		s, ok := l.str(item, tool, path)
+		if !ok {
+			continue
+		}
+		if !channelNamePattern.MatchString(s) {
+			l.add(item, tool, path, "channel names are lower-case letters, digits, - and _, starting with a letter, not %s", displayName(s))
+			continue
+		}
+		out = append(out, s)
 	}
 	return out
 }

@@ -178,3 +178,18 @@ var _ = add("outbox/claims across handles", func(t *testing.T, s Stores) {
 		t.Fatalf("%d rows delivered, want %d", len(seen), rows)
 	}
 })
+
+// The channels a rule asked for are kept with the call.
+var _ = add("calls/notify channels round trip", func(t *testing.T, s Stores) {
+	c := newCall("agent:a", "payments.refund", t0)
+	c.Notify = []string{"oncall", "security-team"}
+	plain := newCall("agent:a", "payments.refund", t0)
+	insert(t, s, c, plain)
+	got, err := s.Queue.Call(context.Background(), c.ID)
+	if err != nil || !reflect.DeepEqual(got.Notify, c.Notify) {
+		t.Fatalf("Notify = %v, %v; want %v", got.Notify, err, c.Notify)
+	}
+	if got, _ := s.Queue.Call(context.Background(), plain.ID); got.Notify != nil {
+		t.Fatalf("a call no rule named channels for reads back %v", got.Notify)
+	}
+})
