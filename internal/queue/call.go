@@ -154,6 +154,9 @@ var (
 	ErrNotBlocked       = errors.New("queue: no retry block for that actor and tool")
 	ErrPreviouslyDenied = errors.New("queue: the same call was denied recently")
 	ErrOperatorRequired = errors.New("queue: an operator name is required")
+	// ErrIntegrity is a stored call whose envelope does not hash to its
+	// digest: the database was edited.
+	ErrIntegrity = errors.New("queue: the call's stored envelope does not hash to its digest")
 	ErrNotADecider      = errors.New("queue: not an enabled operator or admin")
 	ErrCommentTooLong   = errors.New("queue: the approval's comment is too long")
 )

@@ -797,6 +797,11 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if digest != c.Digest {
 			return ErrDigestMismatch
 		}
+		if canonical.DigestOf(c.Envelope) != c.Digest {
+			// The stored envelope is not what the digest covers: the
+			// database was edited. Nothing about this call can be trusted.
+			return fmt.Errorf("%w: call %s", ErrIntegrity, c.ID)
+		}
 		if s.ToolChanged(c) {
 			return ErrToolChanged
 		}

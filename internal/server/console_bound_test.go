@@ -21,9 +21,14 @@ func TestNotBoundComesFromTheEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := &queue.Call{Args: args.(canonical.Object), Envelope: envBytes}
+	call := &queue.Call{ID: "call_x", Actor: "agent:a", Audience: "h", Tool: "t.x", Target: "x", Args: args.(canonical.Object),
+		Envelope: envBytes, Digest: canonical.DigestOf(envBytes)}
+	hashed, err := hashedEnvelope(call)
+	if err != nil {
+		t.Fatal(err)
+	}
 	nop := func(string, templates.Text) {}
-	tree := treeBuilder{args: call.Args, bound: boundArgs(call), warn: nop}.node(call.Args, "", nil, -1)
+	tree := treeBuilder{args: call.Args, bound: hashed.Args, warn: nop}.node(call.Args, "", nil, -1)
 	got := map[string]bool{}
 	var walk func(n templates.ArgNode)
 	walk = func(n templates.ArgNode) {
@@ -43,7 +48,8 @@ func TestNotBoundComesFromTheEnvelope(t *testing.T) {
 
 // TestMirroredNumbersAreBound: the envelope of a call of a tool mirrored
 // from an MCP upstream holds numbers with fractions, and they read back as
-// bound; the same text under a declared tool's name binds nothing.
+// bound; the same text under a declared tool's name does not read as an
+// envelope at all, and the page refuses it.
 func TestMirroredNumbersAreBound(t *testing.T) {
 	args := canonical.Object{{Name: "factor", Value: canonical.Number(2.5e-7)}, {Name: "value", Value: canonical.Number(21.5)}}
 	for tool, bound := range map[string]bool{"demo/scale": true, "demo.scale": false} {
@@ -52,9 +58,10 @@ func TestMirroredNumbersAreBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := boundArgs(&queue.Call{Tool: tool, Args: args, Envelope: envBytes})
-		if _, ok := got.Get("factor"); ok != bound {
-			t.Errorf("%s: factor bound = %v, want %v", tool, ok, bound)
+		got, err := hashedEnvelope(&queue.Call{ID: "call_x", Actor: "agent:a", Audience: "demo", Tool: tool, Target: "mcp:demo",
+			Args: args, Envelope: envBytes, Digest: canonical.DigestOf(envBytes)})
+		if _, ok := got.Args.Get("factor"); ok != bound || (err == nil) != bound {
+			t.Errorf("%s: factor bound = %v (%v), want %v", tool, ok, err, bound)
 		}
 	}
 }

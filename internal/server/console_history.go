@@ -311,9 +311,13 @@ func (h *historyPages) timeline(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
+	cv, err := h.c.callView(call, v, now)
+	if err != nil {
+		return err
+	}
 	tv := templates.TimelineView{
 		Page:    h.c.page(v, "Timeline of "+call.ID, "history", "", now),
-		Call:    h.c.callView(call, v, now),
+		Call:    cv,
 		Status:  string(call.Status),
 		CallURL: "/calls/" + url.PathEscape(call.ID),
 	}

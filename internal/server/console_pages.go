@@ -81,7 +81,10 @@ func (c *console) callPage(ec echo.Context) error {
 		return err
 	}
 	v := viewerOf(ec)
-	cv := c.callView(call, v, c.now())
+	cv, err := c.callView(call, v, c.now())
+	if err != nil {
+		return err
+	}
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
 	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
@@ -230,7 +233,10 @@ func (c *console) refused(ec echo.Context, id string, err error, form url.Values
 	if lerr != nil {
 		return err
 	}
-	cv := c.callView(call, viewerOf(ec), c.now())
+	cv, verr := c.callView(call, viewerOf(ec), c.now())
+	if verr != nil {
+		return verr
+	}
 	cv.Status.Message = ae.Message
 	cv.Status.Reason, cv.Status.Comment = form.Get("reason"), form.Get("comment")
 	v, _ := url.ParseQuery(form.Get("q"))

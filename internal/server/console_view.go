@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
@@ -203,18 +204,27 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 	return s
 }
 
-// callView builds a call's page from the stored call: the same parsed
-// value whose canonical form was hashed.
-func (c *console) callView(call *queue.Call, v *viewer, now time.Time) templates.CallView {
+// callView builds a call's page from what its digest covers: the stored
+// canonical envelope, checked against the digest first. Actor, audience,
+// tool, target and every bound argument are read from those bytes; only
+// the informational members (which the digest leaves out) come from the
+// stored arguments, and they are labelled "not bound". A call whose
+// envelope does not hash to its digest, or does not parse as one, is an
+// *integrityError: nothing of it is shown.
+func (c *console) callView(call *queue.Call, v *viewer, now time.Time) (templates.CallView, error) {
+	env, err := hashedEnvelope(call)
+	if err != nil {
+		return templates.CallView{}, err
+	}
 	cv := templates.CallView{
 		Page: c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now),
-		ID:   call.ID, Actor: reveal.Of(call.Actor), Audience: reveal.Of(call.Audience), Tool: reveal.Of(call.Tool),
-		Target: reveal.Of(call.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
+		ID:   call.ID, Actor: reveal.Of(env.Actor), Audience: reveal.Of(env.Audience), Tool: reveal.Of(env.Tool),
+		Target: reveal.Of(env.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
 		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now),
 	}
 	var tool *tools.Tool
 	if reg := c.q.Tools(); reg != nil {
-		tool, cv.ToolKnown = reg.Tool(call.Tool)
+		tool, cv.ToolKnown = reg.Tool(env.Tool)
 	}
 	if tool != nil {
 		cv.ToolDescription = tool.Description
@@ -228,16 +238,121 @@ func (c *console) callView(call *queue.Call, v *viewer, now time.Time) templates
 	warn("target", cv.Target)
 	warn("actor", cv.Actor)
 	warn("audience", cv.Audience)
-	args := call.Args
-	if args == nil {
-		args = canonical.Object{}
+	stored := call.Args
+	if stored == nil {
+		stored = canonical.Object{}
 	}
-	b := treeBuilder{tool: tool, args: args, bound: boundArgs(call), warn: warn}
+	var differ []string
+	args, _ := mergeArgs(env.Args, stored, "", &differ).(canonical.Object)
+	for _, ptr := range differ {
+		cv.Warnings = append(cv.Warnings, templates.Warning{Where: "args " + shownPointer(ptr),
+			Kinds: []string{"stored copy differs from what was hashed; shown as hashed"}})
+	}
+	b := treeBuilder{tool: tool, args: args, bound: env.Args, warn: warn}
 	cv.Args = b.node(args, "", nil, -1)
 	if cv.Rationale != nil {
 		warn("rationale", *cv.Rationale)
 	}
-	return cv
+	return cv, nil
+}
+
+// integrityError is a stored call whose record does not match its digest:
+// the database was edited. It is shown as a loud error page, never as a
+// call someone could approve.
+type integrityError struct {
+	id, what string
+}
+
+func (e *integrityError) Error() string {
+	return fmt.Sprintf("server: call %s: %s", e.id, e.what)
+}
+
+// hashedEnvelope reads a call's stored canonical envelope after checking
+// that it hashes to the call's digest, and that the call's own columns say
+// what it says.
+func hashedEnvelope(call *queue.Call) (canonical.Envelope, error) {
+	bad := func(what string) (canonical.Envelope, error) {
+		return canonical.Envelope{}, &integrityError{id: call.ID, what: what}
+	}
+	if canonical.DigestOf(call.Envelope) != call.Digest {
+		return bad("its stored envelope does not hash to its digest")
+	}
+	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1,
+		Numbers: canonical.NumbersFor(call.Tool)})
+	if err != nil {
+		return bad("its stored envelope does not parse")
+	}
+	o, _ := v.(canonical.Object)
+	var env canonical.Envelope
+	str := func(name string, dst *string) bool {
+		x, ok := o.Get(name)
+		*dst, _ = x.(string)
+		_, isString := x.(string)
+		return ok && isString
+	}
+	ver, _ := o.Get("v")
+	a, _ := o.Get("args")
+	args, isObj := a.(canonical.Object)
+	if len(o) != 6 || ver != int64(1) || !isObj || !str("actor", &env.Actor) || !str("audience", &env.Audience) ||
+		!str("tool", &env.Tool) || !str("target", &env.Target) {
+		return bad("its stored envelope is not a v1 envelope")
+	}
+	env.Args = args
+	if env.Actor != call.Actor || env.Audience != call.Audience || env.Tool != call.Tool || env.Target != call.Target {
+		return bad("its stored actor, audience, tool or target differs from what was hashed")
+	}
+	return env, nil
+}
+
+// mergeArgs is what the page shows of the arguments: every member of bound
+// (what was hashed) as it is there, and the members of stored that bound
+// leaves out (the informational ones). Where stored has another value at a
+// bound position, bound's is shown and the pointer is added to differ.
+func mergeArgs(bound, stored any, ptr string, differ *[]string) any {
+	switch b := bound.(type) {
+	case canonical.Object:
+		s, _ := stored.(canonical.Object)
+		if _, ok := stored.(canonical.Object); !ok && ptr != "" {
+			*differ = append(*differ, ptr)
+		}
+		var members []canonical.Member
+		for _, m := range b {
+			sv, ok := s.Get(m.Name)
+			if !ok {
+				*differ = append(*differ, canonical.Join(ptr, m.Name))
+				members = append(members, m)
+				continue
+			}
+			members = append(members, canonical.Member{Name: m.Name, Value: mergeArgs(m.Value, sv, canonical.Join(ptr, m.Name), differ)})
+		}
+		for _, m := range s {
+			if _, ok := b.Get(m.Name); !ok {
+				members = append(members, m)
+			}
+		}
+		out, err := canonical.NewObject(members...)
+		if err != nil {
+			return b
+		}
+		return out
+	case []any:
+		s, ok := stored.([]any)
+		if !ok || len(s) != len(b) {
+			*differ = append(*differ, ptr)
+			return b
+		}
+		out := make([]any, len(b))
+		for i := range b {
+			out[i] = mergeArgs(b[i], s[i], canonical.Join(ptr, strconv.Itoa(i)), differ)
+		}
+		return out
+	}
+	be, berr := canonical.Encode(bound)
+	se, serr := canonical.Encode(stored)
+	if berr != nil || serr != nil || string(be) != string(se) {
+		*differ = append(*differ, ptr)
+	}
+	return bound
 }
 
 func groupsOfFour(s string) []string {
@@ -261,25 +376,6 @@ type treeBuilder struct {
 	// whatever the tools file says today.
 	bound canonical.Object
 	warn  func(where string, t templates.Text)
-}
-
-// boundArgs parses the args out of the call's stored canonical envelope.
-// An envelope that does not parse binds nothing that can be shown: every
-// member then reads "not bound", never claiming more than the digest
-// covers.
-func boundArgs(call *queue.Call) canonical.Object {
-	v, err := canonical.ParseWith(call.Envelope, canonical.Options{MaxDepth: canonical.MaxArgsDepth + 1,
-		Numbers: canonical.NumbersFor(call.Tool)})
-	if err != nil {
-		return canonical.Object{}
-	}
-	env, _ := v.(canonical.Object)
-	args, _ := env.Get("args")
-	bound, ok := args.(canonical.Object)
-	if !ok {
-		return canonical.Object{}
-	}
-	return bound
 }
 
 // shownPointer is a pointer as a warning shows it: every deceptive

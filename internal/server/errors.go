@@ -62,6 +62,8 @@ var sentinels = []struct {
 	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrOperatorRequired, http.StatusBadRequest, "operator_required", "say who is deciding", ""},
 	{queue.ErrNotBlocked, http.StatusNotFound, "not_blocked", "that actor and tool are not blocked", ""},
+	{queue.ErrIntegrity, http.StatusInternalServerError, "integrity",
+		"STOP: the stored record of this call does not match its digest; nothing was approved. The database was edited: an administrator should run console audit verify.", ""},
 	{store.ErrReplaced, http.StatusServiceUnavailable, "unavailable",
 		"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.", ""},
 	{store.ErrRolledBack, http.StatusServiceUnavailable, "unavailable",
@@ -85,6 +87,7 @@ func ErrorOf(err error) *APIError {
 		nd *queue.DeciderError
 		fe *queue.FilterError
 		he *echo.HTTPError
+		ie *integrityError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -109,6 +112,9 @@ func ErrorOf(err error) *APIError {
 	case errors.As(err, &nd):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
 			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
+	case errors.As(err, &ie):
+		return newAPIError(http.StatusInternalServerError, "integrity",
+			"STOP: the stored record of call %s does not match its digest (%s). Do not approve it: the database was edited. An administrator should run console audit verify.", ie.id, ie.what)
 	case errors.As(err, &fe):
 		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
 	case errors.As(err, &he):
