@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/gorilla/websocket"
 
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -232,4 +236,46 @@ func TestNextPendingCall(t *testing.T) {
 	if p := aud.get("/calls/" + search.ID); p.find("next-pending").Length()+p.find("no-next").Length() != 0 {
 		t.Error("an auditor is offered a next call")
 	}
+}
+
+// The pages of one call are told, live, who has it open; closing a page
+// tells the others.
+func TestCallPresence(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	refund := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	olivia, adam := e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	adam.login("adam", rolePassword)
+	if olivia.get("/calls/"+refund.ID).find("presence").Length() != 1 {
+		t.Fatal("the call page has no presence block")
+	}
+	viewers := func(msg string) []string {
+		var names []string
+		fragmentDoc(t, msg).Find(`#presence [data-viewer]`).Each(func(_ int, s *goquery.Selection) {
+			n, _ := s.Attr("data-viewer")
+			names = append(names, n)
+		})
+		return names
+	}
+	oc, _ := olivia.mustDial("/ws?call=" + refund.ID)
+	ac, _ := adam.mustDial("/ws?call=" + refund.ID)
+	for _, c := range []*websocket.Conn{oc, ac} {
+		msg := wsReadUntil(t, c, `data-viewer="adam"`)
+		if got := viewers(msg); !slices.Equal(got, []string{"adam", "olivia"}) {
+			t.Errorf("viewers %v, want adam and olivia", got)
+		}
+	}
+	// Another call's page hears nothing of it.
+	other := e.submit("agent:billing-bot", "payments-host", strings.Replace(conRefundBody, "INV-1042", "INV-1043", 1))
+	xc, first := olivia.mustDial("/ws?call=" + other.ID)
+	if strings.Contains(first, "adam") {
+		t.Errorf("another call's page names adam: %s", first)
+	}
+	ac.Close()
+	msg := wsReadUntil(t, oc, `id="presence"`)
+	if got := viewers(msg); !slices.Equal(got, []string{"olivia"}) {
+		t.Errorf("after adam left: viewers %v, want only olivia", got)
+	}
+	xc.Close()
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -49,6 +51,9 @@ type hub struct {
 	// Owned by the run goroutine.
 	clients map[*client]struct{}
 	seen    map[string]seenCall
+	// viewersChanged are the calls whose pages opened or closed since the
+	// hub last told those pages who is viewing them.
+	viewersChanged map[string]bool
 }
 
 // seenCall remembers the furthest state pushed for a call, so that an
@@ -63,7 +68,7 @@ func newHub(c *console) *hub {
 	return &hub{
 		c: c, register: make(chan *client), unregister: make(chan *client), ops: make(chan func()),
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
-		clients: map[*client]struct{}{}, seen: map[string]seenCall{},
+		clients: map[*client]struct{}{}, seen: map[string]seenCall{}, viewersChanged: map[string]bool{},
 	}
 }
 
@@ -86,6 +91,9 @@ func (h *hub) run() {
 		select {
 		case cl := <-h.register:
 			h.clients[cl] = struct{}{}
+			if cl.callID != "" {
+				h.viewersChanged[cl.callID] = true
+			}
 		case cl := <-h.unregister:
 			if _, ok := h.clients[cl]; ok {
 				h.drop(cl, websocket.CloseNormalClosure, "")
@@ -113,6 +121,47 @@ func (h *hub) run() {
 			}
 			return
 		}
+		h.tellViewers()
+	}
+}
+
+// tellViewers sends the pages of each call whose viewers changed the
+// names of everyone viewing it. The fragment is the same for every viewer
+// of the call; each page leaves out its own viewer's name. Presence is
+// what this replica's sockets show: viewers on another replica are not
+// counted.
+func (h *hub) tellViewers() {
+	for len(h.viewersChanged) > 0 {
+		for id := range h.viewersChanged {
+			delete(h.viewersChanged, id)
+			var names []string
+			var on []*client
+			for cl := range h.clients {
+				if cl.callID != id {
+					continue
+				}
+				on = append(on, cl)
+				if !slices.Contains(names, cl.viewer.user.Name) {
+					names = append(names, cl.viewer.user.Name)
+				}
+			}
+			if len(on) == 0 {
+				continue
+			}
+			sort.Strings(names)
+			viewers := make([]templates.Viewing, len(names))
+			for i, n := range names {
+				viewers[i] = templates.Viewing{Name: n, Shown: reveal(n)}
+			}
+			msg, err := renderBytes(templates.Presence(viewers))
+			if err != nil {
+				h.c.log.Error("console: render presence", slog.Any("error", err))
+				continue
+			}
+			for _, cl := range on {
+				h.deliver(cl, msg)
+			}
+		}
 	}
 }
 
@@ -120,6 +169,9 @@ func (h *hub) run() {
 // close frame and closes the connection.
 func (h *hub) drop(cl *client, code int, text string) {
 	delete(h.clients, cl)
+	if cl.callID != "" {
+		h.viewersChanged[cl.callID] = true
+	}
 	cl.closeCode, cl.closeText = code, text
 	close(cl.send)
 }

@@ -248,6 +248,21 @@
     for (var i = 0; i < fields.length; i++) fields[i].value = params.toString();
   }
 
+  // "Someone else is viewing this call": the socket names everyone with
+  // the page open; the page leaves out its own viewer.
+  function presence() {
+    var box = document.getElementById("presence");
+    if (!box) return;
+    var me = box.getAttribute("data-me");
+    var items = box.querySelectorAll("li[data-viewer]");
+    var others = 0;
+    for (var i = 0; i < items.length; i++) {
+      if (items[i].getAttribute("data-viewer") === me) items[i].remove();
+      else others++;
+    }
+    box.hidden = others === 0;
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -280,6 +295,6 @@
       else setConn("closed", "disconnected: reload the page");
     });
     body.addEventListener("htmx:wsError", function () { setConn("reconnecting", "reconnecting…"); });
-    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); countCards(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); presence(); countCards(); });
   });
 })();

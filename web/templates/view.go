@@ -307,6 +307,12 @@ type ArgNode struct {
 	Money string
 }
 
+// Viewing is one person with a call's page open.
+type Viewing struct {
+	Name  string // the account name, which a page compares with its own
+	Shown Text
+}
+
 // Approval is one operator's approval.
 type Approval struct {
 	By      Text
