@@ -10,18 +10,24 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/tools"
 )
 
-const digestUsage = `usage: console digest --actor A --audience B [--canonical] [FILE]
+const digestUsage = `usage: console digest --actor A --audience B [--tools TOOLS] [--canonical] [FILE]
 
 Reads a proposal {"tool","target","args","rationale"?} from FILE, or from
 standard input when FILE is absent or "-", parses it strictly and prints its
 digest: 64 lowercase hex digits and a newline. The digest covers the envelope
 {"v":1,"actor":A,"audience":B,"tool","target","args"}, so it is the digest the
 console shows for that proposal from a token with actor A and audience B.
-Informational members named in a tools file are not removed here.
+With --tools it leaves out the members the tool names informational in
+that tools file, as the console does, so the digest is the one the console
+shows for the call as its page shows it (not-bound members included).
+Without --tools every member is included, and a note on standard error says
+so.
 
 With --canonical it prints the canonical envelope bytes instead, exactly the
 bytes that are hashed after the prefix "countersign/v1/call:", with no
@@ -44,6 +50,7 @@ func cmdDigest(ctx context.Context, e *env, args []string) int {
 	actor := fs.String("actor", "", "the actor of the token that would submit it, e.g. agent:billing-bot (required)")
 	audience := fs.String("audience", "", "the audience of that token, e.g. payments-host (required)")
 	canonicalOut := fs.Bool("canonical", false, "print the canonical envelope bytes instead of the digest")
+	toolsFile := fs.String("tools", "", "a tools file: leave out the tool's informational members, as the console does")
 	// Flags may come before or after the file name.
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -94,6 +101,21 @@ func cmdDigest(ctx context.Context, e *env, args []string) int {
 		return printRefusal(e, ps)
 	}
 	env := p.Envelope(*actor, *audience)
+	if *toolsFile != "" {
+		reg, err := tools.Load(*toolsFile)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console digest: %v\n", err)
+			return 1
+		}
+		t, ok := reg.Tool(p.Tool)
+		if !ok {
+			return printRefusal(e, canonical.Problems{{Code: canonical.CodeUnknownTool, Path: "/tool", Offset: -1,
+				Message: fmt.Sprintf("%s is not a tool of %s (tools: %s)", p.Tool, *toolsFile, strings.Join(reg.Names(), ", "))}})
+		}
+		env.Args = t.Bound(p.Args)
+	} else {
+		fmt.Fprintln(e.stderr, "console digest: no --tools given, so informational members are included; the console leaves out the ones its tools file names (pass --tools FILE for its digest)")
+	}
 	if *canonicalOut {
 		b, err := env.Canonical()
 		if err != nil {

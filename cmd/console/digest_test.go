@@ -190,3 +190,29 @@ func TestDigestDocError(t *testing.T) {
 		t.Errorf("exit %d, stdout\n%s(stderr %q)\nthe page shows\n%s", code, stdout, stderr, want)
 	}
 }
+
+// With --tools the digest leaves out the tool's informational members, so
+// it is the digest the console shows; without it, a note says they are in.
+func TestDigestWithTools(t *testing.T) {
+	const proposal = `{"tool":"payments.refund","target":"invoice:INV-1042","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate","notes":"not bound"}}`
+	bound := `{"actor":"agent:billing-bot","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"},"audience":"payments-host","target":"invoice:INV-1042","tool":"payments.refund","v":1}`
+	sum := sha256.Sum256([]byte("countersign/v1/call:" + bound))
+	want := hex.EncodeToString(sum[:]) + "\n"
+	ctx := []string{"--actor", "agent:billing-bot", "--audience", "payments-host"}
+	code, stdout, stderr := digestRun(t, proposal, append(ctx, "--tools", "../../examples/tools.yaml")...)
+	if code != 0 || stdout != want || stderr != "" {
+		t.Errorf("with --tools: exit %d, %q (stderr %q), want %q", code, stdout, stderr, want)
+	}
+	code, stdout, _ = digestRun(t, proposal, append(ctx, "--tools", "../../examples/tools.yaml", "--canonical")...)
+	if code != 0 || stdout != bound {
+		t.Errorf("--canonical with --tools: %q, want %q", stdout, bound)
+	}
+	code, stdout, stderr = digestRun(t, proposal, ctx...)
+	if code != 0 || stdout == want || !strings.Contains(stderr, "informational members are included") {
+		t.Errorf("without --tools: exit %d, %q, stderr %q; want another digest and the note", code, stdout, stderr)
+	}
+	code, stdout, _ = digestRun(t, strings.Replace(proposal, "payments.refund", "payments.nope", 1), append(ctx, "--tools", "../../examples/tools.yaml")...)
+	if code != 2 || !strings.Contains(stdout, `"unknown_tool"`) {
+		t.Errorf("an unknown tool: exit %d, %s", code, stdout)
+	}
+}

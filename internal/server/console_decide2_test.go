@@ -13,6 +13,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/gorilla/websocket"
 
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -278,4 +279,38 @@ func TestCallPresence(t *testing.T) {
 		t.Errorf("after adam left: viewers %v, want only olivia", got)
 	}
 	xc.Close()
+}
+
+// The canonical call on the page parses back to the call it shows and,
+// with the tool's informational members left out as `console digest
+// --tools` does, to the digest the page shows; it holds no character that
+// could hide.
+func TestCanonicalCallRecomputesTheDigest(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	for _, body := range []string{conRefundBody, conMailDeceptive} {
+		call := e.submit("agent:billing-bot", map[bool]string{true: "payments-host", false: "mail-host"}[strings.Contains(body, "payments")], body)
+		p := b.get("/calls/" + call.ID)
+		text := p.find("canonical-call").Text()
+		for _, r := range text {
+			if r < 0x20 || r >= 0x7f {
+				t.Fatalf("the canonical call holds %U", r)
+			}
+		}
+		prop, err := canonical.ParseProposal([]byte(text))
+		if err != nil {
+			t.Fatalf("the canonical call does not parse: %v\n%s", err, text)
+		}
+		tool, _ := e.q.Tools().Tool(prop.Tool)
+		env := prop.Envelope(call.Actor, call.Audience)
+		env.Args = tool.Bound(prop.Args)
+		if d, err := env.Digest(); err != nil || d != call.Digest {
+			t.Errorf("the canonical call digests to %s (%v), want %s", d, err, call.Digest)
+		}
+		if cmd := p.find("digest-command").Text(); cmd != "console digest --actor agent:billing-bot --audience "+call.Audience+" --tools TOOLS.yaml call.json" {
+			t.Errorf("command %q", cmd)
+		}
+	}
 }

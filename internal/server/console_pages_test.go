@@ -1,6 +1,9 @@
 package server
 
 import (
+	"slices"
+
+	"github.com/PuerkitoBio/goquery"
 	"context"
 	"net/http"
 	"strings"
@@ -461,9 +464,26 @@ func TestLongValueShownWhole(t *testing.T) {
 	b := e.browser()
 	b.login("olivia", rolePassword)
 	p := b.get("/calls/" + call.ID)
-	got := p.doc.Find(`[data-pointer="/body"] > [data-testid="arg-value"]`).Text()
+	got := p.doc.Find(`[data-pointer="/body"] > [data-testid="arg-long"] > [data-testid="arg-value"]`).Text()
 	if got != long {
 		t.Errorf("a 10 KiB value shows %d bytes, want %d, unchanged", len(got), len(long))
+	}
+	// It is collapsed (by the page's script) with its length and a "show
+	// all"; the whole value is in the page.
+	if n, _ := p.doc.Find(`[data-pointer="/body"] [data-testid="arg-long"]`).Attr("data-length"); n != "10240" {
+		t.Errorf("the long value's length reads %q, want 10240", n)
+	}
+	if !strings.Contains(p.doc.Find(`[data-pointer="/body"] [data-testid="show-all"]`).Text(), "10240 characters") {
+		t.Error("no show-all with the length")
+	}
+	// Short members come before the long one.
+	var order []string
+	p.doc.Find(`[data-testid="args"] > ul > li`).Each(func(_ int, s *goquery.Selection) {
+		ptr, _ := s.Attr("data-pointer")
+		order = append(order, ptr)
+	})
+	if !slices.Equal(order, []string{"/subject", "/to", "/body"}) {
+		t.Errorf("member order %v, want the short subject, the array, then the long body", order)
 	}
 	if !strings.Contains(e.c.cssForTest(), "overflow-wrap: anywhere") {
 		t.Error("the stylesheet does not wrap long values")

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
@@ -250,6 +254,17 @@ func (c *console) callView(call *queue.Call, v *viewer, now time.Time) (template
 	}
 	b := treeBuilder{tool: tool, args: args, bound: env.Args, warn: warn}
 	cv.Args = b.node(args, "", nil, -1)
+	if obj, err := canonical.NewObject(canonical.Member{Name: "tool", Value: call.Tool},
+		canonical.Member{Name: "target", Value: call.Target}, canonical.Member{Name: "args", Value: args}); err == nil {
+		if b, err := canonical.Encode(obj); err == nil {
+			cv.Canonical = asciiJSON(b)
+			actor, audience := "ACTOR", "AUDIENCE" // the ones shown above, hidden characters and all
+			if printableASCII(call.Actor) && printableASCII(call.Audience) {
+				actor, audience = shellQuote(call.Actor), shellQuote(call.Audience)
+			}
+			cv.DigestCommand = "console digest --actor " + actor + " --audience " + audience + " --tools TOOLS.yaml call.json"
+		}
+	}
 	if cv.Rationale != nil {
 		warn("rationale", *cv.Rationale)
 	}
@@ -355,6 +370,68 @@ func mergeArgs(bound, stored any, ptr string, differ *[]string) any {
 	return bound
 }
 
+// A string longer than longValue characters as shown, or with longLines
+// line breaks or more, is shown collapsed with its length.
+const (
+	longValue = 300
+	longLines = 8
+)
+
+// weight orders an object's members on the call page.
+func weight(n templates.ArgNode) int {
+	switch {
+	case n.Long:
+		return 2
+	case n.Kind == "object" || n.Kind == "array":
+		return 1
+	}
+	return 0
+}
+
+// asciiJSON writes every character of canonical JSON outside printable
+// ASCII as a \u escape (a surrogate pair above U+FFFF): the same JSON
+// value, so it recomputes the same digest, with nothing in it that could
+// hide on the page. Outside strings, canonical JSON is ASCII already.
+func asciiJSON(b []byte) string {
+	var out strings.Builder
+	for _, r := range string(b) {
+		switch {
+		case r >= 0x20 && r < 0x7f:
+			out.WriteRune(r)
+		case r > 0xffff:
+			hi, lo := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", hi, lo)
+		default:
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	return out.String()
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// shellQuote quotes s for a POSIX shell unless it is plain.
+func shellQuote(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":._-/@", r)) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 func groupsOfFour(s string) []string {
 	var out []string
 	for len(s) > 4 {
@@ -408,6 +485,10 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 			}
 			n.Children = append(n.Children, b.node(m.Value, cp, &k, -1))
 		}
+		// Short members first, then objects and arrays, then long strings,
+		// each in the call's order: a long value does not push the rest
+		// of the call (or the decision) out of sight.
+		slices.SortStableFunc(n.Children, func(a, b templates.ArgNode) int { return weight(a) - weight(b) })
 	case []any:
 		n.Kind = "array"
 		for i, e := range x {
@@ -417,6 +498,10 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 		n.Kind = "string"
 		if x != "" {
 			n.Value = reveal.Of(x)
+			_, n.Length, n.Long = cutText(n.Value, longValue)
+			if !n.Long && strings.Count(x, "\n") >= longLines {
+				n.Long, n.Length = true, utf8.RuneCountInString(x)
+			}
 		}
 		b.warn("args "+shownPointer(ptr), n.Value)
 	case int64:

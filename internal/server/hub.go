@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -151,7 +152,7 @@ func (h *hub) tellViewers() {
 			sort.Strings(names)
 			viewers := make([]templates.Viewing, len(names))
 			for i, n := range names {
-				viewers[i] = templates.Viewing{Name: n, Shown: reveal(n)}
+				viewers[i] = templates.Viewing{Name: n, Shown: reveal.Of(n)}
 			}
 			msg, err := renderBytes(templates.Presence(viewers))
 			if err != nil {

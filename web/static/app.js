@@ -263,6 +263,46 @@
     box.hidden = others === 0;
   }
 
+  // Long values are in the page whole and shown collapsed, with their
+  // length and a button that shows them all.
+  function collapseLong(root) {
+    var els = (root || document).querySelectorAll('[data-testid="arg-long"]');
+    for (var i = 0; i < els.length; i++) {
+      var el = els[i];
+      if (el.getAttribute("data-ready") === "1") continue;
+      el.setAttribute("data-ready", "1");
+      el.classList.add("collapsed");
+      var btn = el.querySelector('[data-testid="show-all"]');
+      if (!btn) continue;
+      btn.hidden = false;
+      btn.setAttribute("aria-expanded", "false");
+      var label = btn.textContent;
+      (function (box, b, shown) {
+        b.addEventListener("click", function () {
+          var collapsed = box.classList.toggle("collapsed");
+          b.textContent = collapsed ? shown : "show less";
+          b.setAttribute("aria-expanded", collapsed ? "false" : "true");
+        });
+      })(el, btn, label);
+    }
+  }
+
+  // "Copy canonical call" copies the text of the element it names.
+  function onCopy(e) {
+    var b = e.target && e.target.closest ? e.target.closest("button[data-copy]") : null;
+    if (!b) return;
+    var src = document.querySelector('[data-testid="' + b.getAttribute("data-copy") + '"]');
+    var status = b.parentNode.querySelector('[data-testid="copy-status"]');
+    if (!src) return;
+    var text = src.value !== undefined ? src.value : src.textContent;
+    function done(ok) { if (status) status.textContent = ok ? "copied" : "select the text above and copy it"; }
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
+    } else {
+      done(false);
+    }
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -285,6 +325,9 @@
     countCards();
     document.addEventListener("keydown", onKey);
     document.addEventListener("submit", fillQuery, true);
+    document.addEventListener("click", onCopy);
+    collapseLong(document);
+    presence();
     setInterval(tick, 1000);
     var body = document.body;
     body.addEventListener("htmx:wsConnecting", function () { setConn("connecting", "connecting…"); });

@@ -305,6 +305,10 @@ type ArgNode struct {
 	// Money is the formatted amount when the tool shows this integer as
 	// money ("USD 12.99"); Value keeps the raw integer.
 	Money string
+	// Long marks a string long enough to be shown collapsed, with its
+	// Length in characters and a "show all"; it is in the page whole.
+	Long   bool
+	Length int
 }
 
 // Viewing is one person with a call's page open.
@@ -392,6 +396,10 @@ type CallView struct {
 	CreatedAt       time.Time
 	Warnings        []Warning
 	Status          StatusView
+	// Canonical is the call {tool, target, args} as canonical JSON, every
+	// member included; DigestCommand recomputes the digest from it.
+	Canonical     string
+	DigestCommand string
 	// NextURL is the next pending call the viewer may decide, in the
 	// queue's order and filter ("" when there is none); QueueURL the queue
 	// with that filter.
