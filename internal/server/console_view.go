@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
