@@ -3,13 +3,21 @@
 // logged-in operator sockets receive the live cards, approvers decide through
 // the real web endpoints (session and CSRF token included), and agents
 // long-poll and redeem. It also measures, in the same run, the floor: raw
-// SQLite commits per second with the console's settings on the same disk.
+// SQLite commits per second with the console's settings on the same disk,
+// or, with --db, raw PostgreSQL commits per second on the same server.
 //
-// It talks only to the address given, is bounded in count and time, and
+// Given several addresses (replicas on one PostgreSQL database), it spreads
+// every step over them round-robin, as a load balancer would: a flow is
+// submitted on one replica, waited for on the next, approved on another and
+// redeemed on the next again, and the operator sockets are spread too, so
+// submit-to-card and approve-to-wake are measured across replicas.
+//
+// It talks only to the addresses given, is bounded in count and time, and
 // stops by itself.
 //
 //	console serve --data /tmp/cs --tools examples/tools.yaml &
 //	go run ./cmd/loadgen --data /tmp/cs --flows 500
+//	go run ./cmd/loadgen --db postgres://... --url http://127.0.0.1:8081,http://127.0.0.1:8082 --flows 500
 package main
 
 import (
@@ -40,15 +48,19 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/countersign/countersign/client"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/pgstore"
 )
 
 type config struct {
 	url       string
+	urls      []string
+	db        string
 	data      string
 	agents    int
 	sockets   int
@@ -65,15 +77,16 @@ func main() {
 	defer stop()
 	var cfg config
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "the console's address (loopback only)")
-	fs.StringVar(&cfg.data, "data", "", "the console's data directory, where loadgen creates its tokens and logins (required)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "the console's address (loopback only); several replicas' addresses separated by commas are used round-robin")
+	fs.StringVar(&cfg.data, "data", "", "the console's data directory, where loadgen creates its tokens and logins (required without --db)")
+	fs.StringVar(&cfg.db, "db", "", "the replicas' PostgreSQL database (postgres://...), where loadgen creates its tokens and logins and measures the commit floor")
 	fs.IntVar(&cfg.agents, "agents", 8, "concurrent agents proposing, waiting and redeeming")
 	fs.IntVar(&cfg.sockets, "sockets", 50, "logged-in operator WebSockets receiving live updates")
 	fs.IntVar(&cfg.approvers, "approvers", 2, "operators approving through the web endpoints")
 	fs.IntVar(&cfg.flows, "flows", 300, "complete flows (submit, approve, redeem) to run")
 	fs.IntVar(&cfg.pending, "pending", 1000, "calls left pending in the queue during the run")
 	fs.DurationVar(&cfg.duration, "duration", 2*time.Minute, "stop after this long whatever the count")
-	fs.IntVar(&cfg.floorN, "floor-commits", 300, "commits for the SQLite floor measurement")
+	fs.IntVar(&cfg.floorN, "floor-commits", 300, "commits for the floor measurement (SQLite, or PostgreSQL with --db)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write the report as JSON to this file")
 	fs.Parse(os.Args[1:])
 	if err := run(ctx, cfg, os.Stdout); err != nil {
@@ -84,6 +97,8 @@ func main() {
 
 // Report is what one run measured.
 type Report struct {
+	Replicas       int                `json:"replicas"`
+	Engine         string             `json:"engine"`
 	Flows          int                `json:"flows"`
 	Seconds        float64            `json:"seconds"`
 	FlowsPerSecond float64            `json:"flows_per_second"`
@@ -154,25 +169,43 @@ func randomHex(n int) string {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	u, err := url.Parse(cfg.url)
-	if err != nil || u.Scheme != "http" {
-		return fmt.Errorf("--url must be an http:// address")
+	for _, raw := range strings.Split(cfg.url, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Scheme != "http" {
+			return fmt.Errorf("--url must be http:// addresses")
+		}
+		if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+			return fmt.Errorf("--url must be loopback addresses, not %s", h)
+		}
+		cfg.urls = append(cfg.urls, strings.TrimRight(u.String(), "/"))
 	}
-	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
-		return fmt.Errorf("--url must be a loopback address, not %s", h)
+	cfg.url = cfg.urls[0]
+	if cfg.data == "" && cfg.db == "" {
+		return errors.New("--data DIR or --db URL is required: loadgen creates its agent tokens and operator logins there")
 	}
-	if cfg.data == "" {
-		return errors.New("--data DIR is required: loadgen creates its agent tokens and operator logins there")
+	if len(cfg.urls) > 1 && cfg.db == "" {
+		return errors.New("several --url replicas share a PostgreSQL database: give it with --db")
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 
 	// Credentials, created in the console's database.
-	d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
-	if err != nil {
-		return err
+	var accountStore account.Store
+	var closeDB func()
+	if cfg.db != "" {
+		pg, err := pgstore.Open(ctx, cfg.db, pgstore.Options{MaxConns: 2})
+		if err != nil {
+			return err
+		}
+		accountStore, closeDB = pg.Accounts(), func() { pg.Close() }
+	} else {
+		d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
+		if err != nil {
+			return err
+		}
+		accountStore, closeDB = d.Accounts(), func() { d.Close() }
 	}
-	accounts := account.NewService(d.Accounts(), nil)
+	accounts := account.NewService(accountStore, nil)
 	run := randomHex(3)
 	var tokens []string
 	for i := 0; i < cfg.agents+1; i++ {
@@ -195,13 +228,20 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		operators = append(operators, name)
 	}
-	floor, err := measureFloor(cfg.data, cfg.floorN)
-	d.Close()
+	var floor float64
+	engine := "sqlite"
+	if cfg.db != "" {
+		engine = "postgres"
+		floor, err = measurePostgresFloor(ctx, cfg.db, cfg.floorN)
+	} else {
+		floor, err = measureFloor(cfg.data, cfg.floorN)
+	}
+	closeDB()
 	if err != nil {
 		return err
 	}
 
-	rep := Report{Errors: map[string]int{}, FloorCommits: floor, FloorFlows: floor / 3, Settings: map[string]float64{
+	rep := Report{Replicas: len(cfg.urls), Engine: engine, Errors: map[string]int{}, FloorCommits: floor, FloorFlows: floor / 3, Settings: map[string]float64{
 		"agents": float64(cfg.agents), "sockets": float64(cfg.sockets), "approvers": float64(cfg.approvers),
 		"pending": float64(cfg.pending)}}
 	var errs errorCounts
@@ -217,7 +257,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// Operator sockets: each records when it first sees each call id.
 	sessions := make([]*webSession, len(operators))
 	for i, name := range operators {
-		if sessions[i], err = login(ctx, cfg.url, name, password); err != nil {
+		if sessions[i], err = login(ctx, cfg.urls[i%len(cfg.urls)], name, password); err != nil {
 			return fmt.Errorf("log in %s: %w", name, err)
 		}
 	}
@@ -234,7 +274,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	var seenMu sync.Mutex
 	opened := 0
 	for i := 0; i < cfg.sockets; i++ {
-		conn, err := sessions[i%len(sessions)].dialWS(sockCtx)
+		conn, err := sessions[i%len(sessions)].dialWS(sockCtx, cfg.urls[i%len(cfg.urls)])
 		if err != nil {
 			errs.add("ws_dial")
 			continue
@@ -274,13 +314,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	toApprove := make(chan approval, cfg.agents*2)
 	approvedAt := sync.Map{} // id -> time the approve request started
 	var apprWG sync.WaitGroup
+	var approveN atomic.Int64
 	for i := 0; i < cfg.approvers; i++ {
 		apprWG.Add(1)
 		go func(s *webSession) {
 			defer apprWG.Done()
 			for a := range toApprove {
+				// The session lives in the database: any replica takes it.
+				base := cfg.urls[int(approveN.Add(1))%len(cfg.urls)]
 				approvedAt.Store(a.id, time.Now())
-				if err := s.approve(ctx, a.id, a.digest); err != nil {
+				if err := s.approve(ctx, base, a.id, a.digest); err != nil {
 					errs.add("approve:" + err.Error())
 				}
 			}
@@ -295,11 +338,22 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
-		go func(c *client.Client) {
+		clients := make([]*client.Client, len(cfg.urls))
+		for j, u := range cfg.urls {
+			clients[j] = client.New(u, tokens[i])
+		}
+		go func() {
 			defer agentWG.Done()
-			for ctx.Err() == nil && next.Add(1) <= int64(cfg.flows) {
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if n > int64(cfg.flows) {
+					break
+				}
+				// Round-robin: each step of a flow on the next replica.
+				rr := func(step int) *client.Client { return clients[(int(n)+step)%len(clients)] }
+				c := rr(0)
 				t0 := time.Now()
-				call, err := c.Submit(ctx, weather(fmt.Sprintf("flow %s %d", run, next.Load())))
+				call, err := c.Submit(ctx, weather(fmt.Sprintf("flow %s %d", run, n)))
 				if err != nil {
 					errs.add("submit:" + errKind(err))
 					continue
@@ -307,7 +361,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				submitLat.add(time.Since(t0))
 				submitted.Store(call.ID, t0)
 				toApprove <- approval{call.ID, call.Digest}
-				done, err := c.Wait(ctx, call.ID)
+				done, err := rr(1).Wait(ctx, call.ID)
 				if err != nil {
 					errs.add("wait:" + errKind(err))
 					continue
@@ -320,7 +374,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 					continue
 				}
 				t1 := time.Now()
-				res, err := c.Redeem(ctx, done.Grant, done.Spec())
+				res, err := rr(2).Redeem(ctx, done.Grant, done.Spec())
 				if err != nil {
 					errs.add("redeem:" + errKind(err))
 					continue
@@ -332,7 +386,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				}
 				flows.Add(1)
 			}
-		}(client.New(cfg.url, tokens[i]))
+		}()
 	}
 	agentWG.Wait()
 	elapsed := time.Since(start)
@@ -388,6 +442,33 @@ func errKind(err error) string {
 		return "stopped"
 	}
 	return "transport"
+}
+
+// measurePostgresFloor commits n single-row transactions, one after the
+// other on one connection, to a scratch table on the replicas' PostgreSQL
+// server, and returns commits per second: the server's commit floor, as
+// the console's writes, which serialize on the audit chain head, meet it.
+func measurePostgresFloor(ctx context.Context, dbURL string, n int) (float64, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	table := pgx.Identifier{"loadgen_floor_" + randomHex(4)}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE TABLE `+table+` (k TEXT PRIMARY KEY)`); err != nil {
+		return 0, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `DROP TABLE `+table)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+table+` (k) VALUES ($1)`, randomHex(16))
+			return err
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // measureFloor commits n single-row transactions to a scratch database in
@@ -481,12 +562,18 @@ func (s *webSession) get(ctx context.Context, path string) (string, error) {
 }
 
 func (s *webSession) post(ctx context.Context, path string, form url.Values) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(form.Encode()))
+	return s.postTo(ctx, s.base, path, form)
+}
+
+// postTo posts a form to base, which may be another replica than the one
+// the session logged in on: cookies are per host, not per port.
+func (s *webSession) postTo(ctx context.Context, base, path string, form url.Values) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", s.base)
+	req.Header.Set("Origin", base)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	res, err := s.client.Do(req)
 	if err != nil {
@@ -497,8 +584,8 @@ func (s *webSession) post(ctx context.Context, path string, form url.Values) (in
 	return res.StatusCode, nil
 }
 
-func (s *webSession) approve(ctx context.Context, id, digest string) error {
-	code, err := s.post(ctx, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}})
+func (s *webSession) approve(ctx context.Context, base, id, digest string) error {
+	code, err := s.postTo(ctx, base, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}})
 	if err != nil {
 		return errors.New("transport")
 	}
@@ -508,10 +595,10 @@ func (s *webSession) approve(ctx context.Context, id, digest string) error {
 	return nil
 }
 
-func (s *webSession) dialWS(ctx context.Context) (*websocket.Conn, error) {
-	u, _ := url.Parse(s.base)
+func (s *webSession) dialWS(ctx context.Context, base string) (*websocket.Conn, error) {
+	u, _ := url.Parse(base)
 	h := http.Header{}
-	h.Set("Origin", s.base)
+	h.Set("Origin", base)
 	for _, c := range s.client.Jar.Cookies(u) {
 		h.Add("Cookie", c.Name+"="+c.Value)
 	}
@@ -538,6 +625,7 @@ func serverRSS(base string) float64 {
 
 func printReport(w io.Writer, r Report) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "replicas\t%d on %s\n", r.Replicas, r.Engine)
 	fmt.Fprintf(tw, "flows\t%d in %.1f s\t%.1f flows/s\n", r.Flows, r.Seconds, r.FlowsPerSecond)
 	fmt.Fprintf(tw, "floor\t%.0f commits/s\t%.1f flows/s (÷3)\tratio %.2f\n", r.FloorCommits, r.FloorFlows, r.FloorRatio)
 	fmt.Fprintf(tw, "latency (ms)\tn\tp50\tp95\tp99\tmax\n")
