@@ -5,15 +5,21 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/countersign/countersign/internal/pgtest"
 )
@@ -399,3 +405,98 @@ func (l *ledger) snapshot() []string {
 }
 
 func decodeSegment(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// webLogin logs an operator in on base through the login form and returns
+// the cookie jar of the session.
+func webLogin(t *testing.T, base, name string) *cookiejar.Jar {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := hc.Get(base + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := csrfField.FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the login page:\n%s", page)
+	}
+	form := url.Values{"csrf": {string(m[1])}, "name": {name}, "password": {"pw-" + name + "-correct horse battery staple"}}
+	req, _ := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login on %s answered %d", base, res.StatusCode)
+	}
+	return jar
+}
+
+// TestReplicasLivePages opens an operator's queue socket on one replica and
+// sees calls submitted and decided on the others appear and leave it.
+func TestReplicasLivePages(t *testing.T) {
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 3)
+	token := r.token("agent:billing-bot", "payments-host")
+	// The session is made on A and used on B: sessions live in the database.
+	jar := webLogin(t, r.srv[0].url, "bob")
+	b, _ := url.Parse(r.srv[1].url)
+	h := http.Header{}
+	h.Set("Origin", r.srv[1].url)
+	for _, c := range jar.Cookies(b) {
+		h.Add("Cookie", c.Name+"="+c.Value)
+	}
+	conn, _, err := websocket.DefaultDialer.Dial("ws://"+b.Host+"/ws", h)
+	if err != nil {
+		t.Fatalf("queue socket on B with A's session: %v", err)
+	}
+	defer conn.Close()
+	msgs := make(chan string, 100)
+	go func() {
+		defer close(msgs)
+		for {
+			_, m, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			msgs <- string(m)
+		}
+	}()
+	await := func(what string, ok func(string) bool) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case m, open := <-msgs:
+				if !open {
+					t.Fatalf("B's socket closed before %s", what)
+				}
+				if ok(m) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("B's page never showed %s", what)
+			}
+		}
+	}
+	ctx := context.Background()
+	sub, err := newRawAgent(r.srv[0].url, token).submit(ctx, fmt.Sprintf(replicaRefund, 77))
+	if err != nil || sub.status != http.StatusCreated {
+		t.Fatalf("submit on A: %d %s %v", sub.status, sub.raw, err)
+	}
+	id := sub.str("id")
+	await("the card of the call submitted on A", func(m string) bool { return strings.Contains(m, id) && strings.Contains(m, "INV-77") })
+	if ar, err := controlApprove(ctx, r.data[2], id, "alice", sub.str("digest")); err != nil || ar.status != http.StatusOK {
+		t.Fatalf("approve on C: %d %s %v", ar.status, ar.raw, err)
+	}
+	await("the card of the call approved on C leaving", func(m string) bool { return strings.Contains(m, "call-"+id) && !strings.Contains(m, "INV-77") })
+}
