@@ -262,7 +262,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	disp, notes := a.dispatcher()
-	gw, _, err := a.gateway(f, publicURL)
+	gw, cat, err := a.gateway(f, publicURL)
 	if err != nil {
 		return err
 	}
@@ -283,6 +283,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		Console:       cc,
 		Notifications: notes,
 		MCP:           mcpHandler,
+		Catalog:       cat,
 	}
 	if a.db.pg != nil {
 		// Other replicas' changes reach this one's pages and long-polls.

@@ -245,6 +245,7 @@ func (c *console) routes(e *echo.Echo) {
 	e.GET("/account", c.accountPage, c.requireSession)
 	c.routesHistory(e.Group(historyPath, c.requireSession))
 	c.routesNotify(e)
+	c.routesMCP(e)
 
 	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)

@@ -223,13 +223,15 @@ func (c *console) callView(call *queue.Call, v *viewer, now time.Time) (template
 		Page: c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now),
 		ID:   call.ID, Actor: reveal.Of(env.Actor), Audience: reveal.Of(env.Audience), Tool: reveal.Of(env.Tool),
 		Target: reveal.Of(env.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
-		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now),
+		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now), MCP: mcpCallInfo(call),
 	}
 	var tool *tools.Tool
 	if reg := c.q.Tools(); reg != nil {
 		tool, cv.ToolKnown = reg.Tool(env.Tool)
 	}
-	if tool != nil {
+	if tool != nil && tool.Mirror == nil {
+		// A mirrored tool's description is the MCP server's text: its
+		// definition page shows it, deceptive characters revealed.
 		cv.ToolDescription = tool.Description
 	}
 	warn := func(where string, t templates.Text) {

@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -73,6 +74,9 @@ type Config struct {
 	// Notifications, when set, serves the deliveries page's data and Web
 	// Push subscriptions.
 	Notifications *Notifications
+	// Catalog holds the pinned definitions of MCP servers' tools: the
+	// console's review pages; nil serves none.
+	Catalog *catalog.Catalog
 	// MCP serves the MCP gateway at /mcp/{name} (GET, POST and DELETE of
 	// Streamable HTTP); nil serves none. It authenticates its own agent
 	// tokens; the Host check and the security headers apply to it too.

@@ -400,6 +400,8 @@ type CallView struct {
 	// member included; DigestCommand recomputes the digest from it.
 	Canonical     string
 	DigestCommand string
+	// MCP is set for a call made through the MCP gateway.
+	MCP *MCPCallInfo
 	// NextURL is the next pending call the viewer may decide, in the
 	// queue's order and filter ("" when there is none); QueueURL the queue
 	// with that filter.

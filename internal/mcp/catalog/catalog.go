@@ -363,3 +363,33 @@ func (c *Catalog) Review(ctx context.Context, server, tool, digest, admin string
 	}
 	return c.refresh(ctx, server)
 }
+
+// Definition returns one pinned definition of a server's tool, and the
+// definition an admin approved last for that tool before it was first seen
+// (nil when there is none): the review page shows what changed.
+func (c *Catalog) Definition(ctx context.Context, server, tool, digest string) (Pin, *Pin, error) {
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return Pin{}, nil, err
+	}
+	var found *Pin
+	for i := range pins {
+		if pins[i].Tool == tool && pins[i].Digest == digest {
+			found = &pins[i]
+		}
+	}
+	if found == nil {
+		return Pin{}, nil, fmt.Errorf("%w: %s/%s %s", ErrNotFound, server, tool, digest)
+	}
+	var prev *Pin
+	for i := range pins {
+		p := &pins[i]
+		if p.Tool != tool || p.Digest == digest || p.Status != Approved || p.FirstSeen.After(found.FirstSeen) {
+			continue
+		}
+		if prev == nil || p.DecidedAt.After(prev.DecidedAt) {
+			prev = p
+		}
+	}
+	return *found, prev, nil
+}

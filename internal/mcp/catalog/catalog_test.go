@@ -173,3 +173,27 @@ func TestTrustFirstDefinitions(t *testing.T) {
 		t.Errorf("unchanged scale is %s, want approved", e.Status)
 	}
 }
+
+func TestDefinitionAndThePreviousOne(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "countersign.db")
+	f := open(t, path, true)
+	if err := f.cat.Apply(ctx, "demo", listing(t, mcpdemo.Options{})); err != nil {
+		t.Fatal(err)
+	}
+	first := entries(f)["add"]
+	if err := f.cat.Apply(ctx, "demo", listing(t, mcpdemo.Options{DescriptionSuffix: " Changed."})); err != nil {
+		t.Fatal(err)
+	}
+	changed := entries(f)["add"]
+	p, prev, err := f.cat.Definition(ctx, "demo", "add", changed.Digest)
+	if err != nil || p.Status != catalog.Pending || prev == nil || prev.Digest != first.Digest {
+		t.Fatalf("Definition(changed) = %+v, previous %+v, %v; want pending with the first as previous", p, prev, err)
+	}
+	if _, prev, err := f.cat.Definition(ctx, "demo", "add", first.Digest); err != nil || prev != nil {
+		t.Fatalf("Definition(first): previous %+v, %v; want none", prev, err)
+	}
+	if _, _, err := f.cat.Definition(ctx, "demo", "add", strings.Repeat("0", 64)); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("an unknown digest: %v", err)
+	}
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// routesMCP serves the review of MCP servers' tool definitions: the list
+// (admins), one definition (anyone logged in: operators open it from a
+// call's page) and the review itself (admins).
+func (c *console) routesMCP(e *echo.Echo) {
+	if c.s.cfg.Catalog == nil {
+		return
+	}
+	e.GET("/admin/mcp", c.mcpReviewPage, c.requireSession, c.requireAdmin)
+	e.GET("/tools/mcp/:server/:tool/:digest", c.mcpDefinitionPage, c.requireSession)
+	e.POST("/admin/mcp/review", c.mcpReview, c.requireSession, c.requireCSRF, c.requireAdmin)
+}
+
+// definitionURL is the page of one pinned definition.
+func definitionURL(server, tool, digest string) string {
+	return "/tools/mcp/" + url.PathEscape(server) + "/" + url.PathEscape(tool) + "/" + url.PathEscape(digest)
+}
+
+// mcpCallInfo says where a call of a mirrored tool came from, or nil for
+// any other call.
+func mcpCallInfo(call *queue.Call) *templates.MCPCallInfo {
+	server, tool, ok := canonical.SplitMirrored(call.Tool)
+	if !ok {
+		return nil
+	}
+	info := &templates.MCPCallInfo{Server: server, Tool: reveal.Of(tool)}
+	if canonical.IsDigest(call.ToolDigest) {
+		info.DefinitionURL = definitionURL(server, tool, call.ToolDigest)
+	}
+	return info
+}
+
+func (c *console) mcpReviewPage(ec echo.Context) error {
+	v := viewerOf(ec)
+	cat := c.s.cfg.Catalog
+	view := templates.MCPReviewView{Page: c.page(v, "MCP tools", "admin", "", c.now())}
+	for _, server := range cat.Servers() {
+		sv := templates.MCPServerView{Name: server}
+		entries := cat.Entries(server)
+		// Pending first: they are what needs doing.
+		for _, pendingFirst := range []bool{true, false} {
+			for _, e := range entries {
+				if (e.Status == catalog.Pending) != pendingFirst {
+					continue
+				}
+				tool := reveal.Of(e.Pin.Tool)
+				row := templates.MCPToolRow{Tool: tool, Status: string(e.Status), Digest: e.Digest, FirstSeen: e.FirstSeen,
+					Changed: e.Previous != nil, URL: definitionURL(server, e.Pin.Tool, e.Digest),
+					ReasonsCSV: strings.Join(e.Reasons, "; ")}
+				row.Deceptive = tool.Deceptive() || reveal.Of(string(e.Definition)).Deceptive()
+				sv.Tools = append(sv.Tools, row)
+			}
+		}
+		view.Servers = append(view.Servers, sv)
+	}
+	return c.render(ec, http.StatusOK, templates.MCPReviewPage(view))
+}
+
+func (c *console) mcpDefinitionPage(ec echo.Context) error {
+	return c.renderDefinition(ec, http.StatusOK, ec.Param("server"), ec.Param("tool"), ec.Param("digest"), "", "")
+}
+
+// renderDefinition shows one pinned definition with a notice or an error.
+func (c *console) renderDefinition(ec echo.Context, status int, server, tool, digest, notice, errMsg string) error {
+	v := viewerOf(ec)
+	pin, prev, err := c.s.cfg.Catalog.Definition(ec.Request().Context(), server, tool, digest)
+	if errors.Is(err, catalog.ErrNotFound) {
+		c.errorPage(ec, http.StatusNotFound, "No such pinned definition: the server, tool or digest is unknown.")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	dv := templates.MCPDefinitionView{
+		Page:   c.page(v, server+"/"+tool, "admin", "", c.now()),
+		Server: server, ToolName: tool, Tool: reveal.Of(tool), Status: string(pin.Status), Digest: pin.Digest,
+		DigestGroups: groupsOfFour(pin.Digest), FirstSeen: pin.FirstSeen, Reasons: pin.Reasons,
+		Lines: definitionLines(pin.Definition), Notice: notice, Error: errMsg,
+		CanReview: v.user.Role.CanAdminister(), CSRF: v.csrf,
+	}
+	if pin.DecidedBy != "" {
+		dv.DecidedBy, dv.DecidedAt = optText(pin.DecidedBy), pin.DecidedAt
+	}
+	var def struct {
+		Description string          `json:"description"`
+		Annotations json.RawMessage `json:"annotations"`
+	}
+	if json.Unmarshal(pin.Definition, &def) == nil {
+		dv.Description = reveal.Of(def.Description)
+		if len(def.Annotations) > 0 && string(def.Annotations) != "null" {
+			dv.Annotations = definitionLines(def.Annotations)
+		}
+	}
+	for _, e := range c.s.cfg.Catalog.Entries(server) {
+		if e.Pin.Tool == tool && e.Digest == digest && e.Tool != nil && e.Tool.Mirror != nil {
+			dv.Notes = e.Tool.Mirror.Notes
+		}
+	}
+	if prev != nil {
+		dv.PreviousURL = definitionURL(server, tool, prev.Digest)
+		dv.Diff = diffLines(definitionLines(prev.Definition), dv.Lines)
+	}
+	return c.render(ec, status, templates.MCPDefinitionPage(dv))
+}
+
+func (c *console) mcpReview(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	server, tool, digest := form.Get("server"), form.Get("tool"), form.Get("digest")
+	var approve bool
+	switch form.Get("decision") {
+	case "approve":
+		approve = true
+	case "reject":
+	default:
+		return c.renderDefinition(ec, http.StatusBadRequest, server, tool, digest, "", "choose approve or reject")
+	}
+	err := c.s.cfg.Catalog.Review(ec.Request().Context(), server, tool, digest, v.user.Name, approve)
+	switch {
+	case errors.Is(err, catalog.ErrNotPending):
+		return c.renderDefinition(ec, http.StatusConflict, server, tool, digest, "", "This definition was already reviewed.")
+	case errors.Is(err, catalog.ErrNotFound):
+		c.errorPage(ec, http.StatusNotFound, "No such pinned definition: the server, tool or digest is unknown.")
+		return nil
+	case err != nil:
+		return err
+	}
+	notice := "Rejected: calls of " + server + "/" + tool + " under this definition are refused."
+	if approve {
+		notice = "Approved: " + server + "/" + tool + " is callable while its server lists this definition."
+	}
+	return c.renderDefinition(ec, http.StatusOK, server, tool, digest, notice, "")
+}
+
+// definitionLines is canonical JSON indented, one revealed line each: the
+// numbers and strings are exactly as pinned.
+func definitionLines(def []byte) []templates.Text {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, def, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(def)
+	}
+	var out []templates.Text
+	for _, l := range strings.Split(buf.String(), "\n") {
+		out = append(out, reveal.Of(l))
+	}
+	return out
+}
+
+// diffLines marks the lines of b against a: a longest common subsequence
+// of whole lines (definitions are small).
+func diffLines(a, b []templates.Text) []templates.DiffLine {
+	key := func(t templates.Text) string { return shownText(t) }
+	n, m := len(a), len(b)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if key(a[i]) == key(b[j]) {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []templates.DiffLine
+	i, j := 0, 0
+	for i < n && j < m {
+		switch {
+		case key(a[i]) == key(b[j]):
+			out = append(out, templates.DiffLine{Op: " ", Text: b[j]})
+			i, j = i+1, j+1
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
+			i++
+		default:
+			out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
+			j++
+		}
+	}
+	for ; i < n; i++ {
+		out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
+	}
+	for ; j < m; j++ {
+		out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
+	}
+	return out
+}
