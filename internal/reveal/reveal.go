@@ -11,6 +11,9 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mtibben/confusables"
+	"golang.org/x/text/unicode/norm"
 )
 
 // SegKind says how a segment of revealed text is shown.
@@ -60,6 +63,8 @@ const (
 	KindUnassigned = "unassigned or private-use character"
 	KindInvalid    = "invalid UTF-8"
 	KindMixed      = "mixed scripts"
+	KindCombining  = "combining mark"
+	KindLookAlike  = "look-alike characters"
 )
 
 const (
@@ -71,9 +76,12 @@ const (
 	kindUnassigned = KindUnassigned
 	kindInvalid    = KindInvalid
 	kindMixed      = KindMixed
+	kindCombining  = KindCombining
+	kindLookAlike  = KindLookAlike
 )
 
-var kindOrder = []string{kindBidi, kindInvisible, kindTag, kindControl, kindSpace, kindUnassigned, kindInvalid, kindMixed}
+var kindOrder = []string{kindBidi, kindInvisible, kindTag, kindControl, kindSpace, kindUnassigned, kindInvalid,
+	kindCombining, kindMixed, kindLookAlike}
 
 // runeNames names the characters people meet most often.
 var runeNames = map[rune]string{
@@ -141,6 +149,10 @@ func escapeRune(r rune) (string, string) {
 		}
 	case r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF:
 		name = "VARIATION SELECTOR"
+	case unicode.Is(unicode.Me, r):
+		name = "ENCLOSING MARK"
+	case unicode.Is(unicode.Mn, r):
+		name = "COMBINING MARK"
 	}
 	if name == "" {
 		return "[" + code + "]", code
@@ -173,6 +185,7 @@ func reveal(s string) Text {
 			plain.Reset()
 		}
 	}
+	base := rune(-1) // the last character that is not a mark; -1 before any
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
@@ -180,10 +193,17 @@ func reveal(s string) Text {
 			t.Segs = append(t.Segs, Seg{Kind: SegEscape, S: fmt.Sprintf("[0x%02X]", s[i]), Note: "a byte that is not UTF-8"})
 			found[kindInvalid] = true
 			i++
+			base = -1
 			continue
 		}
 		i += size
 		esc, kind := classifyRune(r)
+		if !esc && combiningToEscape(r, base) {
+			esc, kind = true, kindCombining
+		}
+		if !unicode.Is(unicode.Mn, r) && !unicode.Is(unicode.Me, r) {
+			base = r
+		}
 		if !esc {
 			plain.WriteRune(r)
 			continue
@@ -207,6 +227,16 @@ func reveal(s string) Text {
 			if scripts := wordScripts(token); len(scripts) > 1 && !allowedMix(scripts) {
 				found[kindMixed] = true
 				break
+			}
+		}
+	}
+	if !found[kindMixed] {
+		if note, ok := wholeScriptLookAlike(s); ok {
+			found[kindLookAlike] = true
+			for i, seg := range t.Segs {
+				if seg.Kind == SegText {
+					t.Segs[i] = Seg{Kind: SegMixed, S: seg.S, Note: "looks like " + note}
+				}
 			}
 		}
 	}
@@ -243,6 +273,13 @@ func appendWords(segs []Seg, s string, found map[string]bool) []Seg {
 			segs = append(segs, Seg{Kind: SegMixed, S: s[i:j], Note: "mixes " + strings.Join(scripts, " and ")})
 			found[kindMixed] = true
 			start = j
+		} else if like, ok := lookAlike(s[i:j], scripts); ok {
+			if start < i {
+				segs = append(segs, Seg{Kind: SegText, S: s[start:i]})
+			}
+			segs = append(segs, Seg{Kind: SegMixed, S: s[i:j], Note: "looks like " + like})
+			found[kindLookAlike] = true
+			start = j
 		}
 		i = j
 	}
@@ -250,6 +287,85 @@ func appendWords(segs []Seg, s string, found map[string]bool) []Seg {
 		segs = append(segs, Seg{Kind: SegText, S: s[start:]})
 	}
 	return segs
+}
+
+// combiningToEscape reports whether the combining mark r, after base, is
+// shown as an escape: every enclosing mark, and a nonspacing mark on a
+// Latin, Greek, Cyrillic or script-less character (or on nothing). Those
+// scripts are written precomposed; a separate mark there adds or changes
+// an accent that a font may hide or place on the wrong letter, and makes a
+// different call (NFD) look the same. Marks of scripts written with them
+// (Devanagari, Arabic, Hebrew, Thai and the rest) are shown as they are.
+func combiningToEscape(r, base rune) bool {
+	if unicode.Is(unicode.Me, r) {
+		return true
+	}
+	if !unicode.Is(unicode.Mn, r) {
+		return false
+	}
+	if base < 0 {
+		return true
+	}
+	switch scriptOf(base) {
+	case "", "Latin", "Greek", "Cyrillic":
+		return true
+	}
+	return false
+}
+
+// lookAlike reports whether a Latin word holds a character, other than an
+// accented letter, that Unicode TS #39 lists as confusable with ASCII (the
+// ligature in "ﬁle", the script e of "ℯxample", full-width letters), and
+// what the word looks like.
+func lookAlike(word string, scripts []string) (string, bool) {
+	ascii := func(x string) bool {
+		for i := 0; i < len(x); i++ {
+			if x[i] >= utf8.RuneSelf {
+				return false
+			}
+		}
+		return true
+	}
+	if ascii(word) {
+		return "", false
+	}
+	switch {
+	case len(scripts) == 0 || (len(scripts) == 1 && scripts[0] == "Latin"):
+		for _, r := range word {
+			if r < utf8.RuneSelf || unicode.IsMark(r) {
+				continue
+			}
+			if d := norm.NFD.String(string(r)); ascii(strings.TrimFunc(d, unicode.IsMark)) && strings.IndexFunc(d, unicode.IsMark) > 0 {
+				continue // an accented letter, precomposed
+			}
+			if sk := confusables.Skeleton(string(r)); ascii(sk) {
+				return fmt.Sprintf("plain letters: %q is a look-alike of %q (Unicode TS #39)", string(r), sk), true
+			}
+		}
+	}
+	return "", false
+}
+
+// wholeScriptLookAlike reports whether s, a value without white space (an
+// identifier), is written in one script other than Latin entirely with
+// letters that Unicode TS #39 lists as confusable with ASCII: a
+// whole-script confusable, as Cyrillic "аррӏе" for "apple". Words in prose
+// are not held to this: Russian text is full of such letters.
+func wholeScriptLookAlike(s string) (string, bool) {
+	if s == "" || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		return "", false
+	}
+	scripts := wordScripts(s)
+	if len(scripts) != 1 || scripts[0] == "Latin" || scripts[0] == "ASCII digits" {
+		return "", false
+	}
+	sk := confusables.Skeleton(s)
+	for i := 0; i < len(sk); i++ {
+		if sk[i] >= utf8.RuneSelf {
+			return "", false
+		}
+	}
+	return fmt.Sprintf("Latin: written entirely in %s letters that look like Latin ones (Unicode TS #39 whole-script confusable)", scripts[0]), true
 }
 
 func isWordRune(r rune) bool {
