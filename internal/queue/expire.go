@@ -40,16 +40,28 @@ type SweepLocker interface {
 // several servers it does so only while holding the sweep lock, and does
 // nothing when another server holds it.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	n, _, err := s.expireDue(ctx)
+	return n, err
+}
+
+// expireDue is ExpireDue, also reporting whether another server held the
+// sweep lock.
+func (s *Service) expireDue(ctx context.Context) (n int, elsewhere bool, err error) {
 	if sl, ok := s.store.(SweepLocker); ok {
 		release, got, err := sl.TrySweep(ctx)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if !got {
-			return 0, nil
+			return 0, true, nil
 		}
 		defer release()
 	}
+	n, err = s.sweep(ctx)
+	return n, false, err
+}
+
+func (s *Service) sweep(ctx context.Context) (int, error) {
 	ids, err := s.store.DueCalls(ctx, s.now(), 500)
 	if err != nil {
 		return 0, err
@@ -95,12 +107,18 @@ func (s *Service) kickExpiry() {
 func (s *Service) Run(ctx context.Context) {
 	for {
 		s.wakeAt.Store(0)
-		if _, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+		_, elsewhere, err := s.expireDue(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Error("expire due calls", slog.Any("error", err))
 		}
 		wait := time.Minute
 		if next, ok, err := s.store.NextDeadline(ctx); err == nil && ok {
 			wait = max(next.Sub(s.now()), 0) + 5*time.Millisecond
+		}
+		if elsewhere {
+			// Another server is sweeping: what is due now is its to expire;
+			// look again in a while rather than spin on its lock.
+			wait = max(wait, time.Second)
 		}
 		if wait > time.Minute {
 			wait = time.Minute
