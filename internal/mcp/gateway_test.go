@@ -61,7 +61,7 @@ func (c *clock) Add(d time.Duration) {
 // env is the gateway in front of the example upstream, over a real SQLite
 // file, with its queue and catalog.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	clock   *clock
 	db      *db.DB
 	reg     *tools.Registry
@@ -84,12 +84,12 @@ type envOptions struct {
 	upOpt mcpdemo.Options
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	return newEnvWith(t, o, func(context.Context, string) (mcp.Agent, error) { return mcp.Agent{}, mcp.ErrUnauthorized })
 }
 
-func newEnvWith(t *testing.T, o envOptions, authenticate func(context.Context, string) (mcp.Agent, error)) *env {
+func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, string) (mcp.Agent, error)) *env {
 	t.Helper()
 	if o.path == "" {
 		o.path = filepath.Join(t.TempDir(), "countersign.db")
