@@ -353,3 +353,39 @@ func TestExamplesFileLoads(t *testing.T) {
 		t.Errorf("%d tools in %s, want 7", got, examplesFile)
 	}
 }
+
+// TestLintRefusesFoldingCollisions: property names that differ only in case
+// or under Unicode folding (NFKC and case folding) are refused, at any
+// depth; names that merely look different are not.
+func TestLintRefusesFoldingCollisions(t *testing.T) {
+	for name, props := range map[string]string{
+		"case":                "{amount: {type: integer}, Amount: {type: integer}}",
+		"long s":              "{limist: {type: integer}, \"limi\u017ft\": {type: integer}}",
+		"ligature":            "{file: {type: string}, \"\ufb01le\": {type: string}}",
+		"full width":          "{id: {type: string}, \"\uff49\uff44\": {type: string}}",
+		"sharp s and ss":      "{strasse: {type: string}, \"stra\u00dfe\": {type: string}}",
+		"nested, Kelvin sign": "{outer: {type: object, additionalProperties: false, properties: {k: {type: string}, \"\u212a\": {type: string}}}}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ps := lintProblems(t, toolFile("    args: {type: object, additionalProperties: false, properties: "+props+"}\n"))
+			if len(ps) != 1 || !strings.Contains(ps[0].String(), "differ only in case or Unicode folding") {
+				t.Errorf("problems = %v, want one folding collision", ps)
+			}
+		})
+	}
+	if _, err := Parse([]byte(toolFile("    args: {type: object, additionalProperties: false, properties: {amount: {type: integer}, amount_minor: {type: integer}, \"caf\u00e9\": {type: string}, cafe: {type: string}}}\n"))); err != nil {
+		t.Errorf("distinct names refused: %v", err)
+	}
+}
+
+// TestMirrorQuarantinesFoldingCollisions: an upstream schema whose property
+// names collide under folding is quarantined, not mirrored.
+func TestMirrorQuarantinesFoldingCollisions(t *testing.T) {
+	for _, props := range []string{`"amount":{"type":"integer"},"Amount":{"type":"integer"}`, `"limist":{"type":"string"},"limi\u017ft":{"type":"string"}`} {
+		_, err := Mirror(MirrorSpec{Server: "demo", Name: "t", InputSchema: []byte(`{"type":"object","additionalProperties":false,"properties":{` + props + `}}`)})
+		var q *QuarantineError
+		if !errors.As(err, &q) || !strings.Contains(strings.Join(q.Reasons, "\n"), "differ only in case or Unicode folding") {
+			t.Errorf("%s: %v, want a quarantine for the folding collision", props, err)
+		}
+	}
+}

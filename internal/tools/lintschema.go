@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/countersign/countersign/internal/canonical"
 )
@@ -170,7 +172,18 @@ func (l *linter) schema(n *yaml.Node, tool, path string, depth int) *schema {
 		if n := kw["properties"]; n != nil {
 			props, ok := l.mapping(n, tool, path+"/properties")
 			if ok {
+				folded := map[string]string{}
 				for _, p := range props {
+					// Two names that read alike once case and compatibility
+					// forms are folded ("amount" and "Amount", "limiſt" and
+					// "limist") would show an operator one member while the
+					// agent sends the other.
+					key := foldName(p.key)
+					if other, dup := folded[key]; dup {
+						l.add(p.keyNode, tool, path+"/properties", "%s and %s differ only in case or Unicode folding; rename one of them", displayName(other), displayName(p.key))
+					} else {
+						folded[key] = p.key
+					}
 					sub := l.schema(p.val, tool, path+"/properties/"+p.key, depth+1)
 					if sub != nil {
 						s.properties[p.key] = sub
@@ -382,4 +395,10 @@ func enumText(values []any) string {
 		parts[i] = string(b)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// foldName is the form under which two property names count as the same:
+// NFKC, then Unicode full case folding.
+func foldName(name string) string {
+	return cases.Fold().String(norm.NFKC.String(name))
 }

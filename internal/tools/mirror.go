@@ -660,7 +660,13 @@ func (c *mirrorCompiler) object(s *schema, kw map[string]any, path string, depth
 		if !ok {
 			c.quarantine(canonical.Join(path, "properties"), "must be an object of schemas")
 		}
+		folded := map[string]string{}
 		for _, m := range props {
+			if other, dup := folded[foldName(m.Name)]; dup {
+				c.quarantine(canonical.Join(path, "properties"), fmt.Sprintf("%s and %s differ only in case or Unicode folding", displayName(other), displayName(m.Name)))
+			} else {
+				folded[foldName(m.Name)] = m.Name
+			}
 			sub := c.schema(m.Value, canonical.Join(path, "properties", m.Name), depth+1)
 			if sub != nil {
 				s.properties[m.Name] = sub
