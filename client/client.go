@@ -283,7 +283,8 @@ func (c *Client) RedeemJSON(ctx context.Context, grant string, call json.RawMess
 
 // ReportOutcome reports what happened when the redeemed call ran: status is
 // succeeded, failed or unknown; detail is optional text for the audit trail.
-// An outcome can be reported once, after redemption (409 otherwise).
+// An outcome can be reported once, after redemption (409 otherwise); a
+// report after the lease ran out is accepted and replaces lease_expired.
 func (c *Client) ReportOutcome(ctx context.Context, id, status, detail string) (*Call, error) {
 	body, err := encodeJSON(struct {
 		Status string `json:"status"`
@@ -297,6 +298,35 @@ func (c *Client) ReportOutcome(ctx context.Context, id, status, detail string) (
 		return nil, err
 	}
 	return resp.call(http.StatusOK)
+}
+
+// Heartbeat extends the lease of a redeemed call while its executor works:
+// to now plus extend (whole seconds; 0 means the tool's outcome_within,
+// which is also the most allowed). Only the token that redeemed the call
+// may send it. Once the lease has run out it fails with code lease_expired:
+// report the outcome instead, which is still accepted.
+func (c *Client) Heartbeat(ctx context.Context, id string, extend time.Duration) (*Lease, error) {
+	var body []byte
+	if extend > 0 {
+		var err error
+		if body, err = encodeJSON(struct {
+			ExtendSeconds int64 `json:"extend_seconds"`
+		}{int64((extend + time.Second - 1) / time.Second)}); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := c.do(ctx, http.MethodPost, callPath(id)+"/heartbeat", body, c.requestTimeout, true)
+	if err != nil {
+		return nil, err
+	}
+	if resp.status != http.StatusOK {
+		return nil, resp.error()
+	}
+	var l Lease
+	if err := json.Unmarshal(resp.body, &l); err != nil || l.CallID == "" {
+		return nil, &Error{Status: resp.status, Code: CodeUnexpectedResponse, Message: "the heartbeat answer is not a lease", Raw: resp.body}
+	}
+	return &l, nil
 }
 
 // Cancel withdraws a pending call (409 when it is no longer pending).

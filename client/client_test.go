@@ -15,6 +15,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/countersign/countersign/client"
+	"github.com/countersign/countersign/internal/canonical"
 )
 
 func refund(amount int64) client.Proposal {
@@ -133,6 +134,23 @@ func TestWholeLoop(t *testing.T) {
 		}
 	}
 
+	if canonicalDigest(res.Envelope) != call.Digest || res.Digest != call.Digest || res.OutcomeWithin != 300 ||
+		res.LeaseUntil.IsZero() {
+		t.Errorf("Redeem: envelope %s digest %s lease %v within %d; want the bytes of digest %s and a 300 s lease",
+			res.Envelope, res.Digest, res.LeaseUntil, res.OutcomeWithin, call.Digest)
+	}
+	lease, err := c.Heartbeat(ctx, call.ID, 90*time.Second)
+	if err != nil || lease.CallID != call.ID || lease.ExtendMax != 300 || !lease.LeaseUntil.Equal(res.LeaseUntil) {
+		t.Errorf("Heartbeat(90s) = %+v, %v; want the lease unchanged (never shortened)", lease, err)
+	}
+	if lease, err = c.Heartbeat(ctx, call.ID, 0); err != nil || lease.LeaseUntil.Before(res.LeaseUntil) {
+		t.Errorf("Heartbeat(0) = %+v, %v", lease, err)
+	}
+	sibling := client.New(tc.url, tc.token("agent:billing-bot", "payments-host"))
+	if _, err := sibling.Heartbeat(ctx, call.ID, 0); !client.IsCode(err, client.CodeNotLeaseHolder) {
+		t.Errorf("Heartbeat by another token: %v, want %s", err, client.CodeNotLeaseHolder)
+	}
+
 	res, err = c.Redeem(ctx, approved.Grant, approved.Spec())
 	if err != nil {
 		t.Fatalf("second Redeem: %v", err)
@@ -155,11 +173,16 @@ func TestWholeLoop(t *testing.T) {
 		t.Errorf("second ReportOutcome: err=%v, want 409 %s", err, client.CodeOutcomeReported)
 	}
 
+	if _, err := c.Heartbeat(ctx, call.ID, 0); !client.IsCode(err, client.CodeOutcomeReported) {
+		t.Errorf("Heartbeat after the outcome: %v, want %s", err, client.CodeOutcomeReported)
+	}
+
 	got, err := c.Get(ctx, call.ID)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if got.Status != client.StatusRedeemed || got.Grant != "" || got.Outcome == nil {
+	if got.Status != client.StatusRedeemed || got.Grant != "" || got.Outcome == nil || got.RedeemedAt.IsZero() ||
+		got.LeaseUntil.IsZero() || got.Outcome.At.IsZero() {
 		t.Errorf("Get: Status=%q Grant=%q Outcome=%+v, want redeemed, no grant, the outcome", got.Status, got.Grant, got.Outcome)
 	}
 }
@@ -524,3 +547,6 @@ func TestKeysVerifyGrant(t *testing.T) {
 		t.Errorf("claims=%+v, want the call's actor, audience, id and digest", claims)
 	}
 }
+
+// canonicalDigest is the digest of canonical envelope bytes.
+func canonicalDigest(envelope string) string { return canonical.DigestOf([]byte(envelope)) }

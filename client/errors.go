@@ -113,6 +113,8 @@ const (
 	CodeNotPending           = "not_pending"
 	CodeNotRedeemed          = "not_redeemed"
 	CodeOutcomeReported      = "outcome_already_reported"
+	CodeNotLeaseHolder       = "not_lease_holder"
+	CodeLeaseExpired         = "lease_expired"
 	CodeInvalidOutcome       = "invalid_outcome"
 	CodeInvalidWait          = "invalid_wait"
 	CodeMalformed            = "malformed"

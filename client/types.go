@@ -73,8 +73,17 @@ type Call struct {
 	Decision *Decision `json:"decision,omitempty"`
 	// Comments are the notes operators left with their approvals.
 	Comments []Comment `json:"comments,omitempty"`
-	// Outcome is set once the executor reported what happened.
+	// RedeemedAt is when the grant was redeemed; LeaseUntil is when the
+	// executor's lease ends (or ended): with no outcome reported by then,
+	// the outcome becomes lease_expired.
+	RedeemedAt time.Time `json:"redeemed_at,omitzero"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Outcome is set once the executor reported what happened, or once its
+	// lease ran out (status lease_expired).
 	Outcome *Outcome `json:"outcome,omitempty"`
+	// Resolution is set when a person resolved an unknown or expired
+	// outcome.
+	Resolution *Resolution `json:"resolution,omitempty"`
 
 	// Created is set by Submit: true when the console stored a new call
 	// (201), false when it returned the same actor's identical call that is
@@ -110,10 +119,12 @@ type Comment struct {
 	At      time.Time `json:"at"`
 }
 
-// Outcome is what the executor reported after running the call.
+// Outcome is what the executor reported after running the call, or
+// lease_expired when nobody reported in time.
 type Outcome struct {
-	Status string `json:"status"`
-	Detail string `json:"detail,omitempty"`
+	Status string    `json:"status"`
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at,omitzero"`
 }
 
 // Outcome statuses accepted by ReportOutcome.
@@ -122,6 +133,29 @@ const (
 	OutcomeFailed    = "failed"
 	OutcomeUnknown   = "unknown"
 )
+
+// OutcomeLeaseExpired is the outcome the console sets when the executor's
+// lease ran out with nothing reported. A later ReportOutcome replaces it.
+const OutcomeLeaseExpired = "lease_expired"
+
+// Resolution is a person's finding about a call whose outcome nobody knew:
+// Verdict is executed or not_executed.
+type Resolution struct {
+	Verdict  string    `json:"verdict"`
+	By       string    `json:"by"`
+	Note     string    `json:"note"`
+	Evidence string    `json:"evidence,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Lease is the answer to a heartbeat.
+type Lease struct {
+	CallID     string    `json:"call_id"`
+	LeaseUntil time.Time `json:"lease_until"`
+	// ExtendMax is the tool's outcome_within in seconds: the most one
+	// heartbeat extends the lease by.
+	ExtendMax int64 `json:"extend_max"`
+}
 
 // Redemption is the console's answer to a grant presented with a call. A
 // rejection is an answer, not an error: Accepted is false and Reason says
@@ -140,6 +174,16 @@ type Redemption struct {
 	Message string `json:"message,omitempty"`
 	// Checks lists every check in the order the console ran them.
 	Checks []Check `json:"checks"`
+	// Envelope is, when accepted, the exact canonical bytes that were
+	// hashed into Digest: the call to run. Pass CallID downstream as the
+	// operation's idempotency key.
+	Envelope string `json:"envelope,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	// LeaseUntil is, when accepted, when the executor's lease ends: report
+	// the outcome before then, or extend it with Heartbeat. OutcomeWithin
+	// is the tool's lease length in seconds.
+	LeaseUntil    time.Time `json:"lease_until,omitzero"`
+	OutcomeWithin int64     `json:"outcome_within,omitempty"`
 	// StatusCode is the HTTP status: 200 accepted, 403 rejected, 409 replayed.
 	StatusCode int `json:"-"`
 	// Raw is the response body the redemption was read from.

@@ -52,6 +52,7 @@ tools:
     approvals: 2
     grant_ttl: 60s
     decide_within: 10m
+    outcome_within: 2h
     args:
       type: object
       additionalProperties: false

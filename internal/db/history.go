@@ -79,6 +79,29 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 	if err := f.Check(); err != nil {
 		return nil, err
 	}
+	// The outcome filter: an equality on a column with an index in history
+	// order, or a condition with a partial index of its own.
+	var partial func(prefix string) cond
+	partialIndex := ""
+	switch f.Outcome {
+	case "":
+	case queue.OutcomeFilterSucceeded, queue.OutcomeFilterFailed, queue.OutcomeFilterUnknown, queue.OutcomeFilterLeaseExpired:
+		eq = append(eq, cond{"outcome_status = ?", []any{f.Outcome}})
+	case queue.OutcomeFilterOpen:
+		partialIndex = "calls_open_created"
+		partial = func(p string) cond { return cond{sql: p + "status = 'redeemed' AND " + p + "outcome_status IS NULL"} }
+	case queue.OutcomeFilterUnresolved:
+		partialIndex = "calls_unresolved_created"
+		partial = func(p string) cond { return cond{sql: unresolvedWhere(p)} }
+	case queue.OutcomeFilterResolved:
+		partialIndex = "calls_resolved_created"
+		partial = func(p string) cond { return cond{sql: p + "resolution IS NOT NULL"} }
+	case queue.OutcomeFilterExecuted, queue.OutcomeFilterNotExecuted:
+		partialIndex = "calls_resolved_created"
+		partial = func(p string) cond {
+			return cond{p + "resolution IS NOT NULL AND " + p + "resolution = ?", []any{f.Outcome}}
+		}
+	}
 	var digest *cond
 	if p := f.Digest(); p != "" {
 		// Every digest that starts with p sorts in [p, p+"g").
@@ -147,6 +170,11 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 			return nil, err
 		}
 	}
+	if partial != nil {
+		if err := try("partial", "calls INDEXED BY "+partialIndex, append([]cond{partial("")}, keyConds("", "seq")...), false); err != nil {
+			return nil, err
+		}
+	}
 	if len(decider) > 0 {
 		if err := try("deciders", "call_deciders", append(append([]cond(nil), decider...), keyConds("", "call_seq")...), false); err != nil {
 			return nil, err
@@ -187,6 +215,8 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 		where = append(where, keyConds("d.", "call_seq")...)
 	case "digest":
 		q.from = `calls c INDEXED BY calls_digest`
+	case "partial":
+		q.from = `calls c INDEXED BY ` + partialIndex
 	case "":
 		q.from = `calls c INDEXED BY calls_created`
 	default:
@@ -197,6 +227,9 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 	}
 	if digest != nil {
 		where = append(where, cond{"c.digest >= ? AND c.digest < ?", digest.args})
+	}
+	if partial != nil {
+		where = append(where, partial("c."))
 	}
 	if !q.deciders {
 		where = append(where, keyConds("c.", "seq")...)
@@ -240,6 +273,18 @@ type approvalJSON struct {
 	Comment  string `json:"comment"`
 }
 
+// addApprovals adds the approvals of approvalsColumn to c.
+func addApprovals(c *queue.Call, approvals string) error {
+	var as []approvalJSON
+	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
+		return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
+	}
+	for _, a := range as {
+		c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
+	}
+	return nil
+}
+
 // History returns one page of calls matching f, newest first, and the
 // cursor of the next page (0 when this page is the last).
 func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call, int64, error) {
@@ -270,12 +315,8 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 		if n := len(calls); n > 0 && calls[n-1].Seq == c.Seq {
 			continue
 		}
-		var as []approvalJSON
-		if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-			return nil, 0, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
-		}
-		for _, a := range as {
-			c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
+		if err := addApprovals(c, approvals); err != nil {
+			return nil, 0, err
 		}
 		calls = append(calls, c)
 		if len(calls) > limit {
@@ -334,7 +375,9 @@ func (d *DB) Timeline(ctx context.Context, callID string) ([]audit.Entry, error)
 // canonical text, and the grant token itself is never exported.
 const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.digest,
 	c.approvals_required, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
-	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at`
+	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at,
+	c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
+	c.resolution_evidence, c.resolved_at`
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
@@ -371,7 +414,9 @@ func (d *DB) ExportCalls(ctx context.Context, f queue.HistoryFilter, w io.Writer
 			var r exportRow
 			if err := rows.Scan(&r.seq, &r.id, &r.status, &r.actor, &r.audience, &r.tool, &r.target, &r.args, &r.rationale,
 				&r.digest, &r.required, &r.created, &r.decideBy, &r.decidedAt, &r.deniedBy, &r.deniedChannel, &r.denyReason,
-				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &r.outDetail, &r.outAt, &r.approvals); err != nil {
+				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &r.outDetail, &r.outAt, &r.redeemedBy,
+				&r.leaseUntil, &r.resolution, &r.resolvedBy, &r.resolvedChannel, &r.resolutionNote, &r.evidence,
+				&r.resolvedAt, &r.approvals); err != nil {
 				return classify(fmt.Errorf("db: export calls: %w", err))
 			}
 			if r.seq == last {
@@ -414,12 +459,17 @@ type exportRow struct {
 	decidedAt, grantExp, redeemedAt, outAt                     sql.NullInt64
 	deniedBy, deniedChannel, denyReason, jti, kid, outStatus   sql.NullString
 	outDetail                                                  sql.NullString
+	redeemedBy, resolution, resolvedBy, resolvedChannel        sql.NullString
+	resolutionNote, evidence                                   sql.NullString
+	leaseUntil, resolvedAt                                     sql.NullInt64
 	approvals                                                  string
 }
 
 var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audience", "tool", "target", "digest",
 	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
-	"grant_kid", "grant_expires_at", "redeemed_at", "outcome_status", "outcome_detail", "outcome_at", "args", "rationale"}
+	"grant_kid", "grant_expires_at", "redeemed_at", "redeemed_by_token", "lease_until", "outcome_status", "outcome_detail",
+	"outcome_at", "resolution", "resolved_by", "resolved_channel", "resolved_at", "resolution_note", "resolution_evidence",
+	"args", "rationale"}
 
 // exportTime writes unix milliseconds as RFC 3339 with milliseconds.
 func exportTime(ms int64) string {
@@ -450,7 +500,11 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 	for i, a := range as {
 		approvals[i] = map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
 	}
-	var denial, outcome any
+	var denial, outcome, resolution any
+	if r.resolution.Valid {
+		resolution = map[string]any{"verdict": r.resolution.String, "by": r.resolvedBy.String, "channel": r.resolvedChannel.String,
+			"note": r.resolutionNote.String, "evidence": r.evidence.String, "at": nullTime(r.resolvedAt)}
+	}
 	if r.deniedBy.Valid {
 		denial = map[string]any{"by": r.deniedBy.String, "channel": r.deniedChannel.String, "reason": r.denyReason.String}
 	}
@@ -463,7 +517,8 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 		"approvals_required": r.required, "approvals": approvals, "created_at": exportTime(r.created),
 		"decide_by": exportTime(r.decideBy), "decided_at": nullTime(r.decidedAt), "denial": denial,
 		"grant_jti": nullText(r.jti), "grant_kid": nullText(r.kid), "grant_expires_at": nullTime(r.grantExp),
-		"redeemed_at": nullTime(r.redeemedAt), "outcome": outcome,
+		"redeemed_at": nullTime(r.redeemedAt), "redeemed_by_token": nullText(r.redeemedBy),
+		"lease_until": nullTime(r.leaseUntil), "outcome": outcome, "resolution": resolution,
 	}
 	dst, err = canonical.Append(dst, o)
 	if err != nil {
@@ -486,7 +541,9 @@ func (r *exportRow) csv(record []string, as []approvalJSON) {
 	vals := []string{strconv.FormatInt(r.seq, 10), r.id, exportTime(r.created), r.status, r.actor, r.audience, r.tool,
 		r.target, r.digest, strconv.FormatInt(r.required, 10), strings.Join(parts, "; "), t(r.decidedAt),
 		r.deniedBy.String, r.deniedChannel.String, r.denyReason.String, r.jti.String, r.kid.String, t(r.grantExp),
-		t(r.redeemedAt), r.outStatus.String, r.outDetail.String, t(r.outAt), r.args, r.rationale}
+		t(r.redeemedAt), r.redeemedBy.String, t(r.leaseUntil), r.outStatus.String, r.outDetail.String, t(r.outAt),
+		r.resolution.String, r.resolvedBy.String, r.resolvedChannel.String, t(r.resolvedAt), r.resolutionNote.String,
+		r.evidence.String, r.args, r.rationale}
 	for i, v := range vals {
 		record[i] = csvCell(v)
 	}

@@ -84,6 +84,7 @@ func historyFixture(t *testing.T) (*auditHarness, []*queue.Call) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
+	ids = append(ids, settleRedeemed(t, h, ids)...)
 	calls := make([]*queue.Call, len(ids))
 	for i, id := range ids {
 		c, err := h.d.Store().Call(ctx, id)
@@ -100,6 +101,106 @@ func historyFixture(t *testing.T) (*auditHarness, []*queue.Call) {
 		return int(b.Seq - a.Seq)
 	})
 	return h, calls
+}
+
+// settleRedeemed gives the fixture's redeemed calls every ending after
+// redemption: reported outcomes, leases that lapse (test.pay's 5 minutes)
+// or still run (test.dual's 2 hours), resolutions and a late report.
+//
+// It makes more redeemed calls for the purpose and returns their ids.
+func settleRedeemed(t *testing.T, h *auditHarness, ids []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var more []string
+	for i := range 24 {
+		h.clock.advance(time.Millisecond)
+		who := []queue.Principal{h.agent, {Actor: "agent:other", Audience: "pay-host"}}[i%2]
+		var c *queue.Call
+		if i%3 == 2 {
+			c = h.submit(t, who, fmt.Sprintf(`{"tool":"test.dual","target":"service:s","args":{"version":"w%d"}}`, i))
+			if _, err := h.q.Approve(ctx, "op:ann", audit.ChannelWeb, c.ID, c.Digest); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c = h.submit(t, who, payBody(1000+i))
+		}
+		a, err := h.q.Approve(ctx, "op:bob", audit.ChannelCLI, c.ID, c.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.q.Redeem(ctx, who, []byte(redeemBody(a))); err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, c.ID)
+	}
+	var redeemed []*queue.Call
+	for _, id := range append(slices.Clone(ids), more...) {
+		c, err := h.d.Store().Call(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status == queue.StatusRedeemed {
+			redeemed = append(redeemed, c)
+		}
+	}
+	report := func(c *queue.Call, status string) {
+		if _, err := h.q.ReportOutcome(ctx, queue.Principal{Actor: c.Actor, Audience: c.Audience}, c.ID, status, "d"); err != nil {
+			t.Fatalf("report %s of %s: %v", status, c.ID, err)
+		}
+	}
+	resolve := func(c *queue.Call, verdict string) {
+		if _, err := h.q.Resolve(ctx, "op:dan", audit.ChannelWeb, c.ID, verdict, "checked the ledger", "https://ledger.example/"+c.ID); err != nil {
+			t.Fatalf("resolve %s: %v", c.ID, err)
+		}
+	}
+	for i, c := range redeemed {
+		switch i % 6 {
+		case 0:
+			report(c, queue.OutcomeSucceeded)
+		case 1:
+			report(c, queue.OutcomeFailed)
+		case 2:
+			report(c, queue.OutcomeUnknown)
+		case 3:
+			report(c, queue.OutcomeUnknown)
+			resolve(c, queue.VerdictNotExecuted)
+		}
+	}
+	h.clock.advance(6 * time.Minute)
+	if n, err := h.q.ExpireLeases(ctx); err != nil || n == 0 {
+		t.Fatalf("ExpireLeases = %d, %v; want some test.pay leases lapsed", n, err)
+	}
+	for i, c := range redeemed {
+		if c.Tool != "test.pay" {
+			continue
+		}
+		switch i % 6 {
+		case 4:
+			resolve(c, queue.VerdictExecuted)
+		case 5:
+			if i%12 == 5 {
+				report(c, queue.OutcomeSucceeded) // late: replaces lease_expired
+			}
+		}
+	}
+	return more
+}
+
+// outcomeMatches applies HistoryFilter.Outcome to c.
+func outcomeMatches(c *queue.Call, outcome string) bool {
+	switch outcome {
+	case "":
+		return true
+	case queue.OutcomeFilterOpen:
+		return c.OutcomeOpen()
+	case queue.OutcomeFilterUnresolved:
+		return c.Unresolved()
+	case queue.OutcomeFilterResolved:
+		return c.Resolution != nil
+	case queue.OutcomeFilterExecuted, queue.OutcomeFilterNotExecuted:
+		return c.Resolution != nil && c.Resolution.Verdict == outcome
+	}
+	return c.Outcome != nil && c.Outcome.Status == outcome
 }
 
 // decidedBy reports whether operator (or anyone, when empty) decided c
@@ -128,7 +229,8 @@ func want(calls []*queue.Call, f queue.HistoryFilter) []string {
 			(f.Operator != "" || f.Channel != "") && !decidedBy(c, f.Operator, f.Channel),
 			!f.Since.IsZero() && c.CreatedAt.Before(f.Since),
 			!f.Until.IsZero() && !c.CreatedAt.Before(f.Until),
-			!strings.HasPrefix(c.Digest, prefix):
+			!strings.HasPrefix(c.Digest, prefix),
+			!outcomeMatches(c, f.Outcome):
 			continue
 		}
 		out = append(out, c.ID)
@@ -201,6 +303,16 @@ func TestHistoryFilters(t *testing.T) {
 		{"nobody", queue.HistoryFilter{Operator: "op:nobody"}},
 		{"rare actor and operator", queue.HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}},
 		{"rare actor and channel", queue.HistoryFilter{Actor: "agent:rare", Channel: audit.ChannelCLI, Status: "redeemed"}},
+		{"unresolved", queue.HistoryFilter{Outcome: queue.OutcomeFilterUnresolved}},
+		{"unresolved of an actor", queue.HistoryFilter{Outcome: queue.OutcomeFilterUnresolved, Actor: "agent:other"}},
+		{"open leases", queue.HistoryFilter{Outcome: queue.OutcomeFilterOpen}},
+		{"succeeded", queue.HistoryFilter{Outcome: queue.OutcomeFilterSucceeded}},
+		{"failed", queue.HistoryFilter{Outcome: queue.OutcomeFilterFailed}},
+		{"unknown", queue.HistoryFilter{Outcome: queue.OutcomeFilterUnknown}},
+		{"lease expired", queue.HistoryFilter{Outcome: queue.OutcomeFilterLeaseExpired}},
+		{"resolved", queue.HistoryFilter{Outcome: queue.OutcomeFilterResolved}},
+		{"executed", queue.HistoryFilter{Outcome: queue.OutcomeFilterExecuted}},
+		{"not executed by an operator", queue.HistoryFilter{Outcome: queue.OutcomeFilterNotExecuted, Operator: "op:bob"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,6 +346,10 @@ func TestHistoryPlan(t *testing.T) {
 		{queue.HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
 		{queue.HistoryFilter{Tool: "test.dual", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_tool_created"},
 		{queue.HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
+		{queue.HistoryFilter{Outcome: queue.OutcomeFilterUnresolved}, "calls c INDEXED BY calls_unresolved_created"},
+		{queue.HistoryFilter{Outcome: queue.OutcomeFilterExecuted}, "calls c INDEXED BY calls_resolved_created"},
+		{queue.HistoryFilter{Outcome: queue.OutcomeFilterOpen}, "calls c INDEXED BY calls_open_created"},
+		{queue.HistoryFilter{Outcome: queue.OutcomeFilterFailed}, "calls c INDEXED BY calls_outcome_status_created"},
 	}
 	for _, tt := range tests {
 		q, err := h.d.historyQuery(context.Background(), tt.f)
@@ -272,7 +388,7 @@ func TestHistoryCallsAreComplete(t *testing.T) {
 
 func TestHistoryRefusesBadFilters(t *testing.T) {
 	h := newAuditHarness(t)
-	for _, f := range []queue.HistoryFilter{{Status: "done"}, {DigestPrefix: "xyz"}, {DigestPrefix: strings.Repeat("a", 65)}, {After: 12345}} {
+	for _, f := range []queue.HistoryFilter{{Status: "done"}, {Outcome: "ran"}, {DigestPrefix: "xyz"}, {DigestPrefix: strings.Repeat("a", 65)}, {After: 12345}} {
 		if _, _, err := h.d.History(context.Background(), f); !errors.Is(err, queue.ErrFilter) {
 			t.Errorf("History(%+v) error = %v, want queue.ErrFilter", f, err)
 		}
@@ -383,6 +499,62 @@ func TestExportCalls(t *testing.T) {
 	if o["id"] != c.ID || o["actor"] != c.Actor || o["status"] != string(c.Status) || o["args"].(map[string]any) == nil ||
 		o["created_at"] != c.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00") || len(o["approvals"].([]any)) != len(c.Approvals) {
 		t.Errorf("exported %v\nfor %+v", o, c)
+	}
+	// The final resolution travels with the export.
+	resolved := want(calls, queue.HistoryFilter{Outcome: queue.OutcomeFilterResolved})
+	jb.Reset()
+	var cb bytes.Buffer
+	f := queue.HistoryFilter{Outcome: queue.OutcomeFilterResolved}
+	if err := h.d.ExportCalls(ctx, f, &jb, "jsonl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.ExportCalls(ctx, f, &cb, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]*queue.Call{}
+	for _, c := range calls {
+		byID[c.ID] = c
+	}
+	n := 0
+	for line := range strings.Lines(jb.String()) {
+		var o struct {
+			ID         string `json:"id"`
+			Token      string `json:"redeemed_by_token"`
+			LeaseUntil string `json:"lease_until"`
+			Outcome    struct{ Status string }
+			Resolution struct{ Verdict, By, Channel, Note, Evidence, At string }
+		}
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatal(err)
+		}
+		c := byID[o.ID]
+		r := c.Resolution
+		if o.Resolution.Verdict != r.Verdict || o.Resolution.By != r.By || o.Resolution.Note != r.Note ||
+			o.Resolution.Evidence != r.Evidence || o.Resolution.Channel != r.Channel ||
+			o.Resolution.At != r.At.Format("2006-01-02T15:04:05.000Z07:00") || o.Outcome.Status != c.Outcome.Status ||
+			o.LeaseUntil != c.LeaseUntil.Format("2006-01-02T15:04:05.000Z07:00") || o.Token != c.RedeemedBy {
+			t.Errorf("exported %s\nfor %+v %+v", line, c, r)
+		}
+		n++
+	}
+	records, err := csv.NewReader(&cb).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range records[0] {
+		col[name] = i
+	}
+	for _, r := range records[1:] {
+		c := byID[r[1]]
+		if r[col["resolution"]] != c.Resolution.Verdict || r[col["resolved_by"]] != c.Resolution.By ||
+			r[col["resolution_note"]] != c.Resolution.Note || r[col["resolution_evidence"]] != c.Resolution.Evidence ||
+			r[col["outcome_status"]] != c.Outcome.Status {
+			t.Errorf("CSV row %v for %+v", r, c.Resolution)
+		}
+	}
+	if n != len(resolved) || len(records)-1 != len(resolved) || n == 0 {
+		t.Errorf("exported %d JSONL and %d CSV resolved calls, want %d", n, len(records)-1, len(resolved))
 	}
 	if err := h.d.ExportCalls(ctx, queue.HistoryFilter{}, &jb, "pdf"); !errors.Is(err, audit.ErrFormat) {
 		t.Errorf("format pdf: %v, want audit.ErrFormat", err)

@@ -133,20 +133,25 @@ type storeTx struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
+	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
+	resolution_evidence, resolved_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
 func scanCall(r rowScanner) (*queue.Call, error) {
 	var c queue.Call
 	var args, status string
-	var ttl, created, decideBy int64
-	var decidedAt, grantExp, redeemedAt, outcomeAt sql.NullInt64
+	var ttl, created, decideBy, outcomeWithin int64
+	var decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
 	var notify string
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence sql.NullString
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify)
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
+		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
+		&evidence, &resolvedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -176,6 +181,13 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	c.RedeemedAt = fromMS(redeemedAt)
 	if outStatus.Valid {
 		c.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outcomeAt)}
+	}
+	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
+	c.RedeemedBy = redeemedBy.String
+	c.LeaseUntil = fromMS(leaseUntil)
+	if resolution.Valid {
+		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
+			Note: resolutionNote.String, Evidence: evidence.String, At: fromMS(resolvedAt)}
 	}
 	return &c, nil
 }
@@ -221,9 +233,11 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
-		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","))
+		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","),
+		c.OutcomeWithin.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}
@@ -246,11 +260,23 @@ func (t *storeTx) UpdateCall(c *queue.Call) error {
 		outAt = nullMS(c.Outcome.At)
 	}
 	nullStr := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+	var resolution, resolvedBy, resolvedChannel, note, evidence sql.NullString
+	var resolvedAt sql.NullInt64
+	if r := c.Resolution; r != nil {
+		resolution = sql.NullString{String: r.Verdict, Valid: true}
+		resolvedBy = sql.NullString{String: r.By, Valid: true}
+		resolvedChannel = sql.NullString{String: r.Channel, Valid: true}
+		note = sql.NullString{String: r.Note, Valid: true}
+		evidence = sql.NullString{String: r.Evidence, Valid: true}
+		resolvedAt = nullMS(r.At)
+	}
 	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET status = ?, decided_at = ?, denied_by = ?, denied_channel = ?,
 		deny_reason = ?, grant_token = ?, grant_jti = ?, grant_kid = ?, grant_expires_at = ?, redeemed_at = ?,
-		outcome_status = ?, outcome_detail = ?, outcome_at = ? WHERE id = ?`,
+		outcome_status = ?, outcome_detail = ?, outcome_at = ?, redeemed_by = ?, lease_until = ?, resolution = ?,
+		resolved_by = ?, resolved_channel = ?, resolution_note = ?, resolution_evidence = ?, resolved_at = ? WHERE id = ?`,
 		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
-		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt, c.ID)
+		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
+		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt, c.ID)
 	if err != nil {
 		return fmt.Errorf("db: update call %s: %w", c.ID, err)
 	}
@@ -384,6 +410,68 @@ func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, classify(fmt.Errorf("db: next deadline: %w", err))
 	}
 	return fromMS(n), n.Valid, nil
+}
+
+// DueLeases lists redeemed calls with no outcome whose lease has lapsed.
+func (s Store) DueLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls INDEXED BY calls_lease
+		WHERE status = 'redeemed' AND outcome_status IS NULL AND lease_until <= ? ORDER BY lease_until LIMIT ?`,
+		ms(now), limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: due leases: %w", err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, classify(rows.Err())
+}
+
+// NextLeaseEnd returns the earliest lease end of a redeemed call with no
+// outcome.
+func (s Store) NextLeaseEnd(ctx context.Context) (time.Time, bool, error) {
+	var n sql.NullInt64
+	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(lease_until) FROM calls INDEXED BY calls_lease
+		WHERE status = 'redeemed' AND outcome_status IS NULL`).Scan(&n); err != nil {
+		return time.Time{}, false, classify(fmt.Errorf("db: next lease end: %w", err))
+	}
+	return fromMS(n), n.Valid, nil
+}
+
+// unresolvedWhere is the condition of a call waiting for a person, its
+// columns prefixed by p; the partial indexes calls_unresolved and
+// calls_unresolved_created have it.
+func unresolvedWhere(p string) string {
+	return p + `status = 'redeemed' AND ` + p + `outcome_status IN ('unknown','lease_expired') AND ` + p + `resolution IS NULL`
+}
+
+// UnresolvedCalls lists calls waiting for a person, oldest outcome first,
+// with their approvals.
+func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c INDEXED BY calls_unresolved
+		WHERE `+unresolvedWhere("c.")+` ORDER BY c.outcome_at, c.seq LIMIT ?`, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: unresolved calls: %w", err))
+	}
+	defer rows.Close()
+	var calls []*queue.Call
+	for rows.Next() {
+		var approvals string
+		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		if err != nil {
+			return nil, err
+		}
+		if err := addApprovals(c, approvals); err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, classify(rows.Err())
 }
 
 // PendingCalls lists pending calls, newest first, in two queries: the calls,

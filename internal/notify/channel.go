@@ -181,6 +181,13 @@ func heading(ev Event) string {
 			return "Outcome: " + visible(d.Outcome.Status)
 		}
 		return "Outcome"
+	case CallLeaseExpired:
+		return "Outcome unknown: the executor's lease expired; find out whether it ran"
+	case CallResolved:
+		if d.Resolution != nil {
+			return "Resolved as " + strings.ReplaceAll(visible(d.Resolution.Verdict), "_", " ")
+		}
+		return "Resolved"
 	case ToolReviewNeeded:
 		return "Tool needs review"
 	}
@@ -209,6 +216,10 @@ func decisionLine(ev Event) string {
 		return fmt.Sprintf("%s by %s", d.Status, visible(d.Decision.By))
 	case ev.Type == CallApproved && d.Approvals != nil && len(d.Approvals.By) > 0:
 		return "approved by " + visible(strings.Join(d.Approvals.By, ", "))
+	case d.Resolution != nil:
+		return fmt.Sprintf("resolved by %s: %s", visible(d.Resolution.By), visible(d.Resolution.Note))
+	case ev.Type == CallLeaseExpired:
+		return "no outcome was reported by " + visible(d.LeaseUntil) + "; the call waits in Unresolved"
 	case d.Outcome != nil && d.Outcome.Detail != "":
 		return fmt.Sprintf("outcome %s: %s", visible(d.Outcome.Status), visible(d.Outcome.Detail))
 	}

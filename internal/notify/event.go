@@ -25,13 +25,19 @@ import (
 // Event types. Receivers filter on these; they are part of the public
 // contract.
 const (
-	CallSubmitted    = "call.submitted"
-	CallApproved     = "call.approved" // every required approval received; a grant was minted
-	CallDenied       = "call.denied"
-	CallExpired      = "call.expired"
-	CallCancelled    = "call.cancelled"
-	CallRedeemed     = "call.redeemed"
-	CallOutcome      = "call.outcome"
+	CallSubmitted = "call.submitted"
+	CallApproved  = "call.approved" // every required approval received; a grant was minted
+	CallDenied    = "call.denied"
+	CallExpired   = "call.expired"
+	CallCancelled = "call.cancelled"
+	CallRedeemed  = "call.redeemed"
+	CallOutcome   = "call.outcome"
+	// CallLeaseExpired: the executor neither reported an outcome nor sent a
+	// heartbeat within the tool's outcome_within; a person must find out
+	// whether the call ran.
+	CallLeaseExpired = "call.lease_expired"
+	// CallResolved: a person recorded whether a call of unknown outcome ran.
+	CallResolved     = "call.resolved"
 	CallEscalated    = "call.escalated" // still pending after the tool's escalate_after
 	CallReminder     = "call.reminder"  // still pending shortly before decide_by
 	ToolReviewNeeded = "tool.review_needed"
@@ -39,7 +45,7 @@ const (
 
 // Kinds lists every event type, in the order of a call's life.
 var Kinds = []string{CallSubmitted, CallEscalated, CallReminder, CallApproved, CallDenied, CallExpired,
-	CallCancelled, CallRedeemed, CallOutcome, ToolReviewNeeded}
+	CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded}
 
 func knownKind(k string) bool {
 	for _, x := range Kinds {
@@ -54,7 +60,7 @@ func knownKind(k string) bool {
 // decision, so a message announcing the call can be updated.
 func Decided(kind string) bool {
 	switch kind {
-	case CallApproved, CallDenied, CallExpired, CallCancelled, CallRedeemed, CallOutcome:
+	case CallApproved, CallDenied, CallExpired, CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved:
 		return true
 	}
 	return false
@@ -89,6 +95,11 @@ type Data struct {
 	Approvals *Approvals `json:"approvals,omitempty"`
 	Decision  *Decision  `json:"decision,omitempty"`
 	Outcome   *Outcome   `json:"outcome,omitempty"`
+	// Resolution is set on call.resolved: what the person found.
+	Resolution *Resolution `json:"resolution,omitempty"`
+	// LeaseUntil is set on call.lease_expired: when the executor's lease
+	// ended (RFC 3339).
+	LeaseUntil string `json:"lease_until,omitempty"`
 	// EscalatedAfter is set on call.escalated: how long the call had waited,
 	// in seconds.
 	EscalatedAfter int64 `json:"escalated_after,omitempty"`
@@ -117,6 +128,15 @@ type Decision struct {
 type Outcome struct {
 	Status string `json:"status"`
 	Detail string `json:"detail,omitempty"`
+}
+
+// Resolution is a person's finding about a call of unknown outcome:
+// verdict executed or not_executed.
+type Resolution struct {
+	Verdict  string `json:"verdict"`
+	By       string `json:"by"`
+	Note     string `json:"note"`
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // ParseEvent reads an event body written by a Router.

@@ -64,6 +64,10 @@ func kindOf(queueKind string) string {
 		return CallRedeemed
 	case audit.KindOutcome:
 		return CallOutcome
+	case audit.KindLeaseExpired:
+		return CallLeaseExpired
+	case audit.KindResolved:
+		return CallResolved
 	}
 	return ""
 }
@@ -180,6 +184,12 @@ func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.
 	if c.Outcome != nil {
 		d.Outcome = &Outcome{Status: c.Outcome.Status, Detail: c.Outcome.Detail}
 	}
+	if kind == CallLeaseExpired {
+		d.LeaseUntil = formatTime(c.LeaseUntil)
+	}
+	if r := c.Resolution; r != nil && kind == CallResolved {
+		d.Resolution = &Resolution{Verdict: r.Verdict, By: r.By, Note: r.Note, Evidence: r.Evidence}
+	}
 	if kind == CallEscalated {
 		d.EscalatedAfter = int64(waited / time.Second)
 	}
@@ -208,9 +218,13 @@ func eventTime(kind string, c *queue.Call) time.Time {
 		t = c.CreatedAt
 	case CallRedeemed:
 		t = c.RedeemedAt
-	case CallOutcome:
+	case CallOutcome, CallLeaseExpired:
 		if c.Outcome != nil {
 			t = c.Outcome.At
+		}
+	case CallResolved:
+		if c.Resolution != nil {
+			t = c.Resolution.At
 		}
 	default:
 		t = c.DecidedAt

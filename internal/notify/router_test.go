@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,44 @@ func TestRouterAddsTheRulesChannels(t *testing.T) {
 	other.Tool, other.Notify = "releases.deploy", []string{"oncall", "nowhere"}
 	if got := notices(r.Notices(submitted(other))); got != "call.submitted@oncall" {
 		t.Fatalf("unrouted tool with a rule's channels: %s", got)
+	}
+}
+
+// TestRouterAnnouncesLeaseExpiryAndResolution: a lapsed lease and its
+// resolution reach the call's channels, with what a person needs.
+func TestRouterAnnouncesLeaseExpiryAndResolution(t *testing.T) {
+	cfg := mustConfig(t, routedConfig, map[string]string{"S": newSecret(t)})
+	r := notify.NewRouter(cfg, "http://127.0.0.1:8080")
+	c := testCall("call_l", t0)
+	c.Status, c.RedeemedAt, c.LeaseUntil = queue.StatusRedeemed, t0.Add(time.Minute), t0.Add(6*time.Minute)
+	c.Outcome = &queue.Outcome{Status: queue.OutcomeLeaseExpired, At: c.LeaseUntil}
+	ns := r.Notices(queue.Event{Kind: audit.KindLeaseExpired, Call: c.Clone()})
+	if got := notices(ns); got != "call.lease_expired@hook" {
+		t.Fatalf("lease expiry notices = %s", got)
+	}
+	ev, err := notify.ParseEvent(ns[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Data.Outcome == nil || ev.Data.Outcome.Status != "lease_expired" || ev.Data.LeaseUntil != "2030-03-04T10:06:00Z" ||
+		!ns[0].At.Equal(c.LeaseUntil) || !notify.Decided(ev.Type) {
+		t.Fatalf("lease expiry event %+v at %s", ev.Data, ns[0].At)
+	}
+	c.Resolution = &queue.Resolution{Verdict: queue.VerdictNotExecuted, By: "bob", Note: "no refund in the ledger",
+		Evidence: "https://ledger.example/r", At: t0.Add(time.Hour)}
+	ns = r.Notices(queue.Event{Kind: audit.KindResolved, Call: c.Clone()})
+	if got := notices(ns); got != "call.resolved@hook" {
+		t.Fatalf("resolution notices = %s", got)
+	}
+	var body struct {
+		Data struct {
+			Resolution map[string]string `json:"resolution"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(ns[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if w := map[string]string{"verdict": "not_executed", "by": "bob", "note": "no refund in the ledger", "evidence": "https://ledger.example/r"}; !maps.Equal(body.Data.Resolution, w) || !ns[0].At.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("resolution %v at %s, want %v", body.Data.Resolution, ns[0].At, w)
 	}
 }

@@ -72,8 +72,63 @@ type Call struct {
 	GrantKID       string
 	GrantExpiresAt time.Time
 
+	// OutcomeWithin is the tool's outcome_within when the call was
+	// submitted: the executor's lease after redemption, and the most one
+	// heartbeat extends it by.
+	OutcomeWithin time.Duration
+
 	RedeemedAt time.Time
+	// RedeemedBy is the id of the API token that redeemed the grant; only
+	// that token extends the lease.
+	RedeemedBy string
+	// LeaseUntil is when the executor's lease ends: set at redemption,
+	// moved by heartbeats. A redeemed call with no outcome by then gets the
+	// outcome lease_expired.
+	LeaseUntil time.Time
 	Outcome    *Outcome
+	// Resolution is what a person found out about a call whose outcome is
+	// unknown or lease_expired.
+	Resolution *Resolution
+}
+
+// Outcome statuses. The executor reports succeeded, failed or unknown;
+// lease_expired is set by the console when nobody reported in time, and a
+// report that arrives later replaces it.
+const (
+	OutcomeSucceeded    = "succeeded"
+	OutcomeFailed       = "failed"
+	OutcomeUnknown      = "unknown"
+	OutcomeLeaseExpired = "lease_expired"
+)
+
+// Verdicts a person records when resolving a call.
+const (
+	VerdictExecuted    = "executed"
+	VerdictNotExecuted = "not_executed"
+)
+
+// Resolution is a person's finding about a call nobody knows the outcome
+// of: whether it was executed, why they think so, and where the evidence is.
+type Resolution struct {
+	Verdict  string // executed or not_executed
+	By       string
+	Channel  string
+	Note     string
+	Evidence string // an http or https URL, or ""
+	At       time.Time
+}
+
+// OutcomeOpen reports whether the call waits for its executor: redeemed,
+// and no outcome reported or set.
+func (c *Call) OutcomeOpen() bool {
+	return c.Status == StatusRedeemed && c.Outcome == nil
+}
+
+// Unresolved reports whether the call waits for a person: redeemed, its
+// outcome unknown or lease_expired, and nobody has resolved it.
+func (c *Call) Unresolved() bool {
+	return c.Status == StatusRedeemed && c.Outcome != nil && c.Resolution == nil &&
+		(c.Outcome.Status == OutcomeUnknown || c.Outcome.Status == OutcomeLeaseExpired)
 }
 
 // Approval is one operator's approval of a call.
@@ -128,6 +183,10 @@ func (c *Call) Clone() *Call {
 		o := *c.Outcome
 		cp.Outcome = &o
 	}
+	if c.Resolution != nil {
+		r := *c.Resolution
+		cp.Resolution = &r
+	}
 	return &cp
 }
 
@@ -135,6 +194,9 @@ func (c *Call) Clone() *Call {
 type Principal struct {
 	Actor    string
 	Audience string
+	// TokenID is the id of the API token (not its secret); a redemption
+	// records it, and only that token extends the call's lease.
+	TokenID string
 }
 
 // Errors returned by the service. The HTTP layer maps them to status codes.
@@ -159,6 +221,14 @@ var (
 	ErrIntegrity = errors.New("queue: the call's stored envelope does not hash to its digest")
 	ErrNotADecider      = errors.New("queue: not an enabled operator or admin")
 	ErrCommentTooLong   = errors.New("queue: the approval's comment is too long")
+	ErrNotLeaseHolder   = errors.New("queue: the call was redeemed with another token; only that token extends its lease")
+	ErrLeaseExpired     = errors.New("queue: the call's lease has expired; report its outcome")
+	ErrNotUnresolved    = errors.New("queue: the call has no unknown or expired outcome to resolve")
+	ErrAlreadyResolved  = errors.New("queue: the call was already resolved")
+	ErrResolveOwnCall   = errors.New("queue: an operator cannot resolve a call proposed under their own name")
+	ErrInvalidVerdict   = errors.New("queue: the verdict must be executed or not_executed")
+	ErrNoteRequired     = errors.New("queue: a resolution needs a note saying what was found")
+	ErrInvalidEvidence  = errors.New("queue: the evidence link must be an http or https URL")
 )
 
 // DeciderError is ErrNotADecider for one name: a decision in the name of

@@ -104,7 +104,13 @@ func (s *Service) kickExpiry() {
 // Run expires calls at their deadlines until ctx ends or Shutdown is called.
 // It sleeps until the earliest deadline (or a new submission), with no
 // polling in between.
+//
+// Run also ends executors' leases when they lapse (see runLeases), on a
+// loop of its own that it waits for before returning.
 func (s *Service) Run(ctx context.Context) {
+	leases := make(chan struct{})
+	go func() { defer close(leases); s.runLeases(ctx) }()
+	defer func() { <-leases }()
 	for {
 		s.wakeAt.Store(0)
 		_, elsewhere, err := s.expireDue(ctx)

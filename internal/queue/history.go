@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -47,6 +48,9 @@ type HistoryFilter struct {
 	Channel  string
 	// Since and Until bound the creation time: Since <= created_at < Until.
 	Since, Until time.Time
+	// Outcome keeps calls by what became of them after redemption: one of
+	// the Outcome values below.
+	Outcome string
 	// DigestPrefix keeps calls whose digest starts with these hex digits
 	// (spaces are ignored, so a digest copied in groups of four works).
 	DigestPrefix string
@@ -72,6 +76,29 @@ func (e *FilterError) Error() string { return ErrFilter.Error() + ": " + e.Reaso
 // Unwrap makes a *FilterError an ErrFilter.
 func (e *FilterError) Unwrap() error { return ErrFilter }
 
+// Values of HistoryFilter.Outcome.
+const (
+	// The outcome as it stands: reported by the executor, or lease_expired.
+	OutcomeFilterSucceeded    = OutcomeSucceeded
+	OutcomeFilterFailed       = OutcomeFailed
+	OutcomeFilterUnknown      = OutcomeUnknown
+	OutcomeFilterLeaseExpired = OutcomeLeaseExpired
+	// OutcomeFilterOpen keeps redeemed calls whose lease still runs.
+	OutcomeFilterOpen = "open"
+	// OutcomeFilterUnresolved keeps calls waiting for a person: outcome
+	// unknown or lease_expired, not resolved.
+	OutcomeFilterUnresolved = "unresolved"
+	// OutcomeFilterResolved keeps calls a person resolved, and the two
+	// verdicts keep those resolved with that verdict.
+	OutcomeFilterResolved    = "resolved"
+	OutcomeFilterExecuted    = VerdictExecuted
+	OutcomeFilterNotExecuted = VerdictNotExecuted
+)
+
+// OutcomeFilters lists the values of HistoryFilter.Outcome.
+var OutcomeFilters = []string{OutcomeFilterUnresolved, OutcomeFilterOpen, OutcomeFilterSucceeded, OutcomeFilterFailed,
+	OutcomeFilterUnknown, OutcomeFilterLeaseExpired, OutcomeFilterResolved, OutcomeFilterExecuted, OutcomeFilterNotExecuted}
+
 var statuses = map[Status]bool{StatusPending: true, StatusApproved: true, StatusDenied: true, StatusExpired: true,
 	StatusCancelled: true, StatusRedeemed: true}
 
@@ -80,6 +107,9 @@ var statuses = map[Status]bool{StatusPending: true, StatusApproved: true, Status
 func (f HistoryFilter) Check() error {
 	if f.Status != "" && !statuses[Status(f.Status)] {
 		return &FilterError{fmt.Sprintf("unknown status %q", f.Status)}
+	}
+	if f.Outcome != "" && !slices.Contains(OutcomeFilters, f.Outcome) {
+		return &FilterError{fmt.Sprintf("unknown outcome filter %q (one of %s)", f.Outcome, strings.Join(OutcomeFilters, ", "))}
 	}
 	if p := f.Digest(); len(p) > 64 || strings.Trim(p, "0123456789abcdef") != "" {
 		return &FilterError{"the digest prefix must be hex digits"}

@@ -199,10 +199,13 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 		}
 		c.Status = StatusRedeemed
 		c.RedeemedAt = s.now()
+		s.startLease(c, who, c.RedeemedAt)
 		if err := tx.UpdateCall(c); err != nil {
 			return err
 		}
 		details["jti"] = res.Claims.JTI
+		details["token"] = who.TokenID
+		details["lease_until"] = formatTime(c.LeaseUntil)
 		if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {
 			return err
 		}
@@ -213,6 +216,9 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 	})
 	if err != nil {
 		return nil, err
+	}
+	if out.Accepted && !s.leaseWakesBefore(out.Call.LeaseUntil) {
+		s.kickLeases()
 	}
 	return out, nil
 }

@@ -94,8 +94,11 @@ type Service struct {
 	listeners []func(Event)
 	kick      chan struct{} // wakes the expiry loop when a deadline may have moved
 	wakeAt    atomic.Int64  // unix ms when the expiry loop next wakes by itself
-	stopping  chan struct{}
-	stopOnce  sync.Once
+	// leaseKick and leaseWakeAt are the same for the lease loop.
+	leaseKick   chan struct{}
+	leaseWakeAt atomic.Int64
+	stopping    chan struct{}
+	stopOnce    sync.Once
 }
 
 // NewService returns a queue over the given store.
@@ -118,6 +121,7 @@ func NewService(cfg Config) *Service {
 		maxBlocks: cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
 		waiters:   waiters{m: map[string]map[chan *Call]struct{}{}},
 		kick:      make(chan struct{}, 1),
+		leaseKick: make(chan struct{}, 1),
 		stopping:  make(chan struct{}),
 	}
 }
@@ -291,6 +295,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		Args: p.Args, Rationale: p.Rationale, Envelope: envBytes, Digest: canonical.DigestOf(envBytes),
 		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
 		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
+		OutcomeWithin: t.OutcomeWithin,
 	}
 	// The rules run before the write lock is taken; what they decide is
 	// applied in the transaction that stores the call.
@@ -962,47 +967,6 @@ func (s *Service) Cancel(ctx context.Context, who Principal, id string) (*Call, 
 			return err
 		}
 		emit(Event{Kind: audit.KindCancelled, Call: c})
-		out = c
-		return nil
-	})
-	return out, err
-}
-
-// ReportOutcome records what happened when the executor ran the call.
-func (s *Service) ReportOutcome(ctx context.Context, who Principal, id, status, detail string) (*Call, error) {
-	switch status {
-	case "succeeded", "failed", "unknown":
-	default:
-		return nil, ErrInvalidOutcome
-	}
-	if len(detail) > MaxReasonBytes {
-		return nil, &ProposalError{Kind: "invalid_arguments", Problems: canonical.Problems{{Code: canonical.CodeTooLong,
-			Path: "/detail", Offset: -1, Message: fmt.Sprintf("detail is %d bytes; at most %d are kept", len(detail), MaxReasonBytes)}}}
-	}
-	var out *Call
-	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
-		c, err := tx.Call(id)
-		if err != nil {
-			return err
-		}
-		if c.Actor != who.Actor {
-			return ErrNotFound
-		}
-		if c.Status != StatusRedeemed {
-			return ErrNotRedeemed
-		}
-		if c.Outcome != nil {
-			return ErrOutcomeReported
-		}
-		c.Outcome = &Outcome{Status: status, Detail: detail, At: s.now()}
-		if err := tx.UpdateCall(c); err != nil {
-			return err
-		}
-		if err := tx.Append(s.entry(audit.KindOutcome, c, who.Actor, audit.ChannelAPI, map[string]any{
-			"status": status, "detail": detail})); err != nil {
-			return err
-		}
-		emit(Event{Kind: audit.KindOutcome, Call: c})
 		out = c
 		return nil
 	})

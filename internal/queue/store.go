@@ -23,6 +23,15 @@ type Store interface {
 	// NextDeadline returns the earliest decide_by of a pending call, or
 	// false when none is pending.
 	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// DueLeases lists redeemed calls with no outcome whose lease_until is
+	// at or before now.
+	DueLeases(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextLeaseEnd returns the earliest lease_until of a redeemed call with
+	// no outcome, or false when there is none.
+	NextLeaseEnd(ctx context.Context) (time.Time, bool, error)
+	// UnresolvedCalls lists redeemed calls whose outcome is unknown or
+	// lease_expired and that nobody has resolved, oldest outcome first.
+	UnresolvedCalls(ctx context.Context, limit int) ([]*Call, error)
 	// PendingCalls lists pending calls, newest first.
 	PendingCalls(ctx context.Context, limit int) ([]*Call, error)
 	// Blocks lists the (actor, tool) pairs blocked by the retry cap.
@@ -41,8 +50,8 @@ type Tx interface {
 	// LatestByDigest returns the newest call of actor with that digest.
 	LatestByDigest(actor, digest string) (*Call, error)
 	InsertCall(c *Call) error
-	// UpdateCall writes the call's status, decision, grant, redemption and
-	// outcome fields.
+	// UpdateCall writes the call's status, decision, grant, redemption,
+	// lease, outcome and resolution fields.
 	UpdateCall(c *Call) error
 	AddApproval(callID string, a Approval) error
 	// ConsumeNonce records a grant's jti as used. It returns false, and

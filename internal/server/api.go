@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 const (
@@ -36,6 +37,7 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	api.GET("/calls/:id", s.getCall)
 	api.DELETE("/calls/:id", s.cancelCall)
 	api.POST("/calls/:id/outcome", s.outcome)
+	api.POST("/calls/:id/heartbeat", s.heartbeat)
 	api.POST("/redeem", s.redeem)
 }
 
@@ -80,7 +82,7 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience})
+		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience, TokenID: t.ID})
 		c.Set(tokenKey, t.ID)
 		return next(c)
 	}
@@ -240,6 +242,58 @@ func (s *Server) outcome(c echo.Context) error {
 	return c.JSON(http.StatusOK, CallView(call))
 }
 
+// heartbeat extends the lease of a redeemed call. The body is optional:
+// {"extend_seconds": N} asks for N seconds from now, at most the tool's
+// outcome_within (the default).
+func (s *Server) heartbeat(c echo.Context) error {
+	var extend time.Duration
+	if c.Request().ContentLength != 0 {
+		body, err := readJSON(c)
+		if err != nil {
+			return err
+		}
+		v, err := canonical.Parse(body)
+		if err != nil {
+			return &queue.ProposalError{Kind: "parse", Problems: canonical.Problems{*err.(*canonical.Problem)}}
+		}
+		o, ok := v.(canonical.Object)
+		var problems canonical.Problems
+		if !ok {
+			problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Message: "the body must be an object (or empty)"})
+		}
+		for _, m := range o {
+			switch m.Name {
+			case "extend_seconds":
+				n, isInt := m.Value.(int64)
+				if !isInt {
+					problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/extend_seconds",
+						Message: "extend_seconds must be an integer number of seconds"})
+				} else if n < 1 || n > int64(tools.MaxOutcomeWithin/time.Second) {
+					problems = append(problems, canonical.Problem{Code: canonical.CodeOutOfRange, Path: "/extend_seconds",
+						Message: "extend_seconds must be at least 1 and at most the tool's outcome_within"})
+				} else {
+					extend = time.Duration(n) * time.Second
+				}
+			default:
+				problems = append(problems, canonical.Problem{Code: canonical.CodeUnknownField, Path: canonical.Pointer(m.Name),
+					Message: fmt.Sprintf("%+q is not a member of a heartbeat (allowed: extend_seconds)", m.Name)})
+			}
+		}
+		if len(problems) > 0 {
+			return &queue.ProposalError{Kind: "invalid_arguments", Problems: problems}
+		}
+	}
+	call, err := s.cfg.Queue.Heartbeat(c.Request().Context(), principal(c), c.Param("id"), extend)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"call_id":     call.ID,
+		"lease_until": call.LeaseUntil.UTC().Format(time.RFC3339Nano),
+		"extend_max":  int64(call.OutcomeWithinOrDefault() / time.Second),
+	})
+}
+
 func (s *Server) redeem(c echo.Context) error {
 	body, err := readJSON(c)
 	if err != nil {
@@ -276,7 +330,14 @@ func (s *Server) redeem(c echo.Context) error {
 	if r.CallID != "" {
 		out["call_id"] = r.CallID
 	}
-	if !r.Accepted {
+	if r.Accepted {
+		// The exact canonical bytes that were hashed, for the executor to
+		// run, and its lease.
+		out["envelope"] = string(r.Call.Envelope)
+		out["digest"] = r.Call.Digest
+		out["lease_until"] = r.Call.LeaseUntil.UTC().Format(time.RFC3339Nano)
+		out["outcome_within"] = int64(r.Call.OutcomeWithinOrDefault() / time.Second)
+	} else {
 		out["reason"] = r.Reason
 		out["message"] = redeemMessage(r.Reason)
 	}
@@ -353,8 +414,22 @@ func CallView(c *queue.Call) map[string]any {
 	if rule := c.DecidedByRule(); rule != "" {
 		v["decided_by_rule"] = rule
 	}
+	if c.Status == queue.StatusRedeemed {
+		v["redeemed_at"] = c.RedeemedAt.UTC().Format(time.RFC3339Nano)
+		if !c.LeaseUntil.IsZero() {
+			v["lease_until"] = c.LeaseUntil.UTC().Format(time.RFC3339Nano)
+		}
+	}
 	if c.Outcome != nil {
-		v["outcome"] = map[string]string{"status": c.Outcome.Status, "detail": c.Outcome.Detail}
+		v["outcome"] = map[string]string{"status": c.Outcome.Status, "detail": c.Outcome.Detail,
+			"at": c.Outcome.At.UTC().Format(time.RFC3339Nano)}
+	}
+	if r := c.Resolution; r != nil {
+		res := map[string]string{"verdict": r.Verdict, "by": r.By, "note": r.Note, "at": r.At.UTC().Format(time.RFC3339Nano)}
+		if r.Evidence != "" {
+			res["evidence"] = r.Evidence
+		}
+		v["resolution"] = res
 	}
 	return v
 }

@@ -485,6 +485,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	const cancel = "DELETE /api/v1/calls/{id}"
 	const outcome = "POST /api/v1/calls/{id}/outcome"
 	const redeem = "POST /api/v1/redeem"
+	const heartbeat = "POST /api/v1/calls/{id}/heartbeat"
 	refund := func(amount int) string {
 		return fmt.Sprintf(`{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":%d,"currency":"USD","reason_code":"duplicate","notes":"<&>"},"rationale":"charged twice"}`, amount)
 	}
@@ -534,6 +535,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: cancel, path: "/api/v1/calls/" + withdrawnID}, http.StatusUnauthorized)
 
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusConflict)
+	check(docRequest{op: heartbeat, path: "/api/v1/calls/" + id + "/heartbeat", token: token}, http.StatusConflict)
 
 	if _, err := st.queue.Approve(ctx, "alice", "cli", id, digest); err != nil {
 		t.Fatal(err)
@@ -555,8 +557,25 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		body: `{"grant":"x","call":{"tool":"payments.refund","target":"invoice:INV-9","args":{"notes":"` + strings.Repeat("a", 300<<10) + `"}}}`}, http.StatusRequestEntityTooLarge)
 	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(`{"amount_minor":9999,"currency":"USD","reason_code":"duplicate"}`)}, http.StatusForbidden)
 	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: `{"grant":"not.a.grant","call":{"tool":"payments.refund","target":"invoice:INV-9","args":{}}}`}, http.StatusForbidden)
-	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(exact)}, http.StatusOK)
+	accepted := check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(exact)}, http.StatusOK)
 	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: redeemBody(exact)}, http.StatusConflict)
+	if env, _ := accepted.json["envelope"].(string); env == "" || !strings.HasPrefix(env, `{"actor":"agent:billing-bot"`) {
+		t.Errorf("accepted redemption carries envelope %q", env)
+	}
+
+	hb := "/api/v1/calls/" + id + "/heartbeat"
+	sibling := st.token(t, "agent:billing-bot", "payments-host")
+	check(docRequest{op: heartbeat, path: hb, token: token}, http.StatusOK)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{}`}, http.StatusOK)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"extend_seconds":30}`}, http.StatusOK)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"extend_seconds":86400}`}, http.StatusUnprocessableEntity)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"extend_seconds":1.5}`}, http.StatusBadRequest)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"for":"10s"}`}, http.StatusUnprocessableEntity)
+	check(docRequest{op: heartbeat, path: hb, token: token, contentType: "text/plain", body: `{}`}, http.StatusUnsupportedMediaType)
+	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"extend_seconds":"` + strings.Repeat("a", 300<<10) + `"}`}, http.StatusRequestEntityTooLarge)
+	check(docRequest{op: heartbeat, path: hb}, http.StatusUnauthorized)
+	check(docRequest{op: heartbeat, path: "/api/v1/calls/call_nope/heartbeat", token: token}, http.StatusNotFound)
+	check(docRequest{op: heartbeat, path: hb, token: sibling}, http.StatusConflict)
 
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"great"}`}, http.StatusUnprocessableEntity)
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"state":"succeeded"}`}, http.StatusUnprocessableEntity)
@@ -567,6 +586,35 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"succeeded","detail":"issued"}`}, http.StatusOK)
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"failed"}`}, http.StatusConflict)
 	check(docRequest{op: get, path: "/api/v1/calls/" + id, token: token}, http.StatusOK) // redeemed, with its outcome
+	check(docRequest{op: heartbeat, path: hb, token: token}, http.StatusConflict)
+
+	// A lease that ran out: lease_expired on the call, a late report
+	// replaces it, and a person's resolution shows on the call.
+	lapsed := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(5)}, http.StatusCreated)
+	lapsedID, _ := lapsed.json["id"].(string)
+	a, err := st.queue.Approve(ctx, "alice", "cli", lapsedID, lapsed.json["digest"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := json.Marshal(a.Grant)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: `{"grant":` + string(g) +
+		`,"call":{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":5,"currency":"USD","reason_code":"duplicate"}}}`}, http.StatusOK)
+	if _, err := st.db.SQL().Exec(`UPDATE calls SET lease_until = 1 WHERE id = ?`, lapsedID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.queue.ExpireLeases(ctx); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v", n, err)
+	}
+	expired := check(docRequest{op: get, path: "/api/v1/calls/" + lapsedID, token: token}, http.StatusOK)
+	if o, _ := expired.json["outcome"].(map[string]any); o["status"] != "lease_expired" {
+		t.Errorf("outcome %v, want lease_expired", expired.json["outcome"])
+	}
+	check(docRequest{op: heartbeat, path: "/api/v1/calls/" + lapsedID + "/heartbeat", token: token}, http.StatusConflict)
+	if _, err := st.queue.Resolve(ctx, "alice", "web", lapsedID, "executed", "the refund is in the ledger", "https://ledger.example/r/5"); err != nil {
+		t.Fatal(err)
+	}
+	check(docRequest{op: get, path: "/api/v1/calls/" + lapsedID, token: token}, http.StatusOK) // with its resolution
+	check(docRequest{op: outcome, path: "/api/v1/calls/" + lapsedID + "/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusOK)
 
 	check(docRequest{op: "GET /api/v1/keys", path: "/api/v1/keys"}, http.StatusOK)
 	spec := check(docRequest{op: "GET /api/v1/openapi.yaml", path: "/api/v1/openapi.yaml"}, http.StatusOK)

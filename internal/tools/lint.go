@@ -25,6 +25,11 @@ const (
 	MaxGrantTTL         = 300 * time.Second
 	DefaultDecideWithin = 15 * time.Minute
 	MaxDecideWithin     = 7 * 24 * time.Hour
+	// DefaultOutcomeWithin is how long an executor has, after redeeming a
+	// call, to report its outcome (or extend its lease) before the outcome
+	// becomes lease_expired; MaxOutcomeWithin bounds it.
+	DefaultOutcomeWithin = 5 * time.Minute
+	MaxOutcomeWithin     = 24 * time.Hour
 	// MaxSchemaDepth bounds how deeply an args schema nests schemas.
 	MaxSchemaDepth = canonical.MaxArgsDepth
 )
@@ -371,7 +376,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"approvals", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "rules", "summary", "target"}
+var toolFields = []string{"approvals", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "outcome_within", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -380,7 +385,8 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	if !ok {
 		return nil
 	}
-	t := &Tool{Name: name, Approvals: DefaultApprovals, GrantTTL: DefaultGrantTTL, DecideWithin: DefaultDecideWithin}
+	t := &Tool{Name: name, Approvals: DefaultApprovals, GrantTTL: DefaultGrantTTL, DecideWithin: DefaultDecideWithin,
+		OutcomeWithin: DefaultOutcomeWithin}
 	fields := map[string]*yaml.Node{}
 	for _, e := range entries {
 		if !contains(toolFields, e.key) {
@@ -437,6 +443,11 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 				l.add(f, name, "decide_within", "must be between 1s and %s, not %s", fmtDuration(MaxDecideWithin), f.Value)
 			}
 			t.DecideWithin = d
+		}
+	}
+	if f := fields["outcome_within"]; f != nil {
+		if d, ok := l.outcomeWithin(f, name, "outcome_within"); ok {
+			t.OutcomeWithin = d
 		}
 	}
 	if f := fields["args"]; f == nil {
@@ -497,6 +508,20 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	}
 	t.DefinitionDigest = definitionDigest(name, entry)
 	return t
+}
+
+// outcomeWithin reads an outcome_within: whole seconds from 1s to
+// MaxOutcomeWithin.
+func (l *linter) outcomeWithin(n *yaml.Node, tool, path string) (time.Duration, bool) {
+	d, ok := l.duration(n, tool, path)
+	if !ok {
+		return 0, false
+	}
+	if d < time.Second || d%time.Second != 0 || d > MaxOutcomeWithin {
+		l.add(n, tool, path, "must be a whole number of seconds from 1s to %s, not %s", fmtDuration(MaxOutcomeWithin), n.Value)
+		return 0, false
+	}
+	return d, true
 }
 
 func fmtDuration(d time.Duration) string {

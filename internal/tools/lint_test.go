@@ -129,6 +129,14 @@ func TestLintRefusals(t *testing.T) {
 			[]string{"demo.tool: grant_ttl: must be a duration with a unit"}},
 		{"decide_within too long", toolFile("    decide_within: 200h\n"),
 			[]string{"demo.tool: decide_within: must be between 1s and 168h"}},
+		{"outcome_within over a day", toolFile("    outcome_within: 25h\n"),
+			[]string{"demo.tool: outcome_within: must be a whole number of seconds from 1s to 24h, not 25h"}},
+		{"outcome_within zero", toolFile("    outcome_within: 0s\n"),
+			[]string{"demo.tool: outcome_within: must be a whole number of seconds from 1s to 24h, not 0s"}},
+		{"outcome_within fraction of a second", toolFile("    outcome_within: 1500ms\n"),
+			[]string{"demo.tool: outcome_within: must be a whole number of seconds"}},
+		{"outcome_within without unit", toolFile("    outcome_within: 300\n"),
+			[]string{"demo.tool: outcome_within: must be a duration with a unit"}},
 		{"approvals zero", toolFile("    approvals: 0\n"),
 			[]string{"demo.tool: approvals: must be between 1 and 10, not 0"}},
 		{"approvals eleven", toolFile("    approvals: 11\n"),
@@ -285,6 +293,7 @@ var kitchenSink = toolFile(`    description: Everything the linter admits
     approvals: 10
     grant_ttl: 300s
     decide_within: 168h
+    outcome_within: 24h
     informational: [/meta/comment]
     display: {money: {amount: /price/amount, currency: /price/currency}}
     args:
@@ -318,8 +327,15 @@ func TestLintAccepts(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	tl, _ := r.Tool("demo.tool")
-	if tl.Approvals != 10 || tl.GrantTTL != 300*time.Second || tl.DecideWithin != 168*time.Hour {
-		t.Errorf("policy = %d %s %s", tl.Approvals, tl.GrantTTL, tl.DecideWithin)
+	if tl.Approvals != 10 || tl.GrantTTL != 300*time.Second || tl.DecideWithin != 168*time.Hour || tl.OutcomeWithin != 24*time.Hour {
+		t.Errorf("policy = %d %s %s %s", tl.Approvals, tl.GrantTTL, tl.DecideWithin, tl.OutcomeWithin)
+	}
+	def, err := Parse([]byte(toolFile("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := def.Tool("demo.tool"); d.OutcomeWithin != DefaultOutcomeWithin || DefaultOutcomeWithin != 5*time.Minute {
+		t.Errorf("default outcome_within = %s, want 5m", d.OutcomeWithin)
 	}
 	if tl.Description != "Everything the linter admits" {
 		t.Errorf("Description = %q", tl.Description)

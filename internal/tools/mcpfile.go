@@ -47,10 +47,11 @@ type Header struct {
 // with "/") to the string argument that is the target; the default is
 // mcp:{server}.
 type MCPOverride struct {
-	Approvals    int
-	GrantTTL     time.Duration
-	DecideWithin time.Duration
-	Target       string
+	Approvals     int
+	GrantTTL      time.Duration
+	DecideWithin  time.Duration
+	OutcomeWithin time.Duration
+	Target        string
 }
 
 // Upstreams returns the MCP servers of the tools file, in file order.
@@ -61,7 +62,7 @@ func (r *Registry) Upstreams() []Upstream {
 var (
 	upstreamFields = []string{"command", "env", "dir", "url", "headers", "tools"}
 	headerFields   = []string{"env", "file", "prefix"}
-	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "target"}
+	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target"}
 )
 
 // mcpSection reads the mcp: mapping from upstream name to upstream.
@@ -212,6 +213,10 @@ func (l *linter) override(n *yaml.Node, path string) MCPOverride {
 					l.add(f.val, "", p, "must be between 1s and %s", fmtDuration(MaxDecideWithin))
 				}
 				o.DecideWithin = d
+			}
+		case "outcome_within":
+			if d, ok := l.outcomeWithin(f.val, "", p); ok {
+				o.OutcomeWithin = d
 			}
 		case "target":
 			if s, ok := l.str(f.val, "", p); ok {

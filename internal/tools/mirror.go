@@ -156,7 +156,7 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 	t := &Tool{
 		Name: name, Description: spec.Description, Audience: spec.Server,
 		Approvals: DefaultApprovals, GrantTTL: DefaultGrantTTL, DecideWithin: DefaultDecideWithin,
-		args: args,
+		OutcomeWithin: DefaultOutcomeWithin, args: args,
 	}
 	m := &Mirrored{Server: spec.Server, UpstreamName: spec.Name, Notes: c.notes}
 	o := spec.Override
@@ -168,6 +168,9 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 	}
 	if o.DecideWithin > 0 {
 		t.DecideWithin = o.DecideWithin
+	}
+	if o.OutcomeWithin > 0 {
+		t.OutcomeWithin = o.OutcomeWithin
 	}
 	target := o.Target
 	if target == "" {
@@ -198,17 +201,23 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 		return nil, q
 	}
 	m.Annotations, _ = canonical.Encode(annotations) // read by the same parser: it encodes
+	overrides := canonical.Object{
+		{Name: "approvals", Value: int64(t.Approvals)},
+		{Name: "decide_within_s", Value: int64(t.DecideWithin / time.Second)},
+		{Name: "grant_ttl_s", Value: int64(t.GrantTTL / time.Second)},
+	}
+	// Named only when set, so that definitions pinned before the field
+	// existed keep their digests.
+	if t.OutcomeWithin != DefaultOutcomeWithin {
+		overrides = append(overrides, canonical.Member{Name: "outcome_within_s", Value: int64(t.OutcomeWithin / time.Second)})
+	}
+	overrides = append(overrides, canonical.Member{Name: "target", Value: target})
 	definition, err := canonical.Encode(canonical.Object{
 		{Name: "annotations", Value: annotations},
 		{Name: "description", Value: spec.Description},
 		{Name: "inputSchema", Value: root},
 		{Name: "name", Value: spec.Name},
-		{Name: "overrides", Value: canonical.Object{
-			{Name: "approvals", Value: int64(t.Approvals)},
-			{Name: "decide_within_s", Value: int64(t.DecideWithin / time.Second)},
-			{Name: "grant_ttl_s", Value: int64(t.GrantTTL / time.Second)},
-			{Name: "target", Value: target},
-		}},
+		{Name: "overrides", Value: overrides},
 		{Name: "server", Value: spec.Server},
 	})
 	if err != nil {

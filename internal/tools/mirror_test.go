@@ -245,6 +245,11 @@ func TestMirrorDefinitionDigest(t *testing.T) {
 		InputSchema: []byte(`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]}`),
 		Annotations: []byte(`{"readOnlyHint":true,"title":"Add"}`)}
 	d0 := mustMirror(t, base).DefinitionDigest
+	// Pinned: a definition that sets no outcome_within keeps the digest it
+	// had before that override existed.
+	if want := "864c0ca8bffa3aabebff0a956edc8a385c543dabeafe32aa60c0ddcd186870ca"; d0 != want {
+		t.Errorf("digest %s, want %s", d0, want)
+	}
 	same := base
 	same.InputSchema = []byte(` { "required" : ["a","b"], "properties":{"b":{"type":"integer"},"a":{"type":"integer"}}, "type":"object" }`)
 	same.Annotations = []byte(`{"title":"Add","readOnlyHint":true}`)
@@ -263,6 +268,7 @@ func TestMirrorDefinitionDigest(t *testing.T) {
 		"approvals":     func(s *MirrorSpec) { s.Override.Approvals = 2 },
 		"ttl":           func(s *MirrorSpec) { s.Override.GrantTTL = 30 * time.Second },
 		"target":        func(s *MirrorSpec) { s.Override.Target = "mcp:calc" },
+		"lease":         func(s *MirrorSpec) { s.Override.OutcomeWithin = time.Hour },
 	}
 	seen := map[string]string{d0: "base"}
 	for name, change := range changes {

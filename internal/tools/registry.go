@@ -159,6 +159,11 @@ type Tool struct {
 	// DecideWithin is how long a pending call waits for a decision before
 	// it expires.
 	DecideWithin time.Duration
+	// OutcomeWithin is how long the executor has, once it redeemed a call,
+	// to report the outcome; each heartbeat extends the lease by at most
+	// this much. When it lapses, the call's outcome becomes lease_expired
+	// and a person finds out what happened.
+	OutcomeWithin time.Duration
 	// Informational lists JSON Pointers into args whose members are shown
 	// to the operator labelled "not bound" and left out of the digest.
 	Informational []string
