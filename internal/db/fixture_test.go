@@ -281,4 +281,4 @@ func accountsOf(d *DB) *account.Service {
 }
 
 // deciders are the operators the tests decide as.
-var deciders = []string{"alice", "bob", "op:ann", "op:bob", "op:carl"}
+var deciders = []string{"alice", "bob", "op:ann", "op:bob", "op:carl", "op:dan"}

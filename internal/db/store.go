@@ -474,6 +474,16 @@ func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, e
 	return calls, classify(rows.Err())
 }
 
+// CountUnresolved counts the calls waiting for a person.
+func (s Store) CountUnresolved(ctx context.Context) (int, error) {
+	var n int
+	err := s.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM calls INDEXED BY calls_unresolved WHERE `+unresolvedWhere("")).Scan(&n)
+	if err != nil {
+		return 0, classify(fmt.Errorf("db: count unresolved calls: %w", err))
+	}
+	return n, nil
+}
+
 // PendingCalls lists pending calls, newest first, in two queries: the calls,
 // then the approvals of all of them.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {

@@ -54,7 +54,7 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 		return g.notCallable(server, name), nil
 	}
 	p, perr := parseCall(t, req.Params.Arguments)
-	c, _, err := g.cfg.Queue.SubmitProposal(ctx, agent.Principal, p, perr)
+	c, _, err := g.cfg.Queue.SubmitProposal(ctx, agent.principal(), p, perr)
 	if err != nil {
 		return g.submitError(full, c, err), nil
 	}
@@ -131,7 +131,7 @@ func (g *Gateway) hold(ctx context.Context, agent Agent, req *sdk.CallToolReques
 		if token != nil {
 			wait = min(wait, g.cfg.ProgressEvery)
 		}
-		got, err := g.cfg.Queue.Wait(ctx, agent.Principal, c.ID, wait)
+		got, err := g.cfg.Queue.Wait(ctx, agent.principal(), c.ID, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +169,7 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	// From here on the call runs to its end whatever the client does.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
 	defer cancel()
-	r, err := g.cfg.Queue.RedeemCall(ctx, agent.Principal, c.Grant, p)
+	r, err := g.cfg.Queue.RedeemCall(ctx, agent.principal(), c.Grant, p)
 	if err != nil {
 		var pe *queue.ProposalError
 		if errors.As(err, &pe) {
@@ -217,7 +217,7 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 }
 
 func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c *queue.Call, status, detail string) {
-	if _, err := g.cfg.Queue.ReportOutcome(ctx, agent.Principal, c.ID, status, detail); err != nil {
+	if _, err := g.cfg.Queue.ReportOutcome(ctx, agent.principal(), c.ID, status, detail); err != nil {
 		log.Error("outcome not recorded", slog.String("status", status), slog.Any("error", err))
 	}
 }

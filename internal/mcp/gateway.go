@@ -46,6 +46,16 @@ type Agent struct {
 	queue.Principal
 }
 
+// principal is the agent's trusted context with its token's id, which a
+// redemption records as the holder of the call's lease.
+func (a Agent) principal() queue.Principal {
+	p := a.Principal
+	if p.TokenID == "" {
+		p.TokenID = a.TokenID
+	}
+	return p
+}
+
 // ErrUnauthorized is an unknown or revoked token.
 var ErrUnauthorized = errors.New("mcp: the token is unknown or revoked")
 

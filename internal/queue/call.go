@@ -228,6 +228,7 @@ var (
 	ErrResolveOwnCall   = errors.New("queue: an operator cannot resolve a call proposed under their own name")
 	ErrInvalidVerdict   = errors.New("queue: the verdict must be executed or not_executed")
 	ErrNoteRequired     = errors.New("queue: a resolution needs a note saying what was found")
+	ErrNoteTooLong      = fmt.Errorf("queue: a resolution's note is at most %d bytes", MaxReasonBytes)
 	ErrInvalidEvidence  = errors.New("queue: the evidence link must be an http or https URL")
 )
 

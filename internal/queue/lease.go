@@ -272,7 +272,7 @@ func (s *Service) Resolve(ctx context.Context, operator, channel, id, verdict, n
 		return nil, ErrNoteRequired
 	}
 	if len(note) > MaxReasonBytes {
-		return nil, fmt.Errorf("%w (at most %d bytes)", ErrNoteRequired, MaxReasonBytes)
+		return nil, ErrNoteTooLong
 	}
 	evidence, err := CheckEvidence(evidence)
 	if err != nil {
@@ -296,7 +296,7 @@ func (s *Service) Resolve(ctx context.Context, operator, channel, id, verdict, n
 			}
 			return fmt.Errorf("%w (it is %s)", ErrNotUnresolved, c.Status)
 		}
-		if err := s.mayResolve(c, operator); err != nil {
+		if err := s.mayResolve(tx, c, operator); err != nil {
 			return err
 		}
 		now := s.now()
@@ -315,13 +315,14 @@ func (s *Service) Resolve(ctx context.Context, operator, channel, id, verdict, n
 	return out, err
 }
 
-// mayResolve says whether operator may record a resolution of c: anyone
-// allowed to decide calls but the call's own actor.
-func (s *Service) mayResolve(c *Call, operator string) error {
+// mayResolve says whether operator may record a resolution of c, inside
+// the resolution's transaction: an enabled account that may decide (see
+// mayDecide), and not the call's own actor.
+func (s *Service) mayResolve(tx Tx, c *Call, operator string) error {
 	if operator == c.Actor {
 		return ErrResolveOwnCall
 	}
-	return nil
+	return mayDecide(tx, operator)
 }
 
 // CheckEvidence validates a resolution's evidence link and returns it

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -426,10 +428,11 @@ func TestResolve(t *testing.T) {
 		{name: "the call's actor", prepare: leaseExpired, operator: agent.Actor, verdict: queue.VerdictExecuted, note: "x",
 			err: queue.ErrResolveOwnCall},
 		{name: "no operator", prepare: leaseExpired, operator: "-", verdict: queue.VerdictExecuted, note: "x", err: queue.ErrOperatorRequired},
+		{name: "not an account", prepare: leaseExpired, operator: "mallory", verdict: queue.VerdictExecuted, note: "x", err: queue.ErrNotADecider},
 		{name: "another verdict", prepare: leaseExpired, verdict: "maybe", note: "x", err: queue.ErrInvalidVerdict},
 		{name: "no note", prepare: leaseExpired, verdict: queue.VerdictExecuted, note: " \n", err: queue.ErrNoteRequired},
 		{name: "a long note", prepare: leaseExpired, verdict: queue.VerdictExecuted, note: strings.Repeat("a", queue.MaxReasonBytes+1),
-			err: queue.ErrNoteRequired},
+			err: queue.ErrNoteTooLong},
 		{name: "javascript evidence", prepare: leaseExpired, verdict: queue.VerdictExecuted, note: "x",
 			evidence: "javascript:alert(1)", err: queue.ErrInvalidEvidence},
 		{name: "data evidence", prepare: leaseExpired, verdict: queue.VerdictExecuted, note: "x",
@@ -583,6 +586,7 @@ func TestRunExpiresLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	expired := make(chan string, 4)

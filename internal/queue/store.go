@@ -32,6 +32,8 @@ type Store interface {
 	// UnresolvedCalls lists redeemed calls whose outcome is unknown or
 	// lease_expired and that nobody has resolved, oldest outcome first.
 	UnresolvedCalls(ctx context.Context, limit int) ([]*Call, error)
+	// CountUnresolved counts the calls UnresolvedCalls lists.
+	CountUnresolved(ctx context.Context) (int, error)
 	// PendingCalls lists pending calls, newest first.
 	PendingCalls(ctx context.Context, limit int) ([]*Call, error)
 	// Blocks lists the (actor, tool) pairs blocked by the retry cap.

@@ -258,6 +258,7 @@ func (c *console) routes(e *echo.Echo) {
 	post("/calls/:id/approve", c.approve, c.requireDecider)
 	post("/calls/:id/deny", c.deny, c.requireDecider)
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
+	c.routesUnresolved(e, post)
 	post("/admin/users", c.addUser, c.requireAdmin)
 	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
 	post("/admin/users/end-sessions", c.endSessions, c.requireAdmin)
@@ -295,7 +296,7 @@ func (c *console) wantsHTML(ec echo.Context) bool {
 		return false
 	case p == "/account/passkeys/begin", p == "/account/passkeys/finish":
 		return false
-	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account",
+	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account", p == unresolvedPath,
 		strings.HasPrefix(p, "/account/"), strings.HasPrefix(p, "/auth/"),
 		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
 		strings.HasPrefix(p, "/history/"):

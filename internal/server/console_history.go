@@ -107,6 +107,7 @@ func parseHistoryQuery(q url.Values) (historyQuery, error) {
 	hq.form = templates.HistoryForm{
 		Actor: get("actor"), Tool: get("tool"), Status: get("status"), Operator: get("operator"),
 		Channel: get("channel"), Since: get("since"), Until: get("until"), Digest: get("digest"),
+		Outcome: get("outcome"),
 	}
 	fm := hq.form
 	for _, s := range []string{fm.Actor, fm.Tool, fm.Operator, fm.Since, fm.Until, fm.Digest} {
@@ -114,7 +115,11 @@ func parseHistoryQuery(q url.Values) (historyQuery, error) {
 			return hq, &filterError{fmt.Sprintf("a filter must be UTF-8 text of at most %d bytes", maxFilterBytes)}
 		}
 	}
-	f := queue.HistoryFilter{Actor: fm.Actor, Tool: fm.Tool, Status: fm.Status, Operator: fm.Operator, Channel: fm.Channel}
+	f := queue.HistoryFilter{Actor: fm.Actor, Tool: fm.Tool, Status: fm.Status, Operator: fm.Operator, Channel: fm.Channel,
+		Outcome: fm.Outcome}
+	if fm.Outcome != "" && !slices.Contains(queue.OutcomeFilters, fm.Outcome) {
+		return hq, &filterError{"after redemption must be one of " + strings.Join(queue.OutcomeFilters, ", ")}
+	}
 	if fm.Status != "" && !slices.Contains(historyStatuses, fm.Status) {
 		return hq, &filterError{"the status must be one of " + strings.Join(historyStatuses, ", ")}
 	}
@@ -188,6 +193,7 @@ func (hq historyQuery) values(withPage bool) url.Values {
 	set("since", fm.Since)
 	set("until", fm.Until)
 	set("digest", fm.Digest)
+	set("outcome", fm.Outcome)
 	if withPage {
 		if hq.filter.After > 0 {
 			v.Set("after", strconv.FormatInt(hq.filter.After, 10))
@@ -214,7 +220,7 @@ func (h *historyPages) list(ec echo.Context) error {
 	hq, perr := parseHistoryQuery(ec.QueryParams())
 	hv := templates.HistoryView{
 		Page: h.c.page(viewerOf(ec), "History", "history", "", now), Form: hq.form,
-		Statuses: historyStatuses, Channels: historyChannels, Chain: h.chain.status(),
+		Statuses: historyStatuses, Channels: historyChannels, Outcomes: queue.OutcomeFilters, Chain: h.chain.status(),
 	}
 	if head, _, err := h.c.trail.AuditHead(ctx); err == nil {
 		hv.Chain.Head = head
@@ -274,7 +280,7 @@ func auditExportLink(hq historyQuery) (link, scope string) {
 		scope = "every entry from " + hq.form.Since + " until " + hq.form.Until
 	}
 	if len(v) > 0 && (hq.form.Actor != "" || hq.form.Tool != "" || hq.form.Status != "" || hq.form.Operator != "" ||
-		hq.form.Channel != "" || hq.form.Digest != "") {
+		hq.form.Channel != "" || hq.form.Digest != "" || hq.form.Outcome != "") {
 		scope += "; the other filters do not apply, so that it verifies"
 	} else if len(v) == 0 && len(hq.values(false)) > 0 {
 		scope += "; filters other than the time range do not apply, so that it verifies"
@@ -288,6 +294,12 @@ func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow
 		ID: call.ID, URL: historyPath + "/calls/" + url.PathEscape(call.ID), CreatedAt: call.CreatedAt,
 		Status: string(call.Status), Actor: card.Actor, Tool: card.Tool, Target: card.Target,
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, Digest: call.Digest, Deceptive: card.Deceptive,
+	}
+	if call.Outcome != nil {
+		r.Outcome = call.Outcome.Status
+	}
+	if call.Resolution != nil {
+		r.Verdict = call.Resolution.Verdict
 	}
 	for _, a := range call.Approvals {
 		r.Deciders = append(r.Deciders, templates.Decider{By: reveal.Of(a.Operator), Verb: "approved", Channel: a.Channel, At: a.At})
@@ -324,6 +336,7 @@ func (h *historyPages) timeline(ec echo.Context) error {
 	for _, e := range entries {
 		tv.Entries = append(tv.Entries, timelineEntry(e, call))
 	}
+	tv.Lifecycle = lifecycle(entries, call, now, h.chain.status())
 	return h.c.render(ec, http.StatusOK, templates.TimelinePage(tv))
 }
 
@@ -340,6 +353,9 @@ var entryTitles = map[string]string{
 	audit.KindRedeemed:          "Redeemed",
 	audit.KindRedemptionRefused: "Redemption refused",
 	audit.KindOutcome:           "Outcome reported",
+	audit.KindLeaseExtended:     "Lease extended",
+	audit.KindLeaseExpired:      "Lease expired",
+	audit.KindResolved:          "Resolved by a person",
 }
 
 // details reads entry details: a member's text, integer or value.
@@ -429,12 +445,30 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 		digest("Digest")
 	case audit.KindRedeemed:
 		text("Grant id", "jti", true, false)
+		text("Token", "token", true, false)
+		stamp("Lease until", "lease_until")
+	case audit.KindLeaseExtended:
+		stamp("Lease until", "lease_until")
+		text("Token", "token", true, false)
+	case audit.KindLeaseExpired:
+		stamp("Lease ended", "lease_until")
+		text("Token", "token", true, false)
+	case audit.KindResolved:
+		text("Verdict", "verdict", false, false)
+		text("Note", "note", false, true)
+		text("Evidence", "evidence", true, true)
+		text("Outcome it resolves", "outcome", false, false)
 	case audit.KindRedemptionRefused:
 		text("Reason", "reason", true, false)
 		text("Grant id", "jti", true, false)
 	case audit.KindOutcome:
 		text("Status", "status", false, false)
 		text("Detail", "detail", false, true)
+		if r, ok := d.str("replaces"); ok {
+			plain("Replaces", r+": the report came after the lease ended")
+		} else if late, ok := d.get("late"); ok && late == true {
+			plain("Late", "the report came after the lease ended")
+		}
 	case audit.KindExpired:
 		stamp("Decide by", "decide_by")
 	case audit.KindRejected:

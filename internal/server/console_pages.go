@@ -22,6 +22,7 @@ import (
 var notices = map[string]string{
 	"approved": "You approved this call.",
 	"denied":   "You denied this call. The agent receives your reason.",
+	"resolved": "You recorded the resolution. The agent sees it on the call.",
 	"cleared":  "The block was cleared; the agent may propose again.",
 }
 

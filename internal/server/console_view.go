@@ -188,6 +188,10 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 	if call.Outcome != nil {
 		s.Outcome, s.OutcomeDetail = call.Outcome.Status, optText(call.Outcome.Detail)
 	}
+	s.RedeemedBy, s.LeaseUntil = call.RedeemedBy, call.LeaseUntil
+	s.Resolution = resolutionShown(call.Resolution)
+	s.Unresolved = call.Unresolved()
+	s.Resolve, _ = c.resolveForm(call, v, "call")
 	if v.user.Role.CanDecide() {
 		s.CanDecide, s.CSRF = true, v.csrf
 		s.OwnCall = v.user.Name == call.Actor

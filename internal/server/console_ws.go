@@ -28,7 +28,10 @@ func (c *console) serveWS(ec echo.Context) error {
 	if !websocket.IsWebSocketUpgrade(r) {
 		return newAPIError(http.StatusBadRequest, "bad_request", "this is the console's WebSocket endpoint")
 	}
-	callID := ec.QueryParam("call")
+	callID, view := ec.QueryParam("call"), ec.QueryParam("view")
+	if view != "" && (view != viewUnresolved || callID != "") {
+		return newAPIError(http.StatusBadRequest, "bad_request", "unknown view")
+	}
 	if callID != "" {
 		if _, err := c.q.Call(r.Context(), callID); err != nil {
 			return err
@@ -50,8 +53,8 @@ func (c *console) serveWS(ec echo.Context) error {
 		c.wg.Add(-2)
 		return nil // the upgrader has answered
 	}
-	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), viewer: v, callID: callID}
-	if callID == "" {
+	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), viewer: v, callID: callID, view: view}
+	if callID == "" && view == "" {
 		cl.queue = parseQueueQuery(ec.QueryParams())
 	}
 	if !c.hub.add(cl) {
@@ -80,6 +83,13 @@ func (c *console) snapshot(cl *client) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	now := c.now()
+	if cl.view == viewUnresolved {
+		uv, err := c.unresolvedView(ctx, cl.viewer, now)
+		if err != nil {
+			return nil, err
+		}
+		return renderBytes(templates.UnresolvedSync(uv))
+	}
 	if cl.callID != "" {
 		call, err := c.q.Call(ctx, cl.callID)
 		if err != nil {

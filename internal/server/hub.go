@@ -31,6 +31,7 @@ type client struct {
 	// queue is a queue page's filter: only the calls it lets through are
 	// pushed to the page.
 	queue queueQuery
+	view  string // viewUnresolved for the Unresolved page, else ""
 
 	// closeCode and closeText are set by the hub before it closes send, and
 	// read by the writer after it sees send closed.
@@ -281,7 +282,9 @@ func (h *hub) clientCount() int {
 }
 
 // rank orders the states of one call: approvals only grow, and every
-// state after pending is final for the queue.
+// state after pending is final for the queue; after redemption, an open
+// lease comes before lease_expired, which comes before a reported outcome,
+// and a resolution after either.
 func rank(c *queue.Call) int {
 	switch c.Status {
 	case queue.StatusPending:
@@ -289,10 +292,18 @@ func rank(c *queue.Call) int {
 	case queue.StatusApproved:
 		return 1000
 	}
-	if c.Outcome != nil {
-		return 3000
+	r := 2000
+	switch {
+	case c.Outcome == nil:
+	case c.Outcome.Status == queue.OutcomeLeaseExpired:
+		r = 2500
+	default:
+		r = 3000
 	}
-	return 2000
+	if c.Resolution != nil {
+		r += 100
+	}
+	return r
 }
 
 // fanout renders ev for every client that shows it. Fragments are rendered
@@ -331,7 +342,7 @@ func (h *hub) fanout(ev queue.Event) {
 func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string, func() ([]byte, error)) {
 	v := cl.viewer
 	if ev.Block != nil {
-		if cl.callID != "" {
+		if cl.callID != "" || cl.view != "" {
 			return "", nil
 		}
 		b := c.blockView(*ev.Block, v, now)
@@ -346,6 +357,9 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 	call := ev.Call
 	if call == nil {
 		return "", nil
+	}
+	if cl.view == viewUnresolved {
+		return c.unresolvedFragment(call, v, now)
 	}
 	if cl.callID != "" {
 		if cl.callID != call.ID {
@@ -362,6 +376,8 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 		return "", nil
 	}
 	switch {
+	case call.Status == queue.StatusRedeemed && ev.Kind != audit.KindRedeemed:
+		return "", nil // leases, outcomes and resolutions: long off the queue
 	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
 		return "upsert:" + boolKey(decide), func() ([]byte, error) {
 			return renderBytes(templates.CardUpsert(c.cardView(call, decide, now)))
@@ -380,4 +396,22 @@ func boolKey(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// unresolvedFragment is what the Unresolved page is sent for a change of
+// call: its card while it waits for a person, its removal once it does
+// not (resolved, or a late report came). Cards hold a form, so they are
+// rendered per session.
+func (c *console) unresolvedFragment(call *queue.Call, v *viewer, now time.Time) (string, func() ([]byte, error)) {
+	if call.Unresolved() {
+		return "unresolved:" + v.idHash, func() ([]byte, error) {
+			return renderBytes(templates.UnresolvedUpsert(c.unresolvedCard(call, v, now)))
+		}
+	}
+	if call.Status != queue.StatusRedeemed || call.Outcome == nil {
+		return "", nil // it never was on the page
+	}
+	return "unresolved-remove", func() ([]byte, error) {
+		return renderBytes(templates.Remove(templates.UnresolvedCard{ID: call.ID}.DOMID()))
+	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -25,6 +26,10 @@ type metrics struct {
 	redeemSeconds prometheus.Histogram
 	pushes        *prometheus.CounterVec
 	waitsRefused  prometheus.Counter
+	outcomes      *prometheus.CounterVec
+	leasesExpired prometheus.Counter
+	heartbeats    prometheus.Counter
+	resolutions   *prometheus.CounterVec
 }
 
 func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
@@ -59,8 +64,29 @@ func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
 		}
 		return 0
 	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_outcomes_total",
+		Help: "Outcomes reported by executors, by status (succeeded, failed, unknown) and whether they came after the lease ended."},
+		[]string{"status", "late"})
+	m.leasesExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "countersign_leases_expired_total",
+		Help: "Redeemed calls whose executor neither reported nor sent a heartbeat within outcome_within."})
+	m.heartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "countersign_lease_heartbeats_total",
+		Help: "Heartbeats that extended an executor's lease."})
+	m.resolutions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_resolutions_total",
+		Help: "Unknown or expired outcomes resolved by a person, by verdict (executed, not_executed)."}, []string{"verdict"})
+	unresolved := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_unresolved_calls",
+		Help: "Redeemed calls whose outcome is unknown or lease_expired and that nobody has resolved (-1 when the count cannot be read)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, err := q.Store().CountUnresolved(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
+		})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
 		m.redeemSeconds, m.pushes, waiters, evalErrors, m.waitsRefused, mostWaits,
+		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if live != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_live_listener_connected",
@@ -135,5 +161,21 @@ func (m *metrics) observe(ev queue.Event) {
 		m.redemptions.WithLabelValues("accepted").Inc()
 	case audit.KindRedemptionRefused:
 		m.redemptions.WithLabelValues(ev.Reason).Inc()
+	case audit.KindOutcome:
+		if c := ev.Call; c != nil && c.Outcome != nil {
+			late := "false"
+			if !c.LeaseUntil.IsZero() && !c.Outcome.At.Before(c.LeaseUntil) {
+				late = "true"
+			}
+			m.outcomes.WithLabelValues(c.Outcome.Status, late).Inc()
+		}
+	case audit.KindLeaseExpired:
+		m.leasesExpired.Inc()
+	case audit.KindLeaseExtended:
+		m.heartbeats.Inc()
+	case audit.KindResolved:
+		if c := ev.Call; c != nil && c.Resolution != nil {
+			m.resolutions.WithLabelValues(c.Resolution.Verdict).Inc()
+		}
 	}
 }

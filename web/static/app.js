@@ -307,6 +307,9 @@
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
     if (list && out) out.textContent = String(list.querySelectorAll("[data-call]").length);
+    list = document.getElementById("unresolved-list");
+    out = document.getElementById("unresolved-count");
+    if (list && out) out.textContent = String(list.querySelectorAll("[data-unresolved]").length);
   }
 
   function setConn(state, text) {

@@ -343,6 +343,16 @@ type StatusView struct {
 	RedeemedAt     time.Time
 	Outcome        string
 	OutcomeDetail  *Text
+	// RedeemedBy is the id of the token that redeemed the call; LeaseUntil
+	// is when its executor's lease ends (or ended).
+	RedeemedBy string
+	LeaseUntil time.Time
+	// Resolution is a person's finding about an unknown outcome; Resolve
+	// is the form for one, set when the viewer may record it.
+	Resolution *ResolutionShown
+	Resolve    *ResolveForm
+	// Unresolved is set while the call waits for a person.
+	Unresolved bool
 
 	// Rule is the rule that approved or denied the call, "" when people
 	// decide.
