@@ -72,6 +72,19 @@ func (d *DB) historyWhere(ctx context.Context, f queue.HistoryFilter) (string, [
 	if f.Status != "" {
 		add("c.status = ?", f.Status)
 	}
+	switch f.Outcome {
+	case "":
+	case queue.OutcomeFilterOpen:
+		add("c.status = 'redeemed' AND c.outcome_status IS NULL")
+	case queue.OutcomeFilterUnresolved:
+		add(unresolvedWhere)
+	case queue.OutcomeFilterResolved:
+		add("c.resolution IS NOT NULL")
+	case queue.OutcomeFilterExecuted, queue.OutcomeFilterNotExecuted:
+		add("c.resolution IS NOT NULL AND c.resolution = ?", f.Outcome)
+	default: // an outcome status, checked by Check
+		add("c.outcome_status = ?", f.Outcome)
+	}
 	if p := f.Digest(); p != "" {
 		// Hex digits only (Check), so nothing in p is a LIKE wildcard.
 		add("c.digest LIKE ?", p+"%")
@@ -150,7 +163,9 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 // canonical text, and the grant token itself is never exported.
 const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.digest,
 	c.approvals_required, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
-	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at`
+	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at,
+	c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
+	c.resolution_evidence, c.resolved_at`
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
@@ -182,14 +197,20 @@ func (d *DB) ExportCalls(ctx context.Context, f queue.HistoryFilter, w io.Writer
 		record := make([]string, len(callCSVHeader))
 		for rows.Next() {
 			var r exportRow
-			var rationale, denyReason, outDetail []byte
+			var rationale, denyReason, outDetail, note []byte
 			var required int32
 			if err := rows.Scan(&r.seq, &r.id, &r.status, &r.actor, &r.audience, &r.tool, &r.target, &r.args, &rationale,
 				&r.digest, &required, &r.created, &r.decideBy, &r.decidedAt, &r.deniedBy, &r.deniedChannel, &denyReason,
-				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &outDetail, &r.outAt, &r.approvals); err != nil {
+				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &outDetail, &r.outAt, &r.redeemedBy,
+				&r.leaseUntil, &r.resolution, &r.resolvedBy, &r.resolvedChannel, &note, &r.evidence, &r.resolvedAt,
+				&r.approvals); err != nil {
 				return classify(fmt.Errorf("pgstore: export calls: %w", err))
 			}
 			r.rationale, r.required = string(rationale), int64(required)
+			if note != nil {
+				s := string(note)
+				r.resolutionNote = &s
+			}
 			if denyReason != nil {
 				s := string(denyReason)
 				r.denyReason = &s
@@ -235,12 +256,17 @@ type exportRow struct {
 	decidedAt, grantExp, redeemedAt, outAt                     *int64
 	deniedBy, deniedChannel, denyReason, jti, kid, outStatus   *string
 	outDetail                                                  *string
+	redeemedBy, resolution, resolvedBy, resolvedChannel        *string
+	resolutionNote, evidence                                   *string
+	leaseUntil, resolvedAt                                     *int64
 	approvals                                                  string
 }
 
 var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audience", "tool", "target", "digest",
 	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
-	"grant_kid", "grant_expires_at", "redeemed_at", "outcome_status", "outcome_detail", "outcome_at", "args", "rationale"}
+	"grant_kid", "grant_expires_at", "redeemed_at", "redeemed_by_token", "lease_until", "outcome_status", "outcome_detail",
+	"outcome_at", "resolution", "resolved_by", "resolved_channel", "resolved_at", "resolution_note", "resolution_evidence",
+	"args", "rationale"}
 
 // exportTime writes unix milliseconds as RFC 3339 with milliseconds.
 func exportTime(ms int64) string {
@@ -271,7 +297,11 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 	for i, a := range as {
 		approvals[i] = map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
 	}
-	var denial, outcome any
+	var denial, outcome, resolution any
+	if r.resolution != nil {
+		resolution = map[string]any{"verdict": *r.resolution, "by": deref(r.resolvedBy), "channel": deref(r.resolvedChannel),
+			"note": deref(r.resolutionNote), "evidence": deref(r.evidence), "at": nullTime(r.resolvedAt)}
+	}
 	if r.deniedBy != nil {
 		denial = map[string]any{"by": *r.deniedBy, "channel": deref(r.deniedChannel), "reason": deref(r.denyReason)}
 	}
@@ -284,7 +314,8 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 		"approvals_required": r.required, "approvals": approvals, "created_at": exportTime(r.created),
 		"decide_by": exportTime(r.decideBy), "decided_at": nullTime(r.decidedAt), "denial": denial,
 		"grant_jti": nullText(r.jti), "grant_kid": nullText(r.kid), "grant_expires_at": nullTime(r.grantExp),
-		"redeemed_at": nullTime(r.redeemedAt), "outcome": outcome,
+		"redeemed_at": nullTime(r.redeemedAt), "redeemed_by_token": nullText(r.redeemedBy),
+		"lease_until": nullTime(r.leaseUntil), "outcome": outcome, "resolution": resolution,
 	}
 	dst, err = canonical.Append(dst, o)
 	if err != nil {
@@ -307,7 +338,9 @@ func (r *exportRow) csv(record []string, as []approvalJSON) {
 	vals := []string{strconv.FormatInt(r.seq, 10), r.id, exportTime(r.created), r.status, r.actor, r.audience, r.tool,
 		r.target, r.digest, strconv.FormatInt(r.required, 10), strings.Join(parts, "; "), t(r.decidedAt),
 		deref(r.deniedBy), deref(r.deniedChannel), deref(r.denyReason), deref(r.jti), deref(r.kid), t(r.grantExp),
-		t(r.redeemedAt), deref(r.outStatus), deref(r.outDetail), t(r.outAt), r.args, r.rationale}
+		t(r.redeemedAt), deref(r.redeemedBy), t(r.leaseUntil), deref(r.outStatus), deref(r.outDetail), t(r.outAt),
+		deref(r.resolution), deref(r.resolvedBy), deref(r.resolvedChannel), t(r.resolvedAt), deref(r.resolutionNote),
+		deref(r.evidence), r.args, r.rationale}
 	for i, v := range vals {
 		record[i] = csvCell(v)
 	}

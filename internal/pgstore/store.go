@@ -59,12 +59,16 @@ type entryID struct {
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify`
+	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
+	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
+	resolution_evidence, resolved_at`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
-	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify`
+	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify,
+	c.outcome_within_ms, c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
+	c.resolution_evidence, c.resolved_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -78,9 +82,14 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var deniedBy, deniedChannel, token, jti, kid, outStatus *string
 	var denyReason, outDetail []byte
 	var notify string
+	var outcomeWithin int64
+	var leaseUntil, resolvedAt *int64
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence *string
+	var resolutionNote []byte
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify}
+		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
+		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -115,6 +124,13 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	c.RedeemedAt = fromMS(redeemedAt)
 	if outStatus != nil {
 		c.Outcome = &queue.Outcome{Status: *outStatus, Detail: string(outDetail), At: fromMS(outcomeAt)}
+	}
+	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
+	c.RedeemedBy = deref(redeemedBy)
+	c.LeaseUntil = fromMS(leaseUntil)
+	if resolution != nil {
+		c.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
+			Note: string(resolutionNote), Evidence: deref(evidence), At: fromMS(resolvedAt)}
 	}
 	return &c, nil
 }
@@ -169,11 +185,11 @@ func (t *txn) InsertCall(c *queue.Call) error {
 		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) RETURNING seq`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
 		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
-		strings.Join(c.Notify, ",")).Scan(&c.Seq)
+		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds()).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}
@@ -195,11 +211,21 @@ func (t *txn) UpdateCall(c *queue.Call) error {
 		outDetail = []byte(c.Outcome.Detail)
 		outAt = nullMS(c.Outcome.At)
 	}
+	var resolution, resolvedBy, resolvedChannel, evidence *string
+	var note []byte
+	var resolvedAt *int64
+	if r := c.Resolution; r != nil {
+		resolution, resolvedBy, resolvedChannel, evidence = &r.Verdict, &r.By, &r.Channel, &r.Evidence
+		note, resolvedAt = []byte(r.Note), nullMS(r.At)
+	}
 	tag, err := t.tx.Exec(t.ctx, `UPDATE calls SET status = $1, decided_at = $2, denied_by = $3, denied_channel = $4,
 		deny_reason = $5, grant_token = $6, grant_jti = $7, grant_kid = $8, grant_expires_at = $9, redeemed_at = $10,
-		outcome_status = $11, outcome_detail = $12, outcome_at = $13 WHERE id = $14`,
+		outcome_status = $11, outcome_detail = $12, outcome_at = $13, redeemed_by = $14, lease_until = $15, resolution = $16,
+		resolved_by = $17, resolved_channel = $18, resolution_note = $19, resolution_evidence = $20, resolved_at = $21
+		WHERE id = $22`,
 		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
-		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt, c.ID)
+		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
+		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt, c.ID)
 	if err != nil {
 		return fmt.Errorf("pgstore: update call %s: %w", c.ID, err)
 	}
@@ -341,6 +367,62 @@ func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, classify(fmt.Errorf("pgstore: next deadline: %w", err))
 	}
 	return fromMS(n), n != nil, nil
+}
+
+// DueLeases lists redeemed calls with no outcome whose lease has lapsed.
+func (s Store) DueLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM calls WHERE status = 'redeemed' AND outcome_status IS NULL
+		AND lease_until <= $1 ORDER BY lease_until LIMIT $2`, ms(now), limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: due leases: %w", err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, classify(err)
+}
+
+// NextLeaseEnd returns the earliest lease end of a redeemed call with no
+// outcome.
+func (s Store) NextLeaseEnd(ctx context.Context) (time.Time, bool, error) {
+	var n *int64
+	if err := s.pool.QueryRow(ctx, `SELECT MIN(lease_until) FROM calls WHERE status = 'redeemed' AND outcome_status IS NULL`).
+		Scan(&n); err != nil {
+		return time.Time{}, false, classify(fmt.Errorf("pgstore: next lease end: %w", err))
+	}
+	return fromMS(n), n != nil, nil
+}
+
+// unresolvedWhere is the condition of a call waiting for a person, on
+// calls c; the partial indexes calls_unresolved and
+// calls_unresolved_created have it.
+const unresolvedWhere = `c.status = 'redeemed' AND c.outcome_status IN ('unknown','lease_expired') AND c.resolution IS NULL`
+
+// UnresolvedCalls lists calls waiting for a person, oldest outcome first,
+// with their approvals.
+func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c WHERE `+unresolvedWhere+`
+		ORDER BY c.outcome_at, c.seq LIMIT $1`, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: unresolved calls: %w", err))
+	}
+	defer rows.Close()
+	var calls []*queue.Call
+	for rows.Next() {
+		c, err := scanCallWithApprovals(rows)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, classify(rows.Err())
+}
+
+// CountUnresolved counts the calls waiting for a person.
+func (s Store) CountUnresolved(ctx context.Context) (int, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM calls c WHERE `+unresolvedWhere).Scan(&n); err != nil {
+		return 0, classify(fmt.Errorf("pgstore: count unresolved calls: %w", err))
+	}
+	return int(n), nil
 }
 
 // PendingCalls lists pending calls, newest first, with their approvals.
