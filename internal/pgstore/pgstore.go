@@ -100,7 +100,8 @@ func (d *DB) OnCommit(fn func(seq int64, head string) error) {
 
 // Options tune Open.
 type Options struct {
-	// MaxConns bounds the pool (default 16).
+	// MaxConns bounds the pool (default: pool_max_conns in the URL, else
+	// 16).
 	MaxConns int32
 	// ReadOnly opens without migrating: for verifying and exporting.
 	ReadOnly bool
@@ -113,10 +114,13 @@ func Open(ctx context.Context, rawURL string, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %s: %w", redact(rawURL), err)
 	}
-	if opt.MaxConns <= 0 {
-		opt.MaxConns = 16
+	// The pool's size: the option, else pool_max_conns in the URL, else 16.
+	switch {
+	case opt.MaxConns > 0:
+		cfg.MaxConns = opt.MaxConns
+	case !strings.Contains(rawURL, "pool_max_conns"):
+		cfg.MaxConns = 16
 	}
-	cfg.MaxConns = opt.MaxConns
 	cfg.MinConns = 0
 	cfg.HealthCheckPeriod = 5 * time.Second
 	if cfg.ConnConfig.ConnectTimeout == 0 {
