@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
@@ -101,10 +102,13 @@ func (l *Listener) run(ctx context.Context) {
 // session connects, listens, catches up and handles notifications until
 // the connection fails.
 func (l *Listener) session(ctx context.Context, first bool) error {
-	cfg, err := pgx.ParseConfig(l.d.raw)
+	// The pool's parser, so that pool settings in the URL (pool_max_conns)
+	// are not sent to the server as parameters.
+	pcfg, err := pgxpool.ParseConfig(l.d.raw)
 	if err != nil {
 		return err
 	}
+	cfg := pcfg.ConnConfig
 	cfg.ConnectTimeout = 5 * time.Second
 	cfg.RuntimeParams["application_name"] = "countersign-listener"
 	conn, err := pgx.ConnectConfig(ctx, cfg)

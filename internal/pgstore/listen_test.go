@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,4 +187,37 @@ func TestListenerAcrossReplicas(t *testing.T) {
 	cancel()
 	<-la.Done()
 	<-lb.Done()
+}
+
+// pool_max_conns in the URL sizes the pool, and the listener, which opens a
+// connection of its own from the same URL, does not send it to the server.
+func TestPoolSizeInURL(t *testing.T) {
+	url := pgtest.Database(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	d, err := pgstore.Open(context.Background(), url+sep+"pool_max_conns=3", pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Pool().Config().MaxConns; got != 3 {
+		t.Fatalf("pool of %d connections, want 3", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := d.Listen(ctx, func(queue.Event) {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !l.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("the listener did not connect with pool settings in the URL")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-l.Done()
 }
