@@ -3,8 +3,8 @@ package server
 import (
 	"slices"
 
-	"github.com/PuerkitoBio/goquery"
 	"context"
+	"github.com/PuerkitoBio/goquery"
 	"net/http"
 	"strings"
 	"testing"
