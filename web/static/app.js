@@ -303,6 +303,21 @@
     }
   }
 
+  // A table wider than a phone scrolls inside itself; it can then be
+  // reached and scrolled with the keyboard.
+  function scrollableTables() {
+    var tables = document.querySelectorAll("main table");
+    for (var i = 0; i < tables.length; i++) {
+      var t = tables[i];
+      if (t.scrollWidth > t.clientWidth + 1) {
+        t.setAttribute("tabindex", "0");
+        if (!t.hasAttribute("aria-label")) t.setAttribute("aria-label", "table, scrolls sideways");
+      } else if (t.getAttribute("tabindex") === "0") {
+        t.removeAttribute("tabindex");
+      }
+    }
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -331,6 +346,8 @@
     document.addEventListener("click", onCopy);
     collapseLong(document);
     presence();
+    scrollableTables();
+    window.addEventListener("resize", scrollableTables);
     setInterval(tick, 1000);
     var body = document.body;
     body.addEventListener("htmx:wsConnecting", function () { setConn("connecting", "connecting…"); });

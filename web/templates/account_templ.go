@@ -215,7 +215,7 @@ func AccountPage(v AccountView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				} else {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<table data-testid=\"passkeys\"><thead><tr><th>Name</th><th>Registered</th><th>Last approval</th><th></th></tr></thead> <tbody>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<table data-testid=\"passkeys\"><thead><tr><th>Name</th><th>Registered</th><th>Last approval</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

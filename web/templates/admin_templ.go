@@ -152,7 +152,7 @@ func AdminPage(v AdminView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " <h2>Accounts</h2><table data-testid=\"users\"><thead><tr><th>Name</th><th>Role</th><th>Sign-in</th><th>Created</th><th>Last login</th><th>Status</th><th></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " <h2>Accounts</h2><table data-testid=\"users\"><thead><tr><th>Name</th><th>Role</th><th>Sign-in</th><th>Created</th><th>Last login</th><th>Status</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -384,7 +384,7 @@ func AdminPage(v AdminView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "\"> <label>Name <input name=\"name\" required maxlength=\"64\" autocomplete=\"off\"></label> <label>Role <select name=\"role\"><option value=\"operator\">operator: decides calls</option> <option value=\"auditor\">auditor: reads calls and history</option> <option value=\"admin\">admin: accounts and tokens, and decides</option></select></label> <label>Password (at least 10 characters) <input name=\"password\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\"></label> <button type=\"submit\" class=\"primary\">Add account</button></form><h2>Agent API tokens</h2><table data-testid=\"tokens\"><thead><tr><th>ID</th><th>Actor</th><th>Audience</th><th>Note</th><th>Created</th><th>Status</th><th></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "\"> <label>Name <input name=\"name\" required maxlength=\"64\" autocomplete=\"off\"></label> <label>Role <select name=\"role\"><option value=\"operator\">operator: decides calls</option> <option value=\"auditor\">auditor: reads calls and history</option> <option value=\"admin\">admin: accounts and tokens, and decides</option></select></label> <label>Password (at least 10 characters) <input name=\"password\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\"></label> <button type=\"submit\" class=\"primary\">Add account</button></form><h2>Agent API tokens</h2><table data-testid=\"tokens\"><thead><tr><th>ID</th><th>Actor</th><th>Audience</th><th>Note</th><th>Created</th><th>Status</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -512,7 +512,7 @@ func AdminPage(v AdminView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if len(v.Freezes) > 0 {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "<table data-testid=\"freezes\"><thead><tr><th>Scope</th><th>Since</th><th>By</th><th>Reason</th><th></th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "<table data-testid=\"freezes\"><thead><tr><th>Scope</th><th>Since</th><th>By</th><th>Reason</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
