@@ -28,7 +28,16 @@ var layoutWidths = []struct {
 const layoutProblemsJS = `(() => {
 	const out = [];
 	const de = document.documentElement;
-	if (de.scrollWidth > de.clientWidth) out.push("the page is " + de.scrollWidth + " px wide in a " + de.clientWidth + " px window");
+	if (de.scrollWidth > de.clientWidth) {
+		out.push("the page is " + de.scrollWidth + " px wide in a " + de.clientWidth + " px window");
+		// Name the innermost elements that reach past the window.
+		const wide = Array.from(document.querySelectorAll("body *")).filter(e => {
+			const r = e.getBoundingClientRect();
+			return r.right > de.clientWidth + 1 && r.width > 0 &&
+				!Array.from(e.children).some(c => c.getBoundingClientRect().right > de.clientWidth + 1);
+		});
+		for (const e of wide.slice(0, 5)) out.push("  " + e.tagName.toLowerCase() + (e.className ? "." + String(e.className).split(" ").join(".") : "") + (e.dataset.testid ? "[" + e.dataset.testid + "]" : "") + " reaches " + Math.round(e.getBoundingClientRect().right) + " px");
+	}
 	const words = (el) => {
 		const text = el.textContent;
 		const node = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
