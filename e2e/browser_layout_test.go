@@ -92,6 +92,7 @@ func TestBrowserLayout(t *testing.T) {
 		{"history", op, "/history"},
 		{"timeline", op, "/history/calls/" + ids.decided},
 		{"admin", ad, "/admin"},
+		{"mcp", ad, "/admin/mcp"},
 	}
 	for _, w := range layoutWidths {
 		for _, p := range pages {
@@ -216,6 +217,7 @@ func TestBrowserAccessibility(t *testing.T) {
 		{"error", op, "/calls/call_nonexistent"},
 		{"admin", ad, "/admin"},
 		{"deliveries", ad, "/admin/deliveries"},
+		{"MCP review", ad, "/admin/mcp"},
 	}
 	for _, w := range layoutWidths {
 		for _, p := range pages {
