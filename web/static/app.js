@@ -303,15 +303,16 @@
     }
   }
 
-  // A table wider than a phone scrolls inside itself; it can then be
-  // reached and scrolled with the keyboard.
+  // A table wider than a phone scrolls inside itself, and so may the
+  // decision beside a long call; they can then be reached and scrolled
+  // with the keyboard.
   function scrollableTables() {
-    var tables = document.querySelectorAll("main table");
-    for (var i = 0; i < tables.length; i++) {
-      var t = tables[i];
-      if (t.scrollWidth > t.clientWidth + 1) {
+    var boxes = document.querySelectorAll("main table, .call-side");
+    for (var i = 0; i < boxes.length; i++) {
+      var t = boxes[i];
+      if (t.scrollWidth > t.clientWidth + 1 || t.scrollHeight > t.clientHeight + 1) {
         t.setAttribute("tabindex", "0");
-        if (!t.hasAttribute("aria-label")) t.setAttribute("aria-label", "table, scrolls sideways");
+        if (t.tagName === "TABLE" && !t.hasAttribute("aria-label")) t.setAttribute("aria-label", "table, scrolls sideways");
       } else if (t.getAttribute("tabindex") === "0") {
         t.removeAttribute("tabindex");
       }
@@ -358,6 +359,6 @@
       else setConn("closed", "disconnected: reload the page");
     });
     body.addEventListener("htmx:wsError", function () { setConn("reconnecting", "reconnecting…"); });
-    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); presence(); countCards(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); });
   });
 })();
