@@ -203,7 +203,7 @@ lease: 12s
 
 	// The last start: everything committed is delivered, within a lease
 	// and the retries' backoff.
-	s = startServer(t, data, "--notify", cfg)
+	startServer(t, data, "--notify", cfg) // stopped by the test's cleanup
 	deadline = time.Now().Add(60 * time.Second)
 	for len(rx.missing(want)) > 0 {
 		if time.Now().After(deadline) {

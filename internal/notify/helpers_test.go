@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,12 +120,4 @@ func rowsOf(m *outboxtest.Memory, channel string) []notify.Delivery {
 		}
 	}
 	return out
-}
-
-func kinds(ds []notify.Delivery) string {
-	var out []string
-	for _, d := range ds {
-		out = append(out, d.Kind+"@"+d.Channel)
-	}
-	return strings.Join(out, " ")
 }

@@ -200,8 +200,6 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 	return "", nil
 }
 
-var errGone = errors.New("the subscription is gone")
-
 func (p *Push) sendOne(ctx context.Context, sub Subscription, payload []byte, topic string, urgency webpush.Urgency) error {
 	opts := &webpush.Options{
 		HTTPClient:      p.client,

@@ -152,8 +152,10 @@ func checkVAPID(h string, origin string, now time.Time) error {
 	if err != nil || len(sig) != 64 {
 		return errors.New("signature is not 64 bytes")
 	}
-	x, y := new(big.Int).SetBytes(raw[1:33]), new(big.Int).SetBytes(raw[33:])
-	pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: x, Y: y}
+	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
+	if err != nil {
+		return fmt.Errorf("k is not a P-256 point: %v", err)
+	}
 	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if !ecdsa.Verify(pub, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
 		return errors.New("the JWT's signature does not verify with k")

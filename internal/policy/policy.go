@@ -193,9 +193,6 @@ func Compile(reg *tools.Registry, opts ...Option) (*Policy, error) {
 	return p, nil
 }
 
-// Variables rules may use.
-var variables = []string{"tool", "target", "args", "actor", "audience", "now"}
-
 func newEnv() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("tool", cel.StringType),
