@@ -216,7 +216,31 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 		a.At = time.UnixMilli(at).UTC()
 		c.Approvals = append(c.Approvals, a)
 	}
-	return c, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if c.Status == queue.StatusApproved {
+		var r queue.Revocation
+		var at int64
+		err := q.QueryRowContext(ctx, `SELECT call_id, jti, revoked_by, channel, reason, revoked_at FROM grant_revocations WHERE call_id = ?`, c.ID).
+			Scan(&r.CallID, &r.JTI, &r.By, &r.Channel, &r.Reason, &at)
+		switch {
+		case err == nil:
+			r.At = time.UnixMilli(at).UTC()
+			c.Revoked = &r
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("db: revocation of %s: %w", c.ID, err)
+		}
+	}
+	return c, nil
+}
+
+func (t *storeTx) InsertRevocation(r queue.Revocation) error {
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO grant_revocations (call_id, jti, revoked_by, channel, reason, revoked_at)
+		VALUES (?,?,?,?,?,?)`, r.CallID, r.JTI, r.By, r.Channel, r.Reason, ms(r.At)); err != nil {
+		return fmt.Errorf("db: record revocation: %w", err)
+	}
+	return nil
 }
 
 func (t *storeTx) Call(id string) (*queue.Call, error) {

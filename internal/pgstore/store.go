@@ -168,7 +168,33 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 		a.At = time.UnixMilli(at).UTC()
 		c.Approvals = append(c.Approvals, a)
 	}
-	return c, classify(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, classify(err)
+	}
+	rows.Close()
+	if c.Status == queue.StatusApproved {
+		var r queue.Revocation
+		var reason []byte
+		var at int64
+		err := q.QueryRow(ctx, `SELECT call_id, jti, revoked_by, channel, reason, revoked_at FROM grant_revocations WHERE call_id = $1`, c.ID).
+			Scan(&r.CallID, &r.JTI, &r.By, &r.Channel, &reason, &at)
+		switch {
+		case err == nil:
+			r.Reason, r.At = string(reason), time.UnixMilli(at).UTC()
+			c.Revoked = &r
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, classify(fmt.Errorf("pgstore: revocation of %s: %w", c.ID, err))
+		}
+	}
+	return c, nil
+}
+
+func (t *txn) InsertRevocation(r queue.Revocation) error {
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO grant_revocations (call_id, jti, revoked_by, channel, reason, revoked_at)
+		VALUES ($1,$2,$3,$4,$5,$6)`, r.CallID, r.JTI, r.By, r.Channel, []byte(r.Reason), ms(r.At)); err != nil {
+		return fmt.Errorf("pgstore: record revocation: %w", err)
+	}
+	return nil
 }
 
 func (t *txn) Call(id string) (*queue.Call, error) {

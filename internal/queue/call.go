@@ -89,6 +89,34 @@ type Call struct {
 	// Resolution is what a person found out about a call whose outcome is
 	// unknown or lease_expired.
 	Resolution *Resolution
+
+	// Revoked is set when an operator revoked the grant before it was
+	// redeemed: the stored status stays approved, the grant is refused at
+	// redemption, and the call is shown as revoked.
+	Revoked *Revocation
+}
+
+// Revocation is an operator's revocation of an approved call's grant.
+type Revocation struct {
+	CallID  string
+	JTI     string
+	By      string
+	Channel string
+	Reason  string
+	At      time.Time
+}
+
+// StatusRevoked is how a call whose grant was revoked is shown; it is not
+// stored (the call stays approved in the store).
+const StatusRevoked Status = "revoked"
+
+// Shown is the status as agents and people see it: revoked for an approved
+// call whose grant was revoked, else the stored status.
+func (c *Call) Shown() Status {
+	if c.Revoked != nil && c.Status == StatusApproved {
+		return StatusRevoked
+	}
+	return c.Status
 }
 
 // Outcome statuses. The executor reports succeeded, failed or unknown;
@@ -187,6 +215,10 @@ func (c *Call) Clone() *Call {
 		r := *c.Resolution
 		cp.Resolution = &r
 	}
+	if c.Revoked != nil {
+		r := *c.Revoked
+		cp.Revoked = &r
+	}
 	return &cp
 }
 
@@ -218,7 +250,10 @@ var (
 	ErrOperatorRequired = errors.New("queue: an operator name is required")
 	// ErrIntegrity is a stored call whose envelope does not hash to its
 	// digest: the database was edited.
-	ErrIntegrity       = errors.New("queue: the call's stored envelope does not hash to its digest")
+	ErrIntegrity = errors.New("queue: the call's stored envelope does not hash to its digest")
+	// ErrNotApproved is a revocation of a call that is not approved with a
+	// live, unredeemed grant.
+	ErrNotApproved     = errors.New("queue: only an approved call's unredeemed grant can be revoked")
 	ErrNotADecider     = errors.New("queue: not an enabled operator or admin")
 	ErrCommentTooLong  = errors.New("queue: the approval's comment is too long")
 	ErrNotLeaseHolder  = errors.New("queue: the call was redeemed with another token; only that token extends its lease")

@@ -142,7 +142,7 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 				// the ledger row went missing.
 				res.Set(grant.StepStatus, true, "")
 				res.Set(grant.StepNonce, false, grant.ReasonReplayed)
-			case c.Status != StatusApproved:
+			case c.Status != StatusApproved, c.Revoked != nil:
 				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
 			case s.ToolChanged(c):
 				res.Set(grant.StepStatus, false, grant.ReasonToolChanged)

@@ -76,6 +76,9 @@ type Tx interface {
 	// after commit. A notice whose event id and channel are already there
 	// is ignored.
 	Enqueue(ns []Notice) error
+	// InsertRevocation records an operator's revocation of a call's grant;
+	// Call and every read of a call return it as Call.Revoked.
+	InsertRevocation(r Revocation) error
 	// InsertRollback records a rollback accepted on purpose.
 	InsertRollback(r Rollback) error
 	// LastRollback returns when the latest rollback was accepted (zero when

@@ -380,7 +380,7 @@ func redeemMessage(reason string) string {
 func CallView(c *queue.Call) map[string]any {
 	v := map[string]any{
 		"id":         c.ID,
-		"status":     c.Status,
+		"status":     c.Shown(),
 		"actor":      c.Actor,
 		"audience":   c.Audience,
 		"tool":       c.Tool,
@@ -403,9 +403,13 @@ func CallView(c *queue.Call) map[string]any {
 	if comments != nil {
 		v["comments"] = comments
 	}
-	if c.Status == queue.StatusApproved {
+	if c.Shown() == queue.StatusApproved {
 		v["grant"] = c.Grant
 		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if c.Revoked != nil {
+		v["revocation"] = map[string]string{"by": c.Revoked.By, "reason": c.Revoked.Reason,
+			"at": c.Revoked.At.UTC().Format(time.RFC3339Nano)}
 	}
 	if c.Denial != nil {
 		v["decision"] = map[string]string{"by": c.Denial.By, "reason": c.Denial.Reason,

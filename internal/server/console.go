@@ -257,6 +257,7 @@ func (c *console) routes(e *echo.Echo) {
 	post("/account/passkeys/remove", c.removePasskey)
 	post("/calls/:id/approve", c.approve, c.requireDecider)
 	post("/calls/:id/deny", c.deny, c.requireDecider)
+	post("/calls/:id/revoke", c.revoke, c.requireDecider)
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
 	c.routesUnresolved(e, post)
 	post("/admin/users", c.addUser, c.requireAdmin)

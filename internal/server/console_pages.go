@@ -24,6 +24,7 @@ var notices = map[string]string{
 	"denied":   "You denied this call. The agent receives your reason.",
 	"resolved": "You recorded the resolution. The agent sees it on the call.",
 	"cleared":  "The block was cleared; the agent may propose again.",
+	"revoked":  "You revoked the grant. The agent's redemption is refused, and it receives your reason.",
 }
 
 func (c *console) queuePage(ec echo.Context) error {
@@ -131,6 +132,16 @@ func afterDecision(id, notice, q string) string {
 	rest := parseQueueQuery(v).values()
 	rest.Set("notice", notice)
 	return "/calls/" + url.PathEscape(id) + "?" + rest.Encode()
+}
+
+// revoke revokes the grant of an approved call that has not been redeemed.
+func (c *console) revoke(ec echo.Context) error {
+	v, id := viewerOf(ec), ec.Param("id")
+	form := ec.Request().PostForm
+	if _, err := c.q.RevokeGrant(ec.Request().Context(), v.user.Name, audit.ChannelWeb, id, form.Get("reason")); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "revoked", form.Get("q")))
 }
 
 func (c *console) approve(ec echo.Context) error {

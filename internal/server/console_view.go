@@ -173,7 +173,7 @@ func optText(s string) *templates.Text {
 
 func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templates.StatusView {
 	s := templates.StatusView{
-		CallID: call.ID, Status: string(call.Status), Digest: call.Digest,
+		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
 		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(),
@@ -192,10 +192,14 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 	s.Resolution = resolutionShown(call.Resolution)
 	s.Unresolved = call.Unresolved()
 	s.Resolve, _ = c.resolveForm(call, v, "call")
+	if call.Revoked != nil {
+		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(call.Revoked.By), optText(call.Revoked.Reason), call.Revoked.At
+	}
 	if v.user.Role.CanDecide() {
 		s.CanDecide, s.CSRF = true, v.csrf
 		s.OwnCall = v.user.Name == call.Actor
 		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
+		s.CanRevoke = call.Status == queue.StatusApproved && call.Revoked == nil && now.Before(call.GrantExpiresAt)
 	}
 	if call.Status == queue.StatusPending {
 		s.Warned = callDeceptive(call)

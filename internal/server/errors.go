@@ -67,6 +67,8 @@ var sentinels = []struct {
 	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrOperatorRequired, http.StatusBadRequest, "operator_required", "say who is deciding", ""},
 	{queue.ErrNotBlocked, http.StatusNotFound, "not_blocked", "that actor and tool are not blocked", ""},
+	{queue.ErrNotApproved, http.StatusConflict, "not_approved",
+		"only an approved call whose grant has not been redeemed can have its grant revoked", ""},
 	{queue.ErrIntegrity, http.StatusInternalServerError, "integrity",
 		"STOP: the stored record of this call does not match its digest; nothing was approved. The database was edited: an administrator should run console audit verify.", ""},
 	{queue.ErrResolveOwnCall, http.StatusForbidden, "own_call", "you cannot resolve a call proposed under your own name; ask another operator", ""},

@@ -353,6 +353,13 @@ type StatusView struct {
 	Resolve    *ResolveForm
 	// Unresolved is set while the call waits for a person.
 	Unresolved bool
+	// RevokedBy, RevokeReason and RevokedAt are set when an operator
+	// revoked the grant; CanRevoke offers the revoke form (an approved call
+	// whose grant is unredeemed and live, to a viewer who may decide).
+	RevokedBy    *Text
+	RevokeReason *Text
+	RevokedAt    time.Time
+	CanRevoke    bool
 
 	// Rule is the rule that approved or denied the call, "" when people
 	// decide.
