@@ -18,7 +18,7 @@
       (function (btn) {
         setTimeout(function () {
           btn.disabled = false;
-          if (focusWhenArmed === btn) { focusWhenArmed = null; btn.focus(); }
+          settleApprove();
         }, parseInt(btn.getAttribute("data-arm"), 10) || 1000);
       })(b);
     }
@@ -198,14 +198,22 @@
     var link = cur && cur.querySelector('a[href^="/calls/"]');
     if (link) link.click();
   }
-  var focusWhenArmed = null;
+  // a asks for the Approve button; it gets the focus once armed, even if
+  // the socket replaced it in the meantime.
+  var wantApprove = false;
+  function settleApprove() {
+    if (!wantApprove) return;
+    var b = document.querySelector('[data-testid="approve"]');
+    if (b && !b.disabled) { wantApprove = false; b.focus(); }
+  }
   function goApprove() {
     var confirm = document.querySelector('[data-testid="confirm-input"]');
     if (confirm && confirm.value === "") { confirm.focus(); return; }
     var b = document.querySelector('[data-testid="approve"]');
     if (!b) return;
     b.scrollIntoView({ block: "nearest" });
-    if (b.disabled) focusWhenArmed = b; else b.focus();
+    wantApprove = true;
+    settleApprove();
   }
   function goDeny() {
     var r = document.querySelector('[data-testid="deny-reason"]');
