@@ -274,6 +274,10 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if err := f.identity.consoleIdentity(ctx, a.accounts, publicURL, cc); err != nil {
 		return err
 	}
+	// Every goroutine started below is waited for on every way out: the
+	// deferred cancel runs first, then the deferred Wait.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := server.Config{
@@ -298,13 +302,13 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	if f.pprof != "" {
-		if err := servePprof(ctx, f.pprof, a.log); err != nil {
+		if err := servePprof(ctx, &wg, f.pprof, a.log); err != nil {
 			return err
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); a.queue.Run(ctx) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); a.queue.Run(ctx) }() // ends the queue, and its long-polls, with ctx
+	go func() { defer wg.Done(); srv.Run(ctx) }()
 	if gw != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); gw.Run(ctx) }()
@@ -342,7 +346,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 
 // servePprof serves net/http/pprof on its own loopback listener, never on
 // the console's address.
-func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+func servePprof(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.Logger) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--pprof: %w", err)
@@ -359,8 +363,9 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); srv.Close() }()
-	go srv.Serve(ln)
+	wg.Add(2)
+	go func() { defer wg.Done(); <-ctx.Done(); srv.Close() }()
+	go func() { defer wg.Done(); srv.Serve(ln) }()
 	log.Info("profiler listening", slog.String("addr", ln.Addr().String()))
 	return nil
 }

@@ -103,7 +103,9 @@ func (s *Service) kickExpiry() {
 
 // Run expires calls at their deadlines until ctx ends or Shutdown is called.
 // It sleeps until the earliest deadline (or a new submission), with no
-// polling in between.
+// polling in between. When ctx ends it shuts the queue down, releasing
+// every open long-poll with its call's current state: whoever runs the
+// queue owns its end.
 //
 // Run also ends executors' leases when they lapse (see runLeases), on a
 // loop of its own that it waits for before returning.
@@ -134,6 +136,7 @@ func (s *Service) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			s.Shutdown()
 			return
 		case <-s.stopping:
 			t.Stop()

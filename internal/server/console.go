@@ -148,10 +148,11 @@ type console struct {
 	ssoCodec      *securecookie.SecureCookie // signs and encrypts the login-under-way cookie
 	ssoCookieName string
 
-	hub  *hub
-	stop chan struct{}
-	wg   sync.WaitGroup // the hub, the sweeper and every socket goroutine
-	once sync.Once
+	hub   *hub
+	chain *audit.Watcher // the audit chain's background verification
+	stop  chan struct{}
+	wg    sync.WaitGroup // the hub, the sweeper, the chain's verification and every socket goroutine
+	once  sync.Once
 
 	connMu  sync.Mutex // guards closing, so no socket starts after shutdown
 	closing bool
@@ -215,11 +216,22 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 		return nil, err
 	}
 	c.hub = newHub(c)
-	c.wg.Add(2)
-	go func() { defer c.wg.Done(); c.hub.run() }()
-	go func() { defer c.wg.Done(); c.sweepLoop() }()
+	c.chain = audit.NewWatcher(c.trail, c.now, c.log)
 	c.q.Subscribe(c.hub.publish)
 	return c, nil
+}
+
+// run runs the console's background work until ctx ends: the socket hub,
+// the sweep of sessions, and the audit chain's verification (a first run
+// at once, then when the history is looked at). Then it closes every
+// socket, asking pages to reconnect later, and waits for them.
+func (c *console) run(ctx context.Context) {
+	c.wg.Add(3)
+	go func() { defer c.wg.Done(); c.hub.run() }()
+	go func() { defer c.wg.Done(); c.sweepLoop() }()
+	go func() { defer c.wg.Done(); c.chain.Run(ctx) }()
+	<-ctx.Done()
+	c.shutdown()
 }
 
 func (c *console) routes(e *echo.Echo) {

@@ -122,16 +122,19 @@ func newConsoleEnvWith(tb testing.TB, server func(*Config), adjust ...func(*Cons
 	}
 	srv.console.dummyHash = cheapHash(tb, "no such account")
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done, ran := make(chan error, 1), make(chan struct{})
+	go func() { defer close(ran); srv.Run(ctx) }()
 	go func() { done <- srv.Serve(ctx, ln) }()
 	var once sync.Once
 	env := &consoleEnv{t: tb, clock: clock, db: d, q: q, srv: srv, c: srv.console, url: "http://" + ln.Addr().String()}
 	env.stop = func() {
 		once.Do(func() {
 			cancel()
+			q.Shutdown() // the harness owns the queue: open long-polls end
 			if err := <-done; err != nil {
 				tb.Errorf("Serve: %v", err)
 			}
+			<-ran
 			d.Close()
 		})
 	}

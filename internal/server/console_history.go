@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -50,12 +49,12 @@ var (
 // historyPages serves the history. It is built by routesHistory.
 type historyPages struct {
 	c       *console
-	chain   *chainVerifier
+	chain   *audit.Watcher
 	exports chan struct{} // one token per export streaming
 }
 
 func newHistoryPages(c *console) *historyPages {
-	return &historyPages{c: c, chain: newChainVerifier(c.trail, c.now, c.log), exports: make(chan struct{}, maxExports)}
+	return &historyPages{c: c, chain: c.chain, exports: make(chan struct{}, maxExports)}
 }
 
 // routesHistory serves the history under auth, a group at /history whose
@@ -66,19 +65,8 @@ func newHistoryPages(c *console) *historyPages {
 //	GET /history/export/calls.jsonl  the calls matching the filter, streamed
 //	GET /history/export/calls.csv
 //	GET /history/export/audit.jsonl  the audit trail (within since/until), verifiable offline
-//
-// It also starts the background verification of the audit chain (a first
-// run at once, then when the history is looked at), which stops with the
-// console.
 func (c *console) routesHistory(auth *echo.Group) {
 	h := newHistoryPages(c)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		h.chain.run(c.stop)
-	}()
-	// The first result is ready by the time someone opens the history.
-	h.chain.request(c.now())
 	auth.GET("", h.list)
 	auth.GET("/calls/:id", h.timeline)
 	auth.GET("/export/calls.jsonl", h.exportCalls("jsonl"))
@@ -216,11 +204,11 @@ func withQuery(path string, v url.Values) string {
 func (h *historyPages) list(ec echo.Context) error {
 	ctx := ec.Request().Context()
 	now := h.c.now()
-	h.chain.request(now)
+	h.chain.Request(now)
 	hq, perr := parseHistoryQuery(ec.QueryParams())
 	hv := templates.HistoryView{
 		Page: h.c.page(viewerOf(ec), "History", "history", "", now), Form: hq.form,
-		Statuses: historyStatuses, Channels: historyChannels, Outcomes: queue.OutcomeFilters, Chain: h.chain.status(),
+		Statuses: historyStatuses, Channels: historyChannels, Outcomes: queue.OutcomeFilters, Chain: chainView(h.chain.Status()),
 	}
 	if head, _, err := h.c.trail.AuditHead(ctx); err == nil {
 		hv.Chain.Head = head
@@ -336,7 +324,7 @@ func (h *historyPages) timeline(ec echo.Context) error {
 	for _, e := range entries {
 		tv.Entries = append(tv.Entries, timelineEntry(e, call))
 	}
-	tv.Lifecycle = lifecycle(entries, call, now, h.chain.status())
+	tv.Lifecycle = lifecycle(entries, call, now, chainView(h.chain.Status()))
 	return h.c.render(ec, http.StatusOK, templates.TimelinePage(tv))
 }
 
@@ -614,147 +602,8 @@ func (a *attachment) finish(err error, log *slog.Logger) error {
 	panic(http.ErrAbortHandler)
 }
 
-// chainStore is what the chain verification reads.
-type chainStore interface {
-	VerifyChain(ctx context.Context) (audit.VerifyResult, error)
-	AuditHead(ctx context.Context) (int64, string, error)
-	LatestCheckpoint(ctx context.Context) (audit.Checkpoint, error)
-}
-
-// Verification cadence. Verifying reads the whole trail (about 40 s for
-// four million entries), so it runs in the background: once at start,
-// then only when the history is looked at, and never more often than every
-// minVerifyGap or ten times its own duration, whichever is longer, which
-// keeps it under a tenth of one core. It runs again when the trail or its
-// checkpoints have moved, and every maxVerifyAge in any case, since an
-// entry altered in place moves neither.
-const (
-	minVerifyGap = 5 * time.Second
-	maxVerifyAge = time.Hour
-)
-
-// chainVerifier keeps the newest result of verifying the audit chain.
-type chainVerifier struct {
-	store chainStore
-	now   func() time.Time
-	log   *slog.Logger
-	kick  chan struct{}
-
-	mu      sync.Mutex
-	last    templates.ChainStatus
-	head    int64 // the trail's head when last verified
-	cpSeq   int64 // the newest checkpoint when last verified
-	running bool
-}
-
-func newChainVerifier(store chainStore, now func() time.Time, log *slog.Logger) *chainVerifier {
-	return &chainVerifier{store: store, now: now, log: log, kick: make(chan struct{}, 1),
-		last: templates.ChainStatus{State: "pending"}}
-}
-
-// status returns the newest result.
-func (v *chainVerifier) status() templates.ChainStatus {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := v.last
-	s.Running = v.running
-	return s
-}
-
-// gap is how long a result stands before another run may start.
-func (v *chainVerifier) gap() time.Duration { return max(minVerifyGap, 10*v.last.Took) }
-
-// request asks for a verification if the newest result may be renewed.
-// It never waits.
-func (v *chainVerifier) request(now time.Time) {
-	v.mu.Lock()
-	ready := !v.running && (v.last.At.IsZero() || now.Sub(v.last.At) >= v.gap())
-	v.mu.Unlock()
-	if !ready {
-		return
-	}
-	select {
-	case v.kick <- struct{}{}:
-	default:
-	}
-}
-
-// run verifies when asked and due, until stop is closed.
-func (v *chainVerifier) run(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-v.kick:
-		}
-		v.verifyIfDue(ctx)
-	}
-}
-
-// verifyIfDue verifies the chain unless the newest result still stands:
-// too recent, or nothing has moved and it is younger than maxVerifyAge.
-func (v *chainVerifier) verifyIfDue(ctx context.Context) {
-	head, _, err := v.store.AuditHead(ctx)
-	if err != nil && ctx.Err() != nil {
-		return
-	}
-	cpSeq := int64(0)
-	if cp, cerr := v.store.LatestCheckpoint(ctx); cerr == nil {
-		cpSeq = cp.Seq
-	}
-	now := v.now()
-	v.mu.Lock()
-	due := v.last.At.IsZero() || v.last.State == "error" || err != nil ||
-		(now.Sub(v.last.At) >= v.gap() && (head != v.head || cpSeq != v.cpSeq || now.Sub(v.last.At) >= maxVerifyAge))
-	if due {
-		v.running = true
-	}
-	v.mu.Unlock()
-	if due {
-		v.verify(ctx, head, cpSeq)
-	}
-}
-
-func (v *chainVerifier) verify(ctx context.Context, head, cpSeq int64) {
-	start := time.Now()
-	res, err := v.store.VerifyChain(ctx)
-	took := time.Since(start)
-	if ctx.Err() != nil {
-		v.mu.Lock()
-		v.running = false
-		v.mu.Unlock()
-		return
-	}
-	st := templates.ChainStatus{At: v.now(), Took: took}
-	switch {
-	case err != nil:
-		st.State, st.Reason = "error", "the database could not be read"
-		v.log.Error("audit chain verification could not read the database", slog.Any("error", err))
-	case res.OK:
-		st.State, st.Count, st.CheckpointSeq, st.Checkpoints = "verified", res.Count, res.CheckpointSeq, res.Checkpoints
-	default:
-		st.State, st.Count = "broken", res.Count
-		var be *audit.BreakError
-		if errors.As(res.Err, &be) {
-			st.BadSeq, st.Reason = be.Seq, be.Reason
-		} else {
-			st.Reason = strings.TrimPrefix(res.Err.Error(), "audit: ")
-		}
-	}
-	v.mu.Lock()
-	prev := v.last.State
-	v.last, v.head, v.cpSeq, v.running = st, head, cpSeq, false
-	v.mu.Unlock()
-	if st.State == "broken" && prev != "broken" {
-		v.log.Error("the audit chain does not verify", slog.Int64("first_bad_entry", st.BadSeq), slog.String("reason", st.Reason))
-	}
+// chainView is the chain's status as the history page shows it.
+func chainView(s audit.ChainStatus) templates.ChainStatus {
+	return templates.ChainStatus{State: s.State, Count: s.Count, CheckpointSeq: s.CheckpointSeq, Checkpoints: s.Checkpoints,
+		BadSeq: s.BadSeq, Reason: s.Reason, At: s.At, Took: s.Took, Running: s.Running}
 }

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -939,53 +938,6 @@ func (w *cancelAfterWrites) Write(p []byte) (int, error) {
 	return w.exportRecorder.Write(p)
 }
 
-// fakeChainStore is a chainStore whose verification the test controls.
-type fakeChainStore struct {
-	mu      sync.Mutex
-	head    int64
-	cp      int64
-	result  audit.VerifyResult
-	err     error
-	gate    chan struct{} // when set, VerifyChain waits for it
-	started chan struct{}
-	runs    atomic.Int32
-}
-
-func (f *fakeChainStore) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
-	f.runs.Add(1)
-	f.mu.Lock()
-	gate, started := f.gate, f.started
-	f.mu.Unlock()
-	if started != nil {
-		started <- struct{}{}
-	}
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return audit.VerifyResult{}, ctx.Err()
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.result, f.err
-}
-
-func (f *fakeChainStore) AuditHead(context.Context) (int64, string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.head, "", nil
-}
-
-func (f *fakeChainStore) LatestCheckpoint(context.Context) (audit.Checkpoint, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.cp == 0 {
-		return audit.Checkpoint{}, audit.ErrNoCheckpoint
-	}
-	return audit.Checkpoint{Seq: f.cp}, nil
-}
-
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -994,110 +946,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// The chain's verification never holds up a page: it runs in the
-// background, when due, at most every minVerifyGap (or ten times its
-// duration), and again when the trail or its checkpoints move or the
-// result is maxVerifyAge old.
-func TestChainVerifierCadence(t *testing.T) {
-	clock := newConsoleClock()
-	f := &fakeChainStore{head: 10, gate: make(chan struct{}), started: make(chan struct{}, 10),
-		result: audit.VerifyResult{OK: true, Count: 10}}
-	v := newChainVerifier(f, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); v.run(stop) }()
-	defer func() { close(stop); <-done }()
-
-	if s := v.status(); s.State != "pending" {
-		t.Fatalf("before any run: %+v", s)
-	}
-	v.request(clock.Now())
-	<-f.started
-	// The verification is blocked; the status answers at once.
-	if s := v.status(); s.State != "pending" || !s.Running {
-		t.Errorf("while running: %+v, want pending and running", s)
-	}
-	close(f.gate)
-	waitUntil(t, "the first result", func() bool { return v.status().State == "verified" })
-	if s := v.status(); s.Count != 10 || s.Running || !s.At.Equal(clock.Now()) {
-		t.Errorf("after the run: %+v", s)
-	}
-	f.mu.Lock()
-	f.gate = nil
-	f.mu.Unlock()
-
-	runs := func() int32 { return f.runs.Load() }
-	settle := func() {
-		// request never blocks; give the loop a moment to act on a kick.
-		time.Sleep(30 * time.Millisecond)
-		waitUntil(t, "the loop to settle", func() bool { return !v.status().Running })
-	}
-	// Too soon: nothing runs even though the head moved.
-	f.mu.Lock()
-	f.head = 11
-	f.mu.Unlock()
-	clock.Advance(minVerifyGap / 2)
-	v.request(clock.Now())
-	settle()
-	if runs() != 1 {
-		t.Errorf("%d runs within the gap, want 1", runs())
-	}
-	// Past the gap and the head moved: it runs.
-	clock.Advance(minVerifyGap)
-	v.request(clock.Now())
-	<-f.started
-	settle()
-	if runs() != 2 {
-		t.Errorf("%d runs after the head moved, want 2", runs())
-	}
-	// Past the gap but nothing moved: it does not run.
-	clock.Advance(2 * minVerifyGap)
-	v.request(clock.Now())
-	settle()
-	if runs() != 2 {
-		t.Errorf("%d runs with nothing moved, want 2", runs())
-	}
-	// A new checkpoint moves it.
-	f.mu.Lock()
-	f.cp = 11
-	f.mu.Unlock()
-	v.request(clock.Now())
-	<-f.started
-	settle()
-	// Nothing moved, but the result is old: an entry may have been
-	// altered in place.
-	clock.Advance(maxVerifyAge)
-	f.mu.Lock()
-	f.result = audit.VerifyResult{OK: false, Count: 4, Err: &audit.BreakError{Seq: 5, Reason: "hash does not match"}}
-	f.mu.Unlock()
-	v.request(clock.Now())
-	<-f.started
-	waitUntil(t, "the broken result", func() bool { return v.status().State == "broken" })
-	if s := v.status(); s.BadSeq != 5 || s.Reason != "hash does not match" || runs() != 4 {
-		t.Errorf("after tampering: %+v, %d runs", s, runs())
-	}
-	// A slow verification spaces the next one out to ten times its length.
-	v.mu.Lock()
-	v.last.Took = 10 * time.Minute
-	v.mu.Unlock()
-	f.mu.Lock()
-	f.head = 12
-	f.mu.Unlock()
-	clock.Advance(30 * time.Minute)
-	v.request(clock.Now())
-	settle()
-	if runs() != 4 {
-		t.Errorf("%d runs 30 min after a 10 min verification, want 4", runs())
-	}
-	clock.Advance(71 * time.Minute)
-	v.request(clock.Now())
-	<-f.started
-	settle()
-	if runs() != 5 {
-		t.Errorf("%d runs 101 min after a 10 min verification, want 5", runs())
 	}
 }
 
@@ -1147,7 +995,7 @@ func TestHistoryChainStatus(t *testing.T) {
 	if err := e.db.SQL().QueryRow(`SELECT MIN(seq) FROM audit WHERE kind = 'denied'`).Scan(&bad); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(maxVerifyAge + time.Minute)
+	e.clock.Advance(audit.MaxVerifyAge + time.Minute)
 	waitUntil(t, "the alteration to be found", func() bool { st, detail = state(); return st == "broken" })
 	if want := fmt.Sprintf("first bad entry %d:", bad); !strings.HasPrefix(detail, want) {
 		t.Errorf("chain detail %q, want it to start with %q", detail, want)
@@ -1353,16 +1201,19 @@ func openConsoleEnvAt(tb testing.TB, path string) *consoleEnv {
 	}
 	srv.console.dummyHash = cheapHash(tb, "no such account")
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done, ran := make(chan error, 1), make(chan struct{})
+	go func() { defer close(ran); srv.Run(ctx) }()
 	go func() { done <- srv.Serve(ctx, ln) }()
 	env := &consoleEnv{t: tb, clock: clock, db: d, q: q, srv: srv, c: srv.console, url: "http://" + ln.Addr().String()}
 	var once sync.Once
 	env.stop = func() {
 		once.Do(func() {
 			cancel()
+			q.Shutdown()
 			if err := <-done; err != nil {
 				tb.Errorf("Serve: %v", err)
 			}
+			<-ran
 			d.Close()
 		})
 	}

@@ -309,6 +309,7 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
+		q.Shutdown()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}

@@ -193,10 +193,23 @@ func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }
 // Handler returns the server's http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve serves on ln until ctx ends, then drains: open long-polls are
-// answered with the call's current state, in-flight requests finish, and
-// Serve returns once the listener is closed and requests are done (or after
-// drainTimeout).
+// Run runs the server's background work until ctx ends: the console's
+// WebSocket hub, the sweep of ended sessions and the audit chain's
+// verification. When ctx ends it closes every socket (pages reconnect
+// later) and returns once their goroutines are done. Its owner starts it
+// beside Serve; nothing else starts a goroutine of the server's.
+func (s *Server) Run(ctx context.Context) {
+	if s.console == nil {
+		<-ctx.Done()
+		return
+	}
+	s.console.run(ctx)
+}
+
+// Serve serves on ln until ctx ends, then drains: in-flight requests
+// finish, and Serve returns once the listener is closed and requests are
+// done (or after 20 s). Open long-polls end when their queue is shut down
+// by its owner (queue.Service.Run ends with its context).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.echo,
@@ -216,10 +229,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down: draining requests")
-	s.cfg.Queue.Shutdown()
-	if s.console != nil {
-		s.console.shutdown()
-	}
 	dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(dctx); err != nil {
