@@ -351,14 +351,21 @@ func TestWaitAcrossLongPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := counter.requests.Load()
+	start := time.Now()
 	waited := waitAsync(ctx, c, call.ID)
-	time.Sleep(700 * time.Millisecond) // several polls end with the call still pending
-	polls := counter.requests.Load() - before
-	if polls < 3 {
-		t.Errorf("%d polls in 700ms with a 150ms poll wait, want at least 3", polls)
+	// Several polls end with the call still pending: wait for the third to
+	// start, however slow the machine.
+	for deadline := start.Add(30 * time.Second); counter.requests.Load()-before < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls in 30s with a 150ms poll wait, want at least 3", counter.requests.Load()-before)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if polls > 8 {
-		t.Errorf("%d polls in 700ms with a 150ms poll wait, want at most 8 (no spinning)", polls)
+	// The third poll starts only after two have each waited out their
+	// 150 ms: a client that spins gets there sooner. (A slow machine only
+	// makes this later, never sooner.)
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Errorf("3 polls started within %v with a 150ms poll wait: the client does not wait between polls", el)
 	}
 	select {
 	case r := <-waited:

@@ -86,11 +86,17 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	defer a.Close()
 	logins, err := demoUsers(ctx, a.accounts)
 	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C while starting: a clean stop
+		}
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
 	tokens, err := demoTokens(ctx, a.accounts)
 	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C while starting: a clean stop
+		}
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
@@ -102,6 +108,9 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	}
 	f.mcp.dial = demoUpstreams()
 	if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C while starting: a clean stop
+		}
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}

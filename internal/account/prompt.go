@@ -30,17 +30,10 @@ func ReadPasswordLine(r io.Reader) (string, error) {
 // off, and returns it when both entries match.
 func PromptNewPassword(tty *os.File, prompt io.Writer, name string) (string, error) {
 	var first, second string
-	in := bufio.NewReader(tty)
 	read := func(label string, into *string) error {
 		fmt.Fprint(prompt, label)
-		err := withoutEcho(tty, func() error {
-			line, err := in.ReadString('\n')
-			*into = strings.TrimRight(line, "\r\n")
-			if errors.Is(err, io.EOF) && line != "" {
-				return nil
-			}
-			return err
-		})
+		line, err := readHidden(tty)
+		*into = line
 		fmt.Fprintln(prompt)
 		return err
 	}

@@ -274,6 +274,10 @@ func (d *DB) checkIdentity(ctx context.Context, tx *sql.Tx) error {
 	}
 	var id string
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up; that says nothing about the file.
+			return fmt.Errorf("db: check identity: %w", ctx.Err())
+		}
 		return fmt.Errorf("%w: %v", ErrReplaced, err)
 	}
 	if id != d.identity {

@@ -6,7 +6,6 @@ package queue
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -361,13 +360,4 @@ func NewCallID() string {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
 	return "call_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
-}
-
-// NewJTI returns 128 random bits in hex.
-func NewJTI() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b[:])
 }

@@ -869,7 +869,7 @@ func (s *Service) mint(tx Tx, c *Call, now time.Time) error {
 		ttl = grant.MaxTTL
 	}
 	claims := grant.Claims{
-		Subject: c.Actor, Audience: c.Audience, JTI: NewJTI(),
+		Subject: c.Actor, Audience: c.Audience, JTI: grant.NewJTI(),
 		IssuedAt: now.Unix(), ExpiresAt: now.Unix() + int64(ttl/time.Second),
 		CallID: c.ID, Tool: c.Tool, Target: c.Target, Digest: c.Digest,
 	}

@@ -182,8 +182,10 @@ func (h *hub) drop(cl *client, code int, text string) {
 func (h *hub) deliver(cl *client, msg []byte) {
 	select {
 	case cl.send <- msg:
+		h.c.s.metrics.pushes.WithLabelValues("sent").Inc()
 	default:
 		h.c.log.Info("console: dropping a socket that does not keep up", slog.String("user", cl.viewer.user.Name))
+		h.c.s.metrics.pushes.WithLabelValues("dropped").Inc()
 		h.drop(cl, websocket.CloseTryAgainLater, "too slow; reconnect")
 	}
 }

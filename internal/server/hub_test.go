@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/countersign/countersign/internal/account"
@@ -310,6 +312,13 @@ func TestWSSlowClientDropped(t *testing.T) {
 		return true
 	})
 	t.Logf("dropped the socket that never reads after %d changes", sent-3)
+	// The metric counts every message queued for a socket, and the drop.
+	if n := testutil.ToFloat64(e.srv.metrics.pushes.WithLabelValues("dropped")); n != 1 {
+		t.Errorf("countersign_live_pushes_total{result=dropped} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(e.srv.metrics.pushes.WithLabelValues("sent")); n < float64(fast*sent) {
+		t.Errorf("countersign_live_pushes_total{result=sent} = %v, want at least %d", n, fast*sent)
+	}
 	// The dropped socket ends: its page would reconnect and resync.
 	slow.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
