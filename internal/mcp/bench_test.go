@@ -13,13 +13,13 @@ import (
 )
 
 // The added latency of the gateway for a call that is approved at once,
-// against calling the upstream directly, in the same run: both go through
-// the SDK's in-memory transports to the example upstream's add tool. The
-// approval is made on the submitted event by an operator in this process
-// (one more write transaction than a rule's approval inside the
-// submission's), so the figure is an upper bound for a tool a rule
-// approves; the gateway's own work (strict parse, submit, wait, redeem with
-// re-validation, forward, outcome) and SQLite's commits are all in it.
+// against calling the upstream directly, in the same run: all go through
+// the SDK's in-memory transports to the example upstream's add tool.
+// Approved by a rule inside the submission's transaction, and for
+// comparison by an operator in this process as soon as the submission
+// commits (one write transaction more). The gateway's own work (strict
+// parse, submit, rules, wait, redeem with re-validation, forward, outcome)
+// and SQLite's commits are all in it.
 //
 //	go test -run '^$' -bench 'Upstream|Gateway' -benchtime 2000x ./internal/mcp/
 
@@ -44,7 +44,20 @@ func BenchmarkUpstreamDirect(b *testing.B) {
 	}
 }
 
-func BenchmarkGatewayApprovedAtOnce(b *testing.B) {
+func BenchmarkGatewayApprovedByRule(b *testing.B) {
+	e := newEnv(b, envOptions{trust: true, tools: rulesTools})
+	ctx := context.Background()
+	cs := e.client(nil, "2025-11-25")
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "add", Arguments: json.RawMessage(`{"a":` + strconv.Itoa(i%50) + `,"b":1}`)})
+		if err != nil || res.IsError {
+			b.Fatalf("add: %v %+v", err, res)
+		}
+	}
+}
+
+func BenchmarkGatewayApprovedByAPerson(b *testing.B) {
 	e := newEnv(b, envOptions{trust: true})
 	ctx := context.Background()
 	e.q.Subscribe(func(ev queue.Event) {

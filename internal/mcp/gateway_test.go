@@ -25,6 +25,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
@@ -65,6 +66,7 @@ type env struct {
 	clock   *clock
 	db      *db.DB
 	reg     *tools.Registry
+	pol     *policy.Policy
 	q       *queue.Service
 	cat     *catalog.Catalog
 	gw      *mcp.Gateway
@@ -78,6 +80,9 @@ type env struct {
 }
 
 type envOptions struct {
+	// tools replaces gatewayTools; its rules are compiled (policy.Compile)
+	// and decide calls.
+	tools string
 	trust bool
 	hold  time.Duration
 	path  string // reuse a database file
@@ -111,11 +116,20 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.reg, err = tools.Parse([]byte(gatewayTools)); err != nil {
+	src := gatewayTools
+	if o.tools != "" {
+		src = o.tools
+	}
+	if e.reg, err = tools.Parse([]byte(src)); err != nil {
 		t.Fatal(err)
 	}
+	pol, err := policy.Compile(e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pol = pol
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.q = queue.NewService(queue.Config{Store: d.Store(), Tools: e.reg, Signer: keys, Now: e.clock.Now, Logger: log})
+	e.q = queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Now: e.clock.Now, Logger: log})
 	e.q.Subscribe(func(ev queue.Event) {
 		select {
 		case e.events <- ev:
@@ -703,5 +717,57 @@ func TestConcurrentIdenticalCallsRunOnce(t *testing.T) {
 	}
 	if ran != 1 || already != n-1 || e.calls.Load() != 1 {
 		t.Fatalf("%d ran, %d told it already ran, upstream ran %d; want 1, %d, 1", ran, already, e.calls.Load(), n-1)
+	}
+}
+
+// rulesTools gives the mirrored add a rule that approves small sums, and
+// echo a rule that names an argument its schema does not have.
+const rulesTools = `mcp:
+  demo:
+    command: [mcp-demo]
+    tools:
+      add:
+        auto_approve: allowed
+        rules:
+          - {id: small-sums, when: "args.a < 100 && args.b < 100", then: approve}
+      echo:
+        auto_approve: allowed
+        rules:
+          - {id: broken, when: "args.nothing == 1", then: approve}
+`
+
+func TestRulesDecideMirroredTools(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: rulesTools})
+	cs := e.client(nil, "")
+	// Approved by the rule inside the submission: it runs at once.
+	res := callRaw(t, cs, "add", `{"a":2,"b":3}`)
+	if res.IsError || text(res) != "5" {
+		t.Fatalf("a small sum: %s %v", text(res), res.StructuredContent)
+	}
+	c := e.lastCall()
+	if c.DecidedByRule() != "small-sums" || c.Status != queue.StatusRedeemed || c.Outcome == nil || c.Outcome.Status != "succeeded" {
+		t.Fatalf("the call: rule %q, status %s, outcome %+v", c.DecidedByRule(), c.Status, c.Outcome)
+	}
+	// Anything else goes to people.
+	if st := status(t, callRaw(t, cs, "add", `{"a":200,"b":3}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("a large sum: %v", st)
+	}
+	// A rule that does not fit the upstream's schema decides nothing: the
+	// call goes to people, and the failure is counted.
+	before := e.pol.EvalErrors()
+	if st := status(t, callRaw(t, cs, "echo", `{"n":1}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("echo under a broken rule: %v", st)
+	}
+	if e.pol.EvalErrors() != before+1 {
+		t.Fatalf("EvalErrors %d, want %d", e.pol.EvalErrors(), before+1)
+	}
+	if e.calls.Load() != 1 {
+		t.Fatalf("the upstream ran %d calls, want 1", e.calls.Load())
+	}
+	// The rules are part of the pinned definition.
+	for _, en := range e.cat.Entries("demo") {
+		if en.Pin.Tool == "add" && !strings.Contains(string(en.Definition), `"small-sums"`) {
+			t.Fatalf("add's pinned definition has no rules: %s", en.Definition)
+		}
 	}
 }

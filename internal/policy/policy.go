@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	// Rules name time zones (now.getHours("Europe/Berlin")); the zone data
@@ -60,6 +61,13 @@ func WithCostLimit(n uint64) Option { return func(o *options) { o.costLimit = n 
 type Policy struct {
 	reg   *tools.Registry
 	tools map[string]*toolRules
+
+	// The rules of tools mirrored from MCP servers are compiled when a
+	// tool is first decided on, against the schema its server listed:
+	// by definition digest, a *toolRules or the error.
+	env      *cel.Env
+	opts     options
+	mirrored sync.Map
 
 	evalErrors atomic.Uint64
 }
@@ -173,7 +181,7 @@ func Compile(reg *tools.Registry, opts ...Option) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: CEL environment: %w", err)
 	}
-	p := &Policy{reg: reg, tools: map[string]*toolRules{}}
+	p := &Policy{reg: reg, tools: map[string]*toolRules{}, env: env, opts: o}
 	var problems []tools.LintProblem
 	for _, t := range reg.Tools() {
 		tr := &toolRules{tool: t}
@@ -281,6 +289,15 @@ var ErrToolNotCompiled = errors.New("policy: the tool's rules were compiled for 
 func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 	d := Decision{Action: Ask, Approvals: t.Approvals}
 	tr, ok := p.tools[t.Name]
+	if !ok && t.Mirror != nil && len(t.Rules) > 0 {
+		var err error
+		if tr, err = p.mirroredRules(t); err != nil {
+			d.Err = err
+			p.evalErrors.Add(1)
+			return d
+		}
+		ok = true
+	}
 	if !ok || len(tr.rules) == 0 {
 		return d
 	}
@@ -332,6 +349,34 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 		return d
 	}
 	return d
+}
+
+// mirroredRules compiles the rules a tools file gives a mirrored tool, once
+// per definition. A rule that does not compile against the upstream's
+// schema makes every call of the tool go to people (the error says why).
+func (p *Policy) mirroredRules(t *tools.Tool) (*toolRules, error) {
+	if v, ok := p.mirrored.Load(t.DefinitionDigest); ok {
+		if err, isErr := v.(error); isErr {
+			return nil, err
+		}
+		return v.(*toolRules), nil
+	}
+	tr := &toolRules{tool: t}
+	var problems []tools.LintProblem
+	for _, spec := range t.Rules {
+		r, ps := compileRule(p.env, t, spec, p.opts)
+		problems = append(problems, ps...)
+		if r != nil {
+			tr.rules = append(tr.rules, r)
+		}
+	}
+	if len(problems) > 0 {
+		err := fmt.Errorf("policy: the rules of %s do not fit its schema: %w", t.Name, &tools.LintError{Problems: problems})
+		p.mirrored.Store(t.DefinitionDigest, err)
+		return nil, err
+	}
+	p.mirrored.Store(t.DefinitionDigest, tr)
+	return tr, nil
 }
 
 func maxAsk(rules []*Rule, floor int) int {

@@ -52,6 +52,11 @@ type MCPOverride struct {
 	DecideWithin  time.Duration
 	OutcomeWithin time.Duration
 	Target        string
+	// AutoApprove and Rules are the tool's rules, as a declared tool's
+	// (docs/policy.md); they are compiled against the upstream's schema
+	// when the tool is first decided on.
+	AutoApprove bool
+	Rules       []RuleSpec
 }
 
 // Upstreams returns the MCP servers of the tools file, in file order.
@@ -62,7 +67,7 @@ func (r *Registry) Upstreams() []Upstream {
 var (
 	upstreamFields = []string{"command", "env", "dir", "url", "headers", "tools"}
 	headerFields   = []string{"env", "file", "prefix"}
-	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target"}
+	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target", "auto_approve", "rules"}
 )
 
 // mcpSection reads the mcp: mapping from upstream name to upstream.
@@ -229,6 +234,18 @@ func (l *linter) override(n *yaml.Node, path string) MCPOverride {
 				}
 				o.Target = s
 			}
+		case "auto_approve":
+			if s, ok := l.str(f.val, "", p); ok {
+				switch s {
+				case AutoApproveAllowed:
+					o.AutoApprove = true
+				case AutoApproveNever:
+				default:
+					l.add(f.val, "", p, "must be %s or %s, not %s", AutoApproveAllowed, AutoApproveNever, displayName(s))
+				}
+			}
+		case "rules":
+			o.Rules = l.rules(f.val, path)
 		default:
 			l.add(f.keyNode, "", path, "unknown field %s (fields: %s)", displayName(f.key), strings.Join(overrideFields, ", "))
 		}

@@ -172,6 +172,7 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 	if o.OutcomeWithin > 0 {
 		t.OutcomeWithin = o.OutcomeWithin
 	}
+	t.AutoApprove, t.Rules = o.AutoApprove, o.Rules
 	target := o.Target
 	if target == "" {
 		target = "mcp:" + spec.Server
@@ -201,15 +202,25 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 		return nil, q
 	}
 	m.Annotations, _ = canonical.Encode(annotations) // read by the same parser: it encodes
-	overrides := canonical.Object{
-		{Name: "approvals", Value: int64(t.Approvals)},
-		{Name: "decide_within_s", Value: int64(t.DecideWithin / time.Second)},
-		{Name: "grant_ttl_s", Value: int64(t.GrantTTL / time.Second)},
+	overrides := canonical.Object{{Name: "approvals", Value: int64(t.Approvals)}}
+	// Named only when set, so that definitions pinned before these fields
+	// existed keep their digests. Members in RFC 8785 order.
+	if o.AutoApprove {
+		overrides = append(overrides, canonical.Member{Name: "auto_approve", Value: true})
 	}
-	// Named only when set, so that definitions pinned before the field
-	// existed keep their digests.
+	overrides = append(overrides,
+		canonical.Member{Name: "decide_within_s", Value: int64(t.DecideWithin / time.Second)},
+		canonical.Member{Name: "grant_ttl_s", Value: int64(t.GrantTTL / time.Second)})
 	if t.OutcomeWithin != DefaultOutcomeWithin {
 		overrides = append(overrides, canonical.Member{Name: "outcome_within_s", Value: int64(t.OutcomeWithin / time.Second)})
+	}
+	if len(o.Rules) > 0 {
+		rules := make([]any, len(o.Rules))
+		for i, r := range o.Rules {
+			rules[i] = canonical.Object{{Name: "approvals", Value: int64(r.Approvals)}, {Name: "id", Value: r.ID},
+				{Name: "reason", Value: r.Reason}, {Name: "then", Value: r.Then}, {Name: "when", Value: r.When}}
+		}
+		overrides = append(overrides, canonical.Member{Name: "rules", Value: rules})
 	}
 	overrides = append(overrides, canonical.Member{Name: "target", Value: target})
 	definition, err := canonical.Encode(canonical.Object{
