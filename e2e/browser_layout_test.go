@@ -54,7 +54,7 @@ const layoutProblemsJS = `(() => {
 			}
 		}
 	};
-	document.querySelectorAll("th, .status-pill, button, nav a, header.top *, .badge, .short-id, td time").forEach(words);
+	document.querySelectorAll("th, .status-pill, button, nav a, header.top *, .badge, .short-id, td time, td.mono:not(.target)").forEach(words);
 	document.querySelectorAll("table").forEach(t => {
 		const box = t.getBoundingClientRect();
 		if (box.right > de.clientWidth + 1 && !t.closest(".scroll-x")) out.push("a table reaches " + Math.round(box.right) + " px");
