@@ -130,8 +130,7 @@ func dec(tb testing.TB, s string) []byte {
 // signRaw signs any header and payload bytes with priv, the way a forger
 // holding the key (or a test) would.
 func signRaw(header, payload string, priv ed25519.PrivateKey) string {
-	input := enc([]byte(header)) + "." + enc([]byte(payload))
-	return input + "." + enc(ed25519.Sign(priv, []byte(input)))
+	return signCompact([]byte(header), []byte(payload), priv)
 }
 
 // ourHeader is the header a grant of kid carries.

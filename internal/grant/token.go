@@ -109,7 +109,14 @@ func headerFor(kid string) []byte {
 
 // sign returns the compact JWS of payload under the grant header.
 func sign(kid string, priv ed25519.PrivateKey, payload []byte) string {
-	input := b64.EncodeToString(headerFor(kid)) + "." + b64.EncodeToString(payload)
+	return signCompact(headerFor(kid), payload, priv)
+}
+
+// signCompact is the one JWS signing path (RFC 7515 compact
+// serialization, EdDSA): grants are signed here, and the tests that forge
+// tokens with other headers sign through it too.
+func signCompact(header, payload []byte, priv ed25519.PrivateKey) string {
+	input := b64.EncodeToString(header) + "." + b64.EncodeToString(payload)
 	sig := ed25519.Sign(priv, []byte(input))
 	return input + "." + b64.EncodeToString(sig)
 }
