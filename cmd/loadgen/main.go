@@ -18,6 +18,9 @@
 //	console serve --data /tmp/cs --tools examples/tools.yaml &
 //	go run ./cmd/loadgen --data /tmp/cs --flows 500
 //	go run ./cmd/loadgen --db postgres://... --url http://127.0.0.1:8081,http://127.0.0.1:8082 --flows 500
+//
+// With --faults it soaks the console with misbehaving executors and checks
+// that every call ends in an explained state (see faults.go).
 package main
 
 import (
@@ -70,6 +73,11 @@ type config struct {
 	duration  time.Duration
 	floorN    int
 	jsonOut   string
+	// The fault soak: see faults.go.
+	faults       bool
+	faultShare   float64
+	resolveShare float64
+	settle       time.Duration
 }
 
 func main() {
@@ -88,6 +96,10 @@ func main() {
 	fs.DurationVar(&cfg.duration, "duration", 2*time.Minute, "stop after this long whatever the count")
 	fs.IntVar(&cfg.floorN, "floor-commits", 300, "commits for the floor measurement (SQLite, or PostgreSQL with --db)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write the report as JSON to this file")
+	fs.BoolVar(&cfg.faults, "faults", false, "executors misbehave after redeeming (crash, report late, report unknown); check every call ends explained")
+	fs.Float64Var(&cfg.faultShare, "fault-share", 0.5, "with --faults: the share of executors that crash or report late")
+	fs.Float64Var(&cfg.resolveShare, "resolve-share", 0.5, "with --faults: the share of calls waiting for a person that an operator resolves")
+	fs.DurationVar(&cfg.settle, "settle", 3*time.Minute, "with --faults: how long after the flows to wait for leases to lapse and late executors to report")
 	fs.Parse(os.Args[1:])
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -112,6 +124,7 @@ type Report struct {
 	Errors         map[string]int     `json:"errors"`
 	ServerRSSMiB   float64            `json:"server_rss_mib"`
 	Settings       map[string]float64 `json:"settings"`
+	Faults         *FaultReport       `json:"faults,omitempty"`
 }
 
 // Percentiles of a latency sample, in milliseconds.
@@ -186,8 +199,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if len(cfg.urls) > 1 && cfg.db == "" {
 		return errors.New("several --url replicas share a PostgreSQL database: give it with --db")
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
+	// Executors and the settling of the fault soak outlive the flows.
+	execCtx, cancelExec := context.WithTimeout(parent, cfg.duration+cfg.settle)
+	defer cancelExec()
+	var fault *faults
 
 	// Credentials, created in the console's database.
 	var accountStore account.Store
@@ -245,6 +263,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		"agents": float64(cfg.agents), "sockets": float64(cfg.sockets), "approvers": float64(cfg.approvers),
 		"pending": float64(cfg.pending)}}
 	var errs errorCounts
+	if cfg.faults {
+		fault = &faults{share: cfg.faultShare, resolve: cfg.resolveShare, errs: &errs}
+		rep.Settings["fault_share"], rep.Settings["resolve_share"] = cfg.faultShare, cfg.resolveShare
+	}
 
 	// Fill the queue with calls that stay pending.
 	filler := client.New(cfg.url, tokens[cfg.agents])
@@ -385,6 +407,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 					continue
 				}
 				flows.Add(1)
+				if fault != nil {
+					fault.executed(execCtx, c, n, done, res)
+				}
 			}
 		}()
 	}
@@ -419,11 +444,36 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	rep.ServerRSSMiB = serverRSS(cfg.url)
 	printReport(out, rep)
+	if fault != nil {
+		var trail timeliner
+		if cfg.db != "" {
+			pg, err := pgstore.Open(execCtx, cfg.db, pgstore.Options{MaxConns: 2})
+			if err != nil {
+				return err
+			}
+			defer pg.Close()
+			trail = pg
+		} else {
+			d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			trail = d
+		}
+		if rep.Faults, err = fault.settle(execCtx, trail, sessions[0]); err != nil {
+			return err
+		}
+		printFaults(out, rep.Faults)
+	}
 	if cfg.jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
+	}
+	if rep.Faults != nil && len(rep.Faults.Unexplained) > 0 {
+		return fmt.Errorf("%d calls are not in an explained state", len(rep.Faults.Unexplained))
 	}
 	return nil
 }
