@@ -36,6 +36,7 @@ commands:
   redeem ID                             redeem the approved call's grant, presenting that call
   redeem --grant G --call FILE|-        redeem a grant, presenting the call in FILE
   outcome ID --status S [--detail T]    report succeeded, failed or unknown after running
+  heartbeat ID [--extend 60s]           extend the executor's lease while the call runs
   cancel ID                             withdraw a pending call
 
 flags of every command:
@@ -77,6 +78,7 @@ func cmdCall(ctx context.Context, e *env, args []string) int {
 		callFile *string
 		status   *string
 		detail   *string
+		extend   *time.Duration
 	)
 	usage := ""
 	switch sub {
@@ -96,6 +98,9 @@ func cmdCall(ctx context.Context, e *env, args []string) int {
 		usage = "console call outcome ID --status succeeded|failed|unknown [--detail TEXT] [--url URL] [--token T]"
 		status = fs.String("status", "", "succeeded, failed or unknown (required)")
 		detail = fs.String("detail", "", "what happened, for the audit trail")
+	case "heartbeat":
+		usage = "console call heartbeat ID [--extend 60s] [--url URL] [--token T]"
+		extend = fs.Duration("extend", 0, "extend the lease to now plus this (default and at most the tool's outcome_within)")
 	case "cancel":
 		usage = "console call cancel ID [--url URL] [--token T]"
 	default:
@@ -182,6 +187,20 @@ func cmdCall(ctx context.Context, e *env, args []string) int {
 		}
 		call, err := c.ReportOutcome(ctx, pos[0], *status, *detail)
 		return out.call(call, err)
+	case "heartbeat":
+		if len(pos) != 1 || *extend < 0 {
+			return bad("")
+		}
+		lease, err := c.Heartbeat(ctx, pos[0], *extend)
+		if err != nil {
+			return out.fail(err)
+		}
+		b, err := json.Marshal(lease)
+		if err != nil {
+			return out.fail(err)
+		}
+		out.print(b)
+		return 0
 	}
 	return bad("")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -189,6 +190,10 @@ func TestCallCommandsWholeLoop(t *testing.T) {
 		t.Errorf("redeem ID of a redeemed call: exit %d: %s %s, want 1 and a message", code, stdout, stderr)
 	}
 
+	code, stdout, stderr = callRun(t, env, "", "call", "heartbeat", id, "--extend", "90s")
+	if l := callJSON(t, stdout); code != 0 || l["call_id"] != id || l["lease_until"] == nil || fmt.Sprint(l["extend_max"]) != "300" {
+		t.Errorf("heartbeat: exit %d: %s %s", code, stdout, stderr)
+	}
 	code, stdout, stderr = callRun(t, env, "", "call", "outcome", id, "--status", "succeeded", "--detail", "refund re-7 issued")
 	if o, _ := callJSON(t, stdout)["outcome"].(map[string]any); code != 0 || o["status"] != "succeeded" || o["detail"] != "refund re-7 issued" {
 		t.Errorf("outcome: exit %d: %s %s", code, stdout, stderr)
@@ -196,6 +201,10 @@ func TestCallCommandsWholeLoop(t *testing.T) {
 	code, stdout, _ = callRun(t, env, "", "call", "outcome", id, "--status", "failed")
 	if got := callErrorCode(callJSON(t, stdout)); code != 1 || got != "outcome_already_reported" {
 		t.Errorf("second outcome: exit %d code %q, want 1 outcome_already_reported", code, got)
+	}
+	code, stdout, _ = callRun(t, env, "", "call", "heartbeat", id)
+	if got := callErrorCode(callJSON(t, stdout)); code != 1 || got != "outcome_already_reported" {
+		t.Errorf("heartbeat after the outcome: exit %d code %q, want 1 outcome_already_reported", code, got)
 	}
 }
 
