@@ -74,9 +74,11 @@ func lifecycle(entries []audit.Entry, call *queue.Call, now time.Time, chain tem
 			st.Kind, st.Title = "decided", "Cancelled by the agent"
 			by()
 		case audit.KindRevoked:
-			st.Kind, st.Title = "decided", "Revoked"
+			st.Kind, st.Title = "revoked", "Grant revoked"
 			by()
 			how()
+			text("Reason", "reason", false, true)
+			text("Grant id", "jti", true, false)
 		case audit.KindGranted:
 			st.Kind, st.Title = "granted", "Grant minted"
 			text("Grant id", "jti", true, false)
@@ -162,6 +164,8 @@ func conclusion(call *queue.Call, now time.Time, redeemedSeq, lastSeq int64, ref
 	case call.Status == queue.StatusPending:
 		out = append(out, templates.LifeStep{Kind: "pending", Title: "Waiting for a decision; no grant exists yet",
 			Facts: []templates.Fact{plain("Decide by", call.DecideBy.UTC().Format("2006-01-02 15:04:05 UTC"))}})
+	case call.Status == queue.StatusApproved && call.Revoked != nil:
+		out = append(out, notRedeemed("an operator revoked its grant before it was redeemed", refused))
 	case call.Status == queue.StatusApproved && now.Before(call.GrantExpiresAt):
 		out = append(out, templates.LifeStep{Kind: "pending", Title: "Approved; the grant has not been redeemed yet",
 			Facts: []templates.Fact{plain("Grant expires", call.GrantExpiresAt.UTC().Format("2006-01-02 15:04:05 UTC"))}})
@@ -181,13 +185,9 @@ func conclusion(call *queue.Call, now time.Time, redeemedSeq, lastSeq int64, ref
 			queue.StatusCancelled: "the agent cancelled it before a decision, so no grant was minted",
 			queue.StatusApproved:  "its grant expired unredeemed",
 		}[call.Status]
-		st := templates.LifeStep{Kind: "not_redeemed", Title: "No redemption was accepted: it did not run through Countersign",
-			Facts: []templates.Fact{plain("Why", why)}}
+		st := notRedeemed(why, refused)
 		if call.Status == queue.StatusApproved {
 			st.Facts = append(st.Facts, plain("Grant expired", call.GrantExpiresAt.UTC().Format("2006-01-02 15:04:05 UTC")))
-		}
-		if refused > 0 {
-			st.Facts = append(st.Facts, plain("Redemptions refused", strconv.Itoa(refused)+", each consuming nothing"))
 		}
 		out = append(out, st)
 	}
@@ -197,6 +197,18 @@ func conclusion(call *queue.Call, now time.Time, redeemedSeq, lastSeq int64, ref
 		}})
 	}
 	return out
+}
+
+// notRedeemed is the conclusion of a call that never ran through the
+// console: why, and how many redemptions were refused.
+func notRedeemed(why string, refused int) templates.LifeStep {
+	st := templates.LifeStep{Kind: "not_redeemed", Title: "No redemption was accepted: it did not run through Countersign",
+		Facts: []templates.Fact{{Label: "Why", Value: templates.Plain(why)}}}
+	if refused > 0 {
+		st.Facts = append(st.Facts, templates.Fact{Label: "Redemptions refused",
+			Value: templates.Plain(strconv.Itoa(refused) + ", each consuming nothing")})
+	}
+	return st
 }
 
 // chainProof says how far the entries above are covered by the newest

@@ -290,6 +290,26 @@ func TestTimelineLifecycle(t *testing.T) {
 	if title := p.doc.Find(`[data-kind="not_redeemed"] [data-testid="life-title"]`).Text(); !strings.Contains(title, "No redemption was accepted") {
 		t.Errorf("denied call: %q", title)
 	}
+	// A revoked grant: the redemption tried after it is refused, and the
+	// call says no redemption was accepted.
+	revoked := e.submit("agent:billing", "payments-host", `{"tool":"payments.refund","target":"invoice:INV-3","args":{"amount_minor":7,"currency":"USD","reason_code":"duplicate"}}`)
+	approved, err := e.q.Approve(ctx, "alice", audit.ChannelCLI, revoked.ID, revoked.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.q.RevokeGrant(ctx, "bob", audit.ChannelWeb, revoked.ID, "wrong invoice"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.q.Redeem(ctx, agentBilling, []byte(`{"grant":"`+approved.Grant+`","call":{"tool":"payments.refund","target":"invoice:INV-3","args":{"amount_minor":7,"currency":"USD","reason_code":"duplicate"}}}`)); err != nil || r.Accepted {
+		t.Fatalf("redeem a revoked grant: %v %+v", err, r)
+	}
+	kinds, p = steps(revoked.ID)
+	if w := "proposed decided granted revoked refused not_redeemed proof"; strings.Join(kinds, " ") != w {
+		t.Errorf("revoked lifecycle %v, want %s", kinds, w)
+	}
+	if why := p.doc.Find(`[data-kind="not_redeemed"] [data-label="Why"]`).Text(); !strings.Contains(why, "revoked") {
+		t.Errorf("revoked call: why %q", why)
+	}
 }
 
 func TestHistoryOutcomeFilterAndMetrics(t *testing.T) {
