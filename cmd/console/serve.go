@@ -271,6 +271,13 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		mcpHandler = gw
 	}
 	cc := &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL}
+	if gw != nil {
+		// A console without agent tokens names its MCP endpoints in the
+		// help on how to connect an agent.
+		for _, u := range a.tools.Upstreams() {
+			cc.MCPEndpoints = append(cc.MCPEndpoints, "/mcp/"+u.Name)
+		}
+	}
 	if err := f.identity.consoleIdentity(ctx, a.accounts, publicURL, cc); err != nil {
 		return err
 	}
