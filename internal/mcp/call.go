@@ -60,7 +60,14 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	}
 	log := g.log.With(slog.String("call", c.ID), slog.String("tool", full), slog.String("actor", agent.Actor))
 	if c.Status == queue.StatusPending {
-		if c, err = g.hold(ctx, agent, req, c); err != nil {
+		release, ok := g.acquireHold(agent.TokenID)
+		if !ok {
+			log.Info("tools/call not held: the token holds its maximum of calls waiting", slog.Int("max", g.cfg.MaxHoldsPerToken))
+			return g.pendingResult(name, c), nil
+		}
+		c, err = g.hold(ctx, agent, req, c)
+		release()
+		if err != nil {
 			// The client went away (or cancelled): the call stays pending.
 			return nil, err
 		}
@@ -117,6 +124,24 @@ func parseCall(t *tools.Tool, raw json.RawMessage) (canonical.Proposal, error) {
 		return p, problems
 	}
 	return p, nil
+}
+
+// acquireHold takes one of the token's places for a held tools/call; ok
+// is false when it holds MaxHoldsPerToken already.
+func (g *Gateway) acquireHold(token string) (release func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.holds[token] >= g.cfg.MaxHoldsPerToken {
+		return nil, false
+	}
+	g.holds[token]++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.holds[token]--; g.holds[token] <= 0 {
+			delete(g.holds, token)
+		}
+	}, true
 }
 
 // hold waits for a decision on c for up to the hold, sending progress

@@ -37,6 +37,10 @@ const (
 	DefaultSessionTimeout = 30 * time.Minute
 	// MaxHold bounds --hold: a request held longer is given up by clients.
 	MaxHold = 55 * time.Second
+	// DefaultMaxHoldsPerToken is how many tools/calls one agent token may
+	// have held for a decision at once, as the agent API bounds the
+	// long-polls of a token.
+	DefaultMaxHoldsPerToken = 100
 )
 
 // Agent is who a bearer token at /mcp/{name} speaks for.
@@ -88,7 +92,13 @@ type GatewayConfig struct {
 	ForwardTimeout time.Duration
 	// SessionTimeout closes idle client sessions (DefaultSessionTimeout).
 	SessionTimeout time.Duration
-	Logger         *slog.Logger
+	// MaxHoldsPerToken bounds the tools/calls one token has held for a
+	// decision at once (DefaultMaxHoldsPerToken): each holds a request, a
+	// goroutine and a waiter for up to the hold, so one agent must not
+	// open them without end. A call over the cap is recorded as usual and
+	// answered at once as approval_pending.
+	MaxHoldsPerToken int
+	Logger           *slog.Logger
 }
 
 // Gateway serves each upstream's tools at /mcp/{name} over Streamable HTTP
@@ -105,6 +115,7 @@ type Gateway struct {
 	listed map[string]map[string]string          // by server: tool name → what is listed (status@digest)
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
 	watch  map[string]map[*sdk.ServerSession]int // call id → sessions told to follow it by URL elicitation
+	holds  map[string]int                        // token id → tools/calls held now
 	runCtx context.Context
 
 	stopped context.Context // done once Run has returned: event streams end
@@ -131,6 +142,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
+	if cfg.MaxHoldsPerToken <= 0 {
+		cfg.MaxHoldsPerToken = DefaultMaxHoldsPerToken
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -138,7 +152,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger.With(slog.String("component", "mcp")),
 		upstreams: map[string]*Upstream{}, servers: map[string]*sdk.Server{}, handlers: map[string]http.Handler{},
 		listed: map[string]map[string]string{}, local: map[*sdk.ServerSession]Agent{},
-		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background()}
+		watch: map[string]map[*sdk.ServerSession]int{}, holds: map[string]int{}, runCtx: context.Background()}
 	g.stopped, g.stop = context.WithCancel(context.Background())
 	g.origins = http.NewCrossOriginProtection()
 	if cfg.PublicURL != "" {

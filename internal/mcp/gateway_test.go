@@ -87,6 +87,8 @@ type envOptions struct {
 	hold  time.Duration
 	path  string // reuse a database file
 	upOpt mcpdemo.Options
+	// maxHolds is the gateway's MaxHoldsPerToken (0: its default).
+	maxHolds int
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -141,7 +143,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	e.upOpt = o.upOpt
 	e.upstrm = mcpdemo.NewServer(o.upOpt)
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
-		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com",
+		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": mcp.InMemory(e.upstrm)},
 		Authenticate: authenticate})
 	if err != nil {
@@ -769,5 +771,42 @@ func TestRulesDecideMirroredTools(t *testing.T) {
 		if en.Pin.Tool == "add" && !strings.Contains(string(en.Definition), `"small-sums"`) {
 			t.Fatalf("add's pinned definition has no rules: %s", en.Definition)
 		}
+	}
+}
+
+// A malicious agent must not hold calls without end: each held tools/call
+// keeps a request, a goroutine and a waiter for up to the hold. Past the
+// token's cap a call is recorded and answered at once as approval_pending.
+func TestHeldCallsPerTokenAreCapped(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, hold: 50 * time.Second, maxHolds: 2})
+	cs := e.client(nil, "2025-11-25")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{}, 2)
+	for i := range 2 {
+		go func() {
+			cs.CallTool(ctx, &sdk.CallToolParams{Name: "add", Arguments: json.RawMessage(fmt.Sprintf(`{"a":%d,"b":1}`, i))})
+			done <- struct{}{}
+		}()
+	}
+	// Both are held once both were submitted and wait.
+	for deadline := time.Now().Add(30 * time.Second); e.q.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls held, want 2", e.q.Waiting())
+		}
+	}
+	res := callRaw(t, cs, "add", `{"a":7,"b":1}`)
+	select {
+	case <-done:
+		t.Fatal("a held call returned before the third was answered: the third was held too")
+	default:
+	}
+	st := status(t, res)
+	c := e.lastCall()
+	if !res.IsError || st["status"] != mcp.StatusApprovalPending || st["call_id"] != c.ID || c.Status != queue.StatusPending {
+		t.Fatalf("the call over the cap: %s %v, call %s", text(res), st, c.Status)
+	}
+	if n := e.q.Waiting(); n != 2 {
+		t.Fatalf("%d calls held, want 2", n)
 	}
 }
