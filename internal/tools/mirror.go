@@ -303,10 +303,18 @@ type mirrorCompiler struct {
 	// place, so a schema that refers to one definition twice at each of
 	// many levels would otherwise expand exponentially.
 	nodes int
+	// enumValues counts the enum values listed, over every schema
+	// compiled: an upstream chooses them, and each is compared with those
+	// before it.
+	enumValues int
 }
 
 // maxMirrorNodes bounds the schemas one input schema expands to.
 const maxMirrorNodes = 10000
+
+// maxMirrorEnumValues bounds the enum values one input schema lists once
+// its references are followed.
+const maxMirrorEnumValues = 10000
 
 func (c *mirrorCompiler) quarantine(path, msg string) {
 	if path == "" {
@@ -648,6 +656,12 @@ func (c *mirrorCompiler) enum(s *schema, kw map[string]any, path string) {
 		list, ok := e.([]any)
 		if !ok || len(list) == 0 {
 			c.quarantine(canonical.Join(path, "enum"), "must be a non-empty list of values")
+			return
+		}
+		if c.enumValues += len(list); c.enumValues > maxMirrorEnumValues {
+			if c.enumValues-len(list) <= maxMirrorEnumValues {
+				c.quarantine(canonical.Join(path, "enum"), fmt.Sprintf("the schema lists more than %d enum values once its references are followed", maxMirrorEnumValues))
+			}
 			return
 		}
 		for _, v := range list {

@@ -206,6 +206,8 @@ func TestMirrorQuarantine(t *testing.T) {
 		"required unknown":  {"t", `{"type":"object","required":["a"]}`, "not declared"},
 		"ref beside":        {"t", obj(`"a":{"$ref":"#/$defs/x","type":"string"}`), "$ref beside"},
 		"expansion":         {"t", laughs(30), "more than 10000 schemas"},
+		"enum values":       {"t", obj(`"a":{"type":"integer","enum":[` + count(10001) + `]}`), "more than 10000 enum values"},
+		"enum via refs":     {"t", `{"type":"object","properties":{"a":{"$ref":"#/$defs/e"},"b":{"$ref":"#/$defs/e"},"c":{"$ref":"#/$defs/e"}},"additionalProperties":false,"$defs":{"e":{"type":"integer","enum":[` + count(4000) + `]}}}`, "more than 10000 enum values"},
 	} {
 		_, err := Mirror(MirrorSpec{Server: "demo", Name: c.tool, InputSchema: []byte(c.schema)})
 		var q *QuarantineError
@@ -392,4 +394,31 @@ func FuzzMirror(f *testing.F) {
 			tool.Validate(canonical.Proposal{Tool: tool.Name, Target: "mcp:fz", Args: o})
 		}
 	})
+}
+
+// count is the list 0,1,...,n-1.
+func count(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, i)
+	}
+	return b.String()
+}
+
+// An upstream chooses its enums; each value is compared with those before
+// it, so their number is bounded (a 1 MiB schema holds some 170,000) and a
+// schema at the bound still mirrors quickly.
+func TestMirrorEnumAtTheBound(t *testing.T) {
+	schema := `{"type":"object","properties":{"a":{"type":"integer","enum":[` + count(10000) + `]}},"required":["a"],"additionalProperties":false}`
+	tool := mustMirror(t, MirrorSpec{Server: "demo", Name: "t", InputSchema: []byte(schema)})
+	args, err := parseArgs(t, tool, `{"a":9999}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems := tool.Validate(canonical.Proposal{Tool: tool.Name, Target: "mcp:demo", Args: args}); len(problems) > 0 {
+		t.Fatalf("9999 is in the enum: %v", problems)
+	}
 }
