@@ -164,44 +164,82 @@ func definitionLines(def []byte) []templates.Text {
 	return out
 }
 
-// diffLines marks the lines of b against a: a longest common subsequence
-// of whole lines (definitions are small).
+// maxDiffCells bounds the table of a definition diff. The lines come from
+// an upstream: a 1 MiB schema indents to some 250,000 lines, and a longest
+// common subsequence of two such would need hundreds of gigabytes.
+const maxDiffCells = 4 << 20
+
+// diffLines marks the lines of b against a: the common first and last
+// lines, and a longest common subsequence of whole lines between them
+// (definitions are small). When what lies between is too large for that,
+// it is shown as removed, then added.
 func diffLines(a, b []templates.Text) []templates.DiffLine {
-	key := func(t templates.Text) string { return shownText(t) }
-	n, m := len(a), len(b)
-	lcs := make([][]int, n+1)
-	for i := range lcs {
-		lcs[i] = make([]int, m+1)
+	ka, kb := make([]string, len(a)), make([]string, len(b))
+	for i, t := range a {
+		ka[i] = shownText(t)
 	}
-	for i := n - 1; i >= 0; i-- {
-		for j := m - 1; j >= 0; j-- {
-			if key(a[i]) == key(b[j]) {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+	for j, t := range b {
+		kb[j] = shownText(t)
+	}
+	pre := 0
+	for pre < len(a) && pre < len(b) && ka[pre] == kb[pre] {
+		pre++
+	}
+	suf := 0
+	for suf < len(a)-pre && suf < len(b)-pre && ka[len(a)-1-suf] == kb[len(b)-1-suf] {
+		suf++
+	}
+	out := make([]templates.DiffLine, 0, len(b)+len(a)-pre-suf)
+	for j := range pre {
+		out = append(out, templates.DiffLine{Op: " ", Text: b[j]})
+	}
+	tail := b[len(b)-suf:]
+	a, b, ka, kb = a[pre:len(a)-suf], b[pre:len(b)-suf], ka[pre:len(ka)-suf], kb[pre:len(kb)-suf]
+	n, m := len(a), len(b)
+	if (n+1)*(m+1) > maxDiffCells {
+		for i := range a {
+			out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
+		}
+		for j := range b {
+			out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
+		}
+	} else {
+		lcs := make([][]int, n+1)
+		for i := range lcs {
+			lcs[i] = make([]int, m+1)
+		}
+		for i := n - 1; i >= 0; i-- {
+			for j := m - 1; j >= 0; j-- {
+				if ka[i] == kb[j] {
+					lcs[i][j] = lcs[i+1][j+1] + 1
+				} else {
+					lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+				}
 			}
 		}
-	}
-	var out []templates.DiffLine
-	i, j := 0, 0
-	for i < n && j < m {
-		switch {
-		case key(a[i]) == key(b[j]):
-			out = append(out, templates.DiffLine{Op: " ", Text: b[j]})
-			i, j = i+1, j+1
-		case lcs[i+1][j] >= lcs[i][j+1]:
+		i, j := 0, 0
+		for i < n && j < m {
+			switch {
+			case ka[i] == kb[j]:
+				out = append(out, templates.DiffLine{Op: " ", Text: b[j]})
+				i, j = i+1, j+1
+			case lcs[i+1][j] >= lcs[i][j+1]:
+				out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
+				i++
+			default:
+				out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
+				j++
+			}
+		}
+		for ; i < n; i++ {
 			out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
-			i++
-		default:
+		}
+		for ; j < m; j++ {
 			out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
-			j++
 		}
 	}
-	for ; i < n; i++ {
-		out = append(out, templates.DiffLine{Op: "-", Text: a[i]})
-	}
-	for ; j < m; j++ {
-		out = append(out, templates.DiffLine{Op: "+", Text: b[j]})
+	for _, t := range tail {
+		out = append(out, templates.DiffLine{Op: " ", Text: t})
 	}
 	return out
 }

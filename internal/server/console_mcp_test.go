@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,9 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/web/templates"
 )
 
 const addSchema = `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false}`
@@ -169,4 +173,51 @@ func countAudit(t *testing.T, e *consoleEnv, kind string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The definitions diffed come from an upstream and can be large: a diff
+// must not need memory in the product of their lengths (a 1 MiB schema
+// indents to some 250,000 lines), and stays exact where it is cheap.
+func TestDefinitionDiffIsBounded(t *testing.T) {
+	lines := func(n int, first, last string) []templates.Text {
+		out := make([]templates.Text, n)
+		for i := range out {
+			out[i] = reveal.Of(fmt.Sprintf("  %d,", i))
+		}
+		out[0], out[n-1] = reveal.Of(first), reveal.Of(last)
+		return out
+	}
+	const n = 3000
+	ops := func(d []templates.DiffLine) (minus, plus, same int) {
+		for _, l := range d {
+			switch l.Op {
+			case "-":
+				minus++
+			case "+":
+				plus++
+			default:
+				same++
+			}
+		}
+		return
+	}
+	// One line changed in the middle: exactly that line differs.
+	a, b := lines(n, "[", "]"), lines(n, "[", "]")
+	b[n/2] = reveal.Of("  changed,")
+	if minus, plus, same := ops(diffLines(a, b)); minus != 1 || plus != 1 || same != n-1 {
+		t.Fatalf("one line changed: -%d +%d =%d, want -1 +1 =%d", minus, plus, same, n-1)
+	}
+	// First and last lines changed: nothing in common to trim.
+	a, b = lines(n, "[", "]"), lines(n, "{", "}")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d := diffLines(a, b)
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Fatalf("a diff of two %d-line definitions allocated %d MiB", n, alloc>>20)
+	}
+	if minus, plus, _ := ops(d); minus == 0 || plus == 0 || shownText(d[0].Text) == "" {
+		t.Fatalf("the diff lost the changes: -%d +%d", minus, plus)
+	}
 }
