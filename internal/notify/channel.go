@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -120,6 +121,32 @@ func parseRetryAfter(v string) time.Duration {
 		return max(time.Until(t), 0)
 	}
 	return 0
+}
+
+// errorText is a failed attempt's error as it is kept with the delivery,
+// shown on the deliveries page and logged: every URL the HTTP client names
+// in it is cut to its scheme and host. A channel's URL can be its secret
+// (a Slack incoming webhook's URL is its credential, a webhook URL may
+// carry a token, a push endpoint is a capability), and a network error
+// spells it out whole.
+func errorText(err error) string {
+	msg := err.Error()
+	var ue *url.Error
+	for e := err; errors.As(e, &ue); e = ue.Err {
+		if ue.URL != "" {
+			msg = strings.ReplaceAll(msg, ue.URL, siteOf(ue.URL))
+		}
+	}
+	return msg
+}
+
+// siteOf is a URL's scheme and host.
+func siteOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(a URL)"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
 }
 
 // printable keeps an error text short and on one line.

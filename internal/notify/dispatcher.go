@@ -205,12 +205,9 @@ func (d *Dispatcher) deliver(ctx context.Context, row Delivery) {
 		res.Delivered, res.Receipt = true, receipt
 	case ctx.Err() != nil:
 		// Shutting down: due again at once, for whoever runs next.
-		res.Error, res.RetryAt = "interrupted by shutdown: "+err.Error(), res.At
+		res.Error, res.RetryAt = "interrupted by shutdown: "+printable(errorText(err)), res.At
 	default:
-		res.Error = printable(err.Error())
-		if len(err.Error()) > 1000 {
-			res.Error = err.Error()[:1000] + "…"
-		}
+		res.Error = printable(errorText(err))
 		giveUp := row.ScheduledAt.Add(d.cfg.Retry.GiveUpAfter)
 		if isPermanent(err) || !res.At.Before(giveUp) {
 			res.Dead = true

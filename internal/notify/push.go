@@ -183,12 +183,12 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 				return
 			}
 			if isPermanent(err) {
-				p.log.Warn("push refused", slog.String("account", sub.Account), slog.Any("error", err))
+				p.log.Warn("push refused", slog.String("account", sub.Account), slog.String("error", errorText(err)))
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			failures = append(failures, err.Error())
+			failures = append(failures, errorText(err))
 			retry = max(retry, retryAfterOf(err))
 		}(sub)
 	}
