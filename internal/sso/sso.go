@@ -282,8 +282,11 @@ func (rp *RelyingParty) LogoutURL(idToken, postLogout string) (string, bool) {
 	if rp.endSession == "" {
 		return "", false
 	}
+	// The address comes from the provider's discovery document and goes
+	// into a link on the console's pages: only an http(s) address is one
+	// (never javascript: or data:).
 	u, err := url.Parse(rp.endSession)
-	if err != nil {
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return "", false
 	}
 	q := u.Query()

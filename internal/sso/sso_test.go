@@ -440,6 +440,18 @@ func TestLogoutURL(t *testing.T) {
 	}
 }
 
+// The end_session_endpoint of a provider's discovery document becomes a
+// link on the console's pages: nothing but an http(s) address is linked.
+func TestLogoutURLIsOnlyAnHTTPAddress(t *testing.T) {
+	for _, endSession := range []string{"javascript:alert(document.domain)//", "data:text/html,<script>alert(1)</script>", "//idp.example/logout", "/logout"} {
+		p := startProvider(t, func(p *provider) { p.EndSession = endSession })
+		rp := newRP(t, p)
+		if got, ok := rp.LogoutURL("tok", "http://127.0.0.1:1/login"); ok {
+			t.Errorf("end_session_endpoint %q: LogoutURL offered %s", endSession, got)
+		}
+	}
+}
+
 func TestNewRefusesProviderWithoutS256(t *testing.T) {
 	m, err := mockoidc.NewServer(nil)
 	if err != nil {
