@@ -367,6 +367,23 @@
       else setConn("closed", "disconnected: reload the page");
     });
     body.addEventListener("htmx:wsError", function () { setConn("reconnecting", "reconnecting…"); });
+    // An upsert inserts a card into its list (hx-swap-oob="afterbegin:#…");
+    // any copy already on the page goes first. Doing this here, rather
+    // than with a delete swap of the card's id, keeps a brand-new card from
+    // asking htmx to delete what the page does not have
+    // (htmx:oobErrorNoTarget).
+    body.addEventListener("htmx:oobBeforeSwap", function (e) {
+      var d = e.detail || {};
+      var frag = d.fragment, target = d.target;
+      if (!frag || !target || !target.id || ["queue-list", "blocks-list", "unresolved-list"].indexOf(target.id) < 0) return;
+      var kids = frag.children || [];
+      for (var i = 0; i < kids.length; i++) {
+        // The list itself, replaced whole by a resync, is not a copy.
+        if (!kids[i].id || kids[i].id === target.id) continue;
+        var old = document.getElementById(kids[i].id);
+        if (old && old !== kids[i] && old.parentNode) old.parentNode.removeChild(old);
+      }
+    });
     body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); });
   });
 })();
