@@ -113,6 +113,11 @@ type Decision struct {
 	// Approvals is how many distinct approvers an Ask decision requires:
 	// never fewer than the tool's approvals.
 	Approvals int
+	// RequirePasskey is true when an Ask decision's approvals must be
+	// signed by passkeys: the tool requires it, or the ask rule that
+	// matched does, or (when the rules could not be evaluated) any ask rule
+	// that might have matched does.
+	RequirePasskey bool
 	// Reason is the rule's reason, empty when no rule decided.
 	Reason string
 	// Err is set when a rule could not be evaluated: no automatic
@@ -287,12 +292,19 @@ var ErrToolNotCompiled = errors.New("policy: the tool's rules were compiled for 
 // the most approvals that any rule from there on could have required, so
 // that a failure never lowers a requirement.
 func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
-	d := Decision{Action: Ask, Approvals: t.Approvals}
+	d := Decision{Action: Ask, Approvals: t.Approvals, RequirePasskey: t.RequirePasskey}
 	tr, ok := p.tools[t.Name]
 	if !ok && t.Mirror != nil && len(t.Rules) > 0 {
 		var err error
 		if tr, err = p.mirroredRules(t); err != nil {
 			d.Err = err
+			// Fail closed: any ask rule that asks for passkeys might
+			// have matched.
+			for _, r := range t.Rules {
+				if r.Then == tools.ThenAsk && r.RequirePasskey {
+					d.RequirePasskey = true
+				}
+			}
 			p.evalErrors.Add(1)
 			return d
 		}
@@ -304,6 +316,7 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 	if tr.tool.DefinitionDigest != t.DefinitionDigest {
 		d.Err = ErrToolNotCompiled
 		d.Approvals = maxAsk(tr.rules, t.Approvals)
+		d.RequirePasskey = d.RequirePasskey || anyPasskey(tr.rules)
 		p.evalErrors.Add(1)
 		return d
 	}
@@ -330,6 +343,7 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 			d.Steps = append(d.Steps, step)
 			d.Err = step.Err
 			d.Approvals = maxAsk(tr.rules[i:], t.Approvals)
+			d.RequirePasskey = d.RequirePasskey || anyPasskey(tr.rules[i:])
 			p.evalErrors.Add(1)
 			return d
 		}
@@ -341,10 +355,11 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 		switch d.Action {
 		case Ask:
 			d.Approvals = max(t.Approvals, r.Approvals)
+			d.RequirePasskey = t.RequirePasskey || r.RequirePasskey
 		case Approve:
-			d.Approvals = 1
+			d.Approvals, d.RequirePasskey = 1, false
 		default:
-			d.Approvals = 0
+			d.Approvals, d.RequirePasskey = 0, false
 		}
 		return d
 	}
@@ -377,6 +392,16 @@ func (p *Policy) mirroredRules(t *tools.Tool) (*toolRules, error) {
 	}
 	p.mirrored.Store(t.DefinitionDigest, tr)
 	return tr, nil
+}
+
+// anyPasskey reports whether any ask rule among rules requires passkeys.
+func anyPasskey(rules []*Rule) bool {
+	for _, r := range rules {
+		if r.Then == tools.ThenAsk && r.RequirePasskey {
+			return true
+		}
+	}
+	return false
 }
 
 func maxAsk(rules []*Rule, floor int) int {

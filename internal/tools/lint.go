@@ -376,7 +376,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"approvals", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "outcome_within", "rules", "summary", "target"}
+var toolFields = []string{"approvals", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "outcome_within", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -468,6 +468,12 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 				l.add(f, name, "auto_approve", "must be %s or %s, not %s", AutoApproveAllowed, AutoApproveNever, displayName(s))
 			}
 		}
+	}
+	if f := fields["approve_with"]; f != nil {
+		t.RequirePasskey = l.approveWith(f, name, "approve_with")
+	}
+	if f := fields["approvers"]; f != nil {
+		t.Approvers = l.approvers(f, name)
 	}
 	if f := fields["rules"]; f != nil {
 		t.Rules = l.rules(f, name)

@@ -181,6 +181,13 @@ type Tool struct {
 	// AutoApprove is true when the tool opts in to approval by rule
 	// (auto_approve: allowed).
 	AutoApprove bool
+	// RequirePasskey is true when every approval of the tool's calls must
+	// be signed by the operator's passkey (approve_with: passkey): a click,
+	// the control socket and the command line cannot approve them.
+	RequirePasskey bool
+	// Approvers says who may approve the tool's calls (approvers: {roles,
+	// groups}); empty lets every operator who may decide approve.
+	Approvers Approvers
 	// Rules are the tool's rules in file order; the first that matches a
 	// call decides it. Compiled and checked by the policy package.
 	Rules []RuleSpec

@@ -55,6 +55,10 @@ type RuleSpec struct {
 	// call the rule matched, besides those its route names. It says who is
 	// told, not what is decided, so the digest does not cover it.
 	Notify []string
+	// RequirePasskey is true when an ask rule requires the approvals it
+	// asks for to be signed by the operators' passkeys (approve_with:
+	// passkey).
+	RequirePasskey bool
 	// Digest is the hex SHA-256 of the rule's canonical text (its id, when,
 	// then, approvals and reason), recorded with every decision it makes.
 	Digest string
@@ -82,10 +86,16 @@ func (t *Tool) AutoApproveBlockers() []string {
 	if t.Approvals > 1 {
 		why = append(why, "the tool needs "+strconv.Itoa(t.Approvals)+" approvals, and a rule gives one")
 	}
+	if t.RequirePasskey {
+		why = append(why, "the tool requires approvals signed by a passkey (approve_with: passkey), and a rule has none")
+	}
+	if !t.Approvers.Empty() {
+		why = append(why, "the tool names who may approve ("+t.Approvers.Describe()+"), and a rule is none of them")
+	}
 	return why
 }
 
-var ruleFields = []string{"approvals", "id", "notify", "reason", "then", "when"}
+var ruleFields = []string{"approvals", "approve_with", "id", "notify", "reason", "then", "when"}
 
 // channelNamePattern is a notification channel's name (internal/notify).
 var channelNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
@@ -95,7 +105,7 @@ var channelNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 // the policy is compiled.
 func (l *linter) rules(n *yaml.Node, tool string) []RuleSpec {
 	if n.Kind != yaml.SequenceNode {
-		l.add(n, tool, "rules", "must be a list of rules, each {id, when, then, approvals?, reason?}")
+		l.add(n, tool, "rules", "must be a list of rules, each {id, when, then, approvals?, approve_with?, reason?}")
 		return nil
 	}
 	if len(n.Content) > MaxRules {
@@ -175,6 +185,12 @@ func (l *linter) rules(n *yaml.Node, tool string) []RuleSpec {
 		if f := fields["notify"]; f != nil {
 			r.Notify = l.channelNames(f, tool, path+"/notify")
 		}
+		if f := fields["approve_with"]; f != nil {
+			r.RequirePasskey = l.approveWith(f, tool, path+"/approve_with")
+			if r.Then != ThenAsk {
+				l.add(f, tool, path+"/approve_with", "approve_with applies to ask rules only: a rule that %ss involves no person", r.Then)
+			}
+		}
 		r.Digest = ruleDigest(r)
 		out = append(out, r)
 	}
@@ -204,15 +220,20 @@ func (l *linter) channelNames(n *yaml.Node, tool, path string) []string {
 }
 
 // ruleDigest is the hex SHA-256 of "countersign/v1/rule:" followed by the
-// RFC 8785 bytes of {"approvals","id","reason","then","when"}.
+// RFC 8785 bytes of {"approvals","id","reason","then","when"}, with
+// "approve_with":"passkey" added when the rule requires passkeys.
 func ruleDigest(r RuleSpec) string {
-	o, _ := canonical.NewObject(
-		canonical.Member{Name: "id", Value: r.ID},
-		canonical.Member{Name: "when", Value: r.When},
-		canonical.Member{Name: "then", Value: r.Then},
-		canonical.Member{Name: "approvals", Value: int64(r.Approvals)},
-		canonical.Member{Name: "reason", Value: r.Reason},
-	)
+	members := []canonical.Member{
+		{Name: "id", Value: r.ID},
+		{Name: "when", Value: r.When},
+		{Name: "then", Value: r.Then},
+		{Name: "approvals", Value: int64(r.Approvals)},
+		{Name: "reason", Value: r.Reason},
+	}
+	if r.RequirePasskey {
+		members = append(members, canonical.Member{Name: "approve_with", Value: ApproveWithPasskey})
+	}
+	o, _ := canonical.NewObject(members...)
 	return prefixedDigest("countersign/v1/rule:", o)
 }
 
