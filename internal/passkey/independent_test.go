@@ -71,3 +71,18 @@ func TestIndependentVerifier(t *testing.T) {
 		}
 	}
 }
+
+// docs/passkeys.md shows testdata/evidence.json as its worked example.
+func TestDocsShowTheExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "passkeys.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := os.ReadFile(filepath.Join("testdata", "evidence.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```json\n"+string(ex)+"```") {
+		t.Error("docs/passkeys.md does not show testdata/evidence.json as its worked example")
+	}
+}
