@@ -63,7 +63,7 @@ func (a *app) gateway(f serveFlags, publicURL string) (*mcp.Gateway, *catalog.Ca
 			if err != nil {
 				return mcp.Agent{}, err
 			}
-			return mcp.Agent{TokenID: t.ID, Principal: queue.Principal{Actor: t.Actor, Audience: t.Audience}}, nil
+			return mcp.Agent{TokenID: t.ID, Principal: queue.Principal{Actor: t.Actor, Audience: t.Audience, Owners: t.Owners}}, nil
 		},
 	})
 	if err != nil {

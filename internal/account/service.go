@@ -8,8 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/audit"
 )
@@ -172,7 +175,70 @@ func HashToken(secret string) string {
 // CreateToken creates an API token for actor and audience and returns it
 // with its secret, which is shown once and stored only hashed.
 func (s *Service) CreateToken(ctx context.Context, actor, audience, note, by, channel string) (Token, string, error) {
-	actor, audience = strings.TrimSpace(actor), strings.TrimSpace(audience)
+	return s.CreateTokenWith(ctx, TokenSpec{Actor: actor, Audience: audience, Note: note}, by, channel)
+}
+
+// TokenSpec is what a new token is for.
+type TokenSpec struct {
+	Actor, Audience, Note string
+	// Owners run the agent and may not approve its calls (CheckOwner).
+	Owners []string
+}
+
+// MaxOwners bounds a token's owners.
+const MaxOwners = 20
+
+// ErrBadOwner is an owner that names no account or group.
+var ErrBadOwner = errors.New("account: an owner is an account name (alice, or oidc:HOST/SUB) or team:GROUP for the members of a provider group")
+
+// CheckOwner checks one owner of a token: an account name, a single-sign-on
+// principal, or team:GROUP with a group of printable characters (at most
+// 128 bytes).
+func CheckOwner(o string) error {
+	if g, ok := strings.CutPrefix(o, "team:"); ok {
+		if g == "" || len(g) > 128 || strings.TrimSpace(g) != g {
+			return ErrBadOwner
+		}
+		if !utf8.ValidString(g) {
+			return ErrBadOwner
+		}
+		for _, r := range g {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+				return ErrBadOwner
+			}
+		}
+		return nil
+	}
+	if strings.HasPrefix(o, OIDCPrefix) {
+		if CheckPrincipal(o) != nil {
+			return ErrBadOwner
+		}
+		return nil
+	}
+	if err := CheckName(o); err != nil {
+		return fmt.Errorf("%w: %q: %w", ErrBadOwner, o, err)
+	}
+	return nil
+}
+
+// CreateTokenWith creates an API token as spec says and returns it with its
+// secret, which is shown once and stored only hashed.
+func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, channel string) (Token, string, error) {
+	actor, audience, note := strings.TrimSpace(spec.Actor), strings.TrimSpace(spec.Audience), spec.Note
+	var owners []string
+	for _, o := range spec.Owners {
+		o = strings.TrimSpace(o)
+		if o == "" || slices.Contains(owners, o) {
+			continue
+		}
+		if err := CheckOwner(o); err != nil {
+			return Token{}, "", err
+		}
+		owners = append(owners, o)
+	}
+	if len(owners) > MaxOwners {
+		return Token{}, "", fmt.Errorf("%w (at most %d owners)", ErrBadOwner, MaxOwners)
+	}
 	if actor == "" || audience == "" {
 		return Token{}, "", ErrTokenContext
 	}
@@ -195,14 +261,18 @@ func (s *Service) CreateToken(ctx context.Context, actor, audience, note, by, ch
 		return Token{}, "", err
 	}
 	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
-	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Actor: actor, Audience: audience, Note: note,
+	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Actor: actor, Audience: audience, Note: note, Owners: owners,
 		CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
 	err := s.store.Update(ctx, func(tx Tx) error {
 		if err := tx.InsertToken(t, HashToken(secret)); err != nil {
 			return fmt.Errorf("account: create token: %w", err)
 		}
+		details := map[string]any{"token": t.ID, "actor": actor, "audience": audience, "note": note}
+		if len(owners) > 0 {
+			details["owners"] = owners
+		}
 		return tx.Append(&audit.Entry{Time: audit.FormatTime(s.now()), Kind: audit.KindTokenCreated,
-			Principal: by, Channel: channel, Details: map[string]any{"token": t.ID, "actor": actor, "audience": audience, "note": note}})
+			Principal: by, Channel: channel, Details: details})
 	})
 	if err != nil {
 		return Token{}, "", err

@@ -101,6 +101,9 @@ type Token struct {
 	Actor     string
 	Audience  string
 	Note      string
+	// Owners are the people who run the agent: none of them may approve
+	// its calls. Account names, or team:GROUP for a provider group.
+	Owners    []string
 	CreatedAt time.Time
 	RevokedAt time.Time // zero while the token is live
 }

@@ -189,36 +189,49 @@ func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]a
 
 // TokenByHash finds a live token by its secret's hash.
 func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
-	var t account.Token
-	var created int64
-	err := a.d.sql.QueryRowContext(ctx, `SELECT id, actor, audience, note, created_at FROM tokens WHERE hash = ? AND revoked_at IS NULL`,
-		hash).Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &created)
+	t, err := scanToken(a.d.sql.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_at IS NULL`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return account.Token{}, account.ErrTokenNotFound
 	}
 	if err != nil {
 		return account.Token{}, classify(fmt.Errorf("db: look up token: %w", err))
 	}
-	t.CreatedAt = time.UnixMilli(created).UTC()
+	return t, nil
+}
+
+const tokenColumns = `id, actor, audience, note, owners, created_at, revoked_at`
+
+func scanToken(r rowScanner) (account.Token, error) {
+	var t account.Token
+	var owners string
+	var created int64
+	var revoked sql.NullInt64
+	if err := r.Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &owners, &created, &revoked); err != nil {
+		return account.Token{}, err
+	}
+	if err := json.Unmarshal([]byte(owners), &t.Owners); err != nil {
+		return account.Token{}, fmt.Errorf("db: owners of token %s: %w", t.ID, err)
+	}
+	if len(t.Owners) == 0 {
+		t.Owners = nil
+	}
+	t.CreatedAt, t.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
 	return t, nil
 }
 
 // Tokens lists every token, newest first.
 func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
-	rows, err := a.d.sql.QueryContext(ctx, `SELECT id, actor, audience, note, created_at, revoked_at FROM tokens ORDER BY created_at DESC, id`)
+	rows, err := a.d.sql.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at DESC, id`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: list tokens: %w", err))
 	}
 	defer rows.Close()
 	var out []account.Token
 	for rows.Next() {
-		var t account.Token
-		var created int64
-		var revoked sql.NullInt64
-		if err := rows.Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &created, &revoked); err != nil {
+		t, err := scanToken(rows)
+		if err != nil {
 			return nil, err
 		}
-		t.CreatedAt, t.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -398,8 +411,12 @@ func (t *storeTx) PruneSessions(cutoff time.Time) (int64, error) {
 }
 
 func (t *storeTx) InsertToken(tok account.Token, hash string) error {
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO tokens (id, hash, actor, audience, note, created_at) VALUES (?,?,?,?,?,?)`,
-		tok.ID, hash, tok.Actor, tok.Audience, tok.Note, ms(tok.CreatedAt)); err != nil {
+	owners, err := groupsJSON(tok.Owners)
+	if err != nil {
+		return err
+	}
+	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO tokens (id, hash, actor, audience, note, owners, created_at) VALUES (?,?,?,?,?,?,?)`,
+		tok.ID, hash, tok.Actor, tok.Audience, tok.Note, owners, ms(tok.CreatedAt)); err != nil {
 		return fmt.Errorf("db: insert token: %w", err)
 	}
 	return nil

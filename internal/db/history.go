@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,8 +40,9 @@ var qualified = func() string {
 
 // approvalsColumn is every approval of the row's call as a JSON array, in
 // the order loadCall reads them.
-const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment))
-	FROM (SELECT operator, channel, at, comment FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
+const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
+		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name))
+	FROM (SELECT operator, channel, at, comment, passkey_id, passkey_name FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
 
 // estimateCap bounds the rows counted to estimate how selective a filter
 // is: enough to tell a rare value from a common one, cheap to count.
@@ -267,10 +269,27 @@ type withExtra struct {
 func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
 
 type approvalJSON struct {
-	Operator string `json:"operator"`
-	Channel  string `json:"channel"`
-	At       int64  `json:"at"`
-	Comment  string `json:"comment"`
+	Operator    string  `json:"operator"`
+	Channel     string  `json:"channel"`
+	At          int64   `json:"at"`
+	Comment     string  `json:"comment"`
+	PasskeyID   *string `json:"passkey_id"` // hex
+	PasskeyName *string `json:"passkey_name"`
+}
+
+// approval reads one approval of a history row; its passkey's evidence is
+// left out (it is in the audit entry).
+func (a approvalJSON) approval() queue.Approval {
+	out := queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
+	if a.PasskeyID != nil {
+		id, _ := hex.DecodeString(*a.PasskeyID)
+		name := ""
+		if a.PasskeyName != nil {
+			name = *a.PasskeyName
+		}
+		out.Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: name}
+	}
+	return out
 }
 
 // addApprovals adds the approvals of approvalsColumn to c.
@@ -280,7 +299,7 @@ func addApprovals(c *queue.Call, approvals string) error {
 		return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 	}
 	for _, a := range as {
-		c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
+		c.Approvals = append(c.Approvals, a.approval())
 	}
 	return nil
 }
@@ -498,7 +517,11 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 	}
 	approvals := make([]any, len(as))
 	for i, a := range as {
-		approvals[i] = map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
+		m := map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
+		if a.PasskeyName != nil {
+			m["passkey"] = *a.PasskeyName
+		}
+		approvals[i] = m
 	}
 	var denial, outcome, resolution any
 	if r.resolution.Valid {

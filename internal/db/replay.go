@@ -32,7 +32,7 @@ func (d *DB) ReplayCalls(ctx context.Context, since time.Time, fn func(*queue.Ca
 					return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 				}
 				for _, a := range as {
-					c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC()})
+					c.Approvals = append(c.Approvals, a.approval())
 				}
 			}
 			if err := fn(c); err != nil {

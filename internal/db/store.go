@@ -135,7 +135,7 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -145,13 +145,13 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var ttl, created, decideBy, outcomeWithin int64
 	var decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
-	var notify string
+	var notify, owners, approvers string
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence sql.NullString
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
-		&evidence, &resolvedAt)
+		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -168,6 +168,9 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	}
 	c.Args = obj
 	c.Notify = splitNames(notify)
+	if err := readCallPeople(&c, owners, approvers); err != nil {
+		return nil, err
+	}
 	c.Status = queue.Status(status)
 	c.GrantTTL = time.Duration(ttl) * time.Millisecond
 	c.CreatedAt = time.UnixMilli(created).UTC()
@@ -202,7 +205,8 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at, comment FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
+	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence
+		FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 	}
@@ -210,10 +214,15 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	for rows.Next() {
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment); err != nil {
+		var pkID []byte
+		var pkName, evidence sql.NullString
+		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence); err != nil {
 			return nil, fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()
+		if pkID != nil {
+			a.Passkey = &queue.ApprovalPasskey{CredentialID: pkID, Name: pkName.String, Evidence: []byte(evidence.String)}
+		}
 		c.Approvals = append(c.Approvals, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -256,12 +265,17 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	if err != nil {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
 	}
+	owners, approvers, err := callPeople(c)
+	if err != nil {
+		return err
+	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
+		owners, approvers, require_passkey)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
 		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","),
-		c.OutcomeWithin.Milliseconds())
+		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey)
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}
@@ -311,8 +325,15 @@ func (t *storeTx) UpdateCall(c *queue.Call) error {
 }
 
 func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
-	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment) VALUES (?,?,?,?,?)`,
-		callID, a.Operator, a.Channel, ms(a.At), a.Comment)
+	var pkID []byte
+	var pkName, evidence sql.NullString
+	if a.Passkey != nil {
+		pkID = a.Passkey.CredentialID
+		pkName = sql.NullString{String: a.Passkey.Name, Valid: true}
+		evidence = sql.NullString{String: string(a.Passkey.Evidence), Valid: true}
+	}
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence)
+		VALUES (?,?,?,?,?,?,?,?)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence)
 	if err != nil {
 		return fmt.Errorf("db: add approval to %s: %w", callID, err)
 	}

@@ -179,38 +179,50 @@ func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]a
 
 // TokenByHash finds a live token by its secret's hash.
 func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
-	var t account.Token
-	var note []byte
-	var created int64
-	err := a.d.pool.QueryRow(ctx, `SELECT id, actor, audience, note, created_at FROM tokens WHERE hash = $1 AND revoked_at IS NULL`,
-		hash).Scan(&t.ID, &t.Actor, &t.Audience, &note, &created)
+	t, err := scanToken(a.d.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = $1 AND revoked_at IS NULL`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return account.Token{}, account.ErrTokenNotFound
 	}
 	if err != nil {
 		return account.Token{}, classify(fmt.Errorf("pgstore: look up token: %w", err))
 	}
-	t.Note, t.CreatedAt = string(note), time.UnixMilli(created).UTC()
+	return t, nil
+}
+
+const tokenColumns = `id, actor, audience, note, owners, created_at, revoked_at`
+
+func scanToken(r rowScanner) (account.Token, error) {
+	var t account.Token
+	var note []byte
+	var owners string
+	var created int64
+	var revoked *int64
+	if err := r.Scan(&t.ID, &t.Actor, &t.Audience, &note, &owners, &created, &revoked); err != nil {
+		return account.Token{}, err
+	}
+	if err := json.Unmarshal([]byte(owners), &t.Owners); err != nil {
+		return account.Token{}, fmt.Errorf("pgstore: owners of token %s: %w", t.ID, err)
+	}
+	if len(t.Owners) == 0 {
+		t.Owners = nil
+	}
+	t.Note, t.CreatedAt, t.RevokedAt = string(note), time.UnixMilli(created).UTC(), fromMS(revoked)
 	return t, nil
 }
 
 // Tokens lists every token, newest first.
 func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
-	rows, err := a.d.pool.Query(ctx, `SELECT id, actor, audience, note, created_at, revoked_at FROM tokens ORDER BY created_at DESC, id`)
+	rows, err := a.d.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at DESC, id`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: list tokens: %w", err))
 	}
 	defer rows.Close()
 	var out []account.Token
 	for rows.Next() {
-		var t account.Token
-		var note []byte
-		var created int64
-		var revoked *int64
-		if err := rows.Scan(&t.ID, &t.Actor, &t.Audience, &note, &created, &revoked); err != nil {
+		t, err := scanToken(rows)
+		if err != nil {
 			return nil, classify(err)
 		}
-		t.Note, t.CreatedAt, t.RevokedAt = string(note), time.UnixMilli(created).UTC(), fromMS(revoked)
 		out = append(out, t)
 	}
 	return out, classify(rows.Err())
@@ -309,8 +321,12 @@ func (t *txn) PruneSessions(cutoff time.Time) (int64, error) {
 }
 
 func (t *txn) InsertToken(tok account.Token, hash string) error {
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO tokens (id, hash, actor, audience, note, created_at) VALUES ($1,$2,$3,$4,$5,$6)`,
-		tok.ID, hash, tok.Actor, tok.Audience, []byte(tok.Note), ms(tok.CreatedAt)); err != nil {
+	owners, err := groupsJSON(tok.Owners)
+	if err != nil {
+		return err
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO tokens (id, hash, actor, audience, note, owners, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
+		tok.ID, hash, tok.Actor, tok.Audience, []byte(tok.Note), owners, ms(tok.CreatedAt)); err != nil {
 		return fmt.Errorf("pgstore: insert token: %w", err)
 	}
 	return nil

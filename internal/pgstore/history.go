@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,14 +22,28 @@ import (
 
 // approvalsColumn is every approval of the row's call as a JSON array, in
 // the order loadCall reads them.
-const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment)
+const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
+	'passkey_id', encode(a.passkey_id, 'hex'), 'passkey_name', a.passkey_name)
 	ORDER BY a.at, a.operator) FROM approvals a WHERE a.call_id = c.id)::text, '[]')`
 
 type approvalJSON struct {
-	Operator string `json:"operator"`
-	Channel  string `json:"channel"`
-	At       int64  `json:"at"`
-	Comment  string `json:"comment"`
+	Operator    string  `json:"operator"`
+	Channel     string  `json:"channel"`
+	At          int64   `json:"at"`
+	Comment     string  `json:"comment"`
+	PasskeyID   *string `json:"passkey_id"` // hex
+	PasskeyName *string `json:"passkey_name"`
+}
+
+// approval reads one approval of a history row; its passkey's evidence is
+// left out (it is in the audit entry).
+func (a approvalJSON) approval() queue.Approval {
+	out := queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
+	if a.PasskeyID != nil {
+		id, _ := hex.DecodeString(*a.PasskeyID)
+		out.Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: deref(a.PasskeyName)}
+	}
+	return out
 }
 
 func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {
@@ -42,7 +57,7 @@ func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {
 		return nil, fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err)
 	}
 	for _, a := range as {
-		c.Approvals = append(c.Approvals, queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment})
+		c.Approvals = append(c.Approvals, a.approval())
 	}
 	return c, nil
 }
@@ -295,7 +310,11 @@ func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
 	}
 	approvals := make([]any, len(as))
 	for i, a := range as {
-		approvals[i] = map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
+		m := map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
+		if a.PasskeyName != nil {
+			m["passkey"] = *a.PasskeyName
+		}
+		approvals[i] = m
 	}
 	var denial, outcome, resolution any
 	if r.resolution != nil {

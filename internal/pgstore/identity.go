@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/oneshot"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // Single sign-on users, passkeys and the oneshots (logins and passkey
@@ -158,6 +159,60 @@ func (t *txn) DeletePasskey(user string, id []byte) (account.Passkey, error) {
 		return account.Passkey{}, fmt.Errorf("pgstore: delete passkey: %w", err)
 	}
 	return p, nil
+}
+
+func (t *txn) UsePasskey(user string, id []byte, from, to uint32, record []byte, at time.Time) error {
+	tag, err := t.tx.Exec(t.ctx, `UPDATE passkeys SET sign_count = $1, record = $2, last_used_at = $3
+		WHERE id = $4 AND user_name = $5 AND sign_count = $6`, int64(to), string(record), ms(at), id, user, int64(from))
+	if err != nil {
+		return fmt.Errorf("pgstore: use passkey: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return queue.ErrPasskeyChanged
+	}
+	return nil
+}
+
+// callPeople encodes who owns a call's agent and who may approve it.
+func callPeople(c *queue.Call) (owners, approvers string, err error) {
+	o := c.Owners
+	if o == nil {
+		o = []string{}
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", "", fmt.Errorf("pgstore: encode owners of %s: %w", c.ID, err)
+	}
+	a := "{}"
+	if !c.Approvers.Empty() {
+		ab, err := json.Marshal(approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups})
+		if err != nil {
+			return "", "", fmt.Errorf("pgstore: encode approvers of %s: %w", c.ID, err)
+		}
+		a = string(ab)
+	}
+	return string(b), a, nil
+}
+
+type approversJSON struct {
+	Roles  []string `json:"roles,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// readCallPeople decodes what callPeople wrote.
+func readCallPeople(c *queue.Call, owners, approvers string) error {
+	if err := json.Unmarshal([]byte(owners), &c.Owners); err != nil {
+		return fmt.Errorf("pgstore: owners of %s: %w", c.ID, err)
+	}
+	if len(c.Owners) == 0 {
+		c.Owners = nil
+	}
+	var a approversJSON
+	if err := json.Unmarshal([]byte(approvers), &a); err != nil {
+		return fmt.Errorf("pgstore: approvers of %s: %w", c.ID, err)
+	}
+	c.Approvers.Roles, c.Approvers.Groups = a.Roles, a.Groups
+	return nil
 }
 
 func (t *txn) InsertOneshot(o account.Oneshot) error {

@@ -61,14 +61,14 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
 	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify,
 	c.outcome_within_ms, c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
-	c.resolution_evidence, c.resolved_at`
+	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -81,7 +81,7 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var decidedAt, grantExp, redeemedAt, outcomeAt *int64
 	var deniedBy, deniedChannel, token, jti, kid, outStatus *string
 	var denyReason, outDetail []byte
-	var notify string
+	var notify, owners, approvers string
 	var outcomeWithin int64
 	var leaseUntil, resolvedAt *int64
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence *string
@@ -89,7 +89,8 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
-		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt}
+		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt,
+		&owners, &approvers, &c.RequirePasskey}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -108,6 +109,9 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	c.Args = obj
 	if notify != "" {
 		c.Notify = strings.Split(notify, ",")
+	}
+	if err := readCallPeople(&c, owners, approvers); err != nil {
+		return nil, err
 	}
 	c.Rationale = string(rationale)
 	c.Status = queue.Status(status)
@@ -154,7 +158,8 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
+	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence
+		FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err))
 	}
@@ -162,10 +167,15 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	for rows.Next() {
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment); err != nil {
+		var pkID []byte
+		var pkName, evidence *string
+		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence); err != nil {
 			return nil, classify(fmt.Errorf("pgstore: scan approval: %w", err))
 		}
 		a.At = time.UnixMilli(at).UTC()
+		if pkID != nil {
+			a.Passkey = &queue.ApprovalPasskey{CredentialID: pkID, Name: deref(pkName), Evidence: []byte(deref(evidence))}
+		}
 		c.Approvals = append(c.Approvals, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -210,12 +220,17 @@ func (t *txn) InsertCall(c *queue.Call) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
 	}
+	owners, approvers, err := callPeople(c)
+	if err != nil {
+		return err
+	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
-		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) RETURNING seq`,
+		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
+		owners, approvers, require_passkey)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
 		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
-		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds()).Scan(&c.Seq)
+		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}
@@ -262,8 +277,15 @@ func (t *txn) UpdateCall(c *queue.Call) error {
 }
 
 func (t *txn) AddApproval(callID string, a queue.Approval) error {
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment) VALUES ($1,$2,$3,$4,$5)`,
-		callID, a.Operator, a.Channel, ms(a.At), a.Comment); err != nil {
+	var pkID []byte
+	var pkName, evidence *string
+	if a.Passkey != nil {
+		pkID, pkName = a.Passkey.CredentialID, &a.Passkey.Name
+		ev := string(a.Passkey.Evidence)
+		evidence = &ev
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence); err != nil {
 		return fmt.Errorf("pgstore: add approval to %s: %w", callID, err)
 	}
 	return nil

@@ -8,10 +8,13 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // Status is where a call is in its life.
@@ -59,6 +62,16 @@ type Call struct {
 	ApprovalsRequired int
 	Approvals         []Approval
 	GrantTTL          time.Duration
+
+	// Owners are the owners of the agent's token when the call was made
+	// (account names, or team:GROUP): none of them may approve it.
+	Owners []string
+	// Approvers is the tool's reviewer condition when the call was made:
+	// only operators it allows may approve. Empty allows every operator.
+	Approvers tools.Approvers
+	// RequirePasskey is true when every approval must be signed by the
+	// operator's passkey (the tool's approve_with, or the ask rule's).
+	RequirePasskey bool
 
 	CreatedAt time.Time
 	DecideBy  time.Time
@@ -166,6 +179,18 @@ type Approval struct {
 	// Comment is the operator's optional note, "" for none; the agent
 	// receives it with the call.
 	Comment string
+	// Passkey is set for an approval signed by the operator's passkey.
+	Passkey *ApprovalPasskey
+}
+
+// ApprovalPasskey is how an approval was signed: the passkey, by the name
+// it had then, and the evidence anyone can re-check (docs/passkeys.md).
+type ApprovalPasskey struct {
+	CredentialID []byte
+	Name         string
+	// Evidence is the JSON of passkey.Evidence. Reads of a single call
+	// carry it; history lists leave it out (it is in the audit entry).
+	Evidence []byte
 }
 
 // Denial records who denied a call and why.
@@ -202,6 +227,7 @@ func (c *Call) Clone() *Call {
 	if c.Notify == nil {
 		cp.Notify = nil
 	}
+	cp.Owners = append([]string(nil), c.Owners...)
 	if c.Denial != nil {
 		d := *c.Denial
 		cp.Denial = &d
@@ -228,6 +254,31 @@ type Principal struct {
 	// TokenID is the id of the API token (not its secret); a redemption
 	// records it, and only that token extends the call's lease.
 	TokenID string
+	// Owners are the token's owners: people who may not approve its calls.
+	Owners []string
+}
+
+// OwnerMatches reports whether owner names the account: its name, its
+// single-sign-on short name, or team:GROUP for a group it belongs to.
+func OwnerMatches(owner string, u account.User) bool {
+	if g, ok := strings.CutPrefix(owner, OwnerTeamPrefix); ok {
+		return g != "" && slices.Contains(u.Groups, g)
+	}
+	return owner == u.Name || (u.ShortName != "" && owner == u.ShortName)
+}
+
+// OwnerTeamPrefix starts an owner that is a provider group: team:payments
+// is everyone in the group payments.
+const OwnerTeamPrefix = "team:"
+
+// OwnedBy returns the first of the call's owners that names u, or "".
+func (c *Call) OwnedBy(u account.User) string {
+	for _, o := range c.Owners {
+		if OwnerMatches(o, u) {
+			return o
+		}
+	}
+	return ""
 }
 
 // Errors returned by the service. The HTTP layer maps them to status codes.
@@ -264,7 +315,34 @@ var (
 	ErrNoteRequired    = errors.New("queue: a resolution needs a note saying what was found")
 	ErrNoteTooLong     = fmt.Errorf("queue: a resolution's note is at most %d bytes", MaxReasonBytes)
 	ErrInvalidEvidence = errors.New("queue: the evidence link must be an http or https URL")
+	ErrPasskeyRequired = errors.New("queue: this call must be approved with a passkey, in the browser")
+	ErrPasskeyChanged  = errors.New("queue: the passkey was removed, or used for another approval at the same moment; approve again")
+	ErrOwner           = errors.New("queue: an owner of the agent cannot approve its calls")
+	ErrNotAnApprover   = errors.New("queue: the tool names who may approve its calls, and this operator is not one of them")
 )
+
+// OwnerError is ErrOwner for one call: the operator is named by Owner.
+type OwnerError struct{ Operator, Owner string }
+
+func (e *OwnerError) Error() string {
+	if e.Owner == e.Operator {
+		return fmt.Sprintf("%v: %q owns the agent", ErrOwner, e.Operator)
+	}
+	return fmt.Sprintf("%v: %q is an owner through %q", ErrOwner, e.Operator, e.Owner)
+}
+
+// Unwrap makes an *OwnerError an ErrOwner.
+func (e *OwnerError) Unwrap() error { return ErrOwner }
+
+// ApproversError is ErrNotAnApprover with who may approve.
+type ApproversError struct{ Operator, Who string }
+
+func (e *ApproversError) Error() string {
+	return fmt.Sprintf("%v (only %s may approve; %q may not)", ErrNotAnApprover, e.Who, e.Operator)
+}
+
+// Unwrap makes an *ApproversError an ErrNotAnApprover.
+func (e *ApproversError) Unwrap() error { return ErrNotAnApprover }
 
 // DeciderError is ErrNotADecider for one name: a decision in the name of
 // someone who is not an enabled operator or admin.

@@ -97,7 +97,7 @@ func frozen(tx Tx, tool, actor string) (*Freeze, error) {
 // evaluated is logged and counted, and the call goes to people.
 func (s *Service) decide(t *tools.Tool, c *Call) policy.Decision {
 	if s.policy == nil {
-		return policy.Decision{Action: policy.Ask, Approvals: t.Approvals}
+		return policy.Decision{Action: policy.Ask, Approvals: t.Approvals, RequirePasskey: t.RequirePasskey}
 	}
 	d := s.policy.Decide(t, policy.Input{Target: c.Target, Args: c.Args, Actor: c.Actor, Audience: c.Audience, Now: c.CreatedAt})
 	if d.Err != nil {

@@ -3,6 +3,8 @@ package queue
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -296,12 +298,14 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
 		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
 		OutcomeWithin: t.OutcomeWithin,
+		Owners:        append([]string(nil), who.Owners...), Approvers: t.Approvers, RequirePasskey: t.RequirePasskey,
 	}
 	// The rules run before the write lock is taken; what they decide is
 	// applied in the transaction that stores the call.
 	decision := s.decide(t, c)
 	if decision.Action == policy.Ask {
 		c.ApprovalsRequired = max(t.Approvals, decision.Approvals)
+		c.RequirePasskey = c.RequirePasskey || decision.RequirePasskey
 	}
 	if decision.Rule != nil && len(decision.Rule.Notify) > 0 {
 		c.Notify = append([]string(nil), decision.Rule.Notify...)
@@ -363,10 +367,20 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err := tx.InsertCall(c); err != nil {
 			return err
 		}
-		if err := tx.Append(s.entry(audit.KindSubmitted, c, who.Actor, audit.ChannelAPI, map[string]any{
+		details := map[string]any{
 			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
 			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),
-			"approvals_required": int64(c.ApprovalsRequired), "tool_digest": c.ToolDigest})); err != nil {
+			"approvals_required": int64(c.ApprovalsRequired), "tool_digest": c.ToolDigest}
+		if len(c.Owners) > 0 {
+			details["owners"] = c.Owners
+		}
+		if !c.Approvers.Empty() {
+			details["approvers"] = map[string]any{"roles": nonNil(c.Approvers.Roles), "groups": nonNil(c.Approvers.Groups)}
+		}
+		if c.RequirePasskey {
+			details["approve_with"] = tools.ApproveWithPasskey
+		}
+		if err := tx.Append(s.entry(audit.KindSubmitted, c, who.Actor, audit.ChannelAPI, details)); err != nil {
 			return err
 		}
 		result, created = c, true
@@ -387,6 +401,13 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
 
 // problemsOf returns the problems of a parse error: canonical.Problems, or
 // the single *canonical.Problem of canonical.ParseWith.
@@ -778,6 +799,28 @@ type ApproveInput struct {
 	// Comment is an optional note (at most MaxReasonBytes), stored with the
 	// approval, recorded in its audit entry and returned to the agent.
 	Comment string
+	// Passkey is set when the operator's passkey signed the approval; a
+	// call that requires one is refused without it.
+	Passkey *PasskeyProof
+}
+
+// PasskeyProof is a verified passkey assertion over one call (the server
+// checks it with internal/passkey before approving): which passkey, its
+// signature counter before and after, its record with the counter
+// advanced, and the evidence.
+type PasskeyProof struct {
+	Operator     string
+	CredentialID []byte
+	Name         string
+	// CountBefore is the counter the assertion was checked against;
+	// CountAfter the authenticator's new one. The approval is refused when
+	// the stored counter is no longer CountBefore (another approval used
+	// the passkey at the same moment, or it was removed).
+	CountBefore, CountAfter uint32
+	Record                  []byte
+	// Evidence is the JSON of passkey.Evidence; its call_id, digest and
+	// operator must be this approval's.
+	Evidence []byte
 }
 
 // ApproveWith is Approve with the approval's comment.
@@ -790,9 +833,17 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 	if err := account.CheckReserved(operator); err != nil {
 		return nil, fmt.Errorf("queue: operator %q: %w", operator, err)
 	}
+	var evidence any
+	if in.Passkey != nil {
+		var err error
+		if evidence, err = checkEvidence(in); err != nil {
+			return nil, err
+		}
+	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
-		if err := mayDecide(tx, operator); err != nil {
+		u, err := decider(tx, operator)
+		if err != nil {
 			return err
 		}
 		c, err := s.loadPending(tx, id, emit)
@@ -815,14 +866,20 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		} else if f != nil {
 			return &FrozenError{Freeze: *f}
 		}
-		if operator == c.Actor {
-			return ErrOwnCall
+		if err := mayApprove(c, u); err != nil {
+			return err
 		}
-		if c.ApprovedBy(operator) {
-			return ErrAlreadyApproved
+		if c.RequirePasskey && in.Passkey == nil {
+			return ErrPasskeyRequired
 		}
 		now := s.now()
 		a := Approval{Operator: operator, Channel: channel, At: now, Comment: comment}
+		if p := in.Passkey; p != nil {
+			if err := tx.UsePasskey(operator, p.CredentialID, p.CountBefore, p.CountAfter, p.Record, now); err != nil {
+				return err
+			}
+			a.Passkey = &ApprovalPasskey{CredentialID: p.CredentialID, Name: p.Name, Evidence: p.Evidence}
+		}
 		if err := tx.AddApproval(c.ID, a); err != nil {
 			return err
 		}
@@ -830,6 +887,15 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		details := map[string]any{"digest": c.Digest, "received": int64(len(c.Approvals)), "required": int64(c.ApprovalsRequired)}
 		if comment != "" {
 			details["comment"] = comment
+		}
+		if u.SSO() {
+			details["operator_name"], details["operator_email"] = u.Shown(), u.Email
+		}
+		if a.Passkey != nil {
+			details["method"] = "passkey"
+			details["passkey"] = map[string]any{"credential_id": base64.RawURLEncoding.EncodeToString(a.Passkey.CredentialID),
+				"name": a.Passkey.Name}
+			details["evidence"] = evidence
 		}
 		if err := tx.Append(s.entry(audit.KindApproved, c, operator, channel, details)); err != nil {
 			return err
@@ -856,11 +922,65 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 // not the call's actor, and approves a call at most once, is checked with
 // the call.
 func mayDecide(tx Tx, operator string) error {
+	_, err := decider(tx, operator)
+	return err
+}
+
+// decider is mayDecide returning the account, as stored in this
+// transaction.
+func decider(tx Tx, operator string) (account.User, error) {
 	u, err := tx.User(operator)
 	if errors.Is(err, account.ErrUserNotFound) || (err == nil && !u.CanDecide()) {
-		return &DeciderError{Operator: operator}
+		return account.User{}, &DeciderError{Operator: operator}
 	}
-	return err
+	return u, err
+}
+
+// mayApprove is the rest of the rule of who may approve one call, checked
+// in the same transaction: not the call's actor, not an owner of its agent
+// (by name, short name or team), allowed by the tool's reviewer condition
+// (role or provider group, as the account stands now), and not twice.
+// Rules never reach it: they approve as policy:RULE, which no owner or
+// operator can be, and an ask rule only raises how many of these approvals
+// a call needs.
+func mayApprove(c *Call, u account.User) error {
+	if u.Name == c.Actor {
+		return ErrOwnCall
+	}
+	if o := c.OwnedBy(u); o != "" {
+		return &OwnerError{Operator: u.Name, Owner: o}
+	}
+	if !c.Approvers.Allows(string(u.Role), u.Groups) {
+		return &ApproversError{Operator: u.Name, Who: c.Approvers.Describe()}
+	}
+	if c.ApprovedBy(u.Name) {
+		return ErrAlreadyApproved
+	}
+	return nil
+}
+
+// checkEvidence reads a passkey approval's evidence: it must name this
+// call, digest and operator, and it becomes the canonical value recorded
+// in the audit entry.
+func checkEvidence(in ApproveInput) (any, error) {
+	p := in.Passkey
+	var ev struct {
+		CallID   string `json:"call_id"`
+		Digest   string `json:"digest"`
+		Operator string `json:"operator"`
+	}
+	if err := json.Unmarshal(p.Evidence, &ev); err != nil {
+		return nil, fmt.Errorf("queue: passkey evidence: %w", err)
+	}
+	if p.Operator != in.Operator || ev.Operator != in.Operator || ev.CallID != in.CallID || ev.Digest != in.Digest {
+		return nil, fmt.Errorf("queue: the passkey evidence is for call %s, digest %s, operator %q: %w",
+			ev.CallID, ev.Digest, ev.Operator, ErrDigestMismatch)
+	}
+	v, err := canonical.Parse(p.Evidence)
+	if err != nil {
+		return nil, fmt.Errorf("queue: passkey evidence: %w", err)
+	}
+	return v, nil
 }
 
 func (s *Service) mint(tx Tx, c *Call, now time.Time) error {

@@ -55,7 +55,14 @@ type Tx interface {
 	// UpdateCall writes the call's status, decision, grant, redemption,
 	// lease, outcome and resolution fields.
 	UpdateCall(c *Call) error
+	// AddApproval stores an approval, with its passkey and evidence when
+	// it has them.
 	AddApproval(callID string, a Approval) error
+	// UsePasskey advances one of user's passkeys from signature counter
+	// from to to (with its record so advanced, last used at), in the
+	// approval's transaction: ErrPasskeyChanged when user has no such
+	// passkey or its counter is no longer from.
+	UsePasskey(user string, id []byte, from, to uint32, record []byte, at time.Time) error
 	// ConsumeNonce records a grant's jti as used. It returns false, and
 	// changes nothing, when the jti was already consumed.
 	ConsumeNonce(jti, callID string, at time.Time) (bool, error)

@@ -82,7 +82,7 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience, TokenID: t.ID})
+		c.Set(principalKey, queue.Principal{Actor: t.Actor, Audience: t.Audience, TokenID: t.ID, Owners: t.Owners})
 		c.Set(tokenKey, t.ID)
 		return next(c)
 	}
