@@ -97,10 +97,10 @@ func (s Session) Revoked() bool { return !s.RevokedAt.IsZero() }
 // Token is an agent's API token. Its secret is shown once and stored only
 // as a hash.
 type Token struct {
-	ID        string
-	Actor     string
-	Audience  string
-	Note      string
+	ID       string
+	Actor    string
+	Audience string
+	Note     string
 	// Owners are the people who run the agent: none of them may approve
 	// its calls. Account names, or team:GROUP for a provider group.
 	Owners    []string
