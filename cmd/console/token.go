@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,6 +25,8 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	actor := fs.String("actor", "", "the agent this token speaks for, e.g. agent:billing-bot")
 	audience := fs.String("audience", "", "the host that executes its calls, e.g. payments-host")
 	note := fs.String("note", "", "a note for people")
+	var owners listFlag
+	fs.Var(&owners, "owner", "someone who runs this agent and so may never approve its calls: an account name (alice, or oidc:HOST/SUB) or team:GROUP for a provider group; repeat for several")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -36,16 +39,20 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	switch args[0] {
 	case "create":
 		if *actor == "" || *audience == "" {
-			fmt.Fprintln(e.stderr, "usage: console token create --actor A --audience B [--note T] [--data DIR]")
+			fmt.Fprintln(e.stderr, "usage: console token create --actor A --audience B [--owner NAME ...] [--note T] [--data DIR]")
 			return 2
 		}
-		t, secret, err := accountsOf(d).CreateToken(ctx, *actor, *audience, *note, cliPrincipal(e), audit.ChannelCLI)
+		t, secret, err := accountsOf(d).CreateTokenWith(ctx, account.TokenSpec{Actor: *actor, Audience: *audience, Note: *note,
+			Owners: owners}, cliPrincipal(e), audit.ChannelCLI)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console token create: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(e.stderr, "Created %s for actor %s, audience %s. The token is shown once; store it now:\n", t.ID,
-			reveal.String(t.Actor), reveal.String(t.Audience))
+		fmt.Fprintf(e.stderr, "Created %s for actor %s, audience %s", t.ID, reveal.String(t.Actor), reveal.String(t.Audience))
+		if len(t.Owners) > 0 {
+			fmt.Fprintf(e.stderr, ", owners %s (who may not approve its calls)", reveal.String(strings.Join(t.Owners, ", ")))
+		}
+		fmt.Fprintln(e.stderr, ". The token is shown once; store it now:")
 		fmt.Fprintln(e.stdout, secret)
 		return 0
 	case "list":
@@ -55,7 +62,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 		w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tACTOR\tAUDIENCE\tCREATED\tREVOKED\tNOTE")
+		fmt.Fprintln(w, "ID\tACTOR\tAUDIENCE\tOWNERS\tCREATED\tREVOKED\tNOTE")
 		for _, t := range ts {
 			revoked := "-"
 			if !t.RevokedAt.IsZero() {
@@ -63,8 +70,12 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 			}
 			// Names and notes go through the revealer: a bidi control in a
 			// name from an older database must not turn the line around.
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", reveal.String(t.ID), reveal.String(t.Actor),
-				reveal.String(t.Audience), t.CreatedAt.Format(time.RFC3339), revoked, reveal.String(t.Note))
+			owners := "-"
+			if len(t.Owners) > 0 {
+				owners = strings.Join(t.Owners, ",")
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", reveal.String(t.ID), reveal.String(t.Actor),
+				reveal.String(t.Audience), reveal.String(owners), t.CreatedAt.Format(time.RFC3339), revoked, reveal.String(t.Note))
 		}
 		w.Flush()
 		return 0

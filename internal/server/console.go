@@ -270,6 +270,8 @@ func (c *console) routes(e *echo.Echo) {
 	post("/calls/:id/approve", c.approve, c.requireDecider)
 	post("/calls/:id/deny", c.deny, c.requireDecider)
 	post("/calls/:id/revoke", c.revoke, c.requireDecider)
+	post("/calls/:id/passkey/begin", c.beginPasskeyApproval, c.requireDecider)
+	post("/calls/:id/passkey/finish", c.finishPasskeyApproval, c.requireDecider)
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
 	c.routesUnresolved(e, post)
 	post("/admin/users", c.addUser, c.requireAdmin)
@@ -307,7 +309,8 @@ func (c *console) wantsHTML(ec echo.Context) bool {
 	switch {
 	case strings.HasPrefix(p, "/api/"), p == "/healthz", p == "/metrics", p == "/ws", strings.HasPrefix(p, static.Prefix):
 		return false
-	case p == "/account/passkeys/begin", p == "/account/passkeys/finish":
+	case p == "/account/passkeys/begin", p == "/account/passkeys/finish",
+		strings.HasPrefix(p, "/calls/") && (strings.HasSuffix(p, "/passkey/begin") || strings.HasSuffix(p, "/passkey/finish")):
 		return false
 	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account", p == unresolvedPath,
 		strings.HasPrefix(p, "/account/"), strings.HasPrefix(p, "/auth/"),

@@ -42,7 +42,7 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 	}
 	for _, t := range toks {
 		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: reveal.Of(t.Actor), Audience: reveal.Of(t.Audience), Note: reveal.Of(t.Note),
-			CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
+			Owners: optText(strings.Join(t.Owners, ", ")), CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
 	}
 	return av, nil
 }
@@ -135,8 +135,11 @@ func (c *console) createToken(ec echo.Context) error {
 	if len(note) > 200 {
 		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token's note is at most 200 bytes", nil)
 	}
-	t, secret, err := c.accounts.CreateToken(ec.Request().Context(), actor, audience, note, v.user.Name, audit.ChannelWeb)
+	spec := account.TokenSpec{Actor: actor, Audience: audience, Note: note, Owners: strings.Split(form.Get("owners"), ",")}
+	t, secret, err := c.accounts.CreateTokenWith(ec.Request().Context(), spec, v.user.Name, audit.ChannelWeb)
 	switch {
+	case errors.Is(err, account.ErrBadOwner):
+		return c.renderAdmin(ec, http.StatusBadRequest, "", "each owner is an account name (alice, or oidc:HOST/SUB) or team:GROUP for the members of a provider group, at most 20, separated by commas", nil)
 	case errors.Is(err, account.ErrTokenContext):
 		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience", nil)
 	case errors.Is(err, account.ErrReservedName):

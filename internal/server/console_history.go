@@ -277,7 +277,7 @@ func auditExportLink(hq historyQuery) (link, scope string) {
 }
 
 func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow {
-	card := h.c.cardView(call, false, now)
+	card := h.c.cardView(call, false, false, now)
 	r := templates.HistoryRow{
 		ID: call.ID, URL: historyPath + "/calls/" + url.PathEscape(call.ID), CreatedAt: call.CreatedAt,
 		Status: string(call.Status), Actor: card.Actor, Tool: card.Tool, Target: card.Target,

@@ -107,10 +107,11 @@ func (c *console) navigation(ctx context.Context, cv *templates.CallView, v *vie
 	now := c.now()
 	var cards []templates.Card
 	for _, call := range calls {
-		if call.ID == id || call.Actor == v.user.Name || call.ApprovedBy(v.user.Name) || !now.Before(call.DecideBy) {
+		if call.ID == id || call.Actor == v.user.Name || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
+			!now.Before(call.DecideBy) {
 			continue
 		}
-		card := c.cardView(call, true, now)
+		card := c.cardView(call, true, false, now)
 		if qq.matches(call, card.Deceptive) {
 			cards = append(cards, card)
 		}

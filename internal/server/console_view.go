@@ -13,6 +13,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
@@ -52,7 +53,7 @@ func (c *console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
-		card := c.cardView(call, decide, now)
+		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)
 		if qq.matches(call, card.Deceptive) {
 			qv.Cards = append(qv.Cards, card)
 		}
@@ -88,12 +89,45 @@ func (c *console) page(v *viewer, title, nav, ws string, now time.Time) template
 	return p
 }
 
-func (c *console) cardView(call *queue.Call, canDecide bool, now time.Time) templates.Card {
+// viewerPasskeys is how many passkeys the viewer has, read once per
+// request (or socket) when passkeys are on.
+func (c *console) viewerPasskeys(v *viewer) int {
+	if c.cfg.Passkeys == nil {
+		return 0
+	}
+	v.passkeysOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		pks, err := c.accounts.Passkeys(ctx, v.user.Name)
+		if err != nil {
+			c.log.Warn("read the viewer's passkeys", slog.Any("error", err))
+		}
+		v.passkeys = len(pks)
+	})
+	return v.passkeys
+}
+
+// shownName is how an operator is named on a page: a single-sign-on
+// principal with the name the provider gives beside it.
+func (c *console) shownName(name string) string {
+	if !strings.HasPrefix(name, account.OIDCPrefix) {
+		return name
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	u, err := c.accounts.UserByName(ctx, name)
+	if err != nil || u.Shown() == u.Name {
+		return name
+	}
+	return u.Shown() + " (" + name + ")"
+}
+
+func (c *console) cardView(call *queue.Call, canDecide, owned bool, now time.Time) templates.Card {
 	card := templates.Card{
 		ID: call.ID, Tool: reveal.Of(call.Tool), Target: reveal.Of(call.Target), Actor: reveal.Of(call.Actor), RawTool: call.Tool,
 		CreatedAt: call.CreatedAt, DecideBy: call.DecideBy,
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
-		Group: groupKey(call),
+		Group: groupKey(call), Owned: owned,
 	}
 	if reg := c.q.Tools(); reg != nil {
 		if t, ok := reg.Tool(call.Tool); ok {
@@ -180,8 +214,21 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	for _, a := range call.Approvals {
-		s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(a.Operator), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)})
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)}
+		if a.Passkey != nil {
+			name := reveal.Of(a.Passkey.Name)
+			ta.Passkey = &name
+		}
+		s.Approvals = append(s.Approvals, ta)
 	}
+	s.Tool, s.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
+	for _, o := range call.Owners {
+		s.Owners = append(s.Owners, reveal.Of(o))
+	}
+	if !call.Approvers.Empty() {
+		s.Approvers = reveal.String(call.Approvers.Describe())
+	}
+	s.RequirePasskey, s.PasskeysOn = call.RequirePasskey, c.cfg.Passkeys != nil
 	if call.Denial != nil {
 		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
 	}
@@ -200,6 +247,11 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		s.OwnCall = v.user.Name == call.Actor
 		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
 		s.CanRevoke = call.Status == queue.StatusApproved && call.Revoked == nil && now.Before(call.GrantExpiresAt)
+		s.OwnedByViewer = reveal.String(call.OwnedBy(v.user))
+		s.ViewerMayApprove = call.Approvers.Allows(string(v.user.Role), v.user.Groups)
+		if call.Status == queue.StatusPending {
+			s.ViewerPasskeys = c.viewerPasskeys(v)
+		}
 	}
 	if call.Status == queue.StatusPending {
 		s.Warned = callDeceptive(call)

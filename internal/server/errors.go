@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/store"
 )
 
@@ -62,6 +63,10 @@ var sentinels = []struct {
 		"the digest you approved is not this call's digest; reload the call, check what it does, and approve the digest shown", ""},
 	{queue.ErrOwnCall, http.StatusForbidden, "own_call", "you cannot approve a call proposed under your own name; ask another operator", ""},
 	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
+	{queue.ErrPasskeyRequired, http.StatusForbidden, "passkey_required",
+		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket and the command line cannot approve it)", ""},
+	{queue.ErrPasskeyChanged, http.StatusConflict, "passkey_changed",
+		"your passkey was removed, or used for another approval at the same moment; nothing was approved: try again", ""},
 	{queue.ErrReasonRequired, http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)", ""},
 	{queue.ErrReasonTooLong, http.StatusBadRequest, "reason_too_long", fmt.Sprintf("the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
@@ -102,6 +107,8 @@ func ErrorOf(err error) *APIError {
 		ad *queue.AudienceError
 		np *queue.NotPendingError
 		nd *queue.DeciderError
+		oe *queue.OwnerError
+		ar *queue.ApproversError
 		fe *queue.FilterError
 		he *echo.HTTPError
 		ie *integrityError
@@ -129,6 +136,11 @@ func ErrorOf(err error) *APIError {
 	case errors.As(err, &nd):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
 			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
+	case errors.As(err, &oe):
+		return newAPIError(http.StatusForbidden, "owner",
+			"you own the agent that proposed this call (owner %s), so you cannot approve it; ask an operator who does not run it", reveal.String(oe.Owner))
+	case errors.As(err, &ar):
+		return newAPIError(http.StatusForbidden, "not_an_approver", "only %s may approve this tool's calls; ask one of them", reveal.String(ar.Who))
 	case errors.As(err, &ie):
 		return newAPIError(http.StatusInternalServerError, "integrity",
 			"STOP: the stored record of call %s does not match its digest (%s). Do not approve it: the database was edited. An administrator should run console audit verify.", ie.id, ie.what)

@@ -377,16 +377,18 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 		// nothing a change makes to a call changes what the filter reads.
 		return "", nil
 	}
+	// An owner's card is highlighted: the fragment depends on the viewer.
+	owned := call.OwnedBy(v.user) != ""
 	switch {
 	case call.Status == queue.StatusRedeemed && ev.Kind != audit.KindRedeemed:
 		return "", nil // leases, outcomes and resolutions: long off the queue
 	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
-		return "upsert:" + boolKey(decide), func() ([]byte, error) {
-			return renderBytes(templates.CardUpsert(c.cardView(call, decide, now)))
+		return "upsert:" + boolKey(decide) + boolKey(owned), func() ([]byte, error) {
+			return renderBytes(templates.CardUpsert(c.cardView(call, decide, owned, now)))
 		}
 	case call.Status == queue.StatusPending:
-		return "card:" + boolKey(decide), func() ([]byte, error) {
-			return renderBytes(templates.CardItem(c.cardView(call, decide, now), "true"))
+		return "card:" + boolKey(decide) + boolKey(owned), func() ([]byte, error) {
+			return renderBytes(templates.CardItem(c.cardView(call, decide, owned, now), "true"))
 		}
 	default:
 		return "remove", func() ([]byte, error) { return renderBytes(templates.Remove("call-" + call.ID)) }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/sessions"
@@ -48,6 +49,9 @@ type viewer struct {
 	method  string    // how the session logged in
 	idToken string    // the provider's ID token, for RP-initiated logout
 	loginAt time.Time // when the session logged in
+
+	passkeysOnce sync.Once
+	passkeys     int // how many passkeys the viewer has, read once per request or socket
 }
 
 func (v *viewer) templ() *templates.Viewer {

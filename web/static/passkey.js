@@ -106,21 +106,25 @@
     });
   }
 
-  function approve(form) {
-    var status = form.querySelector("[data-passkey-status]");
-    form.addEventListener("submit", function (e) {
-      e.preventDefault();
+  // The call page's "Approve with a passkey" button sits in the approve
+  // form: the form's fields (digest, typed confirmation, acknowledged
+  // warning, comment) go with both halves of the ceremony, and the server
+  // checks them as it checks a click.
+  function approve(button) {
+    var form = button.form, status = form.querySelector("[data-passkey-status]");
+    button.addEventListener("click", function () {
       if (!supported(status)) return;
-      var csrf = form.elements.csrf.value, digest = form.elements.digest.value;
-      var begin = form.getAttribute("data-begin"), finish = form.getAttribute("action");
-      var button = form.querySelector("button");
+      if (form.reportValidity && !form.reportValidity()) return;
+      var fields = {};
+      new FormData(form).forEach(function (v, k) { fields[k] = v; });
       button.disabled = true;
       say(status, "Follow your browser's prompt: your passkey signs this call's digest.", false);
-      post(begin, { csrf: csrf, digest: digest })
+      post(button.getAttribute("data-begin"), fields)
         .then(function (begun) {
           return navigator.credentials.get({ publicKey: requestOptions(begun.options.publicKey) })
             .then(function (cred) {
-              return post(finish, { csrf: csrf, digest: digest, ceremony: begun.ceremony, response: credentialJSON(cred) });
+              var done = Object.assign({}, fields, { ceremony: begun.ceremony, response: credentialJSON(cred) });
+              return post(button.getAttribute("data-finish"), done);
             });
         })
         .then(function (done) { window.location.assign(done.next); })
@@ -131,11 +135,11 @@
   function bind(root) {
     var reg = document.getElementById("passkey-register");
     if (reg && !reg.hasAttribute("data-bound")) { reg.setAttribute("data-bound", "1"); register(reg); }
-    var forms = (root || document).querySelectorAll("form[data-passkey-approve]");
-    for (var i = 0; i < forms.length; i++) {
-      if (forms[i].hasAttribute("data-bound")) continue;
-      forms[i].setAttribute("data-bound", "1");
-      approve(forms[i]);
+    var buttons = (root || document).querySelectorAll("button[data-passkey-approve]");
+    for (var i = 0; i < buttons.length; i++) {
+      if (buttons[i].hasAttribute("data-bound")) continue;
+      buttons[i].setAttribute("data-bound", "1");
+      approve(buttons[i]);
     }
   }
 

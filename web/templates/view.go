@@ -193,6 +193,9 @@ type Card struct {
 	// Group names the calls with the same tool, target and actor, which
 	// the queue shows under one heading.
 	Group string
+	// Owned is set when the viewer owns the agent that proposed the call:
+	// the card is highlighted, and the viewer cannot approve it.
+	Owned bool
 }
 
 // SummaryItem is one argument in a card's summary line.
@@ -323,6 +326,25 @@ type Approval struct {
 	Channel string
 	At      time.Time
 	Comment *Text // the operator's note, nil for none
+	// Passkey is the name of the passkey that signed the approval, nil for
+	// an approval by click, from the command line or by rule.
+	Passkey *Text
+}
+
+// How says how the approval was given: "with a passkey (NAME)", "by
+// click", "from the command line", "by rule".
+func (a Approval) How() string {
+	switch {
+	case a.Passkey != nil:
+		return "with a passkey"
+	case a.Channel == "web":
+		return "by click"
+	case a.Channel == "cli":
+		return "from the command line"
+	case a.Channel == "policy":
+		return "by rule"
+	}
+	return "through " + a.Channel
 }
 
 // StatusView is the part of a call's page that changes: status, approvals,
@@ -333,6 +355,26 @@ type StatusView struct {
 	Digest   string
 	Required int
 	Received int
+
+	// Tool and Target are shown beside the passkey button (browsers show
+	// nothing of the call in their own prompt).
+	Tool   Text
+	Target Text
+	// Owners are the owners of the agent's token when the call was made;
+	// OwnedByViewer the one that names the viewer ("" when none).
+	Owners        []Text
+	OwnedByViewer string
+	// Approvers says who may approve ("" for any operator who may
+	// decide); ViewerMayApprove is false when the condition leaves the
+	// viewer out.
+	Approvers        string
+	ViewerMayApprove bool
+	// RequirePasskey is set when every approval must be signed by a
+	// passkey; PasskeysOn when the console runs passkeys; ViewerPasskeys
+	// counts the viewer's.
+	RequirePasskey bool
+	PasskeysOn     bool
+	ViewerPasskeys int
 
 	Approvals      []Approval
 	DecideBy       time.Time
@@ -448,6 +490,7 @@ type TokenRow struct {
 	ID        string
 	Actor     Text
 	Audience  Text
+	Owners    *Text // nil when the token names none
 	Note      Text
 	CreatedAt time.Time
 	RevokedAt time.Time
