@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/passkey"
 )
 
 // auditKeyPath is the audit checkpoint signing key, separate from the
@@ -142,6 +143,12 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		}
 	}
 
+	// Every approval signed by a passkey is re-verified on the way: its
+	// evidence against the call id, digest and operator its entry records,
+	// and its key against the passkey's registration entry.
+	passkeys := passkey.NewTrailChecker()
+	opts.Check = passkeys.Check
+
 	var rep audit.Report
 	var damage error
 	if *file != "" {
@@ -183,7 +190,18 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		}
 		return 1
 	}
+	if len(passkeys.Unregistered) > 0 && rep.FromSeq <= 1 {
+		fmt.Fprintf(e.stdout, "DAMAGED: first bad entry %d: the passkey that signed this approval has no registration entry in the trail\n",
+			passkeys.Unregistered[0])
+		return 1
+	}
 	printReport(e.stdout, rep, len(opts.Checkpoints))
+	if passkeys.Verified > 0 {
+		fmt.Fprintf(e.stdout, "passkeys: %d approval signatures re-verified against their registered public keys\n", passkeys.Verified)
+	}
+	for _, seq := range passkeys.Unregistered {
+		fmt.Fprintf(e.stdout, "note: the passkey that signed entry %d was registered before the entries verified; its signature verified, its key was not compared with the registration\n", seq)
+	}
 	if dataKey != "" && len(opts.TrustedKeys) > 1 {
 		fmt.Fprintf(e.stdout, "audit keys: every checkpoint%s is signed by one of %s (the data directory's key %s, and the trusted ones)\n",
 			map[bool]string{true: " and the export header", false: ""}[*file != ""], strings.Join(opts.TrustedKeys, ", "), dataKey)

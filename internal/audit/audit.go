@@ -253,7 +253,14 @@ type Verifier struct {
 
 	trusted map[string]bool // key ids; empty means any key that signs correctly
 	keyIDs  map[string]bool
+
+	check func(*Entry) error // more checks of each entry whose hash verified
 }
+
+// Check has fn run on every entry after its hash verified (the passkey
+// evidence of approvals is re-verified this way); an error from fn breaks
+// the chain at that entry with fn's message.
+func (v *Verifier) Check(fn func(*Entry) error) { v.check = fn }
 
 // NewVerifier starts a verifier for a chain that begins at sequence 1.
 func NewVerifier() *Verifier {
@@ -352,6 +359,11 @@ func (v *Verifier) Add(e *Entry) error {
 	}
 	if h != e.Hash {
 		return &BreakError{Seq: e.Seq, Reason: "hash does not match the entry's contents (the entry was altered)"}
+	}
+	if v.check != nil {
+		if err := v.check(e); err != nil {
+			return &BreakError{Seq: e.Seq, Reason: strings.TrimPrefix(err.Error(), "audit: ")}
+		}
 	}
 	v.count++
 	v.lastSeq = e.Seq

@@ -424,10 +424,16 @@ type VerifyOptions struct {
 	// TrustedKeys, when not empty, are the only key ids that checkpoints
 	// may be signed with.
 	TrustedKeys []string
+	// Check, when set, runs on every entry whose hash verified; an error
+	// breaks the chain there (see Verifier.Check).
+	Check func(*Entry) error
 }
 
 // Prepare applies the options to v.
 func (o VerifyOptions) Prepare(v *Verifier) error {
+	if o.Check != nil {
+		v.Check(o.Check)
+	}
 	for _, k := range o.TrustedKeys {
 		v.Trust(k)
 	}

@@ -290,7 +290,12 @@ func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow
 		r.Verdict = call.Resolution.Verdict
 	}
 	for _, a := range call.Approvals {
-		r.Deciders = append(r.Deciders, templates.Decider{By: reveal.Of(a.Operator), Verb: "approved", Channel: a.Channel, At: a.At})
+		d := templates.Decider{By: reveal.Of(a.Operator), Verb: "approved", Channel: a.Channel, At: a.At}
+		if a.Passkey != nil {
+			name := reveal.Of(a.Passkey.Name)
+			d.Passkey = &name
+		}
+		r.Deciders = append(r.Deciders, d)
 	}
 	if call.Denial != nil {
 		r.Deciders = append(r.Deciders, templates.Decider{By: reveal.Of(call.Denial.By), Verb: "denied", Channel: call.Denial.Channel, At: call.Denial.At})
@@ -422,6 +427,12 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 			plain("Approvals", strconv.FormatInt(r, 10)+" of "+strconv.FormatInt(q, 10))
 		}
 		digest("Digest approved")
+		if m, _ := d.str("method"); m == "passkey" {
+			name, _ := d.str("passkey/name")
+			te.Facts = append(te.Facts, templates.Fact{Label: "Approved", Value: reveal.Of("with a passkey (" + name + "), the signature kept as evidence")})
+		} else if e.Channel == audit.ChannelWeb {
+			plain("Approved", "by click")
+		}
 	case audit.KindDenied:
 		text("Reason", "reason", false, true)
 		digest("Digest denied")

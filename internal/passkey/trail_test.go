@@ -1,0 +1,120 @@
+package passkey
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+)
+
+// trail seals entries into a chain, as the console writes them.
+func trail(t *testing.T, entries ...*audit.Entry) []*audit.Entry {
+	t.Helper()
+	prevSeq, prev := int64(0), ""
+	for _, e := range entries {
+		e.Time = "2030-01-02T03:04:05.000000000Z"
+		if err := e.Seal(prevSeq, prev); err != nil {
+			t.Fatal(err)
+		}
+		prevSeq, prev = e.Seq, e.Hash
+	}
+	return entries
+}
+
+func exampleEvidence(t *testing.T) (Evidence, any) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/evidence.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev Evidence
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	v, err := canonical.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, v
+}
+
+func registration(ev Evidence, key []byte) *audit.Entry {
+	return &audit.Entry{Kind: audit.KindPasskeyAdded, Principal: ev.Operator, Channel: audit.ChannelWeb,
+		Details: map[string]any{"user": ev.Operator, "credential_id": base64.RawURLEncoding.EncodeToString(ev.CredentialID),
+			"name": ev.CredentialName, "public_key": base64.RawURLEncoding.EncodeToString(key), "sign_count": int64(0)}}
+}
+
+func approval(callID, digest, operator string, evidence any) *audit.Entry {
+	return &audit.Entry{Kind: audit.KindApproved, CallID: callID, Principal: operator, Channel: audit.ChannelWeb,
+		Details: map[string]any{"digest": digest, "received": int64(1), "required": int64(1), "method": "passkey",
+			"passkey": map[string]any{"credential_id": "x", "name": "virtual key"}, "evidence": evidence}}
+}
+
+// verify runs the chain through an audit.Verifier with the checker, both
+// with the details as values and as stored text.
+func verify(t *testing.T, entries []*audit.Entry) (*TrailChecker, error) {
+	t.Helper()
+	c := NewTrailChecker()
+	v := audit.NewVerifier()
+	v.Check(c.Check)
+	for _, e := range entries {
+		body, err := canonical.Encode(e.Details)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := *e
+		stored.Details = audit.RawDetails(body)
+		if err := v.Add(&stored); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func TestTrailCheckerReverifiesEveryPasskeyApproval(t *testing.T) {
+	ev, evidence := exampleEvidence(t)
+	click := &audit.Entry{Kind: audit.KindApproved, CallID: "c_00", Principal: "bob", Channel: audit.ChannelWeb,
+		Details: map[string]any{"digest": ev.Digest, "received": int64(1), "required": int64(1)}}
+
+	c, err := verify(t, trail(t, registration(ev, ev.PublicKey), click, approval(ev.CallID, ev.Digest, ev.Operator, evidence)))
+	if err != nil || c.Verified != 1 || len(c.Unregistered) != 0 {
+		t.Fatalf("the worked example: verified %d, unregistered %v, %v", c.Verified, c.Unregistered, err)
+	}
+
+	tests := []struct {
+		name    string
+		entries []*audit.Entry
+		want    string
+	}{
+		{"the entry names another digest", trail(t, registration(ev, ev.PublicKey),
+			approval(ev.CallID, strings.Repeat("cd", 32), ev.Operator, evidence)), "does not verify"},
+		{"the entry names another call", trail(t, registration(ev, ev.PublicKey),
+			approval("c_02", ev.Digest, ev.Operator, evidence)), "does not verify"},
+		{"the entry names another operator", trail(t, registration(ev, ev.PublicKey),
+			approval(ev.CallID, ev.Digest, "mallory", evidence)), "does not verify"},
+		{"registered with another key", trail(t, registration(ev, []byte{0xa5, 1, 2}),
+			approval(ev.CallID, ev.Digest, ev.Operator, evidence)), "another public key"},
+		{"evidence that is not evidence", trail(t, registration(ev, ev.PublicKey),
+			approval(ev.CallID, ev.Digest, ev.Operator, map[string]any{"format": "x"})), "does not verify"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := verify(t, tt.entries)
+			var be *audit.BreakError
+			if !errors.As(err, &be) || be.Seq != 2 || !strings.Contains(be.Reason, tt.want) {
+				t.Fatalf("err = %v, want a break at entry 2 saying %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("no registration in the entries seen", func(t *testing.T) {
+		c, err := verify(t, trail(t, approval(ev.CallID, ev.Digest, ev.Operator, evidence)))
+		if err != nil || c.Verified != 1 || len(c.Unregistered) != 1 || c.Unregistered[0] != 1 {
+			t.Fatalf("verified %d, unregistered %v, %v", c.Verified, c.Unregistered, err)
+		}
+	})
+}
