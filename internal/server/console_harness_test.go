@@ -26,6 +26,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -88,22 +89,29 @@ func newConsoleEnv(tb testing.TB, adjust ...func(*ConsoleConfig)) *consoleEnv {
 // newConsoleEnvWith is newConsoleEnv with the server's Config adjusted too.
 func newConsoleEnvWith(tb testing.TB, server func(*Config), adjust ...func(*ConsoleConfig)) *consoleEnv {
 	tb.Helper()
+	reg, err := tools.Load("../../examples/tools.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return newConsoleEnvTools(tb, reg, nil, server, adjust...)
+}
+
+// newConsoleEnvTools is newConsoleEnvWith over the given tools and rules
+// (pol may be nil).
+func newConsoleEnvTools(tb testing.TB, reg *tools.Registry, pol *policy.Policy, server func(*Config), adjust ...func(*ConsoleConfig)) *consoleEnv {
+	tb.Helper()
 	dir := tb.TempDir()
 	d, err := db.Open(filepath.Join(dir, "countersign.db"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	clock := newConsoleClock()
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clock.Now)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Policy: pol, Signer: keys, Now: clock.Now, Logger: log})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

@@ -331,6 +331,19 @@ type Approval struct {
 	Passkey *Text
 }
 
+// WhoCan says who may approve the call: "only role admin, except the
+// agent's owners".
+func (s StatusView) WhoCan() string {
+	who := "any operator or admin"
+	if s.Approvers != "" {
+		who = "only " + s.Approvers
+	}
+	if len(s.Owners) > 0 {
+		who += ", except the agent's owners"
+	}
+	return who
+}
+
 // How says how the approval was given: "with a passkey (NAME)", "by
 // click", "from the command line", "by rule".
 func (a Approval) How() string {
