@@ -66,6 +66,21 @@ func (tb *tab) virtualAuthenticator() cdpwebauthn.AuthenticatorID {
 	return id
 }
 
+// overrideResponses makes the tab's virtual authenticator answer with the
+// user-verified flag cleared, or with a bogus signature.
+func (tb *tab) overrideResponses(id cdpwebauthn.AuthenticatorID, badUV, badSig bool) {
+	tb.t.Helper()
+	err := chromedp.Do(tb.ctx, chromedp.Func(func(ctx context.Context, s *chromedp.Target) error {
+		_, err := cdp.Call(ctx, s, cdpwebauthn.SetResponseOverrideBits, cdpwebauthn.SetResponseOverrideBitsParams{
+			AuthenticatorID: id, IsBadUV: &badUV, IsBogusSignature: &badSig,
+		})
+		return err
+	}))
+	if err != nil {
+		tb.t.Fatalf("%s: override the authenticator's answers: %v", tb.name, err)
+	}
+}
+
 // The whole single-sign-on redirect flow in Chromium, through the real
 // console binary and an in-process provider on another site: login lands
 // on the queue with the role from groups (the SameSite=Strict session
