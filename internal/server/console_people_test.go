@@ -146,10 +146,11 @@ func TestPasskeyRequiredRefusesAClick(t *testing.T) {
 	if r.status != http.StatusForbidden || !strings.Contains(r.find("decision-error").Text(), "must be approved with a passkey") {
 		t.Errorf("a click on a passkey-only call = %d %q", r.status, r.find("decision-error").Text())
 	}
-	// The control socket's path, Decide, refuses it too.
-	_, err := Decide(context.Background(), e.q, ControlRequest{Action: "approve", ID: c.ID, Operator: "olivia", Digest: c.Digest})
-	if ae := DecisionError(err); ae.Code != "passkey_required" {
-		t.Errorf("Decide = %v (%s), want passkey_required", err, ae.Code)
+	// The command line's channel is refused too, and says what to do (the
+	// control socket itself is tested through the real binary in e2e).
+	_, err := e.q.Approve(context.Background(), "olivia", "cli", c.ID, c.Digest)
+	if ae := ErrorOf(err); ae.Code != "passkey_required" || ae.Status != http.StatusForbidden {
+		t.Errorf("Approve from the command line = %v (%d %s), want 403 passkey_required", err, ae.Status, ae.Code)
 	}
 	// Beginning a passkey approval without a passkey says what to do.
 	begin := olivia.post("/calls/"+c.ID+"/passkey/begin", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}}, "Accept", "application/json")
