@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -63,6 +64,17 @@ func (c *console) renderAccount(ec echo.Context, status int, msg, errMsg string)
 		return err
 	}
 	av.Message, av.Error = msg, errMsg
+	if c.cfg.Passkeys != nil {
+		// Passkeys are bound to a host name; a page opened by another
+		// name (an IP address, say) cannot use them.
+		host := ec.Request().Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if rp := c.cfg.Passkeys.RPID(); host != rp && !strings.HasSuffix(host, "."+rp) {
+			av.WrongHost = true
+		}
+	}
 	return c.render(ec, status, templates.AccountPage(av))
 }
 

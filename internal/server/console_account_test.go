@@ -34,6 +34,10 @@ func TestPasskeyRegistrationNeedsAFreshLogin(t *testing.T) {
 	if acct.find("passkey-register-form").Length() != 1 || acct.find("no-passkeys").Length() != 1 {
 		t.Fatalf("a fresh login's account page offers no registration: %s", acct.body)
 	}
+	// The test server is reached at 127.0.0.1, not at the RP ID localhost.
+	if acct.find("passkey-wrong-host").Length() != 1 {
+		t.Error("the page does not say passkeys need the host name localhost")
+	}
 	csrf := b.csrf()
 	p := b.post("/account/passkeys/begin", url.Values{"csrf": {csrf}}, "Accept", "application/json")
 	var begun struct {

@@ -159,6 +159,9 @@ type AccountView struct {
 	// is the host they are bound to.
 	PasskeysOn bool
 	RPID       string
+	// WrongHost is set when the page was opened by another host name than
+	// the one passkeys are bound to, where browsers refuse them.
+	WrongHost bool
 	// Fresh is true while the login is recent enough to register a
 	// passkey; FreshFor says how recent.
 	Fresh    bool
