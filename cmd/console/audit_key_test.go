@@ -136,6 +136,18 @@ func TestAuditExportHeaderSigned(t *testing.T) {
 	if code, out, _ = auditRun(t, "audit", "verify", "--file", resigned, "--data", dir); code != 1 || !strings.Contains(out, "not a trusted audit key") {
 		t.Errorf("a cut export re-signed with another key, checked against the data key = %d\n%s", code, out)
 	}
+	// Re-signing the whole header with another key while keeping the real
+	// checkpoint lines: the checkpoints are not signed by the header's key.
+	h3 := *rec.Header
+	if err := audit.NewSigner(priv).SignHeader(&h3); err != nil {
+		t.Fatal(err)
+	}
+	hl3, _ := audit.AppendHeaderLine(nil, &h3)
+	mixed := filepath.Join(t.TempDir(), "mixed.jsonl")
+	os.WriteFile(mixed, []byte(string(hl3)+strings.Join(lines[1:], "")), 0o600)
+	if code, out, _ = auditRun(t, "audit", "verify", "--file", mixed); code != 1 || !strings.Contains(out, "not a trusted audit key") {
+		t.Errorf("a header re-signed with another key beside the real checkpoints = %d\n%s", code, out)
+	}
 	// The count is signed too: a header that counts fewer entries than follow.
 	h2 := *rec.Header
 	h2.Count--

@@ -36,7 +36,8 @@ func TestHostCheckDNSRebinding(t *testing.T) {
 	e := newConsoleEnv(t, func(c *ConsoleConfig) { c.PublicURL = "https://approvals.example.com" })
 	port := e.url[strings.LastIndex(e.url, ":")+1:]
 	for _, path := range []string{"/", "/login", "/api/v1/keys", "/api/v1/calls/x", "/ws", "/healthz", "/metrics", "/history"} {
-		for _, host := range []string{"evil.example:" + port, "rebind.attacker.test", "approvals.example.com.evil.test"} {
+		for _, host := range []string{"evil.example:" + port, "rebind.attacker.test", "approvals.example.com.evil.test",
+			"approvals.example.com.", "localhost.evil.test", "127.0.0.1.nip.io", "xapprovals.example.com"} {
 			if got, _ := requestHost(t, e.url, path, host); got != http.StatusMisdirectedRequest {
 				t.Errorf("GET %s with Host %s = %d, want 421", path, host, got)
 			}
