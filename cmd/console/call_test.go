@@ -159,7 +159,7 @@ func TestCallCommandsWholeLoop(t *testing.T) {
 		t.Errorf("wait on a pending call: exit %d, stdout %s, stderr %s; want 1, the pending call, a message", code, stdout, stderr)
 	}
 
-	if code, out, errOut := callRun(t, nil, "", "approve", "--as", "alice", "--digest", digest, "--data", data, id); code != 0 {
+	if code, out, errOut := callRun(t, nil, "", "approve", "--as", "alice", "--digest", digest, "--accept-warnings", "--data", data, id); code != 0 {
 		t.Fatalf("approve: exit %d: %s %s", code, out, errOut)
 	}
 	code, stdout, stderr = callRun(t, env, "", "call", "wait", id)

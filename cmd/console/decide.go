@@ -28,15 +28,18 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest you checked (required)")
 	toolsFile := fs.String("tools", "", "the tools file in force, when no server is running (default DATA/tools.yaml)")
+	confirm := fs.String("confirm", "", "the call's target (or the word) when its tool asks for it to be typed (confirm: in the tools file)")
+	accept := fs.Bool("accept-warnings", false, "approve a call that contains hidden or look-alike characters, after reading them on the call's page")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
 	}
 	if len(pos) != 1 || *as == "" || *digest == "" {
-		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--data DIR] [--tools FILE]")
+		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--confirm TARGET] [--accept-warnings] [--data DIR] [--tools FILE]")
 		return 2
 	}
-	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, control.Request{Action: "approve", ID: pos[0], Operator: *as, Digest: *digest})
+	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, control.Request{Action: "approve", ID: pos[0],
+		Operator: *as, Digest: *digest, Confirm: *confirm, AcceptWarnings: *accept})
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {

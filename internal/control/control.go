@@ -31,6 +31,10 @@ type Request struct {
 	Reason   string `json:"reason,omitempty"`
 	Actor    string `json:"actor,omitempty"`
 	Tool     string `json:"tool,omitempty"`
+	// Confirm is the target or word the call's tool asks to be typed to
+	// approve; AcceptWarnings acknowledges a call's deception warning.
+	Confirm        string `json:"confirm,omitempty"`
+	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
 }
 
 // Response is the control socket's answer: the call, or an error in the
@@ -104,6 +108,15 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, error) {
 	switch req.Action {
 	case "approve":
+		// What the browser asks for besides the digest, the shell asks for
+		// too.
+		call, err := q.Call(ctx, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := server.Confirmation(q.Tools(), call, req.Confirm, req.AcceptWarnings); err != nil {
+			return nil, err
+		}
 		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
 	case "deny":
 		return q.Deny(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Reason)

@@ -96,3 +96,54 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 		t.Fatalf("after two real operators: %v %v", c.Status, err)
 	}
 }
+
+// TestDecideAsksWhatTheBrowserAsks: an approval from the shell needs the
+// target typed when the tool asks for it, and the acknowledgement of a
+// deception warning, exactly as one from the browser.
+func TestDecideAsksWhatTheBrowserAsks(t *testing.T) {
+	st := newStack(t)
+	ctx := context.Background()
+	hash, err := account.Hash("a-long-password-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.accounts.AddUser(ctx, "olga", account.RoleOperator, hash, "test", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	files, _, err := st.queue.Submit(ctx, queue.Principal{Actor: "agent:janitor", Audience: "files-host"},
+		[]byte(`{"tool":"files.delete","target":"file:/srv/shared/a.csv","args":{"reason":"old"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail, _, err := st.queue.Submit(ctx, queue.Principal{Actor: "agent:mailer", Audience: "mail-host"},
+		[]byte(`{"tool":"email.send","target":"mailbox:billing@example.com","args":{"to":[{"address":"ops@example.com"}],"subject":"report\u202Efdp.exe","body":"hi"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := []struct {
+		req  Request
+		code string
+	}{
+		{Request{Action: "approve", ID: files.ID, Operator: "olga", Digest: files.Digest}, "confirmation_mismatch"},
+		{Request{Action: "approve", ID: files.ID, Operator: "olga", Digest: files.Digest, Confirm: "file:/srv/shared/b.csv"}, "confirmation_mismatch"},
+		{Request{Action: "approve", ID: mail.ID, Operator: "olga", Digest: mail.Digest}, "warning_not_acknowledged"},
+	}
+	for _, r := range refused {
+		if _, err := Decide(ctx, st.queue, r.req); server.ErrorOf(err).Code != r.code {
+			t.Errorf("%+v: %v, want %s", r.req, err, r.code)
+		}
+	}
+	var approvals int
+	st.db.SQL().QueryRow(`SELECT COUNT(*) FROM approvals`).Scan(&approvals)
+	if approvals != 0 {
+		t.Fatalf("%d approvals recorded without the confirmations", approvals)
+	}
+	for _, req := range []Request{
+		{Action: "approve", ID: files.ID, Operator: "olga", Digest: files.Digest, Confirm: files.Target},
+		{Action: "approve", ID: mail.ID, Operator: "olga", Digest: mail.Digest, AcceptWarnings: true},
+	} {
+		if c, err := Decide(ctx, st.queue, req); err != nil || c.Status != queue.StatusApproved {
+			t.Errorf("%+v: %v", req, err)
+		}
+	}
+}

@@ -253,7 +253,8 @@ func TestCallPresence(t *testing.T) {
 	}
 	viewers := func(msg string) []string {
 		var names []string
-		fragmentDoc(t, msg).Find(`#presence [data-viewer]`).Each(func(_ int, s *goquery.Selection) {
+		// A message may join several fragments; the last one is current.
+		fragmentDoc(t, msg).Find(`#presence`).Last().Find(`[data-viewer]`).Each(func(_ int, s *goquery.Selection) {
 			n, _ := s.Attr("data-viewer")
 			names = append(names, n)
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -167,14 +168,22 @@ func (c *console) approve(ec echo.Context) error {
 }
 
 // confirmation checks what an approval in the browser must carry besides
-// the digest: the target or word the tool asks to be typed, and, for a
-// call with a deception warning, the ticked acknowledgement.
+// the digest (see Confirmation).
 func (c *console) confirmation(call *queue.Call, form url.Values) error {
-	if callDeceptive(call) && form.Get("ack_warnings") != "1" {
+	return Confirmation(c.q.Tools(), call, form.Get("confirm"), form.Get("ack_warnings") == "1")
+}
+
+// Confirmation checks what an approval must carry besides the digest, on
+// every channel that a person approves through (the browser and the
+// command line): for a call with a deception warning, the acknowledgement
+// of it, and the target or word the call's tool asks to be typed, as the
+// console shows it. The call's tool, target and content never change, so
+// it may be checked before the decision's transaction.
+func Confirmation(reg *tools.Registry, call *queue.Call, typed string, acknowledged bool) error {
+	if callDeceptive(call) && !acknowledged {
 		return newAPIError(http.StatusConflict, "warning_not_acknowledged",
-			"this call contains hidden or look-alike characters; read the warning, tick that you did, and approve again")
+			"this call contains hidden or look-alike characters; read the warning, acknowledge it (the box on the call page, or --accept-warnings for console approve) and approve again")
 	}
-	reg := c.q.Tools()
 	if reg == nil {
 		return nil
 	}
@@ -183,9 +192,9 @@ func (c *console) confirmation(call *queue.Call, form url.Values) error {
 		return nil
 	}
 	want := t.Confirm.Expected(shownText(reveal.Of(call.Target)))
-	if strings.TrimSpace(form.Get("confirm")) != want {
+	if strings.TrimSpace(typed) != want {
 		return newAPIError(http.StatusConflict, "confirmation_mismatch",
-			"to approve, type %s exactly as shown (%q); nothing was approved", t.Confirm.Describe(), want)
+			"to approve, type %s exactly as shown (%q) in the call page's field, or pass it with --confirm to console approve; nothing was approved", t.Confirm.Describe(), want)
 	}
 	return nil
 }
