@@ -95,10 +95,16 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	}
 	// The keys of checkpoints kept outside are the ones to trust: every
 	// checkpoint in the log must be signed by one of them.
-	for _, c := range opts.Checkpoints {
-		if !containsString(opts.TrustedKeys, c.KID) {
-			opts.TrustedKeys = append(opts.TrustedKeys, c.KID)
+	// Keys are trusted by their whole public key; their ids are only shown.
+	var trustedIDs []string
+	trust := func(publicKey, kid string) {
+		if !containsString(opts.TrustedKeys, publicKey) {
+			opts.TrustedKeys = append(opts.TrustedKeys, publicKey)
+			trustedIDs = append(trustedIDs, kid)
 		}
+	}
+	for _, c := range opts.Checkpoints {
+		trust(c.PublicKey, c.KID)
 	}
 	// With several replicas, each signs checkpoints with its own audit
 	// key: the trust file deployed with them lists them all.
@@ -107,10 +113,8 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		if err == nil {
 			var ts *grant.TrustSet
 			if ts, err = grant.ParseTrust(b); err == nil {
-				for _, kid := range ts.AuditKIDs() {
-					if !containsString(opts.TrustedKeys, kid) {
-						opts.TrustedKeys = append(opts.TrustedKeys, kid)
-					}
+				for _, k := range ts.AuditKeys {
+					trust(k.X, k.KID)
 				}
 			}
 		}
@@ -129,9 +133,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		switch {
 		case err == nil:
 			dataKey = signer.KID()
-			if !containsString(opts.TrustedKeys, dataKey) {
-				opts.TrustedKeys = append(opts.TrustedKeys, dataKey)
-			}
+			trust(signer.PublicKey(), dataKey)
 		case errors.Is(err, os.ErrNotExist):
 			if *file != "" {
 				fmt.Fprintf(e.stderr, "console audit verify: %s has no audit key (%s) to check the export against\n", dir, auditKeyPath(dir))
@@ -204,7 +206,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	}
 	if dataKey != "" && len(opts.TrustedKeys) > 1 {
 		fmt.Fprintf(e.stdout, "audit keys: every checkpoint%s is signed by one of %s (the data directory's key %s, and the trusted ones)\n",
-			map[bool]string{true: " and the export header", false: ""}[*file != ""], strings.Join(opts.TrustedKeys, ", "), dataKey)
+			map[bool]string{true: " and the export header", false: ""}[*file != ""], strings.Join(trustedIDs, ", "), dataKey)
 	} else if dataKey != "" {
 		fmt.Fprintf(e.stdout, "audit key: every checkpoint%s is signed by the data directory's key %s\n",
 			map[bool]string{true: " and the export header", false: ""}[*file != ""], dataKey)

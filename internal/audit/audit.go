@@ -251,7 +251,7 @@ type Verifier struct {
 	wantHeads map[int64]string
 	gotHeads  map[int64]string
 
-	trusted map[string]bool // key ids; empty means any key that signs correctly
+	trusted map[string]bool // public keys (base64url); empty means any key that signs correctly
 	keyIDs  map[string]bool
 
 	check func(*Entry) error // more checks of each entry whose hash verified
@@ -285,14 +285,18 @@ func (v *Verifier) ExpectHead(seq int64, hash string) {
 	v.wantHeads[seq] = hash
 }
 
-// Trust restricts the keys that checkpoints may be signed with. Without a
-// trusted key, a checkpoint signed correctly by the public key it carries
-// is accepted, and KeyIDs reports which keys those were.
-func (v *Verifier) Trust(kid string) {
+// Trust restricts the keys that checkpoints may be signed with: publicKey
+// is a raw Ed25519 public key, base64url without padding (a checkpoint's
+// public_key, a JWK's x). A checkpoint is trusted by its whole public key,
+// never by its 64-bit key id alone, which a database writer could match
+// with a key of their own by a 2^64 search. Without a trusted key, a
+// checkpoint signed correctly by the public key it carries is accepted, and
+// KeyIDs reports which keys those were.
+func (v *Verifier) Trust(publicKey string) {
 	if v.trusted == nil {
 		v.trusted = map[string]bool{}
 	}
-	v.trusted[kid] = true
+	v.trusted[publicKey] = true
 }
 
 // AddCheckpoint checks a signed checkpoint and asks that the chain's hash at
@@ -302,7 +306,7 @@ func (v *Verifier) AddCheckpoint(c Checkpoint) error {
 	if err := c.Verify(); err != nil {
 		return &BreakError{Seq: c.Seq, Reason: "checkpoint: " + strings.TrimPrefix(err.Error(), "audit: ")}
 	}
-	if len(v.trusted) > 0 && !v.trusted[c.KID] {
+	if len(v.trusted) > 0 && !v.trusted[c.PublicKey] {
 		return &BreakError{Seq: c.Seq, Reason: fmt.Sprintf("checkpoint is signed by key %s, which is not a trusted audit key", c.KID)}
 	}
 	if v.keyIDs == nil {

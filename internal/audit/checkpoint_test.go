@@ -96,7 +96,7 @@ func TestVerifierTrust(t *testing.T) {
 	other := NewSigner(ed25519.NewKeyFromSeed(make([]byte, 32)))
 	c, _ := other.Sign(3, es[2].Hash, time.Now())
 	v := NewVerifier()
-	v.Trust(s.KID())
+	v.Trust(s.PublicKey())
 	if got := breakSeq(t, v.AddCheckpoint(c)); got != 3 {
 		t.Errorf("untrusted key: bad entry = %d, want 3", got)
 	}
@@ -170,5 +170,36 @@ func TestLoadOrCreateKey(t *testing.T) {
 	}
 	if _, err := LoadKey(filepath.Join(dir, "junk")); err == nil {
 		t.Error("LoadKey accepted a file that is not a PEM key")
+	}
+}
+
+// A checkpoint is trusted by its signer's whole public key. A key id is
+// the first 64 bits of the key's SHA-256: a database writer could find a
+// key of their own with a trusted id (a 2^64 search), re-sign a rewritten
+// chain, and pass a verifier that trusted ids. So an id names no key.
+func TestVerifierTrustsWholePublicKeys(t *testing.T) {
+	es := chain(t, 5)
+	s := testSigner(t)
+	c, _ := s.Sign(3, es[2].Hash, time.Now())
+	v := NewVerifier()
+	v.Trust(s.KID())
+	if got := breakSeq(t, v.AddCheckpoint(c)); got != 3 {
+		t.Errorf("trusted by its key id only: bad entry = %d, want 3 (an id is not a key)", got)
+	}
+	v = NewVerifier()
+	v.Trust(s.PublicKey())
+	if err := v.AddCheckpoint(c); err != nil {
+		t.Errorf("trusted by its public key: %v", err)
+	}
+	// A signed export's header likewise.
+	h := &ExportHeader{FromSeq: 1, ToSeq: 5, Count: 5, PrevHash: GenesisHash, Head: es[4].Hash, ExportedAt: FormatTime(time.Now())}
+	if err := s.SignHeader(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkHeaderKey(h, VerifyOptions{TrustedKeys: []string{s.KID()}}); err == nil {
+		t.Error("a header trusted by its key id only passed")
+	}
+	if err := checkHeaderKey(h, VerifyOptions{TrustedKeys: []string{s.PublicKey()}}); err != nil {
+		t.Errorf("a header trusted by its public key: %v", err)
 	}
 }

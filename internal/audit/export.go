@@ -421,8 +421,9 @@ type Report struct {
 type VerifyOptions struct {
 	// Checkpoints kept outside the log; each must match the chain.
 	Checkpoints []Checkpoint
-	// TrustedKeys, when not empty, are the only key ids that checkpoints
-	// may be signed with.
+	// TrustedKeys, when not empty, are the only keys that checkpoints and
+	// an export's header may be signed with: raw Ed25519 public keys,
+	// base64url without padding (see Verifier.Trust).
 	TrustedKeys []string
 	// Check, when set, runs on every entry whose hash verified; an error
 	// breaks the chain there (see Verifier.Check).
@@ -473,7 +474,7 @@ func checkHeaderKey(h *ExportHeader, opts VerifyOptions) error {
 	if err := h.VerifySignature(); err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), "audit: "))
 	}
-	if len(opts.TrustedKeys) > 0 && !slices.Contains(opts.TrustedKeys, h.KID) {
+	if len(opts.TrustedKeys) > 0 && !slices.Contains(opts.TrustedKeys, h.PublicKey) {
 		return fmt.Errorf("the export header is signed by key %s, which is not a trusted audit key", h.KID)
 	}
 	return nil
@@ -503,7 +504,7 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 		// Checkpoints in a signed export must be signed by the key that
 		// signed its header (or by a key trusted from outside).
 		if header != nil && header.Signed() && len(opts.TrustedKeys) == 0 {
-			v.Trust(header.KID)
+			v.Trust(header.PublicKey)
 		}
 		return opts.Prepare(v)
 	}

@@ -729,7 +729,7 @@ func TestOlderCopyExposedByOutsideCheckpoint(t *testing.T) {
 	if err != nil || !res.OK || res.Count != oldCount {
 		t.Fatalf("the old copy on its own: %+v, %v; want an intact chain of %d", res, err, oldCount)
 	}
-	res, err = d.Verify(ctx, audit.VerifyOptions{Checkpoints: []audit.Checkpoint{outside}, TrustedKeys: []string{signer.KID()}})
+	res, err = d.Verify(ctx, audit.VerifyOptions{Checkpoints: []audit.Checkpoint{outside}, TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -742,7 +742,7 @@ func TestOlderCopyExposedByOutsideCheckpoint(t *testing.T) {
 	// the verifier pins the published key.
 	forger := audit.NewSigner(ed25519.NewKeyFromSeed(make([]byte, 32)))
 	c, _ := forger.Sign(1, firstHash(t, d), time.Now())
-	res, err = d.Verify(ctx, audit.VerifyOptions{Checkpoints: []audit.Checkpoint{c}, TrustedKeys: []string{signer.KID()}})
+	res, err = d.Verify(ctx, audit.VerifyOptions{Checkpoints: []audit.Checkpoint{c}, TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil || res.OK {
 		t.Errorf("checkpoint from an untrusted key: %+v, %v; want a break", res, err)
 	}
@@ -925,7 +925,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil || !chain.OK {
 		t.Fatalf("VerifyChain = %+v, %v", chain, err)
 	}
-	rep, err := audit.VerifyExport(bytes.NewReader(buf.Bytes()), audit.VerifyOptions{TrustedKeys: []string{signer.KID()}})
+	rep, err := audit.VerifyExport(bytes.NewReader(buf.Bytes()), audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil {
 		t.Fatalf("VerifyExport: %v", err)
 	}

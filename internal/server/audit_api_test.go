@@ -96,7 +96,7 @@ func TestAuditCheckpointRoute(t *testing.T) {
 		t.Errorf("Cache-Control = %q, want no-cache", cc)
 	}
 	// The served checkpoint matches the chain.
-	res, err := d.Verify(ctx, audit.VerifyOptions{Checkpoints: got, TrustedKeys: []string{signer.KID()}})
+	res, err := d.Verify(ctx, audit.VerifyOptions{Checkpoints: got, TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil || !res.OK || res.CheckpointSeq != want.Seq {
 		t.Errorf("Verify with the served checkpoint = %+v, %v", res, err)
 	}

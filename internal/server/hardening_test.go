@@ -177,7 +177,7 @@ func TestHistoryAuditExportHeaderSigned(t *testing.T) {
 	if p.status != http.StatusOK {
 		t.Fatalf("export = %d", p.status)
 	}
-	rep, err := audit.VerifyExport(strings.NewReader(p.body), audit.VerifyOptions{TrustedKeys: []string{signer.KID()}})
+	rep, err := audit.VerifyExport(strings.NewReader(p.body), audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil || rep.Header == nil || !rep.Header.Signed() || rep.Header.KID != signer.KID() || rep.Header.Count != rep.Count {
 		t.Fatalf("the console's export: %+v, %v; want a header signed by %s", rep.Header, err, signer.KID())
 	}
