@@ -57,6 +57,8 @@ export interface Decision {
 export interface Outcome {
   status: string;
   detail?: string;
+  /** When the outcome was reported or the lease ran out (RFC 3339). */
+  at?: string;
 }
 
 /** The API's call object (times are RFC 3339 strings). */
