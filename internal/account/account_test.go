@@ -2,7 +2,6 @@ package account
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -122,72 +121,44 @@ func TestParseRole(t *testing.T) {
 	}
 }
 
-func TestLimiterBackoff(t *testing.T) {
+func TestLimitPolicyBackoff(t *testing.T) {
 	p := LimitPolicy{Free: 3, Base: time.Second, Max: 8 * time.Second, Forget: time.Hour}
-	l := NewLimiter(p)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var s Strikes
 	wants := []time.Duration{0, 0, 0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second}
 	for i, want := range wants {
-		l.Fail("alice", now)
-		if got := l.Wait("alice", now); got != want {
+		s = p.fail(s, now)
+		if got := p.Wait(s, now); got != want {
 			t.Errorf("after %d failures Wait = %v, want %v", i+1, got, want)
 		}
+		if s.Forget != now.Add(p.Forget) {
+			t.Errorf("after %d failures Forget = %v, want %v", i+1, s.Forget, now.Add(p.Forget))
+		}
 		now = now.Add(want) // the next attempt comes as soon as allowed
-		if got := l.Wait("alice", now); got != 0 {
+		if got := p.Wait(s, now); got != 0 {
 			t.Errorf("after waiting %v Wait = %v, want 0", want, got)
 		}
 	}
-	if got := l.Wait("bob", now); got != 0 {
-		t.Errorf("another key Wait = %v, want 0", got)
+	if got := p.Wait(Strikes{}, now); got != 0 {
+		t.Errorf("no strikes Wait = %v, want 0", got)
 	}
-	l.Fail("alice", now)
-	if got := l.Wait("alice", now.Add(p.Forget)); got != 0 {
+	s = p.fail(s, now)
+	if got := p.Wait(s, now.Add(p.Forget)); got != 0 {
 		t.Errorf("after Forget Wait = %v, want 0", got)
 	}
-	l.Fail("carol", now)
-	l.Fail("carol", now)
-	l.Fail("carol", now)
-	l.Fail("carol", now)
-	l.Reset("carol")
-	if got := l.Wait("carol", now); got != 0 {
-		t.Errorf("after Reset Wait = %v, want 0", got)
+	// A failure after Forget starts counting again from one.
+	if s = p.fail(s, now.Add(p.Forget)); s.Failures != 1 {
+		t.Errorf("failure after Forget: %d failures, want 1", s.Failures)
 	}
 }
 
-func TestLimiterBounded(t *testing.T) {
-	// Every key is in backoff (Free 0): they are kept up to hardMaxKeys.
-	l := NewLimiter(LimitPolicy{Free: 0, Base: time.Second, Max: time.Minute, Forget: time.Hour})
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	n := hardMaxKeys + 500
-	for i := range n {
-		l.Fail(fmt.Sprint("addr-", i), now.Add(time.Duration(i)*time.Millisecond))
+func TestThrottleKey(t *testing.T) {
+	k := ThrottleKey("account", "alice")
+	if len(k) != 64 || strings.Contains(k, "alice") {
+		t.Errorf("ThrottleKey = %q, want a hex SHA-256 that does not hold the name", k)
 	}
-	if got := l.Len(); got > hardMaxKeys {
-		t.Errorf("Len = %d, want at most %d", got, hardMaxKeys)
-	}
-	last := fmt.Sprint("addr-", n-1)
-	if got := l.Wait(last, now.Add(time.Duration(n-1)*time.Millisecond)); got != time.Second {
-		t.Errorf("newest key Wait = %v, want 1s (kept)", got)
-	}
-}
-
-// TestLimiterKeepsThrottledKeys: a flood of fresh keys, each failing once,
-// cannot wash out a key that is in backoff.
-func TestLimiterKeepsThrottledKeys(t *testing.T) {
-	p := LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
-	l := NewLimiter(p)
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := 0; i < 8; i++ {
-		l.Fail("account:alice", now)
-	}
-	for i := 0; i < 3*maxKeys; i++ {
-		l.Fail(fmt.Sprint("account:spray-", i), now.Add(time.Duration(i+1)*time.Millisecond))
-	}
-	if l.Len() > maxKeys+1 {
-		t.Errorf("Len = %d, want unthrottled keys pruned to about %d", l.Len(), maxKeys)
-	}
-	if got := l.Wait("account:alice", now.Add(time.Second)); got <= 0 {
-		t.Errorf("alice's backoff was washed out by the flood: Wait = %v", got)
+	if k == ThrottleKey("device", "alice") || k == ThrottleKey("account", "alicf") {
+		t.Error("ThrottleKey collides across kinds or values")
 	}
 }
 
@@ -202,28 +173,6 @@ func TestAddressKey(t *testing.T) {
 		if got := AddressKey(in); got != want {
 			t.Errorf("AddressKey(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestLimiterConcurrent(t *testing.T) {
-	l := NewLimiter(AccountPolicy)
-	now := time.Now()
-	done := make(chan struct{})
-	for g := range 4 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for i := range 200 {
-				k := fmt.Sprint("k", (g+i)%7)
-				l.Fail(k, now)
-				l.Wait(k, now)
-				if i%50 == 0 {
-					l.Reset(k)
-				}
-			}
-		}()
-	}
-	for range 4 {
-		<-done
 	}
 }
 

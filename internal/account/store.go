@@ -32,6 +32,9 @@ type Store interface {
 	Tokens(ctx context.Context) ([]Token, error)
 	// Passkeys lists a user's passkeys, oldest first.
 	Passkeys(ctx context.Context, user string) ([]Passkey, error)
+	// LoginStrikes returns the failed logins kept for keys, by key; keys
+	// without any are left out.
+	LoginStrikes(ctx context.Context, keys []string) (map[string]Strikes, error)
 }
 
 // Tx is what one account transaction may do.
@@ -94,6 +97,15 @@ type Tx interface {
 	CountOneshots(kind string) (int, error)
 	// PruneOneshots deletes the values of a kind that expired by now.
 	PruneOneshots(kind string, now time.Time) error
+
+	// LoginStrikes returns the failed logins kept for keys, by key; keys
+	// without any are left out.
+	LoginStrikes(keys []string) (map[string]Strikes, error)
+	// SetLoginStrikes keeps s for s.Key, replacing what was kept; zero or
+	// fewer failures delete it.
+	SetLoginStrikes(s Strikes) error
+	// PruneLoginStrikes deletes the strikes forgotten by now.
+	PruneLoginStrikes(now time.Time) error
 
 	// Secret reads a console secret: ErrSecretNotFound when unset.
 	Secret(name string) ([]byte, error)

@@ -135,12 +135,9 @@ type console struct {
 	origin     string // PublicURL's origin, or ""
 	loginKey   []byte // keys the login form's token
 
-	accountLimiter *account.Limiter
-	addressLimiter *account.Limiter
-	deviceLimiter  *account.Limiter
-	verifySlots    chan struct{}                     // bounds concurrent password hashing
-	verify         func(hash, password string) error // account.Verify; tests count calls
-	dummyHash      string                            // verified for unknown names, so timing does not tell
+	verifySlots chan struct{}                     // bounds concurrent password hashing
+	verify      func(hash, password string) error // account.Verify; tests count calls
+	dummyHash   string                            // verified for unknown names, so timing does not tell
 
 	deviceCodec      *securecookie.SecureCookie // signs and encrypts known-device cookies
 	deviceCookieName string
@@ -168,12 +165,9 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	}
 	c := &console{
 		s: s, cfg: cfg, accounts: s.cfg.Accounts, history: s.cfg.History, trail: s.cfg.Audit, q: s.cfg.Queue, log: s.log, now: s.now,
-		accountLimiter: account.NewLimiter(account.AccountPolicy),
-		addressLimiter: account.NewLimiter(account.AddressPolicy),
-		deviceLimiter:  account.NewLimiter(account.DevicePolicy),
-		verifySlots:    make(chan struct{}, 2),
-		verify:         account.Verify,
-		stop:           make(chan struct{}),
+		verifySlots: make(chan struct{}, 2),
+		verify:      account.Verify,
+		stop:        make(chan struct{}),
 	}
 	c.cookieName, c.deviceCookieName, c.ssoCookieName = "countersign", "countersign-device", "countersign-oidc"
 	if cfg.PublicURL != "" {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
 )
@@ -20,6 +22,16 @@ func countVerifications(e *consoleEnv) *atomic.Int64 {
 		return account.Verify(hash, pw)
 	}
 	return &n
+}
+
+// throttleWait is how long the console's throttle of kind and value waits.
+func throttleWait(t *testing.T, e *consoleEnv, kind, value string) time.Duration {
+	t.Helper()
+	w, err := e.c.accounts.ThrottleWait(context.Background(), kind, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 // loginForm fetches the login form once and returns its cookie header and
@@ -108,7 +120,7 @@ func TestLoginThrottleRefundsSuccess(t *testing.T) {
 	for range account.AddressPolicy.Free + 5 {
 		e.browser().login("olivia", rolePassword)
 	}
-	if got := e.c.addressLimiter.Wait("addr:127.0.0.1", e.clock.Now()); got != 0 {
+	if got := throttleWait(t, e, "addr", "127.0.0.1"); got != 0 {
 		t.Errorf("address wait after only successful logins = %v, want 0", got)
 	}
 }
@@ -141,10 +153,10 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 	if s := rawLogin(e.url, c2, t2, "olivia", rolePassword, "X-Forwarded-For", "203.0.113.8"); s != http.StatusSeeOther {
 		t.Errorf("another client behind the proxy = %d, want 303", s)
 	}
-	if e.c.addressLimiter.Wait("addr:203.0.113.7", e.clock.Now()) == 0 {
+	if throttleWait(t, e, "addr", "203.0.113.7") == 0 {
 		t.Error("the failing client's own address is not throttled")
 	}
-	if e.c.addressLimiter.Wait("addr:127.0.0.1", e.clock.Now()) != 0 {
+	if throttleWait(t, e, "addr", "127.0.0.1") != 0 {
 		t.Error("the proxy's address was throttled: every client would share it")
 	}
 

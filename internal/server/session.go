@@ -325,8 +325,8 @@ const (
 	deviceSep       = "\n" // account names never contain it
 )
 
-// knownDevice returns the limiter key of the browser's device cookie when
-// it is validly signed for name, else "".
+// knownDevice returns the device id in the browser's device cookie when it
+// is validly signed for name, else "".
 func (c *console) knownDevice(r *http.Request, name string) string {
 	ck, err := r.Cookie(c.deviceCookieName)
 	if err != nil {
@@ -340,7 +340,7 @@ func (c *console) knownDevice(r *http.Request, name string) string {
 	if !ok || who != name || id == "" {
 		return ""
 	}
-	return "device:" + id
+	return id
 }
 
 // setDeviceCookie gives the browser a fresh device cookie for name.
@@ -365,8 +365,9 @@ func (c *console) tooManyLogins(ec echo.Context, wait time.Duration, shownName s
 // login checks a name and password. Each attempt reserves its place in the
 // throttles (the account's or the known device's, and the address's)
 // before any password is hashed, so the documented backoff holds however
-// many attempts arrive at once: the reservation counts as a failure until
-// the password turns out right.
+// many attempts arrive at once on however many consoles share the
+// database: the reservation counts as a failure until the password turns
+// out right.
 func (c *console) login(ec echo.Context) error {
 	r := ec.Request()
 	if err := c.checkRequestSource(r); err != nil {
@@ -390,38 +391,30 @@ func (c *console) login(ec echo.Context) error {
 	}
 	now := c.now()
 	remote := ec.RealIP()
-	accountKey, addrKey := "account:"+name, "addr:"+account.AddressKey(remote)
-	if len(name) > account.MaxNameBytes {
-		accountKey = "account:!long"
-	}
-	lim, key := c.accountLimiter, accountKey
-	if dev := c.knownDevice(r, name); dev != "" && c.deviceLimiter.Reserve(dev, now) == 0 {
-		lim, key = c.deviceLimiter, dev
-	} else if wait := c.accountLimiter.Reserve(accountKey, now); wait > 0 {
-		return c.tooManyLogins(ec, wait, shownName)
-	}
-	if wait := c.addressLimiter.Reserve(addrKey, now); wait > 0 {
-		lim.Refund(key)
-		return c.tooManyLogins(ec, wait, shownName)
-	}
 	ctx := r.Context()
+	res, wait, err := c.accounts.ReserveLogin(ctx, account.LoginAttempt{Name: name, Device: c.knownDevice(r, name), Address: remote})
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		return c.tooManyLogins(ec, wait, shownName)
+	}
 	user, err := c.accounts.UserByName(ctx, name)
 	hash := user.PasswordHash
 	switch {
 	case errors.Is(err, account.ErrUserNotFound) || account.CheckName(name) != nil:
 		hash, err = c.dummyHash, nil
 	case err != nil:
-		lim.Refund(key)
-		c.addressLimiter.Refund(addrKey)
-		return err
+		return errors.Join(err, c.accounts.CancelLogin(context.WithoutCancel(ctx), res))
 	}
 	ok := c.checkPassword(ctx, hash, password) && hash != c.dummyHash && !user.Disabled() && user.Kind != account.KindOIDC
 	if !ok {
 		c.log.Info("console login failed", slog.String("name", shownName), slog.String("remote", remote))
 		return c.renderLogin(ec, http.StatusUnauthorized, shownName, "Wrong name or password, or the account is disabled.")
 	}
-	lim.Reset(key)
-	c.addressLimiter.Refund(addrKey)
+	if err := c.accounts.LoginSucceeded(ctx, res); err != nil {
+		return err
+	}
 	if c.cfg.LocalLogin == LocalAdminsOnly && !user.Role.CanAdminister() {
 		c.log.Info("console login refused: local accounts are for administrators only", slog.String("user", user.Name))
 		return c.renderLogin(ec, http.StatusForbidden, shownName,

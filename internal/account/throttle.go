@@ -1,0 +1,247 @@
+package account
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"time"
+)
+
+// LimitPolicy shapes the backoff for one kind of key. The first Free
+// failures cost nothing; after the n-th failure (n > Free) the next attempt
+// must wait Base·2^(n−Free−1) after it, up to Max. Failures older than Forget are forgotten. There is
+// never a permanent lockout: the wait never exceeds Max.
+type LimitPolicy struct {
+	Free   int
+	Base   time.Duration
+	Max    time.Duration
+	Forget time.Duration
+}
+
+// Default policies: an account tolerates a few typos; an address, which
+// several people may share, tolerates more before it slows down.
+var (
+	AccountPolicy = LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+	AddressPolicy = LimitPolicy{Free: 20, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+	// DevicePolicy is the allowance of a browser that has logged in to the
+	// account before (a known-device cookie): as tolerant as the account's,
+	// but its own, so failures elsewhere do not use it up.
+	DevicePolicy = LimitPolicy{Free: 5, Base: time.Second, Max: 5 * time.Minute, Forget: time.Hour}
+)
+
+// Strikes are the failed logins counted against one throttle key, as the
+// store keeps them. Key is the hash of the key (ThrottleKey), never the
+// name or address itself: a password typed into the name field is not
+// kept.
+type Strikes struct {
+	Key      string
+	Failures int
+	Last     time.Time // the latest failure
+	Forget   time.Time // when the failures stop counting: Last + the policy's Forget
+}
+
+func (p LimitPolicy) delay(n int) time.Duration {
+	over := n - p.Free
+	if over <= 0 {
+		return 0
+	}
+	d := p.Base
+	for i := 1; i < over && d < p.Max; i++ {
+		d *= 2
+	}
+	return min(d, p.Max)
+}
+
+// Wait returns how long a key with strikes s must wait before its next
+// attempt at now; zero means it may try now.
+func (p LimitPolicy) Wait(s Strikes, now time.Time) time.Duration {
+	if s.Failures <= 0 || now.Sub(s.Last) >= p.Forget {
+		return 0
+	}
+	return max(s.Last.Add(p.delay(s.Failures)).Sub(now), 0)
+}
+
+// fail returns s with one more failure at now.
+func (p LimitPolicy) fail(s Strikes, now time.Time) Strikes {
+	if now.Sub(s.Last) >= p.Forget {
+		s.Failures = 0
+	}
+	s.Failures++
+	s.Last = now
+	s.Forget = now.Add(p.Forget)
+	return s
+}
+
+// AddressKey is the throttle key of a client address: the address itself
+// for IPv4, its /64 network for IPv6, since one client commonly holds a
+// whole /64.
+func AddressKey(host string) string {
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// ThrottleKey is the stored key of a throttle: kind is "account",
+// "device" or "addr".
+func ThrottleKey(kind, value string) string {
+	h := sha256.Sum256([]byte("countersign/login-throttle:" + kind + ":" + value))
+	return hex.EncodeToString(h[:])
+}
+
+// LoginAttempt is what one password login is throttled by.
+type LoginAttempt struct {
+	Name    string // the account name typed, valid or not
+	Device  string // the id in the browser's known-device cookie for Name, "" for none
+	Address string // the client's address
+}
+
+// LoginReservation is an attempt counted as a failure before its password
+// is checked; a login that succeeds gives it back with LoginSucceeded.
+type LoginReservation struct {
+	key  string // the account's or the known device's key
+	addr string
+}
+
+// throttle is one key of an attempt with its policy.
+type throttle struct {
+	key    string
+	policy LimitPolicy
+}
+
+func (a LoginAttempt) throttles() (acct, dev, addr throttle) {
+	name := a.Name
+	if len(name) > MaxNameBytes {
+		name = "!long" // every over-long name shares one key
+	}
+	acct = throttle{ThrottleKey("account", name), AccountPolicy}
+	if a.Device != "" {
+		dev = throttle{ThrottleKey("device", a.Device), DevicePolicy}
+	}
+	addr = throttle{ThrottleKey("addr", AddressKey(a.Address)), AddressPolicy}
+	return acct, dev, addr
+}
+
+// plan decides an attempt from the strikes its keys have: the key it
+// counts against (the known device's while the device may try, else the
+// account's) and the address, or how long it must wait.
+func (a LoginAttempt) plan(seen map[string]Strikes, now time.Time) (who, addr throttle, wait time.Duration) {
+	acct, dev, addr := a.throttles()
+	who = acct
+	if dev.key != "" && dev.policy.Wait(seen[dev.key], now) == 0 {
+		who = dev
+	} else if w := acct.policy.Wait(seen[acct.key], now); w > 0 {
+		return who, addr, w
+	}
+	return who, addr, addr.policy.Wait(seen[addr.key], now)
+}
+
+// ReserveLogin counts a login attempt as a failure against the account
+// (or the browser's known device) and the address before any password is
+// checked, and returns a zero wait; or, when either must wait, counts
+// nothing and returns the wait. The check and the count are one write
+// transaction, so the backoff holds however many attempts arrive at once
+// on however many console replicas share the database. An attempt that
+// must wait is answered from a read, without writing.
+func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReservation, time.Duration, error) {
+	now := s.now()
+	acct, dev, addr := a.throttles()
+	keys := []string{acct.key, addr.key}
+	if dev.key != "" {
+		keys = append(keys, dev.key)
+	}
+	seen, err := s.store.LoginStrikes(ctx, keys)
+	if err != nil {
+		return LoginReservation{}, 0, err
+	}
+	if _, _, wait := a.plan(seen, now); wait > 0 {
+		return LoginReservation{}, wait, nil
+	}
+	var r LoginReservation
+	var wait time.Duration
+	err = s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.PruneLoginStrikes(now); err != nil {
+			return err
+		}
+		seen, err := tx.LoginStrikes(keys)
+		if err != nil {
+			return err
+		}
+		var who, at throttle
+		if who, at, wait = a.plan(seen, now); wait > 0 {
+			return nil
+		}
+		for _, t := range []throttle{who, at} {
+			st := seen[t.key]
+			st.Key = t.key
+			if err := tx.SetLoginStrikes(t.policy.fail(st, now)); err != nil {
+				return err
+			}
+		}
+		r = LoginReservation{key: who.key, addr: at.key}
+		return nil
+	})
+	if err != nil {
+		return LoginReservation{}, 0, err
+	}
+	return r, wait, nil
+}
+
+// LoginSucceeded gives a reservation back after the right password: the
+// account's (or device's) failures are forgotten, and the address gets its
+// one attempt back, so that people sharing an address who type their
+// passwords right never slow each other down.
+func (s *Service) LoginSucceeded(ctx context.Context, r LoginReservation) error {
+	return s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.SetLoginStrikes(Strikes{Key: r.key}); err != nil {
+			return err
+		}
+		return refund(tx, r.addr)
+	})
+}
+
+// CancelLogin gives a reservation back whole, when no password was checked
+// after all.
+func (s *Service) CancelLogin(ctx context.Context, r LoginReservation) error {
+	return s.store.Update(ctx, func(tx Tx) error {
+		if err := refund(tx, r.key); err != nil {
+			return err
+		}
+		return refund(tx, r.addr)
+	})
+}
+
+// refund takes one failure off key.
+func refund(tx Tx, key string) error {
+	seen, err := tx.LoginStrikes([]string{key})
+	if err != nil {
+		return err
+	}
+	st, ok := seen[key]
+	if !ok {
+		return nil
+	}
+	st.Failures--
+	return tx.SetLoginStrikes(st)
+}
+
+// ThrottleWait returns how long the throttle of kind ("account", "device"
+// or "addr") and value must wait before its next attempt.
+func (s *Service) ThrottleWait(ctx context.Context, kind, value string) (time.Duration, error) {
+	p, ok := map[string]LimitPolicy{"account": AccountPolicy, "device": DevicePolicy, "addr": AddressPolicy}[kind]
+	if !ok {
+		return 0, fmt.Errorf("account: no throttle of kind %q", kind)
+	}
+	if kind == "addr" {
+		value = AddressKey(value)
+	}
+	key := ThrottleKey(kind, value)
+	seen, err := s.store.LoginStrikes(ctx, []string{key})
+	if err != nil {
+		return 0, err
+	}
+	return p.Wait(seen[key], s.now()), nil
+}

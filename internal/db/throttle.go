@@ -1,0 +1,71 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+)
+
+// The failed logins the console's throttle counts: the login-throttle half
+// of account.Store and account.Tx.
+
+func loginStrikes(ctx context.Context, q querier, keys []string) (map[string]account.Strikes, error) {
+	out := map[string]account.Strikes{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	rows, err := q.QueryContext(ctx, `SELECT key, failures, last_at, forget_at FROM login_strikes
+		WHERE key IN (?`+strings.Repeat(",?", len(keys)-1)+`)`, args...)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: read login strikes: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s account.Strikes
+		var last, forget int64
+		if err := rows.Scan(&s.Key, &s.Failures, &last, &forget); err != nil {
+			return nil, fmt.Errorf("db: read login strikes: %w", err)
+		}
+		s.Last, s.Forget = time.UnixMilli(last).UTC(), time.UnixMilli(forget).UTC()
+		out[s.Key] = s
+	}
+	return out, classify(rows.Err())
+}
+
+// LoginStrikes returns the failed logins kept for keys.
+func (a Accounts) LoginStrikes(ctx context.Context, keys []string) (map[string]account.Strikes, error) {
+	return loginStrikes(ctx, a.d.sql, keys)
+}
+
+func (t *storeTx) LoginStrikes(keys []string) (map[string]account.Strikes, error) {
+	return loginStrikes(t.ctx, t.tx, keys)
+}
+
+func (t *storeTx) SetLoginStrikes(s account.Strikes) error {
+	var err error
+	if s.Failures <= 0 {
+		_, err = t.tx.ExecContext(t.ctx, `DELETE FROM login_strikes WHERE key = ?`, s.Key)
+	} else {
+		_, err = t.tx.ExecContext(t.ctx, `INSERT INTO login_strikes (key, failures, last_at, forget_at) VALUES (?,?,?,?)
+			ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, last_at = excluded.last_at, forget_at = excluded.forget_at`,
+			s.Key, s.Failures, ms(s.Last), ms(s.Forget))
+	}
+	if err != nil {
+		return fmt.Errorf("db: keep login strikes: %w", err)
+	}
+	return nil
+}
+
+func (t *storeTx) PruneLoginStrikes(now time.Time) error {
+	if _, err := t.tx.ExecContext(t.ctx, `DELETE FROM login_strikes WHERE forget_at <= ?`, ms(now)); err != nil {
+		return fmt.Errorf("db: prune login strikes: %w", err)
+	}
+	return nil
+}
