@@ -249,7 +249,10 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // A socket that never reads is dropped once its buffer fills, while every
 // other socket keeps receiving every change.
 func TestWSSlowClientDropped(t *testing.T) {
-	e := newConsoleEnv(t, func(c *ConsoleConfig) { c.SendBuffer = 8 })
+	// The write timeout is far longer than the test, so the socket that
+	// never reads leaves by the full buffer, not by a blocked write timing
+	// out on a slow machine.
+	e := newConsoleEnv(t, func(c *ConsoleConfig) { c.SendBuffer = 8; c.WriteTimeout = 5 * time.Minute })
 	addRoleUsers(e)
 	b := e.browser()
 	b.login("olivia", rolePassword)
