@@ -48,6 +48,7 @@ from ._client import (
     Call,
     Check,
     Client,
+    Comment,
     Decision,
     Outcome,
     Redemption,
@@ -71,7 +72,7 @@ __all__ = [
     "format_number", "valid_tool_name", "without",
     "OUTCOME_FAILED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED", "STATUS_CANCELLED",
     "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
-    "Approvals", "Call", "Check", "Client", "Decision", "Outcome", "Redemption",
+    "Approvals", "Call", "Check", "Client", "Comment", "Decision", "Outcome", "Redemption",
     "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
     "RedemptionRejected", "WaitTimeout", "gated",
 ]

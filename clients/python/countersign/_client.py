@@ -67,6 +67,15 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Comment:
+    """An operator's note with an approval."""
+
+    by: str
+    comment: str
+    at: Optional[datetime]
+
+
+@dataclass(frozen=True)
 class Outcome:
     status: str
     detail: str = ""
@@ -93,6 +102,8 @@ class Call:
     grant_expires_at: Optional[datetime] = None
     decision: Optional[Decision] = None
     outcome: Optional[Outcome] = None
+    #: The notes operators left with their approvals, in order.
+    comments: tuple = ()
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -128,6 +139,8 @@ class Call:
             grant_expires_at=_time(d.get("grant_expires_at")),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
             outcome=Outcome(out.get("status", ""), out.get("detail", "")) if out else None,
+            comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
+                           for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,
         )
 

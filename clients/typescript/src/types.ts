@@ -83,8 +83,17 @@ export interface Call {
   grant_expires_at?: string;
   /** Set when an operator denied the call. */
   decision?: Decision;
+  /** The notes operators left with their approvals, when any did. */
+  comments?: ApprovalComment[];
   /** Set once the executor reported what happened. */
   outcome?: Outcome;
+}
+
+/** An operator's note with an approval. */
+export interface ApprovalComment {
+  by: string;
+  comment: string;
+  at: string;
 }
 
 /** What submit returns: the call, and whether the console stored a new one
