@@ -372,7 +372,9 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 		}
 	}
 	decide := v.user.Role.CanDecide()
-	if !cl.queue.matches(call, callDeceptive(call)) {
+	// The deception check reads every argument; only a filter on warnings
+	// needs it.
+	if cl.queue.filtered() && !cl.queue.matches(call, cl.queue.Warn && callDeceptive(call)) {
 		// The page never showed this call: its filter keeps it out, and
 		// nothing a change makes to a call changes what the filter reads.
 		return "", nil
