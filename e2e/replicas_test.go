@@ -32,16 +32,27 @@ type replicas struct {
 	data  []string
 	trust string
 	srv   []*server
+	tools map[string]string // a data directory's tools file, when not the example's
 }
 
 func startReplicas(t *testing.T, db string, n int) *replicas {
 	t.Helper()
-	r := &replicas{t: t, db: db}
+	return startReplicasWith(t, db, n, nil)
+}
+
+// startReplicasWith is startReplicas where replica i runs the tools file
+// tools(i) ("" for the example's); tools may be nil.
+func startReplicasWith(t *testing.T, db string, n int, tools func(i int) string) *replicas {
+	t.Helper()
+	r := &replicas{t: t, db: db, tools: map[string]string{}}
 	parts := t.TempDir()
 	var files []string
 	for i := 0; i < n; i++ {
 		d := t.TempDir()
 		r.data = append(r.data, d)
+		if tools != nil && tools(i) != "" {
+			r.tools[d] = tools(i)
+		}
 		out, code := runConsole(t, "", "keys", "jwks", "--data", d)
 		if code != 0 {
 			t.Fatalf("keys jwks exited %d", code)
@@ -73,7 +84,11 @@ func startReplicas(t *testing.T, db string, n int) *replicas {
 }
 
 func (r *replicas) start(data string) *server {
-	return startServer(r.t, data, "--db", r.db, "--trusted-keys", r.trust)
+	args := []string{"--db", r.db, "--trusted-keys", r.trust}
+	if f := r.tools[data]; f != "" {
+		args = append(args, "--tools", f) // the last --tools wins
+	}
+	return startServer(r.t, data, args...)
 }
 
 func (r *replicas) token(actor, audience string) string {

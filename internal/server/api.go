@@ -371,7 +371,7 @@ func redeemMessage(reason string) string {
 	case "revoked":
 		return "the call was cancelled or its grant revoked"
 	case grant.ReasonToolChanged:
-		return "the tool's definition changed after this call was approved, so it no longer runs; propose the call again"
+		return "this console's tools file defines the tool differently from the definition the call was made under (it changed, or the replicas run different files), so it no longer runs; propose the call again"
 	}
 	return "the grant is not valid; nothing was consumed"
 }

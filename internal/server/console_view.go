@@ -213,6 +213,14 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
+	if s.ToolChanged {
+		s.ToolMadeUnder = call.ToolDigest
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				s.ToolHere = t.DefinitionDigest
+			}
+		}
+	}
 	for _, a := range call.Approvals {
 		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)}
 		if a.Passkey != nil {

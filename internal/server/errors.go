@@ -46,7 +46,7 @@ var sentinels = []struct {
 	hint    string
 }{
 	{queue.ErrToolChanged, http.StatusConflict, "tool_changed",
-		"the tool's definition changed after this call was made, so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)", ""},
+		"this console's tools file defines the tool differently from the definition the call was made under (the file changed since, or the console replicas run different tools files), so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)", ""},
 	{queue.ErrRetryLimit, http.StatusTooManyRequests, "retry_limit",
 		"three proposals in a row for this tool were rejected; stop retrying and ask a person",
 		"an operator can clear the block in the console"},

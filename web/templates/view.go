@@ -424,7 +424,12 @@ type StatusView struct {
 	Rule string
 	// ToolChanged is set when the tool's definition is no longer the one
 	// the call was made under: it can be denied, not approved or run.
-	ToolChanged bool
+	// ToolMadeUnder and ToolHere are the definition digest the call was
+	// made under and this console's ("" when this console's tools file has
+	// no such tool).
+	ToolChanged   bool
+	ToolMadeUnder string
+	ToolHere      string
 
 	// Decide controls: shown when the viewer may decide and the call is
 	// pending.
@@ -625,4 +630,17 @@ func endedLabel(status string) string {
 		return "Cancelled at"
 	}
 	return "Decided at"
+}
+
+// toolDigests names the definition a call was made under and this
+// console's.
+func toolDigests(s StatusView) string {
+	made := shortDigest(s.ToolMadeUnder)
+	if made == "" {
+		made = "none recorded"
+	}
+	if s.ToolHere == "" {
+		return "Made under definition " + made + "."
+	}
+	return "Made under definition " + made + "; this console's is " + shortDigest(s.ToolHere) + "."
 }
