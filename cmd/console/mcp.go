@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
 )
 
 // mcpFlags are serve's flags for the MCP gateway.
@@ -38,7 +39,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 
 // gateway builds the MCP gateway over the tools file's upstreams; nil when
 // the file has none.
-func (a *app) gateway(f serveFlags, publicURL string) (*mcp.Gateway, *catalog.Catalog, error) {
+func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *server.StatusLinks) (*mcp.Gateway, *catalog.Catalog, error) {
 	ups := a.tools.Upstreams()
 	if len(ups) == 0 {
 		return nil, nil, nil
@@ -54,7 +55,7 @@ func (a *app) gateway(f serveFlags, publicURL string) (*mcp.Gateway, *catalog.Ca
 	}
 	gw, err := mcp.NewGateway(mcp.GatewayConfig{
 		Queue: a.queue, Catalog: cat, Dial: dial, PublicURL: publicURL, HostChecked: true,
-		Hold: f.mcp.hold, Logger: a.log,
+		Hold: f.mcp.hold, Logger: a.log, Waits: waits, StatusURL: links.URL,
 		Authenticate: func(ctx context.Context, secret string) (mcp.Agent, error) {
 			t, err := a.accounts.TokenBySecret(ctx, secret)
 			if errors.Is(err, account.ErrTokenNotFound) {

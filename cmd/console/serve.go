@@ -190,7 +190,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.Var(&f.trustedProxies, "trusted-proxy", "CIDR network of a reverse proxy in front of the console (repeat or separate with commas); only requests from these have X-Forwarded-For read, right to left, for the client address that logins are throttled by")
 	fs.Var(&f.allowedHost, "allowed-host", "another name (host or host:port) that requests may carry in Host besides the public URL's, IP addresses and localhost, e.g. a health checker's; other names are refused to shut out DNS rebinding")
-	fs.IntVar(&f.maxWaits, "max-waits-per-token", server.DefaultMaxWaitsPerToken, "how many long-polls one API token may hold open at once; one more is answered 429 too_many_waits")
+	fs.IntVar(&f.maxWaits, "max-waits-per-token", server.DefaultMaxWaitsPerToken, "how many long-polls and held MCP tools/call requests one API token may hold open at once; one more long-poll is answered 429 too_many_waits, one more MCP call a too_many_waits tool error")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
 	fs.DurationVar(&f.absolute, "session-max", 12*time.Hour, "console session absolute timeout")
 	f.mcp.register(fs)
@@ -262,7 +262,14 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	disp, notes := a.dispatcher()
-	gw, cat, err := a.gateway(f, publicURL)
+	// The API's long-polls and the MCP gateway's held calls count against
+	// one cap per token.
+	waits := server.NewTokenWaits(f.maxWaits)
+	links, err := server.NewStatusLinks(ctx, a.accounts, publicURL)
+	if err != nil {
+		return err
+	}
+	gw, cat, err := a.gateway(f, publicURL, waits, links)
 	if err != nil {
 		return err
 	}
@@ -290,7 +297,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 	cfg := server.Config{
 		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping,
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
-		AllowedHosts: f.allowedHost, MaxWaitsPerToken: f.maxWaits, AuditSigner: signer,
+		AllowedHosts: f.allowedHost, Waits: waits, AuditSigner: signer,
 		Console:       cc,
 		Notifications: notes,
 		MCP:           mcpHandler,

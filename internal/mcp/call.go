@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -35,7 +36,12 @@ const (
 	StatusNotSent          = "not_sent"
 	StatusOutcomeUnknown   = "outcome_unknown"
 	StatusUnavailable      = "unavailable"
+	StatusTooManyWaits     = "too_many_waits"
 )
+
+// retryAfterWaits is how long a call refused a hold should wait before it
+// is re-issued, in seconds (the API's Retry-After for too_many_waits).
+const retryAfterWaits = 5
 
 // upstreamWait is how long an approved call waits for its upstream to
 // (re)connect before it is answered as not sent.
@@ -62,8 +68,8 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	if c.Status == queue.StatusPending {
 		release, ok := g.acquireHold(agent.TokenID)
 		if !ok {
-			log.Info("tools/call not held: the token holds its maximum of calls waiting", slog.Int("max", g.cfg.MaxHoldsPerToken))
-			return g.pendingResult(name, c), nil
+			log.Info("tools/call not held: the token holds its maximum of requests waiting", slog.Int("max", g.cfg.Waits.Max()))
+			return g.tooManyWaits(name, c, g.cfg.Waits.Max()), nil
 		}
 		c, err = g.hold(ctx, agent, req, c)
 		release()
@@ -77,7 +83,7 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 		if caps := req.ClientCapabilities(); caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil {
 			g.follow(c.ID, req.Session)
 			return nil, sdk.URLElicitationRequiredError([]*sdk.ElicitParams{{
-				Mode: "url", URL: g.callURL(c.ID), ElicitationID: c.ID,
+				Mode: "url", URL: g.statusURL(c.ID), ElicitationID: c.ID,
 				Message: fmt.Sprintf("Countersign is holding this call of %s for an operator's approval (digest %s). "+
 					"Open the page to follow it; the call runs once it is approved and re-issued.", name, groups(c.Digest)),
 			}})
@@ -127,22 +133,41 @@ func parseCall(t *tools.Tool, raw json.RawMessage) (canonical.Proposal, error) {
 }
 
 // acquireHold takes one of the token's places for a held tools/call; ok
-// is false when it holds MaxHoldsPerToken already.
+// is false when it holds its maximum already.
 func (g *Gateway) acquireHold(token string) (release func(), ok bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.holds[token] >= g.cfg.MaxHoldsPerToken {
+	if !g.cfg.Waits.Acquire(token) {
 		return nil, false
 	}
-	g.holds[token]++
-	return func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if g.holds[token]--; g.holds[token] <= 0 {
-			delete(g.holds, token)
-		}
-	}, true
+	return func() { g.cfg.Waits.Release(token) }, true
 }
+
+// holds is the gateway's own count of held requests per token, when it is
+// not given the agent API's.
+type holds struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (h *holds) Acquire(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[token] >= h.max {
+		return false
+	}
+	h.open[token]++
+	return true
+}
+
+func (h *holds) Release(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[token]--; h.open[token] <= 0 {
+		delete(h.open, token)
+	}
+}
+
+func (h *holds) Max() int { return h.max }
 
 // hold waits for a decision on c for up to the hold, sending progress
 // notifications when the client asked for them, every one of them before
@@ -259,8 +284,14 @@ func clip(s string) string {
 	return s[:cut] + "…"
 }
 
-// callURL is the console's page of a call.
-func (g *Gateway) callURL(id string) string { return g.cfg.PublicURL + "/calls/" + id }
+// statusURL is the page of a call for the agent's own user: the status
+// page when the console serves one, else the console's call page.
+func (g *Gateway) statusURL(id string) string {
+	if g.cfg.StatusURL != nil {
+		return g.cfg.StatusURL(id)
+	}
+	return g.cfg.PublicURL + "/calls/" + id
+}
 
 // groups writes a digest in groups of four, as the console shows it.
 func groups(d string) string {
@@ -286,11 +317,24 @@ func toolError(status, text string, fields map[string]any) *sdk.CallToolResult {
 }
 
 func (g *Gateway) pendingResult(name string, c *queue.Call) *sdk.CallToolResult {
-	url := g.callURL(c.ID)
+	url := g.statusURL(c.ID)
 	return toolError(StatusApprovalPending, fmt.Sprintf("This call of %s is waiting for an operator's approval in Countersign (call %s, %d of %d approvals, decide by %s). "+
-		"Nothing has run. Re-issue exactly the same call, with the same arguments, to wait again; it runs once approved. Approval page: %s",
+		"Nothing has run. Re-issue exactly the same call, with the same arguments, to wait again; it runs once approved. Its status page: %s",
 		name, c.ID, len(c.Approvals), c.ApprovalsRequired, c.DecideBy.UTC().Format(time.RFC3339), url),
 		map[string]any{"call_id": c.ID, "approval_url": url, "decide_by": c.DecideBy.UTC().Format(time.RFC3339), "digest": c.Digest})
+}
+
+// tooManyWaits answers a pending call that is not held because its token
+// holds as many waiting requests as it may: the call is recorded, and the
+// model is told to wait for the others or re-issue it a little later.
+func (g *Gateway) tooManyWaits(name string, c *queue.Call, max int) *sdk.CallToolResult {
+	url := g.statusURL(c.ID)
+	return toolError(StatusTooManyWaits, fmt.Sprintf("Countersign did not hold this call of %s: this agent's token already holds %d requests waiting for decisions, its limit. "+
+		"The call is recorded (call %s) and waits for an operator's approval; nothing has run. "+
+		"Wait for one of the other requests to return, or re-issue exactly the same call in %d seconds. Status page: %s",
+		name, max, c.ID, retryAfterWaits, url),
+		map[string]any{"call_id": c.ID, "approval_url": url, "decide_by": c.DecideBy.UTC().Format(time.RFC3339), "digest": c.Digest,
+			"retry_after_seconds": retryAfterWaits, "max_waits": max})
 }
 
 // decidedResult answers a call that ended without running.

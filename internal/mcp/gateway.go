@@ -92,13 +92,35 @@ type GatewayConfig struct {
 	ForwardTimeout time.Duration
 	// SessionTimeout closes idle client sessions (DefaultSessionTimeout).
 	SessionTimeout time.Duration
-	// MaxHoldsPerToken bounds the tools/calls one token has held for a
-	// decision at once (DefaultMaxHoldsPerToken): each holds a request, a
-	// goroutine and a waiter for up to the hold, so one agent must not
-	// open them without end. A call over the cap is recorded as usual and
-	// answered at once as approval_pending.
+	// Waits counts the requests one agent token holds open waiting for a
+	// decision: pass the agent API's count (--max-waits-per-token), so
+	// that held tools/calls and long-polls share one cap. Nil counts the
+	// gateway's own, capped at MaxHoldsPerToken. Each held call keeps a
+	// request, a goroutine and a waiter for up to the hold, so one agent
+	// must not open them without end; a call over the cap is recorded as
+	// usual and answered at once with too_many_waits.
+	Waits Waits
+	// MaxHoldsPerToken caps the gateway's own count when Waits is nil
+	// (DefaultMaxHoldsPerToken).
 	MaxHoldsPerToken int
-	Logger           *slog.Logger
+	// StatusURL is the address of a call's status page that the agent's
+	// own user may open without a console login (URL elicitation and
+	// approval_url point at it); nil points them at the console's call
+	// page, which needs a login.
+	StatusURL func(callID string) string
+	Logger    *slog.Logger
+}
+
+// Waits counts what each agent token holds open waiting for decisions;
+// internal/server's TokenWaits is one.
+type Waits interface {
+	// Acquire takes one of the token's places; false when it holds its
+	// maximum already.
+	Acquire(token string) bool
+	// Release gives back a place that Acquire took.
+	Release(token string)
+	// Max is how many places one token has.
+	Max() int
 }
 
 // Gateway serves each upstream's tools at /mcp/{name} over Streamable HTTP
@@ -115,7 +137,6 @@ type Gateway struct {
 	listed map[string]map[string]string          // by server: tool name → what is listed (status@digest)
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
 	watch  map[string]map[*sdk.ServerSession]int // call id → sessions told to follow it by URL elicitation
-	holds  map[string]int                        // token id → tools/calls held now
 	runCtx context.Context
 
 	stopped context.Context // done once Run has returned: event streams end
@@ -145,6 +166,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.MaxHoldsPerToken <= 0 {
 		cfg.MaxHoldsPerToken = DefaultMaxHoldsPerToken
 	}
+	if cfg.Waits == nil {
+		cfg.Waits = &holds{max: cfg.MaxHoldsPerToken, open: map[string]int{}}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -152,7 +176,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger.With(slog.String("component", "mcp")),
 		upstreams: map[string]*Upstream{}, servers: map[string]*sdk.Server{}, handlers: map[string]http.Handler{},
 		listed: map[string]map[string]string{}, local: map[*sdk.ServerSession]Agent{},
-		watch: map[string]map[*sdk.ServerSession]int{}, holds: map[string]int{}, runCtx: context.Background()}
+		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background()}
 	g.stopped, g.stop = context.WithCancel(context.Background())
 	g.origins = http.NewCrossOriginProtection()
 	if cfg.PublicURL != "" {

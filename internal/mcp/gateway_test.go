@@ -41,6 +41,9 @@ const gatewayTools = `mcp:
       create_order: {target: /customer/id}
 `
 
+// statusURL stands for the console's status links.
+func statusURL(id string) string { return "https://approvals.example.com/status/" + id + "/token-of-" + id }
+
 // clock is a settable clock for the queue and the keys.
 type clock struct {
 	mu sync.Mutex
@@ -85,6 +88,7 @@ type envOptions struct {
 	tools string
 	trust bool
 	hold  time.Duration
+	waits mcp.Waits
 	path  string // reuse a database file
 	upOpt mcpdemo.Options
 	// maxHolds is the gateway's MaxHoldsPerToken (0: its default).
@@ -144,6 +148,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	e.upstrm = mcpdemo.NewServer(o.upOpt)
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds,
+		StatusURL: statusURL, Waits: o.waits,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": mcp.InMemory(e.upstrm)},
 		Authenticate: authenticate})
 	if err != nil {
@@ -523,7 +528,7 @@ func TestHoldTimesOutAndTheReCallFindsTheCall(t *testing.T) {
 	st := status(t, res)
 	c := e.lastCall()
 	if !res.IsError || st["status"] != mcp.StatusApprovalPending || st["call_id"] != c.ID || st["digest"] != c.Digest ||
-		st["approval_url"] != "https://approvals.example.com/calls/"+c.ID || st["decide_by"] != c.DecideBy.UTC().Format(time.RFC3339) {
+		st["approval_url"] != statusURL(c.ID) || st["decide_by"] != c.DecideBy.UTC().Format(time.RFC3339) {
 		t.Fatalf("after the hold: %s %v (call %s)", text(res), st, c.ID)
 	}
 	if !strings.Contains(text(res), "Re-issue exactly the same call") {
@@ -663,7 +668,7 @@ func TestURLElicitation(t *testing.T) {
 	}
 	c := e.lastCall()
 	el := data.Elicitations[0]
-	if el.Mode != "url" || el.URL != "https://approvals.example.com/calls/"+c.ID || el.ElicitationID != c.ID {
+	if el.Mode != "url" || el.URL != statusURL(c.ID) || el.ElicitationID != c.ID {
 		t.Fatalf("elicitation %+v (call %s)", el, c.ID)
 	}
 	if _, err := e.q.Approve(context.Background(), "alice", audit.ChannelWeb, c.ID, c.Digest); err != nil {
@@ -776,7 +781,8 @@ func TestRulesDecideMirroredTools(t *testing.T) {
 
 // A malicious agent must not hold calls without end: each held tools/call
 // keeps a request, a goroutine and a waiter for up to the hold. Past the
-// token's cap a call is recorded and answered at once as approval_pending.
+// token's cap a call is recorded and answered at once with too_many_waits,
+// which tells the model when to re-issue it.
 func TestHeldCallsPerTokenAreCapped(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true, hold: 50 * time.Second, maxHolds: 2})
 	cs := e.client(nil, "2025-11-25")
@@ -803,7 +809,7 @@ func TestHeldCallsPerTokenAreCapped(t *testing.T) {
 	}
 	st := status(t, res)
 	c := e.lastCall()
-	if !res.IsError || st["status"] != mcp.StatusApprovalPending || st["call_id"] != c.ID || c.Status != queue.StatusPending {
+	if !res.IsError || st["status"] != mcp.StatusTooManyWaits || st["call_id"] != c.ID || c.Status != queue.StatusPending {
 		t.Fatalf("the call over the cap: %s %v, call %s", text(res), st, c.Status)
 	}
 	if n := e.q.Waiting(); n != 2 {

@@ -169,13 +169,12 @@ func (s *Server) getCall(c echo.Context) error {
 	}
 	if wait > 0 {
 		token, _ := c.Get(tokenKey).(string)
-		if !s.waits.acquire(token, s.cfg.MaxWaitsPerToken) {
-			s.metrics.waitsRefused.Inc()
+		if !s.waits.Acquire(token) {
 			c.Response().Header().Set("Retry-After", "5")
 			return newAPIError(http.StatusTooManyRequests, "too_many_waits",
-				"this token already holds %d open long-polls; wait for one to return, or retry in 5 s", s.cfg.MaxWaitsPerToken)
+				"this token already holds %d open long-polls or held MCP calls; wait for one to return, or retry in 5 s", s.waits.Max())
 		}
-		defer s.waits.release(token)
+		defer s.waits.Release(token)
 	}
 	start := time.Now()
 	call, err := s.cfg.Queue.Wait(c.Request().Context(), principal(c), c.Param("id"), wait)

@@ -145,6 +145,8 @@ type console struct {
 	ssoCodec      *securecookie.SecureCookie // signs and encrypts the login-under-way cookie
 	ssoCookieName string
 
+	links *StatusLinks // the status pages' capability links
+
 	hub   *hub
 	chain *audit.Watcher // the audit chain's background verification
 	stop  chan struct{}
@@ -201,6 +203,9 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.links, err = NewStatusLinks(ctx, c.accounts, cfg.PublicURL); err != nil {
+		return nil, err
+	}
 	c.deviceCodec = securecookie.New(devHash, devBlock).MaxAge(int(deviceCookieAge / time.Second))
 	c.ssoCodec = securecookie.New(hashKey, blockKey).MaxAge(int(sso.FlowTTL / time.Second))
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
@@ -246,6 +251,8 @@ func (c *console) routes(e *echo.Echo) {
 	// also claim every unknown path.
 	e.GET("/", c.queuePage, c.requireSession)
 	e.GET("/calls/:id", c.callPage, c.requireSession)
+	// A call's status page needs no login: its link is the credential.
+	e.GET(statusPath+":id/:token", c.statusPage)
 	e.GET("/ws", c.serveWS, c.requireSession)
 	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
 	e.GET("/account", c.accountPage, c.requireSession)
@@ -308,7 +315,7 @@ func (c *console) wantsHTML(ec echo.Context) bool {
 		return false
 	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account", p == unresolvedPath,
 		strings.HasPrefix(p, "/account/"), strings.HasPrefix(p, "/auth/"),
-		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
+		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, statusPath), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
 		strings.HasPrefix(p, "/history/"):
 		return true
 	}

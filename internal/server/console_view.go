@@ -283,15 +283,27 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 // envelope does not hash to its digest, or does not parse as one, is an
 // *integrityError: nothing of it is shown.
 func (c *console) callView(call *queue.Call, v *viewer, now time.Time) (templates.CallView, error) {
+	cv, err := c.callContent(call)
+	if err != nil {
+		return templates.CallView{}, err
+	}
+	cv.Page = c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now)
+	cv.Status = c.statusView(call, v, now)
+	return cv, nil
+}
+
+// callContent is what a call's pages show of the call itself, read from
+// what its digest covers (see callView); the status and the page around it
+// are the caller's.
+func (c *console) callContent(call *queue.Call) (templates.CallView, error) {
 	env, err := hashedEnvelope(call)
 	if err != nil {
 		return templates.CallView{}, err
 	}
 	cv := templates.CallView{
-		Page: c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now),
-		ID:   call.ID, Actor: reveal.Of(env.Actor), Audience: reveal.Of(env.Audience), Tool: reveal.Of(env.Tool),
+		ID: call.ID, Actor: reveal.Of(env.Actor), Audience: reveal.Of(env.Audience), Tool: reveal.Of(env.Tool),
 		Target: reveal.Of(env.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
-		DigestGroups: groupsOfFour(call.Digest), Status: c.statusView(call, v, now), MCP: mcpCallInfo(call),
+		DigestGroups: groupsOfFour(call.Digest), MCP: mcpCallInfo(call),
 	}
 	var tool *tools.Tool
 	if reg := c.q.Tools(); reg != nil {
@@ -577,6 +589,12 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 		n.Kind = "integer"
 		n.Value = templates.Plain(strconv.FormatInt(x, 10))
 		n.Money = b.money(ptr, x)
+	case canonical.Number:
+		// A number with a fraction, at a number path of a tool mirrored
+		// from an MCP server: shown in its canonical (ECMAScript) form,
+		// which is what was hashed.
+		n.Kind = "number"
+		n.Value = templates.Plain(x.String())
 	case bool:
 		n.Kind = "boolean"
 		n.Value = templates.Plain(strconv.FormatBool(x))

@@ -25,14 +25,13 @@ type metrics struct {
 	waitSeconds   prometheus.Histogram
 	redeemSeconds prometheus.Histogram
 	pushes        *prometheus.CounterVec
-	waitsRefused  prometheus.Counter
 	outcomes      *prometheus.CounterVec
 	leasesExpired prometheus.Counter
 	heartbeats    prometheus.Counter
 	resolutions   *prometheus.CounterVec
 }
 
-func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
+func newMetrics(q *queue.Service, waits *TokenWaits, live Live) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposals_total",
 		Help: "Proposals by outcome: created, duplicate, rejected, refused (audience, retry limit, previously denied), error."}, []string{"outcome"})
@@ -53,10 +52,11 @@ func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
 		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters",
 		Help: "Agents currently long-polling for a decision."}, func() float64 { return float64(q.Waiting()) })
-	m.waitsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "countersign_waits_refused_total",
-		Help: "Long-polls refused with 429 too_many_waits because their token already held its maximum open."})
+	waitsRefused := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_waits_refused_total",
+		Help: "Long-polls refused with 429 too_many_waits, and MCP tools/call requests answered too_many_waits without a hold, because their token already held its maximum open."},
+		func() float64 { return float64(waits.Refused()) })
 	mostWaits := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters_per_token_max",
-		Help: "The most long-polls any one API token holds open now."}, func() float64 { return float64(waits.most()) })
+		Help: "The most long-polls and held MCP tools/call requests any one API token holds open now."}, func() float64 { return float64(waits.Most()) })
 	evalErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_policy_eval_errors_total",
 		Help: "Rule evaluations that failed or hit the cost limit; each such call went to people."}, func() float64 {
 		if p := q.Policy(); p != nil {
@@ -85,7 +85,7 @@ func newMetrics(q *queue.Service, waits *tokenWaits, live Live) *metrics {
 			return float64(n)
 		})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
-		m.redeemSeconds, m.pushes, waiters, evalErrors, m.waitsRefused, mostWaits,
+		m.redeemSeconds, m.pushes, waiters, evalErrors, waitsRefused, mostWaits,
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if live != nil {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -69,6 +70,10 @@ type Config struct {
 	// too_many_waits with Retry-After. Each open wait holds a connection
 	// and a file descriptor, which are finite.
 	MaxWaitsPerToken int
+	// Waits, when set, is the count of open waits shared with the MCP
+	// gateway's held tools/call requests; its cap replaces
+	// MaxWaitsPerToken.
+	Waits *TokenWaits
 	// Console configures the browser console; nil serves the agent API only.
 	Console *ConsoleConfig
 	// Notifications, when set, serves the deliveries page's data and Web
@@ -93,31 +98,51 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	console *console
-	waits   tokenWaits
+	waits   *TokenWaits
 }
 
-// DefaultMaxWaitsPerToken is how many long-polls one token may hold open
-// at once unless configured otherwise.
+// DefaultMaxWaitsPerToken is how many requests one token may hold open
+// waiting for decisions at once unless configured otherwise.
 const DefaultMaxWaitsPerToken = 100
 
-// tokenWaits counts the open long-polls of each token.
-type tokenWaits struct {
-	mu   sync.Mutex
-	open map[string]int
+// TokenWaits counts the requests each API token holds open waiting for a
+// decision: the API's long-polls, and the MCP gateway's held tools/call
+// requests when it is given the same TokenWaits. Each holds a connection
+// and a file descriptor, which are finite. Safe for concurrent use.
+type TokenWaits struct {
+	max     int
+	mu      sync.Mutex
+	open    map[string]int
+	refused atomic.Uint64
 }
 
-// acquire takes one of token's wait places, if fewer than max are taken.
-func (w *tokenWaits) acquire(token string, max int) bool {
+// NewTokenWaits caps each token at max open waits (DefaultMaxWaitsPerToken
+// when max is not positive).
+func NewTokenWaits(max int) *TokenWaits {
+	if max <= 0 {
+		max = DefaultMaxWaitsPerToken
+	}
+	return &TokenWaits{max: max, open: map[string]int{}}
+}
+
+// Max is the cap of one token.
+func (w *TokenWaits) Max() int { return w.max }
+
+// Acquire takes one of the token's places, if fewer than Max are taken;
+// a refusal is counted.
+func (w *TokenWaits) Acquire(token string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.open[token] >= max {
+	if w.open[token] >= w.max {
+		w.refused.Add(1)
 		return false
 	}
 	w.open[token]++
 	return true
 }
 
-func (w *tokenWaits) release(token string) {
+// Release gives back a place that Acquire took.
+func (w *TokenWaits) Release(token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.open[token]--; w.open[token] <= 0 {
@@ -125,8 +150,8 @@ func (w *tokenWaits) release(token string) {
 	}
 }
 
-// most is the largest number of waits any one token holds open.
-func (w *tokenWaits) most() int {
+// Most is the largest number of waits any one token holds open.
+func (w *TokenWaits) Most() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -135,6 +160,9 @@ func (w *tokenWaits) most() int {
 	}
 	return n
 }
+
+// Refused counts the waits refused since the start.
+func (w *TokenWaits) Refused() uint64 { return w.refused.Load() }
 
 // New builds the routes.
 func New(cfg Config) (*Server, error) {
@@ -147,11 +175,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxWaitsPerToken <= 0 {
-		cfg.MaxWaitsPerToken = DefaultMaxWaitsPerToken
+	if cfg.Waits == nil {
+		cfg.Waits = NewTokenWaits(cfg.MaxWaitsPerToken)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, waits: tokenWaits{open: map[string]int{}}}
-	s.metrics = newMetrics(cfg.Queue, &s.waits, cfg.Live)
+	cfg.MaxWaitsPerToken = cfg.Waits.Max()
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, waits: cfg.Waits}
+	s.metrics = newMetrics(cfg.Queue, s.waits, cfg.Live)
 	cfg.Queue.Subscribe(s.metrics.observe)
 
 	e := echo.New()
@@ -393,7 +422,7 @@ func (s *Server) accessLog() echo.MiddlewareFunc {
 				level = slog.LevelError
 			}
 			s.log.LogAttrs(c.Request().Context(), level, "request",
-				slog.String("method", v.Method), slog.String("path", v.URIPath), slog.Int("status", v.Status),
+				slog.String("method", v.Method), slog.String("path", redactStatusPath(v.URIPath)), slog.Int("status", v.Status),
 				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID), slog.String("remote", v.RemoteIP))
 			return nil
 		},

@@ -63,6 +63,9 @@ type Page struct {
 	Freezes []FreezeBanner
 	// FreezesUnknown is set when they could not be read.
 	FreezesUnknown bool
+	// Refresh, when positive, reloads the page after that many seconds
+	// (a page without a socket that follows something that changes).
+	Refresh int
 }
 
 // FreezeBanner is one freeze in force.
@@ -487,6 +490,15 @@ type CallView struct {
 	// with that filter.
 	NextURL  string
 	QueueURL string
+}
+
+// CallStatusView is a call's status page: the call as its page shows it,
+// read-only, for whoever holds the page's link.
+type CallStatusView struct {
+	CallView
+	// ConsoleURL is the call's page in the console, where operators log
+	// in to decide it.
+	ConsoleURL string
 }
 
 // UserRow is an account on the admin page.
