@@ -44,7 +44,11 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *se
 	if len(ups) == 0 {
 		return nil, nil, nil
 	}
-	cat := catalog.New(catalog.Config{Store: a.db.catalog, Registry: a.tools, TrustFirst: f.mcp.trustFirst, Logger: a.log})
+	cc := catalog.Config{Store: a.db.catalog, Registry: a.tools, TrustFirst: f.mcp.trustFirst, Rules: a.policy, Logger: a.log}
+	if a.notify != nil {
+		cc.Notifier = a.notify.router
+	}
+	cat := catalog.New(cc)
 	dial := map[string]func(ctx context.Context) (sdk.Transport, error){}
 	for _, u := range ups {
 		if d, ok := f.mcp.dial[u.Name]; ok {

@@ -320,19 +320,23 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 			return err
 		}
 	}
+	if disp != nil {
+		srv.Registerer().MustRegister(disp.Collectors()...)
+		// Every commit may have written outbox rows: wake the dispatcher.
+		a.queue.Subscribe(func(queue.Event) { disp.Kick() })
+		if cat != nil {
+			// So may a pinned definition that awaits review.
+			cat.OnChange(func(string) { disp.Kick() })
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); disp.Run(ctx) }()
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }() // ends the queue, and its long-polls, with ctx
 	go func() { defer wg.Done(); srv.Run(ctx) }()
 	if gw != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); gw.Run(ctx) }()
-	}
-	if disp != nil {
-		srv.Registerer().MustRegister(disp.Collectors()...)
-		// Every commit may have written outbox rows: wake the dispatcher.
-		a.queue.Subscribe(func(queue.Event) { disp.Kick() })
-		wg.Add(1)
-		go func() { defer wg.Done(); disp.Run(ctx) }()
 	}
 
 	wg.Add(1)

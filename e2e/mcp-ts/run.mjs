@@ -97,8 +97,8 @@ async function main() {
   assert.equal(res.isError, true, text(res));
   let st = res.structuredContent;
   assert.equal(st.status, "approval_pending", text(res));
-  assert.match(st.approval_url, /\/calls\/call_[a-z0-9]+$/);
   assert.match(st.digest, /^[0-9a-f]{64}$/);
+  await statusPage(st.approval_url, st.call_id, "pending");
   assert.ok(progress.length > 0, "no progress during the hold");
   for (let i = 1; i < progress.length; i++) assert.ok(progress[i] > progress[i - 1], `progress ${progress}`);
   const seenProgress = progress.length;
@@ -156,7 +156,7 @@ async function main() {
   assert.ok(err instanceof McpError && err.code === ErrorCode.UrlElicitationRequired, `got ${err}`);
   const el = err.data.elicitations[0];
   assert.equal(el.mode, "url");
-  assert.match(el.url, new RegExp(`/calls/${el.elicitationId}$`));
+  await statusPage(el.url, el.elicitationId, "pending");
   say({ ok: "elicited" });
   await ask("approve", { call_id: el.elicitationId });
   assert.equal(await complete, el.elicitationId);
@@ -165,6 +165,21 @@ async function main() {
   say({ ok: "completed" });
   await elicit.close();
   say({ done: true });
+}
+
+// statusPage checks the page an approval_url or an elicitation points at:
+// the call's status page, open without a login, and only with its token.
+async function statusPage(link, callId, status) {
+  assert.match(link, new RegExp(`/status/${callId}/[A-Za-z0-9_-]{43}$`));
+  const page = await fetch(link);
+  assert.equal(page.status, 200, link);
+  const html = await page.text();
+  assert.ok(html.includes(`data-testid="call-id">${callId}<`), "the status page names another call");
+  assert.ok(html.includes(`data-testid="status-value">${status}<`), `the status page does not say ${status}`);
+  const last = link.at(-1) === "A" ? "B" : "A";
+  const wrong = await fetch(link.slice(0, -1) + last);
+  assert.equal(wrong.status, 404, "a wrong token opens the status page");
+  await wrong.text();
 }
 
 main().then(

@@ -16,7 +16,7 @@ func TestCatalogConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		return catalogtest.Harness{Store: d.Catalog(), AuditKinds: func(t testing.TB) []string {
+		return catalogtest.Harness{Store: d.Catalog(), Outbox: d.Outbox(), AuditKinds: func(t testing.TB) []string {
 			t.Helper()
 			rows, err := d.SQL().Query(`SELECT kind FROM audit ORDER BY seq`)
 			if err != nil {

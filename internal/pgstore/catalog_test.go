@@ -13,7 +13,7 @@ import (
 func TestCatalogConformance(t *testing.T) {
 	catalogtest.Run(t, func(t *testing.T) catalogtest.Harness {
 		d := mustOpen(t, pgtest.Database(t))
-		return catalogtest.Harness{Store: d.Catalog(), AuditKinds: func(t testing.TB) []string {
+		return catalogtest.Harness{Store: d.Catalog(), Outbox: d.Outbox(), AuditKinds: func(t testing.TB) []string {
 			t.Helper()
 			rows, err := d.Pool().Query(context.Background(), `SELECT kind FROM audit ORDER BY seq`)
 			if err != nil {

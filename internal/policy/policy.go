@@ -366,6 +366,19 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 	return d
 }
 
+// CheckMirrored compiles the rules that the tools file gives a tool mirrored
+// from an MCP server against the schema its server listed, as Decide will:
+// nil when they fit (or there are none), else the error, whose
+// *tools.LintError lists every problem. The MCP catalog calls it when it
+// pins a definition, so that an admin sees the problems before any call.
+func (p *Policy) CheckMirrored(t *tools.Tool) error {
+	if t.Mirror == nil || len(t.Rules) == 0 {
+		return nil
+	}
+	_, err := p.mirroredRules(t)
+	return err
+}
+
 // mirroredRules compiles the rules a tools file gives a mirrored tool, once
 // per definition. A rule that does not compile against the upstream's
 // schema makes every call of the tool go to people (the error says why).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -30,9 +29,7 @@ func (c *console) routesMCP(e *echo.Echo) {
 }
 
 // definitionURL is the page of one pinned definition.
-func definitionURL(server, tool, digest string) string {
-	return "/tools/mcp/" + url.PathEscape(server) + "/" + url.PathEscape(tool) + "/" + url.PathEscape(digest)
-}
+func definitionURL(server, tool, digest string) string { return catalog.DefinitionPath(server, tool, digest) }
 
 // mcpCallInfo says where a call of a mirrored tool came from, or nil for
 // any other call.
@@ -64,7 +61,7 @@ func (c *console) mcpReviewPage(ec echo.Context) error {
 				tool := reveal.Of(e.Pin.Tool)
 				row := templates.MCPToolRow{Tool: tool, Status: string(e.Status), Digest: e.Digest, FirstSeen: e.FirstSeen,
 					Changed: e.Previous != nil, URL: definitionURL(server, e.Pin.Tool, e.Digest),
-					ReasonsCSV: strings.Join(e.Reasons, "; ")}
+					ReasonsCSV: strings.Join(e.Reasons, "; "), RulesMisfit: len(e.RuleProblems) > 0}
 				row.Deceptive = tool.Deceptive() || reveal.Of(string(e.Definition)).Deceptive()
 				sv.Tools = append(sv.Tools, row)
 			}
@@ -112,6 +109,7 @@ func (c *console) renderDefinition(ec echo.Context, status int, server, tool, di
 	for _, e := range c.s.cfg.Catalog.Entries(server) {
 		if e.Pin.Tool == tool && e.Digest == digest && e.Tool != nil && e.Tool.Mirror != nil {
 			dv.Notes = e.Tool.Mirror.Notes
+			dv.RuleProblems = e.RuleProblems
 		}
 	}
 	if prev != nil {

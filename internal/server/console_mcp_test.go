@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/tools"
@@ -219,5 +220,48 @@ func TestDefinitionDiffIsBounded(t *testing.T) {
 	}
 	if minus, plus, _ := ops(d); minus == 0 || plus == 0 || shownText(d[0].Text) == "" {
 		t.Fatalf("the diff lost the changes: -%d +%d", minus, plus)
+	}
+}
+
+// TestMCPReviewShowsRulesThatDoNotFit: the tools file's rules for a
+// mirrored tool that do not fit the schema its server listed are named on
+// the review list and on the definition's page, before any call.
+func TestMCPReviewShowsRulesThatDoNotFit(t *testing.T) {
+	reg, err := tools.Parse([]byte("mcp:\n  demo:\n    command: [mcp-demo]\n    tools:\n      add:\n        auto_approve: allowed\n" +
+		"        rules:\n          - {id: tiny, when: \"args.c < 10\", then: approve}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Compile(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cat *catalog.Catalog
+	e := newConsoleEnvWith(t, func(cfg *Config) {
+		d := cfg.Audit.(*db.DB)
+		cfg.Queue = queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: cfg.Keys, Now: cfg.Now,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		cat = catalog.New(catalog.Config{Store: d.Catalog(), Registry: reg, Rules: pol, Now: cfg.Now,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		cfg.Catalog = cat
+	})
+	if err := cat.Apply(context.Background(), "demo", []catalog.Listed{{Name: "add", Description: "Adds two integers.", InputSchema: []byte(addSchema)}}); err != nil {
+		t.Fatal(err)
+	}
+	e.addUser("root", account.RoleAdmin, "pw-root-correct horse")
+	admin := e.browser()
+	admin.login("root", "pw-root-correct horse")
+	list := admin.get("/admin/mcp")
+	if list.find("mcp-rules-misfit").Length() != 1 {
+		t.Fatalf("the review list does not say add's rules do not fit: %s", list.find("mcp-tool-row").Text())
+	}
+	link, _ := list.find("mcp-review-link").Attr("href")
+	page := admin.get(link)
+	problems := page.find("mcp-rule-problem")
+	if problems.Length() != 1 || !strings.Contains(problems.Text(), "rules/tiny/when") || !strings.Contains(problems.Text(), "args.c") {
+		t.Fatalf("the definition page's rule problems: %q", problems.Text())
+	}
+	if page.find("mcp-approve-form").Length() != 1 {
+		t.Fatal("a definition whose rules do not fit cannot be reviewed")
 	}
 }

@@ -33,6 +33,9 @@ type MCPToolRow struct {
 	Deceptive  bool // its description or schema holds deceptive characters
 	URL        string
 	ReasonsCSV string
+	// RulesMisfit is set when the tools file's rules for the tool do not
+	// fit its schema.
+	RulesMisfit bool
 }
 
 // MCPDefinitionView is one pinned definition, with what changed since the
@@ -51,6 +54,9 @@ type MCPDefinitionView struct {
 	Description  Text
 	Reasons      []string
 	Notes        []string
+	// RuleProblems say why the tools file's rules for the tool do not fit
+	// this definition's schema.
+	RuleProblems []string
 	Annotations  []Text // the server's claims, one line each
 	// Lines is the pinned definition, one line of indented JSON each.
 	Lines []Text

@@ -13,12 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -85,6 +87,28 @@ type Tx interface {
 	// SetDefinitionStatus records a review.
 	SetDefinitionStatus(server, tool, digest string, status Status, by string, at time.Time) error
 	Append(e *audit.Entry) error
+	// Enqueue writes notices to the outbox, delivered after commit.
+	Enqueue(ns []queue.Notice) error
+}
+
+// RuleChecker checks the rules that the tools file gives a mirrored tool
+// against the schema its server listed; internal/policy's Policy is one.
+// The error's *tools.LintError lists the problems.
+type RuleChecker interface {
+	CheckMirrored(t *tools.Tool) error
+}
+
+// ReviewNotifier says which notices announce that a tool's definition
+// awaits an admin's review; internal/notify's Router is one. It runs
+// inside the transaction that pins the definition.
+type ReviewNotifier interface {
+	ToolReview(tool, reason, page string, at time.Time) []queue.Notice
+}
+
+// DefinitionPath is the console's page of one pinned definition, where an
+// admin reviews it.
+func DefinitionPath(server, tool, digest string) string {
+	return "/tools/mcp/" + url.PathEscape(server) + "/" + url.PathEscape(tool) + "/" + url.PathEscape(digest)
 }
 
 // Listed is one tool as its server lists it (raw schema and annotations).
@@ -104,6 +128,10 @@ type Entry struct {
 	// Previous is the last approved definition of the same tool, when the
 	// current one differs from it: the review page shows the diff.
 	Previous *Pin
+	// RuleProblems say why the tools file's rules for the tool do not fit
+	// the schema its server listed; while there are any, no rule decides
+	// its calls and every call goes to people.
+	RuleProblems []string
 }
 
 // Callable reports whether calls of the entry's tool may be made.
@@ -115,6 +143,8 @@ type Catalog struct {
 	registry   *tools.Registry
 	overrides  map[string]map[string]tools.MCPOverride
 	trustFirst bool
+	rules      RuleChecker
+	notify     ReviewNotifier
 	now        func() time.Time
 	log        *slog.Logger
 
@@ -132,8 +162,15 @@ type Config struct {
 	// TrustFirst approves, at the first listing of each server after the
 	// console starts, the definitions of tools never seen before.
 	TrustFirst bool
-	Now        func() time.Time
-	Logger     *slog.Logger
+	// Rules checks each definition's rules when it is pinned; nil checks
+	// none (Decide still refuses rules that do not fit).
+	Rules RuleChecker
+	// Notifier announces definitions that await review (the
+	// tool.review_needed event) in the transaction that pins them; nil
+	// announces nothing.
+	Notifier ReviewNotifier
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // New returns a catalog over the registry's upstreams.
@@ -144,7 +181,8 @@ func New(cfg Config) *Catalog {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, now: cfg.Now, log: cfg.Logger,
+	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, rules: cfg.Rules, notify: cfg.Notifier,
+		now: cfg.Now, log: cfg.Logger,
 		overrides: map[string]map[string]tools.MCPOverride{}, current: map[string][]Entry{},
 		listed: map[string][]Listed{}, trusted: map[string]bool{}}
 	for _, u := range cfg.Registry.Upstreams() {
@@ -187,6 +225,7 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 		digest string
 		def    []byte
 		reason []string
+		rules  []string // rule problems
 	}
 	var all []compiled
 	for _, l := range listing {
@@ -201,7 +240,7 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 		case err != nil:
 			return err
 		default:
-			all = append(all, compiled{l: l, tool: t, digest: t.DefinitionDigest, def: t.Mirror.Definition})
+			all = append(all, compiled{l: l, tool: t, digest: t.DefinitionDigest, def: t.Mirror.Definition, rules: c.ruleProblems(t)})
 		}
 	}
 	now := c.now().UTC().Truncate(time.Millisecond)
@@ -233,17 +272,68 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 			if len(p.Reasons) > 0 {
 				details["reasons"] = append([]string(nil), p.Reasons...)
 			}
+			if len(x.rules) > 0 {
+				details["rule_problems"] = append([]string(nil), x.rules...)
+			}
 			if err := tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindDefinitionSeen, Principal: "console",
 				Channel: audit.ChannelAPI, Details: details}); err != nil {
 				return err
 			}
+			if p.Status == Pending && c.notify != nil {
+				ns := c.notify.ToolReview(tools.MirroredName(server, x.l.Name), c.reviewReason(ctx, server, x.l.Name, x.digest, x.rules),
+					DefinitionPath(server, x.l.Name, x.digest), now)
+				if err := tx.Enqueue(ns); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
+	for _, x := range all {
+		if len(x.rules) > 0 {
+			c.log.Warn("the tools file's rules for a mirrored tool do not fit its schema: every call of it goes to people",
+				slog.String("tool", tools.MirroredName(server, x.l.Name)), slog.String("digest", x.digest), slog.Any("problems", x.rules))
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("catalog: %s: %w", server, err)
 	}
 	return c.refresh(ctx, server)
+}
+
+// ruleProblems lists why the tools file's rules for t do not fit its
+// schema; nil when they fit or nothing checks them.
+func (c *Catalog) ruleProblems(t *tools.Tool) []string {
+	if c.rules == nil {
+		return nil
+	}
+	err := c.rules.CheckMirrored(t)
+	if err == nil {
+		return nil
+	}
+	var le *tools.LintError
+	if !errors.As(err, &le) {
+		return []string{err.Error()}
+	}
+	out := make([]string, len(le.Problems))
+	for i, p := range le.Problems {
+		out[i] = p.Path + ": " + p.Message
+	}
+	return out
+}
+
+// reviewReason says why a definition awaits review, for the
+// tool.review_needed event.
+func (c *Catalog) reviewReason(ctx context.Context, server, tool, digest string, ruleProblems []string) string {
+	reason := "a tool seen for the first time: its definition awaits an administrator's review"
+	if known, err := c.knownTool(ctx, server, tool); err == nil && known {
+		reason = "its definition changed: the new definition awaits an administrator's review, and the tool is not callable until then"
+	}
+	reason += " (definition " + digest[:min(16, len(digest))] + ")"
+	if len(ruleProblems) > 0 {
+		reason += fmt.Sprintf("; the tools file's rules for it do not fit its schema (%d problems), so no rule decides its calls", len(ruleProblems))
+	}
+	return reason
 }
 
 // knownTool reports whether any definition of the tool was pinned before.
@@ -296,6 +386,9 @@ func (c *Catalog) refresh(ctx context.Context, server string) error {
 			continue // not pinned yet: Apply pins before it refreshes
 		}
 		e := Entry{Pin: p, Tool: t}
+		if t != nil {
+			e.RuleProblems = c.ruleProblems(t)
+		}
 		if prev, ok := lastApproved[l.Name]; ok && prev.Digest != digest {
 			e.Previous = &prev
 		}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // Harness is a store under test.
@@ -22,6 +24,8 @@ type Harness struct {
 	// AuditKinds lists the kinds of the audit entries the store holds, in
 	// the chain's order.
 	AuditKinds func(t testing.TB) []string
+	// Outbox reads the notification outbox that Tx.Enqueue writes to.
+	Outbox notify.Outbox
 }
 
 // base is a fixed time in the suite; stores keep milliseconds.
@@ -175,6 +179,46 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		}
 		if got[0].DecidedAt.Location() != time.UTC {
 			t.Errorf("DecidedAt in %s, want UTC", got[0].DecidedAt.Location())
+		}
+	})
+
+	t.Run("a notice commits with the definition, and rolls back with it", func(t *testing.T) {
+		h := open(t)
+		notice := func(id string) queue.Notice {
+			return queue.Notice{EventID: id, Kind: notify.ToolReviewNeeded, Channel: "admins",
+				Body: []byte(`{"id":"` + id + `","type":"tool.review_needed"}`), At: base, DueAt: base}
+		}
+		boom := errors.New("boom")
+		err := h.Store.Update(ctx, func(tx catalog.Tx) error {
+			if err := tx.InsertDefinition(pin("demo", "add", "d1", base)); err != nil {
+				return err
+			}
+			if err := tx.Enqueue([]queue.Notice{notice("evt_rolled_back")}); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("Update = %v, want the function's error", err)
+		}
+		err = h.Store.Update(ctx, func(tx catalog.Tx) error {
+			if err := tx.InsertDefinition(pin("demo", "add", "d2", base)); err != nil {
+				return err
+			}
+			return tx.Enqueue([]queue.Notice{notice("evt_committed")})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := h.Outbox.Deliveries(ctx, notify.Query{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || ds[0].EventID != "evt_committed" || ds[0].Kind != notify.ToolReviewNeeded || ds[0].CallID != "" {
+			t.Fatalf("outbox %+v, want the committed notice only", ds)
+		}
+		if got := keys(definitions(t, h.Store, "demo")); len(got) != 1 || got[0] != "add@d2" {
+			t.Fatalf("definitions %v, want add@d2", got)
 		}
 	})
 
