@@ -42,7 +42,9 @@ const gatewayTools = `mcp:
 `
 
 // statusURL stands for the console's status links.
-func statusURL(id string) string { return "https://approvals.example.com/status/" + id + "/token-of-" + id }
+func statusURL(id string) string {
+	return "https://approvals.example.com/status/" + id + "/token-of-" + id
+}
 
 // clock is a settable clock for the queue and the keys.
 type clock struct {

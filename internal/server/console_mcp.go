@@ -29,7 +29,9 @@ func (c *console) routesMCP(e *echo.Echo) {
 }
 
 // definitionURL is the page of one pinned definition.
-func definitionURL(server, tool, digest string) string { return catalog.DefinitionPath(server, tool, digest) }
+func definitionURL(server, tool, digest string) string {
+	return catalog.DefinitionPath(server, tool, digest)
+}
 
 // mcpCallInfo says where a call of a mirrored tool came from, or nil for
 // any other call.
