@@ -46,6 +46,18 @@ func statusURL(id string) string {
 	return "https://approvals.example.com/status/" + id + "/token-of-" + id
 }
 
+// dialer reaches the upstream in this process, unless offline says not
+// to.
+func dialer(up *sdk.Server, offline *atomic.Bool) func(context.Context) (sdk.Transport, error) {
+	dial := mcp.InMemory(up)
+	return func(ctx context.Context) (sdk.Transport, error) {
+		if offline != nil && offline.Load() {
+			return nil, errors.New("the upstream is offline")
+		}
+		return dial(ctx)
+	}
+}
+
 // clock is a settable clock for the queue and the keys.
 type clock struct {
 	mu sync.Mutex
@@ -91,8 +103,11 @@ type envOptions struct {
 	trust bool
 	hold  time.Duration
 	waits mcp.Waits
-	path  string // reuse a database file
-	upOpt mcpdemo.Options
+	// offline, when set, makes every connection attempt to the upstream
+	// fail while it is true.
+	offline *atomic.Bool
+	path    string // reuse a database file
+	upOpt   mcpdemo.Options
 	// maxHolds is the gateway's MaxHoldsPerToken (0: its default).
 	maxHolds int
 }
@@ -151,7 +166,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds,
 		StatusURL: statusURL, Waits: o.waits,
-		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": mcp.InMemory(e.upstrm)},
+		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dialer(e.upstrm, o.offline)},
 		Authenticate: authenticate})
 	if err != nil {
 		t.Fatal(err)
