@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,14 +16,21 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 )
 
-const keysUsage = `usage: console keys list|rotate|jwks [--data DIR]
+const keysUsage = `usage: console keys list|jwks [--data DIR]
+       console keys rotate [--prepare | --activate [--check-replica URL]...] [--data DIR]
        console keys trust FILE...
 
 jwks prints this data directory's part of a cluster's trust file: its
 grant keys that may verify a live grant and its audit checkpoint key.
 trust merges such parts into the trust file deployed with every replica
-(serve --trusted-keys FILE). With several replicas, rotate one replica's
-key, then give every replica the new trust file.`
+(serve --trusted-keys FILE).
+
+rotate makes a new key sign at once. With several replicas rotate in two
+steps instead: rotate --prepare makes the next key, which verifies but
+does not sign; publish it (jwks, trust, deploy the trust file to every
+replica); then rotate --activate makes it sign. --check-replica URL
+(repeatable) refuses to activate until the replica at URL lists the next
+key in GET /api/v1/keys.`
 
 // cmdKeys lists and rotates the grant signing keys in DATA/keys. A rotation
 // may run while the server runs: the server signs its next grant with the
@@ -46,6 +56,13 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
+	var prepare, activate *bool
+	var replicas listFlag
+	if sub == "rotate" {
+		prepare = fs.Bool("prepare", false, "make the next key, which verifies but does not sign until --activate")
+		activate = fs.Bool("activate", false, "make the prepared next key sign")
+		fs.Var(&replicas, "check-replica", "with --activate: the base URL of a replica that must list the next key first (repeatable)")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -75,24 +92,25 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		}
 		return printTrust(e, &grant.TrustSet{Keys: k.OwnJWKs(), AuditKeys: []grant.JWK{aj}})
 	case "rotate":
+		switch {
+		case *prepare && *activate:
+			fmt.Fprintln(e.stderr, "console keys rotate: --prepare and --activate are two steps; run them one after the other")
+			return 2
+		case len(replicas) > 0 && !*activate:
+			fmt.Fprintln(e.stderr, "console keys rotate: --check-replica goes with --activate")
+			return 2
+		case *prepare:
+			return keysPrepare(ctx, e, k, dataDir(e, *data), databaseURL(e, *dbURL))
+		case *activate:
+			return keysActivate(ctx, e, k, dataDir(e, *data), databaseURL(e, *dbURL), replicas)
+		}
 		old := k.Keys()[0]
 		ki, err := k.Rotate()
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console keys rotate: %v\n", err)
 			return 1
 		}
-		if err := auditKeyRotation(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), old.KID, ki.KID); err != nil {
-			fmt.Fprintf(e.stderr, "console keys rotate: the key was rotated but the audit entry failed: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(e.stdout, "New grants are signed with %s.\n", ki.KID)
-		for _, o := range k.Keys() {
-			if o.KID == old.KID {
-				fmt.Fprintf(e.stdout, "%s stopped signing; it verifies until %s, then retires.\n",
-					o.KID, o.RetiredAt.UTC().Format(time.RFC3339))
-			}
-		}
-		return 0
+		return keysRotated(ctx, e, k, dataDir(e, *data), databaseURL(e, *dbURL), old.KID, ki.KID)
 	default: // list
 		w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "KID\tSTATE\tCREATED\tRETIRES AT")
@@ -111,18 +129,115 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 	}
 }
 
-// auditKeyRotation records a rotation on the audit trail. Keys live in
+// keysRotated audits a rotation from oldKID to newKID and says what
+// happened.
+func keysRotated(ctx context.Context, e *env, k *grant.Keyring, data, url, oldKID, newKID string) int {
+	if err := auditKey(ctx, e, data, url, audit.KindKeyRotated, map[string]any{"old_kid": oldKID, "new_kid": newKID}); err != nil {
+		fmt.Fprintf(e.stderr, "console keys rotate: the key was rotated but the audit entry failed: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "New grants are signed with %s.\n", newKID)
+	for _, o := range k.Keys() {
+		if o.KID == oldKID {
+			fmt.Fprintf(e.stdout, "%s stopped signing; it verifies until %s, then retires.\n",
+				o.KID, o.RetiredAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return 0
+}
+
+// keysPrepare makes the next key.
+func keysPrepare(ctx context.Context, e *env, k *grant.Keyring, data, url string) int {
+	had, already := k.NextKey()
+	ki, err := k.Prepare()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys rotate --prepare: %v\n", err)
+		return 1
+	}
+	if already && had.KID == ki.KID {
+		fmt.Fprintf(e.stdout, "%s is prepared already: it verifies and does not sign yet.\n", ki.KID)
+	} else {
+		if err := auditKey(ctx, e, data, url, audit.KindKeyPrepared, map[string]any{"next_kid": ki.KID}); err != nil {
+			fmt.Fprintf(e.stderr, "console keys rotate --prepare: the key was prepared but the audit entry failed: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(e.stdout, "Prepared %s: it verifies and does not sign yet.\n", ki.KID)
+	}
+	fmt.Fprintf(e.stdout, "Next: console keys jwks here, merge it into the trust file (console keys trust), deploy that to every replica,\n"+
+		"then console keys rotate --activate (with --check-replica URL for each replica to check they list %s first).\n", ki.KID)
+	return 0
+}
+
+// keysActivate makes the prepared key sign, once every replica named
+// lists it.
+func keysActivate(ctx context.Context, e *env, k *grant.Keyring, data, url string, replicas []string) int {
+	next, ok := k.NextKey()
+	if !ok {
+		fmt.Fprintf(e.stderr, "console keys rotate --activate: %v\n", grant.ErrNoNextKey)
+		return 1
+	}
+	for _, r := range replicas {
+		if err := replicaLists(ctx, r, next.KID); err != nil {
+			fmt.Fprintf(e.stderr, "console keys rotate --activate: %v; nothing was activated. Deploy the trust file with %s to that replica "+
+				"(it re-reads the file within a second) and run this again.\n", err, next.KID)
+			return 1
+		}
+	}
+	old := k.Keys()[1] // the current key, after the next one
+	ki, err := k.Activate()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys rotate --activate: %v\n", err)
+		return 1
+	}
+	if ki.KID != next.KID {
+		// Another process activated and prepared again in between.
+		fmt.Fprintf(e.stderr, "console keys rotate --activate: activated %s, not the %s checked; check the replicas again\n", ki.KID, next.KID)
+		return 1
+	}
+	return keysRotated(ctx, e, k, data, url, old.KID, ki.KID)
+}
+
+// replicaLists checks that the replica at base lists kid among its keys.
+func replicaLists(ctx context.Context, base, kid string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/api/v1/keys", nil)
+	if err != nil {
+		return fmt.Errorf("replica %s: %w", base, err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("replica %s: %w", base, err)
+	}
+	defer res.Body.Close()
+	var set struct {
+		Keys []grant.JWK `json:"keys"`
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("replica %s: GET /api/v1/keys answered %s", base, res.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&set); err != nil {
+		return fmt.Errorf("replica %s: GET /api/v1/keys: %w", base, err)
+	}
+	for _, j := range set.Keys {
+		if j.KID == kid {
+			return nil
+		}
+	}
+	return fmt.Errorf("replica %s does not list %s yet", base, kid)
+}
+
+// auditKey records a change of keys on the audit trail. Keys live in
 // files, not in the database, so the entry is written right after the
 // rotation rather than in the same transaction.
-func auditKeyRotation(ctx context.Context, e *env, data, url, oldKID, newKID string) error {
+func auditKey(ctx context.Context, e *env, data, url, kind string, details map[string]any) error {
 	d, err := openStore(ctx, data, url)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	return d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindKeyRotated,
-		Principal: cliPrincipal(e), Channel: audit.ChannelCLI,
-		Details: map[string]any{"old_kid": oldKID, "new_kid": newKID}})
+	return d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: kind,
+		Principal: cliPrincipal(e), Channel: audit.ChannelCLI, Details: details})
 }
 
 // keysTrust merges trust file parts (console keys jwks of each replica, or

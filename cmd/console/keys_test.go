@@ -151,3 +151,52 @@ func TestKeysRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestKeysRotateInTwoSteps: --prepare makes a next key that keys list and
+// keys jwks show and that signs nothing; preparing again keeps it; a
+// one-step rotate is refused meanwhile; --activate makes it current and
+// audits both steps.
+func TestKeysRotateInTwoSteps(t *testing.T) {
+	data := t.TempDir()
+	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--activate", "--data", data); code != 1 || !strings.Contains(errs, "no next key") {
+		t.Fatalf("--activate with nothing prepared = %d, stderr %s", code, errs)
+	}
+	for _, args := range [][]string{{"--prepare", "--activate"}, {"--check-replica", "http://127.0.0.1:1"}, {"--prepare", "--check-replica", "http://127.0.0.1:1"}} {
+		if code, _, _ := keysRun(t, nil, append([]string{"keys", "rotate", "--data", data}, args...)...); code != 2 {
+			t.Errorf("keys rotate %v = %d, want 2", args, code)
+		}
+	}
+	_, out, _ := keysRun(t, nil, "keys", "list", "--data", data)
+	current := keysTable(t, out)[0][0]
+	code, out, errs := keysRun(t, nil, "keys", "rotate", "--prepare", "--data", data)
+	if code != 0 || !strings.HasPrefix(out, "Prepared ") {
+		t.Fatalf("--prepare = %d, %s %s", code, out, errs)
+	}
+	next := strings.TrimSuffix(strings.Fields(out)[1], ":")
+	if code, out, _ := keysRun(t, nil, "keys", "rotate", "--prepare", "--data", data); code != 0 || !strings.Contains(out, next+" is prepared already") {
+		t.Errorf("--prepare again = %d, %s", code, out)
+	}
+	_, out, _ = keysRun(t, nil, "keys", "list", "--data", data)
+	rows := keysTable(t, out)
+	if len(rows) != 2 || rows[0][0] != next || rows[0][1] != grant.StateNext || rows[1][0] != current || rows[1][1] != grant.StateCurrent {
+		t.Fatalf("list while prepared = %v", rows)
+	}
+	if _, out, _ := keysRun(t, nil, "keys", "jwks", "--data", data); !strings.Contains(out, next) || !strings.Contains(out, current) {
+		t.Errorf("jwks while prepared lacks a key: %s", out)
+	}
+	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--data", data); code != 1 || !strings.Contains(errs, "--activate") {
+		t.Errorf("one-step rotate while prepared = %d, stderr %s", code, errs)
+	}
+	code, out, errs = keysRun(t, nil, "keys", "rotate", "--activate", "--data", data)
+	if code != 0 || !strings.Contains(out, "New grants are signed with "+next) || !strings.Contains(out, current+" stopped signing") {
+		t.Fatalf("--activate = %d, %s %s", code, out, errs)
+	}
+	_, out, _ = keysRun(t, nil, "keys", "list", "--data", data)
+	if rows := keysTable(t, out); rows[0][0] != next || rows[0][1] != grant.StateCurrent || rows[1][1] != grant.StateVerifying {
+		t.Fatalf("list after activating = %v", rows)
+	}
+	_, out, _ = keysRun(t, nil, "audit", "export", "--data", data, "--format", "jsonl")
+	if !strings.Contains(out, `"kind":"key_prepared"`) || !strings.Contains(out, `"next_kid":"`+next+`"`) || !strings.Contains(out, `"new_kid":"`+next+`"`) {
+		t.Errorf("the audit lacks the two steps:\n%s", out)
+	}
+}

@@ -47,6 +47,7 @@ const (
 	KindTokenCreated      = "token_created"
 	KindTokenRevoked      = "token_revoked"
 	KindKeyRotated        = "key_rotated"
+	KindKeyPrepared       = "key_prepared"
 	KindPruned            = "pruned"
 	// KindRollbackAccepted records an older database accepted on purpose.
 	KindRollbackAccepted = "rollback_accepted"

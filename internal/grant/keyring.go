@@ -29,13 +29,27 @@ const (
 	StateVerifying = "verifying"
 	// StateRetired is a key that verifies nothing any more.
 	StateRetired = "retired"
+	// StateNext is a prepared key (Prepare): it verifies, so that it can
+	// be published to the other replicas' trust files, and signs nothing
+	// until it is activated (Activate).
+	StateNext = "next"
+)
+
+// Errors of a rotation in two steps.
+var (
+	// ErrNoNextKey is Activate without a prepared key.
+	ErrNoNextKey = errors.New("grant: no next key is prepared; prepare one first (console keys rotate --prepare)")
+	// ErrNextKeyPrepared is a one-step Rotate while a next key is
+	// prepared: its public key may be published already, so it is the
+	// one to activate.
+	ErrNextKeyPrepared = errors.New("grant: a next key is prepared; activate it (console keys rotate --activate)")
 )
 
 // Files in the key directory.
 const (
 	indexFile = "keys.json" // every key's id, public key and times
 	lockFile  = ".lock"     // flock'd: shared by Mint and reloads, exclusive by Rotate
-	seedExt   = ".pem"      // <kid>.pem: the current key's PKCS #8 private key
+	seedExt   = ".pem"      // <kid>.pem: the current (and the next) key's PKCS #8 private key
 )
 
 // RefreshInterval is how often Verify, Keys and JWKS look for a rotation
@@ -62,7 +76,8 @@ type key struct {
 	pub       ed25519.PublicKey
 	priv      ed25519.PrivateKey // the current key's only
 	created   time.Time
-	rotatedAt time.Time // zero while current
+	rotatedAt time.Time // zero while current or next
+	next      bool      // prepared: verifies, signs nothing yet
 }
 
 // retiresAt is when the key stops verifying; zero while current.
@@ -81,6 +96,8 @@ func (k *key) verifiesAt(t time.Time) bool {
 func (k *key) info(now time.Time) KeyInfo {
 	state := StateCurrent
 	switch {
+	case k.next:
+		state = StateNext
 	case k.rotatedAt.IsZero():
 	case k.verifiesAt(now):
 		state = StateVerifying
@@ -103,6 +120,7 @@ type Keyring struct {
 
 	mu    sync.RWMutex
 	keys  []*key // oldest first; the last is current
+	next  *key   // the prepared key, nil when none; its private key is not held
 	stamp os.FileInfo
 
 	lastCheck atomic.Int64 // monotonic nanoseconds of the last look at the index
@@ -142,17 +160,17 @@ func OpenKeyring(dir string, issuer string, now func() time.Time) (*Keyring, err
 		return nil, err
 	}
 	defer unlock()
-	keys, stamp, err := k.load(true)
+	keys, next, stamp, err := k.load(true)
 	if errors.Is(err, fs.ErrNotExist) {
 		keys, stamp, err = k.write(nil)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := k.removeStaleSeeds(keys); err != nil {
+	if err := k.removeStaleSeeds(keys, next); err != nil {
 		return nil, err
 	}
-	k.keys, k.stamp = keys, stamp
+	k.keys, k.next, k.stamp = keys, next, stamp
 	k.lastCheck.Store(int64(time.Since(k.epoch)))
 	return k, nil
 }
@@ -194,7 +212,8 @@ func (k *Keyring) SigningKey() (KeyInfo, error) {
 // Rotate makes a new key current. The old key stops signing now and keeps
 // verifying until now + MaxTTL; its private key is deleted at once, since
 // it will never sign again. Rotate excludes Mint in every process sharing
-// the directory while it runs.
+// the directory while it runs. It refuses with ErrNextKeyPrepared while a
+// next key is prepared.
 func (k *Keyring) Rotate() (KeyInfo, error) {
 	unlock, err := k.lock(lockExclusive)
 	if err != nil {
@@ -203,29 +222,124 @@ func (k *Keyring) Rotate() (KeyInfo, error) {
 	defer unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	keys, _, err := k.load(false)
+	keys, next, _, err := k.load(false)
 	if err != nil {
 		return KeyInfo{}, err
+	}
+	if next != nil {
+		return KeyInfo{}, ErrNextKeyPrepared
 	}
 	keys, stamp, err := k.write(keys)
 	if err != nil {
 		return KeyInfo{}, err
 	}
-	k.keys, k.stamp = keys, stamp
+	return k.installed(keys, nil, stamp)
+}
+
+// installed makes keys and next the keyring's after they were written,
+// and removes the private keys nothing needs any more. The caller holds
+// the exclusive directory lock and k.mu.
+func (k *Keyring) installed(keys []*key, next *key, stamp os.FileInfo) (KeyInfo, error) {
+	k.keys, k.next, k.stamp = keys, next, stamp
 	k.lastCheck.Store(int64(time.Since(k.epoch)))
-	if err := k.removeStaleSeeds(keys); err != nil {
+	if err := k.removeStaleSeeds(keys, next); err != nil {
 		return KeyInfo{}, err
 	}
 	return k.current().info(k.now()), nil
 }
 
-// Keys describes every key, newest first, as of the keyring's clock.
+// Prepare makes the next key: it verifies from now on (Keys, JWKS and the
+// trust file part list it, state StateNext) and signs nothing until
+// Activate. Publishing it to every replica's trust file before activating
+// it means no replica ever sees a grant of a key it does not trust. A key
+// prepared already is returned as it is, since it may be published
+// already, unless its private key is missing: then a new one replaces it.
+func (k *Keyring) Prepare() (KeyInfo, error) {
+	unlock, err := k.lock(lockExclusive)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	defer unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	keys, next, _, err := k.load(false)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	if next != nil {
+		if _, err := k.readSeed(next); err == nil {
+			k.keys, k.next = keys, next
+			return next.info(k.now()), nil
+		}
+		// Its private key is gone or unreadable: it could never sign, so a
+		// new next key replaces it.
+	}
+	nk, err := k.generate()
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	stamp, err := k.writeIndex(keys, nk)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	nk.priv = nil
+	if _, err := k.installed(keys, nk, stamp); err != nil {
+		return KeyInfo{}, err
+	}
+	return nk.info(k.now()), nil
+}
+
+// Activate makes the prepared key current, as Rotate makes a new one: the
+// old key stops signing now, verifies until now + MaxTTL, and its private
+// key is deleted. ErrNoNextKey when none is prepared.
+func (k *Keyring) Activate() (KeyInfo, error) {
+	unlock, err := k.lock(lockExclusive)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	defer unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	keys, next, _, err := k.load(false)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	if next == nil {
+		return KeyInfo{}, ErrNoNextKey
+	}
+	if next.priv, err = k.readSeed(next); err != nil {
+		return KeyInfo{}, fmt.Errorf("%w; prepare again to replace the next key, and publish that one", err)
+	}
+	keys = append(rotated(keys, k.now()), next)
+	stamp, err := k.writeIndex(keys, nil)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	return k.installed(keys, nil, stamp)
+}
+
+// NextKey describes the prepared key, if there is one.
+func (k *Keyring) NextKey() (KeyInfo, bool) {
+	k.maybeRefresh()
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.next == nil {
+		return KeyInfo{}, false
+	}
+	return k.next.info(k.now()), true
+}
+
+// Keys describes every key, newest first (a prepared next key before the
+// current one), as of the keyring's clock.
 func (k *Keyring) Keys() []KeyInfo {
 	k.maybeRefresh()
 	now := k.now()
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	out := make([]KeyInfo, 0, len(k.keys))
+	out := make([]KeyInfo, 0, len(k.keys)+1)
+	if k.next != nil {
+		out = append(out, k.next.info(now))
+	}
 	for i := len(k.keys) - 1; i >= 0; i-- {
 		out = append(out, k.keys[i].info(now))
 	}
@@ -310,6 +424,9 @@ func (k *Keyring) verifyingKey(kid string, now time.Time) (ed25519.PublicKey, bo
 func (k *Keyring) lookup(kid string, now time.Time) (pub ed25519.PublicKey, found, ok bool) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
+	if k.next != nil && k.next.kid == kid {
+		return k.next.pub, true, true
+	}
 	for _, key := range k.keys {
 		if key.kid == kid {
 			return key.pub, true, key.verifiesAt(now)
@@ -350,11 +467,11 @@ func (k *Keyring) refresh() error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	keys, stamp, err := k.load(true)
+	keys, next, stamp, err := k.load(true)
 	if err != nil {
 		return err
 	}
-	k.keys, k.stamp = keys, stamp
+	k.keys, k.next, k.stamp = keys, next, stamp
 	return nil
 }
 
@@ -362,41 +479,42 @@ func sameFile(a, b os.FileInfo) bool {
 	return a != nil && b != nil && os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
-// load reads the index and, withSeed, the current private key. A missing
-// private key leaves the keyring unable to sign (Mint fails, a rotation
-// mends it); one that others may read, or that does not match the index,
-// is an error. The caller holds the directory lock, shared or exclusive.
-func (k *Keyring) load(withSeed bool) ([]*key, os.FileInfo, error) {
+// load reads the index (the keys and the prepared next key, nil when
+// none) and, withSeed, the current private key. A missing private key
+// leaves the keyring unable to sign (Mint fails, a rotation mends it); one
+// that others may read, or that does not match the index, is an error. The
+// caller holds the directory lock, shared or exclusive.
+func (k *Keyring) load(withSeed bool) ([]*key, *key, os.FileInfo, error) {
 	path := filepath.Join(k.dir, indexFile)
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: key index: %w", err)
+		return nil, nil, nil, fmt.Errorf("grant: key index: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: key index: %w", err)
+		return nil, nil, nil, fmt.Errorf("grant: key index: %w", err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, nil, fmt.Errorf("grant: %s has mode %04o; want 0600", path, fi.Mode().Perm())
+		return nil, nil, nil, fmt.Errorf("grant: %s has mode %04o; want 0600", path, fi.Mode().Perm())
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: key index: %w", err)
+		return nil, nil, nil, fmt.Errorf("grant: key index: %w", err)
 	}
-	keys, err := parseIndex(data)
+	keys, next, err := parseIndex(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("grant: %s: %w", path, err)
 	}
 	if !withSeed {
-		return keys, fi, nil
+		return keys, next, fi, nil
 	}
 	cur := keys[len(keys)-1]
 	cur.priv, err = k.readSeed(cur)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return keys, fi, nil
+	return keys, next, fi, nil
 }
 
 // readSeed reads and checks the private key of k.
@@ -435,57 +553,95 @@ func (k *Keyring) readSeed(cur *key) (ed25519.PrivateKey, error) {
 // writes its private key and then the index, each atomically. The caller
 // holds the exclusive directory lock.
 func (k *Keyring) write(keys []*key) ([]*key, os.FileInfo, error) {
-	now := k.now()
+	nk, err := k.generate()
+	if err != nil {
+		return nil, nil, err
+	}
+	nk.next = false
+	keys = append(rotated(keys, nk.created), nk)
+	fi, err := k.writeIndex(keys, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keys, fi, nil
+}
+
+// generate makes a new key and writes its private key atomically; it is
+// marked next until it is made current. The caller holds the exclusive
+// directory lock.
+func (k *Keyring) generate() (*key, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: generate key: %w", err)
+		return nil, fmt.Errorf("grant: generate key: %w", err)
 	}
-	nk := &key{kid: newKID(), pub: pub, priv: priv, created: now}
+	nk := &key{kid: newKID(), pub: pub, priv: priv, created: k.now(), next: true}
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: encode key: %w", err)
+		return nil, fmt.Errorf("grant: encode key: %w", err)
 	}
 	seed := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	if err := writeFileAtomic(k.dir, nk.kid+seedExt, seed); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	next := make([]*key, 0, len(keys)+1)
+	return nk, nil
+}
+
+// rotated copies keys with every key not rotated yet rotated at now, and
+// no private keys.
+func rotated(keys []*key, now time.Time) []*key {
+	out := make([]*key, 0, len(keys)+1)
 	for _, old := range keys {
 		c := *old
 		if c.rotatedAt.IsZero() {
 			c.rotatedAt = now
 		}
 		c.priv = nil
-		next = append(next, &c)
+		out = append(out, &c)
 	}
-	next = append(next, nk)
-	data, err := encodeIndex(next)
+	return out
+}
+
+// writeIndex writes the index of keys and the next key (nil for none)
+// atomically. The caller holds the exclusive directory lock.
+func (k *Keyring) writeIndex(keys []*key, next *key) (os.FileInfo, error) {
+	if next != nil {
+		next.next = true
+	}
+	if cur := keys[len(keys)-1]; cur.next {
+		c := *cur
+		c.next = false
+		keys[len(keys)-1] = &c
+	}
+	data, err := encodeIndex(keys, next)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := writeFileAtomic(k.dir, indexFile, data); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	fi, err := os.Stat(filepath.Join(k.dir, indexFile))
 	if err != nil {
-		return nil, nil, fmt.Errorf("grant: key index: %w", err)
+		return nil, fmt.Errorf("grant: key index: %w", err)
 	}
-	return next, fi, nil
+	return fi, nil
 }
 
-// removeStaleSeeds deletes every private key file but the current key's,
-// and temporary files that a crash left behind. The caller holds the
-// exclusive directory lock.
-func (k *Keyring) removeStaleSeeds(keys []*key) error {
+// removeStaleSeeds deletes every private key file but the current key's
+// and the next key's, and temporary files that a crash left behind. The
+// caller holds the exclusive directory lock.
+func (k *Keyring) removeStaleSeeds(keys []*key, next *key) error {
 	entries, err := os.ReadDir(k.dir)
 	if err != nil {
 		return fmt.Errorf("grant: key directory: %w", err)
 	}
-	keep := keys[len(keys)-1].kid + seedExt
+	keep := map[string]bool{keys[len(keys)-1].kid + seedExt: true}
+	if next != nil {
+		keep[next.kid+seedExt] = true
+	}
 	removed := false
 	for _, e := range entries {
 		name := e.Name()
-		stale := strings.HasSuffix(name, seedExt) && name != keep || strings.HasPrefix(name, tempPrefix)
+		stale := strings.HasSuffix(name, seedExt) && !keep[name] || strings.HasPrefix(name, tempPrefix)
 		if !stale {
 			continue
 		}
@@ -516,12 +672,13 @@ func newKID() string {
 
 // The index, keys.json, is one JSON object:
 //
-//	{"keys":[{"created":RFC3339,"kid":string,"rotated_at":RFC3339,"x":base64url}],"v":1}
+//	{"keys":[{"created":RFC3339,"kid":string,"rotated_at":RFC3339,"x":base64url}],"next":{...},"v":1}
 //
 // oldest key first; only the last key, the current one, has no rotated_at.
-func encodeIndex(keys []*key) ([]byte, error) {
-	list := make([]any, 0, len(keys))
-	for _, k := range keys {
+// "next", present only while a next key is prepared, is that key
+// (created, kid, x).
+func encodeIndex(keys []*key, next *key) ([]byte, error) {
+	entry := func(k *key) (canonical.Object, error) {
 		ms := []canonical.Member{
 			{Name: "kid", Value: k.kid},
 			{Name: "x", Value: b64.EncodeToString(k.pub)},
@@ -530,13 +687,25 @@ func encodeIndex(keys []*key) ([]byte, error) {
 		if !k.rotatedAt.IsZero() {
 			ms = append(ms, canonical.Member{Name: "rotated_at", Value: k.rotatedAt.UTC().Format(time.RFC3339Nano)})
 		}
-		o, err := canonical.NewObject(ms...)
+		return canonical.NewObject(ms...)
+	}
+	list := make([]any, 0, len(keys))
+	for _, k := range keys {
+		o, err := entry(k)
 		if err != nil {
 			return nil, err
 		}
 		list = append(list, o)
 	}
-	o, err := canonical.NewObject(canonical.Member{Name: "v", Value: int64(1)}, canonical.Member{Name: "keys", Value: list})
+	top := []canonical.Member{{Name: "v", Value: int64(1)}, {Name: "keys", Value: list}}
+	if next != nil {
+		o, err := entry(next)
+		if err != nil {
+			return nil, err
+		}
+		top = append(top, canonical.Member{Name: "next", Value: o})
+	}
+	o, err := canonical.NewObject(top...)
 	if err != nil {
 		return nil, err
 	}
@@ -547,70 +716,95 @@ func encodeIndex(keys []*key) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-func parseIndex(data []byte) ([]*key, error) {
+func parseIndex(data []byte) ([]*key, *key, error) {
 	v, err := canonical.ParseWith(data, canonical.Options{MaxBytes: 16 << 20, MaxDepth: 3})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	top, ok := v.(canonical.Object)
-	if !ok || len(top) != 2 || top[0].Name != "keys" || top[1].Name != "v" || top[1].Value != int64(1) {
-		return nil, errors.New(`want {"keys":[...],"v":1}`)
+	if !ok || (len(top) != 2 && len(top) != 3) || top[0].Name != "keys" || top[len(top)-1].Name != "v" ||
+		top[len(top)-1].Value != int64(1) || (len(top) == 3 && top[1].Name != "next") {
+		return nil, nil, errors.New(`want {"keys":[...],"v":1}, with "next":{...} while a next key is prepared`)
 	}
 	list, ok := top[0].Value.([]any)
 	if !ok || len(list) == 0 {
-		return nil, errors.New("keys must be a non-empty array")
+		return nil, nil, errors.New("keys must be a non-empty array")
 	}
 	keys := make([]*key, 0, len(list))
 	seen := map[string]bool{}
 	for i, item := range list {
-		o, ok := item.(canonical.Object)
-		if !ok {
-			return nil, fmt.Errorf("key %d is not an object", i)
-		}
-		var nk key
-		var x, created, rotated string
-		for _, m := range o {
-			s, ok := m.Value.(string)
-			if !ok {
-				return nil, fmt.Errorf("key %d: %s is not a string", i, m.Name)
-			}
-			switch m.Name {
-			case "kid":
-				nk.kid = s
-			case "x":
-				x = s
-			case "created":
-				created = s
-			case "rotated_at":
-				rotated = s
-			default:
-				return nil, fmt.Errorf("key %d: unknown member %q", i, m.Name)
-			}
-		}
-		if !ValidKID(nk.kid) || seen[nk.kid] {
-			return nil, fmt.Errorf("key %d: bad or repeated kid %q", i, nk.kid)
-		}
-		seen[nk.kid] = true
-		pub, err := b64.DecodeString(x)
-		if err != nil || len(pub) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("key %s: x is not an Ed25519 public key", nk.kid)
-		}
-		nk.pub = pub
-		if nk.created, err = time.Parse(time.RFC3339Nano, created); err != nil {
-			return nil, fmt.Errorf("key %s: created: %w", nk.kid, err)
+		nk, rotated, err := parseIndexEntry(item, seen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("key %d: %w", i, err)
 		}
 		last := i == len(list)-1
 		switch {
-		case last && rotated != "":
-			return nil, fmt.Errorf("key %s: the newest key must not have rotated_at", nk.kid)
-		case !last && rotated == "":
-			return nil, fmt.Errorf("key %s: only the newest key may lack rotated_at", nk.kid)
-		case !last:
-			if nk.rotatedAt, err = time.Parse(time.RFC3339Nano, rotated); err != nil {
-				return nil, fmt.Errorf("key %s: rotated_at: %w", nk.kid, err)
-			}
+		case last && !rotated.IsZero():
+			return nil, nil, fmt.Errorf("key %s: the newest key must not have rotated_at", nk.kid)
+		case !last && rotated.IsZero():
+			return nil, nil, fmt.Errorf("key %s: only the newest key may lack rotated_at", nk.kid)
 		}
-		keys = append(keys, &nk)
+		nk.rotatedAt = rotated
+		keys = append(keys, nk)
 	}
-	return keys, nil
+	if len(top) == 2 {
+		return keys, nil, nil
+	}
+	next, rotated, err := parseIndexEntry(top[1].Value, seen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("next key: %w", err)
+	}
+	if !rotated.IsZero() {
+		return nil, nil, fmt.Errorf("next key %s: must not have rotated_at", next.kid)
+	}
+	next.next = true
+	return keys, next, nil
+}
+
+// parseIndexEntry reads one key of the index; seen holds the kids read
+// before, which it must not repeat.
+func parseIndexEntry(item any, seen map[string]bool) (*key, time.Time, error) {
+	o, ok := item.(canonical.Object)
+	if !ok {
+		return nil, time.Time{}, errors.New("not an object")
+	}
+	var nk key
+	var x, created, rotated string
+	for _, m := range o {
+		s, ok := m.Value.(string)
+		if !ok {
+			return nil, time.Time{}, fmt.Errorf("%s is not a string", m.Name)
+		}
+		switch m.Name {
+		case "kid":
+			nk.kid = s
+		case "x":
+			x = s
+		case "created":
+			created = s
+		case "rotated_at":
+			rotated = s
+		default:
+			return nil, time.Time{}, fmt.Errorf("unknown member %q", m.Name)
+		}
+	}
+	if !ValidKID(nk.kid) || seen[nk.kid] {
+		return nil, time.Time{}, fmt.Errorf("bad or repeated kid %q", nk.kid)
+	}
+	seen[nk.kid] = true
+	pub, err := b64.DecodeString(x)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return nil, time.Time{}, fmt.Errorf("key %s: x is not an Ed25519 public key", nk.kid)
+	}
+	nk.pub = pub
+	if nk.created, err = time.Parse(time.RFC3339Nano, created); err != nil {
+		return nil, time.Time{}, fmt.Errorf("key %s: created: %w", nk.kid, err)
+	}
+	var at time.Time
+	if rotated != "" {
+		if at, err = time.Parse(time.RFC3339Nano, rotated); err != nil {
+			return nil, time.Time{}, fmt.Errorf("key %s: rotated_at: %w", nk.kid, err)
+		}
+	}
+	return &nk, at, nil
 }

@@ -135,6 +135,12 @@ func TestOpenKeyringRefusesABadIndex(t *testing.T) {
 		"other version":   strings.Replace(string(good), `"v":1`, `"v":2`, 1),
 		"current rotated": strings.Replace(string(good), `"kid"`, `"rotated_at":"2030-01-01T00:00:00Z","kid"`, 1),
 		"bad kid":         strings.Replace(string(good), kid, "../"+kid, 1),
+		// A next key that repeats the current one, or was rotated, or sits
+		// out of order.
+		"next repeats a kid": strings.Replace(string(good), `],"v":1`, `],"next":`+entryOf(good)+`,"v":1`, 1),
+		"next rotated": strings.Replace(string(good), `],"v":1`, `],"next":`+strings.Replace(strings.Replace(entryOf(good), kid, "AAAAAAAAAAAAAAAA", 1),
+			`"kid"`, `"rotated_at":"2030-01-01T00:00:00Z","kid"`, 1)+`,"v":1`, 1),
+		"next not an object": strings.Replace(string(good), `],"v":1`, `],"next":"x","v":1`, 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, indexFile), []byte(data), 0o600); err != nil {
@@ -145,6 +151,12 @@ func TestOpenKeyringRefusesABadIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// entryOf is the first key entry of an index.
+func entryOf(index []byte) string {
+	s := string(index)
+	return s[strings.Index(s, "[")+1 : strings.Index(s, "}")+1]
 }
 
 func TestRotation(t *testing.T) {
@@ -558,4 +570,36 @@ func dirNames(t *testing.T, dir string) []string {
 func sorted(s ...string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// A prepared key whose private key went missing is refused at activation
+// and replaced by the next Prepare.
+func TestPreparedKeyWithoutPrivateKey(t *testing.T) {
+	clk := newClock()
+	k, dir := MustKeyring(t, clk)
+	cur := k.Keys()[0].KID
+	next, err := k.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, next.KID+seedExt)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Activate(); err == nil {
+		t.Fatal("activated a key without its private key")
+	}
+	if ks := k.Keys(); ks[1].KID != cur || ks[1].State != StateCurrent {
+		t.Fatalf("after the refused activation: %+v", ks)
+	}
+	again, err := k.Prepare()
+	if err != nil || again.KID == next.KID {
+		t.Fatalf("Prepare after the loss = %+v, %v; want a new key", again, err)
+	}
+	if ki, err := k.Activate(); err != nil || ki.KID != again.KID {
+		t.Fatalf("Activate = %+v, %v", ki, err)
+	}
+	f := newFixture(t)
+	if _, kid := MustMint(t, k, f); kid != again.KID {
+		t.Fatalf("signs with %s, want %s", kid, again.KID)
+	}
 }

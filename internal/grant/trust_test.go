@@ -2,8 +2,10 @@ package grant
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,100 @@ func TestParseTrustRefuses(t *testing.T) {
 	ts, err := ParseTrust(mk([]JWK{good}, []JWK{aj}))
 	if err != nil || len(ts.Keys) != 1 || len(ts.AuditKIDs()) != 1 {
 		t.Fatalf("ParseTrust of a good file = %+v, %v", ts, err)
+	}
+}
+
+// A rotation in two steps leaves no window: the next key, prepared on A
+// and published in the trust file before A activates it, verifies on B
+// from A's first grant under it; A's grants under the old key keep
+// verifying on both.
+func TestPrepareActivateAcrossReplicas(t *testing.T) {
+	clk := newClock()
+	a, dirA := MustKeyring(t, clk)
+	b, _ := MustKeyring(t, clk)
+	f := newFixture(t)
+	path := filepath.Join(t.TempDir(), "trusted-keys.json")
+	writeTrust(t, path, &TrustSet{Keys: a.OwnJWKs()}, &TrustSet{Keys: b.OwnJWKs()})
+	if err := b.Trust(path); err != nil {
+		t.Fatal(err)
+	}
+	before, oldKID := MustMint(t, a, f)
+
+	next, err := a.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.State != StateNext || next.KID == oldKID {
+		t.Fatalf("prepared key %+v, want state %s and a new kid", next, StateNext)
+	}
+	if again, err := a.Prepare(); err != nil || again.KID != next.KID {
+		t.Fatalf("preparing again = %+v, %v; want the same key %s", again, err, next.KID)
+	}
+	if ks := a.Keys(); len(ks) != 2 || ks[0].KID != next.KID || ks[1].KID != oldKID || ks[1].State != StateCurrent {
+		t.Fatalf("Keys after Prepare = %+v, want the next key, then the current one", ks)
+	}
+	if _, kid := MustMint(t, a, f); kid != oldKID {
+		t.Fatalf("a grant minted while a key is prepared names %s, want the current %s", kid, oldKID)
+	}
+	if _, err := a.Rotate(); !errors.Is(err, ErrNextKeyPrepared) {
+		t.Fatalf("Rotate while a key is prepared = %v, want ErrNextKeyPrepared", err)
+	}
+	if got := dirNames(t, dirA); !slices.Contains(got, next.KID+seedExt) || !slices.Contains(got, oldKID+seedExt) {
+		t.Fatalf("key directory while prepared = %v, want both private keys", got)
+	}
+	// Another process on A's directory, and A reopened, see the prepared key.
+	a2, err := OpenKeyring(dirA, testIssuer, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ki, ok := a2.NextKey(); !ok || ki.KID != next.KID {
+		t.Fatalf("reopened: next key %+v %v", ki, ok)
+	}
+
+	// Published: the trust file now lists the next key, then A activates.
+	if !strings.Contains(string(a.JWKS()), next.KID) {
+		t.Fatal("A's JWKS lacks the prepared key")
+	}
+	writeTrust(t, path, &TrustSet{Keys: a.OwnJWKs()}, &TrustSet{Keys: b.OwnJWKs()})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(string(b.JWKS()), next.KID) {
+		if time.Now().After(deadline) {
+			t.Fatal("B never read the new trust file")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	clk.Add(time.Second)
+	cur, err := a.Activate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.KID != next.KID || cur.State != StateCurrent {
+		t.Fatalf("Activate = %+v, want %s current", cur, next.KID)
+	}
+	after, kid := MustMint(t, a, f)
+	if kid != next.KID {
+		t.Fatalf("after Activate A signs with %s, want %s", kid, next.KID)
+	}
+	for name, tok := range map[string]string{"before": before, "after": after} {
+		if r := b.Verify(tok, f.ctx, f.call, clk.Now()); r.Reason != "" {
+			t.Errorf("B verifies A's grant from %s the activation: %q, want accepted", name, r.Reason)
+		}
+		if r := a.Verify(tok, f.ctx, f.call, clk.Now()); r.Reason != "" {
+			t.Errorf("A verifies its grant from %s the activation: %q, want accepted", name, r.Reason)
+		}
+	}
+	ks := a.Keys()
+	if len(ks) != 2 || ks[1].KID != oldKID || ks[1].State != StateVerifying || !ks[1].RetiredAt.Equal(clk.Now().Add(MaxTTL)) {
+		t.Fatalf("Keys after Activate = %+v, want the old key verifying until %v", ks, clk.Now().Add(MaxTTL))
+	}
+	if got := dirNames(t, dirA); slices.Contains(got, oldKID+seedExt) || !slices.Contains(got, next.KID+seedExt) {
+		t.Fatalf("key directory after Activate = %v, want only the new private key", got)
+	}
+	if _, err := a.Activate(); !errors.Is(err, ErrNoNextKey) {
+		t.Fatalf("Activate with nothing prepared = %v, want ErrNoNextKey", err)
+	}
+	// The other process on the directory signs with the new key too.
+	if _, kid := MustMint(t, a2, f); kid != next.KID {
+		t.Fatalf("another process on A's directory signs with %s, want %s", kid, next.KID)
 	}
 }
