@@ -33,6 +33,7 @@ type replicas struct {
 	trust string
 	srv   []*server
 	tools map[string]string // a data directory's tools file, when not the example's
+	extra []string          // more serve flags for every replica
 }
 
 func startReplicas(t *testing.T, db string, n int) *replicas {
@@ -41,10 +42,11 @@ func startReplicas(t *testing.T, db string, n int) *replicas {
 }
 
 // startReplicasWith is startReplicas where replica i runs the tools file
-// tools(i) ("" for the example's); tools may be nil.
-func startReplicasWith(t *testing.T, db string, n int, tools func(i int) string) *replicas {
+// tools(i) ("" for the example's; tools may be nil), each with the serve
+// flags extra.
+func startReplicasWith(t *testing.T, db string, n int, tools func(i int) string, extra ...string) *replicas {
 	t.Helper()
-	r := &replicas{t: t, db: db, tools: map[string]string{}}
+	r := &replicas{t: t, db: db, tools: map[string]string{}, extra: extra}
 	parts := t.TempDir()
 	var files []string
 	for i := 0; i < n; i++ {
@@ -84,7 +86,7 @@ func startReplicasWith(t *testing.T, db string, n int, tools func(i int) string)
 }
 
 func (r *replicas) start(data string) *server {
-	args := []string{"--db", r.db, "--trusted-keys", r.trust}
+	args := append([]string{"--db", r.db, "--trusted-keys", r.trust}, r.extra...)
 	if f := r.tools[data]; f != "" {
 		args = append(args, "--tools", f) // the last --tools wins
 	}
