@@ -20,7 +20,7 @@ import (
 	"testing"
 )
 
-var consoleBin string
+var consoleBin, mcpDemoBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "countersign-clients-")
@@ -28,12 +28,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	consoleBin = filepath.Join(dir, "console")
-	build := exec.Command("go", "build", "-o", consoleBin, "../cmd/console")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "clients: build console:", err)
-		os.Exit(1)
+	consoleBin, mcpDemoBin = filepath.Join(dir, "console"), filepath.Join(dir, "mcp-demo")
+	// The console, and the example MCP server whose tools it mirrors in the
+	// suites' tests of numbers through the MCP gateway.
+	for bin, pkg := range map[string]string{consoleBin: "../cmd/console", mcpDemoBin: "../examples/mcpdemo/cmd/mcp-demo"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "clients: build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -50,10 +54,11 @@ func missing(t *testing.T, format string, args ...any) {
 	t.Skip(msg)
 }
 
-// suiteEnv is the environment of a client suite: the console to start, no
-// bytecode written into the source tree, no colours.
+// suiteEnv is the environment of a client suite: the console to start and
+// the example MCP server, no bytecode written into the source tree, no
+// colours.
 func suiteEnv() []string {
-	return append(os.Environ(), "COUNTERSIGN_CONSOLE="+consoleBin, "PYTHONDONTWRITEBYTECODE=1", "NO_COLOR=1")
+	return append(os.Environ(), "COUNTERSIGN_CONSOLE="+consoleBin, "COUNTERSIGN_MCP_DEMO="+mcpDemoBin, "PYTHONDONTWRITEBYTECODE=1", "NO_COLOR=1")
 }
 
 // runSuite runs a suite's command in dir, logs its output, and fails the

@@ -36,6 +36,7 @@ from ._canonical import (
 )
 from ._client import (
     OUTCOME_FAILED,
+    OUTCOME_LEASE_EXPIRED,
     OUTCOME_SUCCEEDED,
     OUTCOME_UNKNOWN,
     STATUS_APPROVED,
@@ -44,14 +45,18 @@ from ._client import (
     STATUS_EXPIRED,
     STATUS_PENDING,
     STATUS_REDEEMED,
+    VERDICT_EXECUTED,
+    VERDICT_NOT_EXECUTED,
     Approvals,
     Call,
     Check,
     Client,
     Comment,
     Decision,
+    Lease,
     Outcome,
     Redemption,
+    Resolution,
 )
 from ._errors import (
     ConsoleUnreachable,
@@ -70,9 +75,10 @@ __version__ = "1.0.0"
 __all__ = [
     "DIGEST_PREFIX", "MAX_SAFE_INTEGER", "canonical_bytes", "canonical_envelope", "digest_of", "envelope",
     "format_number", "valid_tool_name", "without",
-    "OUTCOME_FAILED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED", "STATUS_CANCELLED",
-    "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
-    "Approvals", "Call", "Check", "Client", "Comment", "Decision", "Outcome", "Redemption",
+    "OUTCOME_FAILED", "OUTCOME_LEASE_EXPIRED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED",
+    "STATUS_CANCELLED", "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
+    "VERDICT_EXECUTED", "VERDICT_NOT_EXECUTED",
+    "Approvals", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome", "Redemption", "Resolution",
     "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
     "RedemptionRejected", "WaitTimeout", "gated",
 ]

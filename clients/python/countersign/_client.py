@@ -33,6 +33,10 @@ STATUS_REDEEMED = "redeemed"
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_FAILED = "failed"
 OUTCOME_UNKNOWN = "unknown"
+OUTCOME_LEASE_EXPIRED = "lease_expired"
+
+VERDICT_EXECUTED = "executed"
+VERDICT_NOT_EXECUTED = "not_executed"
 
 
 def _time(s: Optional[str]) -> Optional[datetime]:
@@ -77,8 +81,35 @@ class Comment:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What the executor reported (succeeded, failed, unknown), or
+    lease_expired when nobody reported before the lease ended."""
+
     status: str
     detail: str = ""
+    at: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A person's finding about a call whose outcome was unknown or whose
+    lease expired: ``verdict`` is executed or not_executed."""
+
+    verdict: str
+    by: str
+    note: str
+    at: Optional[datetime]
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A heartbeat's answer: the executor's lease now ends at
+    ``lease_until``; one heartbeat extends it by at most ``extend_max``
+    seconds (the tool's outcome_within)."""
+
+    call_id: str
+    lease_until: Optional[datetime]
+    extend_max: int
 
 
 @dataclass
@@ -104,6 +135,12 @@ class Call:
     outcome: Optional[Outcome] = None
     #: The notes operators left with their approvals, in order.
     comments: tuple = ()
+    #: When the grant was redeemed, and when the executor's lease ends (or
+    #: ended): report the outcome, or send heartbeats, before then.
+    redeemed_at: Optional[datetime] = None
+    lease_until: Optional[datetime] = None
+    #: Set once a person resolved an unknown or expired outcome.
+    resolution: Optional[Resolution] = None
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -130,6 +167,7 @@ class Call:
         ap = d.get("approvals") or {}
         dec = d.get("decision")
         out = d.get("outcome")
+        res = d.get("resolution")
         return cls(
             id=d["id"], status=d.get("status", ""), actor=d.get("actor", ""), audience=d.get("audience", ""),
             tool=d.get("tool", ""), target=d.get("target", ""), args=d.get("args") or {},
@@ -138,7 +176,10 @@ class Call:
             rationale=d.get("rationale", ""), grant=d.get("grant", ""),
             grant_expires_at=_time(d.get("grant_expires_at")),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
-            outcome=Outcome(out.get("status", ""), out.get("detail", "")) if out else None,
+            outcome=Outcome(out.get("status", ""), out.get("detail", ""), _time(out.get("at"))) if out else None,
+            redeemed_at=_time(d.get("redeemed_at")), lease_until=_time(d.get("lease_until")),
+            resolution=Resolution(res.get("verdict", ""), res.get("by", ""), res.get("note", ""), _time(res.get("at")),
+                                  res.get("evidence", "")) if isinstance(res, dict) else None,
             comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
                            for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,
@@ -166,6 +207,14 @@ class Redemption:
     message: str
     checks: list[Check]
     status_code: int
+    #: Accepted only: the canonical envelope that was hashed, exactly (run
+    #: the call from these bytes, or check them), its digest, when the
+    #: executor's lease ends, and how long one heartbeat extends it
+    #: (seconds).
+    envelope: str = ""
+    digest: str = ""
+    lease_until: Optional[datetime] = None
+    outcome_within: int = 0
     raw: dict = field(default_factory=dict, repr=False)
 
     def failed(self) -> Optional[Check]:
@@ -318,7 +367,8 @@ class Client:
                     decision=d["decision"], accepted=d["decision"] == "accepted" and status == 200,
                     call_id=d.get("call_id", ""), reason=d.get("reason", ""), message=d.get("message", ""),
                     checks=[Check(c.get("name", ""), c.get("ok")) for c in d.get("checks") or []],
-                    status_code=status, raw=d)
+                    status_code=status, envelope=d.get("envelope", ""), digest=d.get("digest", ""),
+                    lease_until=_time(d.get("lease_until")), outcome_within=int(d.get("outcome_within") or 0), raw=d)
         raise CountersignError.from_response(status, data)
 
     def report_outcome(self, call_id: str, status: str, detail: Optional[str] = None) -> Call:
@@ -330,6 +380,30 @@ class Client:
             body["detail"] = detail
         st, data = self._do("POST", _call_path(call_id) + "/outcome", _encode(body))
         return _call(st, data, (200,))
+
+    def heartbeat(self, call_id: str, extend: Optional[float] = None) -> Lease:
+        """Extend the executor's lease of a redeemed call while it runs:
+        to ``extend`` seconds from now (whole seconds, at most the tool's
+        outcome_within; default outcome_within). A lease never shortens.
+        Only the token that redeemed the call may send it; CountersignError
+        otherwise (409 not_lease_holder, not_redeemed,
+        outcome_already_reported, or lease_expired when the lease had
+        already ended: the outcome is still accepted, report it)."""
+        body = None
+        if extend is not None:
+            if extend < 1 or extend != int(extend):
+                raise CountersignError("out_of_range", f"extend must be a whole number of seconds, at least 1 (got {extend})",
+                                       [Problem("out_of_range", "/extend_seconds", "extend_seconds must be at least 1")])
+            body = _encode({"extend_seconds": int(extend)})
+        status, data = self._do("POST", _call_path(call_id) + "/heartbeat", body)
+        if status != 200:
+            raise CountersignError.from_response(status, data)
+        try:
+            d = json.loads(data)
+            return Lease(d["call_id"], _time(d.get("lease_until")), int(d.get("extend_max") or 0))
+        except (ValueError, KeyError, TypeError):
+            raise CountersignError("unexpected_response", "the heartbeat's answer is not a lease: "
+                                   + data.decode("utf-8", "replace")[:200], status=status, raw=data) from None
 
     def cancel(self, call_id: str) -> Call:
         """Withdraw a pending call (409 not_pending otherwise)."""

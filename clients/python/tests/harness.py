@@ -9,6 +9,7 @@ where they fail.
 from __future__ import annotations
 
 import atexit
+import http.cookiejar
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +28,7 @@ REPO = os.path.dirname(CLIENTS)
 TESTDATA = os.path.join(CLIENTS, "testdata")
 TOOLS = os.path.join(TESTDATA, "tools.yaml")
 OPERATOR = "olivia"
+OPERATOR_PASSWORD = "pw-olivia-correct horse battery staple"
 
 _binary: str | None = None
 
@@ -58,6 +61,43 @@ def console_binary() -> str:
     return target
 
 
+_mcp_demo: str | None = None
+
+
+def mcp_demo_binary() -> str:
+    """The example MCP server (examples/mcpdemo/cmd/mcp-demo):
+    $COUNTERSIGN_MCP_DEMO, or one built here with `go build` from this
+    repository."""
+    global _mcp_demo
+    if _mcp_demo:
+        return _mcp_demo
+    path = os.environ.get("COUNTERSIGN_MCP_DEMO")
+    if path:
+        if not os.access(path, os.X_OK):
+            raise RuntimeError(f"COUNTERSIGN_MCP_DEMO={path} is not an executable")
+        _mcp_demo = path
+        return path
+    go = shutil.which("go")
+    if go is None or not os.path.exists(os.path.join(REPO, "go.mod")):
+        _missing("no example MCP server: set COUNTERSIGN_MCP_DEMO or install Go")
+    out = tempfile.mkdtemp(prefix="countersign-py-mcp-")
+    atexit.register(shutil.rmtree, out, True)
+    target = os.path.join(out, "mcp-demo")
+    subprocess.run([go, "build", "-o", target, "./examples/mcpdemo/cmd/mcp-demo"], cwd=REPO, check=True)
+    _mcp_demo = target
+    return target
+
+
+def mcp_tools_file() -> str:
+    """A tools file whose only section is the example MCP server, demo,
+    spawned over stdio: its tools are mirrored as demo/{tool}."""
+    fd, path = tempfile.mkstemp(prefix="countersign-py-mcp-", suffix=".yaml")
+    atexit.register(os.remove, path)
+    with os.fdopen(fd, "w") as f:
+        f.write("mcp:\n  demo:\n    command: [" + json.dumps(mcp_demo_binary()) + "]\n")
+    return path
+
+
 def run_console(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess:
     p = subprocess.run([console_binary(), *args], input=stdin.encode(), capture_output=True, timeout=120)
     if check and p.returncode != 0:
@@ -77,11 +117,11 @@ def console_digest(body: str | bytes, actor: str, audience: str) -> tuple[int, s
 class Console:
     """A running `console serve` over a fresh data directory."""
 
-    def __init__(self, tools: str = TOOLS):
+    def __init__(self, tools: str = TOOLS, *flags: str):
         self.data = tempfile.mkdtemp(prefix="countersign-py-data-")
         self.proc = subprocess.Popen(
             [console_binary(), "serve", "--addr", "127.0.0.1:0", "--data", self.data, "--tools", tools,
-             "--log-level", "warn"],
+             "--log-level", "warn", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.logs: list[str] = []
         found = threading.Event()
@@ -101,7 +141,8 @@ class Console:
             self.stop()
             raise AssertionError("console did not report its address:\n" + "".join(self.logs))
         run_console("user", "add", OPERATOR, "--role", "operator", "--data", self.data, "--password-stdin",
-                    stdin="pw-olivia-correct horse battery staple\n")
+                    stdin=OPERATOR_PASSWORD + "\n")
+        self._browser = None
 
     def token(self, actor: str, audience: str = "payments-host") -> str:
         return run_console("token", "create", "--data", self.data, "--actor", actor,
@@ -114,6 +155,45 @@ class Console:
     def deny(self, call_id: str, reason: str) -> dict:
         return json.loads(run_console("deny", call_id, "--as", OPERATOR, "--reason", reason,
                                       "--data", self.data).stdout)
+
+    def resolve(self, call_id: str, verdict: str, note: str, evidence: str = "") -> None:
+        """Record an operator's resolution of a call whose outcome is
+        unknown or whose lease expired, through the console's web form (the
+        only way a person resolves one), logged in as the operator."""
+        page = self._browse("/calls/" + urllib.parse.quote(call_id, safe=""))
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        if csrf is None:
+            raise AssertionError("the call page has no form token")
+        after = self._browse("/calls/" + urllib.parse.quote(call_id, safe="") + "/resolve",
+                             {"csrf": csrf.group(1), "verdict": verdict, "note": note, "evidence": evidence, "from": "call"})
+        if 'data-testid="resolution"' not in after:
+            raise AssertionError("the resolution was not recorded: " + after[:2000])
+
+    def _browse(self, path: str, form: dict | None = None) -> str:
+        """A page of the console as the logged-in operator (logging in the
+        first time), or the page a form posted to it leads to."""
+        if self._browser is None:
+            opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+            self._browser = opener
+            login = opener.open(self.url + "/login", timeout=30).read().decode()
+            token = re.search(r'name="csrf" value="([^"]+)"', login)
+            if token is None:
+                raise AssertionError("the login page has no form token")
+            self._browse("/login", {"csrf": token.group(1), "name": OPERATOR, "password": OPERATOR_PASSWORD})
+        data = None if form is None else urllib.parse.urlencode(form).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Origin": self.url, "Accept": "text/html"})
+        if data is not None:
+            req.add_header("Content-Type", "application/x-www-form-urlencoded")
+        with self._browser.open(req, timeout=30) as r:
+            return r.read().decode()
+
+    def metric(self, name: str) -> float:
+        """A series of /metrics without labels."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        raise AssertionError(f"/metrics has no {name}")
 
     def open_waiters(self) -> int:
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:

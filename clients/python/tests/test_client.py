@@ -120,7 +120,8 @@ class WholeLoop(unittest.TestCase):
 
         done = c.report_outcome(call.id, "succeeded", "refund re-1042 issued")
         self.assertEqual(done.status, "redeemed")
-        self.assertEqual(done.outcome, countersign.Outcome("succeeded", "refund re-1042 issued"))
+        self.assertEqual((done.outcome.status, done.outcome.detail), ("succeeded", "refund re-1042 issued"))
+        self.assertTrue(done.outcome.at is not None and done.outcome.at >= call.created_at, done.outcome.at)
         with self.assertRaises(CountersignError) as cm:
             c.report_outcome(call.id, "failed")
         self.assertEqual((cm.exception.code, cm.exception.status), ("outcome_already_reported", 409))

@@ -85,7 +85,7 @@ export function gateTool<INPUT extends JsonObject, OUTPUT>(
       const client = options.client ?? Client.fromEnv();
       try {
         const call = await propose({ ...options, client }, input, opts.abortSignal);
-        return await redeemAndRun(client, call, (args: INPUT) => settle(execute(args, opts)), opts.abortSignal);
+        return await redeemAndRun(client, call, (args: INPUT) => settle(execute(args, opts)), opts.abortSignal, options);
       } catch (e) {
         const r = refusalOf(e);
         if (r) return r;

@@ -6,7 +6,9 @@ import type {
   Call,
   CallSpec,
   JsonObject,
+  HeartbeatRequest,
   KeySet,
+  Lease,
   OutcomeRequest,
   OutcomeStatus,
   Proposal,
@@ -224,6 +226,37 @@ export class Client {
     if (detail) body.detail = detail;
     const [st, data] = await this.do('POST', `${callPath(id)}/outcome`, encode(body), { signal });
     return readCall(st, data, [200]);
+  }
+
+  /** Extends the executor's lease of a redeemed call while it runs: to
+   * `extendSeconds` from now (whole seconds, at most the tool's
+   * outcome_within, its default). A lease never shortens. Only the token
+   * that redeemed the call may send it; otherwise CountersignError (409
+   * not_lease_holder, not_redeemed, outcome_already_reported, or
+   * lease_expired when the lease had already ended: the outcome is still
+   * accepted, report it). */
+  async heartbeat(id: string, options: { extendSeconds?: number; signal?: AbortSignal } = {}): Promise<Lease> {
+    let body: string | undefined;
+    if (options.extendSeconds !== undefined) {
+      const n = options.extendSeconds;
+      if (!Number.isInteger(n) || n < 1)
+        throw new CountersignError('out_of_range', `extendSeconds must be a whole number of seconds, at least 1 (got ${n})`, {
+          problems: [{ code: 'out_of_range', path: '/extend_seconds', message: 'extend_seconds must be at least 1' }],
+        });
+      const req: HeartbeatRequest = { extend_seconds: n };
+      body = encode(req);
+    }
+    const [status, data] = await this.do('POST', `${callPath(id)}/heartbeat`, body, { signal: options.signal });
+    if (status !== 200) throw CountersignError.fromResponse(status, data);
+    let lease: Lease | undefined;
+    try {
+      lease = JSON.parse(data) as Lease;
+    } catch {
+      lease = undefined;
+    }
+    if (!lease || typeof lease.call_id !== 'string' || typeof lease.lease_until !== 'string')
+      throw new CountersignError('unexpected_response', `the heartbeat's answer is not a lease: ${data.slice(0, 200)}`, { status, raw: data });
+    return lease;
   }
 
   /** Withdraws a pending call (409 not_pending otherwise). */

@@ -2,12 +2,30 @@
 
 import type { NumberPaths } from './canonical.js';
 import { Client, decided, specOf } from './client.js';
-import { NotApprovedError, RedemptionRejectedError } from './errors.js';
+import { CountersignError, NotApprovedError, RedemptionRejectedError } from './errors.js';
 import type { Call, JsonObject } from './types.js';
 
 const MAX_DETAIL = 1000;
 
-export interface GateOptions<A extends JsonObject> {
+/** How long, in all, heartbeats keep a gated function's lease alive unless
+ * told otherwise: a function that runs longer loses its lease and the call
+ * waits for a person (its outcome is still accepted when it returns). */
+export const DEFAULT_MAX_HEARTBEAT_MS = 3_600_000;
+
+/** The console's answers after which no heartbeat can succeed. */
+const FINAL = new Set(['lease_expired', 'not_lease_holder', 'not_redeemed', 'outcome_already_reported', 'not_found']);
+
+/** How a gated function keeps its execution lease while it runs. */
+export interface LeaseOptions {
+  /** Send heartbeats while the function runs (default true). */
+  heartbeat?: boolean;
+  /** Time between heartbeats (default a third of the tool's outcome_within). */
+  heartbeatEveryMs?: number;
+  /** Heartbeats stop after this long in all (default one hour). */
+  maxHeartbeatMs?: number;
+}
+
+export interface GateOptions<A extends JsonObject> extends LeaseOptions {
   /** The tool's name in the console's tools file, such as payments.refund. */
   tool: string;
   /** The target, or a function of the arguments. */
@@ -42,24 +60,99 @@ export async function propose<A extends JsonObject>(options: GateOptions<A>, arg
 /** Redeems an approved call's grant, runs fn with exactly the redeemed
  * arguments, and reports the outcome: a throw reports failed and is thrown
  * again, a return reports succeeded. Nothing runs when the redemption is
- * refused (RedemptionRejectedError). */
+ * refused (RedemptionRejectedError). While fn runs, heartbeats keep its
+ * lease alive (lease: LeaseOptions). */
 export async function redeemAndRun<A extends JsonObject, R>(
   client: Client,
   call: Call,
   fn: (args: A) => R | Promise<R>,
   signal?: AbortSignal,
+  lease: LeaseOptions = {},
 ): Promise<R> {
   const redemption = await client.redeem(call.grant ?? '', specOf(call), signal);
   if (!redemption.accepted) throw new RedemptionRejectedError(redemption);
+  const every = lease.heartbeatEveryMs ?? ((redemption.outcome_within ?? 0) * 1000) / 3;
+  const beats =
+    lease.heartbeat !== false && every > 0
+      ? new Heartbeats(client, call.id, Math.max(every, 200), lease.maxHeartbeatMs ?? DEFAULT_MAX_HEARTBEAT_MS)
+      : undefined;
   let result: R;
   try {
     result = await fn(call.args as A);
   } catch (e) {
+    await beats?.stop();
     await report(client, call.id, 'failed', e instanceof Error ? `${e.name}: ${e.message}` : String(e));
     throw e;
   }
+  await beats?.stop();
   await report(client, call.id, 'succeeded');
   return result;
+}
+
+/**
+ * Sends heartbeats for a redeemed call every `everyMs`, until stop(), until
+ * `limitMs` have passed, or until the console says no heartbeat can succeed
+ * any more (the lease already expired). A heartbeat that fails otherwise
+ * (the console briefly unreachable) is tried again at the next beat.
+ * `sent` counts those the console accepted.
+ */
+export class Heartbeats {
+  sent = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private inflight: Promise<void> = Promise.resolve();
+  private stopped = false;
+  private readonly abort = new AbortController();
+  private readonly deadline: number;
+
+  constructor(
+    private readonly client: Client,
+    private readonly id: string,
+    private readonly everyMs: number,
+    private readonly limitMs: number,
+  ) {
+    this.deadline = Date.now() + limitMs;
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (!this.stopped) this.timer = setTimeout(() => this.beat(), this.everyMs);
+  }
+
+  private beat(): void {
+    if (this.stopped) return;
+    if (Date.now() + this.everyMs > this.deadline) {
+      process.emitWarning(`countersign: ${this.id} still runs after ${this.limitMs / 1000} s of heartbeats; its lease is left to end`);
+      this.stopped = true;
+      return;
+    }
+    this.inflight = this.client.heartbeat(this.id, { signal: this.abort.signal }).then(
+      () => {
+        this.sent++;
+        this.schedule();
+      },
+      (e: unknown) => {
+        if (this.stopped) return;
+        if (e instanceof CountersignError && FINAL.has(e.code)) {
+          process.emitWarning(`countersign: heartbeats of ${this.id} stopped: ${e.message}`);
+          this.stopped = true;
+          return;
+        }
+        this.schedule();
+      },
+    );
+  }
+
+  /** Whether heartbeats are still being sent. */
+  get running(): boolean {
+    return !this.stopped;
+  }
+
+  /** Stops sending, and waits for a heartbeat under way to settle. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.inflight;
+  }
 }
 
 /**
@@ -71,6 +164,10 @@ export async function redeemAndRun<A extends JsonObject, R>(
  * It throws, before fn runs: CountersignError for a refused proposal (code
  * and problems for the model), NotApprovedError (denied with `reason` and
  * `by`, expired, cancelled), WaitTimeoutError, RedemptionRejectedError.
+ *
+ * While fn runs, heartbeats keep the executor's lease alive (every third of
+ * the tool's outcome_within, for at most an hour in all: see LeaseOptions);
+ * they stop before the outcome is reported.
  *
  * ```ts
  * const refund = gated({ tool: 'payments.refund', target: 'invoice:INV-1042' },
@@ -85,7 +182,7 @@ export function gated<A extends JsonObject, R>(
   return async (args: A, signal?: AbortSignal) => {
     const client = options.client ?? Client.fromEnv();
     const call = await propose({ ...options, client }, args, signal);
-    return redeemAndRun(client, call, fn, signal);
+    return redeemAndRun(client, call, fn, signal, options);
   };
 }
 

@@ -21,5 +21,5 @@ export {
   without,
 } from './canonical.js';
 export type { CanonicalOptions, Envelope, NumberPaths } from './canonical.js';
-export { gated, propose, redeemAndRun } from './gated.js';
-export type { GateOptions } from './gated.js';
+export { DEFAULT_MAX_HEARTBEAT_MS, Heartbeats, gated, propose, redeemAndRun } from './gated.js';
+export type { GateOptions, LeaseOptions } from './gated.js';

@@ -98,7 +98,7 @@ export class CountersignApprovals {
           if (call.status !== 'approved')
             throw new CountersignError('not_approved', `no operator approved this call in Countersign (it is ${call.status}, ${call.id}); it did not run`, { callId: call.id });
         }
-        return redeemAndRun(this.client, call, execute as (a: JsonObject) => R | Promise<R>);
+        return redeemAndRun(this.client, call, execute as (a: JsonObject) => R | Promise<R>, undefined, s);
       },
     };
   }

@@ -13,6 +13,10 @@ export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled'
 /** The outcome statuses an executor reports. */
 export type OutcomeStatus = 'succeeded' | 'failed' | 'unknown';
 
+/** What a person found about a call whose outcome was unknown or whose
+ * lease expired. */
+export type Verdict = 'executed' | 'not_executed';
+
 /** POST /api/v1/calls: what an agent asks to run. */
 export interface Proposal {
   tool: string;
@@ -55,6 +59,8 @@ export interface Decision {
 }
 
 export interface Outcome {
+  /** succeeded, failed or unknown as reported, or lease_expired when nobody
+   * reported before the executor's lease ended. */
   status: string;
   detail?: string;
   /** When the outcome was reported or the lease ran out (RFC 3339). */
@@ -85,8 +91,41 @@ export interface Call {
   decision?: Decision;
   /** The notes operators left with their approvals, when any did. */
   comments?: ApprovalComment[];
-  /** Set once the executor reported what happened. */
+  /** Set once the executor reported what happened, or its lease ended. */
   outcome?: Outcome;
+  /** When the grant was redeemed (redeemed calls). */
+  redeemed_at?: string;
+  /** When the executor's lease ends or ended: report the outcome, or send
+   * a heartbeat, before then. */
+  lease_until?: string;
+  /** Set once a person resolved an unknown or expired outcome. */
+  resolution?: Resolution;
+}
+
+/** A person's finding about a call whose outcome was unknown or whose
+ * lease expired. */
+export interface Resolution {
+  verdict: Verdict;
+  by: string;
+  note: string;
+  at: string;
+  /** An http(s) link to what the finding rests on, when given. */
+  evidence?: string;
+}
+
+/** POST /api/v1/calls/{id}/heartbeat. */
+export interface HeartbeatRequest {
+  /** Whole seconds from now, at most the tool's outcome_within (its default). */
+  extend_seconds?: number;
+}
+
+/** A heartbeat's answer. */
+export interface Lease {
+  call_id: string;
+  /** When the executor's lease now ends (RFC 3339). */
+  lease_until: string;
+  /** The most one heartbeat extends it by, in seconds (the tool's outcome_within). */
+  extend_max: number;
 }
 
 /** An operator's note with an approval. */
@@ -119,6 +158,15 @@ export interface RedemptionBody {
   reason?: string;
   message?: string;
   checks: Check[];
+  /** Accepted only: the canonical envelope that was hashed, exactly; run
+   * the call from these bytes, or check them. */
+  envelope?: string;
+  /** Accepted only: the digest of envelope. */
+  digest?: string;
+  /** Accepted only: when the executor's lease ends. */
+  lease_until?: string;
+  /** Accepted only: how long one heartbeat extends the lease, in seconds. */
+  outcome_within?: number;
 }
 
 /** A redemption as this client returns it. A rejection is an answer, not

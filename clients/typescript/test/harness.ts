@@ -5,7 +5,7 @@
 // first where a runtime is missing, except under CI=true).
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +18,7 @@ export const REPO = resolve(CLIENTS, '..');
 export const TESTDATA = join(CLIENTS, 'testdata');
 export const TOOLS = join(TESTDATA, 'tools.yaml');
 export const OPERATOR = 'olivia';
+export const OPERATOR_PASSWORD = 'pw-olivia-correct horse battery staple';
 
 let binary: string | undefined;
 
@@ -30,6 +31,31 @@ export function consoleBinary(): string {
   binary = join(out, 'console');
   execFileSync('go', ['build', '-o', binary, './cmd/console'], { cwd: REPO, stdio: 'inherit' });
   return binary;
+}
+
+let mcpDemo: string | undefined;
+
+/** The example MCP server (examples/mcpdemo/cmd/mcp-demo):
+ * $COUNTERSIGN_MCP_DEMO, or one built here with `go build`. */
+export function mcpDemoBinary(): string {
+  if (mcpDemo) return mcpDemo;
+  if (process.env.COUNTERSIGN_MCP_DEMO) return (mcpDemo = process.env.COUNTERSIGN_MCP_DEMO);
+  if (!existsSync(join(REPO, 'go.mod'))) throw new Error('no example MCP server: set COUNTERSIGN_MCP_DEMO');
+  const out = mkdtempSync(join(tmpdir(), 'countersign-ts-mcp-'));
+  process.on('exit', () => rmSync(out, { recursive: true, force: true }));
+  mcpDemo = join(out, 'mcp-demo');
+  execFileSync('go', ['build', '-o', mcpDemo, './examples/mcpdemo/cmd/mcp-demo'], { cwd: REPO, stdio: 'inherit' });
+  return mcpDemo;
+}
+
+/** A tools file whose only section is the example MCP server, demo, spawned
+ * over stdio: its tools are mirrored as demo/{tool}. */
+export function mcpToolsFile(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'countersign-ts-mcp-tools-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'tools.yaml');
+  writeFileSync(path, `mcp:\n  demo:\n    command: [${JSON.stringify(mcpDemoBinary())}]\n`);
+  return path;
 }
 
 export function runConsole(args: string[], stdin = ''): string {
@@ -54,14 +80,16 @@ export class Console {
   private proc: ChildProcess | undefined;
   private logs = '';
 
-  static async start(tools = TOOLS): Promise<Console> {
+  private cookies = new Map<string, string>();
+
+  static async start(tools = TOOLS, ...flags: string[]): Promise<Console> {
     const c = new Console();
-    await c.boot(tools);
+    await c.boot(tools, flags);
     return c;
   }
 
-  private async boot(tools: string): Promise<void> {
-    const proc = spawn(consoleBinary(), ['serve', '--addr', '127.0.0.1:0', '--data', this.data, '--tools', tools, '--log-level', 'warn'], {
+  private async boot(tools: string, flags: string[]): Promise<void> {
+    const proc = spawn(consoleBinary(), ['serve', '--addr', '127.0.0.1:0', '--data', this.data, '--tools', tools, '--log-level', 'warn', ...flags], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc = proc;
@@ -78,7 +106,7 @@ export class Console {
       });
       proc.on('exit', (code) => reject(new Error(`console exited ${code}:\n${this.logs}`)));
     });
-    runConsole(['user', 'add', OPERATOR, '--role', 'operator', '--data', this.data, '--password-stdin'], 'pw-olivia-correct horse battery staple\n');
+    runConsole(['user', 'add', OPERATOR, '--role', 'operator', '--data', this.data, '--password-stdin'], OPERATOR_PASSWORD + '\n');
   }
 
   token(actor: string, audience = 'payments-host'): string {
@@ -91,6 +119,58 @@ export class Console {
 
   deny(id: string, reason: string): unknown {
     return JSON.parse(runConsole(['deny', id, '--as', OPERATOR, '--reason', reason, '--data', this.data]));
+  }
+
+  /** Records an operator's resolution of a call whose outcome is unknown
+   * or whose lease expired, through the console's web form (the only way a
+   * person resolves one), logged in as the operator. */
+  async resolve(id: string, verdict: string, note: string, evidence = ''): Promise<void> {
+    if (this.cookies.size === 0) {
+      const login = await this.browse('/login');
+      await this.browse('/login', { csrf: formToken(login), name: OPERATOR, password: OPERATOR_PASSWORD });
+    }
+    const path = '/calls/' + encodeURIComponent(id);
+    const page = await this.browse(path);
+    const after = await this.browse(path + '/resolve', { csrf: formToken(page), verdict, note, evidence, from: 'call' });
+    if (!after.includes('data-testid="resolution"')) throw new Error(`the resolution was not recorded: ${after.slice(0, 2000)}`);
+  }
+
+  /** A page as the operator's browser gets it, following redirects and
+   * keeping cookies. */
+  private async browse(path: string, form?: Record<string, string>): Promise<string> {
+    let url = this.url + path;
+    let init: RequestInit = form
+      ? { method: 'POST', body: new URLSearchParams(form).toString(), headers: { 'Content-Type': 'application/x-www-form-urlencoded' } }
+      : { method: 'GET' };
+    for (let hops = 0; hops < 5; hops++) {
+      const headers = new Headers(init.headers);
+      headers.set('Origin', this.url);
+      headers.set('Accept', 'text/html');
+      if (this.cookies.size) headers.set('Cookie', [...this.cookies].map(([k, v]) => `${k}=${v}`).join('; '));
+      const res = await fetch(url, { ...init, headers, redirect: 'manual' });
+      for (const c of res.headers.getSetCookie()) {
+        const [pair] = c.split(';');
+        const i = pair!.indexOf('=');
+        this.cookies.set(pair!.slice(0, i).trim(), pair!.slice(i + 1).trim());
+      }
+      const location = res.headers.get('Location');
+      if (res.status >= 300 && res.status < 400 && location) {
+        await res.text();
+        url = new URL(location, url).toString();
+        init = { method: 'GET' };
+        continue;
+      }
+      return await res.text();
+    }
+    throw new Error(`too many redirects from ${path}`);
+  }
+
+  /** A series of /metrics without labels. */
+  async metric(name: string): Promise<number> {
+    const text = await (await fetch(this.url + '/metrics')).text();
+    const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+    if (!m) throw new Error(`/metrics has no ${name}`);
+    return Number(m[1]);
   }
 
   async openWaiters(): Promise<number> {
@@ -118,6 +198,12 @@ export class Console {
     }
     rmSync(this.data, { recursive: true, force: true });
   }
+}
+
+function formToken(page: string): string {
+  const m = /name="csrf" value="([^"]+)"/.exec(page);
+  if (!m) throw new Error('the page has no form token');
+  return m[1]!;
 }
 
 /** The (header, body) sections of a corpus file in clients/testdata. */
