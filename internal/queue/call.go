@@ -322,13 +322,22 @@ var (
 )
 
 // OwnerError is ErrOwner for one call: the operator is named by Owner.
-type OwnerError struct{ Operator, Owner string }
+// Resolving is set when what was refused is a resolution of the call's
+// outcome rather than an approval.
+type OwnerError struct {
+	Operator, Owner string
+	Resolving       bool
+}
 
 func (e *OwnerError) Error() string {
-	if e.Owner == e.Operator {
-		return fmt.Sprintf("%v: %q owns the agent", ErrOwner, e.Operator)
+	head := ErrOwner.Error()
+	if e.Resolving {
+		head = "queue: an owner of the agent cannot resolve its calls"
 	}
-	return fmt.Sprintf("%v: %q is an owner through %q", ErrOwner, e.Operator, e.Owner)
+	if e.Owner == e.Operator {
+		return fmt.Sprintf("%s: %q owns the agent", head, e.Operator)
+	}
+	return fmt.Sprintf("%s: %q is an owner through %q", head, e.Operator, e.Owner)
 }
 
 // Unwrap makes an *OwnerError an ErrOwner.

@@ -317,12 +317,21 @@ func (s *Service) Resolve(ctx context.Context, operator, channel, id, verdict, n
 
 // mayResolve says whether operator may record a resolution of c, inside
 // the resolution's transaction: an enabled account that may decide (see
-// mayDecide), and not the call's own actor.
+// mayDecide), not the call's own actor, and not an owner of its agent (by
+// name, short name or team, as the account stands now): whoever runs the
+// agent does not vouch for whether its call ran.
 func (s *Service) mayResolve(tx Tx, c *Call, operator string) error {
 	if operator == c.Actor {
 		return ErrResolveOwnCall
 	}
-	return mayDecide(tx, operator)
+	u, err := decider(tx, operator)
+	if err != nil {
+		return err
+	}
+	if o := c.OwnedBy(u); o != "" {
+		return &OwnerError{Operator: u.Name, Owner: o, Resolving: true}
+	}
+	return nil
 }
 
 // CheckEvidence validates a resolution's evidence link and returns it

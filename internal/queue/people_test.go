@@ -358,3 +358,47 @@ func auditKinds(t *testing.T, e *env, callID string) map[string]string {
 	}
 	return out
 }
+
+// TestOwnersDoNotResolve: the people who run an agent do not record
+// whether its call ran, any more than its actor does: by name, through a
+// team or by principal, on every channel.
+func TestOwnersDoNotResolve(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		operator string
+		want     error
+	}{
+		{"an owner by name", "olga", queue.ErrOwner},
+		{"an owner through a team", "oidc:idp.example.com/00u-vaulter", queue.ErrOwner},
+		{"another operator", "sam", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newPeopleEnv(t)
+			c := submitAs(t, e, vaultBot, "vault.rotate", "secret:db", `{}`)
+			c, err := e.q.Approve(ctx, "root", audit.ChannelWeb, c.ID, c.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := e.q.Redeem(ctx, vaultBot, exactBody(c)); err != nil || !r.Accepted {
+				t.Fatalf("Redeem: %v %+v", err, r)
+			}
+			if _, err := e.q.ReportOutcome(ctx, vaultBot, c.ID, queue.OutcomeUnknown, ""); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range []string{audit.ChannelWeb, audit.ChannelCLI} {
+				_, err := e.q.Resolve(ctx, tc.operator, ch, c.ID, queue.VerdictNotExecuted, "nothing in the vault log", "")
+				if !matches(err, tc.want) {
+					t.Fatalf("Resolve(%s, %s) = %v, want %v", tc.operator, ch, err, tc.want)
+				}
+				if tc.want == nil {
+					return
+				}
+			}
+			if got := e.load(t, c.ID); got.Resolution != nil || !got.Unresolved() {
+				t.Errorf("after the refusals: resolution %+v, unresolved %t", got.Resolution, got.Unresolved())
+			}
+		})
+	}
+}

@@ -68,20 +68,24 @@ func (c *console) unresolvedCard(call *queue.Call, v *viewer, now time.Time) tem
 	}
 	card.Deceptive = card.Tool.Deceptive() || card.Target.Deceptive() || card.Actor.Deceptive() ||
 		(card.OutcomeDetail != nil && card.OutcomeDetail.Deceptive())
-	card.Resolve, card.OwnCall = c.resolveForm(call, v, "unresolved")
+	card.Resolve, card.OwnCall, card.OwnedByViewer = c.resolveForm(call, v, "unresolved")
 	return card
 }
 
 // resolveForm is the form for v on an unresolved call, or nil when v may
-// not resolve it (and ownCall when that is because v proposed it).
-func (c *console) resolveForm(call *queue.Call, v *viewer, from string) (*templates.ResolveForm, bool) {
+// not resolve it: ownCall when that is because v proposed it, owner (the
+// owner that names v) when v runs the agent.
+func (c *console) resolveForm(call *queue.Call, v *viewer, from string) (form *templates.ResolveForm, ownCall bool, owner string) {
 	if !call.Unresolved() || v == nil || !v.user.Role.CanDecide() {
-		return nil, false
+		return nil, false, ""
 	}
 	if v.user.Name == call.Actor {
-		return nil, true
+		return nil, true, ""
 	}
-	return &templates.ResolveForm{CallID: call.ID, CSRF: v.csrf, From: from}, false
+	if o := call.OwnedBy(v.user); o != "" {
+		return nil, false, reveal.String(o)
+	}
+	return &templates.ResolveForm{CallID: call.ID, CSRF: v.csrf, From: from}, false, ""
 }
 
 // resolutionShown lays out a recorded resolution. The evidence is a link

@@ -370,3 +370,51 @@ func (e *consoleEnv) loadCall(id string) *queue.Call {
 	}
 	return c
 }
+
+// TestOwnersDoNotResolveInTheConsole: an owner of the agent sees no
+// resolve form on the Unresolved page or the call page, says why, and a
+// resolution posted anyway is refused 403 owner.
+func TestOwnersDoNotResolveInTheConsole(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	e.addUser("alice", account.RoleOperator, "pw-alice")
+	e.addUser("olga", account.RoleOperator, "pw-olga")
+	owned := queue.Principal{Actor: agentBilling.Actor, Audience: agentBilling.Audience, TokenID: "tok_owned", Owners: []string{"olga"}}
+	body := `{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}}`
+	c, _, err := e.q.Submit(ctx, owned, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = e.q.Approve(ctx, "alice", audit.ChannelCLI, c.ID, c.Digest); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.q.Redeem(ctx, owned, []byte(`{"grant":"`+c.Grant+`","call":`+body+`}`))
+	if err != nil || !r.Accepted {
+		t.Fatalf("redeem: %v %+v", err, r)
+	}
+	e.expireLeases()
+
+	olga := e.browser()
+	olga.login("olga", "pw-olga")
+	p := olga.get("/unresolved")
+	if p.find("unresolved-card").Length() != 1 || p.find("resolve-form").Length() != 0 || p.find("owned-by-you").Length() != 1 {
+		t.Errorf("the owner sees %d cards, %d forms, %d owner notes; want 1, 0, 1",
+			p.find("unresolved-card").Length(), p.find("resolve-form").Length(), p.find("owned-by-you").Length())
+	}
+	cp := olga.get("/calls/" + c.ID)
+	if cp.find("resolve-form").Length() != 0 || cp.find("owned-by-you-resolve").Length() != 1 {
+		t.Errorf("the owner's call page: %d forms, %d owner notes; want 0, 1", cp.find("resolve-form").Length(), cp.find("owned-by-you-resolve").Length())
+	}
+	rp := olga.post("/calls/"+c.ID+"/resolve", url.Values{"csrf": {olga.csrf()}, "verdict": {"not_executed"}, "note": {"not in the ledger"}})
+	if rp.status != http.StatusForbidden || !strings.Contains(rp.body, "cannot resolve it") {
+		t.Errorf("the owner's resolution: %d %q, want 403 owner", rp.status, rp.body)
+	}
+	if got, _ := e.q.Call(ctx, c.ID); got.Resolution != nil {
+		t.Errorf("the owner's resolution was recorded: %+v", got.Resolution)
+	}
+	alice := e.browser()
+	alice.login("alice", "pw-alice")
+	if ap := alice.get("/unresolved"); ap.find("resolve-form").Length() != 1 {
+		t.Errorf("another operator sees %d forms, want 1", ap.find("resolve-form").Length())
+	}
+}

@@ -246,7 +246,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 	s.RedeemedBy, s.LeaseUntil = call.RedeemedBy, call.LeaseUntil
 	s.Resolution = resolutionShown(call.Resolution)
 	s.Unresolved = call.Unresolved()
-	s.Resolve, _ = c.resolveForm(call, v, "call")
+	s.Resolve, _, _ = c.resolveForm(call, v, "call")
 	if call.Revoked != nil {
 		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(call.Revoked.By), optText(call.Revoked.Reason), call.Revoked.At
 	}

@@ -136,6 +136,9 @@ func ErrorOf(err error) *APIError {
 	case errors.As(err, &nd):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
 			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
+	case errors.As(err, &oe) && oe.Resolving:
+		return newAPIError(http.StatusForbidden, "owner",
+			"you own the agent that proposed this call (owner %s), so you cannot resolve it; ask an operator who does not run it", reveal.String(oe.Owner))
 	case errors.As(err, &oe):
 		return newAPIError(http.StatusForbidden, "owner",
 			"you own the agent that proposed this call (owner %s), so you cannot approve it; ask an operator who does not run it", reveal.String(oe.Owner))

@@ -34,7 +34,10 @@ type UnresolvedCard struct {
 	Resolve *ResolveForm
 	// OwnCall is set when the viewer may decide but proposed the call.
 	OwnCall bool
-	Now     time.Time
+	// OwnedByViewer is the owner that names the viewer when the viewer
+	// runs the agent (and so may not resolve its call), else "".
+	OwnedByViewer string
+	Now           time.Time
 }
 
 // DOMID is the element id of the card.
