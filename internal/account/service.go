@@ -221,6 +221,38 @@ func CheckOwner(o string) error {
 	return nil
 }
 
+// pinOwners returns owners with, after each owner written as a name, the
+// principal of the enabled single-sign-on account shown under that name
+// now (its provider user name, ignoring case). The provider user name is
+// only shown, never the identity: the provider may rename the person (or
+// let them rename themselves), and an owner who could shed the name would
+// approve their own agent's calls. A name that no such account goes by
+// yet stays a name, matched when the call is decided.
+func pinOwners(tx Tx, owners []string) ([]string, error) {
+	out := make([]string, 0, len(owners))
+	add := func(o string) {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	for _, o := range owners {
+		add(o)
+		if strings.HasPrefix(o, "team:") || strings.HasPrefix(o, OIDCPrefix) {
+			continue
+		}
+		named, err := tx.UsersNamed(o)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range named {
+			if u.Kind == KindOIDC && !u.Disabled() && strings.EqualFold(u.ShortName, o) {
+				add(u.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
 // CreateTokenWith creates an API token as spec says and returns it with its
 // secret, which is shown once and stored only hashed.
 func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, channel string) (Token, string, error) {
@@ -264,12 +296,17 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Actor: actor, Audience: audience, Note: note, Owners: owners,
 		CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
 	err := s.store.Update(ctx, func(tx Tx) error {
+		pinned, err := pinOwners(tx, owners)
+		if err != nil {
+			return err
+		}
+		t.Owners = pinned
 		if err := tx.InsertToken(t, HashToken(secret)); err != nil {
 			return fmt.Errorf("account: create token: %w", err)
 		}
 		details := map[string]any{"token": t.ID, "actor": actor, "audience": audience, "note": note}
-		if len(owners) > 0 {
-			details["owners"] = owners
+		if len(t.Owners) > 0 {
+			details["owners"] = t.Owners
 		}
 		return tx.Append(&audit.Entry{Time: audit.FormatTime(s.now()), Kind: audit.KindTokenCreated,
 			Principal: by, Channel: channel, Details: details})

@@ -258,13 +258,15 @@ type Principal struct {
 	Owners []string
 }
 
-// OwnerMatches reports whether owner names the account: its name, its
-// single-sign-on short name, or team:GROUP for a group it belongs to.
+// OwnerMatches reports whether owner names the account: its name or its
+// single-sign-on short name, ignoring case (as the console does when it
+// keeps one person from passing for another), or team:GROUP for a group it
+// belongs to. Ignoring case only ever refuses more people.
 func OwnerMatches(owner string, u account.User) bool {
 	if g, ok := strings.CutPrefix(owner, OwnerTeamPrefix); ok {
 		return g != "" && slices.Contains(u.Groups, g)
 	}
-	return owner == u.Name || (u.ShortName != "" && owner == u.ShortName)
+	return strings.EqualFold(owner, u.Name) || (u.ShortName != "" && strings.EqualFold(owner, u.ShortName))
 }
 
 // OwnerTeamPrefix starts an owner that is a provider group: team:payments

@@ -402,3 +402,43 @@ func TestOwnersDoNotResolve(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnersNamedByWhatTheyAreCalled: an owner written as a person's
+// provider user name stays that person after the provider renames them
+// (the user name is shown, never the identity), and an owner written in
+// another case than the account's name is still that account.
+func TestOwnersNamedByWhatTheyAreCalled(t *testing.T) {
+	ctx := context.Background()
+	owen := "oidc:idp.example.com/00u-owen"
+	cases := []struct {
+		name, owner, operator string
+		rename                bool
+	}{
+		{"a provider user name, renamed at the provider", "owen", owen, true},
+		{"a provider user name in another case", "OWEN", owen, false},
+		{"a local name in another case", "Sam", "sam", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newPeopleEnv(t)
+			accounts := account.NewService(e.db.Accounts(), nil)
+			tok, _, err := accounts.CreateTokenWith(ctx, account.TokenSpec{Actor: "agent:ci", Audience: "bank-host",
+				Owners: []string{tc.owner}}, "root", audit.ChannelWeb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rename {
+				if _, err := accounts.LoginOIDC(ctx, account.OIDCLogin{Principal: owen, Issuer: "https://idp.example.com",
+					Subject: "00u-owen", PreferredUsername: "owen.smith", Role: account.RoleAdmin},
+					account.NewSession{IDHash: "sess-owen", CSRF: "csrf-owen"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			who := queue.Principal{Actor: tok.Actor, Audience: tok.Audience, TokenID: tok.ID, Owners: tok.Owners}
+			c := submitAs(t, e, who, "funds.quote", "account:42", `{"amount_minor":5}`)
+			if _, err := e.q.Approve(ctx, tc.operator, audit.ChannelWeb, c.ID, c.Digest); !errors.Is(err, queue.ErrOwner) {
+				t.Errorf("token owners %v: the owner's approval = %v, want ErrOwner", tok.Owners, err)
+			}
+		})
+	}
+}
