@@ -269,6 +269,15 @@ func OwnerMatches(owner string, u account.User) bool {
 	return strings.EqualFold(owner, u.Name) || (u.ShortName != "" && strings.EqualFold(owner, u.ShortName))
 }
 
+// ProposedBy reports whether the call was proposed under a name u goes by:
+// its account name or its single-sign-on short name, ignoring case. A
+// single-sign-on principal can never be an actor (actors follow the
+// account name rule, without '/'), so without the short name the ban on
+// approving one's own call would never apply to such an account.
+func (c *Call) ProposedBy(u account.User) bool {
+	return strings.EqualFold(c.Actor, u.Name) || (u.ShortName != "" && strings.EqualFold(c.Actor, u.ShortName))
+}
+
 // OwnerTeamPrefix starts an owner that is a provider group: team:payments
 // is everyone in the group payments.
 const OwnerTeamPrefix = "team:"

@@ -321,12 +321,15 @@ func (s *Service) Resolve(ctx context.Context, operator, channel, id, verdict, n
 // name, short name or team, as the account stands now): whoever runs the
 // agent does not vouch for whether its call ran.
 func (s *Service) mayResolve(tx Tx, c *Call, operator string) error {
-	if operator == c.Actor {
+	if strings.EqualFold(operator, c.Actor) {
 		return ErrResolveOwnCall
 	}
 	u, err := decider(tx, operator)
 	if err != nil {
 		return err
+	}
+	if c.ProposedBy(u) {
+		return ErrResolveOwnCall
 	}
 	if o := c.OwnedBy(u); o != "" {
 		return &OwnerError{Operator: u.Name, Owner: o, Resolving: true}

@@ -442,3 +442,44 @@ func TestOwnersNamedByWhatTheyAreCalled(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnCallByTheNameShown: nobody approves or resolves a call proposed
+// under the name they go by: a single-sign-on account's provider user name
+// (its principal can never be an actor), or its name in another case.
+func TestOwnCallByTheNameShown(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct{ name, actor, operator string }{
+		{"a provider user name", "sec", "oidc:idp.example.com/00u-sec"},
+		{"a provider user name in another case", "Sec", "oidc:idp.example.com/00u-sec"},
+		{"a local name in another case", "ROOT", "root"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newPeopleEnv(t)
+			who := queue.Principal{Actor: tc.actor, Audience: "vault-host", TokenID: "tok_self"}
+			c := submitAs(t, e, who, "vault.rotate", "secret:db", `{}`)
+			if _, err := e.q.Approve(ctx, tc.operator, audit.ChannelWeb, c.ID, c.Digest); !errors.Is(err, queue.ErrOwnCall) {
+				t.Errorf("approval by %s of a call by %s = %v, want ErrOwnCall", tc.operator, tc.actor, err)
+			}
+			// Resolving another, once someone else approved it and it ran.
+			approver := "root"
+			if tc.operator == "root" {
+				approver = "oidc:idp.example.com/00u-vaulter"
+			}
+			c = submitAs(t, e, who, "vault.rotate", "secret:other", `{}`)
+			c, err := e.q.Approve(ctx, approver, audit.ChannelWeb, c.ID, c.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := e.q.Redeem(ctx, who, exactBody(c)); err != nil || !r.Accepted {
+				t.Fatalf("Redeem: %v %+v", err, r)
+			}
+			if _, err := e.q.ReportOutcome(ctx, who, c.ID, queue.OutcomeUnknown, ""); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.q.Resolve(ctx, tc.operator, audit.ChannelWeb, c.ID, queue.VerdictExecuted, "seen", ""); !errors.Is(err, queue.ErrResolveOwnCall) {
+				t.Errorf("resolution by %s of a call by %s = %v, want ErrResolveOwnCall", tc.operator, tc.actor, err)
+			}
+		})
+	}
+}

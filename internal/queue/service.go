@@ -937,14 +937,15 @@ func decider(tx Tx, operator string) (account.User, error) {
 }
 
 // mayApprove is the rest of the rule of who may approve one call, checked
-// in the same transaction: not the call's actor, not an owner of its agent
+// in the same transaction: not the call's actor (by name or the name shown
+// for the account), not an owner of its agent
 // (by name, short name or team), allowed by the tool's reviewer condition
 // (role or provider group, as the account stands now), and not twice.
 // Rules never reach it: they approve as policy:RULE, which no owner or
 // operator can be, and an ask rule only raises how many of these approvals
 // a call needs.
 func mayApprove(c *Call, u account.User) error {
-	if u.Name == c.Actor {
+	if c.ProposedBy(u) {
 		return ErrOwnCall
 	}
 	if o := c.OwnedBy(u); o != "" {

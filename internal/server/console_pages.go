@@ -108,7 +108,7 @@ func (c *console) navigation(ctx context.Context, cv *templates.CallView, v *vie
 	now := c.now()
 	var cards []templates.Card
 	for _, call := range calls {
-		if call.ID == id || call.Actor == v.user.Name || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
+		if call.ID == id || call.ProposedBy(v.user) || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
 			!now.Before(call.DecideBy) {
 			continue
 		}

@@ -49,7 +49,7 @@ func (c *console) passkeyPrecheck(call *queue.Call, v *viewer, digest string) er
 		return queue.ErrNotPending
 	case digest != call.Digest:
 		return queue.ErrDigestMismatch
-	case v.user.Name == call.Actor:
+	case call.ProposedBy(v.user):
 		return queue.ErrOwnCall
 	case call.OwnedBy(v.user) != "":
 		return &queue.OwnerError{Operator: v.user.Name, Owner: call.OwnedBy(v.user)}

@@ -79,7 +79,7 @@ func (c *console) resolveForm(call *queue.Call, v *viewer, from string) (form *t
 	if !call.Unresolved() || v == nil || !v.user.Role.CanDecide() {
 		return nil, false, ""
 	}
-	if v.user.Name == call.Actor {
+	if call.ProposedBy(v.user) {
 		return nil, true, ""
 	}
 	if o := call.OwnedBy(v.user); o != "" {

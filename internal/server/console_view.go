@@ -252,7 +252,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 	}
 	if v.user.Role.CanDecide() {
 		s.CanDecide, s.CSRF = true, v.csrf
-		s.OwnCall = v.user.Name == call.Actor
+		s.OwnCall = call.ProposedBy(v.user)
 		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
 		s.CanRevoke = call.Status == queue.StatusApproved && call.Revoked == nil && now.Before(call.GrantExpiresAt)
 		s.OwnedByViewer = reveal.String(call.OwnedBy(v.user))
