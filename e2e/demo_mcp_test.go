@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The demo serves the example MCP server at /mcp/demo, with the token it
+// prints: an MCP client pasted from its output lists the example's tools,
+// trusted at the first start, with their own descriptions.
+func TestDemoServesTheMCPGateway(t *testing.T) {
+	s := startProcess(t, "", "demo", "--addr", "127.0.0.1:0", "--no-agent")
+	var endpoint, token string
+	for end := time.Now().Add(30 * time.Second); token == "" && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			if i := strings.Index(line, "MCP gateway: the example MCP server's tools at "); i >= 0 {
+				endpoint = strings.Fields(line[i+len("MCP gateway: the example MCP server's tools at "):])[0]
+			}
+			if _, rest, ok := strings.Cut(line, "token (also in "); ok {
+				if _, tok, ok := strings.Cut(rest, "): "); ok {
+					token = strings.TrimSpace(tok)
+				}
+			}
+		}
+	}
+	if endpoint != s.url+"/mcp/demo" || !strings.HasPrefix(token, "cst_") {
+		t.Fatalf("the demo printed endpoint %q and token %q:\n%s", endpoint, token, s.logs.String())
+	}
+	tr := &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerTransport{token}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "demo-test", Version: "1"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", endpoint, err)
+	}
+	defer cs.Close()
+	var names []string
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = names[:0]
+		for _, tl := range res.Tools {
+			if !strings.Contains(tl.Description, "review") {
+				names = append(names, tl.Name)
+			}
+		}
+		if len(names) == 6 {
+			break
+		}
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != "add big_result create_order echo fail scale" {
+		t.Fatalf("the demo's MCP endpoint lists %v, want the example's six tools, approved", names)
+	}
+	// Another token is refused.
+	bad := &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerTransport{"cst_wrong"}}}
+	if _, err := sdk.NewClient(&sdk.Implementation{Name: "demo-test", Version: "1"}, nil).Connect(ctx, bad, nil); err == nil {
+		t.Fatal("a wrong token connected to the demo's MCP endpoint")
+	}
+}
+
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
