@@ -165,7 +165,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		if damage != nil && !errors.As(damage, &be) {
 			// Not a chain break but an unreadable or malformed file: still
 			// damage to the export.
-			damage = &audit.BreakError{Seq: 0, Reason: strings.TrimPrefix(damage.Error(), "audit: ")}
+			damage = &audit.BreakError{Seq: 0, Reason: audit.ReasonOf(damage)}
 		}
 	} else {
 		d, err := openReadOnly(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
@@ -188,7 +188,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		if errors.As(damage, &be) && be.Seq > 0 {
 			fmt.Fprintf(e.stdout, "DAMAGED: first bad entry %d: %s\n", be.Seq, be.Reason)
 		} else {
-			fmt.Fprintf(e.stdout, "DAMAGED: %s\n", strings.TrimPrefix(damage.Error(), "audit: "))
+			fmt.Fprintf(e.stdout, "DAMAGED: %s\n", audit.ReasonOf(damage))
 		}
 		return 1
 	}

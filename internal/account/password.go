@@ -60,10 +60,10 @@ const (
 // CheckPassword applies the password rules to a new password.
 func CheckPassword(pw string) error {
 	if len(pw) > MaxPasswordBytes {
-		return fmt.Errorf("%w: at most %d bytes", ErrLongPassword, MaxPasswordBytes)
+		return refuse("password", ErrLongPassword, "a password is at most %d bytes", MaxPasswordBytes)
 	}
 	if utf8.RuneCountInString(pw) < MinPasswordChars {
-		return fmt.Errorf("%w: at least %d characters", ErrWeakPassword, MinPasswordChars)
+		return refuse("password", ErrWeakPassword, "a password is at least %d characters", MinPasswordChars)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package account
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -24,12 +23,12 @@ func CheckReserved(name string) error {
 	lower := strings.ToLower(name)
 	for _, p := range reservedPrefixes {
 		if strings.HasPrefix(lower, p) {
-			return fmt.Errorf("%w: names starting with %s are reserved for decisions by Countersign itself", ErrReservedName, p)
+			return refuse("name", ErrReservedName, "names starting with %s are reserved for decisions by Countersign itself", p)
 		}
 	}
 	for _, n := range reservedNames {
 		if lower == n {
-			return fmt.Errorf("%w: %s is reserved for Countersign itself", ErrReservedName, n)
+			return refuse("name", ErrReservedName, "the name %s is reserved for Countersign itself", n)
 		}
 	}
 	return nil

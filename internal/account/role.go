@@ -2,7 +2,6 @@ package account
 
 import (
 	"errors"
-	"fmt"
 	"unicode/utf8"
 )
 
@@ -23,8 +22,11 @@ func ParseRole(s string) (Role, error) {
 	case RoleOperator, RoleAuditor, RoleAdmin:
 		return r, nil
 	}
-	return "", fmt.Errorf("account: unknown role %q (operator, auditor or admin)", s)
+	return "", refuse("role", ErrUnknownRole, "unknown role %q: a role is operator, auditor or admin", s)
 }
+
+// ErrUnknownRole is a role name other than operator, auditor and admin.
+var ErrUnknownRole = errors.New("account: unknown role")
 
 // CanDecide reports whether the role may approve, deny and clear retry
 // blocks.
@@ -36,8 +38,11 @@ func (r Role) CanAdminister() bool { return r == RoleAdmin }
 // MaxNameBytes bounds an account name.
 const MaxNameBytes = 64
 
+// nameRule says what CheckName allows.
+const nameRule = "a name is 1 to 64 characters of letters, digits and . _ - : @, starting with a letter or digit"
+
 // ErrBadName is an account name outside the rules of CheckName.
-var ErrBadName = errors.New("account: a name is 1 to 64 characters of letters, digits and . _ - : @, starting with a letter or digit")
+var ErrBadName = errors.New("account: " + nameRule)
 
 // CheckName applies the account name rules. The name is the operator's
 // identity in decisions and in the audit trail, so it is kept to plain
@@ -53,14 +58,14 @@ func CheckName(name string) error {
 // names.
 func checkNameChars(name string) error {
 	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) {
-		return ErrBadName
+		return refuse("name", ErrBadName, nameRule)
 	}
 	for i, c := range []byte(name) {
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case i > 0 && (c == '.' || c == '_' || c == '-' || c == ':' || c == '@'):
 		default:
-			return ErrBadName
+			return refuse("name", ErrBadName, nameRule)
 		}
 	}
 	return nil

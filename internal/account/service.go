@@ -44,7 +44,7 @@ func (s *Service) AddUser(ctx context.Context, name string, role Role, passwordH
 		return User{}, err
 	}
 	if strings.HasPrefix(strings.ToLower(name), OIDCPrefix) {
-		return User{}, fmt.Errorf("%w: names starting with %s are single-sign-on principals", ErrBadName, OIDCPrefix)
+		return User{}, refuse("name", ErrBadName, "names starting with %s are single-sign-on principals; choose another name", OIDCPrefix)
 	}
 	if _, _, _, err := ParseHash(passwordHash); err != nil {
 		return User{}, err
@@ -188,35 +188,39 @@ type TokenSpec struct {
 // MaxOwners bounds a token's owners.
 const MaxOwners = 20
 
+// ownerRule says what CheckOwner allows.
+const ownerRule = "an owner is an account name (alice, or oidc:HOST/SUB) or team:GROUP for the members of a provider group"
+
 // ErrBadOwner is an owner that names no account or group.
-var ErrBadOwner = errors.New("account: an owner is an account name (alice, or oidc:HOST/SUB) or team:GROUP for the members of a provider group")
+var ErrBadOwner = errors.New("account: " + ownerRule)
 
 // CheckOwner checks one owner of a token: an account name, a single-sign-on
 // principal, or team:GROUP with a group of printable characters (at most
 // 128 bytes).
 func CheckOwner(o string) error {
+	bad := refuse("owner", ErrBadOwner, "%s; %q is neither", ownerRule, o)
 	if g, ok := strings.CutPrefix(o, "team:"); ok {
 		if g == "" || len(g) > 128 || strings.TrimSpace(g) != g {
-			return ErrBadOwner
+			return bad
 		}
 		if !utf8.ValidString(g) {
-			return ErrBadOwner
+			return bad
 		}
 		for _, r := range g {
 			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-				return ErrBadOwner
+				return bad
 			}
 		}
 		return nil
 	}
 	if strings.HasPrefix(o, OIDCPrefix) {
 		if CheckPrincipal(o) != nil {
-			return ErrBadOwner
+			return bad
 		}
 		return nil
 	}
 	if err := CheckName(o); err != nil {
-		return fmt.Errorf("%w: %q: %w", ErrBadOwner, o, err)
+		return within("owner", ErrBadOwner, err, "%s; owner %q: ", ownerRule, o)
 	}
 	return nil
 }
@@ -269,20 +273,23 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 		owners = append(owners, o)
 	}
 	if len(owners) > MaxOwners {
-		return Token{}, "", fmt.Errorf("%w (at most %d owners)", ErrBadOwner, MaxOwners)
+		return Token{}, "", refuse("owner", ErrBadOwner, "a token has at most %d owners", MaxOwners)
 	}
-	if actor == "" || audience == "" {
-		return Token{}, "", ErrTokenContext
+	if actor == "" {
+		return Token{}, "", refuse("actor", ErrTokenContext, "a token needs an actor and an audience")
+	}
+	if audience == "" {
+		return Token{}, "", refuse("audience", ErrTokenContext, "a token needs an actor and an audience")
 	}
 	// A token's actor and audience are shown to operators on every call
 	// and are matched against account names (nobody approves their own
 	// call), so they follow the account name rule: plain ASCII that reads
 	// the same everywhere, never a bidi control or a look-alike.
 	if err := CheckName(actor); err != nil {
-		return Token{}, "", fmt.Errorf("%w: actor: %w", ErrTokenName, err)
+		return Token{}, "", within("actor", ErrTokenName, err, "a token's actor is named like account names: ")
 	}
 	if err := checkNameChars(audience); err != nil {
-		return Token{}, "", fmt.Errorf("%w: audience: %w", ErrTokenName, err)
+		return Token{}, "", within("audience", ErrTokenName, err, "a token's audience is named like account names: ")
 	}
 	var raw [32]byte
 	var id [6]byte

@@ -64,12 +64,16 @@ type ShadowError struct {
 	Local  bool   // the holder is a local account
 }
 
-func (e *ShadowError) Error() string {
+func (e *ShadowError) Error() string { return "account: " + e.Message() }
+
+// Message says, for the person refused, whose name it is and what an
+// administrator must do.
+func (e *ShadowError) Message() string {
 	if e.Local {
-		return fmt.Sprintf("account: the identity provider calls you %q, which is the name of a local account; "+
+		return fmt.Sprintf("the identity provider calls you %q, which is the name of a local account; "+
 			"an administrator must rename one of the two (the provider's preferred_username, or the local account) before you can sign in", e.Name)
 	}
-	return fmt.Sprintf("account: the name %q is already used by %s; an administrator must rename one of the two, "+
+	return fmt.Sprintf("the name %q is already used by %s; an administrator must rename one of the two, "+
 		"or disable the other account, before this one can be used", e.Name, e.Holder)
 }
 
@@ -100,7 +104,7 @@ func shortName(preferred string) (string, error) {
 	if errors.Is(err, ErrBadName) {
 		return "", nil
 	}
-	return "", fmt.Errorf("account: the identity provider calls you %q: %w", preferred, err)
+	return "", within("preferred_username", ErrReservedName, err, "the identity provider calls you %q: ", preferred)
 }
 
 // checkShadow refuses name when an account other than self already goes by

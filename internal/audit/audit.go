@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/canonical"
@@ -116,7 +115,7 @@ func (e *Entry) Body() ([]byte, error) {
 	}
 	b, err := canonical.Encode(o)
 	if err != nil {
-		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+		return nil, fault("encode entry %d: %w", e.Seq, err)
 	}
 	return b, nil
 }
@@ -156,7 +155,7 @@ func (e *Entry) appendObject(dst []byte, details []byte, withHash bool) ([]byte,
 	}
 	str("time", e.Time)
 	if err != nil {
-		return nil, fmt.Errorf("audit: encode entry %d: %w", e.Seq, err)
+		return nil, fault("encode entry %d: %w", e.Seq, err)
 	}
 	return append(dst, '}'), nil
 }
@@ -176,14 +175,14 @@ func ParseDetails(text []byte) (any, error) {
 	v, err := canonical.ParseWith(text, canonical.Options{MaxBytes: MaxDetailsBytes, MaxDepth: maxDetailsDepth,
 		Numbers: canonical.NumbersAnywhere()})
 	if err != nil {
-		return nil, fmt.Errorf("audit: details do not parse: %w", err)
+		return nil, fault("details do not parse: %w", err)
 	}
 	enc, err := canonical.Encode(v)
 	if err != nil {
-		return nil, fmt.Errorf("audit: details: %w", err)
+		return nil, fault("details: %w", err)
 	}
 	if !bytes.Equal(enc, text) {
-		return nil, errors.New("audit: details are not in canonical form")
+		return nil, fault("details are not in canonical form")
 	}
 	return v, nil
 }
@@ -192,7 +191,7 @@ func ParseDetails(text []byte) (any, error) {
 func (e *Entry) ComputeHash() (string, error) {
 	prev, err := hex.DecodeString(e.PrevHash)
 	if err != nil || len(prev) != sha256.Size {
-		return "", fmt.Errorf("audit: entry %d: prev_hash is not 64 hex digits", e.Seq)
+		return "", fault("entry %d: prev_hash is not 64 hex digits", e.Seq)
 	}
 	body, err := e.Body()
 	if err != nil {
@@ -234,6 +233,41 @@ func (b *BreakError) Error() string {
 }
 
 func (b *BreakError) Unwrap() error { return ErrBroken }
+
+// FaultError is a record of the trail that does not check out on its own:
+// an entry whose prev_hash or details do not read, a checkpoint or an
+// export header whose fields or signature are wrong. Reason says what, for
+// the person checking the trail; Error adds the package's prefix.
+type FaultError struct {
+	Reason string
+	Err    error // what the reason wraps, if anything
+}
+
+func (f *FaultError) Error() string { return "audit: " + f.Reason }
+
+func (f *FaultError) Unwrap() error { return f.Err }
+
+// fault is the FaultError whose reason is format with args (%w wraps).
+func fault(format string, args ...any) *FaultError {
+	err := fmt.Errorf(format, args...)
+	return &FaultError{Reason: err.Error(), Err: errors.Unwrap(err)}
+}
+
+// ReasonOf says what err found wrong, for the person checking the trail:
+// the reason of a BreakError or a FaultError, else err's own text.
+func ReasonOf(err error) string {
+	var (
+		b *BreakError
+		f *FaultError
+	)
+	switch {
+	case errors.As(err, &b):
+		return b.Reason
+	case errors.As(err, &f):
+		return f.Reason
+	}
+	return err.Error()
+}
 
 // Verifier checks entries one at a time, in order, so a chain of any length
 // verifies in constant memory (plus one hash per checkpoint it is given).
@@ -305,7 +339,7 @@ func (v *Verifier) Trust(publicKey string) {
 // Two valid checkpoints that disagree about one entry prove a rewrite.
 func (v *Verifier) AddCheckpoint(c Checkpoint) error {
 	if err := c.Verify(); err != nil {
-		return &BreakError{Seq: c.Seq, Reason: "checkpoint: " + strings.TrimPrefix(err.Error(), "audit: ")}
+		return &BreakError{Seq: c.Seq, Reason: "checkpoint: " + ReasonOf(err)}
 	}
 	if len(v.trusted) > 0 && !v.trusted[c.PublicKey] {
 		return &BreakError{Seq: c.Seq, Reason: fmt.Sprintf("checkpoint is signed by key %s, which is not a trusted audit key", c.KID)}
@@ -360,14 +394,14 @@ func (v *Verifier) Add(e *Entry) error {
 	}
 	h, err := e.ComputeHash()
 	if err != nil {
-		return &BreakError{Seq: e.Seq, Reason: strings.TrimPrefix(err.Error(), "audit: ")}
+		return &BreakError{Seq: e.Seq, Reason: ReasonOf(err)}
 	}
 	if h != e.Hash {
 		return &BreakError{Seq: e.Seq, Reason: "hash does not match the entry's contents (the entry was altered)"}
 	}
 	if v.check != nil {
 		if err := v.check(e); err != nil {
-			return &BreakError{Seq: e.Seq, Reason: strings.TrimPrefix(err.Error(), "audit: ")}
+			return &BreakError{Seq: e.Seq, Reason: ReasonOf(err)}
 		}
 	}
 	v.count++

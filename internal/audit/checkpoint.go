@@ -57,31 +57,31 @@ func (c Checkpoint) SignedMessage() ([]byte, error) {
 // whether the key is one to trust.
 func (c Checkpoint) Verify() error {
 	if c.Seq < 1 {
-		return fmt.Errorf("audit: checkpoint seq %d is not a positive entry number", c.Seq)
+		return fault("checkpoint seq %d is not a positive entry number", c.Seq)
 	}
 	if !hexHash.MatchString(c.Head) {
-		return errors.New("audit: checkpoint head is not 64 lowercase hex digits")
+		return fault("checkpoint head is not 64 lowercase hex digits")
 	}
 	if _, err := time.Parse(time.RFC3339Nano, c.Time); err != nil {
-		return fmt.Errorf("audit: checkpoint time %q is not an RFC 3339 time", c.Time)
+		return fault("checkpoint time %q is not an RFC 3339 time", c.Time)
 	}
 	pub, err := base64.RawURLEncoding.DecodeString(c.PublicKey)
 	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return errors.New("audit: checkpoint public_key is not a base64url Ed25519 public key")
+		return fault("checkpoint public_key is not a base64url Ed25519 public key")
 	}
 	if KeyID(pub) != c.KID {
-		return fmt.Errorf("audit: checkpoint kid %q does not name its public key (%s)", c.KID, KeyID(pub))
+		return fault("checkpoint kid %q does not name its public key (%s)", c.KID, KeyID(pub))
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(c.Signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
-		return errors.New("audit: checkpoint signature is not a base64url Ed25519 signature")
+		return fault("checkpoint signature is not a base64url Ed25519 signature")
 	}
 	msg, err := c.SignedMessage()
 	if err != nil {
 		return err
 	}
 	if !ed25519.Verify(pub, msg, sig) {
-		return errors.New("audit: checkpoint signature does not verify (the checkpoint was altered or forged)")
+		return fault("checkpoint signature does not verify (the checkpoint was altered or forged)")
 	}
 	return nil
 }

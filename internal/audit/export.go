@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/countersign/countersign/internal/canonical"
 )
@@ -111,21 +110,21 @@ func (s *Signer) SignHeader(h *ExportHeader) error {
 func (h *ExportHeader) VerifySignature() error {
 	pub, err := base64.RawURLEncoding.DecodeString(h.PublicKey)
 	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return errors.New("audit: the export header's public_key is not a base64url Ed25519 public key")
+		return fault("the export header's public_key is not a base64url Ed25519 public key")
 	}
 	if KeyID(pub) != h.KID {
-		return fmt.Errorf("audit: the export header's kid %q does not name its public key", h.KID)
+		return fault("the export header's kid %q does not name its public key", h.KID)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(h.Signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
-		return errors.New("audit: the export header's signature is not a base64url Ed25519 signature")
+		return fault("the export header's signature is not a base64url Ed25519 signature")
 	}
 	msg, err := h.SignedMessage()
 	if err != nil {
 		return err
 	}
 	if !ed25519.Verify(pub, msg, sig) {
-		return errors.New("audit: the export header's signature does not verify (the header was altered)")
+		return fault("the export header's signature does not verify (the header was altered)")
 	}
 	return nil
 }
@@ -472,7 +471,7 @@ func checkHeaderKey(h *ExportHeader, opts VerifyOptions) error {
 		return nil
 	}
 	if err := h.VerifySignature(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "audit: "))
+		return err
 	}
 	if len(opts.TrustedKeys) > 0 && !slices.Contains(opts.TrustedKeys, h.PublicKey) {
 		return fmt.Errorf("the export header is signed by key %s, which is not a trusted audit key", h.KID)
@@ -535,7 +534,7 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 			}
 			header = rec.Header
 			if err := checkHeaderKey(header, opts); err != nil {
-				return Report{}, broken(err.Error())
+				return Report{}, broken(ReasonOf(err))
 			}
 		case rec.Checkpoint != nil:
 			if err := prepare(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 )
@@ -171,10 +170,9 @@ func (w *Watcher) verify(ctx context.Context, head, cpSeq int64) {
 		st.State, st.Count = "broken", res.Count
 		var be *BreakError
 		if errors.As(res.Err, &be) {
-			st.BadSeq, st.Reason = be.Seq, be.Reason
-		} else {
-			st.Reason = strings.TrimPrefix(res.Err.Error(), "audit: ")
+			st.BadSeq = be.Seq
 		}
+		st.Reason = ReasonOf(res.Err)
 	}
 	w.mu.Lock()
 	prev := w.last.State

@@ -437,9 +437,11 @@ func decodeStrict(n *yaml.Node, v any) error {
 	var problems []string
 	checkKeys(n, reflect.TypeOf(v).Elem(), "", &problems)
 	if err := n.Decode(v); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
-		for _, line := range strings.Split(msg, "\n") {
-			problems = append(problems, strings.TrimSpace(line))
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			problems = append(problems, te.Errors...)
+		} else {
+			problems = append(problems, err.Error())
 		}
 	}
 	if len(problems) > 0 {

@@ -213,3 +213,22 @@ type noSubs struct{}
 
 func (noSubs) PushSubscriptions(ctx context.Context) ([]notify.Subscription, error) { return nil, nil }
 func (noSubs) DeletePushSubscription(ctx context.Context, endpoint string) error    { return nil }
+
+// TestConfigTypeErrorsAreProblems: every value of the wrong type is its own
+// problem with its line, without the YAML library's heading.
+func TestConfigTypeErrorsAreProblems(t *testing.T) {
+	_, err := notify.ParseConfig([]byte("channels: {}\npublic_url: [1]\nroutes: {a: 1}\n"), notify.Env{Getenv: func(string) string { return "" }})
+	var ce *notify.ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("ParseConfig = %v, want a ConfigError", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"line 2: cannot unmarshal", "line 3: cannot unmarshal"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "unmarshal errors") {
+		t.Errorf("error carries the library's heading:\n%s", msg)
+	}
+}

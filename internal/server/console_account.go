@@ -169,7 +169,8 @@ func (c *console) beginRegistration(ec echo.Context) error {
 		return err
 	}
 	if len(pks) >= account.MaxPasskeys {
-		return jsonError(ec, http.StatusConflict, "too_many_passkeys", strings.TrimPrefix(account.ErrTooManyPasskeys.Error(), "account: "))
+		ae := ErrorOf(account.ErrTooManyPasskeys)
+		return jsonError(ec, ae.Status, ae.Code, ae.Message)
 	}
 	opts, id, err := c.cfg.Passkeys.BeginRegistration(ctx, pu)
 	if err != nil {
@@ -210,7 +211,8 @@ func (c *console) finishRegistration(ec echo.Context) error {
 		SignCount: cred.Authenticator.SignCount, Record: record, CreatedAt: c.now().UTC().Truncate(time.Millisecond)}, audit.ChannelWeb)
 	switch {
 	case errors.Is(err, account.ErrTooManyPasskeys):
-		return jsonError(ec, http.StatusConflict, "too_many_passkeys", strings.TrimPrefix(err.Error(), "account: "))
+		ae := ErrorOf(err)
+		return jsonError(ec, ae.Status, ae.Code, ae.Message)
 	case errors.Is(err, account.ErrPasskeyTaken):
 		return jsonError(ec, http.StatusConflict, "passkey_taken", "this passkey is already registered")
 	case err != nil:

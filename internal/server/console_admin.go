@@ -57,6 +57,16 @@ func (c *console) renderAdmin(ec echo.Context, status int, msg, errMsg string, t
 	return c.render(ec, status, templates.AdminPage(av))
 }
 
+// adminRefused shows the admin page with the message of the error table
+// for err; an error it does not know is the server's.
+func (c *console) adminRefused(ec echo.Context, err error) error {
+	ae := ErrorOf(err)
+	if ae.Status >= 500 {
+		return err
+	}
+	return c.renderAdmin(ec, ae.Status, "", ae.Message, nil)
+}
+
 func (c *console) adminPage(ec echo.Context) error {
 	return c.renderAdmin(ec, http.StatusOK, "", "", nil)
 }
@@ -72,7 +82,7 @@ func (c *console) addUser(ec echo.Context) error {
 		err = account.CheckPassword(password)
 	}
 	if err != nil {
-		return c.renderAdmin(ec, http.StatusBadRequest, "", strings.TrimPrefix(err.Error(), "account: "), nil)
+		return c.adminRefused(ec, err)
 	}
 	hash, err := account.Hash(password)
 	if err != nil {
@@ -82,7 +92,7 @@ func (c *console) addUser(ec echo.Context) error {
 		if errors.Is(err, account.ErrUserExists) {
 			return c.renderAdmin(ec, http.StatusConflict, "", "an account named "+reveal.String(name)+" already exists", nil)
 		}
-		return err
+		return c.adminRefused(ec, err)
 	}
 	return c.renderAdmin(ec, http.StatusOK, "Added "+reveal.String(name)+" ("+string(role)+").", "", nil)
 }
@@ -137,17 +147,8 @@ func (c *console) createToken(ec echo.Context) error {
 	}
 	spec := account.TokenSpec{Actor: actor, Audience: audience, Note: note, Owners: strings.Split(form.Get("owners"), ",")}
 	t, secret, err := c.accounts.CreateTokenWith(ec.Request().Context(), spec, v.user.Name, audit.ChannelWeb)
-	switch {
-	case errors.Is(err, account.ErrBadOwner):
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "each owner is an account name (alice, or oidc:HOST/SUB) or team:GROUP for the members of a provider group, at most 20, separated by commas", nil)
-	case errors.Is(err, account.ErrTokenContext):
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token needs an actor and an audience", nil)
-	case errors.Is(err, account.ErrReservedName):
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "that actor name is reserved: names starting with policy: or system:, and console, name Countersign's own decisions", nil)
-	case errors.Is(err, account.ErrTokenName):
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token's actor and audience are 1 to 64 characters of ASCII letters, digits and . _ - : @, starting with a letter or digit (like account names)", nil)
-	case err != nil:
-		return err
+	if err != nil {
+		return c.adminRefused(ec, err)
 	}
 	return c.renderAdmin(ec, http.StatusOK, "", "", &templates.NewToken{ID: t.ID, Actor: reveal.Of(t.Actor), Audience: reveal.Of(t.Audience), Secret: secret})
 }

@@ -107,7 +107,7 @@ func (c *console) ssoCallback(ec echo.Context) error {
 	case errors.As(err, &shadow), errors.Is(err, account.ErrReservedName), errors.Is(err, account.ErrLoginDisabled),
 		errors.Is(err, account.ErrBadPrincipal):
 		c.log.Warn("single sign-on refused", slog.String("principal", id.Principal), slog.Any("error", err))
-		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+reveal.String(strings.TrimPrefix(err.Error(), "account: ")))
+		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+reveal.String(ErrorOf(err).Message))
 	case err != nil:
 		return err
 	}

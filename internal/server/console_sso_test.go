@@ -212,8 +212,9 @@ func TestSSONeverShadowsALocalAccount(t *testing.T) {
 	}
 	// The reserved names stay reserved.
 	e.idp.User("00u-console", "console", "", "approvers")
-	if p := e.ssoLogin(t, e.browser(), ""); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "reserved") {
-		t.Errorf("login as console = %d %q", p.status, p.find("login-error").Text())
+	if p := e.ssoLogin(t, e.browser(), ""); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "reserved") ||
+		strings.Contains(p.find("login-error").Text(), "account:") {
+		t.Errorf("login as console = %d %q, want 403 saying the name is reserved, in words for people", p.status, p.find("login-error").Text())
 	}
 }
 

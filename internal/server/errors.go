@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
@@ -86,6 +87,11 @@ var sentinels = []struct {
 	{queue.ErrNoteTooLong, http.StatusBadRequest, "note_too_long", fmt.Sprintf("the note is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrInvalidEvidence, http.StatusBadRequest, "invalid_evidence",
 		"the evidence link must be an http or https address with a host, without a user name, password or spaces; or leave it empty", ""},
+	{account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys",
+		fmt.Sprintf("an account holds at most %d passkeys; remove one first", account.MaxPasskeys), ""},
+	{account.ErrLoginDisabled, http.StatusForbidden, "account_disabled", "this account is disabled; ask an administrator", ""},
+	{account.ErrBadPrincipal, http.StatusForbidden, "bad_principal",
+		"the identity provider's subject cannot name an account here (it must be printable ASCII, at most 320 bytes with the issuer host); ask an administrator", ""},
 	{store.ErrReplaced, http.StatusServiceUnavailable, "unavailable",
 		"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.", ""},
 	{store.ErrRolledBack, http.StatusServiceUnavailable, "unavailable",
@@ -112,6 +118,8 @@ func ErrorOf(err error) *APIError {
 		fe *queue.FilterError
 		he *echo.HTTPError
 		ie *integrityError
+		in *account.InputError
+		sh *account.ShadowError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -149,6 +157,10 @@ func ErrorOf(err error) *APIError {
 			"STOP: the stored record of call %s does not match its digest (%s). Do not approve it: the database was edited. An administrator should run console audit verify.", ie.id, ie.what)
 	case errors.As(err, &fe):
 		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
+	case errors.As(err, &in):
+		return newAPIError(http.StatusBadRequest, "invalid_"+in.Field, "%s", in.Message)
+	case errors.As(err, &sh):
+		return newAPIError(http.StatusConflict, "name_taken", "%s", sh.Message())
 	case errors.As(err, &he):
 		return httpError(he)
 	}
