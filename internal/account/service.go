@@ -286,10 +286,10 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 	// call), so they follow the account name rule: plain ASCII that reads
 	// the same everywhere, never a bidi control or a look-alike.
 	if err := CheckName(actor); err != nil {
-		return Token{}, "", within("actor", ErrTokenName, err, "a token's actor is named like account names: ")
+		return Token{}, "", within("actor", ErrTokenName, err, "a token's actor is named like account names (the account name rule): ")
 	}
 	if err := checkNameChars(audience); err != nil {
-		return Token{}, "", within("audience", ErrTokenName, err, "a token's audience is named like account names: ")
+		return Token{}, "", within("audience", ErrTokenName, err, "a token's audience is named like account names (the account name rule): ")
 	}
 	var raw [32]byte
 	var id [6]byte
