@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
 )
 
 const freezeUsage = `usage: console freeze [--tool T] [--actor A] --reason TEXT --as NAME [--data DIR]
@@ -80,38 +80,32 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 		}
 		return 0
 	}
-	u, err := accountsOf(d).UserByName(ctx, *as)
-	switch {
-	case errors.Is(err, account.ErrUserNotFound) || (err == nil && u.Disabled()):
-		fmt.Fprintf(e.stderr, "console %s: %s is not an enabled account\n", name, *as)
-		return 1
-	case err != nil:
-		fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
-		return 1
-	case name == "unfreeze" && !u.Role.CanAdminister():
-		fmt.Fprintf(e.stderr, "console unfreeze: %s is %s; lifting a freeze needs an admin\n", *as, u.Role)
-		return 1
-	case name == "freeze" && !u.Role.CanDecide():
-		fmt.Fprintf(e.stderr, "console freeze: %s is %s; an operator or admin freezes\n", *as, u.Role)
-		return 1
-	}
 	if name == "freeze" {
-		f, err := q.Freeze(ctx, u.Name, audit.ChannelCLI, *tool, *actor, *reason)
+		f, err := q.Freeze(ctx, *as, audit.ChannelCLI, *tool, *actor, *reason)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "console freeze: %v\n", err)
+			fmt.Fprintf(e.stderr, "console freeze: %s\n", refusal(err))
 			return 1
 		}
 		fmt.Fprintf(e.stdout, "%s frozen: no approval and no redemption until an admin runs console unfreeze%s%s\n",
 			f.Scope(), flagIf("--tool", f.Tool), flagIf("--actor", f.Actor))
 		return 0
 	}
-	lifted, err := q.Unfreeze(ctx, u.Name, audit.ChannelCLI, *tool, *actor)
+	lifted, err := q.Unfreeze(ctx, *as, audit.ChannelCLI, *tool, *actor)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "console unfreeze: %v (console freeze --list shows what is in force)\n", err)
+		fmt.Fprintf(e.stderr, "console unfreeze: %s\n", refusal(err))
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "%s unfrozen (%d freeze(s) lifted)\n", lifted[0].Scope(), len(lifted))
 	return 0
+}
+
+// refusal is what the command line says of err: the error table's message
+// for a refusal, the error itself for anything else.
+func refusal(err error) string {
+	if ae := server.ErrorOf(err); ae.Status < 500 {
+		return ae.Message
+	}
+	return err.Error()
 }
 
 func flagIf(name, v string) string {

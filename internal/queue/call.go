@@ -316,6 +316,7 @@ var (
 	// live, unredeemed grant.
 	ErrNotApproved     = errors.New("queue: only an approved call's unredeemed grant can be revoked")
 	ErrNotADecider     = errors.New("queue: not an enabled operator or admin")
+	ErrNotAnAdmin      = errors.New("queue: not an enabled admin")
 	ErrCommentTooLong  = errors.New("queue: the approval's comment is too long")
 	ErrNotLeaseHolder  = errors.New("queue: the call was redeemed with another token; only that token extends its lease")
 	ErrLeaseExpired    = errors.New("queue: the call's lease has expired; report its outcome")
@@ -372,6 +373,15 @@ func (e *DeciderError) Error() string { return fmt.Sprintf("%v: %q", ErrNotADeci
 
 // Unwrap makes a *DeciderError an ErrNotADecider.
 func (e *DeciderError) Unwrap() error { return ErrNotADecider }
+
+// AdminError is ErrNotAnAdmin for one name: an action only an enabled
+// admin may take (lifting a freeze) in the name of someone else.
+type AdminError struct{ Operator string }
+
+func (e *AdminError) Error() string { return fmt.Sprintf("%v: %q", ErrNotAnAdmin, e.Operator) }
+
+// Unwrap makes an *AdminError an ErrNotAnAdmin.
+func (e *AdminError) Unwrap() error { return ErrNotAnAdmin }
 
 // ProposalKind says why a proposal was refused.
 type ProposalKind string

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/tools"
@@ -30,6 +31,10 @@ var ErrToolChanged = errors.New("queue: the tool's definition changed since the 
 
 // ErrFreezeScope is a freeze or unfreeze request that cannot be applied.
 var ErrFreezeScope = errors.New("queue: no freeze in force matches")
+
+// ErrFreezeReason is a freeze without a reason, or with one longer than
+// MaxReasonBytes. It is an ErrReasonRequired.
+var ErrFreezeReason = fmt.Errorf("%w: a freeze needs a reason of at most %d bytes", ErrReasonRequired, MaxReasonBytes)
 
 // Freeze stops approvals and redemptions of the calls it matches.
 type Freeze struct {
@@ -171,17 +176,21 @@ func (c *Call) DecidedByRule() string {
 }
 
 // Freeze stops approvals and redemptions of the calls of tool by actor
-// (either empty for all) until an admin lifts it.
+// (either empty for all) until an admin lifts it. Whoever may decide calls
+// may freeze them (mayFreeze), checked inside the freeze's transaction.
 func (s *Service) Freeze(ctx context.Context, by, channel, tool, actor, reason string) (*Freeze, error) {
 	reason = strings.TrimSpace(reason)
 	if by == "" {
 		return nil, ErrOperatorRequired
 	}
 	if reason == "" || len(reason) > MaxReasonBytes {
-		return nil, fmt.Errorf("%w: a freeze needs a reason of at most %d bytes", ErrReasonRequired, MaxReasonBytes)
+		return nil, ErrFreezeReason
 	}
 	f := &Freeze{Tool: tool, Actor: actor, Reason: reason, By: by, At: s.now()}
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := mayFreeze(tx, by); err != nil {
+			return err
+		}
 		if err := tx.InsertFreeze(f); err != nil {
 			return err
 		}
@@ -199,13 +208,17 @@ func (s *Service) Freeze(ctx context.Context, by, channel, tool, actor, reason s
 }
 
 // Unfreeze lifts the freezes in force with exactly this tool and actor.
-// Only an admin may; the caller checks who by is.
+// Only an enabled admin may (mayUnfreeze), checked inside the transaction
+// that lifts them.
 func (s *Service) Unfreeze(ctx context.Context, by, channel, tool, actor string) ([]Freeze, error) {
 	if by == "" {
 		return nil, ErrOperatorRequired
 	}
 	var lifted []Freeze
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if err := mayUnfreeze(tx, by); err != nil {
+			return err
+		}
 		var err error
 		lifted, err = tx.LiftFreezes(tool, actor, by, s.now())
 		if err != nil {
@@ -228,6 +241,21 @@ func (s *Service) Unfreeze(ctx context.Context, by, channel, tool, actor string)
 		return nil
 	})
 	return lifted, err
+}
+
+// mayFreeze is the rule of who may freeze, read in the freeze's
+// transaction: an enabled operator or admin, as for a decision.
+func mayFreeze(tx Tx, by string) error { return mayDecide(tx, by) }
+
+// mayUnfreeze is the rule of who may lift a freeze, read in the lift's
+// transaction: an enabled admin only, so that an operator who froze a tool
+// in an incident cannot lift the freeze alone.
+func mayUnfreeze(tx Tx, by string) error {
+	u, err := tx.User(by)
+	if errors.Is(err, account.ErrUserNotFound) || (err == nil && (u.Disabled() || !u.Role.CanAdminister())) {
+		return &AdminError{Operator: by}
+	}
+	return err
 }
 
 // RecordTools writes an audit entry naming the tools file in force: its

@@ -77,6 +77,7 @@ func newPolicyEnv(tb testing.TB, src string) *policyEnv {
 	}
 	tb.Cleanup(func() { d.Close() })
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "dave")
+	testkit.SeedUsers(tb, d.Accounts(), account.RoleAdmin, "admin")
 	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
 	if err != nil {
 		tb.Fatal(err)

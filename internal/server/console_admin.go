@@ -14,7 +14,6 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/policy"
-	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/web/templates"
@@ -170,11 +169,8 @@ func (c *console) freeze(ec echo.Context) error {
 	v, form := viewerOf(ec), ec.Request().PostForm
 	tool, actor := strings.TrimSpace(form.Get("tool")), strings.TrimSpace(form.Get("actor"))
 	f, err := c.q.Freeze(ec.Request().Context(), v.user.Name, audit.ChannelWeb, tool, actor, form.Get("reason"))
-	if errors.Is(err, queue.ErrReasonRequired) {
-		return c.renderAdmin(ec, http.StatusBadRequest, "", "a freeze needs a reason (at most 2000 bytes): agents and operators see it", nil)
-	}
 	if err != nil {
-		return err
+		return c.adminRefused(ec, err)
 	}
 	return c.renderAdmin(ec, http.StatusOK, reveal.String(f.Scope())+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
 }
@@ -183,11 +179,8 @@ func (c *console) freeze(ec echo.Context) error {
 func (c *console) unfreeze(ec echo.Context) error {
 	v, form := viewerOf(ec), ec.Request().PostForm
 	lifted, err := c.q.Unfreeze(ec.Request().Context(), v.user.Name, audit.ChannelWeb, form.Get("tool"), form.Get("actor"))
-	if errors.Is(err, queue.ErrFreezeScope) {
-		return c.renderAdmin(ec, http.StatusNotFound, "", "no freeze in force has that scope; it may have been lifted already", nil)
-	}
 	if err != nil {
-		return err
+		return c.adminRefused(ec, err)
 	}
 	return c.renderAdmin(ec, http.StatusOK, lifted[0].Scope()+" is no longer frozen", "", nil)
 }

@@ -51,6 +51,35 @@ func TestFreezeBannerAndAdminForms(t *testing.T) {
 	}
 }
 
+// TestFreezeRefusalsOnTheAdminPage: the admin page's freeze forms answer
+// the queue's refusals with the error table's words.
+func TestFreezeRefusalsOnTheAdminPage(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("root", account.RoleAdmin, "root-password-1")
+	admin := e.browser()
+	admin.login("root", "root-password-1")
+	for _, tt := range []struct {
+		path   string
+		form   url.Values
+		status int
+		says   string
+	}{
+		{"/admin/freeze", url.Values{"tool": {"payments.refund"}, "reason": {" "}}, http.StatusBadRequest, "a freeze needs a reason"},
+		{"/admin/freeze", url.Values{"reason": {strings.Repeat("x", queue.MaxReasonBytes+1)}}, http.StatusBadRequest, "a freeze needs a reason"},
+		{"/admin/unfreeze", url.Values{"tool": {"payments.refund"}}, http.StatusNotFound, "no freeze in force has that scope"},
+	} {
+		tt.form.Set("csrf", admin.csrf())
+		p := admin.post(tt.path, tt.form)
+		if msg := p.find("admin-error").Text(); p.status != tt.status || !strings.Contains(msg, tt.says) {
+			t.Errorf("POST %s = %d %q, want %d saying %q", tt.path, p.status, msg, tt.status, tt.says)
+		}
+	}
+	var ae *APIError
+	if ae = ErrorOf(&queue.AdminError{Operator: "olive"}); ae.Status != http.StatusForbidden || ae.Code != "not_an_admin" || !strings.Contains(ae.Message, `"olive"`) {
+		t.Errorf("ErrorOf(AdminError) = %+v", ae)
+	}
+}
+
 // TestReplayPage: an admin pastes a candidate tools file and sees the
 // table, with the call a person denied that the rules would approve.
 func TestReplayPage(t *testing.T) {

@@ -68,10 +68,14 @@ var sentinels = []struct {
 		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket and the command line cannot approve it)", ""},
 	{queue.ErrPasskeyChanged, http.StatusConflict, "passkey_changed",
 		"your passkey was removed, or used for another approval at the same moment; nothing was approved: try again", ""},
+	{queue.ErrFreezeReason, http.StatusBadRequest, "reason_required",
+		fmt.Sprintf("a freeze needs a reason (at most %d bytes): agents and operators see it", queue.MaxReasonBytes), ""},
 	{queue.ErrReasonRequired, http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)", ""},
 	{queue.ErrReasonTooLong, http.StatusBadRequest, "reason_too_long", fmt.Sprintf("the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
 	{queue.ErrOperatorRequired, http.StatusBadRequest, "operator_required", "say who is deciding", ""},
+	{queue.ErrFreezeScope, http.StatusNotFound, "no_freeze",
+		"no freeze in force has that scope (it may have been lifted already); console freeze --list and the admin page show what is in force", ""},
 	{queue.ErrNotBlocked, http.StatusNotFound, "not_blocked", "that actor and tool are not blocked", ""},
 	{queue.ErrNotApproved, http.StatusConflict, "not_approved",
 		"only an approved call whose grant has not been redeemed can have its grant revoked", ""},
@@ -113,6 +117,7 @@ func ErrorOf(err error) *APIError {
 		ad *queue.AudienceError
 		np *queue.NotPendingError
 		nd *queue.DeciderError
+		na *queue.AdminError
 		oe *queue.OwnerError
 		ar *queue.ApproversError
 		fe *queue.FilterError
@@ -147,6 +152,8 @@ func ErrorOf(err error) *APIError {
 	case errors.As(err, &oe) && oe.Resolving:
 		return newAPIError(http.StatusForbidden, "owner",
 			"you own the agent that proposed this call (owner %s), so you cannot resolve it; ask an operator who does not run it", reveal.String(oe.Owner))
+	case errors.As(err, &na):
+		return newAPIError(http.StatusForbidden, "not_an_admin", "only an enabled admin lifts a freeze, and %q is not one; ask an admin", na.Operator)
 	case errors.As(err, &oe):
 		return newAPIError(http.StatusForbidden, "owner",
 			"you own the agent that proposed this call (owner %s), so you cannot approve it; ask an operator who does not run it", reveal.String(oe.Owner))
