@@ -12,12 +12,23 @@
 // redeemed on the next again, and the operator sockets are spread too, so
 // submit-to-card and approve-to-wake are measured across replicas.
 //
-// It talks only to the addresses given, is bounded in count and time, and
-// stops by itself.
+// It reads the server's CPU time (user + system) from /proc/PID/stat before
+// and after the flows and reports it per flow; the PID is found from the
+// process listening on --url's port, or given with --server-pid. The
+// machine's load average is recorded at the start and end of each run.
+//
+// With --ab OLD,NEW it starts the console itself: each binary in turn,
+// alternating, --rounds times, each run on a fresh data directory and a
+// fresh port, and prints every run and the ratios of NEW to OLD measured
+// in the same invocation. One binary (--ab BIN) repeats that binary.
+//
+// It talks only to the addresses given (or to the consoles it started on
+// 127.0.0.1), is bounded in count and time, and stops by itself.
 //
 //	console serve --data /tmp/cs --tools examples/tools.yaml &
 //	go run ./cmd/loadgen --data /tmp/cs --flows 500
 //	go run ./cmd/loadgen --db postgres://... --url http://127.0.0.1:8081,http://127.0.0.1:8082 --flows 500
+//	go run ./cmd/loadgen --ab /tmp/old/console,/tmp/new/console --rounds 3 --sockets 0 --pending 0 --flows 3000
 //
 // With --faults it soaks the console with misbehaving executors and checks
 // that every call ends in an explained state (see faults.go).
@@ -73,6 +84,11 @@ type config struct {
 	duration  time.Duration
 	floorN    int
 	jsonOut   string
+	serverPID int
+	ab        string
+	rounds    int
+	tools     string
+	port      int
 	// The fault soak: see faults.go.
 	faults       bool
 	faultShare   float64
@@ -94,14 +110,25 @@ func main() {
 	fs.IntVar(&cfg.flows, "flows", 300, "complete flows (submit, approve, redeem) to run")
 	fs.IntVar(&cfg.pending, "pending", 1000, "calls left pending in the queue during the run")
 	fs.DurationVar(&cfg.duration, "duration", 2*time.Minute, "stop after this long whatever the count")
-	fs.IntVar(&cfg.floorN, "floor-commits", 300, "commits for the floor measurement (SQLite, or PostgreSQL with --db)")
-	fs.StringVar(&cfg.jsonOut, "json", "", "also write the report as JSON to this file")
+	fs.IntVar(&cfg.floorN, "floor-commits", 500, "commits for each of the two floor measurements, before and after the flows (SQLite, or PostgreSQL with --db)")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write the report as JSON to this file (with --ab, every run's report)")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "the console's process id, for its CPU time (default: the process listening on --url's port)")
+	fs.StringVar(&cfg.ab, "ab", "", "console binaries OLD,NEW to start and measure alternately (one binary: repeated)")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "with --ab, runs of each binary")
+	fs.StringVar(&cfg.tools, "tools", "examples/tools.yaml", "with --ab, the tools file the consoles serve")
+	fs.IntVar(&cfg.port, "port", 18400, "with --ab, the first port of 127.0.0.1 the consoles listen on (one per run)")
 	fs.BoolVar(&cfg.faults, "faults", false, "executors misbehave after redeeming (crash, report late, report unknown); check every call ends explained")
 	fs.Float64Var(&cfg.faultShare, "fault-share", 0.5, "with --faults: the share of executors that crash or report late")
 	fs.Float64Var(&cfg.resolveShare, "resolve-share", 0.5, "with --faults: the share of calls waiting for a person that an operator resolves")
 	fs.DurationVar(&cfg.settle, "settle", 3*time.Minute, "with --faults: how long after the flows to wait for leases to lapse and late executors to report")
 	fs.Parse(os.Args[1:])
-	if err := run(ctx, cfg, os.Stdout); err != nil {
+	var err error
+	if cfg.ab != "" {
+		err = runAB(ctx, cfg, os.Stdout)
+	} else {
+		_, err = run(ctx, cfg, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
@@ -109,22 +136,35 @@ func main() {
 
 // Report is what one run measured.
 type Report struct {
-	Replicas       int                `json:"replicas"`
-	Engine         string             `json:"engine"`
-	Flows          int                `json:"flows"`
-	Seconds        float64            `json:"seconds"`
-	FlowsPerSecond float64            `json:"flows_per_second"`
-	FloorCommits   float64            `json:"floor_commits_per_second"`
-	FloorFlows     float64            `json:"floor_flows_per_second"`
-	FloorRatio     float64            `json:"ratio_to_floor"`
-	SubmitToCard   Percentiles        `json:"submit_to_card_ms"`
-	ApproveToWake  Percentiles        `json:"approve_to_wake_ms"`
-	Redemption     Percentiles        `json:"redemption_ms"`
-	Submit         Percentiles        `json:"submit_ms"`
-	Errors         map[string]int     `json:"errors"`
-	ServerRSSMiB   float64            `json:"server_rss_mib"`
-	Settings       map[string]float64 `json:"settings"`
-	Faults         *FaultReport       `json:"faults,omitempty"`
+	Replicas       int     `json:"replicas"`
+	Engine         string  `json:"engine"`
+	Flows          int     `json:"flows"`
+	Seconds        float64 `json:"seconds"`
+	FlowsPerSecond float64 `json:"flows_per_second"`
+	FloorCommits   float64 `json:"floor_commits_per_second"`
+	// FloorCommitsBefore and FloorCommitsAfter are the two measurements
+	// FloorCommits combines: before the flows and after them.
+	FloorCommitsBefore float64        `json:"floor_commits_per_second_before"`
+	FloorCommitsAfter  float64        `json:"floor_commits_per_second_after"`
+	FloorFlows         float64        `json:"floor_flows_per_second"`
+	FloorRatio         float64        `json:"ratio_to_floor"`
+	SubmitToCard       Percentiles    `json:"submit_to_card_ms"`
+	ApproveToWake      Percentiles    `json:"approve_to_wake_ms"`
+	Redemption         Percentiles    `json:"redemption_ms"`
+	Submit             Percentiles    `json:"submit_ms"`
+	Errors             map[string]int `json:"errors"`
+	ServerRSSMiB       float64        `json:"server_rss_mib"`
+	// ServerCPUSeconds is the server's CPU time (user + system, from
+	// /proc/PID/stat) while the flows ran, and ServerCPUPerFlowMS the same
+	// per completed flow; setting up (pending calls, logins, sockets) is not
+	// counted. Zero when the server's process was not found.
+	ServerCPUSeconds   float64            `json:"server_cpu_seconds"`
+	ServerCPUPerFlowMS float64            `json:"server_cpu_per_flow_ms"`
+	ServerPID          int                `json:"server_pid"`
+	LoadAverage        [2]float64         `json:"load_average_start_end"`
+	Binary             string             `json:"binary,omitempty"`
+	Settings           map[string]float64 `json:"settings"`
+	Faults             *FaultReport       `json:"faults,omitempty"`
 }
 
 // Percentiles of a latency sample, in milliseconds.
@@ -181,23 +221,46 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) error {
+func run(ctx context.Context, cfg config, out io.Writer) (Report, error) {
+	rep, err := measure(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	printReport(out, rep)
+	if rep.Faults != nil {
+		printFaults(out, rep.Faults)
+	}
+	if cfg.jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return rep, err
+		}
+	}
+	if rep.Faults != nil && len(rep.Faults.Unexplained) > 0 {
+		return rep, fmt.Errorf("%d calls are not in an explained state", len(rep.Faults.Unexplained))
+	}
+	return rep, nil
+}
+
+// measure runs the workload once against the console at cfg.url.
+func measure(ctx context.Context, cfg config) (Report, error) {
+	load0 := loadAverage()
 	for _, raw := range strings.Split(cfg.url, ",") {
 		u, err := url.Parse(strings.TrimSpace(raw))
 		if err != nil || u.Scheme != "http" {
-			return fmt.Errorf("--url must be http:// addresses")
+			return Report{}, fmt.Errorf("--url must be http:// addresses")
 		}
 		if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
-			return fmt.Errorf("--url must be loopback addresses, not %s", h)
+			return Report{}, fmt.Errorf("--url must be loopback addresses, not %s", h)
 		}
 		cfg.urls = append(cfg.urls, strings.TrimRight(u.String(), "/"))
 	}
 	cfg.url = cfg.urls[0]
 	if cfg.data == "" && cfg.db == "" {
-		return errors.New("--data DIR or --db URL is required: loadgen creates its agent tokens and operator logins there")
+		return Report{}, errors.New("--data DIR or --db URL is required: loadgen creates its agent tokens and operator logins there")
 	}
 	if len(cfg.urls) > 1 && cfg.db == "" {
-		return errors.New("several --url replicas share a PostgreSQL database: give it with --db")
+		return Report{}, errors.New("several --url replicas share a PostgreSQL database: give it with --db")
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
@@ -213,13 +276,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.db != "" {
 		pg, err := pgstore.Open(ctx, cfg.db, pgstore.Options{MaxConns: 2})
 		if err != nil {
-			return err
+			return Report{}, err
 		}
 		accountStore, closeDB = pg.Accounts(), func() { pg.Close() }
 	} else {
 		d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
 		if err != nil {
-			return err
+			return Report{}, err
 		}
 		accountStore, closeDB = d.Accounts(), func() { d.Close() }
 	}
@@ -229,37 +292,43 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	for i := 0; i < cfg.agents+1; i++ {
 		_, secret, err := accounts.CreateToken(ctx, fmt.Sprintf("agent:load-%s-%d", run, i), "weather-host", "loadgen", "loadgen", audit.ChannelCLI)
 		if err != nil {
-			return err
+			return Report{}, err
 		}
 		tokens = append(tokens, secret)
 	}
 	password := randomHex(12)
 	hash, err := account.Hash(password)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	var operators []string
 	for i := 0; i < max(cfg.approvers, 1); i++ {
 		name := fmt.Sprintf("load-%s-op%d", run, i)
 		if _, err := accounts.AddUser(ctx, name, account.RoleOperator, hash, "loadgen", audit.ChannelCLI); err != nil {
-			return err
+			return Report{}, err
 		}
 		operators = append(operators, name)
 	}
-	var floor float64
 	engine := "sqlite"
+	// The floor is measured before the flows and again after them, on the
+	// same disk (or server), so that a change of the machine's load during
+	// the run weighs on both sides of the ratio.
+	measureFloorOnce := func() (float64, error) {
+		if cfg.db != "" {
+			return measurePostgresFloor(ctx, cfg.db, cfg.floorN)
+		}
+		return measureFloor(cfg.data, cfg.floorN)
+	}
 	if cfg.db != "" {
 		engine = "postgres"
-		floor, err = measurePostgresFloor(ctx, cfg.db, cfg.floorN)
-	} else {
-		floor, err = measureFloor(cfg.data, cfg.floorN)
 	}
+	floorBefore, err := measureFloorOnce()
 	closeDB()
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 
-	rep := Report{Replicas: len(cfg.urls), Engine: engine, Errors: map[string]int{}, FloorCommits: floor, FloorFlows: floor / 3, Settings: map[string]float64{
+	rep := Report{Replicas: len(cfg.urls), Engine: engine, Errors: map[string]int{}, Settings: map[string]float64{
 		"agents": float64(cfg.agents), "sockets": float64(cfg.sockets), "approvers": float64(cfg.approvers),
 		"pending": float64(cfg.pending)}}
 	var errs errorCounts
@@ -280,7 +349,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	sessions := make([]*webSession, len(operators))
 	for i, name := range operators {
 		if sessions[i], err = login(ctx, cfg.urls[i%len(cfg.urls)], name, password); err != nil {
-			return fmt.Errorf("log in %s: %w", name, err)
+			return Report{}, fmt.Errorf("log in %s: %w", name, err)
 		}
 	}
 	// Each socket records when it first saw each call id; the join with the
@@ -329,7 +398,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}()
 	}
 	if opened == 0 && cfg.sockets > 0 {
-		return errors.New("no operator socket could be opened")
+		return Report{}, errors.New("no operator socket could be opened")
 	}
 
 	// Approvers take calls from a channel and approve them on the web.
@@ -357,6 +426,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	var flows atomic.Int64
 	var next atomic.Int64
 	var agentWG sync.WaitGroup
+	rep.ServerPID = cfg.serverPID
+	if rep.ServerPID == 0 {
+		rep.ServerPID = listenerPID(cfg.url)
+	}
+	cpu0 := processCPU(rep.ServerPID)
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
@@ -428,6 +502,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 
+	floorAfter, err := measureFloorOnce()
+	if err != nil {
+		return Report{}, err
+	}
+	// Commits per second over both measurements: the same number of
+	// commits each time, so the rate is the harmonic mean.
+	rep.FloorCommitsBefore, rep.FloorCommitsAfter = floorBefore, floorAfter
+	rep.FloorCommits = 2 / (1/floorBefore + 1/floorAfter)
+	rep.FloorFlows = rep.FloorCommits / 3
 	rep.Flows = int(flows.Load())
 	rep.Seconds = elapsed.Seconds()
 	rep.FlowsPerSecond = float64(rep.Flows) / elapsed.Seconds()
@@ -443,39 +526,37 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		rep.Errors = map[string]int{}
 	}
 	rep.ServerRSSMiB = serverRSS(cfg.url)
-	printReport(out, rep)
+	if cpu0 >= 0 {
+		if cpu1 := processCPU(rep.ServerPID); cpu1 >= 0 {
+			rep.ServerCPUSeconds = cpu1 - cpu0
+			if rep.Flows > 0 {
+				rep.ServerCPUPerFlowMS = rep.ServerCPUSeconds * 1000 / float64(rep.Flows)
+			}
+		}
+	}
+	rep.LoadAverage = [2]float64{load0, loadAverage()}
 	if fault != nil {
 		var trail timeliner
 		if cfg.db != "" {
 			pg, err := pgstore.Open(execCtx, cfg.db, pgstore.Options{MaxConns: 2})
 			if err != nil {
-				return err
+				return rep, err
 			}
 			defer pg.Close()
 			trail = pg
 		} else {
 			d, err := db.Open(filepath.Join(cfg.data, "countersign.db"))
 			if err != nil {
-				return err
+				return rep, err
 			}
 			defer d.Close()
 			trail = d
 		}
 		if rep.Faults, err = fault.settle(execCtx, trail, sessions[0]); err != nil {
-			return err
-		}
-		printFaults(out, rep.Faults)
-	}
-	if cfg.jsonOut != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644); err != nil {
-			return err
+			return rep, err
 		}
 	}
-	if rep.Faults != nil && len(rep.Faults.Unexplained) > 0 {
-		return fmt.Errorf("%d calls are not in an explained state", len(rep.Faults.Unexplained))
-	}
-	return nil
+	return rep, nil
 }
 
 type approval struct{ id, digest string }
@@ -677,7 +758,8 @@ func printReport(w io.Writer, r Report) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "replicas\t%d on %s\n", r.Replicas, r.Engine)
 	fmt.Fprintf(tw, "flows\t%d in %.1f s\t%.1f flows/s\n", r.Flows, r.Seconds, r.FlowsPerSecond)
-	fmt.Fprintf(tw, "floor\t%.0f commits/s\t%.1f flows/s (÷3)\tratio %.2f\n", r.FloorCommits, r.FloorFlows, r.FloorRatio)
+	fmt.Fprintf(tw, "floor\t%.0f commits/s\t%.1f flows/s (÷3)\tratio %.2f\t(%.0f before, %.0f after the flows)\n",
+		r.FloorCommits, r.FloorFlows, r.FloorRatio, r.FloorCommitsBefore, r.FloorCommitsAfter)
 	fmt.Fprintf(tw, "latency (ms)\tn\tp50\tp95\tp99\tmax\n")
 	for _, row := range []struct {
 		name string
@@ -686,6 +768,12 @@ func printReport(w io.Writer, r Report) {
 		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n", row.name, row.p.N, row.p.P50, row.p.P95, row.p.P99, row.p.Max)
 	}
 	fmt.Fprintf(tw, "server RSS\t%.1f MiB\n", r.ServerRSSMiB)
+	if r.ServerPID > 0 {
+		fmt.Fprintf(tw, "server CPU\t%.2f s during the flows\t%.2f ms per flow\t(pid %d)\n", r.ServerCPUSeconds, r.ServerCPUPerFlowMS, r.ServerPID)
+	} else {
+		fmt.Fprintf(tw, "server CPU\tnot measured: no process found listening on the port (give --server-pid)\n")
+	}
+	fmt.Fprintf(tw, "load average\t%.2f at the start\t%.2f at the end\n", r.LoadAverage[0], r.LoadAverage[1])
 	if len(r.Errors) == 0 {
 		fmt.Fprintf(tw, "errors\tnone\n")
 	}
