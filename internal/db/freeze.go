@@ -23,8 +23,11 @@ func scanFreeze(r rowScanner) (queue.Freeze, error) {
 }
 
 func (t *storeTx) Frozen(tool, actor string) (*queue.Freeze, error) {
-	f, err := scanFreeze(t.tx.QueryRowContext(t.ctx, `SELECT `+freezeColumns+` FROM freezes
-		WHERE lifted_at IS NULL AND tool IN ('', ?) AND actor IN ('', ?) ORDER BY id LIMIT 1`, tool, actor))
+	// MIN(id) over the partial index rather than ORDER BY id LIMIT 1: the
+	// sort needs a temporary b-tree, which inside a write transaction cost
+	// about 100 µs of CPU on every approval and redemption, freezes or not.
+	f, err := scanFreeze(t.tx.QueryRowContext(t.ctx, `SELECT `+freezeColumns+` FROM freezes WHERE id = (
+		SELECT MIN(id) FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL AND tool IN ('', ?) AND actor IN ('', ?))`, tool, actor))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
