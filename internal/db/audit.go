@@ -39,7 +39,7 @@ func OpenReadOnly(path string) (*DB, error) {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
 	sqldb.SetMaxOpenConns(4)
-	d := &DB{sql: sqldb, path: path, now: time.Now}
+	d := &DB{sql: sqldb, path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
 	if err := sqldb.QueryRow(`SELECT value FROM meta WHERE key = 'identity'`).Scan(&d.identity); err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("db: %s is not a Countersign database: %w", path, err)
@@ -108,7 +108,7 @@ func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
 // written in one write transaction. An empty trail is audit.ErrNoCheckpoint.
 func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error) {
 	var out audit.Checkpoint
-	err := d.update(ctx, func(tx *sql.Tx) error {
+	err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := d.checkIdentity(ctx, tx); err != nil {
 			return err
 		}

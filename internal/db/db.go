@@ -3,9 +3,11 @@
 // stores the domain declares: queue.Store and queue.History (Store),
 // account.Store (Accounts) and audit.Trail (DB).
 //
-// The database runs in WAL mode with synchronous=FULL; every write is one
-// BEGIN IMMEDIATE transaction, so writers across goroutines and processes
-// are serialized by SQLite's write lock.
+// The database runs in WAL mode with synchronous=FULL; every write runs in
+// a BEGIN IMMEDIATE transaction, so writers across goroutines and
+// processes are serialized by SQLite's write lock. Within the process,
+// writes that queue while a commit is in flight share the next
+// transaction, each in its own savepoint (group commit, writer.go).
 package db
 
 import (
@@ -42,11 +44,20 @@ type DB struct {
 	identity string
 	dev, ino uint64
 	now      func() time.Time
-	writeMu  sync.Mutex
-	writer   *sql.Conn // the connection every write runs on; guarded by writeMu
+	// writing is the writer's token (see writer.go): whoever holds it runs
+	// the queued writes. The fields below it are the writer's.
+	writing chan struct{}
+	writer  *sql.Conn // the connection every write runs on
 	// txHead is the audit head the running write transaction appended, if
-	// any; guarded by writeMu.
+	// any.
 	txHead commitHead
+	// txAfter collects what the running request asks to run after the
+	// commit (storeTx.AfterCommit).
+	txAfter []func()
+	qmu     sync.Mutex  // guards queue
+	queue   []*writeReq // writes waiting for the writer, oldest first
+	// batchLimit is how many queued writes one transaction takes at most.
+	batchLimit int
 	// onCommit, when set, runs after every commit that appended audit
 	// entries, with the chain's new head, before the write returns.
 	onCommit func(seq int64, head string) error
@@ -102,7 +113,7 @@ func Open(path string) (*DB, error) {
 	}
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
-	d := &DB{sql: sqldb, path: path, now: time.Now}
+	d := &DB{sql: sqldb, path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
 	if err := d.migrate(); err != nil {
 		sqldb.Close()
 		return nil, err
@@ -120,13 +131,14 @@ func Open(path string) (*DB, error) {
 
 // OnCommit sets fn to run after every write transaction that appended
 // audit entries has committed, with the chain's new head, before the write
-// returns to its caller: once per commit, however many entries or
-// redemptions the commit holds. An error from fn is returned by the write
-// (its changes are committed, but nothing is acknowledged). Set it before
-// any write runs; nil turns it off.
+// returns to its caller: once per commit, however many entries, writes or
+// redemptions the commit holds (a group commit runs it once for all of
+// them). An error from fn is returned by every write of that commit (their
+// changes are committed, but nothing is acknowledged). Set it before any
+// write runs; nil turns it off.
 func (d *DB) OnCommit(fn func(seq int64, head string) error) {
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
+	d.lockWriter()
+	defer d.unlockWriter()
 	d.onCommit = fn
 }
 
@@ -134,17 +146,6 @@ func (d *DB) OnCommit(fn func(seq int64, head string) error) {
 func (d *DB) Close() error {
 	d.releaseWriter()
 	return d.sql.Close()
-}
-
-// releaseWriter returns the writer connection to the pool; the next write
-// takes a connection from the pool again.
-func (d *DB) releaseWriter() {
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
-	if d.writer != nil {
-		d.writer.Close()
-		d.writer = nil
-	}
 }
 
 // Ping checks that the database answers and is still the one opened: a

@@ -108,7 +108,7 @@ func TestKilledRedeemerLeavesAConsistentLedger(t *testing.T) {
 	reported := map[string]int{}
 	unexpected := 0
 	for i := range kills {
-		lines, err := runAndKill(t, l, deadline, func() time.Duration { return time.Duration(rng.IntN(300)) * time.Millisecond })
+		lines, err := runAndKill(t, l, "redeem-loop", deadline, func() time.Duration { return time.Duration(rng.IntN(300)) * time.Millisecond })
 		if err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
@@ -194,10 +194,10 @@ func TestKilledRedeemerLeavesAConsistentLedger(t *testing.T) {
 	}
 }
 
-// runAndKill starts a redeem-loop child, lets it run for delay() after it
-// is ready, kills it with SIGKILL and returns every line it wrote. A child
-// not ready by deadline is an error.
-func runAndKill(t *testing.T, l *ledger, deadline time.Time, delay func() time.Duration) ([]string, error) {
+// runAndKill starts a child in role (redeem-loop, group-loop), lets it run
+// for delay() after it is ready, kills it with SIGKILL and returns every
+// line it wrote. A child not ready by deadline is an error.
+func runAndKill(t *testing.T, l *ledger, role string, deadline time.Time, delay func() time.Duration) ([]string, error) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -205,7 +205,7 @@ func runAndKill(t *testing.T, l *ledger, deadline time.Time, delay func() time.D
 	}
 	defer r.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = childEnv(l, "redeem-loop")
+	cmd.Env = childEnv(l, role)
 	cmd.Stdout = w
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

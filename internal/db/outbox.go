@@ -89,7 +89,7 @@ const unblocked = `(o.call_id = '' OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p
 
 // Claim implements notify.Outbox.
 func (o Outbox) Claim(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) (claimed, skipped []notify.Delivery, err error) {
-	err = o.update(ctx, func(tx *sql.Tx) error {
+	err = o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		claimed, skipped = nil, nil
 		rows, err := tx.QueryContext(ctx, `UPDATE outbox SET state = 'skipped', lease_owner = '', lease_until = 0
 			WHERE seq IN (SELECT o.seq FROM outbox o INDEXED BY outbox_conditional JOIN calls c ON c.id = o.call_id
@@ -123,7 +123,7 @@ func (o Outbox) Claim(ctx context.Context, owner string, now time.Time, lease ti
 
 // Finish implements notify.Outbox.
 func (o Outbox) Finish(ctx context.Context, owner string, r notify.Result) error {
-	return o.update(ctx, func(tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var res sql.Result
 		var err error
 		switch {
@@ -208,7 +208,7 @@ func (o Outbox) Deliveries(ctx context.Context, q notify.Query) ([]notify.Delive
 
 // Retry implements notify.Outbox.
 func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
-	return o.update(ctx, func(tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var state string
 		var leaseUntil int64
 		err := tx.QueryRowContext(ctx, `SELECT state, lease_until FROM outbox WHERE seq = ?`, seq).Scan(&state, &leaseUntil)
@@ -233,7 +233,7 @@ func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
 // Prune implements notify.Outbox.
 func (o Outbox) Prune(ctx context.Context, before time.Time) (int, error) {
 	var n int64
-	err := o.update(ctx, func(tx *sql.Tx) error {
+	err := o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE state != 'pending' AND MAX(at, COALESCE(last_attempt_at, 0)) < ?`, ms(before))
 		if err != nil {
 			return fmt.Errorf("db: prune outbox: %w", err)
@@ -269,7 +269,7 @@ func (o Outbox) PushSubscriptions(ctx context.Context) ([]notify.Subscription, e
 // SavePushSubscription stores (or moves to account) a browser's
 // subscription.
 func (o Outbox) SavePushSubscription(ctx context.Context, s notify.Subscription) error {
-	return o.update(ctx, func(tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
 			VALUES (?,?,?,?,?) ON CONFLICT (endpoint) DO UPDATE SET p256dh = excluded.p256dh, auth = excluded.auth,
 			account = excluded.account, created_at = excluded.created_at`,
@@ -283,7 +283,7 @@ func (o Outbox) SavePushSubscription(ctx context.Context, s notify.Subscription)
 
 // DeletePushSubscription implements notify.Subscriptions.
 func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string) error {
-	return o.update(ctx, func(tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ?`, endpoint); err != nil {
 			return fmt.Errorf("db: delete push subscription: %w", err)
 		}
@@ -293,7 +293,7 @@ func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string) err
 
 // DeleteAccountPushSubscription forgets endpoint if account holds it.
 func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error {
-	return o.update(ctx, func(tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ? AND account = ?`, endpoint, account); err != nil {
 			return fmt.Errorf("db: delete push subscription: %w", err)
 		}

@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childRedeemOnce())
 	case "redeem-loop":
 		os.Exit(childRedeemLoop())
+	case "group-loop":
+		os.Exit(childGroupLoop())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s %q\n", roleEnv, role)
 		os.Exit(2)

@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,102 +25,16 @@ var (
 	_ audit.Trail   = (*DB)(nil)
 )
 
-// Update runs fn in one BEGIN IMMEDIATE transaction, after checking that the
+// Update runs fn in a BEGIN IMMEDIATE transaction, after checking that the
 // database is still the one opened (store.ErrReplaced otherwise), and
 // commits when fn returns nil. The commit has happened when Update returns
-// nil.
+// nil, and what fn registered with AfterCommit has run. The transaction may
+// be shared with other writes (group commit): fn's changes are its own,
+// rolled back alone when it fails.
 func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
-	return s.DB.update(ctx, func(tx *sql.Tx) error {
+	return s.DB.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		return fn(&storeTx{ctx: ctx, tx: tx, db: s.DB})
 	})
-}
-
-// update is the one place write transactions begin and commit, and where
-// every write checks the database's identity. Writers in
-// this process queue on a mutex before asking SQLite for its write lock:
-// SQLite's busy handler sleeps and retries, which under contention costs
-// tens of milliseconds, while the mutex hands over in microseconds. Other
-// processes are still serialized by SQLite itself (busy_timeout).
-//
-// Every write of the process runs on the same pooled connection. In WAL
-// mode SQLite discards a connection's page cache whenever another
-// connection has written since its last transaction, so writes spread over
-// the pool re-read their pages from the files each time; on one connection
-// the cache stays valid from one write to the next (SQLite still notices a
-// write by another process and drops it), and the transaction holding the
-// write lock does less.
-func (d *DB) update(ctx context.Context, fn func(*sql.Tx) error) error {
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
-	tx, err := d.beginWrite(ctx)
-	if err != nil {
-		return classify(fmt.Errorf("db: begin: %w", err))
-	}
-	defer tx.Rollback()
-	// Every write first checks that the file is still the database that
-	// was opened, inside the transaction, so no write lands in a database
-	// that replaced it.
-	if err := d.checkIdentity(ctx, tx); err != nil {
-		return err
-	}
-	d.txHead = commitHead{}
-	if err := fn(tx); err != nil {
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			d.discardWriter()
-		}
-		return classify(err)
-	}
-	if err := tx.Commit(); err != nil {
-		// The connection may be left inside a transaction it could not
-		// end; never reuse it.
-		d.discardWriter()
-		return classify(fmt.Errorf("db: commit: %w", err))
-	}
-	if d.onCommit != nil && d.txHead.seq > 0 {
-		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
-			return fmt.Errorf("db: committed, but not acknowledged: %w", err)
-		}
-	}
-	return nil
-}
-
-// discardWriter closes the writer connection for good (not back into the
-// pool); the next write takes a fresh one. Called with writeMu held.
-func (d *DB) discardWriter() {
-	if d.writer == nil {
-		return
-	}
-	d.writer.Raw(func(any) error { return driver.ErrBadConn })
-	d.writer.Close()
-	d.writer = nil
-}
-
-// beginWrite begins a write transaction on the writer connection, taking a
-// connection from the pool when there is none yet or when the last one was
-// discarded (database/sql discards a connection whose transaction was
-// rolled back by a cancelled context). Called with writeMu held.
-func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
-	for attempt := 0; ; attempt++ {
-		if d.writer == nil {
-			conn, err := d.sql.Conn(ctx)
-			if err != nil {
-				return nil, err
-			}
-			d.writer = conn
-		}
-		tx, err := d.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
-		if err == nil {
-			return tx, nil
-		}
-		if !errors.Is(err, sql.ErrConnDone) && !errors.Is(err, driver.ErrBadConn) {
-			return nil, err
-		}
-		d.writer.Close()
-		d.writer = nil
-		if attempt > 0 {
-			return nil, err
-		}
-	}
 }
 
 // storeTx is one write transaction; it implements queue.Tx and account.Tx.
@@ -381,6 +294,12 @@ func (t *storeTx) SetRetry(actor, tool string, st queue.RetryState) error {
 		return fmt.Errorf("db: write retries: %w", err)
 	}
 	return nil
+}
+
+// AfterCommit runs fn after the transaction has committed, before Update
+// returns, in the order of the commits; not at all if it does not commit.
+func (t *storeTx) AfterCommit(fn func()) {
+	t.db.txAfter = append(t.db.txAfter, fn)
 }
 
 func (t *storeTx) Append(e *audit.Entry) error {

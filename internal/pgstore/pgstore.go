@@ -287,6 +287,12 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	if d.onCommit != nil && len(t.entries) > 0 {
 		hookErr = d.onCommit(t.headSeq, t.headHash)
 	}
+	if hookErr == nil {
+		// Under commitMu, so they run in the order of the commits.
+		for _, fn := range t.after {
+			fn()
+		}
+	}
 	d.commitMu.Unlock()
 	if hookErr != nil {
 		return fmt.Errorf("pgstore: committed, but not acknowledged: %w", hookErr)

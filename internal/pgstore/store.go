@@ -49,7 +49,14 @@ type txn struct {
 	// of each call, for NOTIFY.
 	entries []entryID
 	calls   map[string]int64
+	// after runs once the transaction has committed (AfterCommit).
+	after []func()
 }
+
+// AfterCommit runs fn after the transaction has committed, before Update
+// returns, in the order of this process's commits; not at all if it does
+// not commit.
+func (t *txn) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 
 // entryID names one audit entry.
 type entryID struct {

@@ -173,15 +173,16 @@ func (s *Service) publish(events ...Event) {
 	}
 }
 
-// update runs fn in a transaction and publishes its events after commit.
-// When fn returns commitAnd(err), what fn wrote is committed and err is
-// returned: a refusal that is itself recorded (an audited rejection, or an
-// overdue call expired on the spot).
+// update runs fn in a transaction and publishes its events after commit,
+// in the order of the commits (the store runs the publication after the
+// commit, before Update returns). When fn returns commitAnd(err), what fn
+// wrote is committed and err is returned: a refusal that is itself
+// recorded (an audited rejection, or an overdue call expired on the spot).
 func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) error) error {
-	var events []Event
 	var refusal error
 	err := s.store.Update(ctx, func(tx Tx) error {
-		events, refusal = events[:0], nil
+		var events []Event
+		refusal = nil
 		err := fn(tx, func(ev Event) {
 			if ev.Call != nil {
 				ev.Call = ev.Call.Clone()
@@ -195,12 +196,17 @@ func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) e
 		if err != nil {
 			return err
 		}
-		return s.enqueueNotices(tx, events)
+		if err := s.enqueueNotices(tx, events); err != nil {
+			return err
+		}
+		if len(events) > 0 {
+			tx.AfterCommit(func() { s.publish(events...) })
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.publish(events...)
 	return refusal
 }
 

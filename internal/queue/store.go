@@ -91,6 +91,11 @@ type Tx interface {
 	// LastRollback returns when the latest rollback was accepted (zero when
 	// none was): grants issued at or before then are refused.
 	LastRollback() (time.Time, error)
+	// AfterCommit registers fn to run once the transaction has committed,
+	// before Update returns, and not at all if it does not commit. The
+	// functions of successive commits run in the order of the commits,
+	// even when several writes share one commit; fn must not block.
+	AfterCommit(fn func())
 }
 
 // Rollback is an older database accepted on purpose: the data directory's

@@ -1,0 +1,316 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Group commit.
+//
+// Every write of the process is a request queued for the writer. Whoever
+// holds the writer's token (d.writing) is the writer: it takes the
+// requests queued so far, runs them one after the other in one BEGIN
+// IMMEDIATE transaction, each inside its own SAVEPOINT, and commits once.
+// A request whose function fails is rolled back to its savepoint and
+// answered at once with its error; it undoes nothing of the others. The
+// requests that succeeded are answered only after the shared COMMIT (and
+// the per-commit hook) returned, so an acknowledged write is durable, and
+// their after-commit functions run first, in the order they committed.
+// Requests that arrive while a commit is in flight wait for the next one:
+// under load many writes share one fsync; alone, a write is one
+// transaction as before.
+//
+// The writer is not a goroutine of its own: the token passes between the
+// goroutines that have a request queued, and the one that takes it runs
+// everybody's. No goroutine has to be started or stopped with the
+// database, and a lone write runs on its caller's goroutine without a
+// hand-off.
+//
+// Writers in this process queue here before asking SQLite for its write
+// lock, which hands over in microseconds where SQLite's busy handler
+// sleeps; other processes are still serialized by SQLite (busy_timeout).
+// Every write runs on the same connection, d.writer: in WAL mode SQLite
+// discards a connection's page cache whenever another connection has
+// written since its last transaction, so on one connection the cache stays
+// valid from one write to the next (SQLite still notices a write by
+// another process and drops it).
+
+// maxBatch bounds how many requests share one transaction (DB.batchLimit,
+// which tests and benchmarks lower to 1 to compare with a transaction per
+// write).
+const maxBatch = 64
+
+// writeReq is one write waiting for, or in, a group commit.
+type writeReq struct {
+	ctx   context.Context
+	fn    func(ctx context.Context, tx *sql.Tx) error
+	after []func() // run after the commit, in commit order
+	err   error
+	done  chan struct{} // closed when err is final
+}
+
+// update runs fn in a write transaction, after checking that the database
+// is still the one opened (ErrReplaced otherwise), and returns when what fn
+// wrote is committed, or with the error that kept it from being. fn may
+// share the transaction with other writes (see Group commit above): it
+// must do its work through the ctx and tx it is given, which do not end
+// when the caller's context does, and its changes are its own, rolled back
+// alone when it returns an error. A caller whose context ends while its
+// write waits gets ctx.Err() and nothing is written; once its write runs,
+// it runs to its end.
+func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("db: begin: %w", err)
+	}
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
+	d.qmu.Lock()
+	d.queue = append(d.queue, r)
+	d.qmu.Unlock()
+	for {
+		select {
+		case <-r.done:
+			return r.err
+		case d.writing <- struct{}{}:
+			select {
+			case <-r.done: // the last writer ran it
+			default:
+				d.runQueued()
+			}
+			<-d.writing
+		case <-ctx.Done():
+			if d.dequeue(r) {
+				return fmt.Errorf("db: begin: %w", ctx.Err())
+			}
+			<-r.done // a writer has it: it runs to its end
+			return r.err
+		}
+	}
+}
+
+// dequeue removes r from the queue, false when a writer already took it.
+func (d *DB) dequeue(r *writeReq) bool {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	for i, q := range d.queue {
+		if q == r {
+			d.queue = append(d.queue[:i], d.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// runQueued runs the oldest queued requests as one group commit. Called
+// by the holder of d.writing.
+func (d *DB) runQueued() {
+	d.qmu.Lock()
+	n := min(len(d.queue), d.batchLimit)
+	batch := make([]*writeReq, 0, n)
+	for _, r := range d.queue[:n] {
+		if err := r.ctx.Err(); err != nil {
+			// The caller has gone; it learns that nothing was written.
+			r.err = fmt.Errorf("db: begin: %w", err)
+			close(r.done)
+			continue
+		}
+		batch = append(batch, r)
+	}
+	d.queue = append(d.queue[:0], d.queue[n:]...)
+	d.qmu.Unlock()
+	if len(batch) > 0 {
+		d.runBatch(batch)
+	}
+}
+
+// requeue puts requests that have not run back at the front of the queue.
+func (d *DB) requeue(rs []*writeReq) {
+	if len(rs) == 0 {
+		return
+	}
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	d.queue = append(append([]*writeReq(nil), rs...), d.queue...)
+}
+
+func finish(r *writeReq, err error) {
+	r.err = err
+	close(r.done)
+}
+
+// runBatch runs batch in one transaction and answers every request in it.
+// A batch of one runs without a savepoint, as a plain transaction.
+func (d *DB) runBatch(batch []*writeReq) {
+	failAll := func(rs []*writeReq, err error) {
+		for _, r := range rs {
+			finish(r, err)
+		}
+	}
+	// The transaction belongs to no single caller: it must not end when
+	// one of them goes away (database/sql rolls back a transaction whose
+	// context ends, and SQLite rolls back a whole transaction when a write
+	// statement in it is interrupted).
+	ctx := context.Background()
+	tx, err := d.beginWrite(ctx)
+	if err != nil {
+		failAll(batch, classify(fmt.Errorf("db: begin: %w", err)))
+		return
+	}
+	defer tx.Rollback()
+	// Every write first checks that the file is still the database that
+	// was opened, inside the transaction, so no write lands in a database
+	// that replaced it.
+	if err := d.checkIdentity(ctx, tx); err != nil {
+		failAll(batch, err)
+		return
+	}
+	d.txHead = commitHead{}
+	savepoints := len(batch) > 1
+	committed := batch[:0:0]
+	for i, r := range batch {
+		head := d.txHead
+		d.txAfter = nil
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT request`); err != nil {
+				d.broken(tx, committed, batch[i:], err)
+				return
+			}
+		}
+		err := r.fn(context.WithoutCancel(r.ctx), tx)
+		if err != nil {
+			d.txHead = head
+			if !savepoints {
+				if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+					d.discardWriter()
+				}
+				finish(r, classify(err))
+				return
+			}
+			if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO request`); rerr != nil {
+				d.broken(tx, committed, batch[i+1:], rerr)
+				finish(r, classify(err))
+				return
+			}
+			if _, rerr := tx.ExecContext(ctx, `RELEASE request`); rerr != nil {
+				d.broken(tx, committed, batch[i+1:], rerr)
+				finish(r, classify(err))
+				return
+			}
+			// Its failure is final now: nothing of it is in the transaction.
+			finish(r, classify(err))
+			continue
+		}
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, `RELEASE request`); err != nil {
+				// SQLite ended the transaction under fn (a statement it
+				// ignored failed with SQLITE_FULL, say): nothing of it or of
+				// the requests before it is left.
+				d.broken(tx, append(committed, r), batch[i+1:], err)
+				return
+			}
+		}
+		r.after = d.txAfter
+		committed = append(committed, r)
+	}
+	d.txAfter = nil
+	if len(committed) == 0 {
+		return // every request failed and was rolled back; the deferred Rollback ends the transaction
+	}
+	if err := tx.Commit(); err != nil {
+		// The connection may be left inside a transaction it could not
+		// end; never reuse it.
+		d.discardWriter()
+		failAll(committed, classify(fmt.Errorf("db: commit: %w", err)))
+		return
+	}
+	if d.onCommit != nil && d.txHead.seq > 0 {
+		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
+			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))
+			return
+		}
+	}
+	for _, r := range committed {
+		for _, fn := range r.after {
+			fn()
+		}
+		finish(r, nil)
+	}
+}
+
+// broken handles a transaction that SQLite rolled back by itself (an I/O
+// error, a full disk, an interrupted statement): the requests that ran in
+// it are lost and answered with the error; those that had not run yet go
+// back to the front of the queue for the next writer.
+func (d *DB) broken(tx *sql.Tx, ran, notRun []*writeReq, err error) {
+	d.txAfter = nil
+	if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+		d.discardWriter()
+	}
+	err = classify(fmt.Errorf("db: the transaction was rolled back: %w", err))
+	for _, r := range ran {
+		finish(r, err)
+	}
+	d.requeue(notRun)
+}
+
+// lockWriter takes the writer's token, for changes to the writer's state
+// outside a write.
+func (d *DB) lockWriter()   { d.writing <- struct{}{} }
+func (d *DB) unlockWriter() { <-d.writing }
+
+// discardWriter closes the writer connection for good (not back into the
+// pool); the next write takes a fresh one. Called by the writer.
+func (d *DB) discardWriter() {
+	if d.writer == nil {
+		return
+	}
+	d.writer.Raw(func(any) error { return driver.ErrBadConn })
+	d.writer.Close()
+	d.writer = nil
+}
+
+// releaseWriter returns the writer connection to the pool; the next write
+// takes a connection from the pool again.
+func (d *DB) releaseWriter() {
+	d.lockWriter()
+	defer d.unlockWriter()
+	if d.writer != nil {
+		d.writer.Close()
+		d.writer = nil
+	}
+}
+
+// beginWrite begins a write transaction on the writer connection, taking a
+// connection from the pool when there is none yet or when the last one was
+// discarded (database/sql discards a connection whose transaction was
+// rolled back by a cancelled context). Called by the writer.
+func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	for attempt := 0; ; attempt++ {
+		if d.writer == nil {
+			// Waiting for a pooled connection is bounded; the transaction
+			// itself is not tied to this context.
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			conn, err := d.sql.Conn(cctx)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			d.writer = conn
+		}
+		tx, err := d.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
+		if err == nil {
+			return tx, nil
+		}
+		if !errors.Is(err, sql.ErrConnDone) && !errors.Is(err, driver.ErrBadConn) {
+			return nil, err
+		}
+		d.writer.Close()
+		d.writer = nil
+		if attempt > 0 {
+			return nil, err
+		}
+	}
+}
