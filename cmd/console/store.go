@@ -49,6 +49,7 @@ type storage interface {
 	AuditHead(ctx context.Context) (int64, string, error)
 	AuditHashAt(ctx context.Context, seq int64) (string, error)
 	OnCommit(fn func(seq int64, head string) error)
+	WriteCounts() (commits, writes int64)
 }
 
 // engine is an opened database, SQLite or PostgreSQL, with the stores the

@@ -158,13 +158,18 @@ type Report struct {
 	// /proc/PID/stat) while the flows ran, and ServerCPUPerFlowMS the same
 	// per completed flow; setting up (pending calls, logins, sockets) is not
 	// counted. Zero when the server's process was not found.
-	ServerCPUSeconds   float64            `json:"server_cpu_seconds"`
-	ServerCPUPerFlowMS float64            `json:"server_cpu_per_flow_ms"`
-	ServerPID          int                `json:"server_pid"`
-	LoadAverage        [2]float64         `json:"load_average_start_end"`
-	Binary             string             `json:"binary,omitempty"`
-	Settings           map[string]float64 `json:"settings"`
-	Faults             *FaultReport       `json:"faults,omitempty"`
+	ServerCPUSeconds   float64 `json:"server_cpu_seconds"`
+	ServerCPUPerFlowMS float64 `json:"server_cpu_per_flow_ms"`
+	ServerPID          int     `json:"server_pid"`
+	// Commits and Writes are the store's write transactions during the
+	// flows and the writes they held (0 when the console does not report
+	// them).
+	Commits     float64            `json:"commits"`
+	Writes      float64            `json:"writes"`
+	LoadAverage [2]float64         `json:"load_average_start_end"`
+	Binary      string             `json:"binary,omitempty"`
+	Settings    map[string]float64 `json:"settings"`
+	Faults      *FaultReport       `json:"faults,omitempty"`
 }
 
 // Percentiles of a latency sample, in milliseconds.
@@ -431,6 +436,7 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 		rep.ServerPID = listenerPID(cfg.url)
 	}
 	cpu0 := processCPU(rep.ServerPID)
+	m0 := serverMetrics(cfg.url)
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
@@ -525,7 +531,10 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	if rep.Errors == nil {
 		rep.Errors = map[string]int{}
 	}
-	rep.ServerRSSMiB = serverRSS(cfg.url)
+	m1 := serverMetrics(cfg.url)
+	rep.ServerRSSMiB = m1["process_resident_memory_bytes"] / (1 << 20)
+	rep.Commits = m1["countersign_store_commits_total"] - m0["countersign_store_commits_total"]
+	rep.Writes = m1["countersign_store_writes_total"] - m0["countersign_store_writes_total"]
 	if cpu0 >= 0 {
 		if cpu1 := processCPU(rep.ServerPID); cpu1 >= 0 {
 			rep.ServerCPUSeconds = cpu1 - cpu0
@@ -737,21 +746,24 @@ func (s *webSession) dialWS(ctx context.Context, base string) (*websocket.Conn, 
 	return conn, err
 }
 
-// serverRSS reads the console's resident memory from its metrics.
-func serverRSS(base string) float64 {
+// serverMetrics reads the console's metrics that loadgen reports: its
+// resident memory and the store's commits and writes.
+func serverMetrics(base string) map[string]float64 {
+	out := map[string]float64{}
 	res, err := http.Get(base + "/metrics")
 	if err != nil {
-		return 0
+		return out
 	}
 	defer res.Body.Close()
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f / (1 << 20)
+		for _, name := range []string{"process_resident_memory_bytes", "countersign_store_commits_total", "countersign_store_writes_total"} {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				out[name], _ = strconv.ParseFloat(v, 64)
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 func printReport(w io.Writer, r Report) {
@@ -772,6 +784,9 @@ func printReport(w io.Writer, r Report) {
 		fmt.Fprintf(tw, "server CPU\t%.2f s during the flows\t%.2f ms per flow\t(pid %d)\n", r.ServerCPUSeconds, r.ServerCPUPerFlowMS, r.ServerPID)
 	} else {
 		fmt.Fprintf(tw, "server CPU\tnot measured: no process found listening on the port (give --server-pid)\n")
+	}
+	if r.Commits > 0 {
+		fmt.Fprintf(tw, "store\t%.0f writes in %.0f commits\t%.2f writes per commit\n", r.Writes, r.Commits, r.Writes/r.Commits)
 	}
 	fmt.Fprintf(tw, "load average\t%.2f at the start\t%.2f at the end\n", r.LoadAverage[0], r.LoadAverage[1])
 	if len(r.Errors) == 0 {

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +59,9 @@ type DB struct {
 	queue   []*writeReq // writes waiting for the writer, oldest first
 	// batchLimit is how many queued writes one transaction takes at most.
 	batchLimit int
+	// commits and writes count the committed write transactions and the
+	// writes they held.
+	commits, writes atomic.Int64
 	// onCommit, when set, runs after every commit that appended audit
 	// entries, with the chain's new head, before the write returns.
 	onCommit func(seq int64, head string) error
@@ -140,6 +144,13 @@ func (d *DB) OnCommit(fn func(seq int64, head string) error) {
 	d.lockWriter()
 	defer d.unlockWriter()
 	d.onCommit = fn
+}
+
+// WriteCounts returns how many write transactions this handle has
+// committed and how many writes they held: writes ÷ commits is the
+// average size of a group commit.
+func (d *DB) WriteCounts() (commits, writes int64) {
+	return d.commits.Load(), d.writes.Load()
 }
 
 // Close closes the database.

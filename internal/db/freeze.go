@@ -23,11 +23,22 @@ func scanFreeze(r rowScanner) (queue.Freeze, error) {
 }
 
 func (t *storeTx) Frozen(tool, actor string) (*queue.Freeze, error) {
-	// MIN(id) over the partial index rather than ORDER BY id LIMIT 1: the
-	// sort needs a temporary b-tree, which inside a write transaction cost
-	// about 100 µs of CPU on every approval and redemption, freezes or not.
+	// Almost always no freeze is in force: one probe of the partial index
+	// says so for 2 µs, where matching the freezes (IN lists are
+	// temporary tables in SQLite) costs 20-40 µs inside a write
+	// transaction, on every approval and redemption.
+	var any bool
+	if err := t.tx.QueryRowContext(t.ctx, `SELECT EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL)`).
+		Scan(&any); err != nil {
+		return nil, fmt.Errorf("db: read freezes: %w", err)
+	}
+	if !any {
+		return nil, queue.ErrNotFound
+	}
+	// MIN(id) rather than ORDER BY id LIMIT 1, which sorts in a temporary
+	// b-tree.
 	f, err := scanFreeze(t.tx.QueryRowContext(t.ctx, `SELECT `+freezeColumns+` FROM freezes WHERE id = (
-		SELECT MIN(id) FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL AND tool IN ('', ?) AND actor IN ('', ?))`, tool, actor))
+		SELECT MIN(id) FROM freezes WHERE lifted_at IS NULL AND tool IN ('', ?) AND actor IN ('', ?))`, tool, actor))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}

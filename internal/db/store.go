@@ -42,6 +42,9 @@ type storeTx struct {
 	ctx context.Context
 	tx  *sql.Tx
 	db  *DB
+	// stored holds, by call id, the mutable columns of each call as this
+	// transaction last read or wrote them.
+	stored map[string][]any
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
@@ -166,11 +169,23 @@ func (t *storeTx) InsertRevocation(r queue.Revocation) error {
 }
 
 func (t *storeTx) Call(id string) (*queue.Call, error) {
-	return loadCall(t.ctx, t.tx, `id = ?`, id)
+	return t.remember(loadCall(t.ctx, t.tx, `id = ?`, id))
 }
 
 func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
-	return loadCall(t.ctx, t.tx, `actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`, actor, digest)
+	return t.remember(loadCall(t.ctx, t.tx, `actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`, actor, digest))
+}
+
+// remember keeps the mutable columns of a call as this transaction read
+// them, so that UpdateCall writes only the columns that changed.
+func (t *storeTx) remember(c *queue.Call, err error) (*queue.Call, error) {
+	if err == nil {
+		if t.stored == nil {
+			t.stored = map[string][]any{}
+		}
+		t.stored[c.ID] = mutableValues(c)
+	}
+	return c, err
 }
 
 func (t *storeTx) InsertCall(c *queue.Call) error {
@@ -196,7 +211,15 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	return nil
 }
 
-func (t *storeTx) UpdateCall(c *queue.Call) error {
+// mutableColumns are the columns UpdateCall writes, in the order of
+// mutableValues.
+var mutableColumns = []string{"status", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_token", "grant_jti",
+	"grant_kid", "grant_expires_at", "redeemed_at", "outcome_status", "outcome_detail", "outcome_at", "redeemed_by", "lease_until",
+	"resolution", "resolved_by", "resolved_channel", "resolution_note", "resolution_evidence", "resolved_at"}
+
+// mutableValues are c's values of mutableColumns, as bound to the update.
+// Each is comparable with ==.
+func mutableValues(c *queue.Call) []any {
 	var deniedBy, deniedChannel, reason sql.NullString
 	if c.Denial != nil {
 		deniedBy = sql.NullString{String: c.Denial.By, Valid: true}
@@ -221,18 +244,41 @@ func (t *storeTx) UpdateCall(c *queue.Call) error {
 		evidence = sql.NullString{String: r.Evidence, Valid: true}
 		resolvedAt = nullMS(r.At)
 	}
-	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET status = ?, decided_at = ?, denied_by = ?, denied_channel = ?,
-		deny_reason = ?, grant_token = ?, grant_jti = ?, grant_kid = ?, grant_expires_at = ?, redeemed_at = ?,
-		outcome_status = ?, outcome_detail = ?, outcome_at = ?, redeemed_by = ?, lease_until = ?, resolution = ?,
-		resolved_by = ?, resolved_channel = ?, resolution_note = ?, resolution_evidence = ?, resolved_at = ? WHERE id = ?`,
-		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
+	return []any{string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
 		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
-		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt, c.ID)
+		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt}
+}
+
+// UpdateCall writes the call's mutable columns. A call read by this
+// transaction has only the columns that changed written: SQLite rewrites
+// the entries of every index on a column the UPDATE names, changed or not,
+// and the calls table has many (status, outcome and lease indexes for the
+// history's filters), so a full update costs several times a narrow one.
+func (t *storeTx) UpdateCall(c *queue.Call) error {
+	vals := mutableValues(c)
+	set := mutableColumns
+	args := vals
+	if prev, ok := t.stored[c.ID]; ok {
+		set, args = nil, nil
+		for i, v := range vals {
+			if v != prev[i] {
+				set = append(set, mutableColumns[i])
+				args = append(args, v)
+			}
+		}
+		if len(set) == 0 {
+			return nil // the row is as this transaction read it
+		}
+	}
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET `+strings.Join(set, " = ?, ")+` = ? WHERE id = ?`, append(args, c.ID)...)
 	if err != nil {
 		return fmt.Errorf("db: update call %s: %w", c.ID, err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("db: update call %s: %w", c.ID, queue.ErrNotFound)
+	}
+	if t.stored != nil {
+		t.stored[c.ID] = vals
 	}
 	return nil
 }

@@ -226,6 +226,8 @@ func (d *DB) runBatch(batch []*writeReq) {
 		failAll(committed, classify(fmt.Errorf("db: commit: %w", err)))
 		return
 	}
+	d.commits.Add(1)
+	d.writes.Add(int64(len(committed)))
 	if d.onCommit != nil && d.txHead.seq > 0 {
 		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
 			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))

@@ -180,6 +180,9 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	if n := verifyAuditChain(t, d.SQL()); len(hooks) != 1 || hooks[0] != n {
 		t.Errorf("commit hook ran with %v, want once with the head %d", hooks, n)
 	}
+	if commits, writes := d.WriteCounts(); commits != 1 || writes != int64(len(want)) {
+		t.Errorf("WriteCounts = %d commits, %d writes; want 1, %d", commits, writes, len(want))
+	}
 }
 
 // TestGroupCommitLostTransaction: when SQLite ends the shared

@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +86,16 @@ type DB struct {
 	// the chain head lock already orders the commits themselves.
 	commitMu sync.Mutex
 	onCommit func(seq int64, head string) error
+
+	// commits and writes count this process's committed write
+	// transactions and the writes they held.
+	commits, writes atomic.Int64
+}
+
+// WriteCounts returns how many write transactions this process has
+// committed and how many writes they held.
+func (d *DB) WriteCounts() (commits, writes int64) {
+	return d.commits.Load(), d.writes.Load()
 }
 
 // OnCommit sets fn to run after every write transaction that appended
@@ -283,6 +294,8 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 		// either way nothing is acknowledged.
 		return classify(fmt.Errorf("pgstore: commit: %w", err))
 	}
+	d.commits.Add(1)
+	d.writes.Add(1)
 	var hookErr error
 	if d.onCommit != nil && len(t.entries) > 0 {
 		hookErr = d.onCommit(t.headSeq, t.headHash)

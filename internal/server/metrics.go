@@ -31,7 +31,7 @@ type metrics struct {
 	resolutions   *prometheus.CounterVec
 }
 
-func newMetrics(q *queue.Service, waits *TokenWaits, live Live) *metrics {
+func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCounter) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_proposals_total",
 		Help: "Proposals by outcome: created, duplicate, rejected, refused (audience, retry limit, previously denied), error."}, []string{"outcome"})
@@ -88,6 +88,18 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live) *metrics {
 		m.redeemSeconds, m.pushes, waiters, evalErrors, waitsRefused, mostWaits,
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if writes != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commits_total",
+			Help: "Write transactions committed by this process."}, func() float64 {
+			c, _ := writes.WriteCounts()
+			return float64(c)
+		}), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_writes_total",
+			Help: "Writes committed by this process; several share one transaction under load (group commit), so writes ÷ commits is the average group."},
+			func() float64 {
+				_, w := writes.WriteCounts()
+				return float64(w)
+			}))
+	}
 	if live != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_live_listener_connected",
 			Help: "1 while the listener for other replicas' changes is connected to PostgreSQL, else 0."}, func() float64 {
@@ -101,6 +113,12 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live) *metrics {
 		}))
 	}
 	return m
+}
+
+// WriteCounter counts the store's committed write transactions and the
+// writes they held (db.DB, pgstore.DB).
+type WriteCounter interface {
+	WriteCounts() (commits, writes int64)
 }
 
 // Live is the state of a replica's listener for the changes other

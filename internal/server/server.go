@@ -46,7 +46,10 @@ type Config struct {
 	// replicas commit to a shared store; while it is disconnected /healthz
 	// answers 503 (this replica's pages and long-polls would miss other
 	// replicas' changes until it has caught up) and the metrics say so.
-	Live    Live
+	Live Live
+	// Writes, when set, counts the store's commits and the writes they
+	// held, for the metrics.
+	Writes  WriteCounter
 	Keys    *grant.Keyring
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -180,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.MaxWaitsPerToken = cfg.Waits.Max()
 	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, waits: cfg.Waits}
-	s.metrics = newMetrics(cfg.Queue, s.waits, cfg.Live)
+	s.metrics = newMetrics(cfg.Queue, s.waits, cfg.Live, cfg.Writes)
 	cfg.Queue.Subscribe(s.metrics.observe)
 
 	e := echo.New()
