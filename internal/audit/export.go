@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/canonical"
 )
@@ -582,4 +584,16 @@ func VerifyExport(r io.Reader, opts VerifyOptions) (Report, error) {
 	rep := opts.Report(v, count, head)
 	rep.Header = header
 	return rep, nil
+}
+
+// CSVCell keeps a spreadsheet from reading a cell of a CSV export as a
+// formula: text that begins with =, +, -, @, a tab or a carriage return, or
+// with the full-width ＝ ＋ － ＠ that some spreadsheets also take for them,
+// gets a leading apostrophe. JSONL exports are never altered.
+func CSVCell(s string) string {
+	r, _ := utf8.DecodeRuneInString(s)
+	if s != "" && strings.ContainsRune("=+-@\t\r\uFF1D\uFF0B\uFF0D\uFF20", r) {
+		return "'" + s
+	}
+	return s
 }

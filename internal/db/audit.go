@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/audit"
 )
@@ -398,9 +397,9 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 				return err
 			}
 			if cw != nil {
-				record[0], record[1], record[2] = strconv.FormatInt(e.Seq, 10), e.Time, csvCell(e.Kind)
-				record[3], record[4], record[5] = csvCell(e.CallID), csvCell(e.Principal), csvCell(e.Channel)
-				record[6], record[7], record[8] = csvCell(string(details)), e.PrevHash, e.Hash
+				record[0], record[1], record[2] = strconv.FormatInt(e.Seq, 10), e.Time, audit.CSVCell(e.Kind)
+				record[3], record[4], record[5] = audit.CSVCell(e.CallID), audit.CSVCell(e.Principal), audit.CSVCell(e.Channel)
+				record[6], record[7], record[8] = audit.CSVCell(string(details)), e.PrevHash, e.Hash
 				if err := cw.Write(record); err != nil {
 					return err
 				}
@@ -468,16 +467,4 @@ func auditRange(ctx context.Context, q querier, since, until time.Time) (from, t
 		return 0, 0, err
 	}
 	return from, to, nil
-}
-
-// csvCell keeps a spreadsheet from reading a cell as a formula: text that
-// begins with =, +, -, @, a tab or a carriage return, or with the
-// full-width ＝ ＋ － ＠ that some spreadsheets also take for them, gets a
-// leading apostrophe. JSONL exports are never altered.
-func csvCell(s string) string {
-	r, _ := utf8.DecodeRuneInString(s)
-	if s != "" && strings.ContainsRune("=+-@\t\r\uFF1D\uFF0B\uFF0D\uFF20", r) {
-		return "'" + s
-	}
-	return s
 }

@@ -1008,15 +1008,6 @@ func TestExportCSV(t *testing.T) {
 	}
 }
 
-func TestCSVCell(t *testing.T) {
-	for in, want := range map[string]string{"": "", "=1+2": "'=1+2", "+x": "'+x", "-x": "'-x", "@x": "'@x",
-		"\tx": "'\tx", "\rx": "'\rx", "x=1": "x=1", "{\"a\":1}": "{\"a\":1}"} {
-		if got := csvCell(in); got != want {
-			t.Errorf("csvCell(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // appendMany seals n entries onto the chain in Go and inserts them in one
 // transaction: a quick way to make a long trail.
 func appendMany(tb testing.TB, d *DB, n int, detailBytes int) {
@@ -1113,16 +1104,5 @@ func TestOpenReadOnly(t *testing.T) {
 	var n int
 	if err := d.SQL().QueryRow(`SELECT COUNT(*) FROM audit`).Scan(&n); err != nil || int64(n) != h.head(t) {
 		t.Errorf("read %d entries, %v; want %d", n, err, h.head(t))
-	}
-}
-
-// TestCSVCellFullWidth: the full-width ＝ ＋ － ＠, which spreadsheets may
-// also read as the start of a formula, are escaped like their ASCII forms.
-func TestCSVCellFullWidth(t *testing.T) {
-	for in, want := range map[string]string{"＝HYPERLINK(\"x\")": "'＝HYPERLINK(\"x\")", "＋1": "'＋1", "－1": "'－1",
-		"＠SUM(A1)": "'＠SUM(A1)", "a＝1": "a＝1", "ｘ": "ｘ"} {
-		if got := csvCell(in); got != want {
-			t.Errorf("csvCell(%q) = %q, want %q", in, got, want)
-		}
 	}
 }

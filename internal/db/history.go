@@ -1,10 +1,8 @@
 package db
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -400,174 +397,83 @@ const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.tar
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
-// one read snapshot and in constant memory. Grant tokens are not exported.
+// one read snapshot and in constant memory, in the format queue.ExportCalls
+// writes. Grant tokens are not exported.
 func (d *DB) ExportCalls(ctx context.Context, f queue.HistoryFilter, w io.Writer, format string) error {
-	if format != "jsonl" && format != "csv" {
-		return audit.ErrFormat
-	}
+	return queue.ExportCalls(ctx, d.exportRows, f, w, format)
+}
+
+// exportRows streams the calls of an export (queue.ExportRows).
+func (d *DB) exportRows(ctx context.Context, f queue.HistoryFilter, fn func(*queue.ExportRow) error) error {
 	q, err := d.historyQuery(ctx, f)
 	if err != nil {
 		return err
 	}
+	if q.empty {
+		return nil
+	}
 	return d.readSnapshot(ctx, func(db querier) error {
-		bw := bufio.NewWriterSize(w, 64<<10)
-		var cw *csv.Writer
-		if format == "csv" {
-			cw = csv.NewWriter(bw)
-			if err := cw.Write(callCSVHeader); err != nil {
-				return err
-			}
-		}
-		if q.empty {
-			return flush(bw, cw)
-		}
 		rows, err := db.QueryContext(ctx, q.sql(exportColumns+", "+approvalsColumn), q.args...)
 		if err != nil {
 			return classify(fmt.Errorf("db: export calls: %w", err))
 		}
 		defer rows.Close()
-		var buf []byte
 		var last int64
-		record := make([]string, len(callCSVHeader))
 		for rows.Next() {
-			var r exportRow
-			if err := rows.Scan(&r.seq, &r.id, &r.status, &r.actor, &r.audience, &r.tool, &r.target, &r.args, &r.rationale,
-				&r.digest, &r.required, &r.created, &r.decideBy, &r.decidedAt, &r.deniedBy, &r.deniedChannel, &r.denyReason,
-				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &r.outDetail, &r.outAt, &r.redeemedBy,
-				&r.leaseUntil, &r.resolution, &r.resolvedBy, &r.resolvedChannel, &r.resolutionNote, &r.evidence,
-				&r.resolvedAt, &r.approvals); err != nil {
-				return classify(fmt.Errorf("db: export calls: %w", err))
+			r, err := scanExportRow(rows)
+			if err != nil {
+				return err
 			}
-			if r.seq == last {
+			if r.Seq == last {
 				continue // the same call through another decider
 			}
-			last = r.seq
-			var as []approvalJSON
-			if err := json.Unmarshal([]byte(r.approvals), &as); err != nil {
-				return fmt.Errorf("db: approvals of %s: %w", r.id, err)
-			}
-			if cw != nil {
-				r.csv(record, as)
-				if err := cw.Write(record); err != nil {
-					return err
-				}
-			} else {
-				if buf, err = r.appendJSON(buf[:0], as); err != nil {
-					return err
-				}
-				if _, err := bw.Write(buf); err != nil {
-					return err
-				}
-			}
-			if err := ctx.Err(); err != nil {
+			last = r.Seq
+			if err := fn(r); err != nil {
 				return err
 			}
 		}
 		if err := rows.Err(); err != nil {
 			return classify(fmt.Errorf("db: export calls: %w", err))
 		}
-		return flush(bw, cw)
+		return nil
 	})
 }
 
-type exportRow struct {
-	seq                                                        int64
-	id, status, actor, audience, tool, target, args, rationale string
-	digest                                                     string
-	required, created, decideBy                                int64
-	decidedAt, grantExp, redeemedAt, outAt                     sql.NullInt64
-	deniedBy, deniedChannel, denyReason, jti, kid, outStatus   sql.NullString
-	outDetail                                                  sql.NullString
-	redeemedBy, resolution, resolvedBy, resolvedChannel        sql.NullString
-	resolutionNote, evidence                                   sql.NullString
-	leaseUntil, resolvedAt                                     sql.NullInt64
-	approvals                                                  string
-}
-
-var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audience", "tool", "target", "digest",
-	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
-	"grant_kid", "grant_expires_at", "redeemed_at", "redeemed_by_token", "lease_until", "outcome_status", "outcome_detail",
-	"outcome_at", "resolution", "resolved_by", "resolved_channel", "resolved_at", "resolution_note", "resolution_evidence",
-	"args", "rationale"}
-
-// exportTime writes unix milliseconds as RFC 3339 with milliseconds.
-func exportTime(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-func nullTime(n sql.NullInt64) any {
-	if !n.Valid {
-		return nil
+// scanExportRow reads a row of exportColumns and approvalsColumn.
+func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
+	var r queue.ExportRow
+	var created, decideBy int64
+	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt sql.NullInt64
+	var deniedBy, deniedChannel, denyReason, jti, kid, outStatus, outDetail sql.NullString
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, note, evidence sql.NullString
+	var approvals string
+	if err := rows.Scan(&r.Seq, &r.ID, &r.Status, &r.Actor, &r.Audience, &r.Tool, &r.Target, &r.Args, &r.Rationale,
+		&r.Digest, &r.ApprovalsRequired, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel, &denyReason,
+		&jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outAt, &redeemedBy,
+		&leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &note, &evidence,
+		&resolvedAt, &approvals); err != nil {
+		return nil, classify(fmt.Errorf("db: export calls: %w", err))
 	}
-	return exportTime(n.Int64)
-}
-
-func nullText(s sql.NullString) any {
-	if !s.Valid {
-		return nil
+	r.CreatedAt, r.DecideBy, r.DecidedAt = time.UnixMilli(created).UTC(), time.UnixMilli(decideBy).UTC(), fromMS(decidedAt)
+	if deniedBy.Valid {
+		r.Denial = &queue.Denial{By: deniedBy.String, Channel: deniedChannel.String, Reason: denyReason.String}
 	}
-	return s.String
-}
-
-func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
-	args, err := canonical.ParseWith([]byte(r.args), canonical.Options{MaxBytes: audit.MaxDetailsBytes,
-		MaxDepth: canonical.MaxArgsDepth + 1, Numbers: canonical.NumbersFor(r.tool)})
-	if err != nil {
-		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", r.id, err)
+	r.GrantJTI, r.GrantKID, r.GrantExpiresAt = jti.String, kid.String, fromMS(grantExp)
+	r.RedeemedAt, r.RedeemedBy, r.LeaseUntil = fromMS(redeemedAt), redeemedBy.String, fromMS(leaseUntil)
+	if outStatus.Valid {
+		r.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outAt)}
 	}
-	approvals := make([]any, len(as))
+	if resolution.Valid {
+		r.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
+			Note: note.String, Evidence: evidence.String, At: fromMS(resolvedAt)}
+	}
+	var as []approvalJSON
+	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
+		return nil, fmt.Errorf("db: approvals of %s: %w", r.ID, err)
+	}
+	r.Approvals = make([]queue.Approval, len(as))
 	for i, a := range as {
-		m := map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
-		if a.PasskeyName != nil {
-			m["passkey"] = *a.PasskeyName
-		}
-		approvals[i] = m
+		r.Approvals[i] = a.approval()
 	}
-	var denial, outcome, resolution any
-	if r.resolution.Valid {
-		resolution = map[string]any{"verdict": r.resolution.String, "by": r.resolvedBy.String, "channel": r.resolvedChannel.String,
-			"note": r.resolutionNote.String, "evidence": r.evidence.String, "at": nullTime(r.resolvedAt)}
-	}
-	if r.deniedBy.Valid {
-		denial = map[string]any{"by": r.deniedBy.String, "channel": r.deniedChannel.String, "reason": r.denyReason.String}
-	}
-	if r.outStatus.Valid {
-		outcome = map[string]any{"status": r.outStatus.String, "detail": r.outDetail.String, "at": nullTime(r.outAt)}
-	}
-	o := map[string]any{
-		"seq": r.seq, "id": r.id, "status": r.status, "actor": r.actor, "audience": r.audience, "tool": r.tool,
-		"target": r.target, "args": args, "rationale": r.rationale, "digest": r.digest,
-		"approvals_required": r.required, "approvals": approvals, "created_at": exportTime(r.created),
-		"decide_by": exportTime(r.decideBy), "decided_at": nullTime(r.decidedAt), "denial": denial,
-		"grant_jti": nullText(r.jti), "grant_kid": nullText(r.kid), "grant_expires_at": nullTime(r.grantExp),
-		"redeemed_at": nullTime(r.redeemedAt), "redeemed_by_token": nullText(r.redeemedBy),
-		"lease_until": nullTime(r.leaseUntil), "outcome": outcome, "resolution": resolution,
-	}
-	dst, err = canonical.Append(dst, o)
-	if err != nil {
-		return nil, fmt.Errorf("db: export call %s: %w", r.id, err)
-	}
-	return append(dst, '\n'), nil
-}
-
-func (r *exportRow) csv(record []string, as []approvalJSON) {
-	t := func(n sql.NullInt64) string {
-		if !n.Valid {
-			return ""
-		}
-		return exportTime(n.Int64)
-	}
-	parts := make([]string, len(as))
-	for i, a := range as {
-		parts[i] = a.Operator + " via " + a.Channel + " at " + exportTime(a.At)
-	}
-	vals := []string{strconv.FormatInt(r.seq, 10), r.id, exportTime(r.created), r.status, r.actor, r.audience, r.tool,
-		r.target, r.digest, strconv.FormatInt(r.required, 10), strings.Join(parts, "; "), t(r.decidedAt),
-		r.deniedBy.String, r.deniedChannel.String, r.denyReason.String, r.jti.String, r.kid.String, t(r.grantExp),
-		t(r.redeemedAt), r.redeemedBy.String, t(r.leaseUntil), r.outStatus.String, r.outDetail.String, t(r.outAt),
-		r.resolution.String, r.resolvedBy.String, r.resolvedChannel.String, t(r.resolvedAt), r.resolutionNote.String,
-		r.evidence.String, r.args, r.rationale}
-	for i, v := range vals {
-		record[i] = csvCell(v)
-	}
+	return &r, nil
 }

@@ -1,9 +1,7 @@
 package pgstore
 
 import (
-	"bufio"
 	"context"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -184,183 +180,79 @@ const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.tar
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
-// one read snapshot and in constant memory. Grant tokens are not exported.
+// one read snapshot and in constant memory, in the format queue.ExportCalls
+// writes. Grant tokens are not exported.
 func (d *DB) ExportCalls(ctx context.Context, f queue.HistoryFilter, w io.Writer, format string) error {
-	if format != "jsonl" && format != "csv" {
-		return audit.ErrFormat
-	}
+	return queue.ExportCalls(ctx, d.exportRows, f, w, format)
+}
+
+// exportRows streams the calls of an export (queue.ExportRows).
+func (d *DB) exportRows(ctx context.Context, f queue.HistoryFilter, fn func(*queue.ExportRow) error) error {
 	where, args, err := d.historyWhere(ctx, f)
 	if err != nil {
 		return err
 	}
 	return d.readSnapshot(ctx, func(q querier) error {
-		bw := bufio.NewWriterSize(w, 64<<10)
-		var cw *csv.Writer
-		if format == "csv" {
-			cw = csv.NewWriter(bw)
-			if err := cw.Write(callCSVHeader); err != nil {
-				return err
-			}
-		}
 		rows, err := q.Query(ctx, `SELECT `+exportColumns+`, `+approvalsColumn+` FROM calls c`+where+
 			` ORDER BY c.created_at DESC, c.seq DESC`, args...)
 		if err != nil {
 			return classify(fmt.Errorf("pgstore: export calls: %w", err))
 		}
 		defer rows.Close()
-		var buf []byte
-		record := make([]string, len(callCSVHeader))
 		for rows.Next() {
-			var r exportRow
-			var rationale, denyReason, outDetail, note []byte
-			var required int32
-			if err := rows.Scan(&r.seq, &r.id, &r.status, &r.actor, &r.audience, &r.tool, &r.target, &r.args, &rationale,
-				&r.digest, &required, &r.created, &r.decideBy, &r.decidedAt, &r.deniedBy, &r.deniedChannel, &denyReason,
-				&r.jti, &r.kid, &r.grantExp, &r.redeemedAt, &r.outStatus, &outDetail, &r.outAt, &r.redeemedBy,
-				&r.leaseUntil, &r.resolution, &r.resolvedBy, &r.resolvedChannel, &note, &r.evidence, &r.resolvedAt,
-				&r.approvals); err != nil {
-				return classify(fmt.Errorf("pgstore: export calls: %w", err))
+			r, err := scanExportRow(rows)
+			if err != nil {
+				return err
 			}
-			r.rationale, r.required = string(rationale), int64(required)
-			if note != nil {
-				s := string(note)
-				r.resolutionNote = &s
-			}
-			if denyReason != nil {
-				s := string(denyReason)
-				r.denyReason = &s
-			}
-			if outDetail != nil {
-				s := string(outDetail)
-				r.outDetail = &s
-			}
-			var as []approvalJSON
-			if err := json.Unmarshal([]byte(r.approvals), &as); err != nil {
-				return fmt.Errorf("pgstore: approvals of %s: %w", r.id, err)
-			}
-			if cw != nil {
-				r.csv(record, as)
-				if err := cw.Write(record); err != nil {
-					return err
-				}
-			} else {
-				if buf, err = r.appendJSON(buf[:0], as); err != nil {
-					return err
-				}
-				if _, err := bw.Write(buf); err != nil {
-					return err
-				}
-			}
-			if err := ctx.Err(); err != nil {
+			if err := fn(r); err != nil {
 				return err
 			}
 		}
 		if err := rows.Err(); err != nil {
 			return classify(fmt.Errorf("pgstore: export calls: %w", err))
 		}
-		return flush(bw, cw)
+		return nil
 	})
 }
 
-// exportRow is one call as exported; the same shape as internal/db's.
-type exportRow struct {
-	seq                                                        int64
-	id, status, actor, audience, tool, target, args, rationale string
-	digest                                                     string
-	required, created, decideBy                                int64
-	decidedAt, grantExp, redeemedAt, outAt                     *int64
-	deniedBy, deniedChannel, denyReason, jti, kid, outStatus   *string
-	outDetail                                                  *string
-	redeemedBy, resolution, resolvedBy, resolvedChannel        *string
-	resolutionNote, evidence                                   *string
-	leaseUntil, resolvedAt                                     *int64
-	approvals                                                  string
-}
-
-var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audience", "tool", "target", "digest",
-	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
-	"grant_kid", "grant_expires_at", "redeemed_at", "redeemed_by_token", "lease_until", "outcome_status", "outcome_detail",
-	"outcome_at", "resolution", "resolved_by", "resolved_channel", "resolved_at", "resolution_note", "resolution_evidence",
-	"args", "rationale"}
-
-// exportTime writes unix milliseconds as RFC 3339 with milliseconds.
-func exportTime(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-func nullTime(n *int64) any {
-	if n == nil {
-		return nil
+// scanExportRow reads a row of exportColumns and approvalsColumn.
+func scanExportRow(rows pgx.Rows) (*queue.ExportRow, error) {
+	var r queue.ExportRow
+	var rationale, denyReason, outDetail, note []byte
+	var required int32
+	var created, decideBy int64
+	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt *int64
+	var deniedBy, deniedChannel, jti, kid, outStatus *string
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence *string
+	var approvals string
+	if err := rows.Scan(&r.Seq, &r.ID, &r.Status, &r.Actor, &r.Audience, &r.Tool, &r.Target, &r.Args, &rationale,
+		&r.Digest, &required, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel, &denyReason,
+		&jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outAt, &redeemedBy,
+		&leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &note, &evidence, &resolvedAt,
+		&approvals); err != nil {
+		return nil, classify(fmt.Errorf("pgstore: export calls: %w", err))
 	}
-	return exportTime(*n)
-}
-
-func nullText(s *string) any {
-	if s == nil {
-		return nil
+	r.Rationale, r.ApprovalsRequired = string(rationale), int64(required)
+	r.CreatedAt, r.DecideBy, r.DecidedAt = time.UnixMilli(created).UTC(), time.UnixMilli(decideBy).UTC(), fromMS(decidedAt)
+	if deniedBy != nil {
+		r.Denial = &queue.Denial{By: *deniedBy, Channel: deref(deniedChannel), Reason: string(denyReason)}
 	}
-	return *s
-}
-
-func (r *exportRow) appendJSON(dst []byte, as []approvalJSON) ([]byte, error) {
-	args, err := canonical.ParseWith([]byte(r.args), canonical.Options{MaxBytes: audit.MaxDetailsBytes,
-		MaxDepth: canonical.MaxArgsDepth + 1, Numbers: canonical.NumbersFor(r.tool)})
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: call %s: stored args do not parse: %w", r.id, err)
+	r.GrantJTI, r.GrantKID, r.GrantExpiresAt = deref(jti), deref(kid), fromMS(grantExp)
+	r.RedeemedAt, r.RedeemedBy, r.LeaseUntil = fromMS(redeemedAt), deref(redeemedBy), fromMS(leaseUntil)
+	if outStatus != nil {
+		r.Outcome = &queue.Outcome{Status: *outStatus, Detail: string(outDetail), At: fromMS(outAt)}
 	}
-	approvals := make([]any, len(as))
+	if resolution != nil {
+		r.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
+			Note: string(note), Evidence: deref(evidence), At: fromMS(resolvedAt)}
+	}
+	var as []approvalJSON
+	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
+		return nil, fmt.Errorf("pgstore: approvals of %s: %w", r.ID, err)
+	}
+	r.Approvals = make([]queue.Approval, len(as))
 	for i, a := range as {
-		m := map[string]any{"operator": a.Operator, "channel": a.Channel, "at": exportTime(a.At)}
-		if a.PasskeyName != nil {
-			m["passkey"] = *a.PasskeyName
-		}
-		approvals[i] = m
+		r.Approvals[i] = a.approval()
 	}
-	var denial, outcome, resolution any
-	if r.resolution != nil {
-		resolution = map[string]any{"verdict": *r.resolution, "by": deref(r.resolvedBy), "channel": deref(r.resolvedChannel),
-			"note": deref(r.resolutionNote), "evidence": deref(r.evidence), "at": nullTime(r.resolvedAt)}
-	}
-	if r.deniedBy != nil {
-		denial = map[string]any{"by": *r.deniedBy, "channel": deref(r.deniedChannel), "reason": deref(r.denyReason)}
-	}
-	if r.outStatus != nil {
-		outcome = map[string]any{"status": *r.outStatus, "detail": deref(r.outDetail), "at": nullTime(r.outAt)}
-	}
-	o := map[string]any{
-		"seq": r.seq, "id": r.id, "status": r.status, "actor": r.actor, "audience": r.audience, "tool": r.tool,
-		"target": r.target, "args": args, "rationale": r.rationale, "digest": r.digest,
-		"approvals_required": r.required, "approvals": approvals, "created_at": exportTime(r.created),
-		"decide_by": exportTime(r.decideBy), "decided_at": nullTime(r.decidedAt), "denial": denial,
-		"grant_jti": nullText(r.jti), "grant_kid": nullText(r.kid), "grant_expires_at": nullTime(r.grantExp),
-		"redeemed_at": nullTime(r.redeemedAt), "redeemed_by_token": nullText(r.redeemedBy),
-		"lease_until": nullTime(r.leaseUntil), "outcome": outcome, "resolution": resolution,
-	}
-	dst, err = canonical.Append(dst, o)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: export call %s: %w", r.id, err)
-	}
-	return append(dst, '\n'), nil
-}
-
-func (r *exportRow) csv(record []string, as []approvalJSON) {
-	t := func(n *int64) string {
-		if n == nil {
-			return ""
-		}
-		return exportTime(*n)
-	}
-	parts := make([]string, len(as))
-	for i, a := range as {
-		parts[i] = a.Operator + " via " + a.Channel + " at " + exportTime(a.At)
-	}
-	vals := []string{strconv.FormatInt(r.seq, 10), r.id, exportTime(r.created), r.status, r.actor, r.audience, r.tool,
-		r.target, r.digest, strconv.FormatInt(r.required, 10), strings.Join(parts, "; "), t(r.decidedAt),
-		deref(r.deniedBy), deref(r.deniedChannel), deref(r.denyReason), deref(r.jti), deref(r.kid), t(r.grantExp),
-		t(r.redeemedAt), deref(r.redeemedBy), t(r.leaseUntil), deref(r.outStatus), deref(r.outDetail), t(r.outAt),
-		deref(r.resolution), deref(r.resolvedBy), deref(r.resolvedChannel), t(r.resolvedAt), deref(r.resolutionNote),
-		deref(r.evidence), r.args, r.rationale}
-	for i, v := range vals {
-		record[i] = csvCell(v)
-	}
+	return &r, nil
 }
