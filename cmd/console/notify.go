@@ -82,13 +82,21 @@ func loadNotifyConfig(data string, src *notifySource) (*notify.Config, string, e
 	if err != nil {
 		return nil, "", nil // loadTools reports a missing tools file
 	}
-	env.Dir = filepath.Dir(toolsFile)
-	cfg, err := notify.FromToolsFile(b, env)
+	cfg, err := toolsFileNotifications(toolsFile, b, env.Getenv)
+	return cfg, toolsFile, err
+}
+
+// toolsFileNotifications reads the notifications section of a tools file
+// (its text b) with its secrets, as serve does at start and console tools
+// lint does: nil, nil without one; a *notify.ConfigError naming the file
+// with every problem.
+func toolsFileNotifications(toolsFile string, b []byte, getenv func(string) string) (*notify.Config, error) {
+	cfg, err := notify.FromToolsFile(b, notify.Env{Getenv: getenv, Dir: filepath.Dir(toolsFile)})
 	var ce *notify.ConfigError
 	if errors.As(err, &ce) {
 		ce.File = toolsFile + " (notifications)"
 	}
-	return cfg, toolsFile, err
+	return cfg, err
 }
 
 // loadOrCreateVAPIDKey returns the console's own VAPID private key, made on
@@ -181,19 +189,31 @@ func hostOf(raw string) string {
 // configuration does not have: its calls would reach nobody it meant.
 func checkRuleChannels(reg *tools.Registry, n *notifyApp) error {
 	var problems []string
-	for _, t := range reg.Tools() {
-		for _, r := range t.Rules {
-			for _, ch := range r.Notify {
-				if n == nil {
-					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, but no notifications are configured (see docs/notifications.md)", t.Name, r.ID, ch))
-				} else if _, ok := n.cfg.Channels[ch]; !ok {
-					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, which is not a channel of %s", t.Name, r.ID, ch, n.from))
-				}
-			}
-		}
+	if n == nil {
+		problems = ruleChannelProblems(reg, nil, "")
+	} else {
+		problems = ruleChannelProblems(reg, n.cfg, n.from)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("rules name unknown notification channels:\n  %s", strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// ruleChannelProblems lists the rules that name a channel cfg (read from
+// from) does not have; with cfg nil, every rule that names one.
+func ruleChannelProblems(reg *tools.Registry, cfg *notify.Config, from string) []string {
+	var problems []string
+	for _, t := range reg.Tools() {
+		for _, r := range t.Rules {
+			for _, ch := range r.Notify {
+				if cfg == nil {
+					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, but no notifications are configured (see docs/notifications.md)", t.Name, r.ID, ch))
+				} else if _, ok := cfg.Channels[ch]; !ok {
+					problems = append(problems, fmt.Sprintf("tool %s, rule %s: notify names %s, which is not a channel of %s", t.Name, r.ID, ch, from))
+				}
+			}
+		}
+	}
+	return problems
 }

@@ -116,3 +116,73 @@ func TestRulesMayNameOnlyConfiguredChannels(t *testing.T) {
 	}
 	a.Close()
 }
+
+// TestToolsLintChecksNotifications: console tools lint reads a tools
+// file's notifications section with the code serve reads it with at start
+// (its secrets from the environment and the file's folder), and checks that
+// the rules name only its channels; every problem is a line and exits 2.
+func TestToolsLintChecksNotifications(t *testing.T) {
+	dir := t.TempDir()
+	tools := filepath.Join(dir, "tools.yaml")
+	write := func(section string) {
+		t.Helper()
+		src := `tools:
+  ops.restart:
+    audience: ops-host
+    target: '^service:[a-z-]+$'
+    approvals: 1
+    decide_within: 10m
+    args: {type: object, additionalProperties: false, properties: {}}
+    rules:
+      - {id: prod, when: 'target == "service:prod"', then: ask, notify: [oncall]}
+` + section
+		if err := os.WriteFile(tools, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lint := func(env map[string]string) (int, string, string) {
+		t.Helper()
+		var out, errb strings.Builder
+		code := run(t.Context(), []string{"tools", "lint", tools}, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	write(`notifications:
+  channels:
+    hook: {type: webhook, url: "https://hooks.example.com/cs", secret: {env: HOOK_SECRET}}
+    inline: {type: webhook, url: "https://hooks.example.com/cs", secret: whsec_written_inline}
+    one: {type: push, subject: "mailto:ops@example.com"}
+    two: {type: push, subject: "mailto:ops@example.com"}
+`)
+	code, out, errs := lint(nil)
+	for _, want := range []string{
+		tools + ": notifications: channel hook: secret: the environment variable HOOK_SECRET is not set",
+		tools + ": notifications: channel inline: secret must be {file: PATH} or {env: NAME}",
+		tools + ": notifications: channels one, two: only one push channel may be configured",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lint lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 2 || !strings.Contains(errs, "3 problems") {
+		t.Errorf("lint = %d %q, want 2 and 3 problems", code, errs)
+	}
+
+	// With the section right, a rule naming a channel it lacks is a problem.
+	os.WriteFile(filepath.Join(dir, "hook-secret"), []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600)
+	write(`notifications:
+  channels:
+    hook: {type: webhook, url: "https://hooks.example.com/cs", secret: {file: hook-secret}}
+`)
+	code, out, _ = lint(nil)
+	if code != 2 || !strings.Contains(out, tools+": tool ops.restart, rule prod: notify names oncall, which is not a channel of "+tools+" (notifications)") {
+		t.Errorf("lint with an unknown rule channel = %d:\n%s", code, out)
+	}
+	write(`notifications:
+  channels:
+    oncall: {type: webhook, url: "https://hooks.example.com/cs", secret: {env: HOOK_SECRET}}
+`)
+	code, out, errs = lint(map[string]string{"HOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	if code != 0 || !strings.Contains(out, tools+": notifications: ok, 1 channel(s) (oncall), 1 route(s)") {
+		t.Errorf("lint of a good file = %d %q %q", code, out, errs)
+	}
+}

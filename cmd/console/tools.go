@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -206,20 +208,49 @@ func cmdTools(ctx context.Context, e *env, args []string) int {
 	}
 	file := args[1]
 	pol, err := policy.Load(file)
+	problems := 0
 	var le *tools.LintError
 	switch {
 	case errors.As(err, &le):
 		fmt.Fprintln(e.stdout, le.Error())
-		n := len(le.Problems)
-		if n == 1 {
-			fmt.Fprintf(e.stderr, "console tools lint: %s: 1 problem\n", file)
-		} else {
-			fmt.Fprintf(e.stderr, "console tools lint: %s: %d problems\n", file, n)
-		}
-		return 2
+		problems += len(le.Problems)
 	case err != nil:
 		fmt.Fprintf(e.stderr, "console tools lint: %v\n", err)
 		return 1
+	}
+	// The notifications section, read as serve reads it at start: its
+	// secrets too, from this environment and the file's folder.
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console tools lint: %v\n", err)
+		return 1
+	}
+	notes, err := toolsFileNotifications(file, b, e.getenv)
+	var ce *notify.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		for _, p := range ce.Problems {
+			fmt.Fprintf(e.stdout, "%s: notifications: %s\n", file, p)
+		}
+		problems += len(ce.Problems)
+	case err != nil:
+		fmt.Fprintf(e.stderr, "console tools lint: %v\n", err)
+		return 1
+	case notes != nil && pol != nil:
+		// Without a section the channels may come from --notify or
+		// DATA/notify.yaml, which serve checks at start.
+		for _, p := range ruleChannelProblems(pol.Registry(), notes, file+" (notifications)") {
+			fmt.Fprintf(e.stdout, "%s: %s\n", file, p)
+			problems++
+		}
+	}
+	switch {
+	case problems == 1:
+		fmt.Fprintf(e.stderr, "console tools lint: %s: 1 problem\n", file)
+		return 2
+	case problems > 1:
+		fmt.Fprintf(e.stderr, "console tools lint: %s: %d problems\n", file, problems)
+		return 2
 	}
 	names := pol.Registry().Names()
 	noun := "tools"
@@ -235,5 +266,13 @@ func cmdTools(ctx context.Context, e *env, args []string) int {
 		ruleNoun = "rule"
 	}
 	fmt.Fprintf(e.stdout, "%s: ok, %d %s (%s), %d %s; digest %s\n", file, len(names), noun, strings.Join(names, ", "), rules, ruleNoun, pol.ToolsDigest())
+	if notes != nil {
+		channels := make([]string, 0, len(notes.Channels))
+		for name := range notes.Channels {
+			channels = append(channels, name)
+		}
+		sort.Strings(channels)
+		fmt.Fprintf(e.stdout, "%s: notifications: ok, %d channel(s) (%s), %d route(s)\n", file, len(channels), strings.Join(channels, ", "), len(notes.Routes))
+	}
 	return 0
 }

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -410,6 +411,15 @@ func parseNode(n *yaml.Node, env Env) (*Config, error) {
 			longest = max(longest, ch.Timeout)
 		}
 	}
+	var pushes []string
+	for _, name := range names {
+		if ch := c.Channels[name]; ch != nil && ch.Type == TypePush {
+			pushes = append(pushes, name)
+		}
+	}
+	if len(pushes) > 1 {
+		p.add("channels %s: only one push channel may be configured (browsers subscribe once, with one key)", strings.Join(pushes, ", "))
+	}
 	if c.Lease < longest+10*time.Second {
 		p.add("lease (%s) must exceed the longest channel timeout (%s) by at least 10s, or a slow delivery could be claimed twice", c.Lease, longest)
 	}
@@ -638,6 +648,13 @@ func (p *parser) email(name string, raw *rawChannel) *EmailConfig {
 	}
 	if e.CAFile != "" && !filepath.IsAbs(e.CAFile) && p.env.Dir != "" {
 		e.CAFile = filepath.Join(p.env.Dir, e.CAFile)
+	}
+	if e.CAFile != "" {
+		if pem, err := p.env.ReadFile(e.CAFile); err != nil {
+			p.add("channel %s: smtp.ca_file: %v", name, err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			p.add("channel %s: smtp.ca_file %s holds no PEM certificate", name, e.CAFile)
+		}
 	}
 	if e.From == "" {
 		p.add("channel %s: from is required", name)

@@ -232,3 +232,28 @@ func TestConfigTypeErrorsAreProblems(t *testing.T) {
 		t.Errorf("error carries the library's heading:\n%s", msg)
 	}
 }
+
+// TestConfigChecksWhatBuildNeeds: one push channel at most, and an SMTP
+// CA file that holds a certificate, are problems of the configuration, so
+// console tools lint finds them as serve would.
+func TestConfigChecksWhatBuildNeeds(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("not a certificate\n"), 0o600)
+	cfg := `
+channels:
+  a: {type: push, subject: "mailto:ops@example.com"}
+  b: {type: push, subject: "mailto:ops@example.com"}
+  mail: {type: email, smtp: {host: smtp.example.com, ca_file: ca.pem}, from: a@example.com, to: [b@example.com]}
+  mail2: {type: email, smtp: {host: smtp.example.com, ca_file: missing.pem}, from: a@example.com, to: [b@example.com]}
+`
+	_, err := notify.ParseConfig([]byte(cfg), notify.Env{Getenv: func(string) string { return "" }, Dir: dir})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"channels a, b: only one push channel", "channel mail: smtp.ca_file " + filepath.Join(dir, "ca.pem") + " holds no PEM certificate",
+		"channel mail2: smtp.ca_file: open " + filepath.Join(dir, "missing.pem")} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
