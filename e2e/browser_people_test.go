@@ -125,6 +125,12 @@ func TestBrowserPasskeyApprovalOwnersAndApprovers(t *testing.T) {
 			!strings.Contains(out, `"format":"countersign.passkey-approval.v1"`) {
 			t.Error("the audit export does not carry the evidence")
 		}
+		w.navigate(base + "/history")
+		row := `[data-testid="history-row"][data-call="` + payID + `"] `
+		w.do("the call in the history", waitShort, chromedp.WaitVisible(chromedp.CSS(row+`[data-testid="row-decider-how"]`)))
+		if got := strings.Join(strings.Fields(w.text(chromedp.CSS(row+`[data-testid="row-decider-how"]`))), " "); got != "with a passkey (virtual key)" {
+			t.Errorf("the history row says %q", got)
+		}
 	})
 
 	t.Run("a bad signature or no user verification approves nothing", func(t *testing.T) {

@@ -26,7 +26,7 @@ func TestExportCallsFormat(t *testing.T) {
 		{Seq: 1, ID: "c1", Status: "redeemed", Actor: "agent:a", Audience: "h", Tool: "payments.refund", Target: "invoice:1",
 			Args: `{"amount_minor":2}`, Digest: "d1", ApprovalsRequired: 1, CreatedAt: at, DecideBy: at,
 			Approvals: []queue.Approval{{Operator: "bob", Channel: "cli", At: at, Passkey: &queue.ApprovalPasskey{Name: "yubi"}}},
-			GrantJTI: "j", GrantKID: "k", GrantExpiresAt: at, RedeemedAt: at, RedeemedBy: "tok_1",
+			GrantJTI:  "j", GrantKID: "k", GrantExpiresAt: at, RedeemedAt: at, RedeemedBy: "tok_1",
 			Outcome: &queue.Outcome{Status: "succeeded", Detail: "ok", At: at}},
 	}
 	stream := func(ctx context.Context, f queue.HistoryFilter, fn func(*queue.ExportRow) error) error {
