@@ -22,8 +22,9 @@ import (
 // secrets are generated here and stored only hashed, and every change an
 // administrator makes leaves an audit entry in the same transaction.
 type Service struct {
-	store Store
-	now   func() time.Time
+	store        Store
+	now          func() time.Time
+	throttleRows int // see SetThrottleRows
 }
 
 // NewService returns the accounts over store; now defaults to time.Now.

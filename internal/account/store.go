@@ -106,6 +106,17 @@ type Tx interface {
 	SetLoginStrikes(s Strikes) error
 	// PruneLoginStrikes deletes the strikes forgotten by now.
 	PruneLoginStrikes(now time.Time) error
+	// LoginStrikesSize is how many keys have strikes kept, read without
+	// counting them (the store keeps the number).
+	LoginStrikesSize() (int, error)
+	// EvictLoginStrikes deletes the strikes of up to n keys that are not
+	// throttled and not among keep, those with the fewest failures first,
+	// then the oldest (by Last); it returns how many it deleted. A
+	// throttled key is never deleted.
+	EvictLoginStrikes(n int, keep []string) (int, error)
+	// NextLoginStrikeForget is the earliest Forget among the strikes kept;
+	// the zero time when none are kept.
+	NextLoginStrikeForget() (time.Time, error)
 
 	// Secret reads a console secret: ErrSecretNotFound when unset.
 	Secret(name string) ([]byte, error)

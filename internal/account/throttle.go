@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -40,7 +41,24 @@ type Strikes struct {
 	Failures int
 	Last     time.Time // the latest failure
 	Forget   time.Time // when the failures stop counting: Last + the policy's Forget
+	// Throttled says the key has used its policy's free failures: every
+	// further attempt waits until they are forgotten. The store never
+	// evicts a throttled key to make room for another; it keeps it until
+	// Forget.
+	Throttled bool
 }
+
+// DefaultThrottleRows is how many throttle keys the store keeps at most
+// unless SetThrottleRows says otherwise: about 100 bytes each, so a full
+// table is some tens of megabytes.
+const DefaultThrottleRows = 100_000
+
+// ErrThrottleFull is returned by ReserveLogin, with a wait, for an attempt
+// that would add a throttle key while the store already keeps as many as
+// it may and every one of them is throttled. The attempt is refused (no
+// password is checked) rather than let a flood of fresh keys wash out
+// the throttled ones; attempts whose keys are kept already are unaffected.
+var ErrThrottleFull = errors.New("account: the login throttle keeps as many throttled keys as it may; refusing attempts that would add one")
 
 func (p LimitPolicy) delay(n int) time.Duration {
 	over := n - p.Free
@@ -71,6 +89,7 @@ func (p LimitPolicy) fail(s Strikes, now time.Time) Strikes {
 	s.Failures++
 	s.Last = now
 	s.Forget = now.Add(p.Forget)
+	s.Throttled = s.Failures > p.Free
 	return s
 }
 
@@ -102,8 +121,8 @@ type LoginAttempt struct {
 // LoginReservation is an attempt counted as a failure before its password
 // is checked; a login that succeeds gives it back with LoginSucceeded.
 type LoginReservation struct {
-	key  string // the account's or the known device's key
-	addr string
+	who  throttle // the account's or the known device's
+	addr throttle
 }
 
 // throttle is one key of an attempt with its policy.
@@ -146,6 +165,13 @@ func (a LoginAttempt) plan(seen map[string]Strikes, now time.Time) (who, addr th
 // transaction, so the backoff holds however many attempts arrive at once
 // on however many console replicas share the database. An attempt that
 // must wait is answered from a read, without writing.
+//
+// The store keeps at most the service's throttle rows (SetThrottleRows).
+// An attempt that adds a key when the table is full first evicts keys
+// that are not throttled, those with the fewest failures and then the
+// oldest first; a throttled key is never evicted, only forgotten. When
+// nothing may be evicted the attempt is refused with ErrThrottleFull and
+// the wait until a key is next forgotten (at most the policies' Max).
 func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReservation, time.Duration, error) {
 	now := s.now()
 	acct, dev, addr := a.throttles()
@@ -174,6 +200,15 @@ func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReserv
 		if who, at, wait = a.plan(seen, now); wait > 0 {
 			return nil
 		}
+		added := 0
+		for _, t := range []throttle{who, at} {
+			if _, ok := seen[t.key]; !ok {
+				added++
+			}
+		}
+		if err := s.makeRoom(tx, added, keys, now); err != nil {
+			return err
+		}
 		for _, t := range []throttle{who, at} {
 			st := seen[t.key]
 			st.Key = t.key
@@ -181,13 +216,67 @@ func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReserv
 				return err
 			}
 		}
-		r = LoginReservation{key: who.key, addr: at.key}
+		r = LoginReservation{who: who, addr: at}
 		return nil
 	})
+	var full *fullError
+	if errors.As(err, &full) {
+		return LoginReservation{}, full.wait, ErrThrottleFull
+	}
 	if err != nil {
 		return LoginReservation{}, 0, err
 	}
 	return r, wait, nil
+}
+
+// fullError rolls back an attempt refused because the table is full of
+// throttled keys, carrying its wait out of the transaction.
+type fullError struct{ wait time.Duration }
+
+func (e *fullError) Error() string { return ErrThrottleFull.Error() }
+
+// makeRoom makes room in the store for added new keys, evicting keys that
+// are not throttled (never one of keep, the attempt's own), or returns a
+// *fullError when that cannot make enough.
+func (s *Service) makeRoom(tx Tx, added int, keep []string, now time.Time) error {
+	if added == 0 {
+		return nil
+	}
+	rows, err := tx.LoginStrikesSize()
+	if err != nil {
+		return err
+	}
+	over := rows + added - s.ThrottleRows()
+	if over <= 0 {
+		return nil
+	}
+	evicted, err := tx.EvictLoginStrikes(over, keep)
+	if err != nil {
+		return err
+	}
+	if evicted >= over {
+		return nil
+	}
+	// Full of throttled keys: the next room is made when one is forgotten.
+	next, err := tx.NextLoginStrikeForget()
+	if err != nil {
+		return err
+	}
+	most := max(AccountPolicy.Max, DevicePolicy.Max, AddressPolicy.Max)
+	return &fullError{wait: min(max(next.Sub(now), time.Second), most)}
+}
+
+// SetThrottleRows bounds how many throttle keys the store keeps
+// (DefaultThrottleRows when n is not positive). Set it before the service
+// is used.
+func (s *Service) SetThrottleRows(n int) { s.throttleRows = n }
+
+// ThrottleRows is how many throttle keys the store keeps at most.
+func (s *Service) ThrottleRows() int {
+	if s.throttleRows <= 0 {
+		return DefaultThrottleRows
+	}
+	return s.throttleRows
 }
 
 // LoginSucceeded gives a reservation back after the right password: the
@@ -196,7 +285,7 @@ func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReserv
 // passwords right never slow each other down.
 func (s *Service) LoginSucceeded(ctx context.Context, r LoginReservation) error {
 	return s.store.Update(ctx, func(tx Tx) error {
-		if err := tx.SetLoginStrikes(Strikes{Key: r.key}); err != nil {
+		if err := tx.SetLoginStrikes(Strikes{Key: r.who.key}); err != nil {
 			return err
 		}
 		return refund(tx, r.addr)
@@ -207,24 +296,25 @@ func (s *Service) LoginSucceeded(ctx context.Context, r LoginReservation) error 
 // after all.
 func (s *Service) CancelLogin(ctx context.Context, r LoginReservation) error {
 	return s.store.Update(ctx, func(tx Tx) error {
-		if err := refund(tx, r.key); err != nil {
+		if err := refund(tx, r.who); err != nil {
 			return err
 		}
 		return refund(tx, r.addr)
 	})
 }
 
-// refund takes one failure off key.
-func refund(tx Tx, key string) error {
-	seen, err := tx.LoginStrikes([]string{key})
+// refund takes one failure off a key.
+func refund(tx Tx, t throttle) error {
+	seen, err := tx.LoginStrikes([]string{t.key})
 	if err != nil {
 		return err
 	}
-	st, ok := seen[key]
+	st, ok := seen[t.key]
 	if !ok {
 		return nil
 	}
 	st.Failures--
+	st.Throttled = st.Failures > t.policy.Free
 	return tx.SetLoginStrikes(st)
 }
 

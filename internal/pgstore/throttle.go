@@ -11,14 +11,17 @@ import (
 // The failed logins the console's throttle counts, shared by every replica:
 // the login-throttle half of account.Store and account.Tx. The check and
 // the count of an attempt are one write transaction (account.Service), so
-// they run under the chain head lock like every write.
+// they run under the chain head lock like every write. The table is
+// bounded by the service: login_strikes_size, kept by statement triggers,
+// says how many rows it has, and eviction reads a partial index of the
+// keys that are not throttled.
 
 func loginStrikes(ctx context.Context, q querier, keys []string) (map[string]account.Strikes, error) {
 	out := map[string]account.Strikes{}
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, `SELECT key, failures, last_at, forget_at FROM login_strikes WHERE key = ANY($1)`, keys)
+	rows, err := q.Query(ctx, `SELECT key, failures, last_at, forget_at, throttled FROM login_strikes WHERE key = ANY($1)`, keys)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: read login strikes: %w", err))
 	}
@@ -26,7 +29,7 @@ func loginStrikes(ctx context.Context, q querier, keys []string) (map[string]acc
 	for rows.Next() {
 		var s account.Strikes
 		var failures, last, forget int64
-		if err := rows.Scan(&s.Key, &failures, &last, &forget); err != nil {
+		if err := rows.Scan(&s.Key, &failures, &last, &forget, &s.Throttled); err != nil {
 			return nil, fmt.Errorf("pgstore: read login strikes: %w", err)
 		}
 		s.Failures = int(failures)
@@ -50,9 +53,10 @@ func (t *txn) SetLoginStrikes(s account.Strikes) error {
 	if s.Failures <= 0 {
 		_, err = t.tx.Exec(t.ctx, `DELETE FROM login_strikes WHERE key = $1`, s.Key)
 	} else {
-		_, err = t.tx.Exec(t.ctx, `INSERT INTO login_strikes (key, failures, last_at, forget_at) VALUES ($1,$2,$3,$4)
-			ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, last_at = excluded.last_at, forget_at = excluded.forget_at`,
-			s.Key, int64(s.Failures), ms(s.Last), ms(s.Forget))
+		_, err = t.tx.Exec(t.ctx, `INSERT INTO login_strikes (key, failures, last_at, forget_at, throttled) VALUES ($1,$2,$3,$4,$5)
+			ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, last_at = excluded.last_at, forget_at = excluded.forget_at,
+				throttled = excluded.throttled`,
+			s.Key, int64(s.Failures), ms(s.Last), ms(s.Forget), s.Throttled)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: keep login strikes: %w", err)
@@ -65,4 +69,39 @@ func (t *txn) PruneLoginStrikes(now time.Time) error {
 		return fmt.Errorf("pgstore: prune login strikes: %w", err)
 	}
 	return nil
+}
+
+func (t *txn) LoginStrikesSize() (int, error) {
+	var n int64
+	if err := t.tx.QueryRow(t.ctx, `SELECT rows FROM login_strikes_size`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count login strikes: %w", err)
+	}
+	return int(n), nil
+}
+
+func (t *txn) EvictLoginStrikes(n int, keep []string) (int, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	if keep == nil {
+		keep = []string{}
+	}
+	tag, err := t.tx.Exec(t.ctx, `DELETE FROM login_strikes WHERE key IN (
+		SELECT key FROM login_strikes WHERE NOT throttled AND key <> ALL($1) ORDER BY failures, last_at, key LIMIT $2)`,
+		keep, int64(n))
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: evict login strikes: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (t *txn) NextLoginStrikeForget() (time.Time, error) {
+	var next *int64
+	if err := t.tx.QueryRow(t.ctx, `SELECT MIN(forget_at) FROM login_strikes`).Scan(&next); err != nil {
+		return time.Time{}, fmt.Errorf("pgstore: read login strikes: %w", err)
+	}
+	if next == nil {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(*next).UTC(), nil
 }

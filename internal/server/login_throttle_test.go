@@ -252,3 +252,49 @@ func TestKnownDeviceCookie(t *testing.T) {
 		t.Errorf("device in backoff with the account in backoff = %d, want 429", s)
 	}
 }
+
+// TestLoginThrottleFull: when the throttle keeps as many keys as it may
+// and every one it could evict is needed, a login that would add a key is
+// refused with 429 before its password is checked (even the right one),
+// while attempts on keys it keeps go on.
+func TestLoginThrottleFull(t *testing.T) {
+	proxies, _ := ParseTrustedProxies([]string{"127.0.0.1"})
+	e := newConsoleEnvWith(t, func(c *Config) {
+		c.TrustedProxies = proxies
+		c.Accounts.SetThrottleRows(2)
+	})
+	addRoleUsers(e)
+	checked := countVerifications(e)
+	cookie, token := loginForm(t, e.browser())
+	// olivia's account, used up from one address: two keys, one throttled.
+	for i := range account.AccountPolicy.Free + 1 {
+		if s := rawLogin(e.url, cookie, token, "olivia", "wrong password", "X-Forwarded-For", "203.0.113.7"); s != http.StatusUnauthorized {
+			t.Fatalf("failure %d = %d, want 401", i+1, s)
+		}
+	}
+	before := checked.Load()
+	form := url.Values{"csrf": {token}, "name": {"adam"}, "password": {rolePassword}}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.url)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Cookie", cookie)
+	req.Header.Set("X-Forwarded-For", "198.51.100.9")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a new name from a new address on a full throttle = %d (Retry-After %q), want 429 with Retry-After",
+			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if checked.Load() != before {
+		t.Error("a refused attempt had its password checked")
+	}
+	// olivia's kept keys go on once her wait is over.
+	e.clock.Advance(account.AccountPolicy.Base)
+	if s := rawLogin(e.url, cookie, token, "olivia", rolePassword, "X-Forwarded-For", "203.0.113.7"); s != http.StatusSeeOther {
+		t.Errorf("olivia's right password after her wait = %d, want 303", s)
+	}
+}

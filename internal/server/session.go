@@ -393,6 +393,13 @@ func (c *console) login(ec echo.Context) error {
 	remote := ec.RealIP()
 	ctx := r.Context()
 	res, wait, err := c.accounts.ReserveLogin(ctx, account.LoginAttempt{Name: name, Device: c.knownDevice(r, name), Address: remote})
+	if errors.Is(err, account.ErrThrottleFull) {
+		// Refused before any password is checked: the throttle keeps as
+		// many throttled keys as it may, and this attempt would add one.
+		c.log.Warn("console login refused: the login throttle is full of throttled names and addresses",
+			slog.String("name", shownName), slog.String("remote", remote), slog.Int("rows", c.accounts.ThrottleRows()))
+		return c.tooManyLogins(ec, wait, shownName)
+	}
 	if err != nil {
 		return err
 	}
