@@ -1,10 +1,12 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,8 +123,11 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
+	// Sorted here, not by ORDER BY: the primary key is (call_id,
+	// operator), so SQLite would sort in a temporary b-tree, which inside a
+	// write transaction costs tens of microseconds.
 	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence
-		FROM approvals WHERE call_id = ? ORDER BY at, operator`, c.ID)
+		FROM approvals WHERE call_id = ?`, c.ID)
 	if err != nil {
 		return nil, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
 	}
@@ -144,6 +149,9 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	slices.SortFunc(c.Approvals, func(a, b queue.Approval) int {
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Operator, b.Operator))
+	})
 	if c.Status == queue.StatusApproved {
 		var r queue.Revocation
 		var at int64
@@ -356,11 +364,15 @@ func (t *storeTx) Append(e *audit.Entry) error {
 // by the same transaction as the change it records, a crash leaves both or
 // neither.
 func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
-	var seq int64
-	var prev string
-	err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("db: read audit head: %w", err)
+	// The head this transaction appended last, if any (the writer resets
+	// it at each transaction's start and puts it back when a savepoint is
+	// rolled back); else the chain's head as stored.
+	seq, prev := d.txHead.seq, d.txHead.hash
+	if seq == 0 {
+		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("db: read audit head: %w", err)
+		}
 	}
 	if err := e.Seal(seq, prev); err != nil {
 		return err
