@@ -117,7 +117,7 @@ func (s *Service) decide(t *tools.Tool, c *Call) policy.Decision {
 // entry names the rule, the digest of its text, the tool's definition
 // digest and the tools file's digest. A freeze that matches the call
 // refuses the submission before this is reached.
-func (s *Service) applyRule(tx Tx, c *Call, d policy.Decision, emit func(Event)) error {
+func (s *Service) applyRule(tx Tx, c *Call, d policy.Decision, pre *presigned, emit func(Event)) error {
 	if !d.Automatic() {
 		return nil
 	}
@@ -139,7 +139,7 @@ func (s *Service) applyRule(tx Tx, c *Call, d policy.Decision, emit func(Event))
 		if err := tx.Append(s.entry(audit.KindApproved, c, by, ChannelPolicy, details)); err != nil {
 			return err
 		}
-		if err := s.mint(tx, c, now); err != nil {
+		if err := s.mint(tx, c, now, pre); err != nil {
 			return err
 		}
 		emit(Event{Kind: audit.KindGranted, Call: c})

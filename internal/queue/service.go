@@ -316,6 +316,12 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 	if decision.Rule != nil && len(decision.Rule.Notify) > 0 {
 		c.Notify = append([]string(nil), decision.Rule.Notify...)
 	}
+	// A rule that approves mints the grant in the submission's
+	// transaction; it is signed now, before the write lock (see presign).
+	var pre *presigned
+	if decision.Automatic() && decision.Action == policy.Approve {
+		pre = s.presign(c, now)
+	}
 	var result *Call
 	created := false
 	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
@@ -323,9 +329,12 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err != nil {
 			return err
 		}
-		if blocked, err := s.retryBlocked(tx, who.Actor, p.Tool); err != nil {
+		if rs.Blocked() {
+			return ErrRetryLimit
+		}
+		if all, err := tx.Retry(who.Actor, AnyTool); err != nil {
 			return err
-		} else if blocked {
+		} else if all.Blocked() {
 			return ErrRetryLimit
 		}
 		prev, err := tx.LatestByDigest(who.Actor, c.Digest)
@@ -391,7 +400,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		}
 		result, created = c, true
 		emit(Event{Kind: audit.KindSubmitted, Call: c})
-		return s.applyRule(tx, c, decision, emit)
+		return s.applyRule(tx, c, decision, pre, emit)
 	})
 	var denied *PolicyDeniedError
 	if errors.As(err, &denied) {
@@ -808,6 +817,13 @@ type ApproveInput struct {
 	// Passkey is set when the operator's passkey signed the approval; a
 	// call that requires one is refused without it.
 	Passkey *PasskeyProof
+	// Seen is the call as the approver's channel read it before deciding,
+	// if it did. It is a hint, never trusted: when this approval looks like
+	// the last one the call needs, the grant is signed before the write
+	// lock is taken, and the decision's transaction, which checks
+	// everything on the call as stored, uses that signature only if it
+	// mints exactly that grant.
+	Seen *Call
 }
 
 // PasskeyProof is a verified passkey assertion over one call (the server
@@ -845,6 +861,15 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if evidence, err = checkEvidence(in); err != nil {
 			return nil, err
 		}
+	}
+	// When the approver's channel read the call and this approval looks
+	// like the last one it needs, the grant is signed now, before the write
+	// lock; the transaction below uses it only if it does mint this call's
+	// grant, and checks everything as if it had not been signed.
+	var pre *presigned
+	if c := in.Seen; c != nil && c.ID == id && c.Status == StatusPending && c.Digest == digest &&
+		len(c.Approvals)+1 >= c.ApprovalsRequired && !c.ApprovedBy(operator) {
+		pre = s.presign(c, s.now())
 	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
@@ -907,7 +932,7 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 			return err
 		}
 		if len(c.Approvals) >= c.ApprovalsRequired {
-			if err := s.mint(tx, c, now); err != nil {
+			if err := s.mint(tx, c, now, pre); err != nil {
 				return err
 			}
 			emit(Event{Kind: audit.KindGranted, Call: c})
@@ -990,19 +1015,76 @@ func checkEvidence(in ApproveInput) (any, error) {
 	return v, nil
 }
 
-func (s *Service) mint(tx Tx, c *Call, now time.Time) error {
+// grantClaims are the claims of the grant that approving c at now mints.
+func grantClaims(c *Call, now time.Time) grant.Claims {
 	ttl := c.GrantTTL
 	if ttl <= 0 || ttl > grant.MaxTTL {
 		ttl = grant.MaxTTL
 	}
-	claims := grant.Claims{
+	return grant.Claims{
 		Subject: c.Actor, Audience: c.Audience, JTI: grant.NewJTI(),
 		IssuedAt: now.Unix(), ExpiresAt: now.Unix() + int64(ttl/time.Second),
 		CallID: c.ID, Tool: c.Tool, Target: c.Target, Digest: c.Digest,
 	}
+}
+
+// presigned is a grant signed before the write lock was taken, for a
+// decision that was expected to complete call's approvals. It is a grant
+// only if the decision's transaction mints it (mint), and commits: until
+// then it is a signature nobody has seen, stored nowhere, and redemption
+// accepts only the grant whose jti the call records.
+type presigned struct {
+	claims     grant.Claims
+	token, kid string
+}
+
+// presign signs, outside the write lock, the grant that a decision at now
+// would mint for c as it was read, so that the transaction holding the
+// lock does not spend the Ed25519 signature. nil when signing fails (the
+// transaction then signs, and reports the error).
+func (s *Service) presign(c *Call, now time.Time) *presigned {
+	claims := grantClaims(c, now)
 	token, kid, err := s.signer.Mint(claims)
 	if err != nil {
-		return fmt.Errorf("queue: mint grant for %s: %w", c.ID, err)
+		return nil
+	}
+	return &presigned{claims: claims, token: token, kid: kid}
+}
+
+// presignedAge is how much older than the decision a grant signed ahead
+// may be; an older one (the write waited long for the lock) is signed
+// again, so a grant never lives noticeably less than its tool's lifetime.
+const presignedAge = 2 // seconds
+
+// fits reports whether p is the grant of c decided at now: the claims of
+// c's immutable fields, the lifetime c's tool gives, issued no later than
+// now and at most presignedAge seconds before it.
+func (p *presigned) fits(c *Call, now time.Time) bool {
+	if p == nil {
+		return false
+	}
+	want := grantClaims(c, now)
+	got := p.claims
+	return got.CallID == want.CallID && got.Subject == want.Subject && got.Audience == want.Audience &&
+		got.Tool == want.Tool && got.Target == want.Target && got.Digest == want.Digest &&
+		got.ExpiresAt-got.IssuedAt == want.ExpiresAt-want.IssuedAt &&
+		got.IssuedAt <= want.IssuedAt && want.IssuedAt-got.IssuedAt <= presignedAge
+}
+
+// mint makes the decision at now final: the grant (pre when it fits c,
+// else signed here) is stored with the call and audited, in the decision's
+// transaction.
+func (s *Service) mint(tx Tx, c *Call, now time.Time, pre *presigned) error {
+	var claims grant.Claims
+	var token, kid string
+	if pre.fits(c, now) {
+		claims, token, kid = pre.claims, pre.token, pre.kid
+	} else {
+		claims = grantClaims(c, now)
+		var err error
+		if token, kid, err = s.signer.Mint(claims); err != nil {
+			return fmt.Errorf("queue: mint grant for %s: %w", c.ID, err)
+		}
 	}
 	c.Status = StatusApproved
 	c.DecidedAt = now

@@ -160,7 +160,8 @@ func (c *console) approve(ec echo.Context) error {
 		return c.refused(ec, id, err, form)
 	}
 	digest := strings.TrimSpace(form.Get("digest"))
-	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment")}
+	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment"),
+		Seen: call}
 	if _, err := c.q.ApproveWith(ctx, in); err != nil {
 		return c.refused(ec, id, err, form)
 	}

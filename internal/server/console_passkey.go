@@ -132,7 +132,8 @@ func (c *console) finishPasskeyApproval(ec echo.Context) error {
 	}
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID, Digest: call.Digest,
 		Comment: form.Get("comment"), Passkey: &queue.PasskeyProof{Operator: v.user.Name, CredentialID: ap.Credential.ID,
-			Name: ap.Credential.Name, CountBefore: before, CountAfter: ap.Evidence.SignCount, Record: record, Evidence: evidence}}
+			Name: ap.Credential.Name, CountBefore: before, CountAfter: ap.Evidence.SignCount, Record: record, Evidence: evidence},
+		Seen: call}
 	if _, err := c.q.ApproveWith(ctx, in); err != nil {
 		return decisionJSON(ec, err)
 	}
