@@ -13,16 +13,20 @@ Standard library only; Python 3.10+.
         ...                                     # run the tool
         c.report_outcome(call.id, "succeeded")
 
-or, for a function that must only ever run approved:
+or, for a function that must only ever run approved (a def or an async
+def; an async one never blocks the event loop):
 
     @countersign.gated("payments.refund", target="invoice:INV-1042")
     def refund(amount_minor, currency, reason_code): ...
+
+AsyncClient has Client's methods as coroutines.
 
 Errors are exceptions carrying the API's code, message and problems
 (``e.to_dict()`` is the API's error shape, ready for a model).
 ``digest_of(envelope)`` recomputes a call's digest (RFC 8785 + SHA-256).
 """
 
+from ._async import AsyncClient
 from ._canonical import (
     DIGEST_PREFIX,
     MAX_SAFE_INTEGER,
@@ -78,7 +82,7 @@ __all__ = [
     "OUTCOME_FAILED", "OUTCOME_LEASE_EXPIRED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED",
     "STATUS_CANCELLED", "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
     "VERDICT_EXECUTED", "VERDICT_NOT_EXECUTED",
-    "Approvals", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome", "Redemption", "Resolution",
+    "Approvals", "AsyncClient", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome", "Redemption", "Resolution",
     "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
     "RedemptionRejected", "WaitTimeout", "gated",
 ]

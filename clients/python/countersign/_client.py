@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import random
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -225,6 +226,10 @@ class Redemption:
 CallLike = Union[Call, Mapping[str, Any]]
 
 
+class _Stopped(Exception):
+    """A wait that was told to stop (its caller no longer waits)."""
+
+
 class _Transient(Exception):
     """A console that is restarting or unreachable: a read may be retried."""
 
@@ -303,6 +308,12 @@ class Client:
         refused or reset, 502, 503, 504) it retries with backoff for up to
         max_outage seconds. With a timeout (seconds) that passes first it
         raises WaitTimeout carrying the last state seen."""
+        return self._wait(call_id, timeout, None)
+
+    def _wait(self, call_id: str, timeout: Optional[float], stop: Optional[threading.Event]) -> Call:
+        """wait, ending with _Stopped after the poll under way once ``stop``
+        is set (AsyncClient.wait's cancellation)."""
+        sleep = time.sleep if stop is None else stop.wait
         deadline = None if timeout is None else time.monotonic() + timeout
         last: Optional[Call] = None
         outage_start: Optional[float] = None
@@ -311,6 +322,8 @@ class Client:
         # approval of several, a console draining) is followed by a pause.
         min_interval = min(self.poll_wait, 0.5)
         while True:
+            if stop is not None and stop.is_set():
+                raise _Stopped(call_id)
             wait = self.poll_wait
             if deadline is not None:
                 wait = max(min(wait, deadline - time.monotonic() - 0.25), 0.0)
@@ -327,7 +340,7 @@ class Client:
                     if last is None:
                         raise t.error from None
                     raise WaitTimeout(last) from None
-                time.sleep(pause)
+                sleep(pause)
                 delay = min(2 * delay, self.backoff[1])
                 continue
             last, outage_start, delay = call, None, self.backoff[0]
@@ -337,7 +350,7 @@ class Client:
                 raise WaitTimeout(call)
             pause = min_interval - (time.monotonic() - start)
             if pause > 0:
-                time.sleep(pause)
+                sleep(pause)
 
     def _poll(self, call_id: str, wait: float) -> Call:
         path = _call_path(call_id) + "?wait=" + f"{int(wait * 1000)}ms"

@@ -2,6 +2,7 @@
 denial, expiry, refused proposals, the retry cap, long-poll wake-up, digest
 agreement, and the gated decorator."""
 
+import inspect
 import re
 import threading
 import time
@@ -421,6 +422,76 @@ class Gated(unittest.TestCase):
             @gated("payments.refund", target="invoice:INV-1")
             def g(*a):
                 pass
+
+    def test_functions_that_would_return_without_running(self):
+        # Calling a generator function runs none of its body: refused when
+        # it is decorated, with what to do instead.
+        def refunds(amount_minor, currency, reason_code):
+            yield amount_minor
+
+        async def refunds_async(amount_minor, currency, reason_code):
+            yield amount_minor
+
+        class Refunds:
+            def __call__(self, amount_minor, currency, reason_code):
+                yield amount_minor
+
+        for fn, kind in ((refunds, "a generator"), (refunds_async, "an async generator"), (Refunds(), "a generator")):
+            with self.assertRaises(TypeError) as cm:
+                gated("payments.refund", target="invoice:INV-1")(fn)
+            self.assertIn(f"is {kind} function: calling it runs none of its body", str(cm.exception))
+
+        # A plain function that hands back a coroutine or a generator ran
+        # only its own lines: reported unknown, the object closed unrun,
+        # and a TypeError says to gate the async function itself.
+        c = CountingClient(console.url, console.token("agent:py-gated-unrun"))
+        made = []
+
+        async def refund_async(amount_minor, currency, reason_code):
+            made.append("ran")
+
+        @gated("payments.refund", target="invoice:INV-31", client=c)
+        def refund(amount_minor, currency, reason_code):
+            coro = refund_async(amount_minor, currency, reason_code)
+            made.append(coro)
+            return coro
+
+        @gated("payments.refund", target="invoice:INV-32", client=c)
+        def lazy(amount_minor, currency, reason_code):
+            gen = (x for x in [amount_minor])
+            made.append(gen)
+            return gen
+
+        for fn, what in ((refund, "a coroutine"), (lazy, "a generator")):
+            made.clear()
+            result = in_thread(fn, 31, "USD", "duplicate")
+            call = c.next_submitted()
+            console.approve(call.id, call.digest)
+            with self.assertRaises(TypeError) as cm:
+                result()
+            self.assertIn(f"returned {what} without running it (it was closed)", str(cm.exception))
+            self.assertEqual(len(made), 1, "the wrapped coroutine's body never ran")
+            state = (inspect.getcoroutinestate if what == "a coroutine" else inspect.getgeneratorstate)(made[0])
+            self.assertIn(state, ("CORO_CLOSED", "GEN_CLOSED"))
+            done = c.get(call.id)
+            self.assertEqual(done.outcome.status, "unknown")
+            self.assertIn(f"returned {what} without running it", done.outcome.detail)
+
+    def test_an_interrupted_function_is_unknown(self):
+        c = CountingClient(console.url, console.token("agent:py-gated-interrupted"))
+
+        @gated("payments.refund", target="invoice:INV-41", client=c)
+        def refund(amount_minor, currency, reason_code):
+            raise KeyboardInterrupt
+
+        result = in_thread(refund, 41, "USD", "duplicate")
+        call = c.next_submitted()
+        console.approve(call.id, call.digest)
+        with self.assertRaises(KeyboardInterrupt):
+            result()
+        done = c.get(call.id)
+        self.assertEqual((done.outcome.status, done.outcome.detail),
+                         ("unknown", "interrupted (KeyboardInterrupt) while it ran: it may have done part of its work"))
 
 
 if __name__ == "__main__":
