@@ -5,7 +5,9 @@ the event loop left free while a call waits for a person, and AsyncClient."""
 
 import asyncio
 import concurrent.futures
+import faulthandler
 import functools
+import sys
 import inspect
 import threading
 import time
@@ -115,7 +117,21 @@ async def outcome_of(c: Client, call_id: str):
                        lambda: asyncio.to_thread(lambda: (g := c.get(call_id)).outcome and g))
 
 
-class AsyncGated(unittest.IsolatedAsyncioTestCase):
+class Bounded(unittest.IsolatedAsyncioTestCase):
+    """A test whose event loop is blocked (the regression these tests look
+    for) would hang for good, with nothing printed: after HANG seconds the
+    process prints every thread's stack and exits instead."""
+
+    HANG = 180
+
+    def setUp(self):
+        faulthandler.dump_traceback_later(self.HANG, exit=True)
+
+    def tearDown(self):
+        faulthandler.cancel_dump_traceback_later()
+
+
+class AsyncGated(Bounded):
     async def test_runs_once_with_the_redeemed_arguments(self):
         c = client()
         ran = []
@@ -163,7 +179,7 @@ class AsyncGated(unittest.IsolatedAsyncioTestCase):
         await approve(call)
         with self.assertRaisesRegex(RuntimeError, "the upstream said no"):
             await task
-        done = c.get(call.id)
+        done = await asyncio.to_thread(c.get, call.id)
         self.assertEqual((done.outcome.status, done.outcome.detail), ("failed", "RuntimeError: the upstream said no"))
         self.assertEqual(heartbeat_tasks(), [])
 
@@ -272,7 +288,7 @@ class AsyncGated(unittest.IsolatedAsyncioTestCase):
             await task
         # Reported before the cancellation came back, heartbeats stopped
         # first, and nothing of it is left running.
-        done = c.get(call.id)
+        done = await asyncio.to_thread(c.get, call.id)
         self.assertEqual((done.status, done.outcome.status), ("redeemed", countersign.OUTCOME_UNKNOWN))
         self.assertEqual(done.outcome.detail, "cancelled while it ran: it may have done part of its work")
         self.assertEqual(heartbeat_tasks(), [])
@@ -298,9 +314,9 @@ class AsyncGated(unittest.IsolatedAsyncioTestCase):
         # The wait's thread ends with the poll under way; the call stays
         # pending, and approving it now runs nothing.
         await until("the wait's thread to end", lambda: not threads_of(call.id))
-        self.assertEqual(c.get(call.id).status, "pending")
+        self.assertEqual((await asyncio.to_thread(c.get, call.id)).status, "pending")
         await approve(call)
-        got = c.get(call.id)
+        got = await asyncio.to_thread(c.get, call.id)
         self.assertEqual((got.status, got.outcome, ran), ("approved", None, []))
 
     async def test_cancelled_while_redeeming_is_failed_and_runs_nothing(self):
@@ -325,6 +341,73 @@ class AsyncGated(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((done.status, done.outcome.status, done.outcome.detail),
                          ("redeemed", "failed", "cancelled before it ran: nothing was run"))
         self.assertEqual(ran, [])
+
+    async def test_a_timeout_while_it_runs_is_unknown(self):
+        # asyncio.timeout cancels the task and, when the cancellation comes
+        # back out of its block, turns it into TimeoutError: the decorator
+        # reports, then lets the same cancellation through.
+        c = client()
+        started = asyncio.Event()
+
+        @gated("tests.echo", target="echo:timed-out", client=c)
+        async def forever(text):
+            started.set()
+            await asyncio.Event().wait()
+
+        async def bounded():
+            if not hasattr(asyncio, "timeout"):  # Python 3.10: wait_for, cancelled from outside
+                return await asyncio.wait_for(forever(text="t"), None)
+            async with asyncio.timeout(None) as cm:
+                task = asyncio.create_task(forever(text="t"))
+                await started.wait()
+                cm.reschedule(asyncio.get_running_loop().time())  # the deadline is now
+                return await task
+
+        outer = asyncio.create_task(bounded())
+        call = await c.next_submitted()
+        await approve(call)
+        await started.wait()
+        if not hasattr(asyncio, "timeout"):
+            outer.cancel()
+        with self.assertRaises(TimeoutError if hasattr(asyncio, "timeout") else asyncio.CancelledError):
+            await outer
+        done = await asyncio.to_thread(c.get, call.id)
+        self.assertEqual((done.outcome.status, done.outcome.detail),
+                         ("unknown", "cancelled while it ran: it may have done part of its work"))
+        self.assertEqual(heartbeat_tasks(), [])
+
+    async def test_heartbeats_are_bounded_and_can_be_off(self):
+        c = client()
+        approved = asyncio.Queue()
+
+        @gated("tests.lease", target="lease:async-stuck", client=c, heartbeat_every=0.3, max_heartbeat=1.0)
+        async def stuck(n):
+            # Heartbeats stop after a second: the lease then ends, and the
+            # console records that nobody reported.
+            got = await outcome_of(c, (await approved.get()).id)
+            return got.outcome.status
+
+        task = asyncio.create_task(stuck(n=7))
+        call = await c.next_submitted()
+        await approve(call)
+        approved.put_nowait(call)
+        self.assertEqual(await task, countersign.OUTCOME_LEASE_EXPIRED)
+        self.assertLessEqual(c.beats, 3)
+        self.assertEqual(heartbeat_tasks(), [])
+        # The function's own report, late, replaces lease_expired.
+        self.assertEqual((await asyncio.to_thread(c.get, call.id)).outcome.status, "succeeded")
+
+        @gated("tests.lease", target="lease:async-none", client=c, heartbeat=False)
+        async def quick(n):
+            self.assertEqual(heartbeat_tasks(), [])
+            await asyncio.sleep(0)
+            return n
+
+        beats = c.beats
+        task = asyncio.create_task(quick(n=1))
+        await approve(await c.next_submitted())
+        self.assertEqual(await task, 1)
+        self.assertEqual(c.beats, beats)
 
     async def test_the_default_executor_is_left_to_the_application(self):
         # Four calls wait for a person at once with a default executor of
@@ -383,7 +466,7 @@ class AsyncGated(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await task, "sync")
 
 
-class AsyncClientLoop(unittest.IsolatedAsyncioTestCase):
+class AsyncClientLoop(Bounded):
     async def test_submit_wait_redeem_heartbeat_outcome(self):
         ac = AsyncClient(console.url, console.token("agent:py-async-client"))
         call = await ac.submit("tests.lease", "lease:async-client", {"n": 5}, rationale="the async client")
