@@ -61,7 +61,8 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
     An ``async def`` function gets an async wrapper that does the same
     without blocking the event loop: each request runs in a thread of its
     own (see AsyncClient), and the heartbeats are an asyncio task, cancelled
-    before the outcome is reported. Cancelling the awaiting task while the
+    before the outcome is reported (so a function that blocks the loop holds
+    up its heartbeats too: run blocking work with asyncio.to_thread). Cancelling the awaiting task while the
     function runs reports ``unknown`` (it may have done part of its work: a
     person finds out) and raises CancelledError again; cancelled before the
     function started, nothing runs (a grant already redeemed is reported
