@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -181,6 +182,32 @@ type Approval struct {
 	Comment string
 	// Passkey is set for an approval signed by the operator's passkey.
 	Passkey *ApprovalPasskey
+}
+
+// How an approval was given (Approval.Method). The agent API's call object
+// and the call's page say the same.
+const (
+	MethodPasskey = "passkey" // signed with the operator's passkey over the call's id and digest
+	MethodClick   = "click"   // a click on the call's page
+	MethodCommand = "command" // console approve, directly or through the control socket
+	MethodPolicy  = "policy"  // a rule of the tools file (the approver is policy:RULE)
+)
+
+// Method says how the approval was given: MethodPasskey, MethodClick,
+// MethodCommand or MethodPolicy; for a channel none of them names, the
+// channel itself.
+func (a Approval) Method() string {
+	switch {
+	case a.Passkey != nil:
+		return MethodPasskey
+	case a.Channel == audit.ChannelWeb:
+		return MethodClick
+	case a.Channel == audit.ChannelCLI:
+		return MethodCommand
+	case a.Channel == ChannelPolicy:
+		return MethodPolicy
+	}
+	return a.Channel
 }
 
 // ApprovalPasskey is how an approval was signed: the passkey, by the name

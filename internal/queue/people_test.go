@@ -220,6 +220,9 @@ func TestPasskeyRequired(t *testing.T) {
 		if a.Passkey == nil || a.Passkey.Name != "laptop" || string(a.Passkey.CredentialID) != string(key) || !strings.Contains(string(a.Passkey.Evidence), c.ID) {
 			t.Errorf("stored approval = %+v", a)
 		}
+		if a.Method() != queue.MethodPasskey {
+			t.Errorf("stored approval's method = %q, want %q", a.Method(), queue.MethodPasskey)
+		}
 		pks, _ := e.db.Accounts().Passkeys(ctx, "alice")
 		if pks[0].SignCount != 6 || pks[0].LastUsedAt.IsZero() {
 			t.Errorf("passkey after the approval: count %d, last used %v", pks[0].SignCount, pks[0].LastUsedAt)

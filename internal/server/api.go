@@ -388,7 +388,10 @@ func CallView(c *queue.Call) map[string]any {
 		"digest":     c.Digest,
 		"created_at": c.CreatedAt.UTC().Format(time.RFC3339Nano),
 		"decide_by":  c.DecideBy.UTC().Format(time.RFC3339Nano),
-		"approvals":  map[string]int{"required": c.ApprovalsRequired, "received": len(c.Approvals)},
+		"approvals":  approvalsView(c),
+	}
+	if len(c.Owners) > 0 {
+		v["owners"] = c.Owners
 	}
 	if c.Rationale != "" {
 		v["rationale"] = c.Rationale
@@ -434,5 +437,22 @@ func CallView(c *queue.Call) map[string]any {
 		}
 		v["resolution"] = res
 	}
+	return v
+}
+
+// approvalsView is the call object's approvals: how many the call needs and
+// has, and who gave each, through which channel and how (a click, a
+// passkey, a command, a rule).
+func approvalsView(c *queue.Call) map[string]any {
+	v := map[string]any{"required": c.ApprovalsRequired, "received": len(c.Approvals)}
+	if len(c.Approvals) == 0 {
+		return v
+	}
+	given := make([]map[string]string, len(c.Approvals))
+	for i, a := range c.Approvals {
+		given[i] = map[string]string{"by": a.Operator, "channel": a.Channel, "method": a.Method(),
+			"at": a.At.UTC().Format(time.RFC3339Nano)}
+	}
+	v["given"] = given
 	return v
 }

@@ -159,7 +159,7 @@ func (c *console) publicStatus(call *queue.Call, now time.Time) templates.Status
 	}
 	for _, a := range call.Approvals {
 		if a.Comment != "" {
-			s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)})
+			s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)})
 		}
 	}
 	// Who may approve, so that the agent's own user knows that its owners

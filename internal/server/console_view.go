@@ -222,7 +222,7 @@ func (c *console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		}
 	}
 	for _, a := range call.Approvals {
-		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Channel: a.Channel, At: a.At, Comment: optText(a.Comment)}
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)}
 		if a.Passkey != nil {
 			name := reveal.Of(a.Passkey.Name)
 			ta.Passkey = &name

@@ -617,6 +617,52 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: get, path: "/api/v1/calls/" + lapsedID, token: token}, http.StatusOK) // with its resolution
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + lapsedID + "/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusOK)
 
+	// A token that names its agent's owners: the call carries them as the
+	// console resolved them (a provider user name gets the principal of
+	// the account shown under it), and each approval says how it was given.
+	if err := st.db.Accounts().Update(ctx, func(tx account.Tx) error {
+		return tx.InsertUser(account.User{Name: "oidc:idp.example.com/00u-olga", Role: account.RoleOperator, Kind: account.KindOIDC,
+			Issuer: "https://idp.example.com", Subject: "00u-olga", ShortName: "olga", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleOperator, "bob")
+	_, owned, err := account.NewService(st.db.Accounts(), nil).CreateTokenWith(ctx, account.TokenSpec{Actor: "agent:deploy-bot",
+		Audience: "deploy-host", Owners: []string{"olga", "team:payments"}}, "test", audit.ChannelCLI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := check(docRequest{op: submit, path: "/api/v1/calls", token: owned, // two approvals
+		body: `{"tool":"releases.deploy","target":"service:api","args":{"version":"v1.4.2","environment":"staging","change_ticket":"CHG-1234"}}`}, http.StatusCreated)
+	wantOwners := []any{"olga", "oidc:idp.example.com/00u-olga", "team:payments"}
+	if got := mine.json["owners"]; fmt.Sprint(got) != fmt.Sprint(wantOwners) {
+		t.Errorf("owners = %v, want %v", got, wantOwners)
+	}
+	if ap, _ := mine.json["approvals"].(map[string]any); ap["given"] != nil {
+		t.Errorf("a pending call's approvals = %v, want no given", ap)
+	}
+	mineID, _ := mine.json["id"].(string)
+	if _, err := st.queue.Approve(ctx, "alice", audit.ChannelWeb, mineID, mine.json["digest"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.queue.Approve(ctx, "bob", audit.ChannelCLI, mineID, mine.json["digest"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	twice := check(docRequest{op: get, path: "/api/v1/calls/" + mineID, token: owned}, http.StatusOK)
+	var given []string
+	ap, _ := twice.json["approvals"].(map[string]any)
+	list, _ := ap["given"].([]any)
+	for _, g := range list {
+		m, _ := g.(map[string]any)
+		given = append(given, fmt.Sprint(m["by"], " ", m["channel"], " ", m["method"]))
+		if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["at"])); err != nil {
+			t.Errorf("approval at %v: %v", m["at"], err)
+		}
+	}
+	if want := []string{"alice web click", "bob cli command"}; twice.json["status"] != "approved" || fmt.Sprint(given) != fmt.Sprint(want) {
+		t.Errorf("status %v, approvals given %q; want approved, %q", twice.json["status"], given, want)
+	}
+
 	check(docRequest{op: "GET /api/v1/keys", path: "/api/v1/keys"}, http.StatusOK)
 	spec := check(docRequest{op: "GET /api/v1/openapi.yaml", path: "/api/v1/openapi.yaml"}, http.StatusOK)
 	if !bytes.Equal(spec.body, docs.OpenAPI) {

@@ -328,8 +328,10 @@ type Viewing struct {
 
 // Approval is one operator's approval.
 type Approval struct {
-	By      Text
-	Channel string
+	By Text
+	// Method is how it was given (queue.Approval.Method): passkey, click,
+	// command, policy, or the channel it came through.
+	Method  string
 	At      time.Time
 	Comment *Text // the operator's note, nil for none
 	// Passkey is the name of the passkey that signed the approval, nil for
@@ -350,20 +352,20 @@ func (s StatusView) WhoCan() string {
 	return who
 }
 
-// How says how the approval was given: "with a passkey (NAME)", "by
-// click", "from the command line", "by rule".
+// How says how the approval was given: "with a passkey", "by click",
+// "from the command line", "by rule".
 func (a Approval) How() string {
-	switch {
-	case a.Passkey != nil:
+	switch a.Method {
+	case "passkey":
 		return "with a passkey"
-	case a.Channel == "web":
+	case "click":
 		return "by click"
-	case a.Channel == "cli":
+	case "command":
 		return "from the command line"
-	case a.Channel == "policy":
+	case "policy":
 		return "by rule"
 	}
-	return "through " + a.Channel
+	return "through " + a.Method
 }
 
 // StatusView is the part of a call's page that changes: status, approvals,

@@ -56,10 +56,32 @@ def _time(s: Optional[str]) -> Optional[datetime]:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+METHOD_CLICK = "click"
+METHOD_PASSKEY = "passkey"
+METHOD_COMMAND = "command"
+METHOD_POLICY = "policy"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One approval of a call: who gave it (an account name, or ``policy:``
+    and the rule's id), through which channel (web, cli, policy), and how:
+    ``method`` is click (on the call's page), passkey (signed with the
+    operator's passkey), command (``console approve``) or policy (a rule of
+    the tools file); another value is the channel's name."""
+
+    by: str
+    channel: str
+    method: str
+    at: Optional[datetime]
+
+
 @dataclass(frozen=True)
 class Approvals:
     required: int
     received: int
+    #: Each approval, in the order given.
+    given: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,10 @@ class Call:
     decide_by: Optional[datetime]
     approvals: Approvals
     rationale: str = ""
+    #: The people who run the agent, from its token when the call was made
+    #: (account names, oidc:HOST/SUB principals, team:GROUP): none of them
+    #: may approve the call.
+    owners: tuple = ()
     grant: str = ""
     grant_expires_at: Optional[datetime] = None
     decision: Optional[Decision] = None
@@ -173,7 +199,10 @@ class Call:
             id=d["id"], status=d.get("status", ""), actor=d.get("actor", ""), audience=d.get("audience", ""),
             tool=d.get("tool", ""), target=d.get("target", ""), args=d.get("args") or {},
             digest=d.get("digest", ""), created_at=_time(d.get("created_at")), decide_by=_time(d.get("decide_by")),
-            approvals=Approvals(int(ap.get("required", 0)), int(ap.get("received", 0))),
+            approvals=Approvals(int(ap.get("required", 0)), int(ap.get("received", 0)),
+                                tuple(Approval(g.get("by", ""), g.get("channel", ""), g.get("method", ""), _time(g.get("at")))
+                                      for g in (ap.get("given") or []) if isinstance(g, dict))),
+            owners=tuple(o for o in (d.get("owners") or []) if isinstance(o, str)),
             rationale=d.get("rationale", ""), grant=d.get("grant", ""),
             grant_expires_at=_time(d.get("grant_expires_at")),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,

@@ -21,6 +21,7 @@ import time
 import unittest
 import urllib.parse
 import urllib.request
+from typing import Iterable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -144,9 +145,9 @@ class Console:
                     stdin=OPERATOR_PASSWORD + "\n")
         self._browser = None
 
-    def token(self, actor: str, audience: str = "payments-host") -> str:
-        return run_console("token", "create", "--data", self.data, "--actor", actor,
-                           "--audience", audience).stdout.decode().strip()
+    def token(self, actor: str, audience: str = "payments-host", owners: Iterable[str] = ()) -> str:
+        return run_console("token", "create", "--data", self.data, "--actor", actor, "--audience", audience,
+                           *(a for o in owners for a in ("--owner", o))).stdout.decode().strip()
 
     def approve(self, call_id: str, digest: str) -> dict:
         return json.loads(run_console("approve", call_id, "--as", OPERATOR, "--digest", digest,

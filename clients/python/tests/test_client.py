@@ -28,12 +28,12 @@ def tearDownModule():
 _n = 0
 
 
-def new_client(**kwargs) -> Client:
+def new_client(owners=(), **kwargs) -> Client:
     """A client with a token for an actor of its own, so that retry counts
     and deduplication of one test never meet another's."""
     global _n
     _n += 1
-    return Client(console.url, console.token(f"agent:py-{_n}"), **kwargs)
+    return Client(console.url, console.token(f"agent:py-{_n}", owners=owners), **kwargs)
 
 
 REFUND = {"amount_minor": 1299, "currency": "USD", "reason_code": "duplicate"}
@@ -101,6 +101,10 @@ class WholeLoop(unittest.TestCase):
         self.assertTrue(approved.grant)
         self.assertIsNotNone(approved.grant_expires_at)
         self.assertEqual(approved.approvals.received, 1)
+        self.assertEqual([(a.by, a.channel, a.method) for a in approved.approvals.given],
+                         [(OPERATOR, "cli", countersign.METHOD_COMMAND)])
+        self.assertIsNotNone(approved.approvals.given[0].at)
+        self.assertEqual(approved.owners, ())
 
         # Another call than the approved one is refused and consumes nothing.
         tampered = dict(approved.spec(), args=dict(REFUND, amount_minor=999999))
@@ -159,6 +163,14 @@ class WholeLoop(unittest.TestCase):
         jwks = new_client().keys()
         self.assertTrue(jwks["keys"])
         self.assertEqual({(k["kty"], k["crv"]) for k in jwks["keys"]}, {("OKP", "Ed25519")})
+
+
+class Owners(unittest.TestCase):
+    def test_the_call_names_its_agents_owners(self):
+        c = new_client(owners=("olga", "team:payments"))
+        call = c.submit("payments.refund", "invoice:INV-77", REFUND)
+        self.assertEqual(call.owners, ("olga", "team:payments"))
+        self.assertEqual(c.get(call.id).owners, ("olga", "team:payments"))
 
 
 class Decisions(unittest.TestCase):

@@ -49,6 +49,23 @@ export interface OutcomeRequest {
 export interface Approvals {
   required: number;
   received: number;
+  /** Each approval, in the order given; absent until the first. */
+  given?: GivenApproval[];
+}
+
+/** How an approval was given: on the call's page, signed with the
+ * operator's passkey, with `console approve`, or by a rule of the tools
+ * file. Another value is the name of the channel it came through. */
+export type ApprovalMethod = 'click' | 'passkey' | 'command' | 'policy' | (string & {});
+
+/** One approval of a call. */
+export interface GivenApproval {
+  /** The operator's account name, or policy: and the rule's id. */
+  by: string;
+  /** Where it came from: web, cli or policy. */
+  channel: string;
+  method: ApprovalMethod;
+  at: string;
 }
 
 /** An operator's denial: who, why, when. */
@@ -84,6 +101,10 @@ export interface Call {
   /** When a pending call expires. */
   decide_by: string;
   approvals: Approvals;
+  /** The people who run the agent (from its token when the call was made:
+   * account names, oidc:HOST/SUB principals, team:GROUP); none of them may
+   * approve the call. Absent when the token names none. */
+  owners?: string[];
   /** The signed single-use grant, while approved and not yet redeemed. */
   grant?: string;
   grant_expires_at?: string;

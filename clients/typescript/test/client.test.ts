@@ -101,6 +101,9 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.equal(approved.status, 'approved');
   assert.ok(approved.grant && approved.grant_expires_at);
   assert.equal(approved.approvals.received, 1);
+  assert.deepEqual(approved.approvals.given?.map((a) => [a.by, a.channel, a.method]), [[OPERATOR, 'cli', 'command']]);
+  assert.ok(!Number.isNaN(Date.parse(approved.approvals.given?.[0]?.at ?? '')));
+  assert.equal(approved.owners, undefined);
 
   // Another call than the approved one is refused and consumes nothing.
   let r = await c.redeem(approved.grant, { ...specOf(approved), args: { ...REFUND, amount_minor: 999999 } });
@@ -127,6 +130,13 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.deepEqual([e.code, e.status], ['outcome_already_reported', 409]);
   const got = await c.get(call.id);
   assert.deepEqual([got.status, got.grant, got.outcome?.status], ['redeemed', undefined, 'succeeded']);
+});
+
+test("the call names its agent's owners", async () => {
+  const c = new Client(cs.url, cs.token(`agent:ts-${++n}`, 'payments-host', ['olga', 'team:payments']));
+  const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-77', args: REFUND });
+  assert.deepEqual(call.owners, ['olga', 'team:payments']);
+  assert.deepEqual((await c.get(call.id)).owners, ['olga', 'team:payments']);
 });
 
 test('cancel, another actor, a bad token, an unreachable console, the key set', async () => {

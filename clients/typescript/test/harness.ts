@@ -109,8 +109,9 @@ export class Console {
     runConsole(['user', 'add', OPERATOR, '--role', 'operator', '--data', this.data, '--password-stdin'], OPERATOR_PASSWORD + '\n');
   }
 
-  token(actor: string, audience = 'payments-host'): string {
-    return runConsole(['token', 'create', '--data', this.data, '--actor', actor, '--audience', audience]).trim();
+  token(actor: string, audience = 'payments-host', owners: string[] = []): string {
+    return runConsole(['token', 'create', '--data', this.data, '--actor', actor, '--audience', audience,
+      ...owners.flatMap((o) => ['--owner', o])]).trim();
   }
 
   approve(id: string, digest: string): unknown {

@@ -41,12 +41,12 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 	c := newCall("agent:a", "pay.refund", t0)
 	c.RequirePasskey = true
 	insert(t, s, c)
-	click := queue.Approval{Operator: "bob", Channel: "cli", At: t0.Add(time.Second)}
+	byCommand := queue.Approval{Operator: "bob", Channel: "cli", At: t0.Add(time.Second)}
 	signed := queue.Approval{Operator: "alice", Channel: "web", At: t0.Add(2 * time.Second), Passkey: &queue.ApprovalPasskey{
 		CredentialID: []byte{0, 1, 2, 0xff}, Name: "YubiKey 5C",
 		Evidence: []byte(`{"call_id":"x","format":"countersign.passkey-approval.v1","sign_count":7}`)}}
 	update(t, s, func(tx queueTx) error {
-		if err := tx.AddApproval(c.ID, click); err != nil {
+		if err := tx.AddApproval(c.ID, byCommand); err != nil {
 			return err
 		}
 		return tx.AddApproval(c.ID, signed)
@@ -55,8 +55,20 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Approvals, []queue.Approval{click, signed}) {
-		t.Errorf("approvals = %+v; want %+v", got.Approvals, []queue.Approval{click, signed})
+	if !reflect.DeepEqual(got.Approvals, []queue.Approval{byCommand, signed}) {
+		t.Errorf("approvals = %+v; want %+v", got.Approvals, []queue.Approval{byCommand, signed})
+	}
+	// The agent API and the call's page say how each was given from what
+	// the store kept.
+	methods := func(as []queue.Approval) []string {
+		var m []string
+		for _, a := range as {
+			m = append(m, a.Method())
+		}
+		return m
+	}
+	if m := methods(got.Approvals); !reflect.DeepEqual(m, []string{queue.MethodCommand, queue.MethodPasskey}) {
+		t.Errorf("methods = %q; want command, passkey", m)
 	}
 	// History lists say which passkey, without the evidence.
 	page, _, err := s.History.History(ctx, queue.HistoryFilter{Limit: 10})
@@ -64,10 +76,13 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 		t.Fatalf("History = %+v, %v", page, err)
 	}
 	if a := page[0].Approvals[0]; a.Passkey != nil {
-		t.Errorf("a click reads as signed: %+v", a.Passkey)
+		t.Errorf("an approval by command reads as signed: %+v", a.Passkey)
 	}
 	if p := page[0].Approvals[1].Passkey; p == nil || p.Name != "YubiKey 5C" || !reflect.DeepEqual(p.CredentialID, signed.Passkey.CredentialID) {
 		t.Errorf("the signed approval in history = %+v", p)
+	}
+	if m := methods(page[0].Approvals); !reflect.DeepEqual(m, []string{queue.MethodCommand, queue.MethodPasskey}) {
+		t.Errorf("methods in history = %q; want command, passkey", m)
 	}
 })
 
