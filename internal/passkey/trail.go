@@ -13,9 +13,15 @@ import (
 // entry's details is checked with Verify against the call id, digest and
 // operator the entry itself records (not the evidence's own copies), and
 // its public key must be the one the passkey_registered entry recorded
-// for that credential. Give it to audit.VerifyOptions.Check.
+// for that credential, registered to the approving account and not
+// removed since. Give it to audit.VerifyOptions.Check.
+//
+// The account matters: whoever registers a key of their own can sign any
+// challenge (the client data is theirs to write), so only a key registered
+// to the operator the entry names says that operator approved.
 type TrailChecker struct {
-	keys map[string][]byte // credential id (base64url) → COSE key, from registrations seen
+	keys    map[string]registered // credential id (base64url) → its registration, from the entries seen
+	removed map[string]int64      // credential id → the entry that removed it, while not registered again
 
 	// Verified counts the approvals whose evidence verified; Unregistered
 	// lists the entries whose passkey was registered before the entries
@@ -24,12 +30,20 @@ type TrailChecker struct {
 	Unregistered []int64
 }
 
+// registered is a passkey's registration entry: its account and key.
+type registered struct {
+	user string
+	key  []byte
+}
+
 // NewTrailChecker returns a checker that has seen no entry yet.
-func NewTrailChecker() *TrailChecker { return &TrailChecker{keys: map[string][]byte{}} }
+func NewTrailChecker() *TrailChecker {
+	return &TrailChecker{keys: map[string]registered{}, removed: map[string]int64{}}
+}
 
 // Check checks one entry; it is called in the trail's order.
 func (t *TrailChecker) Check(e *audit.Entry) error {
-	if e.Kind != audit.KindPasskeyAdded && e.Kind != audit.KindApproved {
+	if e.Kind != audit.KindPasskeyAdded && e.Kind != audit.KindPasskeyRemoved && e.Kind != audit.KindApproved {
 		return nil
 	}
 	raw, err := detailsJSON(e.Details)
@@ -45,7 +59,18 @@ func (t *TrailChecker) Check(e *audit.Entry) error {
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return fmt.Errorf("passkey: registration entry %d: %w", e.Seq, err)
 		}
-		t.keys[d.CredentialID] = d.PublicKey
+		t.keys[d.CredentialID] = registered{user: registrant(raw, e), key: d.PublicKey}
+		delete(t.removed, d.CredentialID)
+		return nil
+	case audit.KindPasskeyRemoved:
+		var d struct {
+			CredentialID string `json:"credential_id"`
+		}
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return fmt.Errorf("passkey: removal entry %d: %w", e.Seq, err)
+		}
+		delete(t.keys, d.CredentialID)
+		t.removed[d.CredentialID] = e.Seq
 		return nil
 	}
 	var d struct {
@@ -67,14 +92,32 @@ func (t *TrailChecker) Check(e *audit.Entry) error {
 		return fmt.Errorf("the passkey signature of this approval does not verify: %v", err)
 	}
 	id := base64.RawURLEncoding.EncodeToString(ev.CredentialID)
-	key, ok := t.keys[id]
-	if !ok {
+	if seq, ok := t.removed[id]; ok {
+		return fmt.Errorf("the passkey that signed this approval (%s) was removed at entry %d, before it", id, seq)
+	}
+	reg, ok := t.keys[id]
+	switch {
+	case !ok:
 		t.Unregistered = append(t.Unregistered, e.Seq)
-	} else if !ev.SamePublicKey(ev.CredentialID, key) {
+	case !ev.SamePublicKey(ev.CredentialID, reg.key):
 		return fmt.Errorf("the passkey that signed this approval is not the one registered as %s (another public key)", id)
+	case reg.user != e.Principal:
+		return fmt.Errorf("the passkey that signed this approval (%s) is registered to %s, not to %s", id, reg.user, e.Principal)
 	}
 	t.Verified++
 	return nil
+}
+
+// registrant is the account a registration entry registered the passkey
+// to: its details' user, which is the entry's principal.
+func registrant(raw []byte, e *audit.Entry) string {
+	var d struct {
+		User string `json:"user"`
+	}
+	if json.Unmarshal(raw, &d) == nil && d.User != "" {
+		return d.User
+	}
+	return e.Principal
 }
 
 // detailsJSON is an entry's details as JSON text: as stored, or encoded.

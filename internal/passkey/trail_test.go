@@ -118,3 +118,50 @@ func TestTrailCheckerReverifiesEveryPasskeyApproval(t *testing.T) {
 		}
 	})
 }
+
+// TestTrailCheckerTiesTheKeyToItsAccount: an approval verifies only with a
+// key registered to the approving account and not removed since. Whoever
+// registered a key of their own can sign any challenge (the client data is
+// theirs to write), so a key registered to mallory proves nothing about an
+// approval recorded for alice.
+func TestTrailCheckerTiesTheKeyToItsAccount(t *testing.T) {
+	ev, evidence := exampleEvidence(t)
+	id := base64.RawURLEncoding.EncodeToString(ev.CredentialID)
+	regAs := func(user string) *audit.Entry {
+		e := registration(ev, ev.PublicKey)
+		e.Principal, e.Details.(map[string]any)["user"] = user, user
+		return e
+	}
+	removal := func(user, by string) *audit.Entry {
+		return &audit.Entry{Kind: audit.KindPasskeyRemoved, Principal: by, Channel: audit.ChannelWeb,
+			Details: map[string]any{"user": user, "credential_id": id, "name": ev.CredentialName}}
+	}
+	approve := func() *audit.Entry { return approval(ev.CallID, ev.Digest, ev.Operator, evidence) }
+	tests := []struct {
+		name    string
+		entries []*audit.Entry
+		want    string // "" when it verifies
+	}{
+		{"registered to another account", trail(t, regAs("mallory"), approve()), "registered to mallory"},
+		{"removed before the approval", trail(t, regAs(ev.Operator), removal(ev.Operator, ev.Operator), approve()), "removed"},
+		{"removed by an admin before the approval", trail(t, regAs(ev.Operator), removal(ev.Operator, "root"), approve()), "removed"},
+		{"removal seen without its registration", trail(t, removal(ev.Operator, ev.Operator), approve()), "removed"},
+		{"removed and registered again", trail(t, regAs(ev.Operator), removal(ev.Operator, ev.Operator), regAs(ev.Operator), approve()), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := verify(t, tt.entries)
+			last := tt.entries[len(tt.entries)-1].Seq
+			if tt.want == "" {
+				if err != nil || c.Verified != 1 {
+					t.Fatalf("verified %d, %v; want the approval verified", c.Verified, err)
+				}
+				return
+			}
+			var be *audit.BreakError
+			if !errors.As(err, &be) || be.Seq != last || !strings.Contains(be.Reason, tt.want) {
+				t.Fatalf("err = %v, want a break at entry %d saying %q", err, last, tt.want)
+			}
+		})
+	}
+}
