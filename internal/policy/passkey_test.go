@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // A rule cannot approve what only a person can: a tool that requires
@@ -76,5 +78,27 @@ func TestEvaluationErrorKeepsPasskeyRequirement(t *testing.T) {
 	d := decide(t, p, mustArgs(t, `{"amount_minor":1,"currency":"EUR"}`))
 	if d.Err == nil || !d.RequirePasskey {
 		t.Fatalf("err %v, passkey %v; want an error and a passkey requirement", d.Err, d.RequirePasskey)
+	}
+}
+
+// A mirrored tool's rules that do not fit the upstream's schema send its
+// calls to people with every requirement an ask rule among them could have
+// set: the most approvals and the passkey, never the tool's bare approvals.
+func TestMirroredRulesThatDoNotFitKeepEveryRequirement(t *testing.T) {
+	tool, err := tools.Mirror(tools.MirrorSpec{Server: "bank", Name: "pay",
+		InputSchema: []byte(`{"type":"object","properties":{"cents":{"type":"integer"}},"required":["cents"]}`),
+		Override: tools.MCPOverride{Approvals: 1, Rules: []tools.RuleSpec{
+			{ID: "big", When: "args.amount_minor > 1000", Then: tools.ThenAsk, Approvals: 3},
+			{ID: "signed", When: "args.cents > 10", Then: tools.ThenAsk, RequirePasskey: true},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t, file("1", "      - {id: never, when: \"false\", then: ask}\n"))
+	p.Registry().SetMirrored("bank", []*tools.Tool{tool})
+	d := p.Decide(tool, Input{Target: "mcp:bank", Args: mustArgs(t, `{"cents":5000}`), Actor: "agent:a", Audience: "bank"})
+	if d.Err == nil || d.Action != Ask || d.Approvals != 3 || !d.RequirePasskey {
+		t.Fatalf("decision %v, %d approvals, passkey %v, err %v; want ask 3 people with passkeys and an error",
+			d.Action, d.Approvals, d.RequirePasskey, d.Err)
 	}
 }

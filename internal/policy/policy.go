@@ -298,11 +298,12 @@ func (p *Policy) Decide(t *tools.Tool, in Input) Decision {
 		var err error
 		if tr, err = p.mirroredRules(t); err != nil {
 			d.Err = err
-			// Fail closed: any ask rule that asks for passkeys might
-			// have matched.
+			// Fail closed: any ask rule might have matched, with its
+			// approvals and its passkeys.
 			for _, r := range t.Rules {
-				if r.Then == tools.ThenAsk && r.RequirePasskey {
-					d.RequirePasskey = true
+				if r.Then == tools.ThenAsk {
+					d.Approvals = max(d.Approvals, r.Approvals)
+					d.RequirePasskey = d.RequirePasskey || r.RequirePasskey
 				}
 			}
 			p.evalErrors.Add(1)
