@@ -323,3 +323,50 @@ func TestLocalPath(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalLoginModeEndsLocalSessions: a console started with
+// --local-login off (or admins-only) on a database where local logins were
+// allowed before, or beside a replica that still allows them, does not
+// honour the local sessions its mode would not have opened; single sign-on
+// sessions stay.
+func TestLocalLoginModeEndsLocalSessions(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	olivia, adele, fay := e.browser(), e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	adele.login("adele", rolePassword)
+	e.idp.User("00u-f", "fay", "", "approvers")
+	e.ssoLogin(t, fay, "")
+	for _, tc := range []struct {
+		mode          LocalLogin
+		olivia, adele bool // whose session the console honours
+	}{
+		{LocalAdminsOnly, false, true},
+		{LocalOff, false, false},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			r := startReplicaConsole(t, sqliteReplica(t, e.db.Path()), e.clock, func(cc *ConsoleConfig) {
+				rp, err := sso.New(context.Background(), sso.Config{Issuer: e.idp.Issuer(), ClientID: e.idp.ClientID,
+					ClientSecret: e.idp.ClientSecret, RedirectURL: cc.PublicURL + CallbackPath,
+					Roles: sso.RoleMap{"approvers": account.RoleOperator}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cc.SSO, cc.SSOName, cc.LocalLogin = rp, "Test IdP", tc.mode
+			})
+			for _, b := range []struct {
+				name string
+				b    *consoleBrowser
+				want bool
+			}{{"olivia (local operator)", olivia, tc.olivia}, {"adele (local admin)", adele, tc.adele}, {"fay (single sign-on)", fay, true}} {
+				res, err := b.b.client.Get(r.url + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if got := res.StatusCode == http.StatusOK; got != b.want {
+					t.Errorf("%s's session on a console with local login %s: %d, want honoured %t", b.name, tc.mode, res.StatusCode, b.want)
+				}
+			}
+		})
+	}
+}

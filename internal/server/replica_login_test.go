@@ -61,7 +61,7 @@ type replicaConsole struct {
 	c   *console
 }
 
-func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock) *replicaConsole {
+func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock, adjust ...func(*ConsoleConfig)) *replicaConsole {
 	tb.Helper()
 	reg, err := tools.Load("../../examples/tools.yaml")
 	if err != nil {
@@ -78,20 +78,28 @@ func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock) *
 		tb.Fatal(err)
 	}
 	url := "http://" + ln.Addr().String()
+	cc := &ConsoleConfig{PublicURL: url, SweepInterval: time.Hour}
+	for _, f := range adjust {
+		f(cc)
+	}
 	srv, err := New(Config{Queue: q, Accounts: account.NewService(st.accounts, clock.Now), History: st.history, Audit: st.trail,
-		Ping: st.ping, Keys: keys, Logger: log, Now: clock.Now, Console: &ConsoleConfig{PublicURL: url, SweepInterval: time.Hour}})
+		Ping: st.ping, Keys: keys, Logger: log, Now: clock.Now, Console: cc})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv.console.dummyHash = cheapHash(tb, "no such account")
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done, ran := make(chan error, 1), make(chan struct{})
+	// The console's own goroutines (its socket hub, the session sweep)
+	// run as on a real replica: ending a session talks to the hub.
+	go func() { defer close(ran); srv.Run(ctx) }()
 	go func() { done <- srv.Serve(ctx, ln) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			tb.Errorf("Serve: %v", err)
 		}
+		<-ran
 	})
 	return &replicaConsole{url: url, c: srv.console}
 }

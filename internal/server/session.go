@@ -116,8 +116,26 @@ func (c *console) sessionOver(s account.Session, now time.Time) string {
 		return "expired"
 	case now.Sub(s.LastSeen) >= c.cfg.IdleTimeout:
 		return "idle"
+	case s.Method == account.MethodPassword && !c.localLoginAllows(s.User):
+		// Opened by a password where this console takes none (it was
+		// started with --local-login off or admins-only since, or another
+		// replica allows more): a mode that refuses the login refuses
+		// the session too.
+		return "local_login_off"
 	}
 	return ""
+}
+
+// localLoginAllows reports whether this console's --local-login mode lets
+// u log in with a password.
+func (c *console) localLoginAllows(u account.User) bool {
+	switch c.cfg.LocalLogin {
+	case LocalOff:
+		return false
+	case LocalAdminsOnly:
+		return u.Role.CanAdminister()
+	}
+	return true
 }
 
 // currentViewer authenticates the request's cookie against the database,
