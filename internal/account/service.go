@@ -184,6 +184,11 @@ type TokenSpec struct {
 	Actor, Audience, Note string
 	// Owners run the agent and may not approve its calls (CheckOwner).
 	Owners []string
+	// Holder is the account that is shown the token's secret (the admin
+	// who makes it in the console), "" when that is nobody's account (the
+	// command line). Whoever holds the secret can run the agent, so the
+	// holder is one of its owners.
+	Holder string
 }
 
 // MaxOwners bounds a token's owners.
@@ -275,6 +280,9 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 	}
 	if len(owners) > MaxOwners {
 		return Token{}, "", refuse("owner", ErrBadOwner, "a token has at most %d owners", MaxOwners)
+	}
+	if h := spec.Holder; h != "" && !slices.ContainsFunc(owners, func(o string) bool { return strings.EqualFold(o, h) }) {
+		owners = append(owners, h)
 	}
 	if actor == "" {
 		return Token{}, "", refuse("actor", ErrTokenContext, "a token needs an actor and an audience")

@@ -144,7 +144,9 @@ func (c *console) createToken(ec echo.Context) error {
 	if len(note) > 200 {
 		return c.renderAdmin(ec, http.StatusBadRequest, "", "a token's note is at most 200 bytes", nil)
 	}
-	spec := account.TokenSpec{Actor: actor, Audience: audience, Note: note, Owners: strings.Split(form.Get("owners"), ",")}
+	// The admin is shown the secret, so they are one of the agent's owners.
+	spec := account.TokenSpec{Actor: actor, Audience: audience, Note: note, Owners: strings.Split(form.Get("owners"), ","),
+		Holder: v.user.Name}
 	t, secret, err := c.accounts.CreateTokenWith(ec.Request().Context(), spec, v.user.Name, audit.ChannelWeb)
 	if err != nil {
 		return c.adminRefused(ec, err)

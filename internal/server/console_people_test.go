@@ -178,15 +178,48 @@ func TestTokenOwnersOnTheAdminPage(t *testing.T) {
 	if r.status != http.StatusOK || r.find("new-token").Length() != 1 {
 		t.Fatalf("create token = %d %q", r.status, r.find("admin-error").Text())
 	}
-	if got := strings.TrimSpace(r.doc.Find(`[data-testid="token-owners"]`).First().Text()); got != "owen, team:payments" {
+	if got := strings.TrimSpace(r.doc.Find(`[data-testid="token-owners"]`).First().Text()); got != "owen, team:payments, adele" {
 		t.Errorf("owners listed = %q", got)
 	}
 	toks, _ := e.srv.cfg.Accounts.Tokens(context.Background())
-	if len(toks) != 1 || strings.Join(toks[0].Owners, "|") != "owen|team:payments" {
+	if len(toks) != 1 || strings.Join(toks[0].Owners, "|") != "owen|team:payments|adele" {
 		t.Errorf("stored owners = %v", toks)
 	}
 	r = adele.post("/admin/tokens", url.Values{"csrf": {adele.csrf()}, "actor": {"agent:y"}, "audience": {"x-host"}, "owners": {"bad name"}})
 	if r.status != http.StatusBadRequest || !strings.Contains(r.find("admin-error").Text(), "team:GROUP") {
 		t.Errorf("a bad owner = %d %q", r.status, r.find("admin-error").Text())
+	}
+}
+
+// TestTokenCreatorOwnsTheAgent: the admin who makes a token in the console
+// is shown its secret and can run the agent with it, so they are one of its
+// owners and do not approve its calls; another admin does.
+func TestTokenCreatorOwnsTheAgent(t *testing.T) {
+	e := newPeopleConsole(t)
+	e.addUser("ada", account.RoleAdmin, rolePassword)
+	adele := e.browser()
+	adele.login("adele", rolePassword)
+	r := adele.post("/admin/tokens", url.Values{"csrf": {adele.csrf()}, "actor": {"agent:v"}, "audience": {"vault-host"}})
+	if r.status != http.StatusOK || r.find("new-token").Length() != 1 {
+		t.Fatalf("create token = %d %q", r.status, r.find("admin-error").Text())
+	}
+	toks, _ := e.srv.cfg.Accounts.Tokens(context.Background())
+	if len(toks) != 1 || strings.Join(toks[0].Owners, "|") != "adele" {
+		t.Fatalf("stored owners = %v, want the creator", toks[0].Owners)
+	}
+	tok := toks[0]
+	who := queue.Principal{Actor: tok.Actor, Audience: tok.Audience, TokenID: tok.ID, Owners: tok.Owners}
+	c, _, err := e.q.Submit(context.Background(), who, []byte(`{"tool":"vault.rotate","target":"secret:kv","args":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := adele.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {adele.csrf()}, "digest": {c.Digest}})
+	if p.status != http.StatusForbidden {
+		t.Errorf("the creator's approval = %d, want 403 owner", p.status)
+	}
+	ada := e.browser()
+	ada.login("ada", rolePassword)
+	if p := ada.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {ada.csrf()}, "digest": {c.Digest}}); p.status != http.StatusSeeOther {
+		t.Errorf("another admin's approval = %d, want 303", p.status)
 	}
 }
