@@ -3,7 +3,7 @@
 import type { NumberPaths } from './canonical.js';
 import { Client, decided, specOf } from './client.js';
 import { CountersignError, NotApprovedError, RedemptionRejectedError } from './errors.js';
-import type { Call, JsonObject } from './types.js';
+import type { Call, JsonObject, OutcomeStatus } from './types.js';
 
 const MAX_DETAIL = 1000;
 
@@ -58,19 +58,34 @@ export async function propose<A extends JsonObject>(options: GateOptions<A>, arg
 }
 
 /** Redeems an approved call's grant, runs fn with exactly the redeemed
- * arguments, and reports the outcome: a throw reports failed and is thrown
- * again, a return reports succeeded. Nothing runs when the redemption is
- * refused (RedemptionRejectedError). While fn runs, heartbeats keep its
- * lease alive (lease: LeaseOptions). */
+ * arguments (and the signal), awaits it, and reports the outcome once it
+ * settled: a throw reports failed and is thrown again, a return reports
+ * succeeded. Nothing runs when the redemption is refused
+ * (RedemptionRejectedError). While fn runs, heartbeats keep its lease alive
+ * (lease: LeaseOptions).
+ *
+ * An abort of `signal`: before the redemption, nothing is sent; during it,
+ * the redemption is not cut short (its answer says whether the lease
+ * started) and fn does not run: an accepted redemption is reported failed,
+ * saying nothing ran; while fn runs, fn is left to stop (it has the signal),
+ * and a throw is then reported unknown (it may have done part of its work),
+ * a return succeeded. Either way the abort's reason is thrown once the
+ * outcome is reported. A function that returns a generator is reported
+ * unknown and throws TypeError (the generator is closed unrun). */
 export async function redeemAndRun<A extends JsonObject, R>(
   client: Client,
   call: Call,
-  fn: (args: A) => R | Promise<R>,
+  fn: (args: A, signal?: AbortSignal) => R | Promise<R>,
   signal?: AbortSignal,
   lease: LeaseOptions = {},
 ): Promise<R> {
-  const redemption = await client.redeem(call.grant ?? '', specOf(call), signal);
+  signal?.throwIfAborted();
+  const redemption = await client.redeem(call.grant ?? '', specOf(call));
   if (!redemption.accepted) throw new RedemptionRejectedError(redemption);
+  if (signal?.aborted) {
+    await report(client, call.id, 'failed', 'aborted before it ran: nothing was run');
+    throw signal.reason;
+  }
   const every = lease.heartbeatEveryMs ?? ((redemption.outcome_within ?? 0) * 1000) / 3;
   const beats =
     lease.heartbeat !== false && every > 0
@@ -78,15 +93,36 @@ export async function redeemAndRun<A extends JsonObject, R>(
       : undefined;
   let result: R;
   try {
-    result = await fn(call.args as A);
+    result = await fn(call.args as A, signal);
   } catch (e) {
     await beats?.stop();
-    await report(client, call.id, 'failed', e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    if (signal?.aborted) await report(client, call.id, 'unknown', 'aborted while it ran: it may have done part of its work');
+    else await report(client, call.id, 'failed', e instanceof Error ? `${e.name}: ${e.message}` : String(e));
     throw e;
   }
   await beats?.stop();
+  const unrun = closeUnrun(result);
+  if (unrun) {
+    await report(client, call.id, 'unknown', unrun);
+    throw new TypeError(`gated: ${fn.name || 'the function'} ${unrun}`);
+  }
   await report(client, call.id, 'succeeded');
   return result;
+}
+
+/** Why a function's result means its work was not done when it settled, or
+ * undefined. A generator is closed, so its body never runs. */
+function closeUnrun(v: unknown): string | undefined {
+  const tag = Object.prototype.toString.call(v);
+  if (tag !== '[object Generator]' && tag !== '[object AsyncGenerator]') return undefined;
+  void Promise.resolve((v as { return(): unknown }).return()).catch(() => {});
+  return 'returned a generator without running it (it was closed): gate a function that does the work and returns its result';
+}
+
+/** Whether calling fn gives a generator (its body runs only when iterated). */
+function isGeneratorFunction(fn: unknown): boolean {
+  const tag = Object.prototype.toString.call(fn);
+  return tag === '[object GeneratorFunction]' || tag === '[object AsyncGeneratorFunction]';
 }
 
 /**
@@ -110,7 +146,7 @@ export class Heartbeats {
     private readonly everyMs: number,
     private readonly limitMs: number,
   ) {
-    this.deadline = Date.now() + limitMs;
+    this.deadline = performance.now() + limitMs;
     this.schedule();
   }
 
@@ -120,7 +156,7 @@ export class Heartbeats {
 
   private beat(): void {
     if (this.stopped) return;
-    if (Date.now() + this.everyMs > this.deadline) {
+    if (performance.now() + this.everyMs > this.deadline) {
       process.emitWarning(`countersign: ${this.id} still runs after ${this.limitMs / 1000} s of heartbeats; its lease is left to end`);
       this.stopped = true;
       return;
@@ -167,7 +203,14 @@ export class Heartbeats {
  *
  * While fn runs, heartbeats keep the executor's lease alive (every third of
  * the tool's outcome_within, for at most an hour in all: see LeaseOptions);
- * they stop before the outcome is reported.
+ * they stop before the outcome is reported, which is once fn's promise
+ * settled.
+ *
+ * fn receives the signal given to the gated function as its second
+ * argument. An abort while waiting for the decision runs nothing and leaves
+ * the call pending; for an abort after that see redeemAndRun (an abort while
+ * fn runs that makes it throw is reported unknown). A generator function is
+ * refused (TypeError): calling one runs none of its body.
  *
  * ```ts
  * const refund = gated({ tool: 'payments.refund', target: 'invoice:INV-1042' },
@@ -177,8 +220,12 @@ export class Heartbeats {
  */
 export function gated<A extends JsonObject, R>(
   options: GateOptions<A>,
-  fn: (args: A) => R | Promise<R>,
+  fn: (args: A, signal?: AbortSignal) => R | Promise<R>,
 ): (args: A, signal?: AbortSignal) => Promise<R> {
+  if (isGeneratorFunction(fn))
+    throw new TypeError(
+      `gated: ${fn.name || 'the function'} is a generator function: calling it runs none of its body, so the outcome would be reported before any work was done; gate a function that does the work and returns its result`,
+    );
   return async (args: A, signal?: AbortSignal) => {
     const client = options.client ?? Client.fromEnv();
     const call = await propose({ ...options, client }, args, signal);
@@ -186,7 +233,7 @@ export function gated<A extends JsonObject, R>(
   };
 }
 
-async function report(client: Client, id: string, status: 'succeeded' | 'failed', detail?: string): Promise<void> {
+async function report(client: Client, id: string, status: OutcomeStatus, detail?: string): Promise<void> {
   // The tool has run: failing to report must not turn its result into an
   // error (a caller might run it again). The console records a missing
   // outcome when the execution lease ends.

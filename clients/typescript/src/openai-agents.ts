@@ -40,9 +40,10 @@ export interface Interrupted<TState> {
 
 type Spec = Omit<GateOptions<JsonObject>, 'client'>;
 
-/** Details the SDK passes to execute; only the tool call is read. */
+/** Details the SDK passes to execute; the tool call and the run's signal are read. */
 interface CallDetails {
   toolCall?: { callId?: string; arguments?: string };
+  signal?: AbortSignal;
 }
 
 /** The message a model reads when Countersign refused a call. */
@@ -69,11 +70,13 @@ export class CountersignApprovals {
   /**
    * The `needsApproval` and `execute` of a function tool gated by
    * Countersign: spread it into `tool({...})`. `execute` receives exactly
-   * the arguments the console approved and redeemed.
+   * the arguments the console approved and redeemed, and the run's abort
+   * signal (an abort that makes it throw is reported unknown; see
+   * redeemAndRun).
    */
   guard<A extends JsonObject, R>(
     spec: GateOptions<A>,
-    execute: (args: A) => R | Promise<R>,
+    execute: (args: A, signal?: AbortSignal) => R | Promise<R>,
   ): {
     needsApproval: (ctx: RunContext, input: unknown, callId?: string) => Promise<boolean>;
     execute: (input: unknown, ctx?: RunContext, details?: CallDetails) => Promise<R>;
@@ -94,11 +97,11 @@ export class CountersignApprovals {
           // or approved without Countersign): the console holds the truth.
           // The same actor's identical call is returned while it is still
           // approved; anything else is a new proposal that nobody approved yet.
-          call = await this.client.submit(proposalOf(s, args));
+          call = await this.client.submit(proposalOf(s, args), details?.signal);
           if (call.status !== 'approved')
             throw new CountersignError('not_approved', `no operator approved this call in Countersign (it is ${call.status}, ${call.id}); it did not run`, { callId: call.id });
         }
-        return redeemAndRun(this.client, call, execute as (a: JsonObject) => R | Promise<R>, undefined, s);
+        return redeemAndRun(this.client, call, execute as (a: JsonObject, signal?: AbortSignal) => R | Promise<R>, details?.signal, s);
       },
     };
   }

@@ -325,3 +325,92 @@ test('gated runs nothing when the redemption is refused', async () => {
   assert.deepEqual([e.code, e.redemption.statusCode], ['replayed', 409]);
   assert.deepEqual(ran, []);
 });
+
+test('gated: an abort while the function runs is unknown, while redeeming is failed with nothing run, while waiting runs nothing', async () => {
+  const c = new CountingClient(cs.url, cs.token('agent:ts-gated-abort'));
+  const ran: string[] = [];
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const job = gated({ tool: 'tests.echo', target: 'echo:aborted', client: c }, (a: { text: string }, signal?: AbortSignal) => {
+    ran.push(a.text);
+    started();
+    // Works until told to stop, as a tool that honours the signal does.
+    return new Promise<string>((_, reject) => signal!.addEventListener('abort', () => reject(signal!.reason), { once: true }));
+  });
+
+  // While it runs: the function stops partway, so nobody knows what it did.
+  let ctrl = new AbortController();
+  let result = job({ text: 'running' }, ctrl.signal);
+  let call = await c.nextSubmitted();
+  cs.approve(call.id, call.digest);
+  await within(running, 30_000, 'the function to start');
+  ctrl.abort(new Error('the user stopped the run'));
+  await assert.rejects(within(result, 30_000, 'gated'), /the user stopped the run/);
+  let done = await c.get(call.id);
+  assert.deepEqual([done.status, done.outcome?.status, done.outcome?.detail], ['redeemed', 'unknown', 'aborted while it ran: it may have done part of its work']);
+
+  // While redeeming: the redemption's answer is read, the function does
+  // not run, and the accepted redemption is reported.
+  let redeemed!: () => void;
+  const atRedemption = new Promise<void>((r) => (redeemed = r));
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  const realRedeem = c.redeem.bind(c);
+  c.redeem = async (grant, spec, signal) => {
+    const r = await realRedeem(grant, spec, signal);
+    redeemed();
+    await released;
+    return r;
+  };
+  ctrl = new AbortController();
+  result = job({ text: 'redeeming' }, ctrl.signal);
+  call = await c.nextSubmitted();
+  cs.approve(call.id, call.digest);
+  await within(atRedemption, 30_000, 'the redemption');
+  ctrl.abort(new Error('stopped at the redemption'));
+  release();
+  await assert.rejects(within(result, 30_000, 'gated'), /stopped at the redemption/);
+  done = await c.get(call.id);
+  assert.deepEqual([done.status, done.outcome?.status, done.outcome?.detail], ['redeemed', 'failed', 'aborted before it ran: nothing was run']);
+  c.redeem = realRedeem;
+
+  // While waiting: nothing runs, and the call stays pending.
+  ctrl = new AbortController();
+  result = job({ text: 'waiting' }, ctrl.signal);
+  call = await c.nextSubmitted();
+  ctrl.abort(new Error('stopped waiting'));
+  await assert.rejects(within(result, 30_000, 'gated'), /stopped waiting/);
+  assert.equal((await c.get(call.id)).status, 'pending');
+  cs.approve(call.id, call.digest);
+  const got = await c.get(call.id);
+  assert.deepEqual([got.status, got.outcome], ['approved', undefined]);
+  assert.deepEqual(ran, ['running']);
+});
+
+test('gated refuses generator functions, and a function that returns a generator is unknown', async () => {
+  function* refunds(a: JsonObject) {
+    yield a;
+  }
+  async function* refundsAsync(a: JsonObject) {
+    yield a;
+  }
+  for (const fn of [refunds, refundsAsync] as Array<(a: JsonObject) => unknown>)
+    assert.throws(() => gated({ tool: 'tests.echo', target: 'echo:gen' }, fn), /is a generator function: calling it runs none of its body/);
+
+  const c = new CountingClient(cs.url, cs.token('agent:ts-gated-generator'));
+  const bodies: string[] = [];
+  const lazy = gated({ tool: 'tests.echo', target: 'echo:lazy', client: c }, function lazy(a: { text: string }) {
+    return (function* () {
+      bodies.push(a.text);
+      yield a.text;
+    })();
+  });
+  const result = lazy({ text: 'never' });
+  const call = await c.nextSubmitted();
+  cs.approve(call.id, call.digest);
+  await assert.rejects(within(result, 30_000, 'gated'), (e: unknown) => e instanceof TypeError && /lazy returned a generator without running it \(it was closed\)/.test(e.message));
+  assert.deepEqual(bodies, []);
+  const done = await c.get(call.id);
+  assert.equal(done.outcome?.status, 'unknown');
+  assert.match(done.outcome?.detail ?? '', /returned a generator without running it/);
+});
