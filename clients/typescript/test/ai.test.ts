@@ -117,3 +117,33 @@ test('a refused proposal reaches the model with every problem', async () => {
   assert.match(prompts[1]!, /enum_mismatch/);
   assert.equal(ran.length, 0);
 });
+
+test('aborted while the tool runs: generateText rejects, and the outcome is unknown', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-abort'));
+  const { model } = scriptedModel({ amount_minor: 42, currency: 'USD', reason_code: 'duplicate' });
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const slow = gateTool(
+    tool({
+      description: 'Refund part or all of an invoice',
+      inputSchema: z.object({ amount_minor: z.number().int(), currency: z.enum(['USD', 'EUR', 'JPY']), reason_code: z.string() }),
+      // Works until the SDK's abortSignal says stop.
+      execute: async (_a, { abortSignal }) => {
+        started();
+        return await new Promise<{ refund: string }>((_, reject) =>
+          abortSignal!.addEventListener('abort', () => reject(abortSignal!.reason), { once: true }),
+        );
+      },
+    }),
+    { tool: 'payments.refund', target: 'invoice:INV-1042', client },
+  );
+  const ctrl = new AbortController();
+  const done = generateText({ model, tools: { refund: slow }, prompt: 'Refund INV-1042', stopWhen: stepCountIs(3), abortSignal: ctrl.signal });
+  const call = await client.nextSubmitted();
+  cs.approve(call.id, call.digest);
+  await within(running, 30_000, 'the tool to start');
+  ctrl.abort(new Error('the user closed the chat'));
+  await assert.rejects(within(done, 30_000, 'generateText'), /the user closed the chat/);
+  const after = await client.get(call.id);
+  assert.deepEqual([after.status, after.outcome?.status, after.outcome?.detail], ['redeemed', 'unknown', 'aborted while it ran: it may have done part of its work']);
+});
