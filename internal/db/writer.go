@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 )
 
@@ -16,7 +17,9 @@ import (
 // requests queued so far, runs them one after the other in one BEGIN
 // IMMEDIATE transaction, each inside its own SAVEPOINT, and commits once.
 // A request whose function fails is rolled back to its savepoint and
-// answered at once with its error; it undoes nothing of the others. The
+// answered at once with its error; it undoes nothing of the others (a
+// function that panics is rolled back alike, and its panic is raised again
+// in its own caller's goroutine, not in the writer's). The
 // requests that succeeded are answered only after the shared COMMIT (and
 // the per-commit hook) returned, so an acknowledged write is durable, and
 // their after-commit functions run first, in the order they committed.
@@ -50,7 +53,61 @@ type writeReq struct {
 	fn    func(ctx context.Context, tx *sql.Tx) error
 	after []func() // run after the commit, in commit order
 	err   error
-	done  chan struct{} // closed when err is final
+	// panicked is what fn (or one of its after-commit functions) panicked
+	// with, re-raised in the caller's goroutine.
+	panicked *writePanic
+	done     chan struct{} // closed when err and panicked are final
+}
+
+// writePanic is a panic of a write's own function, caught by whichever
+// goroutine ran the transaction and raised again in the write's caller: a
+// bug in one write must neither unwind another caller's goroutine nor leave
+// the writer's token held (every later write of the process would wait
+// for ever).
+type writePanic struct {
+	value any
+	stack []byte
+}
+
+func (p *writePanic) Error() string {
+	return fmt.Sprintf("db: a write function panicked: %v\n\n%s", p.value, p.stack)
+}
+
+// errPanicked answers a write whose function panicked, until its caller
+// re-raises the panic.
+var errPanicked = errors.New("db: the write function panicked")
+
+// outcome is r's result in its caller's goroutine: its error, or its
+// function's panic raised again.
+func (r *writeReq) outcome() error {
+	if r.panicked != nil {
+		panic(r.panicked)
+	}
+	return r.err
+}
+
+// run runs r's function in tx, turning a panic into errPanicked.
+func (r *writeReq) run(tx *sql.Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.panicked = &writePanic{value: v, stack: debug.Stack()}
+			err = errPanicked
+		}
+	}()
+	return r.fn(context.WithoutCancel(r.ctx), tx)
+}
+
+// runAfter runs r's after-commit functions; a panic stops r's and is
+// raised again in r's caller, the other writes' still run.
+func (r *writeReq) runAfter() {
+	defer func() {
+		if v := recover(); v != nil {
+			r.panicked = &writePanic{value: v, stack: debug.Stack()}
+		}
+	}()
+	for _, fn := range r.after {
+		fn()
+	}
 }
 
 // update runs fn in a write transaction, after checking that the database
@@ -73,7 +130,7 @@ func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 	for {
 		select {
 		case <-r.done:
-			return r.err
+			return r.outcome()
 		case d.writing <- struct{}{}:
 			select {
 			case <-r.done: // the last writer ran it
@@ -86,7 +143,7 @@ func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 				return fmt.Errorf("db: begin: %w", ctx.Err())
 			}
 			<-r.done // a writer has it: it runs to its end
-			return r.err
+			return r.outcome()
 		}
 	}
 }
@@ -179,7 +236,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 				return
 			}
 		}
-		err := r.fn(context.WithoutCancel(r.ctx), tx)
+		err := r.run(tx)
 		if err != nil {
 			d.txHead = head
 			if !savepoints {
@@ -235,9 +292,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 		}
 	}
 	for _, r := range committed {
-		for _, fn := range r.after {
-			fn()
-		}
+		r.runAfter()
 		finish(r, nil)
 	}
 }

@@ -287,6 +287,81 @@ func TestGroupCommitCallerGone(t *testing.T) {
 	verifyAuditChain(t, d.SQL())
 }
 
+// TestGroupCommitPanicStaysWithItsWrite: a write function that panics in
+// a shared transaction panics in its own caller's goroutine, as it would
+// in a transaction of its own (the console's recover middleware answers
+// that one request), whichever goroutine ran the transaction; what it
+// wrote is rolled back, the other writes of the transaction commit, and
+// the writer goes on. Before, the panic unwound the goroutine that held
+// the writer's token, which was never given back: the other writes of the
+// batch were never answered and no write of the process ran again.
+func TestGroupCommitPanicStaysWithItsWrite(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := false // Close waits for the writer's token
+	defer func() {
+		if !stuck {
+			d.Close()
+		}
+	}()
+	ids := []string{"call_panic_before", "call_panic", "call_panic_after"}
+	errs, panics := make([]error, len(ids)), make([]any, len(ids))
+	var wg sync.WaitGroup
+	d.lockWriter()
+	for i, id := range ids {
+		wg.Go(func() {
+			defer func() { panics[i] = recover() }()
+			errs[i] = d.Store().Update(context.Background(), func(tx queue.Tx) error {
+				if err := submitLike(tx, id); err != nil {
+					return err
+				}
+				if i == 1 {
+					panic("a bug in the write of " + id)
+				}
+				return nil
+			})
+		})
+		queued(t, d, i+1)
+	}
+	d.unlockWriter()
+	answered := make(chan struct{})
+	go func() { wg.Wait(); close(answered) }()
+	select {
+	case <-answered:
+	case <-time.After(2 * time.Minute): // a deadlock, not a slow machine
+		stuck = true
+		t.Fatal("the writes of the batch were never answered: the writer's token was left held")
+	}
+	for i := range ids {
+		switch {
+		case i == 1 && (panics[i] == nil || !strings.Contains(fmt.Sprint(panics[i]), "a bug in the write of call_panic")):
+			t.Errorf("the panicking write's caller got panic %v (err %v), want the write's panic", panics[i], errs[i])
+		case i != 1 && (panics[i] != nil || errs[i] != nil):
+			t.Errorf("write %d = %v, panic %v; want committed", i, errs[i], panics[i])
+		}
+	}
+	want := []string{"call_panic_before", "call_panic_after"}
+	if got := callIDs(t, d); !slices.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+	verifyAuditChain(t, d.SQL())
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Store().Update(context.Background(), func(tx queue.Tx) error { return submitLike(tx, "call_panic_later") })
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		stuck = true
+		t.Fatal("no write runs after the panic: the writer's token was left held")
+	}
+}
+
 // TestGroupCommitHookFailure: when the per-commit hook fails, every write
 // of that commit is answered with its error (committed, not acknowledged)
 // and none of their after-commit functions runs.
