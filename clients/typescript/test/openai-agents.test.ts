@@ -138,3 +138,31 @@ test('a run state resumed in another process redeems the decision the console ho
   assert.equal(replayed.status, 'pending', 'the replay became a new proposal for an operator');
   await b.client.cancel(replayed.id);
 });
+
+test("aborted while the tool runs: the run's signal reaches it, and the outcome is unknown", async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:oa-abort'));
+  const approvals = new CountersignApprovals(client);
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund part or all of an invoice',
+    parameters: z.object({ amount_minor: z.number().int(), currency: z.string(), reason_code: z.string() }),
+    ...approvals.guard({ tool: 'payments.refund', target: 'invoice:INV-1042' }, async (_a: { amount_minor: number }, signal?: AbortSignal) => {
+      started();
+      // Works until the run is told to stop.
+      return await new Promise<string>((_, reject) => signal!.addEventListener('abort', () => reject(signal!.reason), { once: true }));
+    }),
+  });
+  const agent = new Agent({ name: 'billing', instructions: 'Refund what is asked.', model: new ScriptedModel(ARGS), tools: [refund] });
+  const ctrl = new AbortController();
+  const first = await run(agent, 'Refund INV-1042');
+  const resolved = approvals.resolve(first, (state) => run(agent, state, { signal: ctrl.signal }));
+  const call = await client.nextSubmitted();
+  cs.approve(call.id, call.digest);
+  await within(running, 30_000, 'the tool to start');
+  ctrl.abort(new Error('the user stopped the agent'));
+  await assert.rejects(within(resolved, 30_000, 'resolve'), /the user stopped the agent/);
+  const done = await client.get(call.id);
+  assert.deepEqual([done.status, done.outcome?.status, done.outcome?.detail], ['redeemed', 'unknown', 'aborted while it ran: it may have done part of its work']);
+});
