@@ -310,6 +310,12 @@ func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
 			return fmt.Errorf("listen for other replicas' changes: %w", err)
 		}
 		cfg.Live = live
+		// Who has which call page open, on every replica.
+		cfg.Presence = live.Presence()
+		// The listener says goodbye to the other replicas' presence on
+		// the way out.
+		wg.Add(1)
+		go func() { defer wg.Done(); <-live.Done() }()
 	}
 	srv, err := server.New(cfg)
 	if err != nil {

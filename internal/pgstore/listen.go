@@ -29,10 +29,14 @@ import (
 // with backoff, and reads everything that was committed meanwhile: no page
 // or waiter misses a decision. Entries this process wrote itself were
 // published when they committed and are skipped.
+//
+// The same connection listens on PresenceChannel, for who views which
+// call page on the other replicas (Presence).
 type Listener struct {
-	d     *DB
-	apply func(queue.Event)
-	log   *slog.Logger
+	d        *DB
+	apply    func(queue.Event)
+	log      *slog.Logger
+	presence *Presence
 
 	connected  atomic.Bool
 	reconnects atomic.Int64
@@ -54,15 +58,21 @@ func (d *DB) Listen(ctx context.Context, apply func(queue.Event), log *slog.Logg
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Listener{d: d, apply: apply, log: log, done: make(chan struct{})}
+	l := &Listener{d: d, apply: apply, log: log, done: make(chan struct{}), presence: newPresence(d, log, d.presenceRefresh)}
 	seq, _, err := d.AuditHead(ctx)
 	if err != nil {
 		return nil, err
 	}
 	l.cursor.Store(seq)
-	go l.run(ctx)
+	sent := make(chan struct{})
+	go func() { defer close(sent); l.presence.run(ctx) }()
+	go func() { defer close(l.done); l.run(ctx); <-sent }()
 	return l, nil
 }
+
+// Presence is who views which call page on the other replicas, and how
+// this replica tells them of its own viewers.
+func (l *Listener) Presence() *Presence { return l.presence }
 
 // Connected reports whether the listener's connection is up.
 func (l *Listener) Connected() bool { return l.connected.Load() }
@@ -73,11 +83,11 @@ func (l *Listener) Reconnects() int64 { return l.reconnects.Load() }
 // Cursor is the last audit seq the listener has handled.
 func (l *Listener) Cursor() int64 { return l.cursor.Load() }
 
-// Done is closed when the listener has stopped.
+// Done is closed when the listener has stopped (and its presence has said
+// goodbye to the other replicas).
 func (l *Listener) Done() <-chan struct{} { return l.done }
 
 func (l *Listener) run(ctx context.Context) {
-	defer close(l.done)
 	backoff := listenBackoffMin
 	for first := true; ctx.Err() == nil; first = false {
 		err := l.session(ctx, first)
@@ -116,8 +126,10 @@ func (l *Listener) session(ctx context.Context, first bool) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
+	for _, ch := range []string{Channel, PresenceChannel} {
+		if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	if !first {
 		l.reconnects.Add(1)
@@ -128,6 +140,7 @@ func (l *Listener) session(ctx context.Context, first bool) error {
 		return err
 	}
 	l.connected.Store(true)
+	l.presence.listening()
 	if !first {
 		l.log.Info("live updates: the PostgreSQL listener reconnected and caught up", slog.Int64("seq", l.cursor.Load()))
 	}
@@ -135,6 +148,10 @@ func (l *Listener) session(ctx context.Context, first bool) error {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
+		}
+		if n.Channel == PresenceChannel {
+			l.presence.receive(n.Payload)
+			continue
 		}
 		var v int64
 		if _, err := fmt.Sscanf(n.Payload, "%d", &v); err != nil {

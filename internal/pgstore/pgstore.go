@@ -75,6 +75,8 @@ type DB struct {
 
 	raw string // the URL as given, for the listener's own connection
 
+	presenceRefresh time.Duration // Options.PresenceRefresh
+
 	// Audit entries this process is committing or committed itself (seq
 	// to hash), so that the listener does not publish them a second time;
 	// guarded by mu. The hash tells them from another replica's entry of
@@ -116,6 +118,10 @@ type Options struct {
 	MaxConns int32
 	// ReadOnly opens without migrating: for verifying and exporting.
 	ReadOnly bool
+	// PresenceRefresh is how often the listener's presence restates this
+	// replica's viewers (default DefaultPresenceRefresh); the others
+	// forget them three refreshes after they last heard them.
+	PresenceRefresh time.Duration
 }
 
 // Open connects to the database at url (postgres://...), applies pending
@@ -144,7 +150,8 @@ func Open(ctx context.Context, rawURL string, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect to %s: %w", redact(rawURL), err)
 	}
-	d := &DB{pool: pool, url: redact(rawURL), raw: rawURL, now: time.Now, local: map[int64]string{}}
+	d := &DB{pool: pool, url: redact(rawURL), raw: rawURL, now: time.Now, local: map[int64]string{},
+		presenceRefresh: opt.PresenceRefresh}
 	if !opt.ReadOnly {
 		if err := d.migrate(ctx); err != nil {
 			pool.Close()

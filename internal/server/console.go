@@ -217,6 +217,9 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	c.hub = newHub(c)
 	c.chain = audit.NewWatcher(c.trail, c.now, c.log)
 	c.q.Subscribe(c.hub.publish)
+	if s.cfg.Presence != nil {
+		s.cfg.Presence.OnChange(c.hub.othersChanged)
+	}
 	return c, nil
 }
 

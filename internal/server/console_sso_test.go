@@ -344,7 +344,8 @@ func TestLocalLoginModeEndsLocalSessions(t *testing.T) {
 		{LocalOff, false, false},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			r := startReplicaConsole(t, sqliteReplica(t, e.db.Path()), e.clock, func(cc *ConsoleConfig) {
+			r := startReplicaConsole(t, sqliteReplica(t, e.db.Path()), e.clock, func(c *Config) {
+				cc := c.Console
 				rp, err := sso.New(context.Background(), sso.Config{Issuer: e.idp.Issuer(), ClientID: e.idp.ClientID,
 					ClientSecret: e.idp.ClientSecret, RedirectURL: cc.PublicURL + CallbackPath,
 					Roles: sso.RoleMap{"approvers": account.RoleOperator}})

@@ -46,9 +46,11 @@ type hub struct {
 	ops        chan func()
 	stopped    chan struct{}
 
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards pending and elsewhere
 	pending []queue.Event
-	wake    chan struct{}
+	// elsewhere are the calls whose viewers on other replicas changed.
+	elsewhere map[string]bool
+	wake      chan struct{}
 
 	// Owned by the run goroutine.
 	clients map[*client]struct{}
@@ -71,6 +73,19 @@ func newHub(c *console) *hub {
 		c: c, register: make(chan *client), unregister: make(chan *client), ops: make(chan func()),
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		clients: map[*client]struct{}{}, seen: map[string]seenCall{}, viewersChanged: map[string]bool{},
+		elsewhere: map[string]bool{},
+	}
+}
+
+// othersChanged queues a call whose viewers on other replicas changed. It
+// never blocks.
+func (h *hub) othersChanged(callID string) {
+	h.mu.Lock()
+	h.elsewhere[callID] = true
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -106,6 +121,10 @@ func (h *hub) run() {
 			h.mu.Lock()
 			evs := h.pending
 			h.pending = nil
+			for id := range h.elsewhere {
+				h.viewersChanged[id] = true
+			}
+			clear(h.elsewhere)
 			h.mu.Unlock()
 			for _, ev := range evs {
 				h.fanout(ev)
@@ -129,10 +148,11 @@ func (h *hub) run() {
 
 // tellViewers sends the pages of each call whose viewers changed the
 // names of everyone viewing it. The fragment is the same for every viewer
-// of the call; each page leaves out its own viewer's name. Presence is
-// what this replica's sockets show: viewers on another replica are not
-// counted.
+// of the call; each page leaves out its own viewer's name. With a shared
+// presence (Config.Presence) this replica's viewers are told to the other
+// replicas, and theirs are named too.
 func (h *hub) tellViewers() {
+	presence := h.c.s.cfg.Presence
 	for len(h.viewersChanged) > 0 {
 		for id := range h.viewersChanged {
 			delete(h.viewersChanged, id)
@@ -147,8 +167,18 @@ func (h *hub) tellViewers() {
 					names = append(names, cl.viewer.user.Name)
 				}
 			}
+			if presence != nil {
+				presence.Viewing(id, names)
+			}
 			if len(on) == 0 {
 				continue
+			}
+			if presence != nil {
+				for _, n := range presence.Others(id) {
+					if !slices.Contains(names, n) {
+						names = append(names, n)
+					}
+				}
 			}
 			sort.Strings(names)
 			viewers := make([]templates.Viewing, len(names))

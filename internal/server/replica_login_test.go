@@ -61,7 +61,9 @@ type replicaConsole struct {
 	c   *console
 }
 
-func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock, adjust ...func(*ConsoleConfig)) *replicaConsole {
+// adjust may change the configuration before the server is made (its
+// Console is set).
+func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock, adjust ...func(*Config)) *replicaConsole {
 	tb.Helper()
 	reg, err := tools.Load("../../examples/tools.yaml")
 	if err != nil {
@@ -78,12 +80,12 @@ func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock, a
 		tb.Fatal(err)
 	}
 	url := "http://" + ln.Addr().String()
-	cc := &ConsoleConfig{PublicURL: url, SweepInterval: time.Hour}
+	cfg := Config{Queue: q, Accounts: account.NewService(st.accounts, clock.Now), History: st.history, Audit: st.trail,
+		Ping: st.ping, Keys: keys, Logger: log, Now: clock.Now, Console: &ConsoleConfig{PublicURL: url, SweepInterval: time.Hour}}
 	for _, f := range adjust {
-		f(cc)
+		f(&cfg)
 	}
-	srv, err := New(Config{Queue: q, Accounts: account.NewService(st.accounts, clock.Now), History: st.history, Audit: st.trail,
-		Ping: st.ping, Keys: keys, Logger: log, Now: clock.Now, Console: cc})
+	srv, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

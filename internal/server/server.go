@@ -47,6 +47,11 @@ type Config struct {
 	// answers 503 (this replica's pages and long-polls would miss other
 	// replicas' changes until it has caught up) and the metrics say so.
 	Live Live
+	// Presence, when set, shares who has which call page open with the
+	// other replicas of a shared store, so that "also viewing" on a call
+	// page names the viewers on every replica; without it a call page
+	// names the viewers of this replica only.
+	Presence Presence
 	// Writes, when set, counts the store's commits and the writes they
 	// held, for the metrics.
 	Writes  WriteCounter
