@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -516,4 +517,96 @@ func TestReplicasLivePages(t *testing.T) {
 		t.Fatalf("approve on C: %d %s %v", ar.status, ar.raw, err)
 	}
 	await("the card of the call approved on C leaving", func(m string) bool { return strings.Contains(m, "call-"+id) && !strings.Contains(m, "INV-77") })
+}
+
+var viewerAttr = regexp.MustCompile(`data-viewer="([^"]*)"`)
+
+// callPageSocket opens the live socket of a call page on base with jar's
+// session; its presence fragments arrive on the returned channel as the
+// names they list.
+func callPageSocket(t *testing.T, base string, jar *cookiejar.Jar, id string) (*websocket.Conn, <-chan []string) {
+	t.Helper()
+	u, _ := url.Parse(base)
+	h := http.Header{}
+	h.Set("Origin", base)
+	for _, c := range jar.Cookies(u) {
+		h.Add("Cookie", c.Name+"="+c.Value)
+	}
+	conn, _, err := websocket.DefaultDialer.Dial("ws://"+u.Host+"/ws?call="+id, h)
+	if err != nil {
+		t.Fatalf("call page socket on %s: %v", base, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	told := make(chan []string, 100)
+	go func() {
+		defer close(told)
+		for {
+			_, m, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			s := string(m)
+			i := strings.LastIndex(s, `id="presence"`)
+			if i < 0 || !strings.Contains(s[i:], "Someone else is viewing") {
+				continue // no presence fragment (the call page's own block is empty)
+			}
+			var names []string
+			for _, v := range viewerAttr.FindAllStringSubmatch(s[i:], -1) {
+				names = append(names, v[1])
+			}
+			told <- names
+		}
+	}()
+	return conn, told
+}
+
+// awaitViewers waits until a page is told exactly want (sorted).
+func awaitViewers(t *testing.T, page string, told <-chan []string, want ...string) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	var last []string
+	for {
+		select {
+		case names, open := <-told:
+			if !open {
+				t.Fatalf("%s: the socket closed before it was told the viewers %v (last %v)", page, want, last)
+			}
+			if slices.Equal(names, want) {
+				return
+			}
+			last = names
+		case <-deadline:
+			t.Fatalf("%s was never told the viewers %v (last %v)", page, want, last)
+		}
+	}
+}
+
+// TestReplicasCallPresence: three console processes on one PostgreSQL
+// database, an operator on each with the same call page open. Every page
+// names all three. A replica stopped (SIGTERM) says goodbye and its viewer
+// leaves the others' pages; a replica killed (SIGKILL) says nothing, and
+// its viewer leaves once its presence has expired (about 16 s).
+func TestReplicasCallPresence(t *testing.T) {
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 3)
+	token := r.token("agent:billing-bot", "payments-host")
+	sub, err := newRawAgent(r.srv[0].url, token).submit(context.Background(), fmt.Sprintf(replicaRefund, 17))
+	if err != nil || sub.status != http.StatusCreated {
+		t.Fatalf("submit on A: %d %s %v", sub.status, sub.raw, err)
+	}
+	id := sub.str("id")
+	names := []string{"alice", "bob", "op0"}
+	var told []<-chan []string
+	for i, name := range names {
+		_, ch := callPageSocket(t, r.srv[i].url, webLogin(t, r.srv[i].url, name), id)
+		told = append(told, ch)
+	}
+	for i, ch := range told {
+		awaitViewers(t, names[i]+"'s page on replica "+fmt.Sprint(i), ch, names...)
+	}
+	r.srv[2].stop()
+	awaitViewers(t, "bob's page on B after C stopped", told[1], "alice", "bob")
+	awaitViewers(t, "alice's page on A after C stopped", told[0], "alice", "bob")
+	r.srv[0].kill()
+	awaitViewers(t, "bob's page on B after A was killed", told[1], "bob")
 }
