@@ -18,6 +18,8 @@
 // Live changes leave through NOTIFY inside the writing transaction, which
 // PostgreSQL delivers only once the transaction has committed; the payload
 // is the call id and the audit sequence number of the change (see Listen).
+// Who has which call page open is not stored: replicas tell each other on
+// a second channel, over the same listening connection (Presence).
 package pgstore
 
 import (
