@@ -69,7 +69,8 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
     ``failed``, saying nothing ran), and a call still pending stays pending,
     as after a WaitTimeout. Likewise a KeyboardInterrupt (any exception
     that is not an Exception) while a synchronous function runs reports
-    ``unknown``.
+    ``unknown``. A synchronous gated function called on the thread of a
+    running event loop logs a warning: it stops the loop while it waits.
 
     Generator and async generator functions are refused here (TypeError):
     calling one runs none of its body, so the outcome would be reported
@@ -158,6 +159,10 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
 
         @functools.wraps(fn)
         def wrapper(*a: Any, **kw: Any) -> Any:
+            if _on_event_loop():
+                _log.warning("countersign: %s is a def called on the thread of a running event loop: the loop stops "
+                             "while the call waits for a person; gate an async def, or call it with asyncio.to_thread",
+                             _name(fn))
             c = _sync_client(client)
             args, tgt, why = plan(a, kw)
             call = c.submit(tool, tgt, args, rationale=why)
@@ -317,6 +322,14 @@ def _sync_client(client: Any) -> Any:
     if client is None:
         return Client.from_env()
     return client.sync if isinstance(client, AsyncClient) else client
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _kind(fn: Any) -> str:

@@ -409,6 +409,27 @@ class AsyncGated(Bounded):
         self.assertEqual(await task, 1)
         self.assertEqual(c.beats, beats)
 
+    async def test_a_def_called_on_the_loop_warns(self):
+        # A synchronous gated function called from a coroutine stops the
+        # loop while it waits: said in the log, before anything is sent.
+        c = client()
+
+        @gated("tests.echo", target="echo:on-loop", client=c)
+        def sync_echo(text, count=None):
+            return text
+
+        with self.assertLogs("countersign", "WARNING") as logs:
+            with self.assertRaises(CountersignError) as cm:
+                sync_echo(text="x", count=1.5)  # refused by the console, so nothing waits
+        self.assertEqual(cm.exception.code, "float_not_allowed")
+        self.assertIn("sync_echo is a def called on the thread of a running event loop", logs.output[0])
+
+        # From a thread of its own it does not warn.
+        with self.assertNoLogs("countersign", "WARNING"):
+            task = asyncio.create_task(asyncio.to_thread(sync_echo, text="y"))
+            await approve(await c.next_submitted())
+            self.assertEqual(await task, "y")
+
     async def test_the_default_executor_is_left_to_the_application(self):
         # Four calls wait for a person at once with a default executor of
         # two threads: the decorator's requests do not use it.
