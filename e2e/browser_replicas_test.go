@@ -178,3 +178,49 @@ func TestBrowserIdentityAcrossReplicas(t *testing.T) {
 		}
 	})
 }
+
+// TestBrowserPresenceAcrossReplicas: alice's browser on replica A and
+// bob's on replica B open one call's page; each shows the other and never
+// its own viewer; bob leaving is shown on alice's page; bob comes back and A
+// is killed (SIGKILL): bob's page stops naming alice once A's presence has
+// expired.
+func TestBrowserPresenceAcrossReplicas(t *testing.T) {
+	requireChromium(t)
+	requirePostgres(t)
+	r := startReplicas(t, pgtest.Database(t), 2)
+	sub, err := newRawAgent(r.srv[0].url, r.token("agent:billing-bot", "payments-host")).
+		submit(context.Background(), fmt.Sprintf(replicaRefund, 18))
+	if err != nil || sub.status != http.StatusCreated {
+		t.Fatalf("submit on A: %d %s %v", sub.status, sub.raw, err)
+	}
+	page := "/calls/" + sub.str("id")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := startBrowser(t, ctx)
+	alice, bob := b.window(t, "alice"), b.window(t, "bob")
+	alice.login(r.srv[0].url, login{name: "alice", password: "pw-alice-correct horse battery staple", role: "operator"})
+	bob.login(r.srv[1].url, login{name: "bob", password: "pw-bob-correct horse battery staple", role: "operator"})
+	alice.navigate(r.srv[0].url + page)
+	alice.waitLive()
+	bob.navigate(r.srv[1].url + page)
+	bob.waitLive()
+	alice.do("alice on A sees bob on B", waitLong, chromedp.WaitVisible(chromedp.CSS(`#presence li[data-viewer="bob"]`)))
+	bob.do("bob on B sees alice on A", waitLong, chromedp.WaitVisible(chromedp.CSS(`#presence li[data-viewer="alice"]`)))
+	for _, w := range []struct {
+		tab  *tab
+		name string
+	}{{alice, "alice"}, {bob, "bob"}} {
+		if n := eval[int](w.tab, `document.querySelectorAll('#presence li[data-viewer="`+w.name+`"]').length`); n != 0 {
+			t.Errorf("%s is told that she or he is viewing", w.name)
+		}
+	}
+	bob.navigate(r.srv[1].url + "/history")
+	alice.waitFor("the indicator to go on A when bob leaves B's page", `document.getElementById("presence").hidden === true`)
+
+	bob.navigate(r.srv[1].url + page)
+	bob.waitLive()
+	bob.do("bob on B sees alice again", waitLong, chromedp.WaitVisible(chromedp.CSS(`#presence li[data-viewer="alice"]`)))
+	r.srv[0].kill()
+	bob.do("alice leaves bob's page once the killed A's presence expires", time.Minute,
+		discard(chromedp.Poll[bool](`document.getElementById("presence").hidden === true`, chromedp.WithPollingInterval(100*time.Millisecond))))
+}
