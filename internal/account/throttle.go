@@ -171,7 +171,10 @@ func (a LoginAttempt) plan(seen map[string]Strikes, now time.Time) (who, addr th
 // that are not throttled, those with the fewest failures and then the
 // oldest first; a throttled key is never evicted, only forgotten. When
 // nothing may be evicted the attempt is refused with ErrThrottleFull and
-// the wait until a key is next forgotten (at most the policies' Max).
+// the wait until a key is next forgotten (at most the policies' Max),
+// unless its name is an enabled local account: then its account's (or
+// device's) key is kept beyond the bound and a new address is not counted
+// (fullRoom).
 func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReservation, time.Duration, error) {
 	now := s.now()
 	acct, dev, addr := a.throttles()
@@ -207,9 +210,25 @@ func (s *Service) ReserveLogin(ctx context.Context, a LoginAttempt) (LoginReserv
 			}
 		}
 		if err := s.makeRoom(tx, added, keys, now); err != nil {
-			return err
+			var full *fullError
+			if !errors.As(err, &full) {
+				return err
+			}
+			// An account that logs in with a password is never refused for
+			// want of room: its key is kept beyond the bound, and a new
+			// address is then not counted (see fullRoom).
+			ok, err := s.fullRoom(tx, a.Name)
+			if err != nil || !ok {
+				return errors.Join(full, err)
+			}
+			if _, kept := seen[at.key]; !kept {
+				at = throttle{}
+			}
 		}
 		for _, t := range []throttle{who, at} {
+			if t.key == "" {
+				continue
+			}
 			st := seen[t.key]
 			st.Key = t.key
 			if err := tx.SetLoginStrikes(t.policy.fail(st, now)); err != nil {
@@ -264,6 +283,32 @@ func (s *Service) makeRoom(tx Tx, added int, keep []string, now time.Time) error
 	}
 	most := max(AccountPolicy.Max, DevicePolicy.Max, AddressPolicy.Max)
 	return &fullError{wait: min(max(next.Sub(now), time.Second), most)}
+}
+
+// fullRoom reports whether an attempt on name may add its account's (or
+// known device's) key to a table that is full of throttled keys: when name
+// is an enabled local account, and the table holds less than twice its
+// bound. Refusing it would let whoever fills the table with throttled keys
+// of made-up names (six failures each, from a wide IPv6 range) shut every
+// person out of the console for as long as they keep it full; the keys
+// kept this way are as many as the accounts (and the known devices of
+// people who logged in), and the ceiling bounds even those.
+func (s *Service) fullRoom(tx Tx, name string) (bool, error) {
+	u, err := tx.User(name)
+	if errors.Is(err, ErrUserNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if u.Kind == KindOIDC || u.Disabled() {
+		return false, nil
+	}
+	rows, err := tx.LoginStrikesSize()
+	if err != nil {
+		return false, err
+	}
+	return rows < 2*s.ThrottleRows(), nil
 }
 
 // SetThrottleRows bounds how many throttle keys the store keeps

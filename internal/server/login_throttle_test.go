@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -254,9 +255,14 @@ func TestKnownDeviceCookie(t *testing.T) {
 }
 
 // TestLoginThrottleFull: when the throttle keeps as many keys as it may
-// and every one it could evict is needed, a login that would add a key is
-// refused with 429 before its password is checked (even the right one),
-// while attempts on keys it keeps go on.
+// and every one it could evict is needed, a login for a name that is no
+// account, which would add a key, is refused with 429 before its password
+// is checked, while attempts on keys it keeps go on. An account that logs
+// in with a password is never refused for want of room: its own key is
+// kept beyond the bound (there are as many as there are accounts) and a
+// new address is then not counted. Else whoever fills the table with
+// throttled keys of made-up names, six failures each from a wide IPv6
+// range, shuts every person out of the console until they stop.
 func TestLoginThrottleFull(t *testing.T) {
 	proxies, _ := ParseTrustedProxies([]string{"127.0.0.1"})
 	e := newConsoleEnvWith(t, func(c *Config) {
@@ -266,14 +272,14 @@ func TestLoginThrottleFull(t *testing.T) {
 	addRoleUsers(e)
 	checked := countVerifications(e)
 	cookie, token := loginForm(t, e.browser())
-	// olivia's account, used up from one address: two keys, one throttled.
+	// A made-up name, used up from one address: two keys, one throttled.
 	for i := range account.AccountPolicy.Free + 1 {
-		if s := rawLogin(e.url, cookie, token, "olivia", "wrong password", "X-Forwarded-For", "203.0.113.7"); s != http.StatusUnauthorized {
+		if s := rawLogin(e.url, cookie, token, "made-up", "wrong password", "X-Forwarded-For", "203.0.113.7"); s != http.StatusUnauthorized {
 			t.Fatalf("failure %d = %d, want 401", i+1, s)
 		}
 	}
 	before := checked.Load()
-	form := url.Values{"csrf": {token}, "name": {"adam"}, "password": {rolePassword}}
+	form := url.Values{"csrf": {token}, "name": {"made-up-too"}, "password": {rolePassword}}
 	req, _ := http.NewRequest(http.MethodPost, e.url+"/login", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", e.url)
@@ -286,15 +292,30 @@ func TestLoginThrottleFull(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("a new name from a new address on a full throttle = %d (Retry-After %q), want 429 with Retry-After",
+		t.Errorf("a new name that is no account from a new address on a full throttle = %d (Retry-After %q), want 429 with Retry-After",
 			resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	if checked.Load() != before {
 		t.Error("a refused attempt had its password checked")
 	}
-	// olivia's kept keys go on once her wait is over.
-	e.clock.Advance(account.AccountPolicy.Base)
-	if s := rawLogin(e.url, cookie, token, "olivia", rolePassword, "X-Forwarded-For", "203.0.113.7"); s != http.StatusSeeOther {
-		t.Errorf("olivia's right password after her wait = %d, want 303", s)
+	// adam, a real account, from a new address: admitted, and still
+	// throttled as an account is.
+	if s := rawLogin(e.url, cookie, token, "adam", rolePassword, "X-Forwarded-For", "198.51.100.10"); s != http.StatusSeeOther {
+		t.Errorf("adam's right password from a new address on a full throttle = %d, want 303", s)
+	}
+	for i := range account.AccountPolicy.Free {
+		if s := rawLogin(e.url, cookie, token, "olivia", "wrong password", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 20+i)); s != http.StatusUnauthorized {
+			t.Fatalf("olivia's failure %d on a full throttle = %d, want 401", i+1, s)
+		}
+	}
+	if s := rawLogin(e.url, cookie, token, "olivia", "wrong password", "X-Forwarded-For", "198.51.100.30"); s != http.StatusUnauthorized {
+		t.Fatalf("olivia's failure after her free ones = %d, want 401", s)
+	}
+	if s := rawLogin(e.url, cookie, token, "olivia", rolePassword, "X-Forwarded-For", "198.51.100.31"); s != http.StatusTooManyRequests {
+		t.Errorf("olivia after her free failures, from yet another address = %d, want 429: her key is kept", s)
+	}
+	// The made-up name's throttled key was never evicted to make room.
+	if w, err := e.srv.cfg.Accounts.ThrottleWait(context.Background(), "account", "made-up"); err != nil || w <= 0 {
+		t.Errorf("the made-up name waits %v (%v), want its backoff kept", w, err)
 	}
 }
