@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/policy"
 )
 
@@ -95,38 +94,9 @@ func cmdPolicyTest(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console policy test: the tools file is refused:\n%v\n", err)
 		return 1
 	}
-	src := "-"
-	if len(pos) == 1 {
-		src = pos[0]
-	}
-	body, err := readProposal(e, src)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console policy test: %v\n", err)
-		return 1
-	}
-	if len(body) > canonical.MaxBodyBytes {
-		return refuse(e, canonical.CodeTooLarge, "", canonical.Problems{{Code: canonical.CodeTooLarge, Offset: -1,
-			Message: fmt.Sprintf("the proposal is more than %d bytes; at most %d are accepted", canonical.MaxBodyBytes, canonical.MaxBodyBytes)}})
-	}
-	v, err := canonical.Parse(body)
-	if err != nil {
-		var pr *canonical.Problem
-		if !errors.As(err, &pr) {
-			fmt.Fprintf(e.stderr, "console policy test: %v\n", err)
-			return 1
-		}
-		return refuse(e, pr.Code, pr.Message, canonical.Problems{*pr})
-	}
-	p, ps := canonical.ProposalFrom(v, "", true)
-	if len(ps) > 0 {
-		return refuse(e, "invalid_arguments", "", ps)
-	}
-	tool, ps := pol.Registry().Check(p)
+	p, tool, code := checkedProposal(e, "console policy test", pol.Registry(), pos)
 	if tool == nil {
-		return refuse(e, canonical.CodeUnknownTool, ps[0].Message, ps)
-	}
-	if len(ps) > 0 {
-		return refuse(e, "invalid_arguments", "", ps)
+		return code
 	}
 	aud := *audience
 	if aud == "" {

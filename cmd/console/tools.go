@@ -68,40 +68,9 @@ func cmdValidate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console validate: the tools file is refused:\n%v\n", err)
 		return 1
 	}
-	reg := pol.Registry()
-
-	src := "-"
-	if len(pos) == 1 {
-		src = pos[0]
-	}
-	body, err := readProposal(e, src)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console validate: %v\n", err)
-		return 1
-	}
-	if len(body) > canonical.MaxBodyBytes {
-		return refuse(e, canonical.CodeTooLarge, "", canonical.Problems{{Code: canonical.CodeTooLarge, Offset: -1,
-			Message: fmt.Sprintf("the proposal is more than %d bytes; at most %d are accepted", canonical.MaxBodyBytes, canonical.MaxBodyBytes)}})
-	}
-	v, err := canonical.Parse(body)
-	if err != nil {
-		var pr *canonical.Problem
-		if !errors.As(err, &pr) {
-			fmt.Fprintf(e.stderr, "console validate: %v\n", err)
-			return 1
-		}
-		return refuse(e, pr.Code, pr.Message, canonical.Problems{*pr})
-	}
-	p, ps := canonical.ProposalFrom(v, "", true)
-	if len(ps) > 0 {
-		return refuse(e, "invalid_arguments", "", ps)
-	}
-	tool, ps := reg.Check(p)
+	p, tool, code := checkedProposal(e, "console validate", pol.Registry(), pos)
 	if tool == nil {
-		return refuse(e, canonical.CodeUnknownTool, ps[0].Message, ps)
-	}
-	if len(ps) > 0 {
-		return refuse(e, "invalid_arguments", "", ps)
+		return code
 	}
 
 	aud := *audience
@@ -128,6 +97,48 @@ func cmdValidate(ctx context.Context, e *env, args []string) int {
 	}{true, tool.Name, *actor, aud, d}
 	writeJSON(e.stdout, out)
 	return 0
+}
+
+// checkedProposal reads the proposal named by pos (standard input when pos
+// is empty), parses it strictly and checks it against reg, as the agent API
+// does. A proposal that does not pass returns a nil tool and the exit code,
+// after printing the API's error JSON on standard output (or, when it cannot
+// be read, a line on standard error starting with cmd).
+func checkedProposal(e *env, cmd string, reg *tools.Registry, pos []string) (canonical.Proposal, *tools.Tool, int) {
+	src := "-"
+	if len(pos) == 1 {
+		src = pos[0]
+	}
+	body, err := readProposal(e, src)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+		return canonical.Proposal{}, nil, 1
+	}
+	if len(body) > canonical.MaxBodyBytes {
+		return canonical.Proposal{}, nil, refuse(e, canonical.CodeTooLarge, "", canonical.Problems{{Code: canonical.CodeTooLarge, Offset: -1,
+			Message: fmt.Sprintf("the proposal is more than %d bytes; at most %d are accepted", canonical.MaxBodyBytes, canonical.MaxBodyBytes)}})
+	}
+	v, err := canonical.Parse(body)
+	if err != nil {
+		var pr *canonical.Problem
+		if !errors.As(err, &pr) {
+			fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+			return canonical.Proposal{}, nil, 1
+		}
+		return canonical.Proposal{}, nil, refuse(e, pr.Code, pr.Message, canonical.Problems{*pr})
+	}
+	p, ps := canonical.ProposalFrom(v, "", true)
+	if len(ps) > 0 {
+		return canonical.Proposal{}, nil, refuse(e, "invalid_arguments", "", ps)
+	}
+	tool, ps := reg.Check(p)
+	if tool == nil {
+		return canonical.Proposal{}, nil, refuse(e, canonical.CodeUnknownTool, ps[0].Message, ps)
+	}
+	if len(ps) > 0 {
+		return canonical.Proposal{}, nil, refuse(e, "invalid_arguments", "", ps)
+	}
+	return p, tool, 0
 }
 
 // readProposal reads the proposal from a file, standard input ("-"), or the
