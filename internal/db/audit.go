@@ -1,18 +1,15 @@
 package db
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -311,128 +308,58 @@ func scanEntry(r rowScanner) (*audit.Entry, []byte, error) {
 }
 
 // ExportAudit streams the audit trail to w from one read snapshot, row by
-// row, in constant memory. JSONL is the format of audit.ExportFormat: a
-// header, the checkpoints within the range, then every entry exactly as
-// hashed. CSV has one row per entry with details as canonical JSON text.
+// row, in constant memory, in the formats audit.WriteExport writes.
 func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptions) (audit.ExportResult, error) {
 	if opt.Format != "jsonl" && opt.Format != "csv" {
 		return audit.ExportResult{}, audit.ErrFormat
 	}
 	var res audit.ExportResult
 	err := d.readSnapshot(ctx, func(q querier) error {
-		from, to, err := auditRange(ctx, q, opt.Since, opt.Until)
-		if err != nil {
-			return err
-		}
-		bw := bufio.NewWriterSize(w, 64<<10)
-		var cw *csv.Writer
-		var buf []byte
-		if opt.Format == "jsonl" {
-			h := &audit.ExportHeader{Format: audit.ExportFormatV1, Database: d.identity, ExportedAt: audit.FormatTime(d.now())}
-			if !opt.Since.IsZero() {
-				h.Since = audit.FormatTime(opt.Since)
-			}
-			if !opt.Until.IsZero() {
-				h.Until = audit.FormatTime(opt.Until)
-			}
-			if from > 0 && to >= from {
-				h.FromSeq, h.ToSeq = from, to
-				h.PrevHash, h.Head = audit.GenesisHash, ""
-				if from > 1 {
-					if err := q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, from-1).Scan(&h.PrevHash); err != nil {
-						return classify(fmt.Errorf("db: read audit entry %d: %w", from-1, err))
-					}
-				}
-				if err := q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, to).Scan(&h.Head); err != nil {
-					return classify(fmt.Errorf("db: read audit entry %d: %w", to, err))
-				}
-			}
-			if h.FromSeq > 0 {
-				h.Count = h.ToSeq - h.FromSeq + 1
-			}
-			if opt.Signer != nil {
-				if err := opt.Signer.SignHeader(h); err != nil {
-					return err
-				}
-			}
-			if buf, err = audit.AppendHeaderLine(buf[:0], h); err != nil {
-				return err
-			}
-			if _, err := bw.Write(buf); err != nil {
-				return err
-			}
-			cps, err := checkpointsIn(ctx, q, from, to)
-			if err != nil {
-				return err
-			}
-			for _, c := range cps {
-				if buf, err = audit.AppendCheckpointLine(buf[:0], c); err != nil {
-					return err
-				}
-				if _, err := bw.Write(buf); err != nil {
-					return err
-				}
-			}
-			res.Checkpoints = len(cps)
-		} else {
-			cw = csv.NewWriter(bw)
-			if err := cw.Write([]string{"seq", "time", "kind", "call_id", "principal", "channel", "details", "prev_hash", "hash"}); err != nil {
-				return err
-			}
-		}
-		res.FromSeq, res.ToSeq = from, to
-		if from == 0 || to < from {
-			res.FromSeq, res.ToSeq = 0, 0
-			return flush(bw, cw)
-		}
-		rows, err := q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
-		if err != nil {
-			return classify(fmt.Errorf("db: read audit: %w", err))
-		}
-		defer rows.Close()
-		record := make([]string, 9)
-		for rows.Next() {
-			e, details, err := scanEntry(rows)
-			if err != nil {
-				return err
-			}
-			if cw != nil {
-				record[0], record[1], record[2] = strconv.FormatInt(e.Seq, 10), e.Time, audit.CSVCell(e.Kind)
-				record[3], record[4], record[5] = audit.CSVCell(e.CallID), audit.CSVCell(e.Principal), audit.CSVCell(e.Channel)
-				record[6], record[7], record[8] = audit.CSVCell(string(details)), e.PrevHash, e.Hash
-				if err := cw.Write(record); err != nil {
-					return err
-				}
-			} else {
-				if buf, err = audit.AppendEntryLine(buf[:0], e, details); err != nil {
-					return err
-				}
-				if _, err := bw.Write(buf); err != nil {
-					return err
-				}
-			}
-			res.Count++
-			res.Head = e.Hash
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return classify(fmt.Errorf("db: read audit: %w", err))
-		}
-		return flush(bw, cw)
+		var err error
+		res, err = audit.WriteExport(ctx, w, exportSource{q}, opt, d.identity, d.now())
+		return err
 	})
 	return res, err
 }
 
-func flush(bw *bufio.Writer, cw *csv.Writer) error {
-	if cw != nil {
-		cw.Flush()
-		if err := cw.Error(); err != nil {
+// exportSource reads an audit export from one snapshot (audit.ExportSource).
+type exportSource struct{ q querier }
+
+func (s exportSource) Range(ctx context.Context, since, until time.Time) (int64, int64, error) {
+	return auditRange(ctx, s.q, since, until)
+}
+
+func (s exportSource) Hash(ctx context.Context, seq int64) (string, error) {
+	var h string
+	if err := s.q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&h); err != nil {
+		return "", classify(fmt.Errorf("db: read audit entry %d: %w", seq, err))
+	}
+	return h, nil
+}
+
+func (s exportSource) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
+	return checkpointsIn(ctx, s.q, from, to)
+}
+
+func (s exportSource) Entries(ctx context.Context, from, to int64, fn func(*audit.Entry, []byte) error) error {
+	rows, err := s.q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
+	if err != nil {
+		return classify(fmt.Errorf("db: read audit: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, details, err := scanEntry(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(e, details); err != nil {
 			return err
 		}
 	}
-	return bw.Flush()
+	if err := rows.Err(); err != nil {
+		return classify(fmt.Errorf("db: read audit: %w", err))
+	}
+	return nil
 }
 
 // auditRange turns a time window into the contiguous run of entries to
