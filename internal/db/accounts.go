@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Accounts adapts DB to account.Store: console accounts, their sessions,
@@ -65,11 +65,9 @@ func (d *userDest) user() (account.User, error) {
 		u.Role = ""
 	}
 	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
-	if err := json.Unmarshal([]byte(d.groups), &u.Groups); err != nil {
+	var err error
+	if u.Groups, err = store.DecodeNames(d.groups); err != nil {
 		return account.User{}, fmt.Errorf("db: groups of %s: %w", u.Name, err)
-	}
-	if len(u.Groups) == 0 {
-		u.Groups = nil
 	}
 	if len(d.handle) > 0 {
 		u.Handle = d.handle
@@ -209,11 +207,9 @@ func scanToken(r rowScanner) (account.Token, error) {
 	if err := r.Scan(&t.ID, &t.Actor, &t.Audience, &t.Note, &owners, &created, &revoked); err != nil {
 		return account.Token{}, err
 	}
-	if err := json.Unmarshal([]byte(owners), &t.Owners); err != nil {
+	var err error
+	if t.Owners, err = store.DecodeNames(owners); err != nil {
 		return account.Token{}, fmt.Errorf("db: owners of token %s: %w", t.ID, err)
-	}
-	if len(t.Owners) == 0 {
-		t.Owners = nil
 	}
 	t.CreatedAt, t.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
 	return t, nil
@@ -253,7 +249,7 @@ func (t *storeTx) InsertUser(u account.User) error {
 	if !u.LastLoginAt.IsZero() {
 		lastLogin = ms(u.LastLoginAt)
 	}
-	groups, err := groupsJSON(u.Groups)
+	groups, err := store.EncodeNames(u.Groups)
 	if err != nil {
 		return err
 	}
@@ -268,17 +264,6 @@ func (t *storeTx) InsertUser(u account.User) error {
 		return fmt.Errorf("db: insert user: %w", err)
 	}
 	return nil
-}
-
-func groupsJSON(groups []string) (string, error) {
-	if groups == nil {
-		groups = []string{}
-	}
-	b, err := json.Marshal(groups)
-	if err != nil {
-		return "", fmt.Errorf("db: encode groups: %w", err)
-	}
-	return string(b), nil
 }
 
 func (t *storeTx) UserByIdentity(issuer, subject string) (account.User, error) {
@@ -312,7 +297,7 @@ func (t *storeTx) UsersNamed(name string) ([]account.User, error) {
 }
 
 func (t *storeTx) UpdateOIDCUser(u account.User) error {
-	groups, err := groupsJSON(u.Groups)
+	groups, err := store.EncodeNames(u.Groups)
 	if err != nil {
 		return err
 	}
@@ -411,7 +396,7 @@ func (t *storeTx) PruneSessions(cutoff time.Time) (int64, error) {
 }
 
 func (t *storeTx) InsertToken(tok account.Token, hash string) error {
-	owners, err := groupsJSON(tok.Owners)
+	owners, err := store.EncodeNames(tok.Owners)
 	if err != nil {
 		return err
 	}

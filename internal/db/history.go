@@ -3,8 +3,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // historyQuery is a filter turned into SQL: FROM ... WHERE ... ORDER BY.
@@ -265,40 +264,11 @@ type withExtra struct {
 
 func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
 
-type approvalJSON struct {
-	Operator    string  `json:"operator"`
-	Channel     string  `json:"channel"`
-	At          int64   `json:"at"`
-	Comment     string  `json:"comment"`
-	PasskeyID   *string `json:"passkey_id"` // hex
-	PasskeyName *string `json:"passkey_name"`
-}
-
-// approval reads one approval of a history row; its passkey's evidence is
-// left out (it is in the audit entry).
-func (a approvalJSON) approval() queue.Approval {
-	out := queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
-	if a.PasskeyID != nil {
-		id, _ := hex.DecodeString(*a.PasskeyID)
-		name := ""
-		if a.PasskeyName != nil {
-			name = *a.PasskeyName
-		}
-		out.Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: name}
-	}
-	return out
-}
-
 // addApprovals adds the approvals of approvalsColumn to c.
 func addApprovals(c *queue.Call, approvals string) error {
-	var as []approvalJSON
-	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-		return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
-	}
-	for _, a := range as {
-		c.Approvals = append(c.Approvals, a.approval())
-	}
-	return nil
+	as, err := store.DecodeApprovals(c.ID, approvals)
+	c.Approvals = append(c.Approvals, as...)
+	return err
 }
 
 // History returns one page of calls matching f, newest first, and the
@@ -467,13 +437,9 @@ func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
 		r.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
 			Note: note.String, Evidence: evidence.String, At: fromMS(resolvedAt)}
 	}
-	var as []approvalJSON
-	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-		return nil, fmt.Errorf("db: approvals of %s: %w", r.ID, err)
-	}
-	r.Approvals = make([]queue.Approval, len(as))
-	for i, a := range as {
-		r.Approvals[i] = a.approval()
+	var err error
+	if r.Approvals, err = store.DecodeApprovals(r.ID, approvals); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

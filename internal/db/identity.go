@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -95,48 +94,6 @@ func (t *storeTx) UsePasskey(user string, id []byte, from, to uint32, record []b
 	if n, _ := res.RowsAffected(); n != 1 {
 		return queue.ErrPasskeyChanged
 	}
-	return nil
-}
-
-// callPeople encodes who owns a call's agent and who may approve it.
-func callPeople(c *queue.Call) (owners, approvers string, err error) {
-	o := c.Owners
-	if o == nil {
-		o = []string{}
-	}
-	b, err := json.Marshal(o)
-	if err != nil {
-		return "", "", fmt.Errorf("db: encode owners of %s: %w", c.ID, err)
-	}
-	a := "{}"
-	if !c.Approvers.Empty() {
-		ab, err := json.Marshal(approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups})
-		if err != nil {
-			return "", "", fmt.Errorf("db: encode approvers of %s: %w", c.ID, err)
-		}
-		a = string(ab)
-	}
-	return string(b), a, nil
-}
-
-type approversJSON struct {
-	Roles  []string `json:"roles,omitempty"`
-	Groups []string `json:"groups,omitempty"`
-}
-
-// readCallPeople decodes what callPeople wrote.
-func readCallPeople(c *queue.Call, owners, approvers string) error {
-	if err := json.Unmarshal([]byte(owners), &c.Owners); err != nil {
-		return fmt.Errorf("db: owners of %s: %w", c.ID, err)
-	}
-	if len(c.Owners) == 0 {
-		c.Owners = nil
-	}
-	var a approversJSON
-	if err := json.Unmarshal([]byte(approvers), &a); err != nil {
-		return fmt.Errorf("db: approvers of %s: %w", c.ID, err)
-	}
-	c.Approvers.Roles, c.Approvers.Groups = a.Roles, a.Groups
 	return nil
 }
 

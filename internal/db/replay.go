@@ -2,7 +2,6 @@ package db
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -27,12 +26,8 @@ func (d *DB) ReplayCalls(ctx context.Context, since time.Time, fn func(*queue.Ca
 				return err
 			}
 			if approvals != "[]" {
-				var as []approvalJSON
-				if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-					return fmt.Errorf("db: approvals of %s: %w", c.ID, err)
-				}
-				for _, a := range as {
-					c.Approvals = append(c.Approvals, a.approval())
+				if err := addApprovals(c, approvals); err != nil {
+					return err
 				}
 			}
 			if err := fn(c); err != nil {

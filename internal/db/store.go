@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Store adapts DB to queue.Store.
@@ -86,7 +87,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	}
 	c.Args = obj
 	c.Notify = splitNames(notify)
-	if err := readCallPeople(&c, owners, approvers); err != nil {
+	if err := store.DecodePeople(&c, owners, approvers); err != nil {
 		return nil, err
 	}
 	c.Status = queue.Status(status)
@@ -201,7 +202,7 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	if err != nil {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
 	}
-	owners, approvers, err := callPeople(c)
+	owners, approvers, err := store.EncodePeople(c)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Accounts adapts DB to account.Store: console accounts, their sessions,
@@ -62,11 +62,9 @@ func (d *userDest) user() (account.User, error) {
 	}
 	u.DisplayName, u.Email = string(d.display), string(d.email)
 	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
-	if err := json.Unmarshal([]byte(d.groups), &u.Groups); err != nil {
+	var err error
+	if u.Groups, err = store.DecodeNames(d.groups); err != nil {
 		return account.User{}, fmt.Errorf("pgstore: groups of %s: %w", u.Name, err)
-	}
-	if len(u.Groups) == 0 {
-		u.Groups = nil
 	}
 	if len(d.handle) > 0 {
 		u.Handle = d.handle
@@ -200,11 +198,9 @@ func scanToken(r rowScanner) (account.Token, error) {
 	if err := r.Scan(&t.ID, &t.Actor, &t.Audience, &note, &owners, &created, &revoked); err != nil {
 		return account.Token{}, err
 	}
-	if err := json.Unmarshal([]byte(owners), &t.Owners); err != nil {
+	var err error
+	if t.Owners, err = store.DecodeNames(owners); err != nil {
 		return account.Token{}, fmt.Errorf("pgstore: owners of token %s: %w", t.ID, err)
-	}
-	if len(t.Owners) == 0 {
-		t.Owners = nil
 	}
 	t.Note, t.CreatedAt, t.RevokedAt = string(note), time.UnixMilli(created).UTC(), fromMS(revoked)
 	return t, nil
@@ -244,7 +240,7 @@ func (t *txn) InsertUser(u account.User) error {
 	if !u.LastLoginAt.IsZero() {
 		lastLogin = ms(u.LastLoginAt)
 	}
-	groups, err := groupsJSON(u.Groups)
+	groups, err := store.EncodeNames(u.Groups)
 	if err != nil {
 		return err
 	}
@@ -321,7 +317,7 @@ func (t *txn) PruneSessions(cutoff time.Time) (int64, error) {
 }
 
 func (t *txn) InsertToken(tok account.Token, hash string) error {
-	owners, err := groupsJSON(tok.Owners)
+	owners, err := store.EncodeNames(tok.Owners)
 	if err != nil {
 		return err
 	}

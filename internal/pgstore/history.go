@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // approvalsColumn is every approval of the row's call as a JSON array, in
@@ -22,38 +21,14 @@ const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator',
 	'passkey_id', encode(a.passkey_id, 'hex'), 'passkey_name', a.passkey_name)
 	ORDER BY a.at, a.operator) FROM approvals a WHERE a.call_id = c.id)::text, '[]')`
 
-type approvalJSON struct {
-	Operator    string  `json:"operator"`
-	Channel     string  `json:"channel"`
-	At          int64   `json:"at"`
-	Comment     string  `json:"comment"`
-	PasskeyID   *string `json:"passkey_id"` // hex
-	PasskeyName *string `json:"passkey_name"`
-}
-
-// approval reads one approval of a history row; its passkey's evidence is
-// left out (it is in the audit entry).
-func (a approvalJSON) approval() queue.Approval {
-	out := queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
-	if a.PasskeyID != nil {
-		id, _ := hex.DecodeString(*a.PasskeyID)
-		out.Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: deref(a.PasskeyName)}
-	}
-	return out
-}
-
 func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {
 	var approvals string
 	c, err := scanCall(r, &approvals)
 	if err != nil {
 		return nil, err
 	}
-	var as []approvalJSON
-	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-		return nil, fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err)
-	}
-	for _, a := range as {
-		c.Approvals = append(c.Approvals, a.approval())
+	if c.Approvals, err = store.DecodeApprovals(c.ID, approvals); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -246,13 +221,9 @@ func scanExportRow(rows pgx.Rows) (*queue.ExportRow, error) {
 		r.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
 			Note: string(note), Evidence: deref(evidence), At: fromMS(resolvedAt)}
 	}
-	var as []approvalJSON
-	if err := json.Unmarshal([]byte(approvals), &as); err != nil {
-		return nil, fmt.Errorf("pgstore: approvals of %s: %w", r.ID, err)
-	}
-	r.Approvals = make([]queue.Approval, len(as))
-	for i, a := range as {
-		r.Approvals[i] = a.approval()
+	var err error
+	if r.Approvals, err = store.DecodeApprovals(r.ID, approvals); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

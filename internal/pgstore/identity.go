@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,21 +12,11 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/oneshot"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Single sign-on users, passkeys and the oneshots (logins and passkey
 // prompts under way): the identity half of account.Store and account.Tx.
-
-func groupsJSON(groups []string) (string, error) {
-	if groups == nil {
-		groups = []string{}
-	}
-	b, err := json.Marshal(groups)
-	if err != nil {
-		return "", fmt.Errorf("pgstore: encode groups: %w", err)
-	}
-	return string(b), nil
-}
 
 func (t *txn) UserByIdentity(issuer, subject string) (account.User, error) {
 	u, err := scanUser(t.tx.QueryRow(t.ctx, `SELECT `+userColumns+` FROM users
@@ -62,7 +51,7 @@ func (t *txn) UsersNamed(name string) ([]account.User, error) {
 }
 
 func (t *txn) UpdateOIDCUser(u account.User) error {
-	groups, err := groupsJSON(u.Groups)
+	groups, err := store.EncodeNames(u.Groups)
 	if err != nil {
 		return err
 	}
@@ -170,48 +159,6 @@ func (t *txn) UsePasskey(user string, id []byte, from, to uint32, record []byte,
 	if tag.RowsAffected() != 1 {
 		return queue.ErrPasskeyChanged
 	}
-	return nil
-}
-
-// callPeople encodes who owns a call's agent and who may approve it.
-func callPeople(c *queue.Call) (owners, approvers string, err error) {
-	o := c.Owners
-	if o == nil {
-		o = []string{}
-	}
-	b, err := json.Marshal(o)
-	if err != nil {
-		return "", "", fmt.Errorf("pgstore: encode owners of %s: %w", c.ID, err)
-	}
-	a := "{}"
-	if !c.Approvers.Empty() {
-		ab, err := json.Marshal(approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups})
-		if err != nil {
-			return "", "", fmt.Errorf("pgstore: encode approvers of %s: %w", c.ID, err)
-		}
-		a = string(ab)
-	}
-	return string(b), a, nil
-}
-
-type approversJSON struct {
-	Roles  []string `json:"roles,omitempty"`
-	Groups []string `json:"groups,omitempty"`
-}
-
-// readCallPeople decodes what callPeople wrote.
-func readCallPeople(c *queue.Call, owners, approvers string) error {
-	if err := json.Unmarshal([]byte(owners), &c.Owners); err != nil {
-		return fmt.Errorf("pgstore: owners of %s: %w", c.ID, err)
-	}
-	if len(c.Owners) == 0 {
-		c.Owners = nil
-	}
-	var a approversJSON
-	if err := json.Unmarshal([]byte(approvers), &a); err != nil {
-		return fmt.Errorf("pgstore: approvers of %s: %w", c.ID, err)
-	}
-	c.Approvers.Roles, c.Approvers.Groups = a.Roles, a.Groups
 	return nil
 }
 

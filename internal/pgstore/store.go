@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Store adapts DB to queue.Store and queue.History.
@@ -117,7 +118,7 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	if notify != "" {
 		c.Notify = strings.Split(notify, ",")
 	}
-	if err := readCallPeople(&c, owners, approvers); err != nil {
+	if err := store.DecodePeople(&c, owners, approvers); err != nil {
 		return nil, err
 	}
 	c.Rationale = string(rationale)
@@ -227,7 +228,7 @@ func (t *txn) InsertCall(c *queue.Call) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: encode args of %s: %w", c.ID, err)
 	}
-	owners, approvers, err := callPeople(c)
+	owners, approvers, err := store.EncodePeople(c)
 	if err != nil {
 		return err
 	}

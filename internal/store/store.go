@@ -1,5 +1,6 @@
 // Package store holds what every storage engine of Countersign shares: the
-// errors a store returns whatever its engine. The store interfaces
+// errors a store returns whatever its engine, and the encodings of the
+// columns each keeps as JSON text (columns.go). The store interfaces
 // themselves are declared by the domain packages that use them
 // (queue.Store, account.Store, audit.Trail, queue.History); storetest is
 // the suite that every implementation of them must pass.

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// The columns every engine keeps as JSON text, encoded and decoded here so
+// that the engines agree byte for byte.
+
+// EncodeNames encodes a list of names (a user's groups, a token's owners)
+// as a JSON array, [] for none.
+func EncodeNames(names []string) (string, error) {
+	if names == nil {
+		names = []string{}
+	}
+	b, err := json.Marshal(names)
+	if err != nil {
+		return "", fmt.Errorf("store: encode names: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeNames decodes what EncodeNames wrote; none is nil.
+func DecodeNames(text string) ([]string, error) {
+	var names []string
+	if err := json.Unmarshal([]byte(text), &names); err != nil {
+		return nil, fmt.Errorf("store: decode names: %w", err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	return names, nil
+}
+
+type approversJSON struct {
+	Roles  []string `json:"roles,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// EncodePeople encodes who owns a call's agent and who may approve it, as
+// a call's owners and approvers columns hold them.
+func EncodePeople(c *queue.Call) (owners, approvers string, err error) {
+	if owners, err = EncodeNames(c.Owners); err != nil {
+		return "", "", fmt.Errorf("store: encode owners of %s: %w", c.ID, err)
+	}
+	approvers = "{}"
+	if !c.Approvers.Empty() {
+		b, err := json.Marshal(approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups})
+		if err != nil {
+			return "", "", fmt.Errorf("store: encode approvers of %s: %w", c.ID, err)
+		}
+		approvers = string(b)
+	}
+	return owners, approvers, nil
+}
+
+// DecodePeople sets c's owners and approvers from what EncodePeople wrote.
+func DecodePeople(c *queue.Call, owners, approvers string) error {
+	var err error
+	if c.Owners, err = DecodeNames(owners); err != nil {
+		return fmt.Errorf("store: owners of %s: %w", c.ID, err)
+	}
+	var a approversJSON
+	if err := json.Unmarshal([]byte(approvers), &a); err != nil {
+		return fmt.Errorf("store: approvers of %s: %w", c.ID, err)
+	}
+	c.Approvers.Roles, c.Approvers.Groups = a.Roles, a.Groups
+	return nil
+}
+
+// approvalJSON is one approval as the engines' history queries aggregate
+// them: the time in Unix milliseconds, the passkey's credential id in hex
+// (either case), null without a passkey.
+type approvalJSON struct {
+	Operator    string  `json:"operator"`
+	Channel     string  `json:"channel"`
+	At          int64   `json:"at"`
+	Comment     string  `json:"comment"`
+	PasskeyID   *string `json:"passkey_id"`
+	PasskeyName *string `json:"passkey_name"`
+}
+
+// DecodeApprovals reads the JSON array of a call's approvals that a history
+// query aggregated ({"operator","channel","at","comment","passkey_id",
+// "passkey_name"} each, in the order given). A passkey's evidence is left
+// out: it is in the audit entry.
+func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
+	var as []approvalJSON
+	if err := json.Unmarshal([]byte(text), &as); err != nil {
+		return nil, fmt.Errorf("store: approvals of %s: %w", callID, err)
+	}
+	if len(as) == 0 {
+		return nil, nil
+	}
+	out := make([]queue.Approval, len(as))
+	for i, a := range as {
+		out[i] = queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
+		if a.PasskeyID != nil {
+			id, err := hex.DecodeString(*a.PasskeyID)
+			if err != nil {
+				return nil, fmt.Errorf("store: passkey of an approval of %s: %w", callID, err)
+			}
+			name := ""
+			if a.PasskeyName != nil {
+				name = *a.PasskeyName
+			}
+			out[i].Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: name}
+		}
+	}
+	return out, nil
+}
