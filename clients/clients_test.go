@@ -94,7 +94,11 @@ func python3(t *testing.T) string {
 
 var ranTests = regexp.MustCompile(`(?m)^Ran (\d+) tests? in`)
 
+// The two suites start their own consoles and share nothing: they run side
+// by side (TestPythonInstall, which builds the package from the Python
+// folder, runs before them).
 func TestPython(t *testing.T) {
+	t.Parallel()
 	py := python3(t)
 	out := runSuite(t, "python", py, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
 	m := ranTests.FindStringSubmatch(out)
@@ -125,6 +129,7 @@ var nodeCounts = regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped|todo|cancel
 // the Vercel AI SDK and the OpenAI Agents SDK from npm (installed by
 // `npm ci` from the committed lock file).
 func TestTypeScript(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not installed")
