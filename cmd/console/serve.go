@@ -251,7 +251,18 @@ func (f *serveFlags) notifySource(e *env, ln net.Listener) *notifySource {
 
 // serve runs the HTTP server, the control socket, the expiry loop and the
 // notification dispatcher until ctx ends, then shuts them down in order.
+// A stop (Ctrl-C, SIGTERM) that comes while it is still starting is a
+// clean stop too: the write or wait it cancelled is not a failure.
 func (a *app) serve(ctx context.Context, ln net.Listener, f serveFlags) error {
+	err := a.run(ctx, ln, f)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		a.log.Info("stopped while starting", slog.String("cancelled", err.Error()))
+		return nil
+	}
+	return err
+}
+
+func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	publicURL := f.publicURLOf(ln)
 	proxies, err := server.ParseTrustedProxies(f.trustedProxies)
 	if err != nil {
