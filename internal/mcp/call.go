@@ -37,6 +37,7 @@ const (
 	StatusOutcomeUnknown   = "outcome_unknown"
 	StatusUnavailable      = "unavailable"
 	StatusTooManyWaits     = "too_many_waits"
+	StatusTokenRevoked     = "token_revoked"
 )
 
 // retryAfterWaits is how long a call refused a hold should wait before it
@@ -77,6 +78,14 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 			// The client went away (or cancelled): the call stays pending.
 			return nil, err
 		}
+		if c.Status == queue.StatusApproved {
+			// The token was checked when the request arrived, up to the
+			// hold ago: a token revoked since redeems nothing (over the
+			// agent API the redemption is a request of its own).
+			if res := g.recheck(ctx, log, agent, c); res != nil {
+				return res, nil
+			}
+		}
 	}
 	switch c.Status {
 	case queue.StatusPending:
@@ -93,6 +102,27 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 		return g.redeemAndForward(ctx, log, agent, t, p, c), nil
 	}
 	return g.decidedResult(name, c), nil
+}
+
+// recheck checks the request's token again before a held call is
+// redeemed: nil when it is still valid, else the answer (nothing runs, the
+// call stays approved).
+func (g *Gateway) recheck(ctx context.Context, log *slog.Logger, agent Agent, c *queue.Call) *sdk.CallToolResult {
+	if agent.secret == "" {
+		return nil
+	}
+	_, err := g.cfg.Authenticate(ctx, agent.secret)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnauthorized):
+		log.Warn("held call approved after its token was revoked: not redeemed")
+		return toolError(StatusTokenRevoked, "The call was approved, but this agent's token was revoked while it waited, so it was not run. Ask a person for a new token.",
+			map[string]any{"call_id": c.ID})
+	}
+	log.Error("token check failed", slog.Any("error", err))
+	return toolError(StatusUnavailable, "Countersign could not check this agent's token right now; the approved call was not sent. Re-issue the identical call to run it.",
+		map[string]any{"call_id": c.ID})
 }
 
 // parseCall reads a tools/call's raw arguments with internal/canonical

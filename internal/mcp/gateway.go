@@ -48,6 +48,10 @@ type Agent struct {
 	// TokenID identifies the token; a client session is bound to it.
 	TokenID string
 	queue.Principal
+	// secret is the token the request presented over HTTP, checked again
+	// before a call held for a decision is redeemed ("" for a session
+	// connected in this process).
+	secret string
 }
 
 // principal is the agent's trusted context with its token's id, which a
@@ -423,6 +427,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusServiceUnavailable, "unavailable", "the console cannot check tokens right now; retry later")
 		return
 	}
+	agent.secret = secret
 	if agent.Audience != name {
 		writeHTTPError(w, http.StatusForbidden, "audience_not_allowed",
 			"this token is for the audience %q; it opens /mcp/%s, not /mcp/%s", agent.Audience, agent.Audience, name)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +229,41 @@ func TestBridge(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the bridge did not end when its input did")
+	}
+}
+
+// TestHeldCallOfARevokedTokenDoesNotRun: a tools/call is held over HTTP;
+// while it waits the agent's token is revoked and then the call is
+// approved: the held request does not redeem or forward it (over the
+// agent API the redemption is a request of its own, which the revoked
+// token could not make), and says why.
+func TestHeldCallOfARevokedTokenDoesNotRun(t *testing.T) {
+	var revoked atomic.Bool
+	e := newEnvWith(t, envOptions{trust: true}, func(ctx context.Context, secret string) (mcp.Agent, error) {
+		if secret == deskToken && !revoked.Load() {
+			return desk, nil
+		}
+		return mcp.Agent{}, mcp.ErrUnauthorized
+	})
+	srv := httptest.NewServer(e.gw)
+	t.Cleanup(srv.Close)
+	cs := httpClient(t, srv.URL+"/mcp/demo", deskToken, "2025-11-25", nil)
+	go func() {
+		ev := e.next(audit.KindSubmitted)
+		revoked.Store(true)
+		if _, err := e.q.Approve(context.Background(), "alice", audit.ChannelWeb, ev.Call.ID, ev.Call.Digest); err != nil {
+			t.Errorf("Approve: %v", err)
+		}
+	}()
+	res := callRaw(t, cs, "add", `{"a":2,"b":3}`)
+	c := e.lastCall()
+	if n := e.calls.Load(); n != 0 {
+		t.Fatalf("the upstream ran %d calls of a token revoked while its call was held (result %s)", n, text(res))
+	}
+	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusTokenRevoked || st["call_id"] != c.ID {
+		t.Errorf("result %s %v, want %s", text(res), st, mcp.StatusTokenRevoked)
+	}
+	if c.Status != queue.StatusApproved {
+		t.Errorf("call %s, want approved and not redeemed", c.Status)
 	}
 }
