@@ -50,7 +50,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	ae := ErrorOf(err)
 	if ae.Status >= 500 {
-		s.log.Error("request failed", slog.String("path", c.Request().URL.Path), slog.Any("error", err),
+		s.log.Error("request failed", slog.String("path", redactStatusPath(c.Request().URL.Path)), slog.Any("error", err),
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 	}
 	if s.console != nil && s.console.wantsHTML(c) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +231,59 @@ func TestStatusLinksAreStableAndSecret(t *testing.T) {
 	}
 	if got := redactStatusPath(e.c.links.Path(c.ID)); got != "/status/"+url.PathEscape(c.ID)+"/…" {
 		t.Fatalf("logged as %s", got)
+	}
+}
+
+// lockedLog is a log destination that tests read while the server writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStatusTokenNotInTheErrorLog: a status page that fails (500) is logged
+// without its token, as the access log leaves it out: the token is a
+// credential to the page. The access log records the status the client
+// got (it recorded 200 for every error a handler returned).
+func TestStatusTokenNotInTheErrorLog(t *testing.T) {
+	logs := &lockedLog{}
+	e := newConsoleEnvWith(t, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	c := e.submit("agent:janitor", "files-host", conFilesBody)
+	path := e.c.links.Path(c.ID)
+	token := path[strings.LastIndexByte(path, '/')+1:]
+	// The page cannot read the call.
+	if _, err := e.db.SQL().Exec(`ALTER TABLE calls RENAME TO calls_away`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(e.url + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if _, err := e.db.SQL().Exec(`ALTER TABLE calls_away RENAME TO calls`); err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("status page without its table = %d, want 500", res.StatusCode)
+	}
+	if !strings.Contains(logs.String(), "request failed") {
+		t.Fatalf("the failure was not logged:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "msg=request method=GET path=/status/"+c.ID+"/… status=500") {
+		t.Errorf("the access log does not record the 500:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Errorf("the log holds the status page's token:\n%s", logs.String())
 	}
 }

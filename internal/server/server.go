@@ -424,6 +424,9 @@ func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) accessLog() echo.MiddlewareFunc {
 	return middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
 		LogStatus: true, LogURIPath: true, LogMethod: true, LogLatency: true, LogRequestID: true, LogRemoteIP: true,
+		// The error handler answers first, so the status logged is the one
+		// the client got (else every error a handler returns reads 200).
+		HandleError: true,
 		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
 			level := slog.LevelInfo
 			if v.Status >= 500 {
