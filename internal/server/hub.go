@@ -62,10 +62,16 @@ type hub struct {
 
 // seenCall remembers the furthest state pushed for a call, so that an
 // event published late (after a later change of the same call) is not
-// pushed over the newer state.
+// pushed over the newer state, and whether the queue pages were told to
+// remove the call. A call leaves the queue once and never comes back (every
+// state after pending is final for the queue), and a page that opens later
+// reads its snapshot after the change that took the call off committed, so
+// the queue pages are sent its removal once: the grant that follows an
+// approval and the redemption push nothing more to them.
 type seenCall struct {
-	rank int
-	at   time.Time
+	rank    int
+	at      time.Time
+	removed bool
 }
 
 func newHub(c *console) *hub {
@@ -339,21 +345,28 @@ func rank(c *queue.Call) int {
 }
 
 // fanout renders ev for every client that shows it. Fragments are rendered
-// once per distinct view: per role for queue cards, per session for
-// anything that holds a form.
+// once per distinct view and the same bytes are queued on every socket of
+// that view: per role (and owner) for queue cards, which hold no form and
+// nothing of the viewer, per session for anything that holds a form (a
+// CSRF token) or says what the viewer did. The removal of a call's card
+// is sent to the queue pages once (see seenCall).
 func (h *hub) fanout(ev queue.Event) {
+	removed := false // the queue pages were told to remove ev's call
 	if ev.Call != nil {
 		r := rank(ev.Call)
-		if s, ok := h.seen[ev.Call.ID]; ok && r < s.rank {
+		s, ok := h.seen[ev.Call.ID]
+		if ok && r < s.rank {
 			return // a newer state of this call was already pushed
 		}
-		h.seen[ev.Call.ID] = seenCall{rank: r, at: time.Now()}
+		removed = ok && s.removed
+		h.seen[ev.Call.ID] = seenCall{rank: r, at: time.Now(), removed: removed}
 	}
 	now := h.c.now()
 	cache := map[string][]byte{}
+	sentRemove := false
 	for cl := range h.clients {
 		key, render := h.c.fragmentFor(ev, cl, now)
-		if render == nil {
+		if render == nil || key == keyQueueRemove && removed {
 			continue
 		}
 		msg, ok := cache[key]
@@ -366,6 +379,12 @@ func (h *hub) fanout(ev queue.Event) {
 			cache[key] = msg
 		}
 		h.deliver(cl, msg)
+		sentRemove = sentRemove || key == keyQueueRemove
+	}
+	if sentRemove {
+		s := h.seen[ev.Call.ID]
+		s.removed = true
+		h.seen[ev.Call.ID] = s
 	}
 }
 
@@ -423,9 +442,13 @@ func (c *console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 			return renderBytes(templates.CardItem(c.cardView(call, decide, owned, now), "true"))
 		}
 	default:
-		return "remove", func() ([]byte, error) { return renderBytes(templates.Remove("call-" + call.ID)) }
+		return keyQueueRemove, func() ([]byte, error) { return renderBytes(templates.Remove("call-" + call.ID)) }
 	}
 }
+
+// keyQueueRemove is the key of a queue page's fragment that removes a
+// call's card.
+const keyQueueRemove = "remove"
 
 func boolKey(b bool) string {
 	if b {

@@ -431,3 +431,65 @@ func TestWSNoGoroutineLeak(t *testing.T) {
 		t.Errorf("goroutines = %d after shutdown, want at most %d\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestWSQueueRemovalOnce: a call leaving the queue is removed from the
+// queue pages once, by the change that took it off (the approval), not
+// again by the grant, a revocation or the redemption that follow; the
+// call's own page still gets every change. A queue page opened after the
+// removal does not show the call.
+func TestWSQueueRemovalOnce(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	e.addUser("alice", account.RoleOperator, rolePassword)
+	op := e.browser()
+	op.login("olivia", rolePassword)
+	queueConn, _ := op.mustDial("/ws")
+	c := e.redeemedCall("INV-77")
+	late, lateFirst := op.mustDial("/ws")
+	if strings.Contains(lateFirst, c.ID) {
+		t.Fatalf("a queue page opened after the call left the queue shows it: %.300q", lateFirst)
+	}
+
+	// A second call, approved and revoked, then a third submitted: each
+	// socket's messages come in order, so once the third call's card
+	// arrives, every push about the first two has been read.
+	ctx := context.Background()
+	body := `{"tool":"payments.refund","target":"invoice:INV-78","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}}`
+	d, _, err := e.q.Submit(ctx, agentBilling, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	callConn, _ := op.mustDial("/ws?call=" + d.ID)
+	if _, err := e.q.Approve(ctx, "alice", audit.ChannelCLI, d.ID, d.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.q.RevokeGrant(ctx, "alice", audit.ChannelCLI, d.ID, "wrong invoice"); err != nil {
+		t.Fatal(err)
+	}
+	last := e.submit("agent:deployer", "deploy-host", conDeployBody)
+	removals := func(conn *websocket.Conn, ids ...string) map[string]int {
+		n := map[string]int{}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				t.Fatalf("waiting for the card of %s: %v", last.ID, err)
+			}
+			doc := fragmentDoc(t, string(msg))
+			for _, id := range ids {
+				n[id] += doc.Find(`#call-` + id + `[hx-swap-oob="delete"]`).Length()
+			}
+			if strings.Contains(string(msg), last.ID) {
+				return n
+			}
+		}
+	}
+	if n := removals(queueConn, c.ID, d.ID); n[c.ID] != 1 || n[d.ID] != 1 {
+		t.Fatalf("removals pushed to the queue page: %v, want one per call", n)
+	}
+	if n := removals(late, c.ID, d.ID); n[c.ID] != 0 || n[d.ID] != 1 {
+		t.Fatalf("removals pushed to the queue page opened later: %v, want none of the call it never showed, one of the next", n)
+	}
+	// The call's own page gets the grant and the revocation.
+	wsReadUntil(t, callConn, `revoked`)
+}
