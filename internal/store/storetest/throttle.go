@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 )
 
 // The login throttle's failed logins, kept in the store so that every
@@ -524,6 +525,65 @@ var _ = add("accounts/login throttle: a table full of throttled keys refuses new
 	}
 	if n := strikesSize(t, s); n != 2 {
 		t.Errorf("size after the prune and carol's attempt = %d, want 2", n)
+	}
+})
+
+// A table full of throttled keys never refuses an enabled local account:
+// its own key is kept beyond the bound (at most twice it) and a new
+// address is not counted; a disabled account and a name that is no
+// account are refused as before.
+var _ = add("accounts/login throttle: a full table still admits an enabled local account", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newBareWorld(t, s)
+	h := w.open(t)
+	h.a.SetThrottleRows(2)
+	pw, err := account.HashWith("correct horse battery", account.MinParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"erin", "gone"} {
+		if _, err := h.a.AddUser(ctx, name, account.RoleOperator, pw, "admin", audit.ChannelCLI); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.a.DisableUser(ctx, "gone", "admin", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	p := account.AccountPolicy
+	for range p.Free + 1 {
+		if _, wait := reserve(t, h.a, account.LoginAttempt{Name: "made-up", Address: "192.0.2.7"}); wait != 0 {
+			t.Fatalf("made-up waits %v within the allowance", wait)
+		}
+	}
+	for _, name := range []string{"made-up-too", "gone"} {
+		if _, _, err := h.a.ReserveLogin(ctx, account.LoginAttempt{Name: name, Address: "198.51.100.9"}); !errors.Is(err, account.ErrThrottleFull) {
+			t.Errorf("%s on a full table: %v, want ErrThrottleFull", name, err)
+		}
+	}
+	erin := account.LoginAttempt{Name: "erin", Address: "198.51.100.10"}
+	if _, wait := reserve(t, h.a, erin); wait != 0 {
+		t.Fatalf("erin on a full table waits %v", wait)
+	}
+	if got, _ := h.a.ThrottleWait(ctx, "addr", erin.Address); got != 0 {
+		t.Errorf("erin's new address waits %v", got)
+	}
+	if seen, err := s.Accounts.LoginStrikes(ctx, []string{account.ThrottleKey("account", "erin"), account.ThrottleKey("addr", erin.Address)}); err != nil {
+		t.Fatal(err)
+	} else if seen[account.ThrottleKey("account", "erin")].Failures != 1 || len(seen) != 1 {
+		t.Errorf("kept for erin: %+v, want her account's key with one failure and not her new address", seen)
+	}
+	// Her backoff holds beyond the bound.
+	for range p.Free {
+		reserve(t, h.a, erin)
+	}
+	if _, wait := reserve(t, h.a, erin); wait != p.Base {
+		t.Errorf("erin after her free failures waits %v, want %v", wait, p.Base)
+	}
+	if got, _ := h.a.ThrottleWait(ctx, "account", "made-up"); got <= 0 {
+		t.Error("the made-up name's throttled key was evicted")
+	}
+	if n := strikesSize(t, s); n > 2*2 {
+		t.Errorf("the table keeps %d keys, more than twice its bound", n)
 	}
 })
 
