@@ -23,7 +23,7 @@ import (
 func cmdApprove(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	data := fs.String("data", "", "data directory")
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest you checked (required)")
@@ -45,7 +45,7 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 func cmdDeny(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("deny", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	data := fs.String("data", "", "data directory")
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
 	reason := fs.String("reason", "", "why, in words the agent will receive (required)")

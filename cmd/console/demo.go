@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,9 +71,9 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	log := newLogger(e.stderr, f.logLevel)
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := listen(f.addr)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "console demo: %v (choose another port with --addr 127.0.0.1:PORT)\n", err)
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
 	defer ln.Close()

@@ -46,6 +46,10 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		return 0
 	}
 	if sub == "trust" {
+		if len(args) > 1 && isHelp(args[1]) {
+			fmt.Fprintln(e.stderr, keysUsage)
+			return 0
+		}
 		return keysTrust(e, args[1:])
 	}
 	if sub != "list" && sub != "rotate" && sub != "jwks" {

@@ -47,14 +47,14 @@ func commands() map[string]command {
 		"policy":     {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
 		"freeze":     {"stop approvals and redemptions (all, or one tool or actor): the kill switch", cmdFreeze},
 		"unfreeze":   {"lift a freeze (admin)", cmdUnfreeze},
-		"keys":       {"keys list|rotate: grant signing keys", cmdKeys},
+		"keys":       {"keys list|rotate|jwks|trust: grant signing keys, and a cluster's trust file", cmdKeys},
 		"token":      {"token create|list|revoke: agent API tokens", cmdToken},
 		"user":       {"user add|list|disable: console accounts", cmdUser},
 		"approve":    {"approve a call as an operator", cmdApprove},
 		"deny":       {"deny a call as an operator", cmdDeny},
-		"call":       {"call submit|get|wait|redeem|outcome|cancel: the agent API from the shell", cmdCall},
+		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
-		"audit":      {"audit verify|export: the tamper-evident audit trail", cmdAudit},
+		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
 	}
 }
 
@@ -85,7 +85,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'console COMMAND -h' for a command's flags.")
 }

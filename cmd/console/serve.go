@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/countersign/countersign/docs"
@@ -208,7 +209,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	log := newLogger(e.stderr, f.logLevel)
 	// Listen first: links in notifications need the address when no
 	// --public-url names it.
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := listen(f.addr)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
@@ -235,6 +236,20 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// listen opens the console's address (--addr). An address already taken,
+// most often by another console still running, names the way out.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s is already in use (by another console still running, or another program): "+
+			"stop it, or pass --addr with a free port, e.g. --addr 127.0.0.1:8081", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on --addr %s: %w", addr, err)
+	}
+	return ln, nil
 }
 
 // publicURLOf is --public-url, else the listener's address.

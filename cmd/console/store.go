@@ -128,7 +128,8 @@ func openStore(ctx context.Context, data, url string) (*engine, error) {
 func openExisting(ctx context.Context, data, url string) (*engine, error) {
 	if url == "" {
 		if _, err := os.Stat(dbPath(data)); err != nil {
-			return nil, fmt.Errorf("no database at %s: pass --data DIR (or --db URL)", dbPath(data))
+			return nil, fmt.Errorf("no database at %s: pass --data DIR of a console that has run "+
+				"(console serve creates its database there), or --db URL", dbPath(data))
 		}
 	}
 	return openStore(ctx, data, url)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -13,24 +14,51 @@ import (
 	"github.com/countersign/countersign/internal/reveal"
 )
 
+const tokenUsage = `usage:
+  console token create --actor A --audience B [--owner NAME ...] [--note T] [--data DIR]
+  console token list [--data DIR]
+  console token revoke ID [--data DIR]`
+
 func cmdToken(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(e.stderr, "usage: console token create|list|revoke [flags]")
+		fmt.Fprintln(e.stderr, tokenUsage)
+		return 2
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(e.stderr, tokenUsage)
+		return 0
+	}
+	if args[0] != "create" && args[0] != "list" && args[0] != "revoke" {
+		fmt.Fprintf(e.stderr, "console token: unknown subcommand %q (create, list, revoke)\n\n%s\n", args[0], tokenUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("token "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	data := fs.String("data", "", "data directory")
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	actor := fs.String("actor", "", "the agent this token speaks for, e.g. agent:billing-bot")
 	audience := fs.String("audience", "", "the host that executes its calls, e.g. payments-host")
 	note := fs.String("note", "", "a note for people")
 	var owners listFlag
 	fs.Var(&owners, "owner", "someone who runs this agent and so may never approve its calls: an account name (alice, or oidc:HOST/SUB) or team:GROUP for a provider group; repeat for several")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
 		return 2
 	}
-	d, err := openStore(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
+	if args[0] == "revoke" && len(pos) != 1 || args[0] != "revoke" && len(pos) != 0 {
+		fmt.Fprintln(e.stderr, tokenUsage)
+		return 2
+	}
+	open := openStore
+	if args[0] != "create" {
+		// Listing or revoking needs the console's database: a mistyped
+		// --data must not make an empty one.
+		open = openExisting
+	}
+	d, err := open(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console token: %v\n", err)
 		return 1
@@ -39,7 +67,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	switch args[0] {
 	case "create":
 		if *actor == "" || *audience == "" {
-			fmt.Fprintln(e.stderr, "usage: console token create --actor A --audience B [--owner NAME ...] [--note T] [--data DIR]")
+			fmt.Fprintln(e.stderr, tokenUsage)
 			return 2
 		}
 		t, secret, err := accountsOf(d).CreateTokenWith(ctx, account.TokenSpec{Actor: *actor, Audience: *audience, Note: *note,
@@ -54,6 +82,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 		}
 		fmt.Fprintln(e.stderr, ". The token is shown once; store it now:")
 		fmt.Fprintln(e.stdout, secret)
+		noteUnknownOwners(ctx, e, accountsOf(d), t.Owners)
 		return 0
 	case "list":
 		ts, err := accountsOf(d).Tokens(ctx)
@@ -80,19 +109,45 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 		w.Flush()
 		return 0
 	case "revoke":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(e.stderr, "usage: console token revoke ID [--data DIR]")
-			return 2
-		}
-		if err := accountsOf(d).RevokeToken(ctx, fs.Arg(0), cliPrincipal(e), audit.ChannelCLI); err != nil {
-			fmt.Fprintf(e.stderr, "console token revoke: %v\n", err)
+		if err := accountsOf(d).RevokeToken(ctx, pos[0], cliPrincipal(e), audit.ChannelCLI); err != nil {
+			fmt.Fprintf(e.stderr, "console token revoke: %v (console token list shows the ids)\n", err)
 			return 1
 		}
-		fmt.Fprintf(e.stdout, "revoked %s\n", fs.Arg(0))
+		fmt.Fprintf(e.stdout, "revoked %s\n", pos[0])
 		return 0
 	}
-	fmt.Fprintf(e.stderr, "console token: unknown subcommand %q (create, list, revoke)\n", args[0])
 	return 2
+}
+
+// isHelp reports whether a command's first argument asks for its usage.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
+// noteUnknownOwners warns about each owner written as a name that no
+// account goes by yet. Such a name is kept, and matched when a call is
+// decided (someone who has not signed in yet), but it is more often a typo,
+// and a mistyped owner would be free to approve the agent's calls.
+func noteUnknownOwners(ctx context.Context, e *env, svc *account.Service, owners []string) {
+	users, err := svc.Users(ctx)
+	if err != nil {
+		return
+	}
+	for _, o := range owners {
+		if strings.HasPrefix(o, "team:") || strings.HasPrefix(o, account.OIDCPrefix) {
+			continue
+		}
+		known := false
+		for _, u := range users {
+			if strings.EqualFold(u.Name, o) || u.ShortName != "" && strings.EqualFold(u.ShortName, o) {
+				known = true
+				break
+			}
+		}
+		if !known {
+			fmt.Fprintf(e.stderr, "note: no account is named %s yet: the name is kept and matched when a call is decided; "+
+				"if it is a typo, revoke this token and create it again (console user list shows the accounts, "+
+				"team:GROUP names a provider group)\n", reveal.String(o))
+		}
+	}
 }
 
 // accountsOf is the account service over a database opened by a command.

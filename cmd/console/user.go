@@ -27,13 +27,20 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, userUsage)
 		return 2
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(e.stderr, userUsage)
+		return 0
+	}
 	fs := flag.NewFlagSet("user "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	data := fs.String("data", "", "data directory")
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	role := fs.String("role", "", "operator, auditor or admin")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
 	names, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
 		return 2
 	}
@@ -57,7 +64,7 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 		}
 		return userDisable(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0])
 	}
-	fmt.Fprintf(e.stderr, "console user: unknown subcommand %q (add, list, disable)\n", args[0])
+	fmt.Fprintf(e.stderr, "console user: unknown subcommand %q (add, list, disable)\n\n%s\n", args[0], userUsage)
 	return 2
 }
 
@@ -124,7 +131,7 @@ func userAdd(ctx context.Context, e *env, data, url, name, roleName string, from
 }
 
 func userList(ctx context.Context, e *env, data, url string) int {
-	d, err := openStore(ctx, data, url)
+	d, err := openExisting(ctx, data, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user list: %v\n", err)
 		return 1
@@ -149,7 +156,7 @@ func userList(ctx context.Context, e *env, data, url string) int {
 }
 
 func userDisable(ctx context.Context, e *env, data, url, name string) int {
-	d, err := openStore(ctx, data, url)
+	d, err := openExisting(ctx, data, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
 		return 1

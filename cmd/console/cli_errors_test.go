@@ -1,0 +1,115 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The mistakes a person makes at the shell are answered with what to do
+// next.
+
+// TestServeOnAUsedPortSaysWhatToDo: an --addr another process holds names
+// the way out instead of a bare bind error.
+func TestServeOnAUsedPortSaysWhatToDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	for _, cmd := range []string{"serve", "demo"} {
+		code, _, errs := userRun(t, "", cmd, "--addr", addr, "--data", t.TempDir(), "--tools", "../../examples/tools.yaml")
+		if code != 1 || !strings.Contains(errs, addr+" is already in use") || !strings.Contains(errs, "pass --addr with a free port") {
+			t.Errorf("%s on a used port = %d: %s", cmd, code, errs)
+		}
+	}
+}
+
+// TestReadingCommandsRefuseAMissingDatabase: a mistyped --data must not
+// make an empty database and list nothing, or revoke nothing.
+func TestReadingCommandsRefuseAMissingDatabase(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo")
+	for _, args := range [][]string{
+		{"user", "list"},
+		{"user", "disable", "alice"},
+		{"token", "list"},
+		{"token", "revoke", "tok_x"},
+	} {
+		code, _, errs := userRun(t, "", append(args, "--data", missing)...)
+		if code != 1 || !strings.Contains(errs, "no database at") || !strings.Contains(errs, "pass --data DIR") {
+			t.Errorf("%v on a missing data directory = %d: %s", args, code, errs)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a command made the mistyped data directory (stat: %v)", err)
+	}
+}
+
+// TestTokenFlagsAfterTheID: console token revoke ID --data DIR, as its
+// usage writes it, reads the flag after the id.
+func TestTokenFlagsAfterTheID(t *testing.T) {
+	data := t.TempDir()
+	code, _, errs := userRun(t, "", "token", "create", "--actor", "agent:a", "--audience", "h", "--data", data)
+	if code != 0 {
+		t.Fatalf("token create = %d: %s", code, errs)
+	}
+	code, out, _ := userRun(t, "", "token", "list", "--data", data)
+	fields := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])
+	id := fields[0]
+	if code, out, errs := userRun(t, "", "token", "revoke", id, "--data", data); code != 0 || !strings.Contains(out, "revoked "+id) {
+		t.Fatalf("token revoke ID --data DIR = %d %q: %s", code, out, errs)
+	}
+	if code, _, errs := userRun(t, "", "token", "revoke", "tok_none", "--data", data); code != 1 || !strings.Contains(errs, "console token list shows the ids") {
+		t.Errorf("revoking an unknown token = %d: %s", code, errs)
+	}
+	if code, _, errs := userRun(t, "", "token", "revoke", "--data", data); code != 2 || !strings.Contains(errs, "console token revoke ID") {
+		t.Errorf("token revoke without an id = %d: %s", code, errs)
+	}
+}
+
+// TestHelpOfTokenAndUser: --help prints the usage and exits 0; an unknown
+// subcommand prints it too.
+func TestHelpOfTokenAndUser(t *testing.T) {
+	for _, cmd := range []string{"token", "user"} {
+		for _, h := range []string{"--help", "-h", "help"} {
+			if code, _, errs := userRun(t, "", cmd, h); code != 0 || !strings.Contains(errs, "console "+cmd+" list") {
+				t.Errorf("%s %s = %d: %s", cmd, h, code, errs)
+			}
+		}
+		if code, _, errs := userRun(t, "", cmd, "frobnicate"); code != 2 || !strings.Contains(errs, "console "+cmd+" list") {
+			t.Errorf("%s frobnicate = %d: %s", cmd, code, errs)
+		}
+	}
+}
+
+// TestTokenOwnerNoAccountIsNoted: an owner no account goes by is kept (it
+// may be someone who has not signed in yet) but noted, since a mistyped
+// owner would be free to approve the agent's calls.
+func TestTokenOwnerNoAccountIsNoted(t *testing.T) {
+	data := t.TempDir()
+	if code, _, errs := userRun(t, "a long enough password\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data); code != 0 {
+		t.Fatalf("user add = %d: %s", code, errs)
+	}
+	code, out, errs := userRun(t, "", "token", "create", "--actor", "agent:a", "--audience", "h",
+		"--owner", "alice", "--owner", "alcie", "--owner", "team:payments", "--data", data)
+	if code != 0 || !strings.HasPrefix(out, "cst_") {
+		t.Fatalf("token create = %d %q: %s", code, out, errs)
+	}
+	if !strings.Contains(errs, "no account is named alcie yet") || !strings.Contains(errs, "revoke this token") {
+		t.Errorf("an unknown owner is not noted: %s", errs)
+	}
+	if strings.Contains(errs, "named alice") || strings.Contains(errs, "named team:payments") {
+		t.Errorf("a known owner or a group is noted: %s", errs)
+	}
+}
+
+// TestKeysTrustHelp: keys trust --help is the usage, not a file named
+// "--help".
+func TestKeysTrustHelp(t *testing.T) {
+	if code, _, errs := userRun(t, "", "keys", "trust", "--help"); code != 0 || !strings.Contains(errs, "console keys trust FILE") {
+		t.Errorf("keys trust --help = %d: %s", code, errs)
+	}
+}
