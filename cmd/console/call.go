@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/countersign/countersign/client"
@@ -264,6 +265,10 @@ func (o *callOutput) fail(err error) int {
 	if ae, ok := client.AsError(err); ok && len(ae.Raw) > 0 && json.Valid(ae.Raw) {
 		o.print(ae.Raw)
 		fmt.Fprintf(o.e.stderr, "console call %s: %d %s\n", o.sub, ae.Status, ae.Code)
+		return exitAPIError
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		fmt.Fprintf(o.e.stderr, "console call %s: %v (is the console running at that address? pass --url URL or set COUNTERSIGN_URL)\n", o.sub, err)
 		return exitAPIError
 	}
 	fmt.Fprintf(o.e.stderr, "console call %s: %v\n", o.sub, err)

@@ -56,7 +56,10 @@ func TestTokenFlagsAfterTheID(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("token create = %d: %s", code, errs)
 	}
-	code, out, _ := userRun(t, "", "token", "list", "--data", data)
+	code, out, errs := userRun(t, "", "token", "list", "--data", data)
+	if code != 0 {
+		t.Fatalf("token list = %d: %s", code, errs)
+	}
 	fields := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])
 	id := fields[0]
 	if code, out, errs := userRun(t, "", "token", "revoke", id, "--data", data); code != 0 || !strings.Contains(out, "revoked "+id) {
@@ -111,5 +114,20 @@ func TestTokenOwnerNoAccountIsNoted(t *testing.T) {
 func TestKeysTrustHelp(t *testing.T) {
 	if code, _, errs := userRun(t, "", "keys", "trust", "--help"); code != 0 || !strings.Contains(errs, "console keys trust FILE") {
 		t.Errorf("keys trust --help = %d: %s", code, errs)
+	}
+}
+
+// TestCallWithNoConsoleThere: a console that is not running at --url is
+// named as the likely cause, with the flag that points elsewhere.
+func TestCallWithNoConsoleThere(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, _, errs := userRun(t, "", "call", "get", "call_x", "--url", url, "--token", "cst_x")
+	if code != 1 || !strings.Contains(errs, "is the console running at that address? pass --url URL or set COUNTERSIGN_URL") {
+		t.Errorf("call get with no console there = %d: %s", code, errs)
 	}
 }
