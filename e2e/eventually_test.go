@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"bufio"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// eventually waits until cond holds, checking every 20 ms, and fails the
+// test when it still does not after limit: tests wait for what they need to
+// have happened, never for a guessed while.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: still waiting for %s", limit, what)
+		}
+	}
+}
+
+// openWaiters is the console's countersign_open_waiters at base (its
+// /metrics), -1 when it cannot be read.
+func openWaiters(base string) int {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "countersign_open_waiters "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return int(n)
+		}
+	}
+	return -1
+}
