@@ -845,7 +845,7 @@ func TestRunCheckpoints(t *testing.T) {
 		h.submit(t, h.agent, payBody(i+1))
 	}
 	// Six entries are more than five: a checkpoint follows within a poll.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	var c audit.Checkpoint
 	var err error
 	for time.Now().Before(deadline) {
@@ -872,7 +872,7 @@ func TestRunCheckpoints(t *testing.T) {
 	seq, _, _ := h.d.AuditHead(context.Background())
 	waitFor := func(what string, seq int64) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if c, err := h.d.LatestCheckpoint(context.Background()); err == nil && c.Seq == seq {
 				return
 			}
