@@ -131,3 +131,31 @@ func TestCallWithNoConsoleThere(t *testing.T) {
 		t.Errorf("call get with no console there = %d: %s", code, errs)
 	}
 }
+
+// TestServeFlagMistakes: a flag whose mistake would show only later, or
+// never, is refused before anything opens, with the form it wants.
+func TestServeFlagMistakes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--log-level", "verbose"}, 2, `--log-level "verbose": use debug, info, warn or error`},
+		{[]string{"demo", "--log-level", "loud"}, 2, `--log-level "loud": use debug, info, warn or error`},
+		{[]string{"mcp-bridge", "--url", "http://127.0.0.1:1/mcp/x", "--log-level", "all"}, 2, `--log-level "all"`},
+		{[]string{"serve", "--public-url", "approvals.example.com"}, 2, "with its scheme, e.g. https://approvals.example.com"},
+		{[]string{"serve", "--addr", "8080"}, 1, `--addr "8080": give HOST:PORT, e.g. 127.0.0.1:8080`},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		code, _, errs := userRun(t, "", append(tc.args, "--data", data, "--tools", "../../examples/tools.yaml")...)
+		if tc.args[0] == "mcp-bridge" {
+			code, _, errs = userRun(t, "", tc.args...)
+		}
+		if code != tc.code || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v = %d: %s; want %d and %q", tc.args, code, errs, tc.code, tc.want)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("%v made the data directory before refusing its flags", tc.args)
+		}
+	}
+}

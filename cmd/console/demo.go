@@ -35,6 +35,10 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 2
+	}
 	if f.logLevel == "info" {
 		f.logLevel = "warn"
 	}

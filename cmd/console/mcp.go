@@ -92,6 +92,10 @@ func cmdMCPBridge(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console mcp-bridge --url URL [--token-file FILE]")
 		return 2
 	}
+	if err := checkLogLevel(*logLevel); err != nil {
+		fmt.Fprintf(e.stderr, "console mcp-bridge: %v\n", err)
+		return 2
+	}
 	token := e.getenv("COUNTERSIGN_TOKEN")
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +154,30 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// checkLogLevel refuses a --log-level newLogger would not understand.
+func checkLogLevel(level string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	return nil
+}
+
+// check refuses, before anything is opened, the flags whose mistake would
+// otherwise show only later or not at all.
+func (f *serveFlags) check() error {
+	if err := checkLogLevel(f.logLevel); err != nil {
+		return err
+	}
+	if f.publicURL != "" {
+		u, err := url.Parse(f.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: give the address browsers open, with its scheme, e.g. https://approvals.example.com", f.publicURL)
+		}
+	}
+	return nil
+}
+
 type serveFlags struct {
 	addr, data, db, tools, logLevel string
 	trustedKeys                     string
@@ -206,6 +231,10 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 2
+	}
 	log := newLogger(e.stderr, f.logLevel)
 	// Listen first: links in notifications need the address when no
 	// --public-url names it.
@@ -245,6 +274,9 @@ func listen(addr string) (net.Listener, error) {
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("%s is already in use (by another console still running, or another program): "+
 			"stop it, or pass --addr with a free port, e.g. --addr 127.0.0.1:8081", addr)
+	}
+	if _, _, perr := net.SplitHostPort(addr); perr != nil {
+		return nil, fmt.Errorf("--addr %q: give HOST:PORT, e.g. 127.0.0.1:8080 (or :8080 for every interface)", addr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listen on --addr %s: %w", addr, err)
