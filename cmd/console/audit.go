@@ -72,7 +72,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		return nil
 	})
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR and/or --file EXPORT, and no other arguments")
@@ -277,7 +277,7 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 	format := fs.String("format", "", "jsonl (verifiable offline) or csv")
 	out := fs.String("out", "", "file to write (default standard output)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if fs.NArg() > 0 || (*format != "jsonl" && *format != "csv") {
 		fmt.Fprintln(e.stderr, "usage: console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]")
@@ -361,7 +361,7 @@ func auditCheckpoint(ctx context.Context, e *env, args []string) int {
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(e.stderr, "usage: console audit checkpoint [--data DIR] [--db URL]")

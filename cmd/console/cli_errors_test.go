@@ -159,3 +159,28 @@ func TestServeFlagMistakes(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryHelpExitsZero: asking any command for its usage succeeds, and
+// prints something.
+func TestEveryHelpExitsZero(t *testing.T) {
+	subs := map[string][]string{
+		"tools": {"lint"}, "policy": {"test", "replay"}, "keys": {"list", "rotate", "jwks", "trust"},
+		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable"},
+		"call":  {"submit", "get", "wait", "redeem", "outcome", "heartbeat", "cancel"},
+		"audit": {"verify", "export", "checkpoint", "accept-rollback"},
+	}
+	for name := range commands() {
+		lines := [][]string{{name}}
+		for _, s := range subs[name] {
+			lines = append(lines, []string{name, s})
+		}
+		for _, args := range lines {
+			for _, h := range []string{"-h", "--help"} {
+				code, _, errs := userRun(t, "", append(args, h)...)
+				if code != 0 || !strings.Contains(strings.ToLower(errs), "usage") {
+					t.Errorf("%v %s = %d, stderr %q", args, h, code, errs)
+				}
+			}
+		}
+	}
+}

@@ -32,7 +32,7 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 	accept := fs.Bool("accept-warnings", false, "approve a call that contains hidden or look-alike characters, after reading them on the call's page")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if len(pos) != 1 || *as == "" || *digest == "" {
 		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--confirm TARGET] [--accept-warnings] [--data DIR] [--tools FILE]")
@@ -51,7 +51,7 @@ func cmdDeny(ctx context.Context, e *env, args []string) int {
 	reason := fs.String("reason", "", "why, in words the agent will receive (required)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if len(pos) != 1 || *as == "" || *reason == "" {
 		fmt.Fprintln(e.stderr, "usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]")

@@ -33,7 +33,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
 	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if err := f.check(); err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)

@@ -68,7 +68,7 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "the admin account accepting the rollback (required)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if fs.NArg() > 0 || *as == "" {
 		fmt.Fprintln(e.stderr, "usage: console audit accept-rollback --as ADMIN [--data DIR] [--db URL]")

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -75,6 +77,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 2
 	}
 	return c.run(ctx, e, args[1:])
+}
+
+// parseExit is the exit code of a command whose flags did not parse: 0 when
+// they asked for its usage (-h, --help), 2 otherwise. The flag package has
+// printed the usage or the problem already.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }
 
 func usage(w io.Writer, cmds map[string]command) {

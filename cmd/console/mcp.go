@@ -86,7 +86,7 @@ func cmdMCPBridge(ctx context.Context, e *env, args []string) int {
 	tokenFile := fs.String("token-file", "", "file holding the agent token (audience: the endpoint's name); default $COUNTERSIGN_TOKEN")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (written to stderr)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *url == "" || fs.NArg() > 0 {
 		fmt.Fprintln(e.stderr, "usage: console mcp-bridge --url URL [--token-file FILE]")

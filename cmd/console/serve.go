@@ -229,7 +229,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	var f serveFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if err := f.check(); err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)

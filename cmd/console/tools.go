@@ -213,6 +213,10 @@ func cmdTools(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console tools: unknown subcommand %q\n\n%s", args[0], toolsUsage)
 		return 2
 	}
+	if len(args) == 2 && isHelp(args[1]) {
+		fmt.Fprint(e.stderr, toolsUsage)
+		return 0
+	}
 	if len(args) != 2 || strings.HasPrefix(args[1], "-") {
 		fmt.Fprint(e.stderr, toolsUsage)
 		return 2
