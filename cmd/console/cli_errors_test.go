@@ -184,3 +184,19 @@ func TestEveryHelpExitsZero(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenAndUserFlagsBelongToTheirSubcommand: token list --actor would
+// look filtered and is refused instead.
+func TestTokenAndUserFlagsBelongToTheirSubcommand(t *testing.T) {
+	data := t.TempDir()
+	for _, args := range [][]string{
+		{"token", "list", "--actor", "agent:a"},
+		{"token", "revoke", "tok_x", "--owner", "alice"},
+		{"user", "list", "--role", "admin"},
+		{"user", "disable", "alice", "--password-stdin"},
+	} {
+		if code, _, errs := userRun(t, "", append(args, "--data", data)...); code != 2 || !strings.Contains(errs, "flag provided but not defined") {
+			t.Errorf("%v = %d: %s", args, code, errs)
+		}
+	}
+}

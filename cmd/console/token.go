@@ -36,11 +36,16 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
-	actor := fs.String("actor", "", "the agent this token speaks for, e.g. agent:billing-bot")
-	audience := fs.String("audience", "", "the host that executes its calls, e.g. payments-host")
-	note := fs.String("note", "", "a note for people")
+	var actor, audience, note string
 	var owners listFlag
-	fs.Var(&owners, "owner", "someone who runs this agent and so may never approve its calls: an account name (alice, or oidc:HOST/SUB) or team:GROUP for a provider group; repeat for several")
+	if args[0] == "create" {
+		// Only create takes these: a list or revoke with --actor would
+		// look filtered and not be.
+		fs.StringVar(&actor, "actor", "", "the agent this token speaks for, e.g. agent:billing-bot")
+		fs.StringVar(&audience, "audience", "", "the host that executes its calls, e.g. payments-host")
+		fs.StringVar(&note, "note", "", "a note for people")
+		fs.Var(&owners, "owner", "someone who runs this agent and so may never approve its calls: an account name (alice, or oidc:HOST/SUB) or team:GROUP for a provider group; repeat for several")
+	}
 	pos, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -66,11 +71,11 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	defer d.Close()
 	switch args[0] {
 	case "create":
-		if *actor == "" || *audience == "" {
+		if actor == "" || audience == "" {
 			fmt.Fprintln(e.stderr, tokenUsage)
 			return 2
 		}
-		t, secret, err := accountsOf(d).CreateTokenWith(ctx, account.TokenSpec{Actor: *actor, Audience: *audience, Note: *note,
+		t, secret, err := accountsOf(d).CreateTokenWith(ctx, account.TokenSpec{Actor: actor, Audience: audience, Note: note,
 			Owners: owners}, cliPrincipal(e), audit.ChannelCLI)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console token create: %v\n", err)

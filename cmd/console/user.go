@@ -35,8 +35,12 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
-	role := fs.String("role", "", "operator, auditor or admin")
-	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
+	var role string
+	var fromStdin bool
+	if args[0] == "add" {
+		fs.StringVar(&role, "role", "", "operator, auditor or admin")
+		fs.BoolVar(&fromStdin, "password-stdin", false, "read the password from the first line of standard input")
+	}
 	names, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -46,11 +50,11 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 	}
 	switch args[0] {
 	case "add":
-		if len(names) != 1 || *role == "" {
+		if len(names) != 1 || role == "" {
 			fmt.Fprintln(e.stderr, userUsage)
 			return 2
 		}
-		return userAdd(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0], *role, *fromStdin)
+		return userAdd(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0], role, fromStdin)
 	case "list":
 		if len(names) != 0 {
 			fmt.Fprintln(e.stderr, userUsage)
