@@ -200,3 +200,25 @@ func TestTokenAndUserFlagsBelongToTheirSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// TestDataAndToolsOfTheWrongKind: a file given as --data, or a directory as
+// --tools, is named for what it is.
+func TestDataAndToolsOfTheWrongKind(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", file, "--tools", "../../examples/tools.yaml")
+	if code != 1 || !strings.Contains(errs, "--data "+file+" is a file, not a directory") {
+		t.Errorf("serve --data FILE = %d: %s", code, errs)
+	}
+	code, _, errs = userRun(t, "", "user", "list", "--data", file)
+	if code != 1 || !strings.Contains(errs, "is a file, not a directory") {
+		t.Errorf("user list --data FILE = %d: %s", code, errs)
+	}
+	code, _, errs = userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--tools", dir)
+	if code != 1 || !strings.Contains(errs, "--tools "+dir+" is a directory: pass the tools file itself") {
+		t.Errorf("serve --tools DIR = %d: %s", code, errs)
+	}
+}

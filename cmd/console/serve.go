@@ -74,8 +74,8 @@ type app struct {
 // openApp opens the data directory. ns, when not nil, says where the
 // notifications configuration is; nil opens the console without them.
 func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) (*app, error) {
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", data, err)
+	if err := makeDataDir(data); err != nil {
+		return nil, err
 	}
 	pol, toolsAt, err := loadPolicy(data, toolsFile)
 	if err != nil {
@@ -129,6 +129,9 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 func loadPolicy(data, file string) (*policy.Policy, string, error) {
 	if file == "" {
 		file = filepath.Join(data, "tools.yaml")
+	}
+	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+		return nil, file, fmt.Errorf("--tools %s is a directory: pass the tools file itself, e.g. --tools %s", file, filepath.Join(file, "tools.yaml"))
 	}
 	pol, err := policy.Load(file)
 	if err != nil {

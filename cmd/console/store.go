@@ -93,8 +93,8 @@ func databaseURL(e *env, flagValue string) string {
 // whatever mode it was created with, and the database must be the one it
 // was created with.
 func openStore(ctx context.Context, data, url string) (*engine, error) {
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", data, err)
+	if err := makeDataDir(data); err != nil {
+		return nil, err
 	}
 	if err := os.Chmod(data, 0o700); err != nil {
 		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
@@ -123,9 +123,31 @@ func openStore(ctx context.Context, data, url string) (*engine, error) {
 	return en, nil
 }
 
+// notADirectory refuses a --data that names a file.
+func notADirectory(data string) error {
+	if fi, err := os.Stat(data); err == nil && !fi.IsDir() {
+		return fmt.Errorf("--data %s is a file, not a directory: pass the console's data directory", data)
+	}
+	return nil
+}
+
+// makeDataDir creates the data directory if it is missing.
+func makeDataDir(data string) error {
+	if err := notADirectory(data); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return fmt.Errorf("create data directory %s: %w", data, err)
+	}
+	return nil
+}
+
 // openExisting is openStore for commands that act on a database that must
 // already exist: on SQLite, a missing file is refused rather than created.
 func openExisting(ctx context.Context, data, url string) (*engine, error) {
+	if err := notADirectory(data); err != nil {
+		return nil, err
+	}
 	if url == "" {
 		if _, err := os.Stat(dbPath(data)); err != nil {
 			return nil, fmt.Errorf("no database at %s: pass --data DIR of a console that has run "+
