@@ -295,9 +295,18 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	// Remembered before the commit, so the listener, which may hear of the
 	// commit before Commit returns, knows them as this process's own.
 	d.remember(t.entries)
+	return d.commit(ctx, tx, t)
+}
+
+// commit commits t under commitMu and runs its after-commit functions in
+// the order of the commits. The lock is released however it returns: an
+// after-commit function that panics panics in its caller, and must not
+// leave the lock held (the next write would wait for it holding the
+// chain's advisory lock, and so every replica's writes with it).
+func (d *DB) commit(ctx context.Context, tx pgx.Tx, t *txn) error {
 	d.commitMu.Lock()
+	defer d.commitMu.Unlock()
 	if err := tx.Commit(ctx); err != nil {
-		d.commitMu.Unlock()
 		d.forget(t.entries)
 		// A commit whose answer was lost may or may not have happened;
 		// either way nothing is acknowledged.
@@ -305,19 +314,14 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	}
 	d.commits.Add(1)
 	d.writes.Add(1)
-	var hookErr error
 	if d.onCommit != nil && len(t.entries) > 0 {
-		hookErr = d.onCommit(t.headSeq, t.headHash)
-	}
-	if hookErr == nil {
-		// Under commitMu, so they run in the order of the commits.
-		for _, fn := range t.after {
-			fn()
+		if err := d.onCommit(t.headSeq, t.headHash); err != nil {
+			return fmt.Errorf("pgstore: committed, but not acknowledged: %w", err)
 		}
 	}
-	d.commitMu.Unlock()
-	if hookErr != nil {
-		return fmt.Errorf("pgstore: committed, but not acknowledged: %w", hookErr)
+	// Under commitMu, so they run in the order of the commits.
+	for _, fn := range t.after {
+		fn()
 	}
 	return nil
 }
