@@ -246,52 +246,13 @@ func (d *DB) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
 func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error) {
 	var res audit.VerifyResult
 	err := d.readSnapshot(ctx, func(q querier) error {
-		cps, err := checkpointsIn(ctx, q, 1, 1<<62)
-		if err != nil {
-			return err
-		}
-		v := audit.NewVerifier()
-		all := opts
-		all.Checkpoints = append(append([]audit.Checkpoint(nil), opts.Checkpoints...), cps...)
-		if err := all.Prepare(v); err != nil {
-			res.Err = err
-			return nil
-		}
-		rows, err := q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit ORDER BY seq`)
-		if err != nil {
-			return classify(fmt.Errorf("db: read audit: %w", err))
-		}
-		defer rows.Close()
-		for rows.Next() {
-			e, details, err := scanEntry(rows)
-			if err != nil {
-				return err
-			}
-			// The stored text is hashed as it is: any change to it, even
-			// one that parses to the same value, breaks the hash.
-			e.Details = audit.RawDetails(details)
-			if err := v.Add(e); err != nil {
-				res.Err = err
-				break
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return classify(fmt.Errorf("db: read audit: %w", err))
-		}
-		// The chain starts at entry 1, so the last good seq is the count.
-		count, head := v.Last()
-		if res.Err == nil {
-			count, head, res.Err = v.Finish()
-		}
-		rep := opts.Report(v, count, head)
-		res.Count, res.Head, res.Uncovered = rep.Count, rep.Head, rep.Uncovered
-		res.Checkpoints, res.CheckpointSeq, res.KeyIDs = rep.Checkpoints, rep.CheckpointSeq, rep.KeyIDs
-		return nil
+		var err error
+		res, err = audit.VerifySnapshot(ctx, trailSnapshot{q}, opts)
+		return err
 	})
 	if err != nil {
 		return audit.VerifyResult{}, err
 	}
-	res.OK = res.Err == nil
 	return res, nil
 }
 
@@ -316,20 +277,21 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 	var res audit.ExportResult
 	err := d.readSnapshot(ctx, func(q querier) error {
 		var err error
-		res, err = audit.WriteExport(ctx, w, exportSource{q}, opt, d.identity, d.now())
+		res, err = audit.WriteExport(ctx, w, trailSnapshot{q}, opt, d.identity, d.now())
 		return err
 	})
 	return res, err
 }
 
-// exportSource reads an audit export from one snapshot (audit.ExportSource).
-type exportSource struct{ q querier }
+// trailSnapshot reads the audit trail from one read snapshot
+// (audit.Snapshot).
+type trailSnapshot struct{ q querier }
 
-func (s exportSource) Range(ctx context.Context, since, until time.Time) (int64, int64, error) {
+func (s trailSnapshot) Range(ctx context.Context, since, until time.Time) (int64, int64, error) {
 	return auditRange(ctx, s.q, since, until)
 }
 
-func (s exportSource) Hash(ctx context.Context, seq int64) (string, error) {
+func (s trailSnapshot) Hash(ctx context.Context, seq int64) (string, error) {
 	var h string
 	if err := s.q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&h); err != nil {
 		return "", classify(fmt.Errorf("db: read audit entry %d: %w", seq, err))
@@ -337,11 +299,11 @@ func (s exportSource) Hash(ctx context.Context, seq int64) (string, error) {
 	return h, nil
 }
 
-func (s exportSource) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
+func (s trailSnapshot) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
 	return checkpointsIn(ctx, s.q, from, to)
 }
 
-func (s exportSource) Entries(ctx context.Context, from, to int64, fn func(*audit.Entry, []byte) error) error {
+func (s trailSnapshot) Entries(ctx context.Context, from, to int64, fn func(*audit.Entry, []byte) error) error {
 	rows, err := s.q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
 	if err != nil {
 		return classify(fmt.Errorf("db: read audit: %w", err))

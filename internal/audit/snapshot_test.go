@@ -11,11 +11,13 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 )
 
-// sliceSource is an ExportSource over entries held in memory, as a store
+// sliceSource is a Snapshot over entries held in memory, as a store
 // would read them.
 type sliceSource struct {
-	es  []*Entry
-	cps []Checkpoint
+	es   []*Entry
+	cps  []Checkpoint
+	all  bool  // Entries hands over every entry whatever the range (es not indexed by seq)
+	fail error // Entries fails after the first entry
 }
 
 func (s sliceSource) Range(_ context.Context, since, until time.Time) (int64, int64, error) {
@@ -47,12 +49,20 @@ func (s sliceSource) Checkpoints(_ context.Context, from, to int64) ([]Checkpoin
 }
 
 func (s sliceSource) Entries(_ context.Context, from, to int64, fn func(*Entry, []byte) error) error {
-	for _, e := range s.es[from-1 : to] {
+	es := s.es
+	if !s.all {
+		es = es[max(from, 1)-1 : min(to, int64(len(es)))]
+	}
+	for i, e := range es {
+		if s.fail != nil && i == 1 {
+			return s.fail
+		}
 		details, err := canonical.Encode(detailsValue(e.Details))
 		if err != nil {
 			return err
 		}
-		if err := fn(e, details); err != nil {
+		cp := *e // the reader may set Details: keep es as built
+		if err := fn(&cp, details); err != nil {
 			return err
 		}
 	}
@@ -138,5 +148,41 @@ func TestWriteExport(t *testing.T) {
 	cancel()
 	if _, err := WriteExport(cancelled, &buf, src, ExportOptions{Format: "csv"}, "db1", now); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestVerifySnapshot: the one verification of a stored chain, over entries
+// without a store: a good chain with its checkpoints verifies; an altered
+// entry, or a row outside 1..head, breaks it where it stands; a failure to
+// read is an error, not a verdict.
+func TestVerifySnapshot(t *testing.T) {
+	ctx := context.Background()
+	es := chain(t, 40)
+	s := testSigner(t)
+	c10, _ := s.Sign(10, es[9].Hash, time.Now())
+	res, err := VerifySnapshot(ctx, sliceSource{es: es, cps: []Checkpoint{c10}}, VerifyOptions{})
+	if err != nil || !res.OK || res.Count != 40 || res.Head != es[39].Hash || res.Checkpoints != 1 || res.CheckpointSeq != 10 {
+		t.Fatalf("VerifySnapshot = %+v, %v", res, err)
+	}
+
+	altered := append([]*Entry(nil), es...)
+	e := *es[24]
+	e.Details = map[string]any{"n": int64(999)}
+	altered[24] = &e
+	res, err = VerifySnapshot(ctx, sliceSource{es: altered}, VerifyOptions{})
+	if err != nil || res.OK || breakSeq(t, res.Err) != 25 || res.Count != 24 {
+		t.Errorf("an altered entry 25: %+v, %v", res, err)
+	}
+
+	// A row before entry 1 (an edited seq) is read and breaks the chain.
+	stray := *es[0]
+	stray.Seq = 0
+	res, err = VerifySnapshot(ctx, sliceSource{es: append([]*Entry{&stray}, es...), all: true}, VerifyOptions{})
+	if err != nil || res.OK {
+		t.Errorf("a row with seq 0: %+v, %v; want a break", res, err)
+	}
+
+	if _, err := VerifySnapshot(ctx, sliceSource{es: es, fail: errors.New("disk gone")}, VerifyOptions{}); err == nil || err.Error() != "disk gone" {
+		t.Errorf("a read failure = %v, want it returned", err)
 	}
 }
