@@ -144,6 +144,7 @@ func TestServeFlagMistakes(t *testing.T) {
 		{[]string{"demo", "--log-level", "loud"}, 2, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"mcp-bridge", "--url", "http://127.0.0.1:1/mcp/x", "--log-level", "all"}, 2, `--log-level "all"`},
 		{[]string{"serve", "--public-url", "approvals.example.com"}, 2, "with its scheme, e.g. https://approvals.example.com"},
+		{[]string{"serve", "--hold", "70s"}, 2, "--hold 1m10s is longer than MCP clients wait: at most 55s"},
 		{[]string{"serve", "--addr", "8080"}, 1, `--addr "8080": give HOST:PORT, e.g. 127.0.0.1:8080`},
 	} {
 		data := filepath.Join(t.TempDir(), "data")
@@ -220,5 +221,18 @@ func TestDataAndToolsOfTheWrongKind(t *testing.T) {
 	code, _, errs = userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--tools", dir)
 	if code != 1 || !strings.Contains(errs, "--tools "+dir+" is a directory: pass the tools file itself") {
 		t.Errorf("serve --tools DIR = %d: %s", code, errs)
+	}
+}
+
+// TestServeSaysListeningOnlyWhenItIs: a setting refused while starting is
+// not preceded by "listening".
+func TestServeSaysListeningOnlyWhenItIs(t *testing.T) {
+	code, out, errs := userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--tools", "../../examples/tools.yaml",
+		"--local-login", "none")
+	if code != 1 || !strings.Contains(errs, "local login") {
+		t.Fatalf("serve --local-login none = %d: %s", code, errs)
+	}
+	if strings.Contains(out, "listening") {
+		t.Errorf("serve said it was listening before refusing a setting: %q", out)
 	}
 }

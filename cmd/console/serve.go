@@ -24,6 +24,7 @@ import (
 	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/highwater"
+	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
@@ -172,6 +173,9 @@ func (f *serveFlags) check() error {
 	if err := checkLogLevel(f.logLevel); err != nil {
 		return err
 	}
+	if f.mcp.hold > mcp.MaxHold {
+		return fmt.Errorf("--hold %s is longer than MCP clients wait: at most %s", f.mcp.hold, mcp.MaxHold)
+	}
 	if f.publicURL != "" {
 		u, err := url.Parse(f.publicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -190,6 +194,9 @@ type serveFlags struct {
 	maxWaits                        int
 	mcp                             mcpFlags
 	identity                        identityFlags
+	// ready, when set, runs once every setting has been checked and the
+	// server is about to answer: serve says it is listening only then.
+	ready func()
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -262,7 +269,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		log.Info("trust file loaded", slog.String("file", path), slog.Int("grant_keys", len(ts.Keys)),
 			slog.Int("audit_keys", len(ts.AuditKeys)))
 	}
-	fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data)
+	f.ready = func() { fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data) }
 	if err := a.serve(ctx, ln, f); err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
@@ -423,6 +430,9 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()
+	if f.ready != nil {
+		f.ready()
+	}
 	err = srv.Serve(ctx, ln)
 	cancel()
 	wg.Wait()
