@@ -225,14 +225,16 @@ func TestDataAndToolsOfTheWrongKind(t *testing.T) {
 }
 
 // TestServeSaysListeningOnlyWhenItIs: a setting refused while starting is
-// not preceded by "listening".
+// not preceded by "listening", nor by the demo's logins.
 func TestServeSaysListeningOnlyWhenItIs(t *testing.T) {
-	code, out, errs := userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--tools", "../../examples/tools.yaml",
-		"--local-login", "none")
-	if code != 1 || !strings.Contains(errs, "local login") {
-		t.Fatalf("serve --local-login none = %d: %s", code, errs)
-	}
-	if strings.Contains(out, "listening") {
-		t.Errorf("serve said it was listening before refusing a setting: %q", out)
+	for _, cmd := range []string{"serve", "demo"} {
+		code, out, errs := userRun(t, "", cmd, "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--tools", "../../examples/tools.yaml",
+			"--local-login", "none")
+		if code != 1 || !strings.Contains(errs, "local login") {
+			t.Fatalf("%s --local-login none = %d: %s", cmd, code, errs)
+		}
+		if strings.Contains(out, "listening") || strings.Contains(out, "running at") || strings.Contains(out, "Logins") {
+			t.Errorf("%s spoke of a running console before refusing a setting: %q", cmd, out)
+		}
 	}
 }

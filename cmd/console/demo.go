@@ -104,30 +104,30 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(e.stdout, "Countersign demo running at %s\n", url)
-	fmt.Fprintf(e.stdout, "Data directory: %s\n\nLogins (shown once):\n", data)
-	for _, l := range logins {
-		fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
-	}
 	f.mcp.dial = demoUpstreams()
-	if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
-		if ctx.Err() != nil {
-			return 0 // Ctrl-C while starting: a clean stop
-		}
-		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	if !*noAgent {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runDemoAgent(ctx, url, tokens, *every, e.stdout)
-		}()
+	// The banner and the agent wait until every setting is checked and
+	// the server is about to answer.
+	f.ready = func() error {
+		fmt.Fprintf(e.stdout, "Countersign demo running at %s\n", url)
+		fmt.Fprintf(e.stdout, "Data directory: %s\n\nLogins (shown once):\n", data)
+		for _, l := range logins {
+			fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
+		}
+		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
+		if !*noAgent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runDemoAgent(ctx, url, tokens, *every, e.stdout)
+			}()
+		}
+		return nil
 	}
 	err = a.serve(ctx, ln, f)
 	cancel()

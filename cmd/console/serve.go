@@ -195,8 +195,10 @@ type serveFlags struct {
 	mcp                             mcpFlags
 	identity                        identityFlags
 	// ready, when set, runs once every setting has been checked and the
-	// server is about to answer: serve says it is listening only then.
-	ready func()
+	// server is about to answer: serve says it is listening only then,
+	// and demo prints its logins and starts its agent. An error stops the
+	// start.
+	ready func() error
 }
 
 // listFlag is a flag that may be repeated, each value a comma-separated
@@ -269,7 +271,10 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		log.Info("trust file loaded", slog.String("file", path), slog.Int("grant_keys", len(ts.Keys)),
 			slog.Int("audit_keys", len(ts.AuditKeys)))
 	}
-	f.ready = func() { fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data) }
+	f.ready = func() error {
+		_, err := fmt.Fprintf(e.stdout, "Countersign listening on http://%s (data %s)\n", ln.Addr(), a.data)
+		return err
+	}
 	if err := a.serve(ctx, ln, f); err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
@@ -431,7 +436,9 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		}
 	}()
 	if f.ready != nil {
-		f.ready()
+		if err := f.ready(); err != nil {
+			return err
+		}
 	}
 	err = srv.Serve(ctx, ln)
 	cancel()
