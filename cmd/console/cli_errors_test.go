@@ -238,3 +238,18 @@ func TestServeSaysListeningOnlyWhenItIs(t *testing.T) {
 		}
 	}
 }
+
+// TestApproveWantsTheWholeDigest: a prefix or a mistyped digest is refused
+// at the shell, saying what a digest is, before any database is opened.
+func TestApproveWantsTheWholeDigest(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, d := range []string{"8640d589", strings.Repeat("G", 64), strings.Repeat("A", 64)} {
+		code, _, errs := userRun(t, "", "approve", "call_x", "--as", "alice", "--digest", d, "--data", data)
+		if code != 2 || !strings.Contains(errs, "give all 64 hex digits the call's page shows") {
+			t.Errorf("approve --digest %s = %d: %s", d, code, errs)
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("approve with a bad digest touched the data directory (stat: %v)", err)
+	}
+}

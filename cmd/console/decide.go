@@ -38,8 +38,26 @@ func cmdApprove(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console approve CALL_ID --as OPERATOR --digest HEX [--confirm TARGET] [--accept-warnings] [--data DIR] [--tools FILE]")
 		return 2
 	}
+	if !isDigest(*digest) {
+		fmt.Fprintf(e.stderr, "console approve: --digest %q is not a digest: give all 64 hex digits the call's page shows\n", *digest)
+		return 2
+	}
 	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, control.Request{Action: "approve", ID: pos[0],
 		Operator: *as, Digest: *digest, Confirm: *confirm, AcceptWarnings: *accept})
+}
+
+// isDigest reports whether s is a digest as the console shows it: 64
+// lowercase hex digits.
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func cmdDeny(ctx context.Context, e *env, args []string) int {
