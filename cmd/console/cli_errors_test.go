@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/control"
 )
 
 // The mistakes a person makes at the shell are answered with what to do
@@ -251,5 +253,33 @@ func TestApproveWantsTheWholeDigest(t *testing.T) {
 	}
 	if _, err := os.Stat(data); !os.IsNotExist(err) {
 		t.Errorf("approve with a bad digest touched the data directory (stat: %v)", err)
+	}
+}
+
+// TestServeTwiceOnOneDataDirectory: a second console on a data directory
+// another one serves says how to run both.
+func TestServeTwiceOnOneDataDirectory(t *testing.T) {
+	data := t.TempDir()
+	ln, err := control.Listen(controlPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	code, out, errs := userRun(t, "", "serve", "--addr", "127.0.0.1:0", "--data", data, "--tools", "../../examples/tools.yaml")
+	if code != 1 || !strings.Contains(errs, "another console is already serving this data directory") ||
+		!strings.Contains(errs, "stop it first, or give this one a data directory of its own") {
+		t.Errorf("a second serve on one data directory = %d: %s", code, errs)
+	}
+	if strings.Contains(out, "listening") {
+		t.Errorf("the second serve said it was listening: %q", out)
 	}
 }

@@ -52,7 +52,7 @@ type Response struct {
 func Listen(path string) (net.Listener, error) {
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("control: another console is already serving this data directory (%s answers)", path)
+		return nil, fmt.Errorf("control: another console is already serving this data directory (%s answers): stop it first, or give this one a data directory of its own (--data; replicas share a PostgreSQL database, not a data directory)", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("control: remove stale control socket: %w", err)
