@@ -283,3 +283,20 @@ func TestServeTwiceOnOneDataDirectory(t *testing.T) {
 		t.Errorf("the second serve said it was listening: %q", out)
 	}
 }
+
+// TestUserMistakesSayWhatToDo: a taken name or a missing account points at
+// console user list.
+func TestUserMistakesSayWhatToDo(t *testing.T) {
+	data := t.TempDir()
+	for i := 0; i < 2; i++ {
+		userRun(t, "a long enough password\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data)
+	}
+	code, _, errs := userRun(t, "a long enough password\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", data)
+	if code != 1 || !strings.Contains(errs, "already exists") || !strings.Contains(errs, "choose another") {
+		t.Errorf("user add of a taken name = %d: %s", code, errs)
+	}
+	code, _, errs = userRun(t, "", "user", "disable", "bob", "--data", data)
+	if code != 1 || !strings.Contains(errs, "no such user") || !strings.Contains(errs, "console user list shows the accounts") {
+		t.Errorf("user disable of no account = %d: %s", code, errs)
+	}
+}

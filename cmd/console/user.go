@@ -127,7 +127,7 @@ func userAdd(ctx context.Context, e *env, data, url, name, roleName string, from
 	}
 	defer d.Close()
 	if _, err := accountsOf(d).AddUser(ctx, name, role, hash, cliPrincipal(e), audit.ChannelCLI); err != nil {
-		fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+		fmt.Fprintf(e.stderr, "console user add: %v%s\n", err, userHint(err))
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "added %s (%s)\n", name, role)
@@ -167,9 +167,20 @@ func userDisable(ctx context.Context, e *env, data, url, name string) int {
 	}
 	defer d.Close()
 	if err := accountsOf(d).DisableUser(ctx, name, cliPrincipal(e), audit.ChannelCLI); err != nil {
-		fmt.Fprintf(e.stderr, "console user disable: %v\n", err)
+		fmt.Fprintf(e.stderr, "console user disable: %v%s\n", err, userHint(err))
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "disabled %s; their console sessions have ended (open pages close within seconds)\n", name)
 	return 0
+}
+
+// userHint is what to do next after an account error, for the shell.
+func userHint(err error) string {
+	switch {
+	case errors.Is(err, account.ErrUserExists):
+		return " (console user list shows the accounts; a disabled account keeps its name: choose another)"
+	case errors.Is(err, account.ErrUserNotFound):
+		return " (console user list shows the accounts; is --data the console's data directory?)"
+	}
+	return ""
 }
