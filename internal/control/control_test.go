@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
@@ -73,13 +74,20 @@ func TestDecideNeedsAnEnabledDecider(t *testing.T) {
 	}
 	id, digest := c.ID, c.Digest
 
-	for _, name := range []string{"ghost1", "aud", "gone", ""} {
+	// The message says what is wrong with the name, so the person knows
+	// what to do next: create the account, or use another one.
+	for name, says := range map[string]string{
+		"ghost1": "add the account with 'console user add NAME --role operator'",
+		"aud":    `"aud" is an auditor, and only operators and admins decide`,
+		"gone":   `"gone" is disabled`,
+		"":       "add the account",
+	} {
 		_, err := Decide(ctx, st.queue, Request{Action: "approve", ID: id, Operator: name, Digest: digest})
 		if !errors.Is(err, queue.ErrNotADecider) {
 			t.Errorf("approve as %q: %v, want queue.ErrNotADecider", name, err)
 		}
-		if ae := server.ErrorOf(err); ae.Status != http.StatusForbidden || ae.Code != "not_a_decider" {
-			t.Errorf("approve as %q: %d %s, want 403 not_a_decider", name, ae.Status, ae.Code)
+		if ae := server.ErrorOf(err); ae.Status != http.StatusForbidden || ae.Code != "not_a_decider" || !strings.Contains(ae.Message, says) {
+			t.Errorf("approve as %q: %d %s %q, want 403 not_a_decider saying %q", name, ae.Status, ae.Code, ae.Message, says)
 		}
 	}
 	var approvals int

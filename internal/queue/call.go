@@ -394,7 +394,14 @@ func (e *ApproversError) Unwrap() error { return ErrNotAnApprover }
 
 // DeciderError is ErrNotADecider for one name: a decision in the name of
 // someone who is not an enabled operator or admin.
-type DeciderError struct{ Operator string }
+type DeciderError struct {
+	Operator string
+	// Found says the account exists; it is then Disabled, or its Role
+	// does not decide.
+	Found    bool
+	Disabled bool
+	Role     account.Role
+}
 
 func (e *DeciderError) Error() string { return fmt.Sprintf("%v: %q", ErrNotADecider, e.Operator) }
 

@@ -961,8 +961,11 @@ func mayDecide(tx Tx, operator string) error {
 // transaction.
 func decider(tx Tx, operator string) (account.User, error) {
 	u, err := tx.User(operator)
-	if errors.Is(err, account.ErrUserNotFound) || (err == nil && !u.CanDecide()) {
+	if errors.Is(err, account.ErrUserNotFound) {
 		return account.User{}, &DeciderError{Operator: operator}
+	}
+	if err == nil && !u.CanDecide() {
+		return account.User{}, &DeciderError{Operator: operator, Found: true, Disabled: u.Disabled(), Role: u.Role}
 	}
 	return u, err
 }

@@ -146,6 +146,16 @@ func ErrorOf(err error) *APIError {
 		return newAPIError(http.StatusForbidden, "audience_not_allowed", "%s", ad.Message())
 	case errors.As(err, &np):
 		return newAPIError(http.StatusConflict, "not_pending", "%s", np.Message())
+	case errors.As(err, &nd) && nd.Found && nd.Disabled:
+		return newAPIError(http.StatusForbidden, "not_a_decider",
+			"not an enabled operator or admin: %q is disabled; use an enabled operator's name", nd.Operator)
+	case errors.As(err, &nd) && nd.Found:
+		role := "has no role"
+		if nd.Role != "" {
+			role = "is an " + string(nd.Role)
+		}
+		return newAPIError(http.StatusForbidden, "not_a_decider",
+			"not an enabled operator or admin: %q %s, and only operators and admins decide; use an enabled operator's name", nd.Operator, role)
 	case errors.As(err, &nd):
 		return newAPIError(http.StatusForbidden, "not_a_decider",
 			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
