@@ -146,6 +146,7 @@ func TestServeFlagMistakes(t *testing.T) {
 		{[]string{"demo", "--log-level", "loud"}, 2, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"mcp-bridge", "--url", "http://127.0.0.1:1/mcp/x", "--log-level", "all"}, 2, `--log-level "all"`},
 		{[]string{"serve", "--public-url", "approvals.example.com"}, 2, "with its scheme, e.g. https://approvals.example.com"},
+		{[]string{"serve", "--allowed-host", "http://health.internal"}, 2, `--allowed-host "http://health.internal": give a name as requests carry it in Host`},
 		{[]string{"serve", "--hold", "70s"}, 2, "--hold 1m10s is longer than MCP clients wait: at most 55s"},
 		{[]string{"serve", "--addr", "8080"}, 1, `--addr "8080": give HOST:PORT, e.g. 127.0.0.1:8080`},
 	} {

@@ -176,6 +176,11 @@ func (f *serveFlags) check() error {
 	if f.mcp.hold > mcp.MaxHold {
 		return fmt.Errorf("--hold %s is longer than MCP clients wait: at most %s", f.mcp.hold, mcp.MaxHold)
 	}
+	for _, h := range f.allowedHost {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			return fmt.Errorf("--allowed-host %q: give a name as requests carry it in Host, host or host:port, e.g. health.internal:8080 (no scheme, no path)", h)
+		}
+	}
 	if f.publicURL != "" {
 		u, err := url.Parse(f.publicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
