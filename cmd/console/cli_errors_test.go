@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/control"
 )
@@ -299,5 +303,50 @@ func TestUserMistakesSayWhatToDo(t *testing.T) {
 	code, _, errs = userRun(t, "", "user", "disable", "bob", "--data", data)
 	if code != 1 || !strings.Contains(errs, "no such user") || !strings.Contains(errs, "console user list shows the accounts") {
 		t.Errorf("user disable of no account = %d: %s", code, errs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a running command and its test may
+// share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemoWithoutAgentSaysSo: demo --no-agent does not announce an agent.
+func TestDemoWithoutAgentSaysSo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--no-agent", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-level", "error"},
+			func(string) string { return "" }, strings.NewReader(""), &out, &errb)
+	}()
+	for !strings.Contains(out.String(), "Press Ctrl-C") {
+		select {
+		case code := <-done:
+			t.Fatalf("demo exited %d before it was up: %s %s", code, out.String(), errb.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("demo stopped with %d: %s", code, errb.String())
+	}
+	if strings.Contains(out.String(), "A demo agent proposes") || !strings.Contains(out.String(), "No demo agent (--no-agent)") {
+		t.Errorf("demo --no-agent announced:\n%s", out.String())
 	}
 }

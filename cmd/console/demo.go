@@ -119,7 +119,11 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
+		if *noAgent {
+			fmt.Fprintln(e.stdout, "\nNo demo agent (--no-agent): calls come only from agents you run. Press Ctrl-C to stop.")
+		} else {
+			fmt.Fprintf(e.stdout, "\nA demo agent proposes a call every %s. Press Ctrl-C to stop.\n", *every)
+		}
 		if !*noAgent {
 			wg.Add(1)
 			go func() {
