@@ -350,3 +350,12 @@ func TestDemoWithoutAgentSaysSo(t *testing.T) {
 		t.Errorf("demo --no-agent announced:\n%s", out.String())
 	}
 }
+
+// TestDemoDataHelpIsTheDemos: demo's --data help says what demo does
+// without it, not what serve does.
+func TestDemoDataHelpIsTheDemos(t *testing.T) {
+	_, _, errs := userRun(t, "", "demo", "-h")
+	if !strings.Contains(errs, "a fresh temporary one") || strings.Contains(errs, "default $COUNTERSIGN_DATA or ./countersign-data") {
+		t.Errorf("demo -h describes --data as:\n%s", errs)
+	}
+}

@@ -29,6 +29,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	var f serveFlags
 	f.register(fs)
+	fs.Lookup("data").Usage = "keep the demo's data in this directory (default: a fresh temporary one, removed at the end; $COUNTERSIGN_DATA is not read)"
 	f.mcp.trustFirst = true // the example server's tools are callable at once; pass --trust-first-definitions=false to review them
 	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
 	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
