@@ -359,3 +359,14 @@ func TestDemoDataHelpIsTheDemos(t *testing.T) {
 		t.Errorf("demo -h describes --data as:\n%s", errs)
 	}
 }
+
+// TestHelpSaysWhatTheCommandDoes: the commands people start from open
+// their -h with a usage line and what they do, not Go's "Usage of".
+func TestHelpSaysWhatTheCommandDoes(t *testing.T) {
+	for _, cmd := range []string{"serve", "demo", "approve", "deny", "mcp-bridge"} {
+		_, _, errs := userRun(t, "", cmd, "-h")
+		if !strings.HasPrefix(errs, "usage: console "+cmd+" ") || !strings.Contains(errs, "\nflags:\n") || strings.Contains(errs, "Usage of") {
+			t.Errorf("%s -h:\n%s", cmd, errs)
+		}
+	}
+}

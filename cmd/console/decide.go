@@ -23,6 +23,11 @@ import (
 func cmdApprove(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, `usage: console approve CALL_ID --as OPERATOR --digest HEX [--confirm TARGET] [--accept-warnings] [--data DIR] [--tools FILE]
+
+Approves a call in the name of an enabled operator or admin, through the
+running server's control socket (or the database when none runs), under the
+rules the browser applies. HEX is the full digest the call's page shows.`)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
@@ -63,6 +68,10 @@ func isDigest(s string) bool {
 func cmdDeny(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("deny", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, `usage: console deny CALL_ID --as OPERATOR --reason TEXT [--data DIR]
+
+Denies a call in the name of an enabled operator or admin; the agent
+receives the reason.`)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")

@@ -27,6 +27,12 @@ import (
 func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, `usage: console demo [--addr HOST:PORT] [--data DIR] [--every 8s] [flags]
+
+Runs the real server on a fresh temporary data directory with the example
+tools, prints four logins (shown once) and the MCP client settings, and runs
+a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
+serve besides its own.`)
 	var f serveFlags
 	f.register(fs)
 	fs.Lookup("data").Usage = "keep the demo's data in this directory (default: a fresh temporary one, removed at the end; $COUNTERSIGN_DATA is not read)"

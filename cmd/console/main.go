@@ -89,6 +89,14 @@ func parseExit(err error) int {
 	return 2
 }
 
+// withUsage makes a command's -h print text, then its flags.
+func withUsage(fs *flag.FlagSet, e *env, text string) {
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "%s\n\nflags:\n", text)
+		fs.PrintDefaults()
+	}
+}
+
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: console COMMAND [flags]\n\ncommands:")
 	names := make([]string, 0, len(cmds))

@@ -82,6 +82,10 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *se
 func cmdMCPBridge(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("mcp-bridge", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, `usage: console mcp-bridge --url URL [--token-file FILE]
+
+A stdio MCP server for clients that launch one: it relays every message to
+the console's Streamable HTTP endpoint /mcp/{name} with the agent token.`)
 	url := fs.String("url", "", "the console's MCP endpoint, e.g. https://approvals.example.com/mcp/github")
 	tokenFile := fs.String("token-file", "", "file holding the agent token (audience: the endpoint's name); default $COUNTERSIGN_TOKEN")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (written to stderr)")

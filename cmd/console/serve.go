@@ -243,6 +243,10 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, `usage: console serve [--addr HOST:PORT] [--data DIR] [--tools FILE] [flags]
+
+Runs the console: the agent API, the operator console and its WebSocket,
+metrics, and the control socket in the data directory.`)
 	var f serveFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
