@@ -62,6 +62,7 @@ func cmdAudit(ctx context.Context, e *env, args []string) int {
 func auditVerify(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, auditUsage)
 	data := fs.String("data", "", "data directory whose database to verify (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	trusted := fs.String("trusted-keys", "", "the cluster's trust file (console keys trust): checkpoints signed by its audit keys are accepted too (default $"+envTrustedKeys+")")
@@ -270,6 +271,7 @@ func parseAuditTime(s string) (time.Time, error) {
 func auditExport(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit export", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, auditUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	since := fs.String("since", "", "first entry time, RFC 3339 or YYYY-MM-DD (UTC)")
@@ -358,6 +360,7 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 func auditCheckpoint(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit checkpoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, auditUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	if err := fs.Parse(args); err != nil {

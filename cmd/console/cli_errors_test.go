@@ -369,4 +369,10 @@ func TestHelpSaysWhatTheCommandDoes(t *testing.T) {
 			t.Errorf("%s -h:\n%s", cmd, errs)
 		}
 	}
+	for _, args := range [][]string{{"token", "create"}, {"user", "add"}, {"keys", "rotate"}, {"audit", "export"}, {"audit", "accept-rollback"}} {
+		_, _, errs := userRun(t, "", append(args, "-h")...)
+		if !strings.Contains(errs, "console "+args[0]+" "+args[1]+" ") || strings.Contains(errs, "Usage of") {
+			t.Errorf("%v -h:\n%s", args, errs)
+		}
+	}
 }

@@ -64,6 +64,7 @@ func openMark(ctx context.Context, data string, d *engine) (*highwater.File, err
 func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit accept-rollback", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, auditUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "the admin account accepting the rollback (required)")

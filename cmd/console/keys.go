@@ -58,6 +58,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, keysUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	var prepare, activate *bool

@@ -34,6 +34,7 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 	}
 	fs := flag.NewFlagSet("token "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, tokenUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	var actor, audience, note string

@@ -33,6 +33,7 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 	}
 	fs := flag.NewFlagSet("user "+args[0], flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	withUsage(fs, e, userUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	var role string
