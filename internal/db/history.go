@@ -185,6 +185,8 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 		}
 	}
 	// Pairs with an index of their own, tried when both filters are set.
+	// The actor-and-status index holds the final statuses only, and SQLite
+	// uses a partial index only for a query that states its condition.
 	for _, pair := range [][2]string{{"actor", "tool"}, {"actor", "status"}} {
 		var cs []cond
 		for _, c := range eq {
@@ -192,10 +194,17 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 				cs = append(cs, c)
 			}
 		}
-		if len(cs) == 2 && best > 0 {
-			if err := try(pair[0]+"_"+pair[1], "calls INDEXED BY calls_"+pair[0]+"_"+pair[1]+"_created", append(cs, keyConds("", "seq")...), true); err != nil {
-				return nil, err
+		if len(cs) != 2 || best == 0 {
+			continue
+		}
+		if pair[1] == "status" {
+			if !queue.Status(f.Status).Terminal() {
+				continue
 			}
+			cs = append(cs, finalStatus(""))
+		}
+		if err := try(pair[0]+"_"+pair[1], "calls INDEXED BY calls_"+pair[0]+"_"+pair[1]+"_created", append(cs, keyConds("", "seq")...), true); err != nil {
+			return nil, err
 		}
 	}
 	q := &historyQuery{empty: best == 0}
@@ -217,6 +226,9 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 		q.from = `calls c INDEXED BY ` + partialIndex
 	case "":
 		q.from = `calls c INDEXED BY calls_created`
+	case "actor_status":
+		q.from = `calls c INDEXED BY calls_actor_status_created`
+		where = append(where, finalStatus("c."))
 	default:
 		q.from = `calls c INDEXED BY calls_` + driver + `_created`
 	}
@@ -246,6 +258,12 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 	q.where, q.args = conds(where)
 	q.order = key + " DESC, " + seq + " DESC"
 	return q, nil
+}
+
+// finalStatus is the condition of the partial index
+// calls_actor_status_created: a status no decision changes any more.
+func finalStatus(prefix string) cond {
+	return cond{sql: prefix + "status IN ('denied','expired','cancelled','redeemed')"}
 }
 
 func (q *historyQuery) sql(columns string) string {

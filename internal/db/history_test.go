@@ -294,6 +294,8 @@ func TestHistoryFilters(t *testing.T) {
 		{"operator and status", queue.HistoryFilter{Operator: "op:bob", Status: "approved"}},
 		{"actor and tool", queue.HistoryFilter{Actor: h.agent.Actor, Tool: "test.pay"}},
 		{"actor and status", queue.HistoryFilter{Actor: "agent:other", Status: "denied"}},
+		{"actor and status redeemed", queue.HistoryFilter{Actor: h.agent.Actor, Status: "redeemed"}},
+		{"actor and status pending", queue.HistoryFilter{Actor: h.agent.Actor, Status: "pending"}},
 		{"actor, tool and status", queue.HistoryFilter{Actor: "agent:other", Tool: "test.dual", Status: "approved"}},
 		{"since", queue.HistoryFilter{Since: mid}},
 		{"until", queue.HistoryFilter{Until: mid}},
@@ -343,7 +345,10 @@ func TestHistoryPlan(t *testing.T) {
 		{queue.HistoryFilter{Actor: "agent:rare", Operator: "op:bob"}, "calls c INDEXED BY calls_actor_created"},
 		{queue.HistoryFilter{Actor: "agent:bot", Operator: "op:carl", Channel: audit.ChannelCLI}, "call_deciders d CROSS JOIN calls c ON c.seq = d.call_seq"},
 		{queue.HistoryFilter{Status: "pending", Tool: "test.pay"}, "calls c INDEXED BY calls_status_created"},
-		{queue.HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
+		// The actor-and-status index holds final statuses only.
+		{queue.HistoryFilter{Status: "pending", Tool: "test.pay", Actor: "agent:bot"}, "calls c INDEXED BY calls_status_created"},
+		{queue.HistoryFilter{Status: "denied", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
+		{queue.HistoryFilter{Status: "redeemed", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_status_created"},
 		{queue.HistoryFilter{Tool: "test.dual", Actor: "agent:bot"}, "calls c INDEXED BY calls_actor_tool_created"},
 		{queue.HistoryFilter{Actor: "agent:bot", DigestPrefix: calls[3].Digest[:6]}, "calls c INDEXED BY calls_digest"},
 		{queue.HistoryFilter{Outcome: queue.OutcomeFilterUnresolved}, "calls c INDEXED BY calls_unresolved_created"},
@@ -998,4 +1003,34 @@ func generateScale(t *testing.T, d *DB, n int) int64 {
 		t.Fatal(err)
 	}
 	return seq
+}
+
+// TestCallLookupPlans checks that the lookups of the write path read an
+// index, not the table: each is inside the write lock on every submission.
+func TestCallLookupPlans(t *testing.T) {
+	h, _ := historyFixture(t)
+	for _, tt := range []struct{ query, index string }{
+		{`SELECT seq FROM calls WHERE actor = 'agent:bot' AND digest = 'ab' ORDER BY seq DESC LIMIT 1`, "calls_digest"},
+		{`SELECT seq FROM calls WHERE id = 'call_x'`, "sqlite_autoindex_calls_1"},
+	} {
+		rows, err := h.d.SQL().Query(`EXPLAIN QUERY PLAN ` + tt.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		got := strings.Join(plan, "; ")
+		if !strings.Contains(got, "USING INDEX "+tt.index) && !strings.Contains(got, "USING COVERING INDEX "+tt.index) ||
+			strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("%s: plan %q, want %s without a sort", tt.query, got, tt.index)
+		}
+	}
 }
