@@ -261,9 +261,10 @@ func (d *DB) historyQuery(ctx context.Context, f queue.HistoryFilter) (*historyQ
 }
 
 // finalStatus is the condition of the partial index
-// calls_actor_status_created: a status no decision changes any more.
+// calls_actor_status_created, as the index states it: a status no decision
+// changes any more.
 func finalStatus(prefix string) cond {
-	return cond{sql: prefix + "status IN ('denied','expired','cancelled','redeemed')"}
+	return cond{sql: prefix + "status NOT IN ('pending','approved')"}
 }
 
 func (q *historyQuery) sql(columns string) string {
