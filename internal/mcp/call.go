@@ -296,11 +296,20 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	return out
 }
 
+// outcome records what became of a forwarded call. It has a time of its
+// own: the forward's context may have ended (the upstream never answered
+// within ForwardTimeout), and that is exactly when an unknown outcome must
+// still reach the Unresolved page.
 func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c *queue.Call, status, detail string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeWriteTimeout)
+	defer cancel()
 	if _, err := g.cfg.Queue.ReportOutcome(ctx, agent.principal(), c.ID, status, detail); err != nil {
 		log.Error("outcome not recorded", slog.String("status", status), slog.Any("error", err))
 	}
 }
+
+// outcomeWriteTimeout bounds the write of a forwarded call's outcome.
+const outcomeWriteTimeout = 30 * time.Second
 
 func clip(s string) string {
 	const max = 500

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -53,7 +54,10 @@ func TestAClientThatGoesAwayLeavesTheCallPending(t *testing.T) {
 // unknown: the model is told not to re-issue it blindly, and the call's
 // outcome is unknown, waiting for a person.
 func TestUpstreamLostAfterForwardingIsAnUnknownOutcome(t *testing.T) {
-	e := newEnv(t, envOptions{trust: true})
+	// Closing the upstream's side usually fails the forwarded request at
+	// once; when the close is not seen, the forward timeout ends it, with
+	// the same answer and outcome.
+	e := newEnv(t, envOptions{trust: true, forward: 15 * time.Second})
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	defer close(release)
@@ -87,6 +91,37 @@ func TestUpstreamLostAfterForwardingIsAnUnknownOutcome(t *testing.T) {
 	}
 	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusOutcomeUnknown || !strings.Contains(text(res), "Do not re-issue it blindly") {
 		t.Fatalf("a call lost after forwarding: %s %v", text(res), st)
+	}
+	c := e.lastCall()
+	if c.Status != queue.StatusRedeemed || c.Outcome == nil || c.Outcome.Status != queue.OutcomeUnknown || !c.Unresolved() {
+		t.Fatalf("the call is %s with outcome %+v, want redeemed, unknown and unresolved", c.Status, c.Outcome)
+	}
+}
+
+// TestUpstreamSilentPastTheForwardTimeoutIsAnUnknownOutcome: an upstream
+// that never answers a forwarded call is given up on after ForwardTimeout;
+// whether the call ran is unknown, and that outcome is recorded even though
+// the forward's own time is over.
+func TestUpstreamSilentPastTheForwardTimeoutIsAnUnknownOutcome(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, forward: 300 * time.Millisecond})
+	release := make(chan struct{})
+	defer close(release)
+	e.upstrm.AddTool(&sdk.Tool{Name: "silent", Description: "Never answers.", InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`)},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "late"}}}, nil
+		})
+	approveDefinition(t, e, "silent")
+	go e.approveNext(nil)
+	res, err := e.client(nil, "").CallTool(context.Background(), &sdk.CallToolParams{Name: "silent", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusOutcomeUnknown {
+		t.Fatalf("a call the upstream never answered: %s %v", text(res), st)
 	}
 	c := e.lastCall()
 	if c.Status != queue.StatusRedeemed || c.Outcome == nil || c.Outcome.Status != queue.OutcomeUnknown || !c.Unresolved() {

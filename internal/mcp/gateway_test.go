@@ -110,6 +110,8 @@ type envOptions struct {
 	upOpt   mcpdemo.Options
 	// maxHolds is the gateway's MaxHoldsPerToken (0: its default).
 	maxHolds int
+	// forward is the gateway's ForwardTimeout (0: its default).
+	forward time.Duration
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -164,7 +166,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	e.upOpt = o.upOpt
 	e.upstrm = mcpdemo.NewServer(o.upOpt)
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
-		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds,
+		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
 		StatusURL: statusURL, Waits: o.waits,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dialer(e.upstrm, o.offline)},
 		Authenticate: authenticate})
