@@ -11,9 +11,11 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # The fast loop: every test but the heavy ones (big races, kill loops,
-# 10,000-socket tests, the browser suite), which skip under -short.
+# 10,000-socket tests, the browser suite), which skip under -short. Four
+# packages at a time: several spend most of their time waiting on a child
+# process (PostgreSQL, the client suites), which leaves a core idle.
 test-short:
-	$(GO) test -short -race -count=1 -timeout 10m ./...
+	$(GO) test -short -race -count=1 -p 4 -timeout 10m ./...
 
 # The Python and TypeScript clients' suites alone, against a console built from this tree.
 test-clients:
