@@ -293,8 +293,6 @@ metrics, and the control socket in the data directory.`)
 	return 0
 }
 
-// listen opens the console's address (--addr). An address already taken,
-// most often by another console still running, names the way out.
 // serveGCPercent is the garbage collector's target when GOGC is not set.
 // The console's live heap is a few MiB, so at Go's default of 100 it
 // collects every few MiB allocated, several times per hundred flows. At 300
@@ -310,6 +308,8 @@ func tuneGC(getenv func(string) string) {
 	}
 }
 
+// listen opens the console's address (--addr). An address already taken,
+// most often by another console still running, names the way out.
 func listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
