@@ -113,7 +113,7 @@ func FuzzParseProposal(f *testing.F) {
 				t.Fatalf("accepted a proposal with member %q", m.Name)
 			}
 		}
-		if len(p.Tool) > MaxToolBytes || !toolPattern.MatchString(p.Tool) {
+		if !(len(p.Tool) <= MaxToolBytes && toolPattern.MatchString(p.Tool)) && !mirroredPattern.MatchString(p.Tool) {
 			t.Fatalf("accepted tool %q", p.Tool)
 		}
 		if IsBlank(p.Target) || len(p.Target) > MaxTargetBytes || !utf8.ValidString(p.Target) {

@@ -273,6 +273,10 @@ func TestBodySizeLimit(t *testing.T) {
 // toolPattern is DESIGN §4's rule for tool names.
 var toolPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
 
+// mirroredPattern is DESIGN §4's rule for a tool mirrored from an MCP
+// upstream: {server}/{tool}.
+var mirroredPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}/[A-Za-z0-9_.-]{1,128}$`)
+
 // TestToolNameRule checks ParseProposal's tool check against the pattern on
 // random names drawn from the characters that matter.
 func TestToolNameRule(t *testing.T) {
