@@ -26,6 +26,11 @@ const DefaultPresenceRefresh = 5 * time.Second
 
 const (
 	presenceTTL = 3 // refreshes
+	// presenceMaxTTL bounds, in refreshes, the lifetime another replica's
+	// message may state: ten times what a replica states itself, so a
+	// message written by anyone else with database credentials cannot pin
+	// viewers on call pages until a restart.
+	presenceMaxTTL = 10 * presenceTTL
 	// presencePayloadMax keeps a message under PostgreSQL's NOTIFY payload
 	// limit (8000 bytes).
 	presencePayloadMax = 7000
@@ -43,7 +48,9 @@ type presenceMsg struct {
 	// Bye says the replica is stopping: forget all its viewers.
 	Bye bool `json:"bye,omitempty"`
 	// TTL is how long, in milliseconds, the views are kept unless stated
-	// again: presenceTTL of the sender's refreshes.
+	// again: presenceTTL of the sender's refreshes. A receiver keeps them
+	// at most presenceMaxTTL of its refreshes and does not read a message
+	// with a negative TTL.
 	TTL int64 `json:"ttl,omitempty"`
 }
 
@@ -160,11 +167,11 @@ func (p *Presence) receive(payload string) {
 	if m.Replica == p.id {
 		return // its own, heard back
 	}
-	ttl := time.Duration(m.TTL) * time.Millisecond
-	if ttl <= 0 {
-		ttl = presenceTTL * DefaultPresenceRefresh
+	if m.TTL < 0 {
+		p.log.Warn("presence: a notification with a negative lifetime; ignored", slog.String("payload", payload))
+		return
 	}
-	expires := p.now().Add(ttl)
+	expires := p.now().Add(p.lifetime(m.TTL))
 	var changed []string
 	p.mu.Lock()
 	if m.Sync {
@@ -208,6 +215,22 @@ func (p *Presence) receive(payload string) {
 	fs := p.onChange
 	p.mu.Unlock()
 	p.tell(fs, changed)
+}
+
+// lifetime is how long the views of a message stating ttl milliseconds
+// are kept: presenceTTL default refreshes when it states none, and at most
+// presenceMaxTTL refreshes (of this replica's refresh, or the default when
+// that is shorter). The bound is applied before the conversion, which would
+// overflow for a ttl over about 292 years.
+func (p *Presence) lifetime(ttl int64) time.Duration {
+	if ttl == 0 {
+		return presenceTTL * DefaultPresenceRefresh
+	}
+	bound := presenceMaxTTL * max(p.refresh, DefaultPresenceRefresh)
+	if ttl >= bound.Milliseconds() {
+		return bound
+	}
+	return time.Duration(ttl) * time.Millisecond
 }
 
 // expire forgets what replicas that fell silent said.
