@@ -25,8 +25,9 @@ import (
 
 // mcpFlags are serve's flags for the MCP gateway.
 type mcpFlags struct {
-	hold       time.Duration
-	trustFirst bool
+	hold        time.Duration
+	trustFirst  bool
+	maxSessions int
 	// dial reaches upstreams in this process instead of as the tools file
 	// says (the demo's example server); not a flag.
 	dial map[string]func(ctx context.Context) (sdk.Transport, error)
@@ -34,6 +35,7 @@ type mcpFlags struct {
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.hold, "hold", mcp.DefaultHold, "how long an MCP tools/call waits for a decision before it is answered as approval_pending (at most 55s: clients give up at 60s)")
+	fs.IntVar(&f.maxSessions, "max-mcp-sessions-per-token", mcp.DefaultMaxSessionsPerToken, "how many MCP sessions (initialize, protocols up to 2025-11-25) one agent token may have open at once; each is kept until its client closes it or it is idle for 30 minutes, and one more initialize is refused with the JSON-RPC error too_many_sessions")
 	fs.BoolVar(&f.trustFirst, "trust-first-definitions", false, "approve the tool definitions MCP upstreams list at their first connection after this start, for tools never seen before; changed definitions are always held for review")
 }
 
@@ -59,7 +61,7 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *se
 	}
 	gw, err := mcp.NewGateway(mcp.GatewayConfig{
 		Queue: a.queue, Catalog: cat, Dial: dial, PublicURL: publicURL, HostChecked: true,
-		Hold: f.mcp.hold, Logger: a.log, Waits: waits, StatusURL: links.URL,
+		Hold: f.mcp.hold, Logger: a.log, Waits: waits, StatusURL: links.URL, MaxSessionsPerToken: f.mcp.maxSessions,
 		Authenticate: func(ctx context.Context, secret string) (mcp.Agent, error) {
 			t, err := a.accounts.TokenBySecret(ctx, secret)
 			if errors.Is(err, account.ErrTokenNotFound) {

@@ -178,6 +178,9 @@ func (f *serveFlags) check() error {
 	if f.mcp.hold > mcp.MaxHold {
 		return fmt.Errorf("--hold %s is longer than MCP clients wait: at most %s", f.mcp.hold, mcp.MaxHold)
 	}
+	if f.mcp.maxSessions < 1 {
+		return fmt.Errorf("--max-mcp-sessions-per-token %d: give at least 1 (the default is %d)", f.mcp.maxSessions, mcp.DefaultMaxSessionsPerToken)
+	}
 	for _, h := range f.allowedHost {
 		if h == "" || strings.ContainsAny(h, "/ ") {
 			return fmt.Errorf("--allowed-host %q: give a name as requests carry it in Host, host or host:port, e.g. health.internal:8080 (no scheme, no path)", h)

@@ -41,6 +41,9 @@ const (
 	// have held for a decision at once, as the agent API bounds the
 	// long-polls of a token.
 	DefaultMaxHoldsPerToken = 100
+	// DefaultMaxSessionsPerToken is how many MCP sessions one agent token
+	// may have open at once over HTTP.
+	DefaultMaxSessionsPerToken = 16
 )
 
 // Agent is who a bearer token at /mcp/{name} speaks for.
@@ -107,6 +110,13 @@ type GatewayConfig struct {
 	// MaxHoldsPerToken caps the gateway's own count when Waits is nil
 	// (DefaultMaxHoldsPerToken).
 	MaxHoldsPerToken int
+	// MaxSessionsPerToken caps the sessions (initialize, protocols up to
+	// 2025-11-25) one agent token may have open at once over HTTP
+	// (DefaultMaxSessionsPerToken). Each is kept in memory until its
+	// client closes it or it is idle for SessionTimeout; one more
+	// initialize is refused with the JSON-RPC error CodeTooManySessions
+	// (data code too_many_sessions), which says to reuse or close one.
+	MaxSessionsPerToken int
 	// StatusURL is the address of a call's status page that the agent's
 	// own user may open without a console login (URL elicitation and
 	// approval_url point at it); nil points them at the console's call
@@ -137,7 +147,9 @@ type Gateway struct {
 	handlers  map[string]http.Handler
 	origins   *http.CrossOriginProtection
 
-	mu     sync.Mutex
+	mu       sync.Mutex
+	sessions *sessions // HTTP sessions open per token
+
 	listed map[string]map[string]string          // by server: tool name → what is listed (status@digest)
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
 	watch  map[string]map[*sdk.ServerSession]int // call id → sessions told to follow it by URL elicitation
@@ -170,6 +182,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.MaxHoldsPerToken <= 0 {
 		cfg.MaxHoldsPerToken = DefaultMaxHoldsPerToken
 	}
+	if cfg.MaxSessionsPerToken <= 0 {
+		cfg.MaxSessionsPerToken = DefaultMaxSessionsPerToken
+	}
 	if cfg.Waits == nil {
 		cfg.Waits = &holds{max: cfg.MaxHoldsPerToken, open: map[string]int{}}
 	}
@@ -180,7 +195,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger.With(slog.String("component", "mcp")),
 		upstreams: map[string]*Upstream{}, servers: map[string]*sdk.Server{}, handlers: map[string]http.Handler{},
 		listed: map[string]map[string]string{}, local: map[*sdk.ServerSession]Agent{},
-		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background()}
+		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background(),
+		sessions: &sessions{max: cfg.MaxSessionsPerToken, open: map[string]int{}, of: map[*sdk.ServerSession]string{}}}
 	g.stopped, g.stop = context.WithCancel(context.Background())
 	g.origins = http.NewCrossOriginProtection()
 	if cfg.PublicURL != "" {
@@ -214,6 +230,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 				// resources are offered on an upstream's behalf.
 				Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 			})
+		srv.AddReceivingMiddleware(g.boundSessions)
 		g.servers[name] = srv
 		opts := func(stateless bool) *sdk.StreamableHTTPOptions {
 			return &sdk.StreamableHTTPOptions{

@@ -112,6 +112,10 @@ type envOptions struct {
 	maxHolds int
 	// forward is the gateway's ForwardTimeout (0: its default).
 	forward time.Duration
+	// maxSessions is the gateway's MaxSessionsPerToken (0: its default).
+	maxSessions int
+	// sessionTimeout is the gateway's SessionTimeout (0: its default).
+	sessionTimeout time.Duration
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -167,6 +171,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	e.upstrm = mcpdemo.NewServer(o.upOpt)
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
+		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout,
 		StatusURL: statusURL, Waits: o.waits,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dialer(e.upstrm, o.offline)},
 		Authenticate: authenticate})

@@ -1,0 +1,122 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/internal/mcp"
+)
+
+// TestHTTPSessionsPerTokenAreCapped: one agent token opens at most
+// MaxSessionsPerToken sessions over HTTP. One more initialize is refused
+// with a JSON-RPC error that says to reuse or close a session, and leaves
+// no session behind; the token's open sessions go on working, another
+// token opens its own, and a session its client closes gives its place
+// back.
+func TestHTTPSessionsPerTokenAreCapped(t *testing.T) {
+	e, url := httpEnv(t, envOptions{trust: true, maxSessions: 3})
+	var open []*sdk.ClientSession
+	for range 3 {
+		open = append(open, httpClient(t, url, deskToken, "2025-11-25", nil))
+	}
+	if n := e.gw.SessionsOf(desk.TokenID); n != 3 {
+		t.Fatalf("%d sessions counted, want 3", n)
+	}
+
+	// Through the SDK's client: the refusal is the error of Connect.
+	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{deskToken, http.DefaultTransport}}}
+	_, err := sdk.NewClient(&sdk.Implementation{Name: "fourth", Version: "1"}, nil).Connect(context.Background(), tr,
+		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err == nil || !strings.Contains(err.Error(), mcp.StatusTooManySessions) || !strings.Contains(err.Error(), "Reuse an open session") ||
+		!strings.Contains(err.Error(), "3 sessions open") {
+		t.Fatalf("a fourth session: %v, want refused with %s", err, mcp.StatusTooManySessions)
+	}
+	// On the wire: a JSON-RPC error with the code and what to do in its data.
+	resp, body := post(t, url, deskToken, nil, initialize)
+	var rpc struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+			Data    struct {
+				Code           string `json:"code"`
+				MaxSessions    int    `json:"max_sessions"`
+				TimeoutSeconds int    `json:"session_timeout_seconds"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(sseData(body)), &rpc); err != nil {
+		t.Fatalf("initialize over the cap: %d %s: %v", resp.StatusCode, body, err)
+	}
+	if rpc.Error.Code != mcp.CodeTooManySessions || rpc.Error.Data.Code != mcp.StatusTooManySessions || rpc.Error.Data.MaxSessions != 3 ||
+		rpc.Error.Data.TimeoutSeconds != int(mcp.DefaultSessionTimeout.Seconds()) || !strings.Contains(rpc.Error.Message, "HTTP DELETE") {
+		t.Fatalf("initialize over the cap: %d %s", resp.StatusCode, body)
+	}
+	// The refused session is gone: its id finds nothing.
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+		if resp, body := post(t, url, deskToken, map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}, list); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("the refused session: %d %s, want 404", resp.StatusCode, body)
+		}
+	}
+	if n := e.gw.SessionsOf(desk.TokenID); n != 3 {
+		t.Fatalf("%d sessions counted after the refusals, want 3", n)
+	}
+
+	// The open sessions work; another token of the same actor is not
+	// counted against this one.
+	if tools, err := open[0].ListTools(context.Background(), nil); err != nil || len(tools.Tools) == 0 {
+		t.Fatalf("an open session: %v", err)
+	}
+	httpClient(t, url, deskTwo, "2025-11-25", nil)
+	if n := e.gw.SessionsOf("tok_two"); n != 1 {
+		t.Fatalf("the other token has %d sessions counted, want 1", n)
+	}
+
+	// Closing a session (DELETE) gives its place back.
+	if err := open[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the closed session's place given back", func() bool { return e.gw.SessionsOf(desk.TokenID) == 2 })
+	cs := httpClient(t, url, deskToken, "2025-11-25", nil)
+	if tools, err := cs.ListTools(context.Background(), nil); err != nil || len(tools.Tools) == 0 {
+		t.Fatalf("the session opened in the freed place: %v", err)
+	}
+	// Sessions of the stateless protocol are not kept, and not counted.
+	httpClient(t, url, deskToken, "2026-07-28", nil)
+	if n := e.gw.SessionsOf(desk.TokenID); n != 3 {
+		t.Fatalf("%d sessions counted with a stateless client, want 3", n)
+	}
+}
+
+// TestHTTPExpiredSessionsGiveTheirPlaceBack: a session idle for
+// SessionTimeout is closed, and its place is given back: the token opens
+// as many again.
+func TestHTTPExpiredSessionsGiveTheirPlaceBack(t *testing.T) {
+	e, url := httpEnv(t, envOptions{trust: true, maxSessions: 2, sessionTimeout: 200 * time.Millisecond})
+	for round := range 2 {
+		for i := range 2 {
+			resp, body := post(t, url, deskToken, nil, initialize)
+			if resp.StatusCode != 200 || resp.Header.Get("Mcp-Session-Id") == "" || strings.Contains(body, `"error"`) {
+				t.Fatalf("round %d, session %d: %d %s", round, i, resp.StatusCode, body)
+			}
+		}
+		waitFor(t, "the idle sessions' places given back", func() bool { return e.gw.SessionsOf(desk.TokenID) == 0 })
+	}
+}
+
+// sseData is the JSON of a response sent as one server-sent event, or the
+// body itself when it is plain JSON.
+func sseData(body string) string {
+	for _, line := range strings.Split(body, "\n") {
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			return d
+		}
+	}
+	return body
+}
