@@ -359,9 +359,20 @@ func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
 			// page cache of 16 MiB (SQLite's default is 2 MiB) keeps them
 			// in memory instead of re-reading them from the OS on each
 			// write. Readers keep the default.
-			if _, err := conn.ExecContext(ctx, `PRAGMA cache_size = -16384`); err != nil {
-				conn.Close()
-				return nil, err
+			//
+			// A write that shares its transaction runs in a savepoint,
+			// whose undo journal SQLite keeps in memory up to 64 KiB and
+			// then spills to a temporary file: a write() of every page the
+			// write changes, and a file opened and deleted per transaction.
+			// On this connection temporary files are memory instead: the
+			// journal holds at most what one transaction changes, and
+			// nothing of it must survive a crash (the WAL is the journal
+			// that must). Readers, whose sorts may be large, keep files.
+			for _, pragma := range []string{`PRAGMA cache_size = -16384`, `PRAGMA temp_store = MEMORY`} {
+				if _, err := conn.ExecContext(ctx, pragma); err != nil {
+					conn.Close()
+					return nil, err
+				}
 			}
 			d.writer = conn
 		}
