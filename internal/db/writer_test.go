@@ -616,3 +616,31 @@ func TestKilledGroupCommit(t *testing.T) {
 	}
 	verifyAuditChain(t, sqldb)
 }
+
+// The writer's connection keeps its temporary files, the undo journals of
+// the savepoints a group commit runs its writes in, in memory: spilled to
+// a file, every page a write changes past 64 KiB is a write() more.
+// Readers keep temporary files on disk (their sorts may be large).
+func TestWriterJournalsInMemory(t *testing.T) {
+	d := openTestDB(t)
+	ctx := context.Background()
+	if err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var store int
+	d.lockWriter()
+	err := d.writer.QueryRowContext(ctx, `PRAGMA temp_store`).Scan(&store)
+	d.unlockWriter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store != 2 { // 2 is MEMORY
+		t.Errorf("the writer's temp_store is %d, want 2 (memory)", store)
+	}
+	if err := d.sql.QueryRowContext(ctx, `PRAGMA temp_store`).Scan(&store); err != nil {
+		t.Fatal(err)
+	}
+	if store != 0 {
+		t.Errorf("a reader's temp_store is %d, want 0 (the default, files)", store)
+	}
+}
