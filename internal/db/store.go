@@ -182,7 +182,20 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 }
 
 func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
-	return t.remember(loadCall(t.ctx, t.tx, `actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`, actor, digest))
+	// The call's seq first, then the call: SQLite prepares a statement
+	// with ORDER BY … LIMIT and bound values again at every execution
+	// (it may plan it anew for the values), which for every column of a
+	// call is most of the cost of the lookup.
+	var seq int64
+	err := t.tx.QueryRowContext(t.ctx, `SELECT seq FROM calls WHERE actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`,
+		actor, digest).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, queue.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("db: look up call by digest: %w", err)
+	}
+	return t.remember(loadCall(t.ctx, t.tx, `seq = ?`, seq))
 }
 
 // remember keeps the mutable columns of a call as this transaction read
