@@ -132,6 +132,7 @@ func (c *console) writePump(cl *client, first []byte) {
 		}
 	}
 	var last time.Time // when the last message was written
+	var buf []byte     // the last message's bytes, reused for the next
 	for {
 		select {
 		case msg, ok := <-cl.send:
@@ -143,7 +144,9 @@ func (c *console) writePump(cl *client, first []byte) {
 			if time.Since(last) < busyWithin {
 				hold = coalesceWindow
 			}
-			closed, err := c.writeBatch(cl, msg, hold)
+			var closed bool
+			var err error
+			buf, closed, err = c.writeBatch(cl, buf, msg, hold)
 			last = time.Now()
 			if err != nil {
 				c.hub.remove(cl)
@@ -180,8 +183,11 @@ const (
 // top-level out-of-band elements, and the page applies the elements of a
 // message in order, so joining them changes nothing on the page. closed
 // reports that the hub closed the channel while it was being drained.
-func (c *console) writeBatch(cl *client, msg []byte, hold time.Duration) (closed bool, err error) {
-	batch := append([]byte(nil), msg...)
+// The message is joined in buf, which is returned for the next message
+// (the connection copies what it writes): a busy socket does not grow a
+// new buffer fragment by fragment for every message.
+func (c *console) writeBatch(cl *client, buf, msg []byte, hold time.Duration) (_ []byte, closed bool, err error) {
+	batch := append(buf[:0], msg...)
 	var deadline <-chan time.Time
 	if hold > 0 {
 		t := time.NewTimer(hold)
@@ -214,11 +220,19 @@ drain:
 			break drain
 		}
 	}
-	if err := cl.conn.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout)); err != nil {
-		return false, err
+	if cap(batch) > maxReusedBatch {
+		buf = nil
+	} else {
+		buf = batch[:0]
 	}
-	return closed, cl.conn.WriteMessage(websocket.TextMessage, batch)
+	if err := cl.conn.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout)); err != nil {
+		return buf, false, err
+	}
+	return buf, closed, cl.conn.WriteMessage(websocket.TextMessage, batch)
 }
+
+// maxReusedBatch bounds the buffer a socket keeps between messages.
+const maxReusedBatch = 256 << 10
 
 // readPump is the only goroutine that reads: it enforces the read limit
 // and the pong deadline, and discards what pages send.
