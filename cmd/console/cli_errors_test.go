@@ -153,6 +153,9 @@ func TestServeFlagMistakes(t *testing.T) {
 		{[]string{"serve", "--allowed-host", "http://health.internal"}, 2, `--allowed-host "http://health.internal": give a name as requests carry it in Host`},
 		{[]string{"serve", "--hold", "70s"}, 2, "--hold 1m10s is longer than MCP clients wait: at most 55s"},
 		{[]string{"serve", "--max-mcp-sessions-per-token", "0"}, 2, "--max-mcp-sessions-per-token 0: give at least 1"},
+		{[]string{"serve", "--max-waits-per-token", "0"}, 2, "--max-waits-per-token 0: give at least 1 (the default is 100)"},
+		{[]string{"serve", "--session-idle", "0s"}, 2, "--session-idle 0s, --session-max 12h0m0s: give durations above zero"},
+		{[]string{"serve", "--session-max", "-1h"}, 2, "--session-max -1h0m0s: give durations above zero"},
 		{[]string{"serve", "--addr", "8080"}, 1, `--addr "8080": give HOST:PORT, e.g. 127.0.0.1:8080`},
 	} {
 		data := filepath.Join(t.TempDir(), "data")

@@ -181,6 +181,12 @@ func (f *serveFlags) check() error {
 	if f.mcp.maxSessions < 1 {
 		return fmt.Errorf("--max-mcp-sessions-per-token %d: give at least 1 (the default is %d)", f.mcp.maxSessions, mcp.DefaultMaxSessionsPerToken)
 	}
+	if f.maxWaits < 1 {
+		return fmt.Errorf("--max-waits-per-token %d: give at least 1 (the default is %d)", f.maxWaits, server.DefaultMaxWaitsPerToken)
+	}
+	if f.idle <= 0 || f.absolute <= 0 {
+		return fmt.Errorf("--session-idle %s, --session-max %s: give durations above zero, e.g. 30m and 12h (the defaults)", f.idle, f.absolute)
+	}
 	for _, h := range f.allowedHost {
 		if h == "" || strings.ContainsAny(h, "/ ") {
 			return fmt.Errorf("--allowed-host %q: give a name as requests carry it in Host, host or host:port, e.g. health.internal:8080 (no scheme, no path)", h)
