@@ -120,3 +120,39 @@ func sseData(body string) string {
 	}
 	return body
 }
+
+// TestHTTPSessionsOpenOnlyByInitialize: the cap counts initialize, so no
+// other request may leave a session behind: a request without a session
+// id that is not an initialize (before initialization, or carrying the
+// sessionless protocol's _meta on the session endpoint) leaves the SDK
+// with no session, counted or not, once it is answered.
+func TestHTTPSessionsOpenOnlyByInitialize(t *testing.T) {
+	e, url := httpEnv(t, envOptions{trust: true, maxSessions: 1})
+	base := e.gw.ServedSessions("demo")
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	for _, tt := range []struct {
+		name   string
+		header map[string]string
+		body   string
+	}{
+		{"tools/list before initialize", nil, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
+		{"ping before initialize", nil, `{"jsonrpc":"2.0","id":1,"method":"ping"}`},
+		{"initialized without initialize", nil, `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+		{"sessionless _meta, no header", nil, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta + `}}`},
+		{"sessionless _meta, an older header", map[string]string{"Mcp-Protocol-Version": "2025-11-25"},
+			`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta + `}}`},
+	} {
+		for range 3 { // more than the cap of one
+			post(t, url, deskToken, tt.header, tt.body)
+		}
+		waitFor(t, tt.name+": no session left behind", func() bool { return e.gw.ServedSessions("demo") == base })
+	}
+	if n := e.gw.SessionsOf(desk.TokenID); n != 0 {
+		t.Fatalf("%d sessions counted, want 0", n)
+	}
+	// What is kept is seen: an initialized session is one more.
+	httpClient(t, url, deskToken, "2025-11-25", nil)
+	if n := e.gw.ServedSessions("demo"); n != base+1 {
+		t.Fatalf("%d sessions served after an initialize, want %d", n, base+1)
+	}
+}
