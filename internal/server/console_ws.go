@@ -183,9 +183,11 @@ const (
 // top-level out-of-band elements, and the page applies the elements of a
 // message in order, so joining them changes nothing on the page. closed
 // reports that the hub closed the channel while it was being drained.
-// The message is joined in buf, which is returned for the next message
-// (the connection copies what it writes): a busy socket does not grow a
-// new buffer fragment by fragment for every message.
+// The message is joined in buf, which is returned for the next message:
+// WriteMessage keeps nothing of what it is given once it returns (it
+// copies the start into the connection's own buffer and writes the rest
+// before returning), and only this goroutine writes. A busy socket does
+// not grow a new buffer fragment by fragment for every message.
 func (c *console) writeBatch(cl *client, buf, msg []byte, hold time.Duration) (_ []byte, closed bool, err error) {
 	batch := append(buf[:0], msg...)
 	var deadline <-chan time.Time
