@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -206,5 +207,41 @@ routes:
 	}
 	if got := channels(small.ID); got != "call.submitted@hook" {
 		t.Fatalf("the small refund's notices: %s", got)
+	}
+}
+
+// Prune deletes every finished row before the cutoff however many there
+// are, in transactions of at most pruneBatch rows, and leaves pending rows
+// and newer ones.
+func TestOutboxPruneInBatches(t *testing.T) {
+	d := openTestDB(t)
+	defer func(n int) { pruneBatch = n }(pruneBatch)
+	pruneBatch = 7
+	old, recent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	add := func(i int, state string, at time.Time) {
+		t.Helper()
+		if _, err := d.sql.Exec(`INSERT INTO outbox (event_id, kind, channel, body, at, scheduled_at, due_at, state)
+			VALUES (?, 'call.submitted', 'hook', x'7b7d', ?, ?, ?, ?)`, fmt.Sprintf("evt_%d", i), ms(at), ms(at), ms(at), state); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		add(i, []string{"delivered", "dead", "skipped"}[i%3], old)
+	}
+	for i := 20; i < 23; i++ {
+		add(i, "pending", old)
+	}
+	add(23, "delivered", recent)
+	commits := d.commits.Load()
+	n, err := d.Outbox().Prune(context.Background(), old.Add(time.Hour))
+	if err != nil || n != 20 {
+		t.Fatalf("Prune = %d, %v; want 20", n, err)
+	}
+	if got := d.commits.Load() - commits; got < 3 {
+		t.Errorf("20 rows pruned in %d transactions, want at least 3 of at most 7 rows", got)
+	}
+	var left int
+	if err := d.sql.QueryRow(`SELECT count(*) FROM outbox`).Scan(&left); err != nil || left != 4 {
+		t.Fatalf("%d rows left (%v), want the 3 pending and the recent one", left, err)
 	}
 }

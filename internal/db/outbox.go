@@ -230,18 +230,31 @@ func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
 	})
 }
 
-// Prune implements notify.Outbox.
+// pruneBatch is how many outbox rows one transaction of Prune deletes.
+var pruneBatch = 1000
+
+// Prune implements notify.Outbox. It deletes in transactions of at most
+// pruneBatch rows, so that a large backlog neither holds the writer from
+// every other write for the whole delete nor keeps the pages it changes in
+// the writer's memory (its savepoint journals are memory) all at once.
 func (o Outbox) Prune(ctx context.Context, before time.Time) (int, error) {
-	var n int64
-	err := o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE state != 'pending' AND MAX(at, COALESCE(last_attempt_at, 0)) < ?`, ms(before))
-		if err != nil {
-			return fmt.Errorf("db: prune outbox: %w", err)
+	total := 0
+	for {
+		var n int64
+		err := o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox
+				WHERE state != 'pending' AND MAX(at, COALESCE(last_attempt_at, 0)) < ? LIMIT ?)`, ms(before), pruneBatch)
+			if err != nil {
+				return fmt.Errorf("db: prune outbox: %w", err)
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		total += int(n)
+		if err != nil || n < int64(pruneBatch) {
+			return total, err
 		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
-	return int(n), err
+	}
 }
 
 // PushSubscriptions implements notify.Subscriptions: the subscriptions of
