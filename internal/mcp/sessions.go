@@ -79,7 +79,9 @@ func (g *Gateway) boundSessions(next sdk.MethodHandler) sdk.MethodHandler {
 		}
 		ss, ok := req.GetSession().(*sdk.ServerSession)
 		extra := req.GetExtra()
-		if !ok || ss == nil || extra == nil || extra.TokenInfo == nil {
+		// A session without an id is one the stateless protocol makes for
+		// a single request and never keeps: nothing to count.
+		if !ok || ss == nil || ss.ID() == "" || extra == nil || extra.TokenInfo == nil {
 			return next(ctx, method, req)
 		}
 		agent, _ := extra.TokenInfo.Extra[agentKey].(Agent)

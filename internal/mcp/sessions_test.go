@@ -92,6 +92,18 @@ func TestHTTPSessionsPerTokenAreCapped(t *testing.T) {
 	if n := e.gw.SessionsOf(desk.TokenID); n != 3 {
 		t.Fatalf("%d sessions counted with a stateless client, want 3", n)
 	}
+	// Nor is an initialize sent at the stateless protocol by hand, which
+	// keeps no session: a token at its bound is not refused there (the
+	// SDK answers that the protocol has no initialize).
+	resp, body = post(t, url, deskToken, map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "initialize"},
+		strings.Replace(initialize, `"protocolVersion":"2025-11-25",`,
+			`"protocolVersion":"2026-07-28","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},`, 1))
+	if strings.Contains(body, mcp.StatusTooManySessions) || resp.StatusCode == http.StatusOK && strings.Contains(body, `"error"`) {
+		t.Fatalf("a stateless initialize at the bound: %d %s", resp.StatusCode, body)
+	}
+	if n := e.gw.SessionsOf(desk.TokenID); n != 3 {
+		t.Fatalf("%d sessions counted after a stateless initialize, want 3", n)
+	}
 }
 
 // TestHTTPExpiredSessionsGiveTheirPlaceBack: a session idle for
