@@ -127,6 +127,9 @@ type Keyring struct {
 	epoch     time.Time    // origin of lastCheck
 
 	trust *trustFile // the other replicas' keys (Trust); guarded by mu
+
+	signedHere signedMemo   // the grants Mint signed (see signedMemo)
+	fullChecks atomic.Int64 // signatures checked with Ed25519 by Verify
 }
 
 // OpenKeyring opens the key directory dir for grants issued by issuer,
