@@ -360,6 +360,17 @@ var (
 	ErrNotAnApprover   = errors.New("queue: the tool names who may approve its calls, and this operator is not one of them")
 )
 
+// SamePersonError refuses an approval by an operator who approved the
+// call already under another account that goes by the same name (a local
+// account and a single-sign-on one): a quorum counts people.
+type SamePersonError struct {
+	Operator, Other string
+}
+
+func (e *SamePersonError) Error() string {
+	return fmt.Sprintf("queue: %q approved this call already as %q, the same person: an approval counts once", e.Operator, e.Other)
+}
+
 // OwnerError is ErrOwner for one call: the operator is named by Owner.
 // Resolving is set when what was refused is a resolution of the call's
 // outcome rather than an approval.

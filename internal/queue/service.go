@@ -900,6 +900,9 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if err := mayApprove(c, u); err != nil {
 			return err
 		}
+		if err := notApprovedAsAnother(tx, c, u); err != nil {
+			return err
+		}
 		if c.RequirePasskey && in.Passkey == nil {
 			return ErrPasskeyRequired
 		}
@@ -992,6 +995,45 @@ func mayApprove(c *Call, u account.User) error {
 		return ErrAlreadyApproved
 	}
 	return nil
+}
+
+// notApprovedAsAnother refuses an approval by a person who approved the
+// call already under another account: a local account and a single-sign-on
+// one go by the same name when one's name or short name is the other's,
+// ignoring case (as owners and the call's own actor are matched), and a
+// quorum counts people, not accounts. Rules' approvals (policy:ID) are no
+// account and never match.
+func notApprovedAsAnother(tx Tx, c *Call, u account.User) error {
+	for _, a := range c.Approvals {
+		if a.Operator == u.Name {
+			continue
+		}
+		other, err := tx.User(a.Operator)
+		if errors.Is(err, account.ErrUserNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if samePerson(u, other) {
+			return &SamePersonError{Operator: u.Name, Other: a.Operator}
+		}
+	}
+	return nil
+}
+
+// samePerson reports whether accounts a and b go by one name: a's name or
+// short name is b's name or short name, ignoring case. It only ever finds
+// more accounts to be one person, never fewer.
+func samePerson(a, b account.User) bool {
+	for _, x := range []string{a.Name, a.ShortName} {
+		for _, y := range []string{b.Name, b.ShortName} {
+			if x != "" && y != "" && strings.EqualFold(x, y) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkEvidence reads a passkey approval's evidence: it must name this

@@ -119,6 +119,7 @@ func ErrorOf(err error) *APIError {
 		nd *queue.DeciderError
 		na *queue.AdminError
 		oe *queue.OwnerError
+		sp *queue.SamePersonError
 		ar *queue.ApproversError
 		fe *queue.FilterError
 		he *echo.HTTPError
@@ -167,6 +168,9 @@ func ErrorOf(err error) *APIError {
 	case errors.As(err, &oe):
 		return newAPIError(http.StatusForbidden, "owner",
 			"you own the agent that proposed this call (owner %s), so you cannot approve it; ask an operator who does not run it", reveal.String(oe.Owner))
+	case errors.As(err, &sp):
+		return newAPIError(http.StatusConflict, "already_approved",
+			"you approved this call already as %s: one person's approval counts once toward its quorum, under any of their accounts; ask another operator", reveal.String(sp.Other))
 	case errors.As(err, &ar):
 		return newAPIError(http.StatusForbidden, "not_an_approver", "only %s may approve this tool's calls; ask one of them", reveal.String(ar.Who))
 	case errors.As(err, &ie):
