@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -54,5 +55,23 @@ func TestRevokedTokenRefusedOnItsNextRequest(t *testing.T) {
 	st.submit(other, newCall, http.StatusCreated)
 	if red := st.do(http.MethodPost, "/api/v1/redeem", other, redeemBody(grant, refundCall)); red.str("decision") != "accepted" {
 		t.Errorf("the grant redeemed with another token of the agent = %d %s, want accepted", red.Status, red.Raw)
+	}
+}
+
+// Responses are counted by status in /metrics, a wrong token's 401s on
+// their own, so that a run of guesses shows without reading the log.
+func TestResponsesCountedByStatus(t *testing.T) {
+	st := startAPIStack(t)
+	for range 3 {
+		if r := st.do(http.MethodGet, "/api/v1/calls/call_x", "cst_wrong", nil); r.Status != http.StatusUnauthorized {
+			t.Fatalf("a wrong token = %d", r.Status)
+		}
+	}
+	st.do(http.MethodGet, "/healthz", "", nil)
+	m := string(st.do(http.MethodGet, "/metrics", "", nil).Raw)
+	for _, want := range []string{`countersign_http_responses_total{status="401"} 3`, `countersign_http_responses_total{status="2xx"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

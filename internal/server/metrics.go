@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -29,6 +30,7 @@ type metrics struct {
 	leasesExpired prometheus.Counter
 	heartbeats    prometheus.Counter
 	resolutions   *prometheus.CounterVec
+	responses     *prometheus.CounterVec
 }
 
 func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCounter) *metrics {
@@ -84,9 +86,12 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 			}
 			return float64(n)
 		})
+	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_http_responses_total",
+		Help: "HTTP responses by status: 401, 403, 404, 429 on their own (a run of 401s is someone guessing tokens or passwords), the rest by class (2xx, 3xx, 4xx, 5xx)."},
+		[]string{"status"})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
 		m.redeemSeconds, m.pushes, waiters, evalErrors, waitsRefused, mostWaits,
-		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved,
+		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if writes != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commits_total",
@@ -209,4 +214,13 @@ func (m *metrics) observe(ev queue.Event) {
 			m.resolutions.WithLabelValues(c.Resolution.Verdict).Inc()
 		}
 	}
+}
+
+// statusLabel is the status label of countersign_http_responses_total.
+func statusLabel(status int) string {
+	switch status {
+	case 401, 403, 404, 429:
+		return strconv.Itoa(status)
+	}
+	return strconv.Itoa(status/100) + "xx"
 }

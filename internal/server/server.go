@@ -428,6 +428,7 @@ func (s *Server) accessLog() echo.MiddlewareFunc {
 		// the client got (else every error a handler returns reads 200).
 		HandleError: true,
 		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			s.metrics.responses.WithLabelValues(statusLabel(v.Status)).Inc()
 			level := slog.LevelInfo
 			if v.Status >= 500 {
 				level = slog.LevelError
