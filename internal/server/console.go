@@ -209,6 +209,11 @@ func newConsole(s *Server, cfg ConsoleConfig) (*console, error) {
 	c.deviceCodec = securecookie.New(devHash, devBlock).MaxAge(int(deviceCookieAge / time.Second))
 	c.ssoCodec = securecookie.New(hashKey, blockKey).MaxAge(int(sso.FlowTTL / time.Second))
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
+	for _, codec := range c.cookies.Codecs {
+		if sc, ok := codec.(*securecookie.SecureCookie); ok {
+			sc.SetSerializer(cookieJSON{})
+		}
+	}
 	c.cookies.Options = &sessions.Options{Path: "/", HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteStrictMode}
 	c.cookies.MaxAge(int(cfg.AbsoluteTimeout / time.Second))
 	if c.dummyHash, err = account.Hash("countersign: no such account"); err != nil {
