@@ -52,6 +52,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,6 +162,11 @@ type Report struct {
 	ServerCPUSeconds   float64 `json:"server_cpu_seconds"`
 	ServerCPUPerFlowMS float64 `json:"server_cpu_per_flow_ms"`
 	ServerPID          int     `json:"server_pid"`
+	// LoadgenCPUPerFlowMS is this process's own CPU time per completed
+	// flow over the same window: on one machine, the console and the load
+	// generator share its cores, and the two together bound the flows per
+	// second.
+	LoadgenCPUPerFlowMS float64 `json:"loadgen_cpu_per_flow_ms"`
 	// Commits and Writes are the store's write transactions during the
 	// flows and the writes they held (0 when the console does not report
 	// them).
@@ -435,7 +441,7 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	if rep.ServerPID == 0 {
 		rep.ServerPID = listenerPID(cfg.url)
 	}
-	cpu0 := processCPU(rep.ServerPID)
+	cpu0, own0 := processCPU(rep.ServerPID), processCPU(os.Getpid())
 	m0 := serverMetrics(cfg.url)
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
@@ -542,6 +548,9 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 				rep.ServerCPUPerFlowMS = rep.ServerCPUSeconds * 1000 / float64(rep.Flows)
 			}
 		}
+	}
+	if own1 := processCPU(os.Getpid()); own0 >= 0 && own1 >= 0 && rep.Flows > 0 {
+		rep.LoadgenCPUPerFlowMS = (own1 - own0) * 1000 / float64(rep.Flows)
 	}
 	rep.LoadAverage = [2]float64{load0, loadAverage()}
 	if fault != nil {
@@ -782,6 +791,10 @@ func printReport(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "server RSS\t%.1f MiB\n", r.ServerRSSMiB)
 	if r.ServerPID > 0 {
 		fmt.Fprintf(tw, "server CPU\t%.2f s during the flows\t%.2f ms per flow\t(pid %d)\n", r.ServerCPUSeconds, r.ServerCPUPerFlowMS, r.ServerPID)
+		if r.LoadgenCPUPerFlowMS > 0 {
+			fmt.Fprintf(tw, "loadgen CPU\t%.2f ms per flow\t(on the same cores, %d of them: together at most %.0f flows/s)\n",
+				r.LoadgenCPUPerFlowMS, runtime.NumCPU(), float64(runtime.NumCPU())*1000/(r.ServerCPUPerFlowMS+r.LoadgenCPUPerFlowMS))
+		}
 	} else {
 		fmt.Fprintf(tw, "server CPU\tnot measured: no process found listening on the port (give --server-pid)\n")
 	}
