@@ -117,19 +117,31 @@ func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
 	return out, rows.Err()
 }
 
-var sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
-	s.method, s.id_token, ` + userColumnsOf("u")
+// sessionFields are a session's own columns under alias s, scanned by
+// sessionDest; sessionColumns adds its user's.
+const sessionFields = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
+	s.method, s.id_token`
+
+var sessionColumns = sessionFields + `, ` + userColumnsOf("u")
+
+// sessionDest is where a row of sessionFields is scanned into s; done
+// converts the times once the row is scanned.
+func sessionDest(s *account.Session) (dest []any, done func()) {
+	var created, seen int64
+	var revoked sql.NullInt64
+	return []any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, func() {
+		s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
+	}
+}
 
 func scanSession(r rowScanner) (account.Session, error) {
 	var s account.Session
-	var created, seen int64
-	var revoked sql.NullInt64
 	var d userDest
-	dest := append([]any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, d.dest()...)
-	if err := r.Scan(dest...); err != nil {
+	dest, done := sessionDest(&s)
+	if err := r.Scan(append(dest, d.dest()...)...); err != nil {
 		return account.Session{}, err
 	}
-	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
+	done()
 	u, err := d.user()
 	if err != nil {
 		return account.Session{}, err
@@ -147,19 +159,17 @@ func scanSession(r rowScanner) (account.Session, error) {
 // read after the session, so it is never older than the session read.
 func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
 	var s account.Session
-	var created, seen int64
-	var revoked sql.NullInt64
 	var user string
-	err := a.d.sql.QueryRowContext(ctx, `SELECT id_hash, csrf, created_at, last_seen, revoked_at, COALESCE(revoke_reason, ''),
-		method, id_token, user_name FROM sessions WHERE id_hash = ?`, idHash).
-		Scan(&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken, &user)
+	dest, done := sessionDest(&s)
+	err := a.d.sql.QueryRowContext(ctx, `SELECT `+sessionFields+`, s.user_name FROM sessions s WHERE s.id_hash = ?`, idHash).
+		Scan(append(dest, &user)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return account.Session{}, account.ErrSessionNotFound
 	}
 	if err != nil {
 		return account.Session{}, classify(fmt.Errorf("db: look up session: %w", err))
 	}
-	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
+	done()
 	if s.User, err = userByName(ctx, a.d.sql, user); err != nil {
 		if errors.Is(err, account.ErrUserNotFound) {
 			// sessions.user_name references users (name): not reachable.

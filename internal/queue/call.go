@@ -293,7 +293,13 @@ func OwnerMatches(owner string, u account.User) bool {
 	if g, ok := strings.CutPrefix(owner, OwnerTeamPrefix); ok {
 		return g != "" && slices.Contains(u.Groups, g)
 	}
-	return strings.EqualFold(owner, u.Name) || (u.ShortName != "" && strings.EqualFold(owner, u.ShortName))
+	return goesBy(u, owner)
+}
+
+// goesBy reports whether name is the account's name or its single-sign-on
+// short name, ignoring case.
+func goesBy(u account.User, name string) bool {
+	return strings.EqualFold(name, u.Name) || (u.ShortName != "" && strings.EqualFold(name, u.ShortName))
 }
 
 // ProposedBy reports whether the call was proposed under a name u goes by:
@@ -302,7 +308,7 @@ func OwnerMatches(owner string, u account.User) bool {
 // account name rule, without '/'), so without the short name the ban on
 // approving one's own call would never apply to such an account.
 func (c *Call) ProposedBy(u account.User) bool {
-	return strings.EqualFold(c.Actor, u.Name) || (u.ShortName != "" && strings.EqualFold(c.Actor, u.ShortName))
+	return goesBy(u, c.Actor)
 }
 
 // OwnerTeamPrefix starts an owner that is a provider group: team:payments

@@ -1026,14 +1026,7 @@ func notApprovedAsAnother(tx Tx, c *Call, u account.User) error {
 // short name is b's name or short name, ignoring case. It only ever finds
 // more accounts to be one person, never fewer.
 func samePerson(a, b account.User) bool {
-	for _, x := range []string{a.Name, a.ShortName} {
-		for _, y := range []string{b.Name, b.ShortName} {
-			if x != "" && y != "" && strings.EqualFold(x, y) {
-				return true
-			}
-		}
-	}
-	return false
+	return goesBy(b, a.Name) || (a.ShortName != "" && goesBy(b, a.ShortName))
 }
 
 // checkEvidence reads a passkey approval's evidence: it must name this

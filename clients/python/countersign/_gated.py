@@ -204,6 +204,16 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
     return decorate
 
 
+def _last_beat(call_id: str, e: Exception) -> bool:
+    """Log a heartbeat that was not sent; True when the console says no
+    later one can succeed, and heartbeats stop."""
+    if isinstance(e, CountersignError) and e.code in _FINAL:
+        _log.warning("countersign: heartbeats of %s stopped: %s", call_id, e)
+        return True
+    _log.info("countersign: heartbeat of %s not sent, trying at the next: %s", call_id, e)
+    return False
+
+
 class Heartbeats:
     """Sends heartbeats for a redeemed call from a thread of its own, every
     ``every`` seconds, until stop() or until ``limit`` seconds have passed,
@@ -226,14 +236,11 @@ class Heartbeats:
                 return
             try:
                 self.client.heartbeat(self.call_id)
-                self.sent += 1
-            except CountersignError as e:
-                if e.code in _FINAL:
-                    _log.warning("countersign: heartbeats of %s stopped: %s", self.call_id, e)
-                    return
-                _log.info("countersign: heartbeat of %s not sent, trying at the next: %s", self.call_id, e)
             except Exception as e:  # noqa: BLE001 - a heartbeat must never break the function it guards
-                _log.info("countersign: heartbeat of %s not sent, trying at the next: %s", self.call_id, e)
+                if _last_beat(self.call_id, e):
+                    return
+                continue
+            self.sent += 1
 
     def running(self) -> bool:
         return self._thread.is_alive()
@@ -268,14 +275,11 @@ class AsyncHeartbeats:
             await asyncio.wait([beat])  # cancelled here, the heartbeat still ends: stop() waits for it
             try:
                 beat.result()
-                self.sent += 1
-            except CountersignError as e:
-                if e.code in _FINAL:
-                    _log.warning("countersign: heartbeats of %s stopped: %s", self.call_id, e)
-                    return
-                _log.info("countersign: heartbeat of %s not sent, trying at the next: %s", self.call_id, e)
             except Exception as e:  # noqa: BLE001 - a heartbeat must never break the function it guards
-                _log.info("countersign: heartbeat of %s not sent, trying at the next: %s", self.call_id, e)
+                if _last_beat(self.call_id, e):
+                    return
+                continue
+            self.sent += 1
 
     def running(self) -> bool:
         return not self._task.done()
