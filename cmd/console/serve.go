@@ -13,8 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -268,9 +266,11 @@ metrics, and the control socket in the data directory.`)
 		return 2
 	}
 	log := newLogger(e.stderr, f.logLevel)
-	if limit := tuneGC(e.getenv, cgroupMemoryMax); limit > 0 {
+	if limit, from := tuneGC(e.getenv, "/"); limit > 0 {
 		log.Info("soft memory limit set from the cgroup's (GOMEMLIMIT overrides it)",
-			slog.Int64("bytes", limit), slog.Int("percent", serveMemoryLimitPercent))
+			slog.Int64("bytes", limit), slog.Int("percent", serveMemoryLimitPercent), slog.String("cgroup_file", from))
+	} else if e.getenv("GOMEMLIMIT") == "" {
+		log.Debug("no cgroup memory limit found, so no soft memory limit is set (GOMEMLIMIT sets one)")
 	}
 	// Listen first: links in notifications need the address when no
 	// --public-url names it.
@@ -304,49 +304,6 @@ metrics, and the control socket in the data directory.`)
 		return 1
 	}
 	return 0
-}
-
-// serveGCPercent is the garbage collector's target when GOGC is not set.
-// The console's live heap is a few MiB, so at Go's default of 100 it
-// collects every few MiB allocated, several times per hundred flows. At 300
-// a whole flow costs about 0.9× the server CPU (docs/performance.md, "The
-// garbage collector's target"), for about 7 MiB more resident memory under
-// load and 34 KiB instead of 32 KiB per idle long-poll.
-const serveGCPercent = 300
-
-// serveMemoryLimitPercent is the soft memory limit, in percent of the
-// cgroup's memory limit, that console serve sets when GOMEMLIMIT is not
-// set: at the higher GC target the heap may grow to four times the live
-// heap between collections, and near the limit the collector runs more
-// often instead of the process being killed.
-const serveMemoryLimitPercent = 80
-
-// cgroupMemoryMax is the cgroup v2 file holding the memory limit of the
-// process's cgroup ("max" when there is none).
-const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
-
-// tuneGC sets serveGCPercent unless GOGC says otherwise, and, unless
-// GOMEMLIMIT says otherwise, a soft memory limit of serveMemoryLimitPercent
-// of the cgroup limit that the file memoryMax states (none when it says
-// "max" or cannot be read). It returns the memory limit it set, 0 for none.
-func tuneGC(getenv func(string) string, memoryMax string) int64 {
-	if getenv("GOGC") == "" {
-		debug.SetGCPercent(serveGCPercent)
-	}
-	if getenv("GOMEMLIMIT") != "" {
-		return 0
-	}
-	b, err := os.ReadFile(memoryMax)
-	if err != nil {
-		return 0
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n <= 0 {
-		return 0 // "max": no limit
-	}
-	limit := n / 100 * serveMemoryLimitPercent
-	debug.SetMemoryLimit(limit)
-	return limit
 }
 
 // listen opens the console's address (--addr). An address already taken,
