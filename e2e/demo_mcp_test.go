@@ -60,6 +60,27 @@ func TestDemoServesTheMCPGateway(t *testing.T) {
 	if strings.Join(names, " ") != "add big_result create_order echo fail scale" {
 		t.Fatalf("the demo's MCP endpoint lists %v, want the example's six tools, approved", names)
 	}
+	// /metrics counts the sessions open over HTTP: one opened at a
+	// protocol with sessions, until its client closes it (the client
+	// above, at the protocol without sessions, keeps none).
+	if got := metricValue(s.url, "countersign_mcp_sessions_open"); got != 0 {
+		t.Fatalf("countersign_mcp_sessions_open = %v with only a stateless client, want 0", got)
+	}
+	old, err := sdk.NewClient(&sdk.Implementation{Name: "demo-test", Version: "1"}, nil).Connect(ctx,
+		&sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerTransport{token}}},
+		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatalf("connect to %s at 2025-11-25: %v", endpoint, err)
+	}
+	if got := metricValue(s.url, "countersign_mcp_sessions_open"); got != 1 {
+		t.Fatalf("countersign_mcp_sessions_open = %v with one session open, want 1", got)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "countersign_mcp_sessions_open back to 0 once the session is closed", func() bool {
+		return metricValue(s.url, "countersign_mcp_sessions_open") == 0
+	})
 	// Another token is refused.
 	bad := &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerTransport{"cst_wrong"}}}
 	if _, err := sdk.NewClient(&sdk.Implementation{Name: "demo-test", Version: "1"}, nil).Connect(ctx, bad, nil); err == nil {

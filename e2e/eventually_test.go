@@ -38,3 +38,24 @@ func openWaiters(base string) int {
 	}
 	return -1
 }
+
+// metricValue is the value of the series name (without labels) in the
+// console's /metrics at base, -1 when it cannot be read.
+func metricValue(base, name string) float64 {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}

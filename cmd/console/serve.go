@@ -423,6 +423,9 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 			return err
 		}
 	}
+	if gw != nil {
+		srv.Registerer().MustRegister(gw.Collectors()...)
+	}
 	if disp != nil {
 		srv.Registerer().MustRegister(disp.Collectors()...)
 		// Every commit may have written outbox rows: wake the dispatcher.

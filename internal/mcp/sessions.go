@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // StatusTooManySessions is the code in the data of the JSON-RPC error
@@ -67,6 +68,22 @@ func (s *sessions) count(token string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.open[token]
+}
+
+// total is how many sessions every token has open together.
+func (s *sessions) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.of)
+}
+
+// Collectors are the gateway's Prometheus series, for the registry that
+// the server's /metrics serves: countersign_mcp_sessions_open, the MCP
+// sessions open over HTTP, counted as the per-token bound counts them.
+func (g *Gateway) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_mcp_sessions_open",
+		Help: "MCP sessions open over HTTP: from a session's initialize until its client deletes it or it is idle for the session timeout (30 minutes). Requests of the protocol versions without sessions are not counted."},
+		func() float64 { return float64(g.sessions.total()) })}
 }
 
 // boundSessions is the servers' receiving middleware that refuses an

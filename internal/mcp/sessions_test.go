@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/internal/mcp"
 )
@@ -167,4 +168,74 @@ func TestHTTPSessionsOpenOnlyByInitialize(t *testing.T) {
 	if n := e.gw.ServedSessions("demo"); n != base+1 {
 		t.Fatalf("%d sessions served after an initialize, want %d", n, base+1)
 	}
+}
+
+// TestHTTPSessionsOpenGauge: countersign_mcp_sessions_open counts the MCP
+// sessions open over HTTP, every token's together. It rises with each
+// session's initialize, not with a refused one nor with a request of the
+// protocol without sessions, and falls when a client closes its session
+// and when an idle session times out.
+func TestHTTPSessionsOpenGauge(t *testing.T) {
+	t.Run("initialize and close", func(t *testing.T) {
+		e, url := httpEnv(t, envOptions{trust: true, maxSessions: 2})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(e.gw.Collectors()...)
+		if got := sessionsOpen(t, reg); got != 0 {
+			t.Fatalf("before any client: %v sessions open, want 0", got)
+		}
+		a := httpClient(t, url, deskToken, "2025-11-25", nil)
+		if got := sessionsOpen(t, reg); got != 1 {
+			t.Fatalf("after one initialize: %v sessions open, want 1", got)
+		}
+		httpClient(t, url, deskToken, "2025-11-25", nil)
+		httpClient(t, url, deskTwo, "2025-11-25", nil)
+		if got := sessionsOpen(t, reg); got != 3 {
+			t.Fatalf("after two tokens' three initializes: %v sessions open, want 3", got)
+		}
+		// Refused over the token's bound: not counted.
+		if resp, body := post(t, url, deskToken, nil, initialize); !strings.Contains(body, mcp.StatusTooManySessions) {
+			t.Fatalf("a third session of one token: %d %s, want %s", resp.StatusCode, body, mcp.StatusTooManySessions)
+		}
+		// The protocol without sessions keeps none.
+		httpClient(t, url, deskToken, "2026-07-28", nil)
+		if got := sessionsOpen(t, reg); got != 3 {
+			t.Fatalf("after a refused initialize and a stateless client: %v sessions open, want 3", got)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the closed session no longer counted", func() bool { return sessionsOpen(t, reg) == 2 })
+	})
+	t.Run("idle timeout", func(t *testing.T) {
+		e, url := httpEnv(t, envOptions{trust: true, maxSessions: 2, sessionTimeout: 200 * time.Millisecond})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(e.gw.Collectors()...)
+		for i := range 2 {
+			if resp, body := post(t, url, deskToken, nil, initialize); resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+				t.Fatalf("session %d: %d %s", i, resp.StatusCode, body)
+			}
+		}
+		// Each session counted is given back when it times out; one that
+		// had not been counted would leave the token refused below.
+		waitFor(t, "the idle sessions no longer counted", func() bool { return sessionsOpen(t, reg) == 0 })
+		if n := e.gw.SessionsOf(desk.TokenID); n != 0 {
+			t.Fatalf("the token has %d sessions counted after they timed out, want 0", n)
+		}
+	})
+}
+
+// sessionsOpen reads countersign_mcp_sessions_open from reg.
+func sessionsOpen(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "countersign_mcp_sessions_open" && len(mf.Metric) == 1 {
+			return mf.Metric[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no countersign_mcp_sessions_open series")
+	return 0
 }
