@@ -56,6 +56,9 @@ func startReplicasWith(t *testing.T, db string, n int, tools func(i int) string,
 		if tools != nil && tools(i) != "" {
 			r.tools[d] = tools(i)
 		}
+		if _, code := runConsole(t, "", "keys", "init", "--data", d); code != 0 {
+			t.Fatalf("keys init exited %d", code)
+		}
 		out, code := runConsole(t, "", "keys", "jwks", "--data", d)
 		if code != 0 {
 			t.Fatalf("keys jwks exited %d", code)

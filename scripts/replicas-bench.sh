@@ -44,6 +44,7 @@ for run in $(seq 1 "$RUNS"); do
     dirs=()
     for i in $(seq 1 "$n"); do
       d="$OUT/r${run}-${n}-$i"; rm -rf "$d"; mkdir -p "$d"; dirs+=("$d")
+      "$OUT/console" keys init --data "$d" >/dev/null
       "$OUT/console" keys jwks --data "$d" > "$d.jwks"
       parts+=("$d.jwks")
     done

@@ -176,7 +176,7 @@ func TestServeFlagMistakes(t *testing.T) {
 // prints something.
 func TestEveryHelpExitsZero(t *testing.T) {
 	subs := map[string][]string{
-		"tools": {"lint"}, "policy": {"test", "replay"}, "keys": {"list", "rotate", "jwks", "trust"},
+		"tools": {"lint"}, "policy": {"test", "replay"}, "keys": {"init", "list", "rotate", "jwks", "trust"},
 		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable"},
 		"call":  {"submit", "get", "wait", "redeem", "outcome", "heartbeat", "cancel"},
 		"audit": {"verify", "export", "checkpoint", "accept-rollback"},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,9 +17,16 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 )
 
-const keysUsage = `usage: console keys list|jwks [--data DIR]
+const keysUsage = `usage: console keys init [--data DIR]
+       console keys list|jwks [--data DIR]
        console keys rotate [--prepare | --activate [--check-replica URL]...] [--data DIR]
        console keys trust FILE...
+
+init makes a new data directory's keys: its grant signing keyring and its
+audit checkpoint key (console serve makes them on its first start too). It
+makes only what is missing and never replaces a key: it refuses when both
+are there. list and jwks only read: they refuse a data directory without
+a keyring rather than make one.
 
 jwks prints this data directory's part of a cluster's trust file: its
 grant keys that may verify a live grant and its audit checkpoint key.
@@ -32,7 +40,7 @@ replica); then rotate --activate makes it sign. --check-replica URL
 (repeatable) refuses to activate until the replica at URL lists the next
 key in GET /api/v1/keys.`
 
-// cmdKeys lists and rotates the grant signing keys in DATA/keys. A rotation
+// cmdKeys makes, lists and rotates the grant signing keys in DATA/keys. A rotation
 // may run while the server runs: the server signs its next grant with the
 // new key.
 func cmdKeys(ctx context.Context, e *env, args []string) int {
@@ -52,8 +60,8 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		}
 		return keysTrust(e, args[1:])
 	}
-	if sub != "list" && sub != "rotate" && sub != "jwks" {
-		fmt.Fprintf(e.stderr, "console keys: unknown subcommand %q (list, rotate, jwks, trust)\n", sub)
+	if sub != "init" && sub != "list" && sub != "rotate" && sub != "jwks" {
+		fmt.Fprintf(e.stderr, "console keys: unknown subcommand %q (init, list, rotate, jwks, trust)\n", sub)
 		return 2
 	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -78,14 +86,35 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console keys %s: unexpected argument %q\n%s\n", sub, fs.Arg(0), keysUsage)
 		return 2
 	}
-	k, err := grant.OpenKeyring(keysDir(dataDir(e, *data)), Issuer, time.Now)
+	if sub == "init" {
+		return keysInit(e, dataDir(e, *data))
+	}
+	// Only rotate makes the keyring of a directory that has none; list
+	// and jwks only read, so a mistyped --data makes nothing.
+	open := grant.OpenExistingKeyring
+	if sub == "rotate" {
+		open = grant.OpenKeyring
+	}
+	k, err := open(keysDir(dataDir(e, *data)), Issuer, time.Now)
+	if errors.Is(err, grant.ErrNoKeyring) {
+		fmt.Fprintf(e.stderr, "console keys %s: no keyring in %s; nothing was created. Check that --data (or $COUNTERSIGN_DATA) "+
+			"names this console's data directory; to make the keys of a new one, run console keys init --data %s\n",
+			sub, keysDir(dataDir(e, *data)), dataDir(e, *data))
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console keys %s: %v\n", sub, err)
 		return 1
 	}
 	switch sub {
 	case "jwks":
-		signer, err := audit.LoadOrCreateKey(auditKeyPath(dataDir(e, *data)))
+		signer, err := audit.LoadKey(auditKeyPath(dataDir(e, *data)))
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(e.stderr, "console keys jwks: no audit key at %s; nothing was created. Run console keys init --data %s "+
+				"to make it (the keyring there is kept), or start console serve there once\n",
+				auditKeyPath(dataDir(e, *data)), dataDir(e, *data))
+			return 1
+		}
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console keys jwks: %v\n", err)
 			return 1
@@ -132,6 +161,55 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		}
 		return 0
 	}
+}
+
+// keysInit makes the keys of the data directory data: the grant keyring
+// and the audit checkpoint key, each only when it is missing. It refuses
+// when both are there, and never replaces a key.
+func keysInit(e *env, data string) int {
+	k, err := grant.CreateKeyring(keysDir(data), Issuer, time.Now)
+	madeKeyring := err == nil
+	if errors.Is(err, grant.ErrKeyringExists) {
+		k, err = grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys init: %v\n", err)
+		return 1
+	}
+	path := auditKeyPath(data)
+	_, err = audit.LoadKey(path)
+	madeAudit := false
+	if errors.Is(err, os.ErrNotExist) {
+		_, err = audit.LoadOrCreateKey(path)
+		madeAudit = err == nil
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys init: %v\n", err)
+		return 1
+	}
+	cur, err := k.SigningKey()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys init: %v\n", err)
+		return 1
+	}
+	if !madeKeyring && !madeAudit {
+		fmt.Fprintf(e.stderr, "console keys init: %s has its keys already (the keyring in %s, signing with %s, and the audit key %s); "+
+			"nothing was changed. console keys list shows the keyring; console keys rotate makes a new signing key\n",
+			data, keysDir(data), cur.KID, path)
+		return 1
+	}
+	if madeKeyring {
+		fmt.Fprintf(e.stdout, "Made the keyring in %s: new grants are signed with %s.\n", keysDir(data), cur.KID)
+	} else {
+		fmt.Fprintf(e.stdout, "Kept the keyring in %s (signing with %s).\n", keysDir(data), cur.KID)
+	}
+	if madeAudit {
+		fmt.Fprintf(e.stdout, "Made the audit checkpoint key %s.\n", path)
+	} else {
+		fmt.Fprintf(e.stdout, "Kept the audit checkpoint key %s.\n", path)
+	}
+	fmt.Fprintf(e.stdout, "Next, for a replica: console keys jwks --data %s prints its part of the cluster's trust file.\n", data)
+	return 0
 }
 
 // keysRotated audits a rotation from oldKID to newKID and says what

@@ -39,6 +39,9 @@ func TestKeysListAndRotate(t *testing.T) {
 	data := t.TempDir()
 	start := time.Now()
 
+	if code, out, errs := keysRun(t, nil, "keys", "init", "--data", data); code != 0 || !strings.Contains(out, "Made the keyring in ") {
+		t.Fatalf("keys init = %d, %q, stderr %s", code, out, errs)
+	}
 	code, out, errs := keysRun(t, nil, "keys", "list", "--data", data)
 	if code != 0 {
 		t.Fatalf("keys list = %d, stderr %s", code, errs)
@@ -158,6 +161,9 @@ func TestKeysRefusals(t *testing.T) {
 // audits both steps.
 func TestKeysRotateInTwoSteps(t *testing.T) {
 	data := t.TempDir()
+	if code, _, errs := keysRun(t, nil, "keys", "init", "--data", data); code != 0 {
+		t.Fatalf("keys init = %d, stderr %s", code, errs)
+	}
 	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--activate", "--data", data); code != 1 || !strings.Contains(errs, "no next key") {
 		t.Fatalf("--activate with nothing prepared = %d, stderr %s", code, errs)
 	}
@@ -198,5 +204,98 @@ func TestKeysRotateInTwoSteps(t *testing.T) {
 	_, out, _ = keysRun(t, nil, "audit", "export", "--data", data, "--format", "jsonl")
 	if !strings.Contains(out, `"kind":"key_prepared"`) || !strings.Contains(out, `"next_kid":"`+next+`"`) || !strings.Contains(out, `"new_kid":"`+next+`"`) {
 		t.Errorf("the audit lacks the two steps:\n%s", out)
+	}
+}
+
+// TestKeysReadingCommandsCreateNothing: keys list and keys jwks on a data
+// directory without a keyring (a mistyped --data, or a new directory)
+// refuse, say what to do, and leave no file behind.
+func TestKeysReadingCommandsCreateNothing(t *testing.T) {
+	empty := t.TempDir()
+	for _, data := range []string{filepath.Join(t.TempDir(), "typo"), empty} {
+		for _, sub := range []string{"list", "jwks"} {
+			code, out, errs := keysRun(t, nil, "keys", sub, "--data", data)
+			if code != 1 || out != "" || !strings.Contains(errs, "no keyring in "+filepath.Join(data, "keys")) ||
+				!strings.Contains(errs, "nothing was created") || !strings.Contains(errs, "Check that --data") ||
+				!strings.Contains(errs, "console keys init --data "+data) {
+				t.Errorf("keys %s --data %s = %d, stdout %q, stderr %q; want 1 and what to do", sub, data, code, out, errs)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(empty), "typo")); !os.IsNotExist(err) {
+		t.Errorf("a mistyped --data was created: %v", err)
+	}
+	if names, err := os.ReadDir(empty); err != nil || len(names) != 0 {
+		t.Errorf("the empty data directory holds %v (%v), want nothing", names, err)
+	}
+	// COUNTERSIGN_DATA is read the same way.
+	env := map[string]string{"COUNTERSIGN_DATA": empty}
+	if code, _, errs := keysRun(t, env, "keys", "list"); code != 1 || !strings.Contains(errs, "no keyring in "+filepath.Join(empty, "keys")) {
+		t.Errorf("keys list with $COUNTERSIGN_DATA = %d, stderr %q", code, errs)
+	}
+}
+
+// TestKeysInit: keys init makes a data directory's keyring and audit key,
+// which list and jwks then read; run again it refuses and changes
+// nothing; on a directory with a keyring and no audit key it makes only
+// the audit key, keeping the keyring.
+func TestKeysInit(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "new")
+	code, out, errs := keysRun(t, nil, "keys", "init", "--data", data)
+	if code != 0 || !strings.Contains(out, "Made the keyring in "+filepath.Join(data, "keys")) ||
+		!strings.Contains(out, "Made the audit checkpoint key "+filepath.Join(data, "audit-key")) ||
+		!strings.Contains(out, "console keys jwks --data "+data) {
+		t.Fatalf("keys init = %d, %q, stderr %s", code, out, errs)
+	}
+	_, out, _ = keysRun(t, nil, "keys", "list", "--data", data)
+	rows := keysTable(t, out)
+	if len(rows) != 1 || rows[0][1] != grant.StateCurrent {
+		t.Fatalf("list after init = %v, want one current key", rows)
+	}
+	kid := rows[0][0]
+	code, jwks, errs := keysRun(t, nil, "keys", "jwks", "--data", data)
+	if code != 0 || !strings.Contains(jwks, kid) || !strings.Contains(jwks, `"audit_keys"`) {
+		t.Fatalf("jwks after init = %d, %q, stderr %s", code, jwks, errs)
+	}
+	auditKey, err := os.ReadFile(filepath.Join(data, "audit-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs = keysRun(t, nil, "keys", "init", "--data", data)
+	if code != 1 || out != "" || !strings.Contains(errs, "has its keys already") || !strings.Contains(errs, "nothing was changed") ||
+		!strings.Contains(errs, kid) {
+		t.Errorf("keys init again = %d, %q, stderr %q; want 1, nothing changed", code, out, errs)
+	}
+	if _, again, _ := keysRun(t, nil, "keys", "jwks", "--data", data); again != jwks {
+		t.Errorf("a refused init changed the keys:\n%s\nwas\n%s", again, jwks)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "audit-key")); err != nil || string(b) != string(auditKey) {
+		t.Errorf("a refused init changed the audit key (%v)", err)
+	}
+
+	// A keyring without an audit key (keys rotate made it): jwks refuses,
+	// init makes the audit key only.
+	old := t.TempDir()
+	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--data", old); code != 0 {
+		t.Fatalf("keys rotate = %d, stderr %s", code, errs)
+	}
+	_, before, _ := keysRun(t, nil, "keys", "list", "--data", old)
+	if code, out, errs := keysRun(t, nil, "keys", "jwks", "--data", old); code != 1 || out != "" ||
+		!strings.Contains(errs, "no audit key at "+filepath.Join(old, "audit-key")) || !strings.Contains(errs, "console keys init --data "+old) {
+		t.Errorf("jwks without an audit key = %d, %q, stderr %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(old, "audit-key")); !os.IsNotExist(err) {
+		t.Errorf("jwks made the audit key: %v", err)
+	}
+	if code, out, errs := keysRun(t, nil, "keys", "init", "--data", old); code != 0 || !strings.Contains(out, "Kept the keyring in ") ||
+		!strings.Contains(out, "Made the audit checkpoint key ") {
+		t.Errorf("init beside a keyring = %d, %q, stderr %s", code, out, errs)
+	}
+	if _, after, _ := keysRun(t, nil, "keys", "list", "--data", old); after != before {
+		t.Errorf("init changed the keyring:\n%s\nwas\n%s", after, before)
+	}
+	if code, _, errs := keysRun(t, nil, "keys", "jwks", "--data", old); code != 0 {
+		t.Errorf("jwks after init = %d, stderr %s", code, errs)
 	}
 }

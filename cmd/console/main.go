@@ -49,7 +49,7 @@ func commands() map[string]command {
 		"policy":     {"policy test|replay: try a tools file's rules on a proposal or on history", cmdPolicy},
 		"freeze":     {"stop approvals and redemptions (all, or one tool or actor): the kill switch", cmdFreeze},
 		"unfreeze":   {"lift a freeze (admin)", cmdUnfreeze},
-		"keys":       {"keys list|rotate|jwks|trust: grant signing keys, and a cluster's trust file", cmdKeys},
+		"keys":       {"keys init|list|rotate|jwks|trust: grant signing keys, and a cluster's trust file", cmdKeys},
 		"token":      {"token create|list|revoke: agent API tokens", cmdToken},
 		"user":       {"user add|list|disable: console accounts", cmdUser},
 		"approve":    {"approve a call as an operator", cmdApprove},

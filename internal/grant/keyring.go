@@ -45,6 +45,15 @@ var (
 	ErrNextKeyPrepared = errors.New("grant: a next key is prepared; activate it (console keys rotate --activate)")
 )
 
+// Errors of opening a keyring that must, or must not, be there.
+var (
+	// ErrNoKeyring is OpenExistingKeyring on a directory that holds no
+	// keyring (no key index).
+	ErrNoKeyring = errors.New("grant: no keyring in the key directory")
+	// ErrKeyringExists is CreateKeyring on a directory that holds one.
+	ErrKeyringExists = errors.New("grant: the key directory holds a keyring already")
+)
+
 // Files in the key directory.
 const (
 	indexFile = "keys.json" // every key's id, public key and times
@@ -138,16 +147,49 @@ type Keyring struct {
 // A directory or private key file that group or others may read is
 // refused.
 func OpenKeyring(dir string, issuer string, now func() time.Time) (*Keyring, error) {
+	return openKeyring(dir, issuer, now, openOrCreate)
+}
+
+// OpenExistingKeyring opens the keyring in dir as OpenKeyring does, but
+// creates nothing and removes nothing: ErrNoKeyring when dir holds none.
+// It is for commands that only read the keys.
+func OpenExistingKeyring(dir string, issuer string, now func() time.Time) (*Keyring, error) {
+	return openKeyring(dir, issuer, now, openOnly)
+}
+
+// CreateKeyring creates the keyring in dir (the directory, 0700, and a
+// first key) and opens it: ErrKeyringExists, with nothing changed, when
+// dir holds one already.
+func CreateKeyring(dir string, issuer string, now func() time.Time) (*Keyring, error) {
+	return openKeyring(dir, issuer, now, createOnly)
+}
+
+// openMode says whether openKeyring creates the keyring, and whether one
+// may be there already.
+type openMode int
+
+const (
+	openOrCreate openMode = iota
+	openOnly
+	createOnly
+)
+
+func openKeyring(dir string, issuer string, now func() time.Time, mode openMode) (*Keyring, error) {
 	if issuer == "" {
 		return nil, errors.New("grant: empty issuer")
 	}
 	if now == nil {
 		now = time.Now
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("grant: key directory: %w", err)
+	if mode != openOnly {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("grant: key directory: %w", err)
+		}
 	}
 	fi, err := os.Stat(dir)
+	if mode == openOnly && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (%s does not exist)", ErrNoKeyring, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("grant: key directory: %w", err)
 	}
@@ -158,20 +200,37 @@ func OpenKeyring(dir string, issuer string, now func() time.Time) (*Keyring, err
 		return nil, fmt.Errorf("grant: key directory %s has mode %04o; want 0700", dir, fi.Mode().Perm())
 	}
 	k := &Keyring{dir: dir, issuer: issuer, now: now, epoch: time.Now()}
-	unlock, err := k.lock(lockExclusive)
+	if mode == openOnly {
+		// Not even the lock file is made in a directory without a keyring.
+		if _, err := os.Stat(filepath.Join(dir, indexFile)); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w (%s has no %s)", ErrNoKeyring, dir, indexFile)
+		}
+	}
+	lock := lockExclusive
+	if mode == openOnly {
+		lock = lockShared
+	}
+	unlock, err := k.lock(lock)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	keys, next, stamp, err := k.load(true)
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case err == nil && mode == createOnly:
+		return nil, fmt.Errorf("%w (%s)", ErrKeyringExists, dir)
+	case errors.Is(err, fs.ErrNotExist) && mode == openOnly:
+		return nil, fmt.Errorf("%w (%s has no %s)", ErrNoKeyring, dir, indexFile)
+	case errors.Is(err, fs.ErrNotExist):
 		keys, stamp, err = k.write(nil)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := k.removeStaleSeeds(keys, next); err != nil {
-		return nil, err
+	if mode != openOnly {
+		if err := k.removeStaleSeeds(keys, next); err != nil {
+			return nil, err
+		}
 	}
 	k.keys, k.next, k.stamp = keys, next, stamp
 	k.lastCheck.Store(int64(time.Since(k.epoch)))

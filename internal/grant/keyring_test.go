@@ -79,6 +79,59 @@ func TestOpenKeyringCreatesAKey(t *testing.T) {
 	}
 }
 
+// TestOpenExistingAndCreateKeyring: OpenExistingKeyring makes nothing
+// where there is no keyring (not the directory, not a lock file) and
+// opens one that is there; CreateKeyring makes one once and then refuses,
+// leaving the keys as they were.
+func TestOpenExistingAndCreateKeyring(t *testing.T) {
+	clk := newClock()
+	parent := t.TempDir()
+	missing := filepath.Join(parent, "keys")
+	if _, err := OpenExistingKeyring(missing, testIssuer, clk.Now); !errors.Is(err, ErrNoKeyring) {
+		t.Fatalf("OpenExistingKeyring on a missing directory = %v, want ErrNoKeyring", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("OpenExistingKeyring made %s: %v", missing, err)
+	}
+	empty := filepath.Join(parent, "empty")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenExistingKeyring(empty, testIssuer, clk.Now); !errors.Is(err, ErrNoKeyring) {
+		t.Fatalf("OpenExistingKeyring on an empty directory = %v, want ErrNoKeyring", err)
+	}
+	if got := dirNames(t, empty); len(got) != 0 {
+		t.Fatalf("OpenExistingKeyring left %v in an empty directory, want nothing", got)
+	}
+
+	k, err := CreateKeyring(missing, testIssuer, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertMode(t, missing, 0o700|os.ModeDir)
+	first := k.Keys()
+	if len(first) != 1 || first[0].State != StateCurrent {
+		t.Fatalf("a created keyring holds %+v, want one current key", first)
+	}
+	before := dirNames(t, missing)
+	if _, err := CreateKeyring(missing, testIssuer, clk.Now); !errors.Is(err, ErrKeyringExists) {
+		t.Fatalf("CreateKeyring again = %v, want ErrKeyringExists", err)
+	}
+	if got := dirNames(t, missing); !slices.Equal(got, before) {
+		t.Errorf("a refused CreateKeyring changed the directory: %v, was %v", got, before)
+	}
+	k2, err := OpenExistingKeyring(missing, testIssuer, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k2.Keys(); len(got) != 1 || got[0].KID != first[0].KID {
+		t.Errorf("OpenExistingKeyring found %+v, want only %s", got, first[0].KID)
+	}
+	if cur, err := k2.SigningKey(); err != nil || cur.KID != first[0].KID {
+		t.Errorf("SigningKey() = %s, %v, want %s", cur.KID, err, first[0].KID)
+	}
+}
+
 func TestOpenKeyringRefusesOpenPermissions(t *testing.T) {
 	clk := newClock()
 	t.Run("directory", func(t *testing.T) {
