@@ -91,10 +91,7 @@ receives the reason.`)
 // when none is running, applies it to the database directly. Either way the
 // same queue rules apply and the audit records the cli channel.
 func decide(ctx context.Context, e *env, data, url, toolsFile string, req control.Request) int {
-	resp, err := decideViaSocket(ctx, controlPath(data), req)
-	if errors.Is(err, errNoServer) {
-		resp, err = decideDirect(ctx, data, url, toolsFile, req)
-	}
+	resp, err := handOver(ctx, data, url, toolsFile, req)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console %s: %v\n", req.Action, err)
 		return 1
@@ -107,6 +104,16 @@ func decide(ctx context.Context, e *env, data, url, toolsFile string, req contro
 	}
 	enc.Encode(resp.Call)
 	return 0
+}
+
+// handOver hands req to a running server over its control socket, or,
+// when none is running, applies it to the database directly.
+func handOver(ctx context.Context, data, url, toolsFile string, req control.Request) (control.Response, error) {
+	resp, err := decideViaSocket(ctx, controlPath(data), req)
+	if errors.Is(err, errNoServer) {
+		resp, err = decideDirect(ctx, data, url, toolsFile, req)
+	}
+	return resp, err
 }
 
 var errNoServer = errors.New("no server on the control socket")
@@ -148,9 +155,12 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 		return out, err
 	}
 	defer d.Close()
-	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
-	if err != nil {
-		return out, err
+	// Clearing a retry block signs nothing: it needs no keys.
+	var keys *grant.Keyring
+	if req.Action != "clear" {
+		if keys, err = grant.OpenKeyring(keysDir(data), Issuer, time.Now); err != nil {
+			return out, err
+		}
 	}
 	// An approval is checked against the tool's current definition, so it
 	// needs the tools file; a denial does not.
@@ -160,7 +170,11 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 			return out, fmt.Errorf("approving without a running server needs the tools file in force: %w", err)
 		}
 	}
-	q := queue.NewService(queue.Config{Store: d.queue, Policy: pol, Signer: keys})
+	cfg := queue.Config{Store: d.queue, Policy: pol}
+	if keys != nil {
+		cfg.Signer = keys
+	}
+	q := queue.NewService(cfg)
 	call, err := control.Decide(ctx, q, req)
 	if err != nil {
 		out.Error = server.ErrorOf(err)

@@ -1,8 +1,8 @@
 // Package control is the control socket: it lets `console approve|deny`
-// hand a decision to a running server, so that waiters and open pages see
-// it at once (the socket also takes "clear", lifting a retry block, which
-// no command sends yet). It is a Unix socket in the data directory that only the owner
-// can open; whoever can open it can already write the database file.
+// hand a decision to a running server, and `console unblock` lift a retry
+// block ("clear"), so that waiters and open pages see it at once. It is a
+// Unix socket in the data directory that only the owner can open; whoever
+// can open it can already write the database file.
 // Answers have the API's error shape (server.ErrorOf).
 package control
 
