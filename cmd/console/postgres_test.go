@@ -70,6 +70,11 @@ func TestCommandsOnPostgres(t *testing.T) {
 	}
 	parts := t.TempDir()
 	for name, dir := range map[string]string{"a.json": a, "b.json": b} {
+		// keys jwks only reads: each data directory's keyring is made first
+		// (its audit key, made by audit checkpoint, is kept).
+		if code, out, errs := runWith(t, onA, "", "keys", "init", "--data", dir); code != 0 || !strings.Contains(out, "Kept the audit checkpoint key") {
+			t.Fatalf("keys init = %d %q %s", code, out, errs)
+		}
 		code, out, errs := runWith(t, onA, "", "keys", "jwks", "--data", dir)
 		if code != 0 || !strings.Contains(out, `"audit_keys"`) {
 			t.Fatalf("keys jwks = %d %q %s", code, out, errs)
