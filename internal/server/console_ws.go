@@ -53,7 +53,7 @@ func (c *console) serveWS(ec echo.Context) error {
 		c.wg.Add(-2)
 		return nil // the upgrader has answered
 	}
-	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), viewer: v, callID: callID, view: view}
+	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), full: make(chan struct{}, 1), viewer: v, callID: callID, view: view}
 	if callID == "" && view == "" {
 		cl.queue = parseQueueQuery(ec.QueryParams())
 	}
@@ -183,19 +183,24 @@ const (
 // top-level out-of-band elements, and the page applies the elements of a
 // message in order, so joining them changes nothing on the page. closed
 // reports that the hub closed the channel while it was being drained.
+//
+// A hold sleeps first and then takes everything queued, rather than
+// receiving each fragment as it comes: on a busy console every change goes
+// to every open page, and waking each page's pump for every fragment cost
+// more than the write the window saves. The hub signals cl.full when the
+// channel is half full, which ends the hold early, so a burst is written
+// before it could overflow the channel (a full channel drops the socket).
+//
 // The message is joined in buf, which is returned for the next message:
 // WriteMessage keeps nothing of what it is given once it returns (it
 // copies the start into the connection's own buffer and writes the rest
 // before returning), and only this goroutine writes. A busy socket does
 // not grow a new buffer fragment by fragment for every message.
 func (c *console) writeBatch(cl *client, buf, msg []byte, hold time.Duration) (_ []byte, closed bool, err error) {
-	batch := append(buf[:0], msg...)
-	var deadline <-chan time.Time
 	if hold > 0 {
-		t := time.NewTimer(hold)
-		defer t.Stop()
-		deadline = t.C
+		cl.wait(hold)
 	}
+	batch := append(buf[:0], msg...)
 drain:
 	for n := 1; n < maxBatch; n++ {
 		select {
@@ -205,20 +210,7 @@ drain:
 				break drain
 			}
 			batch = append(batch, more...)
-			continue
 		default:
-		}
-		if deadline == nil {
-			break
-		}
-		select {
-		case more, ok := <-cl.send:
-			if !ok {
-				closed = true
-				break drain
-			}
-			batch = append(batch, more...)
-		case <-deadline:
 			break drain
 		}
 	}
@@ -231,6 +223,35 @@ drain:
 		return buf, false, err
 	}
 	return buf, closed, cl.conn.WriteMessage(websocket.TextMessage, batch)
+}
+
+// holdStarted, set only by tests, is called when a write pump's hold has
+// begun.
+var holdStarted func()
+
+// wait returns after hold, or as soon as cl.send is half full. Only the
+// write pump calls it; its timer is made once per socket.
+func (cl *client) wait(hold time.Duration) {
+	select {
+	case <-cl.full: // signalled for fragments already taken
+	default:
+	}
+	if len(cl.send) >= cap(cl.send)/2 {
+		return // the hub signalled before the drain above, or will not again
+	}
+	if cl.hold == nil {
+		cl.hold = time.NewTimer(hold)
+	} else {
+		cl.hold.Reset(hold)
+	}
+	if holdStarted != nil {
+		holdStarted()
+	}
+	select {
+	case <-cl.hold.C:
+	case <-cl.full:
+		cl.hold.Stop()
+	}
 }
 
 // maxReusedBatch bounds the buffer a socket keeps between messages.

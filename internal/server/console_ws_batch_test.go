@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,95 @@ func TestWriteBatchReusesItsBufferSafely(t *testing.T) {
 			}
 			i++
 		}
+	}
+}
+
+// TestWriteBatchHoldEndsWhenHalfFull: a busy socket's hold sleeps without
+// taking fragments, so a burst must end it before the channel could
+// overflow (which would drop the socket): with an hour's hold, the batch
+// is written as soon as the hub has queued half the channel, with every
+// fragment in order, and what is queued after that waits for the next
+// batch. Without the signal this test waits for the hour and fails by its
+// deadline.
+func TestWriteBatchHoldEndsWhenHalfFull(t *testing.T) {
+	up := websocket.Upgrader{}
+	accepted := make(chan *websocket.Conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		accepted <- conn
+	}))
+	defer srv.Close()
+	peer, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	conn := <-accepted
+	defer conn.Close()
+
+	c := &console{cfg: ConsoleConfig{WriteTimeout: 10 * time.Second}}
+	const size = 8
+	cl := &client{conn: conn, send: make(chan []byte, size), full: make(chan struct{}, 1)}
+	frag := func(i int) []byte { return []byte(`<i id="f` + strconv.Itoa(i) + `"></i>`) }
+	// A signal left from fragments a batch already took does not end the
+	// next hold by itself.
+	cl.full <- struct{}{}
+
+	type result struct {
+		closed bool
+		err    error
+	}
+	done := make(chan result, 1)
+	started := make(chan struct{}, 1)
+	holdStarted = func() { started <- struct{}{} }
+	defer func() { holdStarted = nil }()
+	go func() {
+		_, closed, err := c.writeBatch(cl, nil, frag(0), time.Hour)
+		done <- result{closed, err}
+	}()
+	<-started // the pump sleeps now, and takes nothing until the hold ends
+	var want []byte
+	want = append(want, frag(0)...)
+	for i := 1; i <= size/2; i++ {
+		if !cl.offer(frag(i)) {
+			t.Fatalf("fragment %d refused by a channel of %d", i, size)
+		}
+		want = append(want, frag(i)...)
+	}
+	r := <-done
+	if r.err != nil || r.closed {
+		t.Fatalf("closed %v, %v", r.closed, r.err)
+	}
+	if err := peer.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := peer.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+	if len(cl.send) != 0 {
+		t.Fatalf("%d fragments left in the channel", len(cl.send))
+	}
+
+	// Fewer than half: the hold runs its course (a short one here), and
+	// takes what was queued.
+	cl.offer(frag(11))
+	cl.offer(frag(12))
+	if _, closed, err := c.writeBatch(cl, nil, frag(10), time.Millisecond); err != nil || closed {
+		t.Fatalf("closed %v, %v", closed, err)
+	}
+	_, got, err = peer.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(frag(10)) + string(frag(11)) + string(frag(12)); string(got) != want {
+		t.Fatalf("message %q, want %q", got, want)
 	}
 }

@@ -24,8 +24,14 @@ import (
 
 // client is one open socket: one page in one tab.
 type client struct {
-	conn   *websocket.Conn
-	send   chan []byte
+	conn *websocket.Conn
+	send chan []byte
+	// full is signalled (never closed) when send is half full, which cuts
+	// short the write pump's hold on a busy socket (writeBatch); it has
+	// room for one signal.
+	full chan struct{}
+	// hold is the write pump's timer for its hold (writeBatch).
+	hold   *time.Timer
 	viewer *viewer
 	callID string // the call page it shows, or "" for the queue page
 	// queue is a queue page's filter: only the calls it lets through are
@@ -216,14 +222,30 @@ func (h *hub) drop(cl *client, code int, text string) {
 
 // deliver queues msg for cl, dropping cl if its buffer is full.
 func (h *hub) deliver(cl *client, msg []byte) {
-	select {
-	case cl.send <- msg:
+	if cl.offer(msg) {
 		h.c.s.metrics.pushes.WithLabelValues("sent").Inc()
-	default:
+	} else {
 		h.c.log.Info("console: dropping a socket that does not keep up", slog.String("user", cl.viewer.user.Name))
 		h.c.s.metrics.pushes.WithLabelValues("dropped").Inc()
 		h.drop(cl, websocket.CloseTryAgainLater, "too slow; reconnect")
 	}
+}
+
+// offer queues msg on cl's channel unless it is full, and signals cl.full
+// when the channel is half full or more.
+func (cl *client) offer(msg []byte) bool {
+	select {
+	case cl.send <- msg:
+	default:
+		return false
+	}
+	if len(cl.send) >= cap(cl.send)/2 {
+		select {
+		case cl.full <- struct{}{}:
+		default:
+		}
+	}
+	return true
 }
 
 // add registers a client; false when the hub has stopped.
