@@ -34,6 +34,8 @@ func TestInputErrors(t *testing.T) {
 		{"owner name", CheckOwner("bad name"), "owner", []error{ErrBadOwner, ErrBadName}, `owner "bad name": a name is`},
 		{"too many owners", token(TokenSpec{Actor: "agent:a", Audience: "h", Owners: manyOwners(MaxOwners + 1)}),
 			"owner", []error{ErrBadOwner}, "at most 20 owners"},
+		{"too many owners with the holder", token(TokenSpec{Actor: "agent:a", Audience: "h", Owners: manyOwners(MaxOwners), Holder: "adam"}),
+			"owner", []error{ErrBadOwner}, "name at most 19 others"},
 		{"no actor", token(TokenSpec{Audience: "h"}), "actor", []error{ErrTokenContext}, "needs an actor and an audience"},
 		{"no audience", token(TokenSpec{Actor: "agent:a"}), "audience", []error{ErrTokenContext}, "needs an actor and an audience"},
 		{"actor", token(TokenSpec{Actor: "agent:ma\u202eiler", Audience: "h"}), "actor", []error{ErrTokenName, ErrBadName}, "like account names"},

@@ -281,8 +281,20 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 	if len(owners) > MaxOwners {
 		return Token{}, "", refuse("owner", ErrBadOwner, "a token has at most %d owners", MaxOwners)
 	}
-	if h := spec.Holder; h != "" && !slices.ContainsFunc(owners, func(o string) bool { return strings.EqualFold(o, h) }) {
-		owners = append(owners, h)
+	if h := spec.Holder; h != "" {
+		listed, err := s.holderListed(ctx, h, owners)
+		if err != nil {
+			return Token{}, "", err
+		}
+		if !listed {
+			// The holder counts against the bound like any owner.
+			if len(owners) >= MaxOwners {
+				return Token{}, "", refuse("owner", ErrBadOwner,
+					"a token has at most %d owners, and you are one of them (you are shown its secret): name at most %d others, or put several people in a team:GROUP of the identity provider",
+					MaxOwners, MaxOwners-1)
+			}
+			owners = append(owners, h)
+		}
 	}
 	if actor == "" {
 		return Token{}, "", refuse("actor", ErrTokenContext, "a token needs an actor and an audience")
@@ -331,6 +343,26 @@ func (s *Service) CreateTokenWith(ctx context.Context, spec TokenSpec, by, chann
 		return Token{}, "", err
 	}
 	return t, secret, nil
+}
+
+// holderListed reports whether the token's holder is already among its
+// owners: by its name, or, for a single-sign-on account, by the provider
+// user name it goes by (pinOwners pins that name to its principal).
+func (s *Service) holderListed(ctx context.Context, holder string, owners []string) (bool, error) {
+	if slices.ContainsFunc(owners, func(o string) bool { return strings.EqualFold(o, holder) }) {
+		return true, nil
+	}
+	if !strings.HasPrefix(holder, OIDCPrefix) {
+		return false, nil
+	}
+	u, err := s.store.User(ctx, holder)
+	if errors.Is(err, ErrUserNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return u.ShortName != "" && !u.Disabled() && slices.ContainsFunc(owners, func(o string) bool { return strings.EqualFold(o, u.ShortName) }), nil
 }
 
 // TokenBySecret finds the live token a request presents.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,11 +40,34 @@ func (c *console) adminView(ctx context.Context, v *viewer) (templates.AdminView
 	if err != nil {
 		return av, err
 	}
+	owners := c.ownersShown()
 	for _, t := range toks {
 		av.Tokens = append(av.Tokens, templates.TokenRow{ID: t.ID, Actor: reveal.Of(t.Actor), Audience: reveal.Of(t.Audience), Note: reveal.Of(t.Note),
-			Owners: optText(strings.Join(t.Owners, ", ")), CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
+			Owners: optText(owners(t.Owners)), CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt})
 	}
 	return av, nil
+}
+
+// ownersShown returns how the admin page lists a token's owners: each as
+// the console names operators (shownName: a single-sign-on account by the
+// name people see, its principal beside it), each shown form once. It
+// remembers the accounts it read: make one per page.
+func (c *console) ownersShown() func(owners []string) string {
+	seen := map[string]string{}
+	return func(owners []string) string {
+		var out []string
+		for _, o := range owners {
+			s, ok := seen[o]
+			if !ok {
+				s = c.shownName(o)
+				seen[o] = s
+			}
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		return strings.Join(out, ", ")
+	}
 }
 
 // renderAdmin shows the admin page with a message or an error.
