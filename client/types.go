@@ -107,6 +107,10 @@ type Approvals struct {
 
 // Decision is an operator's denial: who, why, and when.
 type Decision struct {
+	// By is the operator as people see them (a local account's name; a
+	// single-sign-on operator's provider user name, else display name, else
+	// "(single sign-on user)"; never an oidc:HOST/SUB principal), or
+	// policy:RULE.
 	By     string    `json:"by"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
@@ -114,7 +118,7 @@ type Decision struct {
 
 // Comment is an operator's note with an approval.
 type Comment struct {
-	By      string    `json:"by"`
+	By      string    `json:"by"` // the operator, named as in Decision.By
 	Comment string    `json:"comment"`
 	At      time.Time `json:"at"`
 }
@@ -142,7 +146,7 @@ const OutcomeLeaseExpired = "lease_expired"
 // Verdict is executed or not_executed.
 type Resolution struct {
 	Verdict  string    `json:"verdict"`
-	By       string    `json:"by"`
+	By       string    `json:"by"` // the operator, named as in Decision.By
 	Note     string    `json:"note"`
 	Evidence string    `json:"evidence,omitempty"`
 	At       time.Time `json:"at"`

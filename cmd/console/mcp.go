@@ -62,6 +62,7 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *se
 	gw, err := mcp.NewGateway(mcp.GatewayConfig{
 		Queue: a.queue, Catalog: cat, Dial: dial, PublicURL: publicURL, HostChecked: true,
 		Hold: f.mcp.hold, Logger: a.log, Waits: waits, StatusURL: links.URL, MaxSessionsPerToken: f.mcp.maxSessions,
+		PublicNames: a.accounts.PublicNames,
 		Authenticate: func(ctx context.Context, secret string) (mcp.Agent, error) {
 			t, err := a.accounts.TokenBySecret(ctx, secret)
 			if errors.Is(err, account.ErrTokenNotFound) {

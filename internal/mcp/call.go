@@ -101,7 +101,7 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	case queue.StatusApproved:
 		return g.redeemAndForward(ctx, log, agent, t, p, c), nil
 	}
-	return g.decidedResult(name, c), nil
+	return g.decidedResult(ctx, name, c), nil
 }
 
 // recheck checks the request's token again before a held call is
@@ -377,13 +377,13 @@ func (g *Gateway) tooManyWaits(name string, c *queue.Call, max int) *sdk.CallToo
 }
 
 // decidedResult answers a call that ended without running.
-func (g *Gateway) decidedResult(name string, c *queue.Call) *sdk.CallToolResult {
+func (g *Gateway) decidedResult(ctx context.Context, name string, c *queue.Call) *sdk.CallToolResult {
 	fields := map[string]any{"call_id": c.ID, "digest": c.Digest}
 	switch c.Status {
 	case queue.StatusDenied:
 		reason, by := "", ""
 		if c.Denial != nil {
-			reason, by = c.Denial.Reason, c.Denial.By
+			reason, by = c.Denial.Reason, g.cfg.PublicNames(ctx)(c.Denial.By)
 		}
 		fields["reason"], fields["by"] = reason, by
 		return toolError(StatusDenied, fmt.Sprintf("The call of %s was denied by %s: %s. It did not run; do not re-issue the same call.", name, by, reason), fields)

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
@@ -122,7 +123,21 @@ type GatewayConfig struct {
 	// approval_url point at it); nil points them at the console's call
 	// page, which needs a login.
 	StatusURL func(callID string) string
-	Logger    *slog.Logger
+	// PublicNames names the people a call names (the operator who denied
+	// it) to the agent as the agent API does (account.PublicNames): never
+	// by a single-sign-on principal. Nil names every principal
+	// account.UnnamedSSO.
+	PublicNames func(ctx context.Context) func(name string) string
+	Logger      *slog.Logger
+}
+
+// hidePrincipals names a single-sign-on principal account.UnnamedSSO and
+// leaves every other name as it is.
+func hidePrincipals(name string) string {
+	if strings.HasPrefix(strings.ToLower(name), account.OIDCPrefix) {
+		return account.UnnamedSSO
+	}
+	return name
 }
 
 // Waits counts what each agent token holds open waiting for decisions;
@@ -190,6 +205,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.PublicNames == nil {
+		cfg.PublicNames = func(context.Context) func(string) string { return hidePrincipals }
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 	g := &Gateway{cfg: cfg, log: cfg.Logger.With(slog.String("component", "mcp")),

@@ -116,6 +116,9 @@ type envOptions struct {
 	maxSessions int
 	// sessionTimeout is the gateway's SessionTimeout (0: its default).
 	sessionTimeout time.Duration
+	// publicNames gives the gateway the accounts' PublicNames (else its
+	// default).
+	publicNames bool
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -169,7 +172,11 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	o.upOpt.Calls = e.calls
 	e.upOpt = o.upOpt
 	e.upstrm = mcpdemo.NewServer(o.upOpt)
-	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
+	var names func(context.Context) func(string) string
+	if o.publicNames {
+		names = account.NewService(d.Accounts(), nil).PublicNames
+	}
+	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{PublicNames: names, Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
 		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout,
 		StatusURL: statusURL, Waits: o.waits,
@@ -506,6 +513,42 @@ func TestRefusedArgumentsNeverReachTheUpstream(t *testing.T) {
 	res := callRaw(t, cs, "echo", `{"n":9007199254740991,"x":-0.0}`)
 	if text(res) != `{"n":9007199254740991,"x":0}` {
 		t.Fatalf("echo answered %s", text(res))
+	}
+}
+
+// TestDeniedBySingleSignOnOperator: the operator who denied a call is
+// named to the model as people see them (their provider user name), never
+// by the principal oidc:HOST/SUB; a gateway given no PublicNames names
+// every principal account.UnnamedSSO.
+func TestDeniedBySingleSignOnOperator(t *testing.T) {
+	const principal = "oidc:idp.example.com/00u-sam"
+	for _, tc := range []struct {
+		publicNames bool
+		want        string
+	}{{true, "sam"}, {false, account.UnnamedSSO}} {
+		t.Run(tc.want, func(t *testing.T) {
+			e := newEnv(t, envOptions{trust: true, publicNames: tc.publicNames})
+			if _, err := account.NewService(e.db.Accounts(), nil).LoginOIDC(context.Background(), account.OIDCLogin{Principal: principal,
+				Issuer: "https://idp.example.com", Subject: "00u-sam", PreferredUsername: "sam", Role: account.RoleOperator},
+				account.NewSession{IDHash: "sess-sam", CSRF: "csrf-sam"}); err != nil {
+				t.Fatal(err)
+			}
+			cs := e.client(nil, "")
+			go func() {
+				ev := e.next(audit.KindSubmitted)
+				if _, err := e.q.Deny(context.Background(), principal, audit.ChannelWeb, ev.Call.ID, "wrong sum"); err != nil {
+					t.Errorf("Deny: %v", err)
+				}
+			}()
+			res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
+			st := status(t, res)
+			if st["status"] != mcp.StatusDenied || st["by"] != tc.want || !strings.Contains(text(res), "denied by "+tc.want+":") {
+				t.Errorf("denied call: %s %v, want it denied by %s", text(res), st, tc.want)
+			}
+			if b, _ := json.Marshal(res); strings.Contains(string(b), "oidc:") {
+				t.Errorf("the tool result names the principal: %s", b)
+			}
+		})
 	}
 }
 

@@ -155,7 +155,7 @@ func (s *Server) submit(c echo.Context) error {
 		status = http.StatusCreated
 		c.Response().Header().Set("Location", "/api/v1/calls/"+call.ID)
 	}
-	return c.JSON(status, CallView(call))
+	return c.JSON(status, s.agentCallView(c.Request().Context(), call))
 }
 
 func (s *Server) getCall(c echo.Context) error {
@@ -187,7 +187,7 @@ func (s *Server) getCall(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, CallView(call))
+	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
 }
 
 func (s *Server) cancelCall(c echo.Context) error {
@@ -195,7 +195,7 @@ func (s *Server) cancelCall(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, CallView(call))
+	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
 }
 
 func (s *Server) outcome(c echo.Context) error {
@@ -238,7 +238,7 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, CallView(call))
+	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
 }
 
 // heartbeat extends the lease of a redeemed call. The body is optional:
@@ -375,8 +375,24 @@ func redeemMessage(reason string) string {
 	return "the grant is not valid; nothing was consumed"
 }
 
-// CallView is the API's call object.
+// CallView is the call object with the people it names as stored (a
+// single-sign-on operator by their principal), for operators' own tools:
+// the command line and the control socket. Agents receive agentCallView.
 func CallView(c *queue.Call) map[string]any {
+	return callView(c, func(name string) string { return name })
+}
+
+// agentCallView is the agent API's call object: the people it names
+// (approvers, the operator who denied, revoked or resolved the call,
+// comments' authors, owners) are named as people see them, never by a
+// single-sign-on principal (account.PublicNames). The status page follows
+// the same rule.
+func (s *Server) agentCallView(ctx context.Context, c *queue.Call) map[string]any {
+	return callView(c, s.cfg.Accounts.PublicNames(ctx))
+}
+
+// callView is the call object with each person named by name.
+func callView(c *queue.Call, name func(string) string) map[string]any {
 	v := map[string]any{
 		"id":         c.ID,
 		"status":     c.Shown(),
@@ -388,10 +404,10 @@ func CallView(c *queue.Call) map[string]any {
 		"digest":     c.Digest,
 		"created_at": c.CreatedAt.UTC().Format(time.RFC3339Nano),
 		"decide_by":  c.DecideBy.UTC().Format(time.RFC3339Nano),
-		"approvals":  approvalsView(c),
+		"approvals":  approvalsView(c, name),
 	}
 	if len(c.Owners) > 0 {
-		v["owners"] = c.Owners
+		v["owners"] = account.PublicOwners(c.Owners, name)
 	}
 	if c.Rationale != "" {
 		v["rationale"] = c.Rationale
@@ -399,7 +415,7 @@ func CallView(c *queue.Call) map[string]any {
 	var comments []map[string]any
 	for _, a := range c.Approvals {
 		if a.Comment != "" {
-			comments = append(comments, map[string]any{"by": a.Operator, "comment": a.Comment, "at": a.At.UTC().Format(time.RFC3339Nano)})
+			comments = append(comments, map[string]any{"by": name(a.Operator), "comment": a.Comment, "at": a.At.UTC().Format(time.RFC3339Nano)})
 		}
 	}
 	if comments != nil {
@@ -410,11 +426,11 @@ func CallView(c *queue.Call) map[string]any {
 		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)
 	}
 	if c.Revoked != nil {
-		v["revocation"] = map[string]string{"by": c.Revoked.By, "reason": c.Revoked.Reason,
+		v["revocation"] = map[string]string{"by": name(c.Revoked.By), "reason": c.Revoked.Reason,
 			"at": c.Revoked.At.UTC().Format(time.RFC3339Nano)}
 	}
 	if c.Denial != nil {
-		v["decision"] = map[string]string{"by": c.Denial.By, "reason": c.Denial.Reason,
+		v["decision"] = map[string]string{"by": name(c.Denial.By), "reason": c.Denial.Reason,
 			"at": c.Denial.At.UTC().Format(time.RFC3339Nano)}
 	}
 	if rule := c.DecidedByRule(); rule != "" {
@@ -431,7 +447,7 @@ func CallView(c *queue.Call) map[string]any {
 			"at": c.Outcome.At.UTC().Format(time.RFC3339Nano)}
 	}
 	if r := c.Resolution; r != nil {
-		res := map[string]string{"verdict": r.Verdict, "by": r.By, "note": r.Note, "at": r.At.UTC().Format(time.RFC3339Nano)}
+		res := map[string]string{"verdict": r.Verdict, "by": name(r.By), "note": r.Note, "at": r.At.UTC().Format(time.RFC3339Nano)}
 		if r.Evidence != "" {
 			res["evidence"] = r.Evidence
 		}
@@ -443,14 +459,14 @@ func CallView(c *queue.Call) map[string]any {
 // approvalsView is the call object's approvals: how many the call needs and
 // has, and who gave each, through which channel and how (a click, a
 // passkey, a command, a rule).
-func approvalsView(c *queue.Call) map[string]any {
+func approvalsView(c *queue.Call, name func(string) string) map[string]any {
 	v := map[string]any{"required": c.ApprovalsRequired, "received": len(c.Approvals)}
 	if len(c.Approvals) == 0 {
 		return v
 	}
 	given := make([]map[string]string, len(c.Approvals))
 	for i, a := range c.Approvals {
-		given[i] = map[string]string{"by": a.Operator, "channel": a.Channel, "method": a.Method(),
+		given[i] = map[string]string{"by": name(a.Operator), "channel": a.Channel, "method": a.Method(),
 			"at": a.At.UTC().Format(time.RFC3339Nano)}
 	}
 	v["given"] = given

@@ -116,7 +116,7 @@ func (c *console) statusPage(ec echo.Context) error {
 	}
 	v := templates.CallStatusView{CallView: cv, ConsoleURL: c.absolute(ec, "/calls/"+url.PathEscape(call.ID))}
 	v.Page = templates.Page{Title: "Status of call " + call.ID, Now: now}
-	v.Status = c.publicStatus(call, now)
+	v.Status = c.publicStatus(ec.Request().Context(), call, now)
 	if live(call) {
 		v.Page.Refresh = int(statusRefresh / time.Second)
 	}
@@ -138,10 +138,13 @@ func live(call *queue.Call) bool {
 }
 
 // publicStatus is the state of a call as the agent's API shows it: no
-// decide, revoke or resolve controls, no approver named unless their
-// comment is (the agent receives comments with their author), and not
-// the grant.
-func (c *console) publicStatus(call *queue.Call, now time.Time) templates.StatusView {
+// decide, revoke or resolve controls, and not the grant; every approval
+// with who gave it and how, and the people it names (approvers, the
+// operator who denied, revoked or resolved it, the owners) named as the
+// API names them to agents: as people see them, never by a single-sign-on
+// principal (account.PublicNames).
+func (c *console) publicStatus(ctx context.Context, call *queue.Call, now time.Time) templates.StatusView {
+	name := c.accounts.PublicNames(ctx)
 	s := templates.StatusView{
 		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
@@ -158,14 +161,12 @@ func (c *console) publicStatus(call *queue.Call, now time.Time) templates.Status
 		}
 	}
 	for _, a := range call.Approvals {
-		if a.Comment != "" {
-			s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)})
-		}
+		s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(name(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)})
 	}
 	// Who may approve, so that the agent's own user knows that its owners
 	// may not.
 	s.Tool, s.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
-	for _, o := range call.Owners {
+	for _, o := range account.PublicOwners(call.Owners, name) {
 		s.Owners = append(s.Owners, reveal.Of(o))
 	}
 	if !call.Approvers.Empty() {
@@ -173,14 +174,17 @@ func (c *console) publicStatus(call *queue.Call, now time.Time) templates.Status
 	}
 	s.RequirePasskey = call.RequirePasskey
 	if call.Denial != nil {
-		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
+		s.DeniedBy, s.DenyReason = optText(name(call.Denial.By)), optText(call.Denial.Reason)
 	}
 	if call.Outcome != nil {
 		s.Outcome, s.OutcomeDetail = call.Outcome.Status, optText(call.Outcome.Detail)
 	}
 	s.Resolution = resolutionShown(call.Resolution)
+	if s.Resolution != nil {
+		s.Resolution.By = reveal.Of(name(call.Resolution.By))
+	}
 	if call.Revoked != nil {
-		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(call.Revoked.By), optText(call.Revoked.Reason), call.Revoked.At
+		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(name(call.Revoked.By)), optText(call.Revoked.Reason), call.Revoked.At
 	}
 	return s
 }

@@ -145,8 +145,8 @@ func TestStatusPageWithoutLogin(t *testing.T) {
 	if page.find("status-value").Text() != "approved" || strings.Contains(page.body, approved.Grant) {
 		t.Errorf("after the approval: status %q, grant shown %v", page.find("status-value").Text(), strings.Contains(page.body, approved.Grant))
 	}
-	if page.find("approval").Length() != 0 {
-		t.Error("an approver without a comment is named (the agent's API does not name them)")
+	if got := strings.TrimSpace(page.find("approval-by").Text()); page.find("approval").Length() != 1 || got != "alice" {
+		t.Errorf("approvals shown %d, by %q; want alice's, as the agent's API names her", page.find("approval").Length(), got)
 	}
 	if !strings.Contains(page.body, `http-equiv="refresh"`) {
 		t.Error("an approved call's status page does not reload itself")

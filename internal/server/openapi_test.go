@@ -617,9 +617,10 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: get, path: "/api/v1/calls/" + lapsedID, token: token}, http.StatusOK) // with its resolution
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + lapsedID + "/outcome", token: token, body: `{"status":"succeeded"}`}, http.StatusOK)
 
-	// A token that names its agent's owners: the call carries them as the
-	// console resolved them (a provider user name gets the principal of
-	// the account shown under it), and each approval says how it was given.
+	// A token that names its agent's owners: the call carries them as
+	// people see them (the principal pinned beside a provider user name is
+	// stored, not shown to the agent), and each approval says how it was
+	// given.
 	if err := st.db.Accounts().Update(ctx, func(tx account.Tx) error {
 		return tx.InsertUser(account.User{Name: "oidc:idp.example.com/00u-olga", Role: account.RoleOperator, Kind: account.KindOIDC,
 			Issuer: "https://idp.example.com", Subject: "00u-olga", ShortName: "olga", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)})
@@ -627,14 +628,17 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.SeedUsers(t, st.db.Accounts(), account.RoleOperator, "bob")
-	_, owned, err := account.NewService(st.db.Accounts(), nil).CreateTokenWith(ctx, account.TokenSpec{Actor: "agent:deploy-bot",
+	ownedTok, owned, err := account.NewService(st.db.Accounts(), nil).CreateTokenWith(ctx, account.TokenSpec{Actor: "agent:deploy-bot",
 		Audience: "deploy-host", Owners: []string{"olga", "team:payments"}}, "test", audit.ChannelCLI)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got, want := fmt.Sprint(ownedTok.Owners), "[olga oidc:idp.example.com/00u-olga team:payments]"; got != want {
+		t.Errorf("stored owners = %s, want %s", got, want)
+	}
 	mine := check(docRequest{op: submit, path: "/api/v1/calls", token: owned, // two approvals
 		body: `{"tool":"releases.deploy","target":"service:api","args":{"version":"v1.4.2","environment":"staging","change_ticket":"CHG-1234"}}`}, http.StatusCreated)
-	wantOwners := []any{"olga", "oidc:idp.example.com/00u-olga", "team:payments"}
+	wantOwners := []any{"olga", "team:payments"}
 	if got := mine.json["owners"]; fmt.Sprint(got) != fmt.Sprint(wantOwners) {
 		t.Errorf("owners = %v, want %v", got, wantOwners)
 	}

@@ -64,8 +64,11 @@ METHOD_POLICY = "policy"
 
 @dataclass(frozen=True)
 class Approval:
-    """One approval of a call: who gave it (an account name, or ``policy:``
-    and the rule's id), through which channel (web, cli, policy), and how:
+    """One approval of a call: who gave it (the operator as people see
+    them: a local account's name, a single-sign-on operator's provider user
+    name, else display name, else ``(single sign-on user)``, never an
+    ``oidc:HOST/SUB`` principal; or ``policy:`` and the rule's id), through
+    which channel (web, cli, policy), and how:
     ``method`` is click (on the call's page), passkey (signed with the
     operator's passkey), command (``console approve``) or policy (a rule of
     the tools file); another value is the channel's name."""
@@ -86,7 +89,8 @@ class Approvals:
 
 @dataclass(frozen=True)
 class Decision:
-    """An operator's denial: who, why and when."""
+    """An operator's denial: who (named as in ``Approval.by``, or
+    ``policy:RULE``), why and when."""
 
     by: str
     reason: str
@@ -95,7 +99,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class Comment:
-    """An operator's note with an approval."""
+    """An operator's note with an approval; ``by`` is named as in
+    ``Approval.by``."""
 
     by: str
     comment: str
@@ -115,7 +120,8 @@ class Outcome:
 @dataclass(frozen=True)
 class Resolution:
     """A person's finding about a call whose outcome was unknown or whose
-    lease expired: ``verdict`` is executed or not_executed."""
+    lease expired: ``verdict`` is executed or not_executed; ``by`` is named
+    as in ``Approval.by``."""
 
     verdict: str
     by: str
@@ -152,9 +158,10 @@ class Call:
     decide_by: Optional[datetime]
     approvals: Approvals
     rationale: str = ""
-    #: The people who run the agent, from its token when the call was made
-    #: (account names, oidc:HOST/SUB principals, team:GROUP): none of them
-    #: may approve the call.
+    #: The people who run the agent, from its token when the call was made,
+    #: each once, named as people see them (account names, a single-sign-on
+    #: account by its provider user name and never an oidc:HOST/SUB
+    #: principal, team:GROUP): none of them may approve the call.
     owners: tuple = ()
     grant: str = ""
     grant_expires_at: Optional[datetime] = None

@@ -60,7 +60,10 @@ export type ApprovalMethod = 'click' | 'passkey' | 'command' | 'policy' | (strin
 
 /** One approval of a call. */
 export interface GivenApproval {
-  /** The operator's account name, or policy: and the rule's id. */
+  /** The operator as people see them (a local account's name; a
+   * single-sign-on operator's provider user name, else display name, else
+   * "(single sign-on user)"; never an oidc:HOST/SUB principal), or policy:
+   * and the rule's id. */
   by: string;
   /** Where it came from: web, cli or policy. */
   channel: string;
@@ -70,6 +73,7 @@ export interface GivenApproval {
 
 /** An operator's denial: who, why, when. */
 export interface Decision {
+  /** The operator, named as in GivenApproval.by, or policy:RULE. */
   by: string;
   reason: string;
   at: string;
@@ -101,9 +105,11 @@ export interface Call {
   /** When a pending call expires. */
   decide_by: string;
   approvals: Approvals;
-  /** The people who run the agent (from its token when the call was made:
-   * account names, oidc:HOST/SUB principals, team:GROUP); none of them may
-   * approve the call. Absent when the token names none. */
+  /** The people who run the agent (from its token when the call was made),
+   * each once, named as people see them: account names (a single-sign-on
+   * account by its provider user name, never an oidc:HOST/SUB principal)
+   * and team:GROUP; none of them may approve the call. Absent when the
+   * token names none. */
   owners?: string[];
   /** The signed single-use grant, while approved and not yet redeemed. */
   grant?: string;
@@ -127,6 +133,7 @@ export interface Call {
  * lease expired. */
 export interface Resolution {
   verdict: Verdict;
+  /** The operator, named as in GivenApproval.by. */
   by: string;
   note: string;
   at: string;
@@ -151,6 +158,7 @@ export interface Lease {
 
 /** An operator's note with an approval. */
 export interface ApprovalComment {
+  /** The operator, named as in GivenApproval.by. */
   by: string;
   comment: string;
   at: string;
