@@ -552,6 +552,32 @@ func TestDeniedBySingleSignOnOperator(t *testing.T) {
 	}
 }
 
+// TestRetryLimitSaysHowToClear: after three refused calls of one tool the
+// fourth is refused with retry_limit, whose text names both ways a person
+// clears the block; cleared, the tool is accepted again.
+func TestRetryLimitSaysHowToClear(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true})
+	cs := e.client(nil, "")
+	for i := range 3 {
+		if st := status(t, callRaw(t, cs, "add", `{"a":1,"b":2,"c":3}`)); st["status"] != mcp.StatusInvalidArguments {
+			t.Fatalf("refusal %d: %v, want invalid_arguments", i+1, st)
+		}
+	}
+	res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
+	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusRetryLimit ||
+		!strings.Contains(text(res), "stop retrying and ask a person") || !strings.Contains(text(res), "in the console") ||
+		!strings.Contains(text(res), "console unblock ACTOR TOOL --as OPERATOR") {
+		t.Fatalf("fourth call: %s %v, want retry_limit naming the console and console unblock", text(res), st)
+	}
+	if err := e.q.ClearRetry(context.Background(), "alice", audit.ChannelCLI, desk.Actor, "demo/add"); err != nil {
+		t.Fatal(err)
+	}
+	go e.approveNext(nil)
+	if res := callRaw(t, cs, "add", `{"a":1,"b":2}`); res.IsError {
+		t.Fatalf("after the block was cleared: %s", text(res))
+	}
+}
+
 func TestDenyAndPreviouslyDenied(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true})
 	cs := e.client(nil, "")
