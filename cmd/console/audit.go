@@ -32,10 +32,12 @@ const auditUsage = `usage:
 verify recomputes the hash chain and checks every signed checkpoint; it
 exits 0 when all is intact, 1 on any damage (naming the first bad entry),
 2 on a usage error. export streams the trail; a JSONL export verifies
-offline with verify --file. checkpoint signs the current head now and
-prints it as GET /api/v1/audit/checkpoint would. accept-rollback accepts a
-database restored from an older copy, which serve refuses: every grant
-issued until then is refused from then on.`
+offline with verify --file. export only reads: from a data directory
+without its audit key it writes the JSONL header unsigned, and makes no
+key. checkpoint signs the current head now and prints it as
+GET /api/v1/audit/checkpoint would. accept-rollback accepts a database
+restored from an older copy, which serve refuses: every grant issued
+until then is refused from then on.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -232,7 +234,7 @@ func printReport(w io.Writer, rep audit.Report, outside int) {
 		if rep.Header.Signed() {
 			fmt.Fprintf(w, "header: range, head and count signed by audit key %s\n", rep.Header.KID)
 		} else {
-			fmt.Fprintln(w, "note: the header is not signed (an older export format): entries dropped from the end together with their checkpoint lines and the header edited would not show")
+			fmt.Fprintln(w, "note: the header is not signed (exported without the audit key, or an older export format): entries dropped from the end together with their checkpoint lines and the header edited would not show")
 		}
 	}
 	if rep.Checkpoints == 0 {
@@ -286,17 +288,6 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	opt := audit.ExportOptions{Format: *format}
-	if *format == "jsonl" {
-		// The header is signed with the data directory's audit key, so a
-		// copy whose tail and checkpoint lines were dropped cannot be given
-		// a header that matches what is left.
-		signer, err := audit.LoadOrCreateKey(auditKeyPath(dataDir(e, *data)))
-		if err != nil {
-			fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
-			return 1
-		}
-		opt.Signer = signer
-	}
 	for _, x := range []struct {
 		flag string
 		dst  *time.Time
@@ -317,6 +308,31 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer d.Close()
+	unsigned := false
+	if *format == "jsonl" {
+		// The header is signed with the data directory's audit key, so a
+		// copy whose tail and checkpoint lines were dropped cannot be given
+		// a header that matches what is left. Exporting only reads: a
+		// directory without the key (a copy made without it, or one whose
+		// server never started) exports with an unsigned header rather
+		// than get a new key, which would sign for nobody.
+		path := auditKeyPath(dataDir(e, *data))
+		signer, err := audit.LoadKey(path)
+		switch {
+		case err == nil:
+			opt.Signer = signer
+		case errors.Is(err, os.ErrNotExist):
+			unsigned = true
+		case errors.Is(err, os.ErrPermission):
+			fmt.Fprintf(e.stderr, "console audit export: %v; nothing was exported. The header of a JSONL export is signed with this key: "+
+				"run the export as the user the console runs as, or from a copy of the data directory without its audit-key "+
+				"(the export's header is then not signed)\n", err)
+			return 1
+		default:
+			fmt.Fprintf(e.stderr, "console audit export: %v; nothing was exported\n", err)
+			return 1
+		}
+	}
 
 	w := e.stdout
 	var tmp *os.File
@@ -353,6 +369,12 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 	} else {
 		fmt.Fprintf(e.stderr, "exported %d entries (%d to %d, head %s) and %d checkpoints to %s\n",
 			res.Count, res.FromSeq, res.ToSeq, res.Head, res.Checkpoints, dest)
+	}
+	if unsigned {
+		fmt.Fprintf(e.stderr, "note: %s has no audit key (%s), and none was made: the export's header is not signed (format %s). "+
+			"audit verify --file checks its entries and checkpoints but cannot tell entries dropped from its end, and refuses it "+
+			"when audit keys are trusted (--data, --checkpoint, --trusted-keys). To sign the header, export where the console's audit key is\n",
+			dataDir(e, *data), auditKeyPath(dataDir(e, *data)), audit.ExportFormatV1)
 	}
 	return 0
 }

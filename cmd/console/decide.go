@@ -150,18 +150,32 @@ func decideViaSocket(ctx context.Context, sock string, req control.Request) (con
 
 func decideDirect(ctx context.Context, data, url, toolsFile string, req control.Request) (control.Response, error) {
 	var out control.Response
+	if err := databaseExists(data, url); err != nil {
+		return out, err
+	}
+	// An approval mints a grant signed with the data directory's keyring;
+	// a denial or the clearing of a retry block signs nothing and needs no
+	// keys. A directory with a database and no keyring is a mistake to
+	// point out, not to mend here: the approval is refused before the
+	// database is opened, so nothing is made or written.
+	var keys *grant.Keyring
+	if req.Action == "approve" {
+		var err error
+		keys, err = grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
+		if errors.Is(err, grant.ErrNoKeyring) {
+			return out, fmt.Errorf("no keyring in %s to sign the grant with, and no server answers on %s; nothing was created or approved. "+
+				"Check that --data (or $COUNTERSIGN_DATA) names this console's data directory; "+
+				"if its keys were never made, run console keys init --data %s", keysDir(data), controlPath(data), data)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
 	d, err := openExisting(ctx, data, url)
 	if err != nil {
 		return out, err
 	}
 	defer d.Close()
-	// Clearing a retry block signs nothing: it needs no keys.
-	var keys *grant.Keyring
-	if req.Action != "clear" {
-		if keys, err = grant.OpenKeyring(keysDir(data), Issuer, time.Now); err != nil {
-			return out, err
-		}
-	}
 	// An approval is checked against the tool's current definition, so it
 	// needs the tools file; a denial does not.
 	var pol *policy.Policy

@@ -25,8 +25,8 @@ const keysUsage = `usage: console keys init [--data DIR]
 init makes a new data directory's keys: its grant signing keyring and its
 audit checkpoint key (console serve makes them on its first start too). It
 makes only what is missing and never replaces a key: it refuses when both
-are there. list and jwks only read: they refuse a data directory without
-a keyring rather than make one.
+are there. list, jwks and rotate refuse a data directory without a
+keyring rather than make one.
 
 jwks prints this data directory's part of a cluster's trust file: its
 grant keys that may verify a live grant and its audit checkpoint key.
@@ -89,17 +89,17 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 	if sub == "init" {
 		return keysInit(e, dataDir(e, *data))
 	}
-	// Only rotate makes the keyring of a directory that has none; list
-	// and jwks only read, so a mistyped --data makes nothing.
-	open := grant.OpenExistingKeyring
-	if sub == "rotate" {
-		open = grant.OpenKeyring
-	}
-	k, err := open(keysDir(dataDir(e, *data)), Issuer, time.Now)
+	// Only init makes a keyring: list and jwks only read, and rotate
+	// turns the keys that are there, so a mistyped --data makes nothing.
+	k, err := grant.OpenExistingKeyring(keysDir(dataDir(e, *data)), Issuer, time.Now)
 	if errors.Is(err, grant.ErrNoKeyring) {
+		what := ""
+		if sub == "rotate" {
+			what = " (rotate replaces the signing key of a keyring that is there; it makes none)"
+		}
 		fmt.Fprintf(e.stderr, "console keys %s: no keyring in %s; nothing was created. Check that --data (or $COUNTERSIGN_DATA) "+
-			"names this console's data directory; to make the keys of a new one, run console keys init --data %s\n",
-			sub, keysDir(dataDir(e, *data)), dataDir(e, *data))
+			"names this console's data directory%s; to make the keys of a new one, run console keys init --data %s\n",
+			sub, keysDir(dataDir(e, *data)), what, dataDir(e, *data))
 		return 1
 	}
 	if err != nil {

@@ -235,6 +235,42 @@ func TestKeysReadingCommandsCreateNothing(t *testing.T) {
 	}
 }
 
+// TestKeysRotateWithoutAKeyring: keys rotate, in one step or two, turns
+// the keys of a keyring that is there: on a data directory without one (a
+// mistyped --data, or one whose keys are missing) it refuses, says what to
+// do, and makes nothing, not even the database it audits rotations in.
+func TestKeysRotateWithoutAKeyring(t *testing.T) {
+	typo := filepath.Join(t.TempDir(), "typo")
+	existing := t.TempDir()
+	if code, _, errs := userRun(t, "a long enough password\n", "user", "add", "alice", "--role", "operator", "--password-stdin", "--data", existing); code != 0 {
+		t.Fatalf("user add = %d: %s", code, errs)
+	}
+	before := dirState(t, existing)
+	for _, data := range []string{typo, existing} {
+		for _, args := range [][]string{nil, {"--prepare"}, {"--activate"}} {
+			code, out, errs := keysRun(t, nil, append([]string{"keys", "rotate", "--data", data}, args...)...)
+			if code != 1 || out != "" || !strings.Contains(errs, "console keys rotate: no keyring in "+keysDir(data)) ||
+				!strings.Contains(errs, "nothing was created") || !strings.Contains(errs, "rotate replaces the signing key of a keyring that is there") ||
+				!strings.Contains(errs, "console keys init --data "+data) {
+				t.Errorf("keys rotate %v --data %s = %d, stdout %q, stderr %q; want 1 and what to do", args, data, code, out, errs)
+			}
+		}
+	}
+	if _, err := os.Stat(typo); !os.IsNotExist(err) {
+		t.Errorf("rotate made the mistyped data directory: %v", err)
+	}
+	if after := dirState(t, existing); after != before {
+		t.Errorf("a refused rotate changed the data directory:\n%s\nwas\n%s", after, before)
+	}
+	// Once keys init made the keyring, rotate turns it.
+	if code, _, errs := keysRun(t, nil, "keys", "init", "--data", existing); code != 0 {
+		t.Fatalf("keys init = %d: %s", code, errs)
+	}
+	if code, out, errs := keysRun(t, nil, "keys", "rotate", "--data", existing); code != 0 || !strings.HasPrefix(out, "New grants are signed with ") {
+		t.Errorf("keys rotate after init = %d, %q, stderr %s", code, out, errs)
+	}
+}
+
 // TestKeysInit: keys init makes a data directory's keyring and audit key,
 // which list and jwks then read; run again it refuses and changes
 // nothing; on a directory with a keyring and no audit key it makes only
@@ -274,11 +310,11 @@ func TestKeysInit(t *testing.T) {
 		t.Errorf("a refused init changed the audit key (%v)", err)
 	}
 
-	// A keyring without an audit key (keys rotate made it): jwks refuses,
-	// init makes the audit key only.
+	// A keyring without an audit key (one made before keys init made
+	// both): jwks refuses, init makes the audit key only.
 	old := t.TempDir()
-	if code, _, errs := keysRun(t, nil, "keys", "rotate", "--data", old); code != 0 {
-		t.Fatalf("keys rotate = %d, stderr %s", code, errs)
+	if _, err := grant.CreateKeyring(keysDir(old), Issuer, time.Now); err != nil {
+		t.Fatal(err)
 	}
 	_, before, _ := keysRun(t, nil, "keys", "list", "--data", old)
 	if code, out, errs := keysRun(t, nil, "keys", "jwks", "--data", old); code != 1 || out != "" ||

@@ -145,16 +145,26 @@ func makeDataDir(data string) error {
 // openExisting is openStore for commands that act on a database that must
 // already exist: on SQLite, a missing file is refused rather than created.
 func openExisting(ctx context.Context, data, url string) (*engine, error) {
-	if err := notADirectory(data); err != nil {
+	if err := databaseExists(data, url); err != nil {
 		return nil, err
+	}
+	return openStore(ctx, data, url)
+}
+
+// databaseExists refuses a data directory that is a file, and, on SQLite
+// (url empty), one without a database, as openExisting does, opening
+// nothing.
+func databaseExists(data, url string) error {
+	if err := notADirectory(data); err != nil {
+		return err
 	}
 	if url == "" {
 		if _, err := os.Stat(dbPath(data)); err != nil {
-			return nil, fmt.Errorf("no database at %s: pass --data DIR of a console that has run "+
+			return fmt.Errorf("no database at %s: pass --data DIR of a console that has run "+
 				"(console serve creates its database there), or --db URL", dbPath(data))
 		}
 	}
-	return openStore(ctx, data, url)
+	return nil
 }
 
 // openReadOnly opens an existing database for reading only, without

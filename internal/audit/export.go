@@ -468,7 +468,7 @@ func (o VerifyOptions) Report(v *Verifier, count int64, head string) Report {
 func checkHeaderKey(h *ExportHeader, opts VerifyOptions) error {
 	if !h.Signed() {
 		if len(opts.TrustedKeys) > 0 {
-			return errors.New("the export header is not signed (format v1), but audit keys are trusted: export again")
+			return errors.New("the export header is not signed (format v1), but audit keys are trusted: export again where the audit key is, to sign it")
 		}
 		return nil
 	}
