@@ -26,6 +26,13 @@ class Problem:
         return {"code": self.code, "path": self.path, "message": self.message}
 
 
+# The console's answers that refuse the call itself, whatever their status:
+# a rule of the tools file, an operator's earlier denial, the block after
+# three refusals in a row, a body too large. Beside them, a proposal whose
+# content the console refused (its problems listed) is a refusal too.
+_REFUSAL_CODES = frozenset({"denied_by_policy", "previously_denied", "retry_limit", "too_large"})
+
+
 class CountersignError(Exception):
     """An error answer of the console, or a refusal made by this client in
     its name. ``status`` is the HTTP status (None when nothing was sent)."""
@@ -49,6 +56,29 @@ class CountersignError(Exception):
         for p in self.problems:
             parts.append(f"{p.code} at {p.path}: {p.message}" if p.path else f"{p.code}: {p.message}")
         return "; ".join(parts)
+
+    @property
+    def refusal(self) -> bool:
+        """Whether the console refused this call: something the model that
+        proposed it can act on (fix its arguments, stop, ask a person), such
+        as a denial, a rule, an invalid proposal, or the block after repeated
+        refusals. False for an operational failure the application must
+        handle and the model cannot fix: the agent's own token missing,
+        unknown or revoked (401) or not allowed the tool's host (403
+        ``audience_not_allowed``), a tool the console does not know
+        (``unknown_tool``: the application names the tool), any 5xx
+        (``frozen``, ``unavailable``, ``internal``), an unreachable console,
+        an answer not in the API's shape, a digest mismatch, a wait that
+        timed out."""
+        if self.status is None:
+            return False
+        if self.code in _REFUSAL_CODES:
+            return True
+        # A refused proposal lists its problems (malformed_json,
+        # invalid_arguments, ...); unknown_tool lists one too, but names the
+        # application's configuration, not the model's arguments.
+        return (400 <= self.status < 500 and self.status not in (401, 403) and bool(self.problems)
+                and self.code != "unknown_tool")
 
     def has_problem(self, code: str, path: Optional[str] = None) -> bool:
         """Whether a problem with code (at path, when given) is listed."""
@@ -131,6 +161,11 @@ class NotApproved(CountersignError):
             reason, message = None, f"{call.tool} on {call.target} is {status}"
         super().__init__(status, message, reason=reason, call_id=call.id)
 
+    @property
+    def refusal(self) -> bool:
+        """Always: the call was denied, expired or cancelled."""
+        return True
+
 
 class WaitTimeout(CountersignError):
     """The call was still pending when the wait ended (code ``wait_timeout``);
@@ -151,3 +186,8 @@ class RedemptionRejected(CountersignError):
         super().__init__(redemption.reason or "rejected",
                          redemption.message or f"the grant was refused: {redemption.reason}",
                          status=redemption.status_code, reason=redemption.reason, call_id=redemption.call_id)
+
+    @property
+    def refusal(self) -> bool:
+        """Always: the grant was refused, so the call did not run."""
+        return True

@@ -149,6 +149,16 @@ class Console:
         return run_console("token", "create", "--data", self.data, "--actor", actor, "--audience", audience,
                            *(a for o in owners for a in ("--owner", o))).stdout.decode().strip()
 
+    def revoke_tokens(self, actor: str) -> None:
+        """Revoke every token of actor (`console token revoke`): the console
+        answers their requests 401 from then on."""
+        rows = run_console("token", "list", "--data", self.data).stdout.decode().splitlines()
+        ids = [cols[0] for cols in (r.split() for r in rows) if len(cols) > 1 and cols[1] == actor]
+        if not ids:
+            raise AssertionError(f"no token of {actor} to revoke")
+        for i in ids:
+            run_console("token", "revoke", i, "--data", self.data)
+
     def approve(self, call_id: str, digest: str) -> dict:
         return json.loads(run_console("approve", call_id, "--as", OPERATOR, "--digest", digest,
                                       "--data", self.data).stdout)

@@ -3,6 +3,7 @@ denial, expiry, refused proposals, the retry cap, long-poll wake-up, digest
 agreement, and the gated decorator."""
 
 import inspect
+import json
 import re
 import threading
 import time
@@ -150,12 +151,12 @@ class WholeLoop(unittest.TestCase):
     def test_bad_token_and_unreachable_console(self):
         with self.assertRaises(CountersignError) as cm:
             Client(console.url, "not-a-token").submit("payments.refund", "invoice:INV-1", REFUND)
-        self.assertEqual(cm.exception.status, 401)
+        self.assertEqual((cm.exception.status, cm.exception.refusal), (401, False))
         # A port nobody listens on: an error with a code, not a bare OSError.
         dead = Client("http://127.0.0.1:9", "x", max_outage=0.5, backoff=(0.05, 0.1))
         with self.assertRaises(countersign.ConsoleUnreachable) as cm:
             dead.get("call_x")
-        self.assertEqual((cm.exception.code, cm.exception.status), ("unavailable", None))
+        self.assertEqual((cm.exception.code, cm.exception.status, cm.exception.refusal), ("unavailable", None, False))
         with self.assertRaises(countersign.ConsoleUnreachable):
             dead.wait("call_x")
 
@@ -190,8 +191,8 @@ class Decisions(unittest.TestCase):
         with self.assertRaises(CountersignError) as cm:
             c.submit("payments.refund", "invoice:INV-500", dict(REFUND, amount_minor=500))
         e = cm.exception
-        self.assertEqual((e.code, e.status, e.call_id, e.reason),
-                         ("previously_denied", 409, call.id, "this invoice was already refunded"))
+        self.assertEqual((e.code, e.status, e.call_id, e.reason, e.refusal),
+                         ("previously_denied", 409, call.id, "this invoice was already refunded", True))
 
     def test_expiry(self):
         c = new_client()
@@ -209,7 +210,7 @@ class Decisions(unittest.TestCase):
         call = c.submit("payments.refund", "invoice:INV-8", REFUND)
         with self.assertRaises(WaitTimeout) as cm:
             c.wait(call.id, timeout=1.0)
-        self.assertEqual((cm.exception.code, cm.exception.call.status), ("wait_timeout", "pending"))
+        self.assertEqual((cm.exception.code, cm.exception.call.status, cm.exception.refusal), ("wait_timeout", "pending", False))
         c.cancel(call.id)
 
     def test_long_poll_wakes_on_approval(self):
@@ -233,7 +234,7 @@ class RefusedProposals(unittest.TestCase):
             c.submit("payments.refund", "invoice:INV-1",
                      {"amount_minor": 1299, "reason_code": "duplicate", "sql": "DROP TABLE invoices"})
         e = cm.exception
-        self.assertEqual((e.code, e.status), ("invalid_arguments", 422))
+        self.assertEqual((e.code, e.status, e.refusal), ("invalid_arguments", 422, True))
         self.assertTrue(e.has_problem("unknown_field", "/args/sql"))
         self.assertTrue(e.has_problem("missing_field", "/args/currency"))
         self.assertEqual(len(e.problems), 2)
@@ -255,7 +256,7 @@ class RefusedProposals(unittest.TestCase):
                 with self.assertRaises(CountersignError) as cm:
                     c.submit("payments.refund", "invoice:INV-1", args)
                 e = cm.exception
-                self.assertEqual((e.code, e.status), (code, status))
+                self.assertEqual((e.code, e.status, e.refusal), (code, status, True))
                 self.assertEqual([(p.code, p.path) for p in e.problems], [(code, path)])
         with self.assertRaises(CountersignError) as cm:
             c.submit("payments.refund", "invoice:INV-1", {"amount_minor": float("nan")})
@@ -269,11 +270,12 @@ class RefusedProposals(unittest.TestCase):
         c = new_client()
         with self.assertRaises(CountersignError) as cm:
             c.submit("payments.refund_all", "invoice:INV-1", REFUND)
-        self.assertEqual((cm.exception.code, cm.exception.status), ("unknown_tool", 422))
+        # Neither is the model's to fix: the application names the tool and holds the token.
+        self.assertEqual((cm.exception.code, cm.exception.status, cm.exception.refusal), ("unknown_tool", 422, False))
         other = Client(console.url, console.token("agent:py-mail", audience="mail-host"))
         with self.assertRaises(CountersignError) as cm:
             other.submit("payments.refund", "invoice:INV-1", REFUND)
-        self.assertEqual((cm.exception.code, cm.exception.status), ("audience_not_allowed", 403))
+        self.assertEqual((cm.exception.code, cm.exception.status, cm.exception.refusal), ("audience_not_allowed", 403, False))
 
     def test_retry_limit(self):
         c = new_client()
@@ -289,7 +291,7 @@ class RefusedProposals(unittest.TestCase):
         with self.assertRaises(CountersignError) as cm:
             c.submit("payments.refund", "invoice:INV-1", REFUND)
         e = cm.exception
-        self.assertEqual((e.code, e.status), ("retry_limit", 429))
+        self.assertEqual((e.code, e.status, e.refusal), ("retry_limit", 429, True))
         self.assertTrue(e.message)
         # Another tool of the same actor is not blocked.
         self.assertEqual(c.submit("tests.echo", "echo:x", {"text": "hi"}).status, "pending")
@@ -380,6 +382,7 @@ class Gated(unittest.TestCase):
         self.assertEqual((e.code, e.reason, e.by, e.call.id), ("denied", "not fraud: the customer confirmed the charge",
                                                                 OPERATOR, call.id))
         self.assertIn("not fraud", e.message)
+        self.assertTrue(e.refusal)
         self.assertEqual(ran, [])
 
         result = in_thread(refund, 13, "USD", "fraud")
@@ -422,8 +425,55 @@ class Gated(unittest.TestCase):
         console.approve(call.id, call.digest)
         with self.assertRaises(RedemptionRejected) as cm:
             result()
-        self.assertEqual((cm.exception.code, cm.exception.redemption.status_code), ("replayed", 409))
+        self.assertEqual((cm.exception.code, cm.exception.redemption.status_code, cm.exception.refusal), ("replayed", 409, True))
         self.assertEqual(ran, [])
+
+    def test_revoked_token_is_not_a_refusal(self):
+        # A token revoked while the agent runs: the gated function raises the
+        # client's error with the console's code, which says it is not the
+        # model's to act on; nothing runs.
+        c = CountingClient(console.url, console.token("agent:py-gated-revoked"))
+        ran = []
+
+        @gated("payments.refund", target="invoice:INV-98", client=c)
+        def refund(amount_minor, currency, reason_code):
+            ran.append(amount_minor)
+
+        console.revoke_tokens("agent:py-gated-revoked")
+        with self.assertRaises(CountersignError) as cm:
+            refund(7, "USD", "duplicate")
+        e = cm.exception
+        self.assertNotIsInstance(e, NotApproved)
+        self.assertEqual((e.code, e.status, e.refusal), ("unauthorized", 401, False))
+        self.assertEqual(e.to_dict()["error"]["code"], "unauthorized")
+        self.assertEqual(ran, [])
+
+    def test_refusal_of_each_kind_of_answer(self):
+        def answer(status, **error):
+            return CountersignError.from_response(status, json.dumps({"error": error}).encode())
+
+        problem = [{"code": "enum_mismatch", "path": "/args/currency", "message": "x"}]
+        cases = [
+            ("invalid_arguments", answer(422, code="invalid_arguments", message="x", problems=problem), True),
+            ("malformed_json", answer(400, code="malformed_json", message="x",
+                                      problems=[{"code": "malformed_json", "path": "", "message": "x"}]), True),
+            ("too_large", answer(413, code="too_large", message="x"), True),
+            ("denied_by_policy", answer(403, code="denied_by_policy", message="x", reason="r"), True),
+            ("previously_denied", answer(409, code="previously_denied", message="x", reason="r"), True),
+            ("retry_limit", answer(429, code="retry_limit", message="x"), True),
+            ("unauthorized", answer(401, code="unauthorized", message="the token is unknown or revoked"), False),
+            ("audience_not_allowed", answer(403, code="audience_not_allowed", message="x"), False),
+            ("unknown_tool", answer(422, code="unknown_tool", message="x",
+                                    problems=[{"code": "unknown_tool", "path": "/tool", "message": "x"}]), False),
+            ("too_many_waits", answer(429, code="too_many_waits", message="x"), False),
+            ("frozen", answer(503, code="frozen", message="x"), False),
+            ("internal", answer(500, code="internal", message="x"), False),
+            ("not JSON", CountersignError.from_response(502, b"<html>bad gateway</html>"), False),
+            ("nothing sent", CountersignError("unauthorized", "COUNTERSIGN_TOKEN is not set"), False),
+        ]
+        for name, e, want in cases:
+            with self.subTest(name):
+                self.assertEqual(e.refusal, want)
 
     def test_signature_rules(self):
         with self.assertRaises(TypeError):

@@ -18,6 +18,14 @@
  * is a refusal the model can read, with the operator's reason; the
  * original execute never runs.
  *
+ * A failure that is not a refusal of the call (the agent's token unknown or
+ * revoked, a tool the console does not know, a 5xx, an unreachable console:
+ * see CountersignError.refusal) is thrown as the client's CountersignError,
+ * never handed to the model as a refusal: the SDK records it as the step's
+ * `tool-error` part, whose `error` is that CountersignError. Add
+ * stopOnGateFailure to `stopWhen` so that the model is not called again
+ * after one, and read it with gateFailure(result.steps).
+ *
  * The AI SDK's own `needsApproval` asks the application, and binds nothing;
  * leave it unset on a gated tool.
  */
@@ -47,7 +55,9 @@ export function isRefusal(v: unknown): v is GateRefusal {
 }
 
 /** The refusal a model reads for an error of the gate, or undefined for an
- * error that is not the model's to act on (the console unreachable). */
+ * error that is not the model's to act on and must be thrown (see
+ * CountersignError.refusal: a bad or revoked token, a 5xx, the console
+ * unreachable). */
 export function refusalOf(e: unknown): GateRefusal | undefined {
   if (e instanceof NotApprovedError) {
     const r: GateRefusal = { countersign: e.code as GateRefusal['countersign'], message: e.message, call_id: e.call.id };
@@ -57,9 +67,32 @@ export function refusalOf(e: unknown): GateRefusal | undefined {
   }
   if (e instanceof RedemptionRejectedError)
     return { countersign: 'redemption_rejected', message: `the grant was refused (${e.code}): the call did not run`, call_id: e.redemption.call_id };
-  if (e instanceof CountersignError && e.status !== undefined && e.status >= 400 && e.status < 500)
+  if (e instanceof CountersignError && e.refusal)
     return { countersign: 'refused', message: e.message, error: e.toJSON().error };
   return undefined;
+}
+
+/** The parts of a step that gateFailure reads. */
+interface StepContent {
+  readonly content: ReadonlyArray<{ readonly type: string; readonly error?: unknown }>;
+}
+
+/** The first operational failure a gated tool threw in these steps (a
+ * CountersignError that is not a refusal: a bad or revoked token, a 5xx,
+ * the console unreachable), or undefined. The SDK keeps it as a step's
+ * `tool-error` part. */
+export function gateFailure(steps: ReadonlyArray<StepContent>): CountersignError | undefined {
+  for (const step of steps)
+    for (const part of step.content)
+      if (part.type === 'tool-error' && part.error instanceof CountersignError && !part.error.refusal) return part.error;
+  return undefined;
+}
+
+/** A `stopWhen` condition: the run stops after the step in which a gated
+ * tool threw an operational failure, so the model is not called again with
+ * it. Read it with gateFailure(result.steps). */
+export function stopOnGateFailure({ steps }: { steps: ReadonlyArray<StepContent> }): boolean {
+  return gateFailure(steps) !== undefined;
 }
 
 async function settle<T>(v: AsyncIterable<T> | PromiseLike<T> | T): Promise<T> {

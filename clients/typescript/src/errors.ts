@@ -38,6 +38,12 @@ export interface CountersignErrorFields {
   raw?: string;
 }
 
+/** The console's answers that refuse the call itself, whatever their
+ * status: a rule of the tools file, an operator's earlier denial, the
+ * block after three refusals in a row. Beside them, a proposal whose
+ * content the console refused (its problems listed) is a refusal too. */
+const REFUSAL_CODES = new Set(['denied_by_policy', 'previously_denied', 'retry_limit', 'too_large']);
+
 /** An error answer of the console, or a refusal this client made in its
  * name. `status` is the HTTP status, undefined when nothing was sent. */
 export class CountersignError extends Error {
@@ -60,6 +66,28 @@ export class CountersignError extends Error {
     this.callId = fields.callId;
     this.hint = fields.hint;
     this.raw = fields.raw;
+  }
+
+  /**
+   * Whether the console refused this call: something the model that
+   * proposed it can act on (fix its arguments, stop, ask a person), such as
+   * a denial, a rule, an invalid proposal, or the block after repeated
+   * refusals. False for an operational failure the application must handle
+   * and the model cannot fix: the agent's own token missing, unknown or
+   * revoked (401) or not allowed the tool's host (403
+   * `audience_not_allowed`), a tool the console does not know
+   * (`unknown_tool`: the application names the tool), any 5xx (`frozen`,
+   * `unavailable`, `internal`), an unreachable console, an answer not in
+   * the API's shape, a digest mismatch, a wait that timed out.
+   */
+  get refusal(): boolean {
+    if (this.status === undefined) return false;
+    if (REFUSAL_CODES.has(this.code)) return true;
+    // A refused proposal lists its problems (malformed_json,
+    // invalid_arguments, ...); unknown_tool lists one too, but names the
+    // application's configuration, not the model's arguments.
+    return this.status >= 400 && this.status < 500 && this.status !== 401 && this.status !== 403 &&
+      this.problems.length > 0 && this.code !== 'unknown_tool';
   }
 
   /** Whether a problem with code (at path, when given) is listed. */
@@ -143,6 +171,11 @@ export class NotApprovedError extends CountersignError {
     this.call = call;
     this.by = call.decision?.by;
   }
+
+  /** Always: the call was denied, expired or cancelled. */
+  override get refusal(): boolean {
+    return true;
+  }
 }
 
 /** The call was still pending when the wait ended (code `wait_timeout`). */
@@ -161,6 +194,11 @@ export class RedemptionRejectedError extends CountersignError {
       reason: redemption.reason,
       callId: redemption.call_id,
     });
+  }
+
+  /** Always: the grant was refused, so the call did not run. */
+  override get refusal(): boolean {
+    return true;
   }
 }
 

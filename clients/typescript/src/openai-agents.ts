@@ -24,6 +24,12 @@
  * replayed run state) finds no grant, and the tool does not run. A denial
  * rejects the interruption with the operator's reason as the message the
  * model reads.
+ *
+ * A failure that is not a refusal of the call (the agent's token unknown or
+ * revoked, a tool the console does not know, a 5xx, an unreachable console:
+ * see CountersignError.refusal) is never turned into a rejection or a tool
+ * message the model reads: `resolve` throws it, and the guard's
+ * `errorFunction` throws it out of the run.
  */
 
 import type { RunContext, RunState, RunToolApprovalItem } from '@openai/agents';
@@ -44,6 +50,36 @@ type Spec = Omit<GateOptions<JsonObject>, 'client'>;
 interface CallDetails {
   toolCall?: { callId?: string; arguments?: string };
   signal?: AbortSignal;
+}
+
+/** The tool was executed without a decision this process saw, and the
+ * console holds no approval of the call either (code `not_approved`): a
+ * refusal the model reads; the tool did not run. */
+export class UnapprovedCallError extends CountersignError {
+  constructor(call: Call) {
+    super('not_approved', `no operator approved this call in Countersign (it is ${call.status}, ${call.id}); it did not run`, { callId: call.id });
+  }
+
+  override get refusal(): boolean {
+    return true;
+  }
+}
+
+/** The SDK's own text for a tool that threw (its defaultToolErrorFunction). */
+function sdkToolErrorText(e: unknown): string {
+  return `An error occurred while running the tool. Please try again. Error: ${e instanceof Error ? e.toString() : String(e)}`;
+}
+
+/**
+ * The `errorFunction` of a gated tool: an error of Countersign that is not
+ * a refusal of the call (see CountersignError.refusal) is thrown, so the
+ * run rejects with it and the application sees it; anything else (a
+ * refusal, or the tool's own error) becomes the message the model reads, in
+ * the SDK's own words.
+ */
+export function toolErrorMessage(_ctx: unknown, e: unknown): string {
+  if (e instanceof CountersignError && !e.refusal) throw e;
+  return sdkToolErrorText(e);
 }
 
 /** The message a model reads when Countersign refused a call. */
@@ -68,11 +104,14 @@ export class CountersignApprovals {
   ) {}
 
   /**
-   * The `needsApproval` and `execute` of a function tool gated by
-   * Countersign: spread it into `tool({...})`. `execute` receives exactly
-   * the arguments the console approved and redeemed, and the run's abort
-   * signal (an abort that makes it throw is reported unknown; see
-   * redeemAndRun).
+   * The `needsApproval`, `execute` and `errorFunction` of a function tool
+   * gated by Countersign: spread it into `tool({...})`. `execute` receives
+   * exactly the arguments the console approved and redeemed, and the run's
+   * abort signal (an abort that makes it throw is reported unknown; see
+   * redeemAndRun). `errorFunction` (toolErrorMessage) throws an
+   * operational failure out of the run and gives the model the SDK's usual
+   * message for anything else; a tool that sets its own after the spread
+   * should do the same.
    */
   guard<A extends JsonObject, R>(
     spec: GateOptions<A>,
@@ -80,6 +119,7 @@ export class CountersignApprovals {
   ): {
     needsApproval: (ctx: RunContext, input: unknown, callId?: string) => Promise<boolean>;
     execute: (input: unknown, ctx?: RunContext, details?: CallDetails) => Promise<R>;
+    errorFunction: (ctx: RunContext, error: unknown) => string;
   } {
     const s = { timeoutMs: this.defaults.timeoutMs, ...spec, client: undefined } as Spec;
     return {
@@ -98,11 +138,11 @@ export class CountersignApprovals {
           // The same actor's identical call is returned while it is still
           // approved; anything else is a new proposal that nobody approved yet.
           call = await this.client.submit(proposalOf(s, args), details?.signal);
-          if (call.status !== 'approved')
-            throw new CountersignError('not_approved', `no operator approved this call in Countersign (it is ${call.status}, ${call.id}); it did not run`, { callId: call.id });
+          if (call.status !== 'approved') throw new UnapprovedCallError(call);
         }
         return redeemAndRun(this.client, call, execute as (a: JsonObject, signal?: AbortSignal) => R | Promise<R>, details?.signal, s);
       },
+      errorFunction: toolErrorMessage,
     };
   }
 
@@ -110,7 +150,9 @@ export class CountersignApprovals {
    * Sends each interruption of a gated tool to Countersign, waits for the
    * decision, approves or rejects it in the run state, and resumes the run
    * with `resume(state)`, until the run no longer stops for a gated tool.
-   * Interruptions of other tools are left for the caller.
+   * Interruptions of other tools are left for the caller. Only a refusal
+   * (see CountersignError.refusal) rejects an interruption; any other
+   * failure is thrown, the interruption left as it was.
    */
   async resolve<TState extends RunState<any, any>, TResult extends Interrupted<TState>>(
     result: TResult,
@@ -129,7 +171,7 @@ export class CountersignApprovals {
           this.approved.set(callId, call);
           result.state.approve(item);
         } catch (e) {
-          if (e instanceof NotApprovedError || (e instanceof CountersignError && e.status !== undefined && e.status < 500)) {
+          if (e instanceof CountersignError && e.refusal) {
             result.state.reject(item, { message: rejectionMessage(e) });
           } else throw e;
         }

@@ -6,7 +6,8 @@ import { after, before, test } from 'node:test';
 import { generateText, stepCountIs, tool } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
 import { z } from 'zod';
-import { gateTool, isRefusal } from '../src/ai.js';
+import { gateFailure, gateTool, isRefusal, stopOnGateFailure } from '../src/ai.js';
+import { ConsoleUnreachable, CountersignError } from '../src/errors.js';
 import { Console, OPERATOR, RecordingClient, within } from './harness.js';
 
 let cs: Console;
@@ -146,4 +147,97 @@ test('aborted while the tool runs: generateText rejects, and the outcome is unkn
   await assert.rejects(within(done, 30_000, 'generateText'), /the user closed the chat/);
   const after = await client.get(call.id);
   assert.deepEqual([after.status, after.outcome?.status, after.outcome?.detail], ['redeemed', 'unknown', 'aborted while it ran: it may have done part of its work']);
+});
+
+/** A step's tool-error part: how the SDK records an execute that threw. */
+function toolError(result: { steps: Array<{ content: Array<{ type: string; error?: unknown }> }> }): unknown {
+  const part = result.steps[0]!.content.find((p) => p.type === 'tool-error');
+  assert.ok(part, `no tool-error in the step: ${JSON.stringify(result.steps[0]!.content)}`);
+  return part.error;
+}
+
+test('a revoked token is thrown to the application, never handed to the model as a refusal', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-revoked'));
+  cs.revokeTokens('agent:ai-revoked');
+  const ran: unknown[] = [];
+  const args = { amount_minor: 1299, currency: 'USD' as const, reason_code: 'duplicate' };
+  const t = refundTool(client, ran);
+  // The gated execute itself throws the client's error, with the console's code.
+  await assert.rejects(t.execute!(args, { toolCallId: 'call-0', messages: [] }) as Promise<unknown>, (e: unknown) => {
+    assert.ok(e instanceof CountersignError, String(e));
+    assert.deepEqual([e.code, e.status, e.refusal], ['unauthorized', 401, false]);
+    return true;
+  });
+  // Through the SDK: the step's tool-error carries that error; no tool
+  // result says the call was refused.
+  const { model, prompts } = scriptedModel(args);
+  const result = await within(generateText({ model, tools: { refund: t }, prompt: 'x', stopWhen: stepCountIs(3) }), 30_000, 'generateText');
+  const err = toolError(result);
+  assert.ok(err instanceof CountersignError && err.code === 'unauthorized' && err.status === 401, String(err));
+  assert.equal(result.steps[0]!.toolResults.length, 0, 'no tool result');
+  assert.doesNotMatch(prompts[1]!, /"countersign"|denied|refused/, 'the model was not told the call was refused');
+  assert.equal(gateFailure(result.steps), err);
+  assert.equal(ran.length, 0);
+
+  // With stopOnGateFailure the run ends at that step: the model is not called again.
+  const again = scriptedModel(args);
+  const stopped = await within(
+    generateText({ model: again.model, tools: { refund: t }, prompt: 'x', stopWhen: [stepCountIs(3), stopOnGateFailure] }),
+    30_000,
+    'generateText',
+  );
+  assert.equal(again.prompts.length, 1, 'the model was called once, before the tool');
+  const failure = gateFailure(stopped.steps);
+  assert.ok(failure instanceof CountersignError && failure.code === 'unauthorized', String(failure));
+  assert.equal(ran.length, 0);
+});
+
+test("a token not allowed the tool's host is thrown to the application (403 audience_not_allowed)", async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-audience', 'crm-host'));
+  const ran: unknown[] = [];
+  const { model } = scriptedModel({ amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' });
+  const result = await within(generateText({ model, tools: { refund: refundTool(client, ran) }, prompt: 'x', stopWhen: stepCountIs(3) }), 30_000, 'generateText');
+  const err = toolError(result);
+  assert.ok(err instanceof CountersignError, String(err));
+  assert.deepEqual([err.code, err.status, err.refusal], ['audience_not_allowed', 403, false]);
+  assert.equal(result.steps[0]!.toolResults.length, 0);
+  assert.equal(ran.length, 0);
+});
+
+test('an unreachable console is thrown to the application', async () => {
+  // A port nothing listens on: the console's own, after it stopped.
+  const gone = await Console.start();
+  const url = gone.url;
+  const token = gone.token('agent:ai-gone');
+  await gone.stop();
+  const ran: unknown[] = [];
+  const { model } = scriptedModel({ amount_minor: 1299, currency: 'USD', reason_code: 'duplicate' });
+  const t = refundTool(new RecordingClient(url, token), ran);
+  const result = await within(generateText({ model, tools: { refund: t }, prompt: 'x', stopWhen: stepCountIs(3) }), 30_000, 'generateText');
+  const err = toolError(result);
+  assert.ok(err instanceof ConsoleUnreachable, String(err));
+  assert.deepEqual([err.code, err.status, err.refusal], ['unavailable', undefined, false]);
+  assert.equal(ran.length, 0);
+});
+
+test('refusals of the call stay refusals; failures of the agent or the console do not', () => {
+  const of = (status: number, error: object) => CountersignError.fromResponse(status, JSON.stringify({ error }));
+  const problem = [{ code: 'enum_mismatch', path: '/args/currency', message: 'x' }];
+  const cases: Array<[string, CountersignError, boolean]> = [
+    ['invalid_arguments', of(422, { code: 'invalid_arguments', message: 'x', problems: problem }), true],
+    ['malformed_json', of(400, { code: 'malformed_json', message: 'x', problems: [{ code: 'malformed_json', path: '', message: 'x' }] }), true],
+    ['too_large', of(413, { code: 'too_large', message: 'x' }), true],
+    ['denied_by_policy', of(403, { code: 'denied_by_policy', message: 'x', reason: 'r' }), true],
+    ['previously_denied', of(409, { code: 'previously_denied', message: 'x', reason: 'r' }), true],
+    ['retry_limit', of(429, { code: 'retry_limit', message: 'x' }), true],
+    ['unauthorized', of(401, { code: 'unauthorized', message: 'the token is unknown or revoked' }), false],
+    ['audience_not_allowed', of(403, { code: 'audience_not_allowed', message: 'x' }), false],
+    ['unknown_tool', of(422, { code: 'unknown_tool', message: 'x', problems: [{ code: 'unknown_tool', path: '/tool', message: 'x' }] }), false],
+    ['too_many_waits', of(429, { code: 'too_many_waits', message: 'x' }), false],
+    ['frozen', of(503, { code: 'frozen', message: 'x' }), false],
+    ['internal', of(500, { code: 'internal', message: 'x' }), false],
+    ['not JSON', CountersignError.fromResponse(502, '<html>bad gateway</html>'), false],
+    ['unreachable', new ConsoleUnreachable('POST http://127.0.0.1:9/api/v1/calls', new Error('connect ECONNREFUSED')), false],
+  ];
+  for (const [name, e, want] of cases) assert.equal(e.refusal, want, name);
 });

@@ -114,6 +114,18 @@ export class Console {
       ...owners.flatMap((o) => ['--owner', o])]).trim();
   }
 
+  /** Revokes every token of actor (`console token revoke`): the console
+   * answers their requests 401 from then on. */
+  revokeTokens(actor: string): void {
+    const ids = runConsole(['token', 'list', '--data', this.data])
+      .split('\n')
+      .map((line) => line.split(/\s+/))
+      .filter((cols) => cols[1] === actor)
+      .map((cols) => cols[0]!);
+    if (ids.length === 0) throw new Error(`no token of ${actor} to revoke`);
+    for (const id of ids) runConsole(['token', 'revoke', id, '--data', this.data]);
+  }
+
   approve(id: string, digest: string): unknown {
     return JSON.parse(runConsole(['approve', id, '--as', OPERATOR, '--digest', digest, '--data', this.data]));
   }

@@ -4,8 +4,9 @@
 // with the operator's decision; the tool runs only after a redemption.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Agent, RunState, Usage, run, setTracingDisabled, tool, type Model, type ModelRequest, type ModelResponse } from '@openai/agents';
+import { Agent, RunState, ToolCallError, Usage, run, setTracingDisabled, tool, type Model, type ModelRequest, type ModelResponse } from '@openai/agents';
 import { z } from 'zod';
+import { CountersignError } from '../src/errors.js';
 import { CountersignApprovals } from '../src/openai-agents.js';
 import { Console, OPERATOR, RecordingClient, within } from './harness.js';
 
@@ -165,4 +166,41 @@ test("aborted while the tool runs: the run's signal reaches it, and the outcome 
   await assert.rejects(within(resolved, 30_000, 'resolve'), /the user stopped the agent/);
   const done = await client.get(call.id);
   assert.deepEqual([done.status, done.outcome?.status, done.outcome?.detail], ['redeemed', 'unknown', 'aborted while it ran: it may have done part of its work']);
+});
+
+/** Asserts e is the client's error for a revoked token. */
+function isRevoked(e: unknown): true {
+  assert.ok(e instanceof CountersignError, `want CountersignError, got ${String(e)}`);
+  assert.deepEqual([e.code, e.status, e.refusal], ['unauthorized', 401, false]);
+  return true;
+}
+
+test('a revoked token: resolve throws the client error and rejects nothing for the model', async () => {
+  const { approvals, ran, model, agent } = setup('agent:oa-revoked', ARGS);
+  const first = await run(agent, 'Refund INV-1042');
+  assert.equal(first.interruptions?.length, 1);
+  cs.revokeTokens('agent:oa-revoked');
+  let resumed = 0;
+  await assert.rejects(
+    within(approvals.resolve(first, (state) => (resumed++, run(agent, state))), 30_000, 'resolve'),
+    isRevoked,
+  );
+  assert.equal(resumed, 0, 'the run was not resumed with a rejection');
+  assert.equal(model.inputs.length, 1, 'the model was sent nothing after the failure');
+  assert.equal(ran.length, 0);
+});
+
+test("a revoked token in the tool's execute rejects the run; the model reads no message of it", async () => {
+  // Approved in the run state alone, so execute asks the console itself.
+  const { ran, model, agent } = setup('agent:oa-revoked-2', { ...ARGS, amount_minor: 900 });
+  const first = await run(agent, 'Refund INV-1042');
+  first.state.approve(first.interruptions![0]!);
+  cs.revokeTokens('agent:oa-revoked-2');
+  await assert.rejects(within(run(agent, first.state), 30_000, 'run'), (e: unknown) => {
+    // The SDK wraps what a tool threw in its ToolCallError.
+    assert.ok(e instanceof ToolCallError, `want ToolCallError, got ${String(e)}`);
+    return isRevoked(e.error);
+  });
+  assert.equal(model.inputs.length, 1, 'the model was sent nothing after the failure');
+  assert.equal(ran.length, 0);
 });
