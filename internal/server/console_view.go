@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -129,20 +130,65 @@ func (c *console) cardView(call *queue.Call, canDecide, owned bool, now time.Tim
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
 		Group: groupKey(call), Owned: owned,
 	}
+	// The summary is read from what the digest covers, checked as the call
+	// page checks it: an edit of the stored copy of the arguments does not
+	// change what the card says, and a record that no longer matches its
+	// digest shows a warning instead of a summary. One check per card: the
+	// hub renders a card once per change for all the viewers of a role.
+	env, err := hashedEnvelope(call)
+	if err != nil {
+		var ie *integrityError
+		what := "its stored record does not match its digest"
+		if errors.As(err, &ie) {
+			what = ie.what
+		}
+		card.Integrity = "STOP: the stored record of this call does not match its digest (" + what +
+			"). Do not approve it: the database was edited. An administrator should run console audit verify."
+		card.Deceptive = callDeceptiveWith(call, nil)
+		return card
+	}
 	if reg := c.q.Tools(); reg != nil {
 		if t, ok := reg.Tool(call.Tool); ok {
-			card.Summary = summary(t, call.Args)
+			card.Summary = summary(t, env.Args)
 		}
 	}
-	card.Deceptive = callDeceptive(call)
+	card.StoredDiffers = storedDiffers(env.Args, call.Args)
+	card.Deceptive = callDeceptiveWith(call, env.Args)
 	return card
 }
 
+// storedDiffers reports whether the stored copy of a call's arguments
+// differs from what was hashed in any bound member (the informational
+// members, which the digest leaves out, are only in the stored copy).
+func storedDiffers(bound, stored canonical.Object) bool {
+	if stored == nil {
+		stored = canonical.Object{}
+	}
+	var differ []string
+	mergeArgs(bound, stored, "", &differ)
+	return len(differ) > 0
+}
+
 // callDeceptive reports whether anything in the call would be revealed
-// with a warning.
+// with a warning: its columns, its stored arguments, and the arguments its
+// digest covers, so that an edit of the stored copy cannot hide a
+// look-alike character that was hashed. A record that does not match its
+// digest is refused where it matters (the approval, the call page) and is
+// judged here by what is stored.
 func callDeceptive(call *queue.Call) bool {
+	var bound canonical.Object
+	if env, err := hashedEnvelope(call); err == nil {
+		bound = env.Args
+	}
+	return callDeceptiveWith(call, bound)
+}
+
+// callDeceptiveWith is callDeceptive with the hashed arguments already
+// read (nil when they could not be).
+func callDeceptiveWith(call *queue.Call, bound canonical.Object) bool {
 	return reveal.Of(call.Tool).Deceptive() || reveal.Of(call.Target).Deceptive() || reveal.Of(call.Actor).Deceptive() ||
-		reveal.Of(call.Audience).Deceptive() || reveal.Of(call.Rationale).Deceptive() || valueDeceptive(call.Args)
+		reveal.Of(call.Audience).Deceptive() || reveal.Of(call.Rationale).Deceptive() || valueDeceptive(call.Args) ||
+		valueDeceptive(bound)
 }
 
 // valueDeceptive reports whether any key or string inside v would be

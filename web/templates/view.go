@@ -194,8 +194,15 @@ type Card struct {
 	Deceptive bool
 	CanDecide bool
 	Now       time.Time
-	// Summary is the one-line summary of the call's key arguments.
+	// Summary is the one-line summary of the call's key arguments, read
+	// from what the call's digest covers.
 	Summary []SummaryItem
+	// Integrity, when set, says that the stored record does not match its
+	// digest: the card shows it in place of a summary.
+	Integrity string
+	// StoredDiffers is set when the stored copy of the arguments differs
+	// from what was hashed (the summary shows what was hashed).
+	StoredDiffers bool
 	// Group names the calls with the same tool, target and actor, which
 	// the queue shows under one heading.
 	Group string
