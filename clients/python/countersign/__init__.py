@@ -22,7 +22,9 @@ def; an async one never blocks the event loop):
 AsyncClient has Client's methods as coroutines.
 
 Errors are exceptions carrying the API's code, message and problems
-(``e.to_dict()`` is the API's error shape, ready for a model).
+(``e.to_dict()`` is the API's error shape, ready for a model when
+``e.refusal``: a bad or revoked token, a 5xx or an unreachable console is
+the application's to handle, not the model's).
 ``digest_of(envelope)`` recomputes a call's digest (RFC 8785 + SHA-256).
 """
 

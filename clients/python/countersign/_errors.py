@@ -4,6 +4,9 @@ Every exception carries the API's error shape, so that it can be handed
 back to the model that proposed the call: ``code``, ``message`` and
 ``problems`` (each with ``code``, ``path``, a JSON Pointer from the
 proposal's root, and ``message``). ``to_dict()`` returns that shape.
+Only an error whose ``refusal`` is true is the model's to act on; any other
+(a bad or revoked token, a 5xx, the console unreachable) is the
+application's.
 """
 
 from __future__ import annotations

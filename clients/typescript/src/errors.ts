@@ -1,7 +1,9 @@
 /**
  * Errors of the Countersign client. Every one carries the API's error shape
  * (`code`, `message`, `problems`), so it can be handed back to the model
- * that proposed the call: `toJSON()` returns `{"error": {...}}`.
+ * that proposed the call: `toJSON()` returns `{"error": {...}}`. Only an
+ * error whose `refusal` is true is the model's to act on; any other (a bad
+ * or revoked token, a 5xx, the console unreachable) is the application's.
  */
 
 import type { Call, Redemption } from './types.js';
