@@ -34,10 +34,11 @@ exits 0 when all is intact, 1 on any damage (naming the first bad entry),
 2 on a usage error. export streams the trail; a JSONL export verifies
 offline with verify --file. export only reads: from a data directory
 without its audit key it writes the JSONL header unsigned, and makes no
-key. checkpoint signs the current head now and prints it as
-GET /api/v1/audit/checkpoint would. accept-rollback accepts a database
-restored from an older copy, which serve refuses: every grant issued
-until then is refused from then on.`
+key. checkpoint signs the current head now with the data directory's
+audit key (made by keys init or serve; without one it refuses and makes
+none) and prints it as GET /api/v1/audit/checkpoint would.
+accept-rollback accepts a database restored from an older copy, which
+serve refuses: every grant issued until then is refused from then on.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -132,6 +133,17 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	dataKey := ""
 	if *data != "" || *file == "" {
 		dir := dataDir(e, *data)
+		if *file == "" && databaseURL(e, *dbURL) != "" {
+			// The shared database opens from anywhere: a named directory
+			// that is not there is a mistyped --data, whose key would
+			// silently not be trusted.
+			if err := namedDirMissing(e, *data); err != nil {
+				fmt.Fprintf(e.stderr, "console audit verify: %v; nothing was verified. Check that --data (or $COUNTERSIGN_DATA) "+
+					"names the console's data directory, whose audit key the checkpoints are checked against, or leave both out "+
+					"and verify with --trusted-keys FILE or --checkpoint FILE\n", err)
+				return 1
+			}
+		}
 		signer, err := audit.LoadKey(auditKeyPath(dir))
 		switch {
 		case err == nil:
@@ -302,6 +314,16 @@ func auditExport(ctx context.Context, e *env, args []string) int {
 		}
 		*x.dst = t
 	}
+	if *format == "jsonl" && databaseURL(e, *dbURL) != "" {
+		// The shared database opens from anywhere: a named directory that
+		// is not there is a mistyped --data, not a copy without its key.
+		if err := namedDirMissing(e, *data); err != nil {
+			fmt.Fprintf(e.stderr, "console audit export: %v; nothing was exported. Check that --data (or $COUNTERSIGN_DATA) "+
+				"names the console's data directory, whose audit key signs the export's header, or leave both out to export "+
+				"with an unsigned header\n", err)
+			return 1
+		}
+	}
 	d, err := openReadOnly(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit export: %v\n", err)
@@ -392,18 +414,32 @@ func auditCheckpoint(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: console audit checkpoint [--data DIR] [--db URL]")
 		return 2
 	}
-	dir := dataDir(e, *data)
-	d, err := openExisting(ctx, dir, databaseURL(e, *dbURL))
+	dir, url := dataDir(e, *data), databaseURL(e, *dbURL)
+	if err := databaseExists(dir, url); err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
+		return 1
+	}
+	// A checkpoint is trusted for the key that signs it: one signed with
+	// a key made here, for a mistyped --data or a directory whose keys
+	// were never made, would be stored (in the shared database, with --db)
+	// under a key nobody trusts. The key must be there already.
+	signer, err := audit.LoadKey(auditKeyPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: no audit key at %s to sign the checkpoint with; nothing was created or stored. "+
+			"Check that --data (or $COUNTERSIGN_DATA) names this console's data directory; if its keys were never made, "+
+			"run console keys init --data %s\n", auditKeyPath(dir), dir)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit checkpoint: %v; nothing was stored\n", err)
+		return 1
+	}
+	d, err := openExisting(ctx, dir, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
 		return 1
 	}
 	defer d.Close()
-	signer, err := audit.LoadOrCreateKey(auditKeyPath(dir))
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console audit checkpoint: %v\n", err)
-		return 1
-	}
 	c, err := d.Checkpoint(ctx, signer)
 	if errors.Is(err, audit.ErrNoCheckpoint) {
 		fmt.Fprintln(e.stderr, "console audit checkpoint: the audit trail is empty; nothing to sign")

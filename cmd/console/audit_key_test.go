@@ -64,6 +64,7 @@ func rewriteTrail(t *testing.T, dir string, seq int64, from, to string) {
 // checks every checkpoint against DATA/audit-key and names the forgery.
 func TestAuditVerifyChecksDataKey(t *testing.T) {
 	dir := auditData(t, 5)
+	auditKeyed(t, dir)
 	if code, _, errOut := auditRun(t, "audit", "checkpoint", "--data", dir); code != 0 {
 		t.Fatal(errOut)
 	}
@@ -84,6 +85,7 @@ func TestAuditVerifyChecksDataKey(t *testing.T) {
 // another key is refused when the data directory's key is named.
 func TestAuditExportHeaderSigned(t *testing.T) {
 	dir := auditData(t, 6)
+	auditKeyed(t, dir)
 	if code, _, errOut := auditRun(t, "audit", "checkpoint", "--data", dir); code != 0 {
 		t.Fatal(errOut)
 	}

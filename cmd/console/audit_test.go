@@ -38,6 +38,16 @@ func auditData(t *testing.T, n int) string {
 	return dir
 }
 
+// auditKeyed makes the keys of a data directory (console keys init), as
+// its first console serve would: audit checkpoint signs only with a key
+// that is there.
+func auditKeyed(t *testing.T, dir string) {
+	t.Helper()
+	if code, out, errs := auditRun(t, "keys", "init", "--data", dir); code != 0 {
+		t.Fatalf("keys init = %d %s %s", code, out, errs)
+	}
+}
+
 func auditAppend(t *testing.T, dir string, n int) {
 	t.Helper()
 	d, err := db.Open(dbPath(dir))
@@ -78,6 +88,7 @@ func TestAuditVerifyAndCheckpoint(t *testing.T) {
 		t.Fatalf("verify = %d\n%s%s", code, out, errOut)
 	}
 
+	auditKeyed(t, dir)
 	code, out, errOut = auditRun(t, "audit", "checkpoint", "--data", dir)
 	if code != 0 {
 		t.Fatalf("checkpoint = %d %s", code, errOut)
@@ -139,6 +150,7 @@ func TestAuditVerifyNamesTamperedEntry(t *testing.T) {
 
 func TestAuditExportRoundTrip(t *testing.T) {
 	dir := auditData(t, 6)
+	auditKeyed(t, dir)
 	if code, _, errOut := auditRun(t, "audit", "checkpoint", "--data", dir); code != 0 {
 		t.Fatal(errOut)
 	}
@@ -227,10 +239,13 @@ func TestAuditUsage(t *testing.T) {
 		{[]string{"audit", "export", "--data", dir}, 2, "--format jsonl|csv"},
 		{[]string{"audit", "export", "--data", dir, "--format", "xml"}, 2, "--format jsonl|csv"},
 		{[]string{"audit", "export", "--data", dir, "--format", "csv", "--since", "last week"}, 2, "neither an RFC 3339 time"},
-		{[]string{"audit", "verify", "--data", filepath.Join(empty, "nothing")}, 1, "no such file"},
+		// A mistyped --data names the file it expected and the flag to check.
+		{[]string{"audit", "verify", "--data", filepath.Join(empty, "nothing")}, 1, "no database at " +
+			filepath.Join(empty, "nothing", "countersign.db") + " (there is no directory " + filepath.Join(empty, "nothing") +
+			"): check that --data (or $COUNTERSIGN_DATA) names the console's data directory"},
 		{[]string{"audit", "verify", "--file", filepath.Join(empty, "missing.jsonl")}, 1, "no such file"},
 		{[]string{"audit", "verify", "--data", dir, "--checkpoint", filepath.Join(empty, "missing.json")}, 1, "no such file"},
-		{[]string{"audit", "checkpoint", "--data", empty}, 1, "empty"},
+		{[]string{"audit", "checkpoint", "--data", empty}, 1, "no audit key at " + auditKeyPath(empty) + " to sign the checkpoint with; nothing was created or stored"},
 		{[]string{"audit", "checkpoint", "--data", filepath.Join(empty, "none")}, 1, "no database"},
 	}
 	for _, tt := range tests {
@@ -238,6 +253,10 @@ func TestAuditUsage(t *testing.T) {
 		if code != tt.code || !strings.Contains(out+errOut, tt.msg) {
 			t.Errorf("%v = %d\n%s%s\nwant %d and %q", tt.args, code, out, errOut, tt.code, tt.msg)
 		}
+	}
+	auditKeyed(t, empty)
+	if code, _, errs := auditRun(t, "audit", "checkpoint", "--data", empty); code != 1 || !strings.Contains(errs, "the audit trail is empty; nothing to sign") {
+		t.Errorf("checkpoint of an empty trail = %d %s", code, errs)
 	}
 	if code, out, _ := auditRun(t, "audit", "verify", "--data", empty); code != 0 || !strings.Contains(out, "empty") {
 		t.Errorf("verify of an empty trail = %d %s", code, out)

@@ -95,9 +95,12 @@ func TestAuditExportWithoutAnAuditKey(t *testing.T) {
 		t.Errorf("export with the audit key = %d, stderr %q, header %.300s", code, errs, out)
 	}
 
-	// A mistyped --data: refused for want of a database, nothing made.
+	// A mistyped --data: refused for want of a database, saying which
+	// file was expected and what to check; nothing made.
 	typo := filepath.Join(t.TempDir(), "typo")
-	if code, _, errs := auditRun(t, "audit", "export", "--data", typo, "--format", "jsonl"); code != 1 || !strings.Contains(errs, "no such file") {
+	if code, _, errs := auditRun(t, "audit", "export", "--data", typo, "--format", "jsonl"); code != 1 ||
+		!strings.Contains(errs, "no database at "+dbPath(typo)+" (there is no directory "+typo+")") ||
+		!strings.Contains(errs, "check that --data (or $COUNTERSIGN_DATA) names the console's data directory") {
 		t.Errorf("export from a mistyped --data = %d, stderr %q", code, errs)
 	}
 	if _, err := os.Stat(typo); !os.IsNotExist(err) {
@@ -171,5 +174,43 @@ func TestApproveWithoutAKeyringCreatesNothing(t *testing.T) {
 	code, out, errs = userRun(t, "", approve...)
 	if v := callJSON(t, out); code != 0 || v["status"] != "approved" {
 		t.Errorf("approve after keys init = %d, %s %s", code, out, errs)
+	}
+}
+
+// TestAuditCheckpointWithoutAnAuditKey: audit checkpoint signs only with
+// the data directory's audit key. Without one (a mistyped --data, or keys
+// never made) it refuses, says what to do, and makes and stores nothing:
+// a key made here would sign a checkpoint nobody trusts.
+func TestAuditCheckpointWithoutAnAuditKey(t *testing.T) {
+	dir := auditData(t, 3)
+	before := dirState(t, dir)
+	code, out, errs := auditRun(t, "audit", "checkpoint", "--data", dir)
+	if code != 1 || out != "" || !strings.Contains(errs, "no audit key at "+auditKeyPath(dir)+" to sign the checkpoint with; nothing was created or stored") ||
+		!strings.Contains(errs, "run console keys init --data "+dir) {
+		t.Fatalf("checkpoint without an audit key = %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if after := dirState(t, dir); after != before {
+		t.Errorf("the refused checkpoint changed the data directory:\n%s\nwas\n%s", after, before)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", dir); code != 0 || !strings.Contains(out, "checkpoints: none") {
+		t.Errorf("verify after the refused checkpoint = %d\n%s, want no checkpoint stored", code, out)
+	}
+
+	typo := filepath.Join(t.TempDir(), "typo")
+	if code, _, errs := auditRun(t, "audit", "checkpoint", "--data", typo); code != 1 || !strings.Contains(errs, "no database at "+dbPath(typo)) {
+		t.Errorf("checkpoint with a mistyped --data = %d %s", code, errs)
+	}
+	if _, err := os.Stat(typo); !os.IsNotExist(err) {
+		t.Errorf("checkpoint made the mistyped data directory: %v", err)
+	}
+
+	// Once keys init made the key, the checkpoint is signed with it.
+	auditKeyed(t, dir)
+	signer, err := audit.LoadKey(auditKeyPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := auditRun(t, "audit", "checkpoint", "--data", dir); code != 0 || !strings.Contains(out, `"kid":"`+signer.KID()+`"`) {
+		t.Errorf("checkpoint after keys init = %d %q %s", code, out, errs)
 	}
 }

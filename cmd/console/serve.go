@@ -505,11 +505,21 @@ func identityPath(data string) string { return filepath.Join(data, "database-ide
 // checkDatabaseIdentity refuses to start on a database that is not the one
 // this data directory has been using: a deleted database file would
 // otherwise come back empty, forgetting which grants were redeemed and the
-// whole history, without a word. The first start records the identity.
-func checkDatabaseIdentity(data string, d *engine) error {
+// whole history, without a word. With record, the first start records the
+// identity; without (a command that must find the console there), a
+// directory that has none is refused on PostgreSQL and left unrecorded on
+// SQLite, whose database is in the directory itself.
+func checkDatabaseIdentity(data string, d *engine, record bool) error {
 	want, err := os.ReadFile(identityPath(data))
 	if errors.Is(err, os.ErrNotExist) {
-		return writeFileAtomic(identityPath(data), []byte(d.Identity()+"\n"))
+		switch {
+		case record:
+			return writeFileAtomic(identityPath(data), []byte(d.Identity()+"\n"))
+		case d.pg != nil:
+			return fmt.Errorf("%s has no %s, so no console has used it with a database yet; nothing was changed", data, identityPath(data))
+		default:
+			return nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", identityPath(data), err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
@@ -91,11 +92,20 @@ func databaseURL(e *env, flagValue string) string {
 // set, else SQLite in the directory, creating both if needed. The
 // directory holds keys (and the SQLite database): it is made owner-only
 // whatever mode it was created with, and the database must be the one it
-// was created with.
+// was created with. Only the commands that set a console up use it
+// (serve, demo, user add, token create, and keys rotate on a keyring that
+// is there); every other command opens with openExisting.
 func openStore(ctx context.Context, data, url string) (*engine, error) {
 	if err := makeDataDir(data); err != nil {
 		return nil, err
 	}
+	return openDatabase(ctx, data, url, true)
+}
+
+// openDatabase opens the database of a data directory that is there. With
+// record, a directory that has not recorded its database yet records it;
+// without, it is left as it is.
+func openDatabase(ctx context.Context, data, url string, record bool) (*engine, error) {
 	if err := os.Chmod(data, 0o700); err != nil {
 		return nil, fmt.Errorf("restrict data directory %s: %w", data, err)
 	}
@@ -116,7 +126,7 @@ func openStore(ctx context.Context, data, url string) (*engine, error) {
 		}
 		en = sqliteEngine(d)
 	}
-	if err := checkDatabaseIdentity(data, en); err != nil {
+	if err := checkDatabaseIdentity(data, en, record); err != nil {
 		en.Close()
 		return nil, err
 	}
@@ -142,27 +152,69 @@ func makeDataDir(data string) error {
 	return nil
 }
 
-// openExisting is openStore for commands that act on a database that must
-// already exist: on SQLite, a missing file is refused rather than created.
+// openExisting is openStore for commands that act on a console that must
+// already exist. It creates nothing: not the data directory, not a SQLite
+// database, not the database-identity file. A mistyped --data is refused
+// (databaseExists) rather than made, even when the database itself is a
+// shared PostgreSQL one that opens from anywhere.
 func openExisting(ctx context.Context, data, url string) (*engine, error) {
 	if err := databaseExists(data, url); err != nil {
 		return nil, err
 	}
-	return openStore(ctx, data, url)
+	return openDatabase(ctx, data, url, false)
 }
 
-// databaseExists refuses a data directory that is a file, and, on SQLite
-// (url empty), one without a database, as openExisting does, opening
-// nothing.
+// databaseExists refuses, opening and creating nothing, a data directory
+// that is a file or is missing; on SQLite (url empty), one without a
+// database; on PostgreSQL, one that has not recorded which database it
+// belongs to (its database-identity file), since the shared database
+// would open from a mistyped directory as well as from the right one.
 func databaseExists(data, url string) error {
 	if err := notADirectory(data); err != nil {
 		return err
 	}
 	if url == "" {
-		if _, err := os.Stat(dbPath(data)); err != nil {
-			return fmt.Errorf("no database at %s: pass --data DIR of a console that has run "+
-				"(console serve creates its database there), or --db URL", dbPath(data))
+		return sqliteExists(data)
+	}
+	if _, err := os.Stat(data); err != nil {
+		return fmt.Errorf("no data directory at %s; nothing was created or changed. Check that --data (or $COUNTERSIGN_DATA) "+
+			"names this console's data directory: a replica's directory is made by console keys init --data DIR "+
+			"or by the first console serve --data DIR --db URL", data)
+	}
+	if _, err := os.Stat(identityPath(data)); err != nil {
+		return fmt.Errorf("%s has no %s, so no console has used it with a database yet; nothing was created or changed. "+
+			"Check that --data (or $COUNTERSIGN_DATA) names this console's data directory; a new replica's directory "+
+			"is bound to its database by its first console serve --data %s --db URL", data, filepath.Base(identityPath(data)), data)
+	}
+	return nil
+}
+
+// sqliteExists refuses a data directory without a SQLite database, saying
+// which file was expected.
+func sqliteExists(data string) error {
+	if _, err := os.Stat(dbPath(data)); err != nil {
+		where := dbPath(data)
+		if _, err := os.Stat(data); err != nil {
+			where += " (there is no directory " + data + ")"
 		}
+		return fmt.Errorf("no database at %s: check that --data (or $COUNTERSIGN_DATA) names the console's data directory; "+
+			"pass --data DIR of a console that has run (console serve creates its database there), or --db URL", where)
+	}
+	return nil
+}
+
+// namedDirMissing refuses a data directory named by --data (flagValue) or
+// $COUNTERSIGN_DATA that is not there; the default one may be missing.
+func namedDirMissing(e *env, flagValue string) error {
+	if flagValue == "" && e.getenv("COUNTERSIGN_DATA") == "" {
+		return nil
+	}
+	data := dataDir(e, flagValue)
+	if err := notADirectory(data); err != nil {
+		return err
+	}
+	if _, err := os.Stat(data); err != nil {
+		return fmt.Errorf("no data directory at %s", data)
 	}
 	return nil
 }
@@ -180,6 +232,12 @@ func openReadOnly(ctx context.Context, data, url string) (*engine, error) {
 			return nil, err
 		}
 		return pgEngine(d), nil
+	}
+	if err := notADirectory(data); err != nil {
+		return nil, err
+	}
+	if err := sqliteExists(data); err != nil {
+		return nil, err
 	}
 	d, err := db.OpenReadOnly(dbPath(data))
 	if err != nil {
