@@ -212,7 +212,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			passkeys.Unregistered[0])
 		return 1
 	}
-	printReport(e.stdout, rep, len(opts.Checkpoints))
+	printReport(e.stdout, rep, len(opts.Checkpoints), len(opts.TrustedKeys))
 	if passkeys.Verified > 0 {
 		fmt.Fprintf(e.stdout, "passkeys: %d approval signatures re-verified against their registered public keys\n", passkeys.Verified)
 	}
@@ -231,7 +231,10 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	return 0
 }
 
-func printReport(w io.Writer, rep audit.Report, outside int) {
+// printReport writes what verification found: outside is how many
+// checkpoints kept outside the log were given, trusted how many keys the
+// log's checkpoints had to be signed by (none: any key was accepted).
+func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	if rep.Count == 0 {
 		fmt.Fprintln(w, "ok: the audit trail is empty")
 	} else {
@@ -251,6 +254,13 @@ func printReport(w io.Writer, rep audit.Report, outside int) {
 	}
 	if rep.Checkpoints == 0 {
 		fmt.Fprintln(w, "checkpoints: none within the entries verified")
+	} else if trusted == 0 {
+		// Each signature is good under the key its checkpoint names, but
+		// a trail rewritten and re-signed with a key made for it would
+		// read the same: that is not a verification by a trusted key.
+		fmt.Fprintf(w, "checkpoints: %d with good signatures, the newest at entry %d, by key %s, which nothing given here trusts: "+
+			"pass the console's --data (its audit key), --trusted-keys FILE or --checkpoint FILE to check who signed them\n",
+			rep.Checkpoints, rep.CheckpointSeq, strings.Join(rep.KeyIDs, ", "))
 	} else {
 		fmt.Fprintf(w, "checkpoints: %d verified, the newest at entry %d, signed by key %s\n", rep.Checkpoints, rep.CheckpointSeq, strings.Join(rep.KeyIDs, ", "))
 	}

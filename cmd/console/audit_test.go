@@ -111,6 +111,24 @@ func TestAuditVerifyAndCheckpoint(t *testing.T) {
 		t.Fatalf("verify with the kept checkpoint = %d\n%s", code, out)
 	}
 
+	// Without the audit key nothing is trusted: the checkpoint's signature
+	// is good under the key it names, which is not called verified.
+	keyFile, err := os.ReadFile(auditKeyPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(auditKeyPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = auditRun(t, "audit", "verify", "--data", dir)
+	if code != 0 || strings.Contains(out, "1 verified") ||
+		!strings.Contains(out, "checkpoints: 1 with good signatures, the newest at entry 5, by key "+cp.KID+", which nothing given here trusts") {
+		t.Fatalf("verify without the audit key = %d\n%s", code, out)
+	}
+	if err := os.WriteFile(auditKeyPath(dir), keyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	// The database is later replaced by a copy that lacks the newest
 	// entries: on its own it verifies, against the kept checkpoint it
 	// does not.
@@ -172,8 +190,15 @@ func TestAuditExportRoundTrip(t *testing.T) {
 	if d == nil || f == nil || d[1] != f[1] || d[4] != f[4] || d[1] != "9" {
 		t.Errorf("database says %q, the export says %q", d, f)
 	}
-	if !strings.Contains(fileOut, "checkpoints: 1 verified, the newest at entry 6") {
+	// Alone, the export's checkpoints are signed by the key of its header,
+	// which nothing outside it trusts; against the data directory they
+	// are verified.
+	if !strings.Contains(fileOut, "checkpoints: 1 with good signatures, the newest at entry 6") || strings.Contains(fileOut, "1 verified") {
 		t.Errorf("verify --file:\n%s", fileOut)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", "--file", file, "--data", dir); code != 0 ||
+		!strings.Contains(out, "checkpoints: 1 verified, the newest at entry 6") {
+		t.Errorf("verify --file --data = %d\n%s", code, out)
 	}
 
 	// One changed byte in the file is damage, named by entry.
