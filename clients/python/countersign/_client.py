@@ -402,7 +402,11 @@ class Client:
         """Present the grant with the call it was issued for, right before
         executing it: exactly the approved call (the Call that wait
         returned, or a dict with tool, target and args). A rejection (403,
-        or 409 for a grant already redeemed) is returned, not raised."""
+        or 409 for a grant already redeemed) is returned, not raised. A
+        redemption refused because an operator froze the call's tool or actor
+        raises CountersignError with code ``frozen`` (status 503, ``reason``
+        the freeze's): nothing was consumed, and the grant may be redeemed
+        once the freeze is lifted, while it lives."""
         spec = call.spec() if isinstance(call, Call) else {"tool": call["tool"], "target": call["target"],
                                                           "args": call.get("args") or {}}
         status, data = self._do("POST", "/api/v1/redeem", _encode({"grant": grant, "call": spec}))
@@ -418,6 +422,10 @@ class Client:
                     checks=[Check(c.get("name", ""), c.get("ok")) for c in d.get("checks") or []],
                     status_code=status, envelope=d.get("envelope", ""), digest=d.get("digest", ""),
                     lease_until=_time(d.get("lease_until")), outcome_within=int(d.get("outcome_within") or 0), raw=d)
+        if status == 503:
+            frozen = _frozen(data)
+            if frozen:
+                raise frozen
         raise CountersignError.from_response(status, data)
 
     def report_outcome(self, call_id: str, status: str, detail: Optional[str] = None) -> Call:
@@ -522,6 +530,23 @@ def _call(status: int, data: bytes, ok: tuple[int, ...]) -> Call:
         text = data.decode("utf-8", "replace")[:200]
         raise CountersignError("unexpected_response", f"the response is not a call: {text}", status=status,
                                raw=data) from None
+
+
+def _frozen(data: bytes) -> Optional[CountersignError]:
+    """The error of a redemption refused because an operator froze the
+    call's tool or actor: a 503 in the redemption's own shape (reason
+    ``frozen``, the freeze's reason in ``freeze``), or None for another
+    answer. An operational failure, not a refusal of the call."""
+    try:
+        d = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(d, dict) or d.get("decision") != "rejected" or d.get("reason") != "frozen":
+        return None
+    freeze = d.get("freeze") if isinstance(d.get("freeze"), dict) else {}
+    return CountersignError("frozen", str(d.get("message") or "an operator froze this call's tool or actor"),
+                            status=503, reason=freeze.get("reason") or None, call_id=d.get("call_id") or None,
+                            raw=data)
 
 
 def _encode(v: Any) -> bytes:

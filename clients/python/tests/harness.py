@@ -159,6 +159,11 @@ class Console:
         for i in ids:
             run_console("token", "revoke", i, "--data", self.data)
 
+    def freeze_actor(self, actor: str, reason: str) -> None:
+        """Freeze actor's calls (`console freeze --actor`): nothing of theirs
+        is approved or redeemed from then on (503 frozen)."""
+        run_console("freeze", "--actor", actor, "--reason", reason, "--as", OPERATOR, "--data", self.data)
+
     def approve(self, call_id: str, digest: str) -> dict:
         return json.loads(run_console("approve", call_id, "--as", OPERATOR, "--digest", digest,
                                       "--data", self.data).stdout)

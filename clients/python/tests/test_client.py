@@ -448,6 +448,31 @@ class Gated(unittest.TestCase):
         self.assertEqual(e.to_dict()["error"]["code"], "unauthorized")
         self.assertEqual(ran, [])
 
+    def test_frozen_redemption_is_an_operational_error(self):
+        # An approved call whose actor an operator froze before it was
+        # redeemed: the console answers 503 in the redemption's shape; the
+        # client raises code frozen with the freeze's reason, not a refusal,
+        # and the grant is not consumed.
+        actor = "agent:py-frozen"
+        c = Client(console.url, console.token(actor))
+        call = c.submit("payments.refund", "invoice:INV-97", REFUND)
+        waited = in_thread(c.wait, call.id)
+        console.wait_for_waiters(1)
+        console.approve(call.id, call.digest)
+        approved = waited()
+        self.assertEqual(approved.status, "approved")
+        console.freeze_actor(actor, "incident 7: refunds on hold")
+        with self.assertRaises(CountersignError) as cm:
+            c.redeem(approved.grant, approved)
+        e = cm.exception
+        self.assertNotIsInstance(e, RedemptionRejected)
+        self.assertEqual((e.code, e.status, e.reason, e.refusal), ("frozen", 503, "incident 7: refunds on hold", False))
+        self.assertIn("incident 7: refunds on hold", e.message)
+        self.assertIn("frozen", e.message)
+        self.assertEqual(e.call_id, call.id)
+        self.assertEqual(e.to_dict()["error"]["code"], "frozen")
+        self.assertEqual(c.get(call.id).status, "approved")
+
     def test_refusal_of_each_kind_of_answer(self):
         def answer(status, **error):
             return CountersignError.from_response(status, json.dumps({"error": error}).encode())
