@@ -202,7 +202,11 @@ export class Client {
 
   /** Presents the grant with the call it was issued for, right before
    * executing it: exactly the approved call (`specOf(call)`). A rejection
-   * (403, or 409 for a grant already redeemed) is returned, not thrown. */
+   * (403, or 409 for a grant already redeemed) is returned, not thrown. A
+   * redemption refused because an operator froze the call's tool or actor
+   * throws CountersignError with code `frozen` (status 503, `reason` the
+   * freeze's): nothing was consumed, and the grant may be redeemed once the
+   * freeze is lifted, while it lives. */
   async redeem(grant: string, call: CallSpec, signal?: AbortSignal): Promise<Redemption> {
     const body: RedeemRequest = { grant, call: { tool: call.tool, target: call.target, args: call.args ?? {} } };
     const [status, data] = await this.do('POST', '/api/v1/redeem', encode(body), { signal });
@@ -216,6 +220,10 @@ export class Client {
       if (r && (r.decision === 'accepted' || r.decision === 'rejected')) {
         return { ...r, checks: r.checks ?? [], accepted: r.decision === 'accepted' && status === 200, statusCode: status };
       }
+    }
+    if (status === 503) {
+      const frozen = frozenError(data);
+      if (frozen) throw frozen;
     }
     throw CountersignError.fromResponse(status, data);
   }
@@ -332,4 +340,24 @@ function encode(v: unknown): string {
     if (e instanceof CountersignError) throw e;
     throw new CountersignError('wrong_type', `the request is not JSON: ${(e as Error).message}`);
   }
+}
+
+/** The error of a redemption refused because an operator froze the call's
+ * tool or actor: a 503 in the redemption's own shape (reason `frozen`, the
+ * freeze's reason in `freeze`), or undefined for another answer. An
+ * operational failure, not a refusal of the call. */
+function frozenError(data: string): CountersignError | undefined {
+  let r: RedemptionBody | undefined;
+  try {
+    r = JSON.parse(data) as RedemptionBody;
+  } catch {
+    return undefined;
+  }
+  if (!r || typeof r !== 'object' || r.decision !== 'rejected' || r.reason !== 'frozen') return undefined;
+  return new CountersignError('frozen', r.message || "an operator froze this call's tool or actor", {
+    status: 503,
+    reason: r.freeze?.reason || undefined,
+    callId: r.call_id || undefined,
+    raw: data,
+  });
 }

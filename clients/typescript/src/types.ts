@@ -196,6 +196,8 @@ export interface RedemptionBody {
   lease_until?: string;
   /** Accepted only: how long one heartbeat extends the lease, in seconds. */
   outcome_within?: number;
+  /** Rejected as frozen only (503): the freeze's reason, and since when. */
+  freeze?: { reason: string; since: string };
 }
 
 /** A redemption as this client returns it. A rejection is an answer, not

@@ -132,6 +132,30 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.deepEqual([got.status, got.grant, got.outcome?.status], ['redeemed', undefined, 'succeeded']);
 });
 
+test('a redemption refused by a freeze throws frozen, an operational error', async () => {
+  // An approved call whose actor an operator froze before it was redeemed:
+  // the console answers 503 in the redemption's shape; the client throws
+  // code frozen with the freeze's reason, not a refusal, and the grant is
+  // not consumed.
+  const actor = 'agent:ts-frozen';
+  const c = new Client(cs.url, cs.token(actor));
+  const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-97', args: REFUND });
+  const waited = c.wait(call.id);
+  await cs.waitForWaiters(1);
+  cs.approve(call.id, call.digest);
+  const approved = await within(waited, 30_000, 'wait');
+  assert.equal(approved.status, 'approved');
+  cs.freezeActor(actor, 'incident 7: refunds on hold');
+  const e = await rejects(c.redeem(approved.grant!, specOf(approved)));
+  assert.ok(!(e instanceof RedemptionRejectedError));
+  assert.deepEqual([e.code, e.status, e.reason, e.refusal], ['frozen', 503, 'incident 7: refunds on hold', false]);
+  assert.match(e.message, /frozen/);
+  assert.match(e.message, /incident 7: refunds on hold/);
+  assert.equal(e.callId, call.id);
+  assert.equal(e.toJSON().error.code, 'frozen');
+  assert.equal((await c.get(call.id)).status, 'approved');
+});
+
 test("the call names its agent's owners", async () => {
   const c = new Client(cs.url, cs.token(`agent:ts-${++n}`, 'payments-host', ['olga', 'team:payments']));
   const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-77', args: REFUND });

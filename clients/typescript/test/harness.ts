@@ -126,6 +126,12 @@ export class Console {
     for (const id of ids) runConsole(['token', 'revoke', id, '--data', this.data]);
   }
 
+  /** Freezes actor's calls (`console freeze --actor`): nothing of theirs
+   * is approved or redeemed from then on (503 frozen). */
+  freezeActor(actor: string, reason: string): void {
+    runConsole(['freeze', '--actor', actor, '--reason', reason, '--as', OPERATOR, '--data', this.data]);
+  }
+
   approve(id: string, digest: string): unknown {
     return JSON.parse(runConsole(['approve', id, '--as', OPERATOR, '--digest', digest, '--data', this.data]));
   }
