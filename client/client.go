@@ -240,7 +240,11 @@ func (c *Client) Wait(ctx context.Context, id string) (*Call, error) {
 // Redeem presents the grant with the call it was issued for, right before
 // executing it. Present exactly the approved call: call.Spec() of the call
 // Wait returned. A rejection (403, or 409 for a grant already redeemed) is
-// returned as a Redemption with Accepted false, not as an error.
+// returned as a Redemption with Accepted false, not as an error. A
+// redemption refused because an operator froze the call's tool or actor is
+// an *Error with Code CodeFrozen (Status 503, Reason the freeze's): nothing
+// was consumed, and the grant may be redeemed once the freeze is lifted,
+// while it lives.
 func (c *Client) Redeem(ctx context.Context, grant string, call CallSpec) (*Redemption, error) {
 	if isNil(call.Args) {
 		call.Args = struct{}{}
@@ -277,8 +281,35 @@ func (c *Client) RedeemJSON(ctx context.Context, grant string, call json.RawMess
 			r.StatusCode, r.Raw = resp.status, resp.body
 			return &r, nil
 		}
+	case http.StatusServiceUnavailable:
+		if e := frozenError(resp.body); e != nil {
+			return nil, e
+		}
 	}
 	return nil, resp.error()
+}
+
+// frozenError reads a redemption refused because an operator froze the
+// call's tool or actor: a 503 in the redemption's own shape (reason frozen,
+// the freeze's reason in freeze), or nil for another answer.
+func frozenError(body []byte) *Error {
+	var r struct {
+		Decision string `json:"decision"`
+		CallID   string `json:"call_id"`
+		Reason   string `json:"reason"`
+		Message  string `json:"message"`
+		Freeze   struct {
+			Reason string `json:"reason"`
+		} `json:"freeze"`
+	}
+	if json.Unmarshal(body, &r) != nil || r.Decision != "rejected" || r.Reason != CodeFrozen {
+		return nil
+	}
+	if r.Message == "" {
+		r.Message = "an operator froze this call's tool or actor"
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen, Message: r.Message,
+		Reason: r.Freeze.Reason, CallID: r.CallID, Raw: body}
 }
 
 // ReportOutcome reports what happened when the redeemed call ran: status is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func TestWholeLoop(t *testing.T) {
 	if call.Actor != "agent:billing-bot" || call.Audience != "payments-host" {
 		t.Errorf("Actor, Audience=%q, %q, want the token's", call.Actor, call.Audience)
 	}
-	if got, want := call.Approvals, (client.Approvals{Required: 1, Received: 0}); got != want {
+	if got, want := call.Approvals, (client.Approvals{Required: 1, Received: 0}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Approvals=%+v, want %+v", got, want)
 	}
 	if got, want := string(call.Args), `{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}`; got != want {

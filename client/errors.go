@@ -18,7 +18,8 @@ type Error struct {
 	Message string `json:"message"`
 	// Problems lists every problem found in a refused proposal.
 	Problems []Problem `json:"problems,omitempty"`
-	// Reason is the operator's reason (previously_denied).
+	// Reason is the operator's reason (previously_denied), or the freeze's
+	// (frozen).
 	Reason string `json:"reason,omitempty"`
 	// CallID names the call an error refers to (previously_denied).
 	CallID string `json:"call_id,omitempty"`
@@ -120,7 +121,10 @@ const (
 	CodeMalformed            = "malformed"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeUnavailable          = "unavailable"
-	CodeInternal             = "internal"
+	// CodeFrozen: an operator froze the call's tool or actor (503); Reason
+	// is the freeze's. Nothing was approved or consumed.
+	CodeFrozen   = "frozen"
+	CodeInternal = "internal"
 	// CodeUnexpectedResponse is set by this package when the answer was not
 	// in the API's error shape (a proxy's error page, for instance).
 	CodeUnexpectedResponse = "unexpected_response"

@@ -65,6 +65,12 @@ type Call struct {
 	// DecideBy is when a pending call expires.
 	DecideBy  time.Time `json:"decide_by"`
 	Approvals Approvals `json:"approvals"`
+	// Owners are the people who run the agent (from its token when the call
+	// was made), each once, named as people see them: account names (a
+	// single-sign-on account by its provider user name, never an
+	// oidc:HOST/SUB principal) and team:GROUP; none of them may approve the
+	// call. Empty when the token names none.
+	Owners []string `json:"owners,omitempty"`
 	// Grant is the signed single-use token, present while the call is
 	// approved and not yet redeemed.
 	Grant          string    `json:"grant,omitempty"`
@@ -99,11 +105,35 @@ func (c *Call) Spec() CallSpec {
 	return CallSpec{Tool: c.Tool, Target: c.Target, Args: c.Args}
 }
 
-// Approvals counts the approvals a call needs and has.
+// Approvals counts the approvals a call needs and has, and lists them.
 type Approvals struct {
 	Required int `json:"required"`
 	Received int `json:"received"`
+	// Given is each approval, in the order given; empty until the first.
+	Given []Approval `json:"given,omitempty"`
 }
+
+// Approval is one approval of a call.
+type Approval struct {
+	// By is the operator, named as in Decision.By, or policy:RULE.
+	By string `json:"by"`
+	// Channel is where it came from: web, cli or policy.
+	Channel string `json:"channel"`
+	// Method is how it was given: MethodClick, MethodPasskey, MethodCommand,
+	// MethodPolicy, or the name of another channel it came through.
+	Method string    `json:"method"`
+	At     time.Time `json:"at"`
+}
+
+// How an approval was given: on the call's page, signed with the
+// operator's passkey, with `console approve`, or by a rule of the tools
+// file.
+const (
+	MethodClick   = "click"
+	MethodPasskey = "passkey"
+	MethodCommand = "command"
+	MethodPolicy  = "policy"
+)
 
 // Decision is an operator's denial: who, why, and when.
 type Decision struct {
