@@ -15,18 +15,22 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/pgstore"
 )
 
-const keysUsage = `usage: console keys init [--data DIR]
+const keysUsage = `usage: console keys init [--data DIR] [--db URL]
        console keys list|jwks [--data DIR]
        console keys rotate [--prepare | --activate [--check-replica URL]...] [--data DIR]
        console keys trust FILE...
 
 init makes a new data directory's keys: its grant signing keyring and its
 audit checkpoint key (console serve makes them on its first start too). It
-makes only what is missing and never replaces a key: it refuses when both
-are there. list, jwks and rotate refuse a data directory without a
-keyring rather than make one.
+makes only what is missing and never replaces a key: it refuses when
+there is nothing left to make. With --db (or $COUNTERSIGN_DATABASE_URL), init also binds the
+directory to that PostgreSQL database, recording its identity as the first
+console serve does, so the other commands with --db accept the directory
+at once; it refuses a directory bound to another database. list, jwks and
+rotate refuse a data directory without a keyring rather than make one.
 
 jwks prints this data directory's part of a cluster's trust file: its
 grant keys that may verify a live grant and its audit checkpoint key.
@@ -87,7 +91,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	if sub == "init" {
-		return keysInit(e, dataDir(e, *data))
+		return keysInit(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL))
 	}
 	// Only init makes a keyring: list and jwks only read, and rotate
 	// turns the keys that are there, so a mistyped --data makes nothing.
@@ -164,9 +168,17 @@ func cmdKeys(ctx context.Context, e *env, args []string) int {
 }
 
 // keysInit makes the keys of the data directory data: the grant keyring
-// and the audit checkpoint key, each only when it is missing. It refuses
-// when both are there, and never replaces a key.
-func keysInit(e *env, data string) int {
+// and the audit checkpoint key, each only when it is missing. With url (a
+// PostgreSQL database), it first binds the directory to that database as
+// the first serve does (checkDatabaseIdentity), refusing, before any key is
+// made, a directory bound to another. It refuses when everything is there
+// already, and never replaces a key.
+func keysInit(ctx context.Context, e *env, data, url string) int {
+	boundTo, err := bindDatabase(ctx, data, url)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console keys init: %v\n", err)
+		return 1
+	}
 	k, err := grant.CreateKeyring(keysDir(data), Issuer, time.Now)
 	madeKeyring := err == nil
 	if errors.Is(err, grant.ErrKeyringExists) {
@@ -192,11 +204,18 @@ func keysInit(e *env, data string) int {
 		fmt.Fprintf(e.stderr, "console keys init: %v\n", err)
 		return 1
 	}
-	if !madeKeyring && !madeAudit {
-		fmt.Fprintf(e.stderr, "console keys init: %s has its keys already (the keyring in %s, signing with %s, and the audit key %s); "+
+	if !madeKeyring && !madeAudit && boundTo == "" {
+		bound := ""
+		if url != "" {
+			bound = ", and it is bound to that database already"
+		}
+		fmt.Fprintf(e.stderr, "console keys init: %s has its keys already (the keyring in %s, signing with %s, and the audit key %s)%s; "+
 			"nothing was changed. console keys list shows the keyring; console keys rotate makes a new signing key\n",
-			data, keysDir(data), cur.KID, path)
+			data, keysDir(data), cur.KID, path, bound)
 		return 1
+	}
+	if boundTo != "" {
+		fmt.Fprintf(e.stdout, "Bound %s to the database %s (recorded in %s).\n", data, boundTo, identityPath(data))
 	}
 	if madeKeyring {
 		fmt.Fprintf(e.stdout, "Made the keyring in %s: new grants are signed with %s.\n", keysDir(data), cur.KID)
@@ -210,6 +229,47 @@ func keysInit(e *env, data string) int {
 	}
 	fmt.Fprintf(e.stdout, "Next, for a replica: console keys jwks --data %s prints its part of the cluster's trust file.\n", data)
 	return 0
+}
+
+// bindDatabase records in data which PostgreSQL database at url it
+// belongs to, as the first serve does, and returns the database's location
+// (its URL without a password) when it wrote the record now, "" when the
+// record was there. It refuses a directory bound to another database, and
+// a url that is not PostgreSQL; with url empty it does nothing (SQLite
+// lives in the directory itself, and its first use records it). The
+// database is opened first, so an unreachable one leaves the directory as
+// it was.
+func bindDatabase(ctx context.Context, data, url string) (string, error) {
+	if url == "" {
+		return "", nil
+	}
+	if !pgstore.IsURL(url) {
+		return "", fmt.Errorf("--db must be a postgres:// or postgresql:// URL")
+	}
+	if err := notADirectory(data); err != nil {
+		return "", err
+	}
+	d, err := pgstore.Open(ctx, url, pgstore.Options{})
+	if err != nil {
+		return "", err
+	}
+	en := pgEngine(d)
+	defer en.Close()
+	_, err = os.Stat(identityPath(data))
+	had := err == nil
+	if err := makeDataDir(data); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(data, 0o700); err != nil {
+		return "", fmt.Errorf("restrict data directory %s: %w", data, err)
+	}
+	if err := checkDatabaseIdentity(data, en, true); err != nil {
+		return "", err
+	}
+	if had {
+		return "", nil
+	}
+	return en.where, nil
 }
 
 // keysRotated audits a rotation from oldKID to newKID and says what

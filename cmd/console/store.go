@@ -184,7 +184,8 @@ func databaseExists(data, url string) error {
 	if _, err := os.Stat(identityPath(data)); err != nil {
 		return fmt.Errorf("%s has no %s, so no console has used it with a database yet; nothing was created or changed. "+
 			"Check that --data (or $COUNTERSIGN_DATA) names this console's data directory; a new replica's directory "+
-			"is bound to its database by its first console serve --data %s --db URL", data, filepath.Base(identityPath(data)), data)
+			"is bound to its database by its first console serve --data %s --db URL, or at once by console keys init --data %s --db URL",
+			data, filepath.Base(identityPath(data)), data, data)
 	}
 	return nil
 }
