@@ -277,15 +277,22 @@ func auditExportLink(hq historyQuery) (link, scope string) {
 }
 
 // row is a call's line in the history. It shows no summary of the
-// arguments, so it asks only callDeceptive, which reads the hashed
-// arguments after the same digest check as a queue card (a stored copy
-// edited to hide a hashed look-alike character still warns), and spares
-// the rest of a card's view (the summary, the stored-copy comparison).
+// arguments, so of a card's view it takes only the digest check and the
+// warnings: a stored copy edited to hide a hashed look-alike character
+// still warns, and a record whose envelope or actor, tool or target no
+// longer matches its digest is marked, as its card would show STOP,
+// rather than listed as if its columns were what was hashed.
 func (h *historyPages) row(call *queue.Call) templates.HistoryRow {
+	var bound canonical.Object
+	env, err := hashedEnvelope(call)
+	if err == nil {
+		bound = env.Args
+	}
 	r := templates.HistoryRow{
 		ID: call.ID, URL: historyPath + "/calls/" + url.PathEscape(call.ID), CreatedAt: call.CreatedAt,
 		Status: string(call.Status), Actor: reveal.Of(call.Actor), Tool: reveal.Of(call.Tool), Target: reveal.Of(call.Target),
-		Received: len(call.Approvals), Required: call.ApprovalsRequired, Digest: call.Digest, Deceptive: callDeceptive(call),
+		Received: len(call.Approvals), Required: call.ApprovalsRequired, Digest: call.Digest,
+		Deceptive: callDeceptiveWith(call, bound), Integrity: err != nil,
 	}
 	if call.Outcome != nil {
 		r.Outcome = call.Outcome.Status

@@ -58,6 +58,23 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 	if row(broken.ID).Find(`[data-testid="row-deceptive"]`).Length() != 1 {
 		t.Error("a broken record with a look-alike target does not warn in the history")
 	}
+	if row(broken.ID).Find(`[data-testid="row-integrity"]`).Length() != 1 {
+		t.Error("a record whose envelope no longer hashes to its digest is listed unmarked")
+	}
+	for _, id := range []string{plain.ID, hidden.ID} {
+		if row(id).Find(`[data-testid="row-integrity"]`).Length() != 0 {
+			t.Errorf("%s: a record that matches its digest is marked as edited", id)
+		}
+	}
+	// Only the target column edited: the envelope still hashes to the
+	// digest, but the row would show a target that was never hashed.
+	moved := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	if _, err := e.db.SQL().Exec(`UPDATE calls SET target = 'invoice:INV-9999' WHERE id = ?`, moved.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := row(moved.ID); r.Find(`[data-testid="row-integrity"]`).Length() != 1 {
+		t.Errorf("a row whose target column was edited is listed unmarked: %q", r.Find(`[data-testid="row-target"]`).Text())
+	}
 
 	hp := &historyPages{c: e.c}
 	now := e.clock.Now()
