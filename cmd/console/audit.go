@@ -246,9 +246,16 @@ func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	}
 	if rep.Header != nil {
 		fmt.Fprintf(w, "export of database %s, written %s\n", rep.Header.Database, rep.Header.ExportedAt)
-		if rep.Header.Signed() {
+		switch {
+		case rep.Header.Signed() && trusted == 0:
+			// As for checkpoints below: a good signature by a key nothing
+			// trusts is what an export rewritten and re-signed with a key
+			// made for it has too.
+			fmt.Fprintf(w, "header: range, head and count signed by audit key %s, which nothing given here trusts: "+
+				"pass the console's --data (its audit key), --trusted-keys FILE or --checkpoint FILE to check who signed it\n", rep.Header.KID)
+		case rep.Header.Signed():
 			fmt.Fprintf(w, "header: range, head and count signed by audit key %s\n", rep.Header.KID)
-		} else {
+		default:
 			fmt.Fprintln(w, "note: the header is not signed (exported without the audit key, or an older export format): entries dropped from the end together with their checkpoint lines and the header edited would not show")
 		}
 	}
