@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,7 +30,8 @@ makes only what is missing and never replaces a key: it refuses when
 there is nothing left to make. With --db (or $COUNTERSIGN_DATABASE_URL), init also binds the
 directory to that PostgreSQL database, recording its identity as the first
 console serve does, so the other commands with --db accept the directory
-at once; it refuses a directory bound to another database. list, jwks and
+at once; it refuses a directory bound to another database, and a SQLite
+console's directory (one with countersign.db). list, jwks and
 rotate refuse a data directory without a keyring rather than make one.
 
 jwks prints this data directory's part of a cluster's trust file: its
@@ -234,8 +236,8 @@ func keysInit(ctx context.Context, e *env, data, url string) int {
 // bindDatabase records in data which PostgreSQL database at url it
 // belongs to, as the first serve does, and returns the database's location
 // (its URL without a password) when it wrote the record now, "" when the
-// record was there. It refuses a directory bound to another database, and
-// a url that is not PostgreSQL; with url empty it does nothing (SQLite
+// record was there. It refuses a directory bound to another database, a
+// SQLite console's directory, and a url that is not PostgreSQL; with url empty it does nothing (SQLite
 // lives in the directory itself, and its first use records it). The
 // database is opened first, so an unreachable one leaves the directory as
 // it was.
@@ -248,6 +250,14 @@ func bindDatabase(ctx context.Context, data, url string) (string, error) {
 	}
 	if err := notADirectory(data); err != nil {
 		return "", err
+	}
+	// A directory that holds a SQLite database is a SQLite console's: bound
+	// to PostgreSQL, it would refuse its own database from then on as if
+	// that had been replaced.
+	if _, err := os.Stat(dbPath(data)); err == nil {
+		return "", fmt.Errorf("%s holds a SQLite console's database (%s), so it cannot be bound to a PostgreSQL database; "+
+			"nothing was created or changed. Check --data (or $COUNTERSIGN_DATA), and --db (or $%s): a replica's data directory "+
+			"is a new directory, or one without %s", data, dbPath(data), envDatabaseURL, filepath.Base(dbPath(data)))
 	}
 	d, err := pgstore.Open(ctx, url, pgstore.Options{})
 	if err != nil {

@@ -99,3 +99,25 @@ func TestKeysInitBindsTheDatabase(t *testing.T) {
 		t.Errorf("the refused keys init made %s: %v", d, err)
 	}
 }
+
+// keys init --db refuses a SQLite console's data directory, even one that
+// has not recorded its database's identity (its countersign.db restored
+// into a new directory, say): bound to PostgreSQL, the console would refuse
+// its own database from then on as if that had been replaced. Nothing is
+// made: no identity, no keys.
+func TestKeysInitDBRefusesASQLiteConsole(t *testing.T) {
+	url := pgtest.Database(t)
+	env := map[string]string{"USER": "root"}
+	dir := auditData(t, 2)
+	before := dirState(t, dir)
+	code, out, errs := runWith(t, env, "", "keys", "init", "--data", dir, "--db", url)
+	if code != 1 || !strings.Contains(errs, "holds a SQLite console's database") || !strings.Contains(errs, "nothing was created or changed") {
+		t.Fatalf("keys init --db on a SQLite console's directory = %d %q %s, want it refused", code, out, errs)
+	}
+	if after := dirState(t, dir); after != before {
+		t.Fatalf("the directory changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if code, _, errs := runWith(t, env, "", "user", "list", "--data", dir); code != 0 {
+		t.Fatalf("user list on the SQLite console afterwards = %d %s", code, errs)
+	}
+}
