@@ -35,6 +35,10 @@ class Problem:
 # content the console refused (its problems listed) is a refusal too.
 _REFUSAL_CODES = frozenset({"denied_by_policy", "previously_denied", "retry_limit", "too_large"})
 
+# The reasons a rejected grant is the model's to act on (RedemptionRejected).
+_REFUSED_GRANT_REASONS = frozenset({"tool_mismatch", "target_mismatch", "digest_mismatch", "expired",
+                                    "revoked", "replayed", "tool_changed"})
+
 
 class CountersignError(Exception):
     """An error answer of the console, or a refusal made by this client in
@@ -192,5 +196,12 @@ class RedemptionRejected(CountersignError):
 
     @property
     def refusal(self) -> bool:
-        """Always: the grant was refused, so the call did not run."""
-        return True
+        """True when the grant was refused for something the model can act
+        on: the call presented differs from the one approved (tool, target or
+        arguments), the grant expired, was revoked, was already used, or the
+        tool changed since. False when it points at the deployment, not the
+        call (another agent's token, a key or signature this console does not
+        accept, a clock ahead of the console's, a malformed grant, a reason
+        this client does not know): the application must see those. Either
+        way the call did not run."""
+        return self.reason in _REFUSED_GRANT_REASONS

@@ -500,6 +500,22 @@ class Gated(unittest.TestCase):
             with self.subTest(name):
                 self.assertEqual(e.refusal, want)
 
+    def test_refusal_of_each_rejected_grant(self):
+        from countersign._client import Redemption
+
+        def rejected(reason, status=403):
+            return RedemptionRejected(Redemption(decision="rejected", accepted=False, call_id="call_x", reason=reason,
+                                                 message="x", checks=[], status_code=status))
+
+        for reason in ("tool_mismatch", "target_mismatch", "digest_mismatch", "expired", "revoked", "tool_changed"):
+            with self.subTest(reason):
+                self.assertTrue(rejected(reason).refusal)
+        self.assertTrue(rejected("replayed", 409).refusal)
+        for reason in ("actor_mismatch", "audience_mismatch", "unknown_key", "bad_signature", "bad_claims",
+                       "not_yet_valid", "malformed", "a_new_reason"):
+            with self.subTest(reason):
+                self.assertFalse(rejected(reason).refusal)
+
     def test_signature_rules(self):
         with self.assertRaises(TypeError):
             @gated("payments.refund", target="invoice:INV-1")

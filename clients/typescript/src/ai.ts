@@ -65,7 +65,7 @@ export function refusalOf(e: unknown): GateRefusal | undefined {
     if (e.by) r.by = e.by;
     return r;
   }
-  if (e instanceof RedemptionRejectedError)
+  if (e instanceof RedemptionRejectedError && e.refusal)
     return { countersign: 'redemption_rejected', message: `the grant was refused (${e.code}): the call did not run`, call_id: e.redemption.call_id };
   if (e instanceof CountersignError && e.refusal)
     return { countersign: 'refused', message: e.message, error: e.toJSON().error };

@@ -198,11 +198,21 @@ export class RedemptionRejectedError extends CountersignError {
     });
   }
 
-  /** Always: the grant was refused, so the call did not run. */
+  /** True when the grant was refused for something the model can act on:
+   * the call presented differs from the one approved (tool, target or
+   * arguments), the grant expired, was revoked, was already used, or the
+   * tool changed since. False when it points at the deployment, not the
+   * call (another agent's token, a key or signature this console does not
+   * accept, a clock ahead of the console's, a malformed grant, a reason this
+   * client does not know): the application must see those. Either way the
+   * call did not run. */
   override get refusal(): boolean {
-    return true;
+    return REFUSED_GRANT_REASONS.has(this.reason ?? '');
   }
 }
+
+/** The reasons a rejected grant is the model's to act on. */
+const REFUSED_GRANT_REASONS = new Set(['tool_mismatch', 'target_mismatch', 'digest_mismatch', 'expired', 'revoked', 'replayed', 'tool_changed']);
 
 function describe(cause: unknown): string {
   if (cause instanceof Error) {

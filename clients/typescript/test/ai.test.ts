@@ -6,8 +6,8 @@ import { after, before, test } from 'node:test';
 import { generateText, stepCountIs, tool } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
 import { z } from 'zod';
-import { gateFailure, gateTool, isRefusal, stopOnGateFailure } from '../src/ai.js';
-import { ConsoleUnreachable, CountersignError } from '../src/errors.js';
+import { gateFailure, gateTool, isRefusal, refusalOf, stopOnGateFailure } from '../src/ai.js';
+import { ConsoleUnreachable, CountersignError, RedemptionRejectedError } from '../src/errors.js';
 import { Console, OPERATOR, RecordingClient, within } from './harness.js';
 
 let cs: Console;
@@ -240,4 +240,20 @@ test('refusals of the call stay refusals; failures of the agent or the console d
     ['unreachable', new ConsoleUnreachable('POST http://127.0.0.1:9/api/v1/calls', new Error('connect ECONNREFUSED')), false],
   ];
   for (const [name, e, want] of cases) assert.equal(e.refusal, want, name);
+});
+
+test('a rejected grant is the model\'s only when the call or the grant\'s life is at fault', () => {
+  const rejected = (reason: string, statusCode = 403) =>
+    new RedemptionRejectedError({ decision: 'rejected', accepted: false, call_id: 'call_x', reason, message: 'x', checks: [], statusCode });
+  const refusals = ['tool_mismatch', 'target_mismatch', 'digest_mismatch', 'expired', 'revoked', 'tool_changed'];
+  const failures = ['actor_mismatch', 'audience_mismatch', 'unknown_key', 'bad_signature', 'bad_claims', 'not_yet_valid', 'malformed', 'a_new_reason'];
+  for (const r of refusals) {
+    assert.equal(rejected(r).refusal, true, r);
+    assert.equal(refusalOf(rejected(r))?.countersign, 'redemption_rejected', r);
+  }
+  assert.equal(rejected('replayed', 409).refusal, true, 'replayed');
+  for (const r of failures) {
+    assert.equal(rejected(r).refusal, false, r);
+    assert.equal(refusalOf(rejected(r)), undefined, `${r} is handed to the model`);
+  }
 });
