@@ -12,11 +12,13 @@ const UnnamedSSO = "(single sign-on user)"
 // PublicNames returns how the people a call names (its approvers, the
 // operator who denied, revoked or resolved it, its owners) are named to
 // agents and on the call's status page: a single-sign-on principal
-// oidc:HOST/SUB becomes the name people see (User.Shown), never the
-// principal itself, which is a stable identifier of the person at their
-// identity provider; every other name (a local account, policy:RULE,
-// team:GROUP) is returned as it is. An account that cannot be read is
-// UnnamedSSO. The function remembers what it read: make one per response.
+// oidc:HOST/SUB becomes the name people see, never the principal itself,
+// which is a stable identifier of the person at their identity provider:
+// its user name, else its display name followed by SSOSuffix (so that a
+// display name never reads as a local operator's name), else UnnamedSSO
+// (also for an account that cannot be read). Every other name (a local
+// account, policy:RULE, team:GROUP) is returned as it is. The function
+// remembers what it read: make one per response.
 func (s *Service) PublicNames(ctx context.Context) func(name string) string {
 	seen := map[string]string{}
 	return func(name string) string {
@@ -28,14 +30,24 @@ func (s *Service) PublicNames(ctx context.Context) func(name string) string {
 		}
 		shown := UnnamedSSO
 		if u, err := s.store.User(ctx, name); err == nil {
-			if n := u.Shown(); n != u.Name && !strings.Contains(strings.ToLower(n), OIDCPrefix) {
-				shown = n
+			switch {
+			case u.ShortName != "" && !strings.Contains(strings.ToLower(u.ShortName), OIDCPrefix):
+				// No other account goes by it (checkShadow at every login).
+				shown = u.ShortName
+			case u.DisplayName != "" && !strings.Contains(strings.ToLower(u.DisplayName), OIDCPrefix):
+				// Anything the provider likes, a local operator's name too.
+				shown = u.DisplayName + SSOSuffix
 			}
 		}
 		seen[name] = shown
 		return shown
 	}
 }
+
+// SSOSuffix follows a single-sign-on account's display name where agents
+// read it: unlike its user name, which no other account may go by, a
+// display name is whatever the provider sends, a local operator's name too.
+const SSOSuffix = " (single sign-on)"
 
 // PublicOwners is owners as PublicNames names them, each name once
 // (ignoring case): an owner written as a provider user name and the

@@ -207,3 +207,35 @@ func TestPublicNamesOfAnUnnamedAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicNamesTellALocalOperatorFromAProvidersUser: a provider's user
+// name is unique among the accounts (a login that would shadow another's
+// is refused), but its display name is whatever it sends, a local
+// operator's name too: agents read it marked as single sign-on, never as
+// the local operator.
+func TestPublicNamesTellALocalOperatorFromAProvidersUser(t *testing.T) {
+	e := newSSOEnv(t, LocalAll) // olivia is a local operator
+	for _, sub := range []string{"00u-lookalike", "00u-pat"} {
+		e.idp.User(sub, strings.TrimPrefix(sub, "00u-"), sub+"@example.com", "approvers")
+		e.ssoLogin(t, e.browser(), "")
+	}
+	// A provider that sends no usable user name, only a display name.
+	if _, err := e.db.SQL().Exec(`UPDATE users SET short_name = '', display_name = 'olivia' WHERE name = ?`,
+		e.principal("00u-lookalike")); err != nil {
+		t.Fatal(err)
+	}
+	name := e.c.accounts.PublicNames(context.Background())
+	for in, want := range map[string]string{
+		e.principal("00u-lookalike"): "olivia" + account.SSOSuffix,
+		e.principal("00u-pat"):       "pat",
+		"olivia":                     "olivia",
+	} {
+		if got := name(in); got != want {
+			t.Errorf("PublicNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+	owners := account.PublicOwners([]string{"olivia", e.principal("00u-lookalike")}, name)
+	if len(owners) != 2 {
+		t.Errorf("owners %q: a local operator and a provider's user read as one person", owners)
+	}
+}
