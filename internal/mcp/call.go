@@ -454,8 +454,9 @@ func (g *Gateway) submitError(tool string, c *queue.Call, err error) *sdk.CallTo
 		return toolError(StatusFrozen, fmt.Sprintf("Calls of this tool are frozen in Countersign since %s: %s. Ask a person before trying again.",
 			fe.Freeze.At.UTC().Format(time.RFC3339), fe.Freeze.Reason), map[string]any{"reason": fe.Freeze.Reason})
 	case errors.Is(err, queue.ErrRetryLimit):
-		return toolError(StatusRetryLimit, "Three calls of this tool in a row were refused; stop retrying and ask a person (an operator can clear the block in the console, "+
-			"or from a shell with console unblock ACTOR TOOL --as OPERATOR).", nil)
+		// The model is handed no command line that acts in an operator's name.
+		return toolError(StatusRetryLimit, "Three calls of this tool in a row were refused; stop retrying and ask a person "+
+			"(an operator can clear the block in the console).", nil)
 	}
 	g.log.Error("submission failed", slog.String("tool", tool), slog.Any("error", err))
 	return toolError(StatusUnavailable, "Countersign cannot record calls right now; nothing ran. Retry later.", nil)

@@ -50,7 +50,9 @@ var sentinels = []struct {
 		"this console's tools file defines the tool differently from the definition the call was made under (the file changed since, or the console replicas run different tools files), so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)", ""},
 	{queue.ErrRetryLimit, http.StatusTooManyRequests, "retry_limit",
 		"three proposals in a row for this tool were rejected; stop retrying and ask a person",
-		"an operator can clear the block in the console (Clear, beside the blocked agent on the queue) or from a shell with console unblock ACTOR TOOL --as OPERATOR"},
+		// For a person to do, not the model: the model is handed no command
+		// line that acts in an operator's name.
+		"an operator can clear the block in the console (Clear, beside the blocked agent on the queue)"},
 	{queue.ErrNotFound, http.StatusNotFound, "not_found", "no such call", ""},
 	{queue.ErrNotRedeemed, http.StatusConflict, "not_redeemed",
 		"the call's grant has not been redeemed; report an outcome or send heartbeats only after redeeming it", ""},
