@@ -18,24 +18,8 @@ import (
 // fragment joined into the buffer changes no message already written, and
 // the fragments the hub queued keep their bytes.
 func TestWriteBatchReusesItsBufferSafely(t *testing.T) {
-	up := websocket.Upgrader{WriteBufferSize: 64} // messages longer than the connection's own buffer
-	accepted := make(chan *websocket.Conn, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		accepted <- conn
-	}))
-	defer srv.Close()
-	peer, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	conn := <-accepted
-	defer conn.Close()
+	conn, peer := socketPair(t, websocket.Upgrader{WriteBufferSize: 64}) // messages longer than the connection's own buffer
+	var err error
 
 	c := &console{cfg: ConsoleConfig{WriteTimeout: 10 * time.Second}}
 	cl := &client{conn: conn, send: make(chan []byte, maxBatch)}
@@ -100,24 +84,7 @@ func TestWriteBatchReusesItsBufferSafely(t *testing.T) {
 // batch. Without the signal this test waits for the hour and fails by its
 // deadline.
 func TestWriteBatchHoldEndsWhenHalfFull(t *testing.T) {
-	up := websocket.Upgrader{}
-	accepted := make(chan *websocket.Conn, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		accepted <- conn
-	}))
-	defer srv.Close()
-	peer, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	conn := <-accepted
-	defer conn.Close()
+	conn, peer := socketPair(t, websocket.Upgrader{})
 
 	c := &console{cfg: ConsoleConfig{WriteTimeout: 10 * time.Second}}
 	const size = 8
@@ -180,4 +147,28 @@ func TestWriteBatchHoldEndsWhenHalfFull(t *testing.T) {
 	if want := string(frag(10)) + string(frag(11)) + string(frag(12)); string(got) != want {
 		t.Fatalf("message %q, want %q", got, want)
 	}
+}
+
+// socketPair is a real WebSocket over 127.0.0.1: the server's end, upgraded
+// with up, and the peer that reads what it writes. Both close with the test.
+func socketPair(t *testing.T, up websocket.Upgrader) (conn, peer *websocket.Conn) {
+	t.Helper()
+	accepted := make(chan *websocket.Conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		accepted <- conn
+	}))
+	t.Cleanup(srv.Close)
+	peer, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	conn = <-accepted
+	t.Cleanup(func() { conn.Close() })
+	return conn, peer
 }
