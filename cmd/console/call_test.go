@@ -9,11 +9,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // callBuffer is a bytes.Buffer safe for a writer and a reader at once.
@@ -39,40 +37,8 @@ func (b *callBuffer) String() string {
 func callConsole(t *testing.T) (url, data string) {
 	t.Helper()
 	data = t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr callBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--tools", "../../examples/tools.yaml",
-			"--log-level", "error"}, func(string) string { return "" }, strings.NewReader(""), &stdout, &stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve did not stop within 30s")
-		}
-	})
-	re := regexp.MustCompile(`listening on (http://\S+)`)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(stdout.String()); m != nil {
-			return m[1], data
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d: %s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start: %s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	url, _ = serveFor(t, data)
+	return url, data
 }
 
 // callRun runs the console in-process with env as its environment.
