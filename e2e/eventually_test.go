@@ -24,19 +24,7 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 // openWaiters is the console's countersign_open_waiters at base (its
 // /metrics), -1 when it cannot be read.
 func openWaiters(base string) int {
-	res, err := http.Get(base + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "countersign_open_waiters "); ok {
-			n, _ := strconv.ParseFloat(v, 64)
-			return int(n)
-		}
-	}
-	return -1
+	return int(metricValue(base, "countersign_open_waiters"))
 }
 
 // metricValue is the value of the series name (without labels) in the

@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -83,20 +84,11 @@ func cgroupMemoryLimit(root string) (limit int64, from string) {
 			for _, mount := range []string{"sys/fs/cgroup", "sys/fs/cgroup/unified"} {
 				consider(walkUp(filepath.Join(root, mount), cgroup, "memory.max"))
 			}
-		case hasController(controllers, "memory"):
+		case slices.Contains(strings.Split(controllers, ","), "memory"):
 			consider(walkUp(filepath.Join(root, "sys/fs/cgroup/memory"), cgroup, "memory.limit_in_bytes"))
 		}
 	}
 	return limit, from
-}
-
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // walkUp reads the limit file name in the cgroup directory mount+cgroup

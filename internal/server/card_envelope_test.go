@@ -20,12 +20,6 @@ import (
 func TestQueueCardRendersFromEnvelope(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := e.db.SQL().Exec(q, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
 	b := e.browser()
 	b.login("olivia", rolePassword)
 	card := func(id string) *goquery.Selection {
@@ -57,7 +51,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 	if !strings.Contains(before["amount_minor"], "129999") || before["reason_code"] != "duplicate" {
 		t.Fatalf("summary before the edit = %v", before)
 	}
-	exec(`UPDATE calls SET args = ? WHERE id = ?`,
+	e.exec(`UPDATE calls SET args = ? WHERE id = ?`,
 		`{"amount_minor":1,"currency":"USD","notes":"edited note","reason_code":"fraud"}`, call.ID)
 	c := card(call.ID)
 	if got := summaryOf(c); got["amount_minor"] != before["amount_minor"] || got["reason_code"] != "duplicate" {
@@ -89,7 +83,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 		q := tc.sql
 		t.Run(name, func(t *testing.T) {
 			c := e.submit("agent:billing-bot", "payments-host", strings.Replace(conRefundBody, "INV-1042", "INV-"+tc.invoice, 1))
-			exec(q, c.ID)
+			e.exec(q, c.ID)
 			got := card(c.ID)
 			if w := got.Find(`[data-testid="card-integrity"]`).Text(); !strings.Contains(w, "does not match its digest") {
 				t.Errorf("tampered %s: card warning = %q, want one naming the mismatch", name, w)
@@ -105,7 +99,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 		args := canonical.Object{{Name: "amount_minor", Value: int64(5)}, {Name: "currency", Value: "USD"},
 			{Name: "reason_code", Value: "duplic\u0430te"}}
 		raw := e.insertRaw("agent:billing-bot", "payments.refund", "invoice:INV-7003", args, "")
-		exec(`UPDATE calls SET args = ? WHERE id = ?`, `{"amount_minor":5,"currency":"USD","reason_code":"duplicate"}`, raw.ID)
+		e.exec(`UPDATE calls SET args = ? WHERE id = ?`, `{"amount_minor":5,"currency":"USD","reason_code":"duplicate"}`, raw.ID)
 		got := card(raw.ID)
 		if got.Find(`[data-testid="card-warning"]`).Length() != 1 {
 			t.Error("the edit of the stored copy hid the look-alike character's warning from the card")

@@ -194,6 +194,15 @@ type consoleBrowser struct {
 	jar    *cookiejar.Jar
 }
 
+// exec runs a statement on the console's SQLite file directly, as someone
+// editing the database could.
+func (e *consoleEnv) exec(q string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.SQL().Exec(q, args...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *consoleEnv) browser() *consoleBrowser {
 	jar, _ := cookiejar.New(nil)
 	return &consoleBrowser{e: e, jar: jar, client: &http.Client{

@@ -41,20 +41,16 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 	args := canonical.Object{{Name: "amount_minor", Value: int64(5)}, {Name: "currency", Value: "USD"},
 		{Name: "reason_code", Value: "duplic\u0430te"}}
 	hidden := e.insertRaw("agent:billing-bot", "payments.refund", "invoice:INV-7004", args, "")
-	if _, err := e.db.SQL().Exec(`UPDATE calls SET args = ? WHERE id = ?`,
-		`{"amount_minor":5,"currency":"USD","reason_code":"duplicate"}`, hidden.ID); err != nil {
-		t.Fatal(err)
-	}
+	e.exec(`UPDATE calls SET args = ? WHERE id = ?`,
+		`{"amount_minor":5,"currency":"USD","reason_code":"duplicate"}`, hidden.ID)
 	if row(hidden.ID).Find(`[data-testid="row-deceptive"]`).Length() != 1 {
 		t.Error("the edit of the stored copy hid the hashed look-alike character's warning from the history row")
 	}
 	// A record whose envelope no longer matches its digest: judged by what
 	// is stored, as a card is.
 	broken := e.insertRaw("agent:billing-bot", "payments.refund", "invoice:INV-70\u04305", args, "")
-	if _, err := e.db.SQL().Exec(`UPDATE calls SET envelope = CAST(replace(CAST(envelope AS TEXT), '"amount_minor":5', '"amount_minor":6') AS BLOB) WHERE id = ?`,
-		broken.ID); err != nil {
-		t.Fatal(err)
-	}
+	e.exec(`UPDATE calls SET envelope = CAST(replace(CAST(envelope AS TEXT), '"amount_minor":5', '"amount_minor":6') AS BLOB) WHERE id = ?`,
+		broken.ID)
 	if row(broken.ID).Find(`[data-testid="row-deceptive"]`).Length() != 1 {
 		t.Error("a broken record with a look-alike target does not warn in the history")
 	}
@@ -69,9 +65,7 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 	// Only the target column edited: the envelope still hashes to the
 	// digest, but the row would show a target that was never hashed.
 	moved := e.submit("agent:billing-bot", "payments-host", conRefundBody)
-	if _, err := e.db.SQL().Exec(`UPDATE calls SET target = 'invoice:INV-9999' WHERE id = ?`, moved.ID); err != nil {
-		t.Fatal(err)
-	}
+	e.exec(`UPDATE calls SET target = 'invoice:INV-9999' WHERE id = ?`, moved.ID)
 	if r := row(moved.ID); r.Find(`[data-testid="row-integrity"]`).Length() != 1 {
 		t.Errorf("a row whose target column was edited is listed unmarked: %q", r.Find(`[data-testid="row-target"]`).Text())
 	}

@@ -220,10 +220,8 @@ func TestPublicNamesTellALocalOperatorFromAProvidersUser(t *testing.T) {
 		e.ssoLogin(t, e.browser(), "")
 	}
 	// A provider that sends no usable user name, only a display name.
-	if _, err := e.db.SQL().Exec(`UPDATE users SET short_name = '', display_name = 'olivia' WHERE name = ?`,
-		e.principal("00u-lookalike")); err != nil {
-		t.Fatal(err)
-	}
+	e.exec(`UPDATE users SET short_name = '', display_name = 'olivia' WHERE name = ?`,
+		e.principal("00u-lookalike"))
 	name := e.c.accounts.PublicNames(context.Background())
 	for in, want := range map[string]string{
 		e.principal("00u-lookalike"): "olivia" + account.SSOSuffix,

@@ -18,13 +18,7 @@ func TestCallPageRendersFromEnvelope(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
 	call := e.submit("agent:billing-bot", "payments-host", conRefundBody)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := e.db.SQL().Exec(q, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec(`UPDATE calls SET args = ? WHERE id = ?`,
+	e.exec(`UPDATE calls SET args = ? WHERE id = ?`,
 		`{"amount_minor":1,"currency":"USD","notes":"edited note","reason_code":"duplicate"}`, call.ID)
 	b := e.browser()
 	b.login("olivia", rolePassword)
@@ -51,7 +45,7 @@ func TestCallPageRendersFromEnvelope(t *testing.T) {
 		q := tc.sql
 		t.Run(name, func(t *testing.T) {
 			c := e.submit("agent:billing-bot", "payments-host", strings.Replace(conRefundBody, "INV-1042", "INV-"+tc.invoice, 1))
-			exec(q, c.ID)
+			e.exec(q, c.ID)
 			p := b.get("/calls/" + c.ID)
 			if p.status != http.StatusInternalServerError || !strings.Contains(p.body, "does not match its digest") {
 				t.Errorf("tampered %s: page = %d, want 500 naming the mismatch", name, p.status)
