@@ -98,3 +98,41 @@ func TestOwnersAndApprovalsGiven(t *testing.T) {
 		t.Errorf("Get: Approvals.Given=%+v, want alice by command on cli, now (raw %s)", given, got.Raw)
 	}
 }
+
+// An approved call whose grant an operator revoked before it was redeemed:
+// Get returns status revoked with the revocation (who, why, when) in
+// Call.Revocation, and redeeming the grant is refused (revoked).
+func TestRevocation(t *testing.T) {
+	tc := startConsole(t, t.TempDir(), "127.0.0.1:0")
+	c := client.New(tc.url, tc.token("agent:revoked-bot", "payments-host"))
+	ctx := context.Background()
+	call, err := c.Submit(ctx, refund(1299))
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if _, err := tc.queue.Approve(ctx, "alice", "cli", call.ID, call.Digest); err != nil {
+		t.Fatalf("Approve: %v", err)
+	}
+	approved, err := c.Get(ctx, call.ID)
+	if err != nil || approved.Status != client.StatusApproved || approved.Revocation != nil {
+		t.Fatalf("Get: %+v, %v; want approved, no revocation", approved, err)
+	}
+	const reason = "wrong invoice: INV-2041 was refunded by hand"
+	before := time.Now().Add(-time.Minute)
+	if _, err := tc.queue.RevokeGrant(ctx, "alice", "web", call.ID, reason); err != nil {
+		t.Fatalf("RevokeGrant: %v", err)
+	}
+	got, err := c.Get(ctx, call.ID)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	r := got.Revocation
+	if got.Status != client.StatusRevoked || r == nil || r.By != "alice" || r.Reason != reason ||
+		r.At.Before(before) || r.At.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("Get after the revocation: Status=%q Revocation=%+v, want revoked by alice, %q, now (raw %s)", got.Status, r, reason, got.Raw)
+	}
+	res, err := c.Redeem(ctx, approved.Grant, approved.Spec())
+	if err != nil || res.Accepted || res.Reason != "revoked" {
+		t.Errorf("Redeem the revoked grant: %+v, %v; want rejected, revoked", res, err)
+	}
+}

@@ -9,7 +9,8 @@ import (
 type Status string
 
 // Call statuses. Every status but StatusPending and StatusApproved is
-// terminal; an approved call moves only to redeemed (or its grant expires).
+// terminal; an approved call moves only to redeemed or revoked (or its grant
+// expires).
 const (
 	StatusPending   Status = "pending"
 	StatusApproved  Status = "approved"
@@ -17,6 +18,10 @@ const (
 	StatusExpired   Status = "expired"
 	StatusCancelled Status = "cancelled"
 	StatusRedeemed  Status = "redeemed"
+	// StatusRevoked is an approved call whose grant an operator revoked
+	// before it was redeemed (see Call.Revocation): redeeming it is refused
+	// (revoked).
+	StatusRevoked Status = "revoked"
 )
 
 // Decided reports whether an operator (or the clock) has settled the call:
@@ -77,6 +82,10 @@ type Call struct {
 	GrantExpiresAt time.Time `json:"grant_expires_at,omitzero"`
 	// Decision is set when an operator denied the call.
 	Decision *Decision `json:"decision,omitempty"`
+	// Revocation is set when an operator revoked the call's grant before it
+	// was redeemed (status revoked): who, why and when. Hand the reason to
+	// the model as a denial's.
+	Revocation *Revocation `json:"revocation,omitempty"`
 	// Comments are the notes operators left with their approvals.
 	Comments []Comment `json:"comments,omitempty"`
 	// RedeemedAt is when the grant was redeemed; LeaseUntil is when the
@@ -142,6 +151,15 @@ type Decision struct {
 	// "(single sign-on user)"; never an oidc:HOST/SUB principal), or
 	// policy:RULE.
 	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Revocation is an operator's revocation of an approved call's grant
+// before it was redeemed: who, why, and when. The grant is refused at
+// redemption (reason revoked) from then on.
+type Revocation struct {
+	By     string    `json:"by"` // the operator, named as in Decision.By
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 }

@@ -51,6 +51,7 @@ from ._client import (
     STATUS_EXPIRED,
     STATUS_PENDING,
     STATUS_REDEEMED,
+    STATUS_REVOKED,
     VERDICT_EXECUTED,
     VERDICT_NOT_EXECUTED,
     METHOD_CLICK,
@@ -68,6 +69,7 @@ from ._client import (
     Outcome,
     Redemption,
     Resolution,
+    Revocation,
 )
 from ._errors import (
     ConsoleUnreachable,
@@ -88,9 +90,10 @@ __all__ = [
     "format_number", "valid_tool_name", "without",
     "OUTCOME_FAILED", "OUTCOME_LEASE_EXPIRED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED",
     "STATUS_CANCELLED", "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
+    "STATUS_REVOKED",
     "VERDICT_EXECUTED", "VERDICT_NOT_EXECUTED", "METHOD_CLICK", "METHOD_COMMAND", "METHOD_PASSKEY", "METHOD_POLICY",
     "Approval", "Approvals", "AsyncClient", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome",
-    "Redemption", "Resolution",
+    "Redemption", "Resolution", "Revocation",
     "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
     "RedemptionRejected", "WaitTimeout", "gated",
 ]

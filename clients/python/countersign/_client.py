@@ -30,6 +30,9 @@ STATUS_DENIED = "denied"
 STATUS_EXPIRED = "expired"
 STATUS_CANCELLED = "cancelled"
 STATUS_REDEEMED = "redeemed"
+#: An approved call whose grant an operator revoked before it was redeemed
+#: (see ``Call.revocation``): redeeming it is refused (revoked).
+STATUS_REVOKED = "revoked"
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_FAILED = "failed"
@@ -91,6 +94,18 @@ class Approvals:
 class Decision:
     """An operator's denial: who (named as in ``Approval.by``, or
     ``policy:RULE``), why and when."""
+
+    by: str
+    reason: str
+    at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """An operator's revocation of an approved call's grant before it was
+    redeemed: who (named as in ``Approval.by``), why and when. The grant is
+    refused at redemption (revoked) from then on; hand the reason to the
+    model as a denial's."""
 
     by: str
     reason: str
@@ -166,6 +181,9 @@ class Call:
     grant: str = ""
     grant_expires_at: Optional[datetime] = None
     decision: Optional[Decision] = None
+    #: Set when an operator revoked the grant before it was redeemed
+    #: (status revoked).
+    revocation: Optional[Revocation] = None
     outcome: Optional[Outcome] = None
     #: The notes operators left with their approvals, in order.
     comments: tuple = ()
@@ -200,6 +218,7 @@ class Call:
             raise ValueError("not a call")
         ap = d.get("approvals") or {}
         dec = d.get("decision")
+        rev = d.get("revocation")
         out = d.get("outcome")
         res = d.get("resolution")
         return cls(
@@ -213,6 +232,8 @@ class Call:
             rationale=d.get("rationale", ""), grant=d.get("grant", ""),
             grant_expires_at=_time(d.get("grant_expires_at")),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
+            revocation=Revocation(rev.get("by", ""), rev.get("reason", ""), _time(rev.get("at")))
+            if isinstance(rev, dict) else None,
             outcome=Outcome(out.get("status", ""), out.get("detail", ""), _time(out.get("at"))) if out else None,
             redeemed_at=_time(d.get("redeemed_at")), lease_until=_time(d.get("lease_until")),
             resolution=Resolution(res.get("verdict", ""), res.get("by", ""), res.get("note", ""), _time(res.get("at")),

@@ -185,6 +185,19 @@ class Console:
         if 'data-testid="resolution"' not in after:
             raise AssertionError("the resolution was not recorded: " + after[:2000])
 
+    def revoke_grant(self, call_id: str, reason: str) -> None:
+        """Revoke the grant of an approved call that has not been redeemed,
+        through the console's web form (the only way a person revokes one),
+        logged in as the operator."""
+        path = "/calls/" + urllib.parse.quote(call_id, safe="")
+        page = self._browse(path)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        if csrf is None or 'data-testid="revoke-form"' not in page:
+            raise AssertionError("the call page offers no revocation: " + page[:2000])
+        after = self._browse(path + "/revoke", {"csrf": csrf.group(1), "reason": reason})
+        if 'data-testid="revoked-by"' not in after:
+            raise AssertionError("the revocation was not recorded: " + after[:2000])
+
     def _browse(self, path: str, form: dict | None = None) -> str:
         """A page of the console as the logged-in operator (logging in the
         first time), or the page a form posted to it leads to."""

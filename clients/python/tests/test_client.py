@@ -205,6 +205,26 @@ class Decisions(unittest.TestCase):
             c.cancel(call.id)
         self.assertEqual(cm.exception.code, "not_pending")
 
+    def test_revocation(self):
+        # An approved call whose grant the operator revoked before it was
+        # redeemed: the call comes back revoked, with who, why and when,
+        # and its grant is refused (revoked).
+        c = new_client()
+        call = c.submit("payments.refund", "invoice:INV-501", dict(REFUND, amount_minor=501))
+        console.approve(call.id, call.digest)
+        approved = c.get(call.id)
+        self.assertEqual((approved.status, approved.revocation), ("approved", None))
+        console.revoke_grant(call.id, "wrong invoice: INV-501 was refunded by hand")
+        revoked = c.get(call.id)
+        self.assertEqual(revoked.status, countersign.STATUS_REVOKED)
+        self.assertIsInstance(revoked.revocation, countersign.Revocation)
+        self.assertEqual((revoked.revocation.by, revoked.revocation.reason),
+                         (OPERATOR, "wrong invoice: INV-501 was refunded by hand"))
+        self.assertIsNotNone(revoked.revocation.at)
+        self.assertEqual(revoked.revocation.at, countersign._client._time(revoked.raw["revocation"]["at"]))
+        res = c.redeem(approved.grant, approved)
+        self.assertEqual((res.accepted, res.reason), (False, "revoked"))
+
     def test_wait_timeout_returns_the_last_state(self):
         c = new_client()
         call = c.submit("payments.refund", "invoice:INV-8", REFUND)

@@ -7,8 +7,9 @@ export type JsonValue = null | boolean | number | string | JsonValue[] | { [name
 export type JsonObject = { [name: string]: JsonValue };
 
 /** Where a call is in its life. Every status but pending and approved is
- * terminal; an approved call moves only to redeemed. */
-export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed';
+ * terminal; an approved call moves only to redeemed, or to revoked when an
+ * operator revokes its grant before it is redeemed (see Call.revocation). */
+export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked';
 
 /** The outcome statuses an executor reports. */
 export type OutcomeStatus = 'succeeded' | 'failed' | 'unknown';
@@ -79,6 +80,16 @@ export interface Decision {
   at: string;
 }
 
+/** An operator's revocation of an approved call's grant before it was
+ * redeemed: who, why, when. The grant is refused at redemption (revoked)
+ * from then on; hand the reason to the model as a denial's. */
+export interface Revocation {
+  /** The operator, named as in GivenApproval.by. */
+  by: string;
+  reason: string;
+  at: string;
+}
+
 export interface Outcome {
   /** succeeded, failed or unknown as reported, or lease_expired when nobody
    * reported before the executor's lease ended. */
@@ -116,6 +127,9 @@ export interface Call {
   grant_expires_at?: string;
   /** Set when an operator denied the call. */
   decision?: Decision;
+  /** Set when an operator revoked the grant before it was redeemed (status
+   * revoked). */
+  revocation?: Revocation;
   /** The notes operators left with their approvals, when any did. */
   comments?: ApprovalComment[];
   /** Set once the executor reported what happened, or its lease ended. */

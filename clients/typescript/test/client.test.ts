@@ -17,6 +17,8 @@ import {
   specOf,
   without,
   type JsonObject,
+  type Revocation,
+  type Status,
   type Submitted,
 } from '../src/index.js';
 import { Console, OPERATOR, within } from './harness.js';
@@ -196,6 +198,23 @@ test('a denial reaches wait with the reason', async () => {
   assert.deepEqual([denied.decision?.by, denied.decision?.reason], [OPERATOR, 'this invoice was already refunded']);
   const e = await rejects(c.submit({ tool: 'payments.refund', target: 'invoice:INV-500', args }));
   assert.deepEqual([e.code, e.status, e.callId, e.reason], ['previously_denied', 409, call.id, 'this invoice was already refunded']);
+});
+
+test('a revoked grant: the call is revoked, with who, why and when, and the grant is refused', async () => {
+  const c = newClient();
+  const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-501', args: { ...REFUND, amount_minor: 501 } });
+  cs.approve(call.id, call.digest);
+  const approved = await c.get(call.id);
+  assert.deepEqual([approved.status, approved.revocation], ['approved', undefined]);
+  await cs.revokeGrant(call.id, 'wrong invoice: INV-501 was refunded by hand');
+  const revoked = await c.get(call.id);
+  const status: Status = 'revoked';
+  assert.equal(revoked.status, status);
+  const r: Revocation | undefined = revoked.revocation;
+  assert.deepEqual([r?.by, r?.reason], [OPERATOR, 'wrong invoice: INV-501 was refunded by hand']);
+  assert.ok(r && !Number.isNaN(Date.parse(r.at)), `revocation.at=${r?.at}`);
+  const res = await c.redeem(approved.grant!, specOf(approved));
+  assert.deepEqual([res.accepted, res.reason], [false, 'revoked']);
 });
 
 test('a call nobody decides expires', async () => {

@@ -144,14 +144,31 @@ export class Console {
    * or whose lease expired, through the console's web form (the only way a
    * person resolves one), logged in as the operator. */
   async resolve(id: string, verdict: string, note: string, evidence = ''): Promise<void> {
-    if (this.cookies.size === 0) {
-      const login = await this.browse('/login');
-      await this.browse('/login', { csrf: formToken(login), name: OPERATOR, password: OPERATOR_PASSWORD });
-    }
+    await this.login();
     const path = '/calls/' + encodeURIComponent(id);
     const page = await this.browse(path);
     const after = await this.browse(path + '/resolve', { csrf: formToken(page), verdict, note, evidence, from: 'call' });
     if (!after.includes('data-testid="resolution"')) throw new Error(`the resolution was not recorded: ${after.slice(0, 2000)}`);
+  }
+
+  /** Revokes the grant of an approved call that has not been redeemed,
+   * through the console's web form (the only way a person revokes one),
+   * logged in as the operator. */
+  async revokeGrant(id: string, reason: string): Promise<void> {
+    await this.login();
+    const path = '/calls/' + encodeURIComponent(id);
+    const page = await this.browse(path);
+    if (!page.includes('data-testid="revoke-form"')) throw new Error(`the call page offers no revocation: ${page.slice(0, 2000)}`);
+    const after = await this.browse(path + '/revoke', { csrf: formToken(page), reason });
+    if (!after.includes('data-testid="revoked-by"')) throw new Error(`the revocation was not recorded: ${after.slice(0, 2000)}`);
+  }
+
+  /** Logs the operator's browser in, the first time. */
+  private async login(): Promise<void> {
+    if (this.cookies.size === 0) {
+      const login = await this.browse('/login');
+      await this.browse('/login', { csrf: formToken(login), name: OPERATOR, password: OPERATOR_PASSWORD });
+    }
   }
 
   /** A page as the operator's browser gets it, following redirects and
