@@ -19,6 +19,18 @@
 // model. A rejected redemption is not an error: Redeem returns a Redemption
 // with Accepted false and the reason.
 //
+// Only the console's refusal of the call is the model's to hear; anything
+// else (a bad token, a 5xx, the console unreachable) is the application's.
+// Error.Refusal and Redemption.Refusal tell them apart, as the Python and
+// TypeScript clients' refusal does:
+//
+//	var e *client.Error
+//	if errors.As(err, &e) && e.Refusal() {
+//		// tell the model: e.Code, e.Message, e.Problems, e.Reason
+//	} else if err != nil {
+//		return err
+//	}
+//
 // The console refuses numbers with a fraction or an exponent. Send integers
 // (money in minor units), and keep them exact: Call.Args is raw JSON text.
 package client

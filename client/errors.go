@@ -66,6 +66,63 @@ func (e *Error) Is(target error) bool {
 	return t.Status == 0 || t.Status == e.Status
 }
 
+// refusalCodes are the console's answers that refuse the call itself,
+// whatever their status: a rule of the tools file, an operator's earlier
+// denial, the block after three refusals in a row, a body too large. Beside
+// them, a proposal whose content the console refused (its problems listed)
+// is a refusal too. The Python and TypeScript clients classify the same
+// way.
+var refusalCodes = map[string]bool{
+	CodeDeniedByPolicy: true, CodePreviouslyDenied: true, CodeRetryLimit: true, CodeTooLarge: true,
+}
+
+// Refusal reports whether the console refused this call: something the
+// model that proposed it can act on (fix its arguments, stop, ask a person),
+// such as a rule (denied_by_policy), an operator's earlier denial
+// (previously_denied), an invalid proposal (its problems listed), a body too
+// large, or the block after repeated refusals (retry_limit). Hand those to
+// the model (Code, Message, Problems, Reason).
+//
+// It is false for an operational failure the application must handle and
+// the model cannot fix: the agent's own token missing, unknown or revoked
+// (401 unauthorized) or not allowed the tool's host (403
+// audience_not_allowed), a tool the console does not know (unknown_tool: the
+// application names the tool), too_many_waits, any 5xx (frozen, unavailable,
+// internal), and an answer not in the API's shape (unexpected_response).
+// An unreachable console is not an *Error at all; IsRefusal reports false
+// for it.
+func (e *Error) Refusal() bool {
+	if e.Status == 0 {
+		return false
+	}
+	if refusalCodes[e.Code] {
+		return true
+	}
+	// A refused proposal lists its problems (malformed_json,
+	// invalid_arguments, ...); unknown_tool lists one too, but names the
+	// application's configuration, not the model's arguments.
+	return e.Status >= 400 && e.Status < 500 && e.Status != 401 && e.Status != 403 &&
+		len(e.Problems) > 0 && e.Code != CodeUnknownTool
+}
+
+// IsRefusal reports whether err is (or wraps) the console's refusal of the
+// call, for the model to be told (see Error.Refusal). Any other error (an
+// unreachable console, a cancelled context, a 401, a 5xx) is the
+// application's to handle:
+//
+//	call, err := c.Submit(ctx, p)
+//	var e *client.Error
+//	switch {
+//	case errors.As(err, &e) && e.Refusal():
+//		return tellTheModel(e.Code, e.Message, e.Problems)
+//	case err != nil:
+//		return err // not the model's: a bad token, a 5xx, the console unreachable
+//	}
+func IsRefusal(err error) bool {
+	e, ok := AsError(err)
+	return ok && e.Refusal()
+}
+
 // HasProblem reports whether the error lists a problem with code at path;
 // an empty path matches any path.
 func (e *Error) HasProblem(code, path string) bool {
@@ -106,6 +163,9 @@ func StatusCode(err error) int {
 const (
 	CodeInvalidArguments     = "invalid_arguments"
 	CodeUnknownTool          = "unknown_tool"
+	CodeTooLarge             = "too_large"
+	CodeDeniedByPolicy       = "denied_by_policy"
+	CodeTooManyWaits         = "too_many_waits"
 	CodeAudienceNotAllowed   = "audience_not_allowed"
 	CodePreviouslyDenied     = "previously_denied"
 	CodeRetryLimit           = "retry_limit"

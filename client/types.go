@@ -220,8 +220,9 @@ type Redemption struct {
 	CallID   string `json:"call_id,omitempty"`
 	// Reason is the rejection reason: malformed, bad_signature, unknown_key,
 	// bad_claims, actor_mismatch, audience_mismatch, tool_mismatch,
-	// target_mismatch, digest_mismatch, not_yet_valid, expired, revoked or
-	// replayed.
+	// target_mismatch, digest_mismatch, not_yet_valid, expired, revoked,
+	// replayed or tool_changed. Refusal says whether it is the model's to
+	// act on.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Checks lists every check in the order the console ran them.
@@ -247,6 +248,29 @@ type Redemption struct {
 type Check struct {
 	Name string `json:"name"`
 	OK   *bool  `json:"ok"`
+}
+
+// refusedGrantReasons are the rejection reasons that are the model's to act
+// on, as in the Python and TypeScript clients.
+var refusedGrantReasons = map[string]bool{
+	"tool_mismatch": true, "target_mismatch": true, "digest_mismatch": true, "expired": true,
+	"revoked": true, "replayed": true, "tool_changed": true,
+}
+
+// Refusal reports whether the grant was rejected for something the model
+// can act on: the call presented differs from the one approved (tool,
+// target or args), the grant expired, was revoked, was already used
+// (replayed), or the tool changed since; hand Reason and Message to the
+// model. It is false for an accepted redemption, and for a rejection that
+// points at the deployment, not the call: another agent's token
+// (actor_mismatch, audience_mismatch), a key or signature this console does
+// not accept (unknown_key, bad_signature, bad_claims, malformed), a clock
+// ahead of the console's (not_yet_valid), or a reason this client does not
+// know: the application must see those. Either way a rejected call must
+// not run. A redemption refused by a freeze is not a Redemption but an
+// *Error with code frozen, not a refusal either.
+func (r *Redemption) Refusal() bool {
+	return !r.Accepted && refusedGrantReasons[r.Reason]
 }
 
 // Failed returns the first check that failed, or nil.
