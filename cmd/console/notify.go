@@ -130,6 +130,8 @@ func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
 	d := notify.NewDispatcher(notify.DispatcherConfig{
 		Outbox: n.outbox, Channels: n.built.Channels, Timeouts: n.built.Timeouts,
 		Retry: n.cfg.Retry, Lease: n.cfg.Lease, Keep: n.cfg.Keep, Logger: a.log,
+		// People are named in messages as the agent API names them.
+		Names: a.accounts.PublicNames,
 	})
 	notes := &server.Notifications{Deliveries: d}
 	if n.built.Push != nil {

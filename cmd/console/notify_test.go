@@ -1,14 +1,23 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/examples"
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/notify"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 func TestNotificationsFromTheToolsFileAndTheirVAPIDKey(t *testing.T) {
@@ -184,5 +193,76 @@ func TestToolsLintChecksNotifications(t *testing.T) {
 	code, out, errs = lint(map[string]string{"HOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	if code != 0 || !strings.Contains(out, tools+": notifications: ok, 1 channel(s) (oncall), 1 route(s)") {
 		t.Errorf("lint of a good file = %d %q %q", code, out, errs)
+	}
+}
+
+// A running console's notifications name a single-sign-on operator as the
+// agent API does (account.PublicNames), never by their principal: the
+// webhook keeps the principal in decision.by and adds decision.by_name.
+func TestNotificationsNameSingleSignOnOperatorsAsPeopleSeeThem(t *testing.T) {
+	var mu sync.Mutex
+	var bodies [][]byte
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer hook.Close()
+	data := t.TempDir()
+	tools := filepath.Join(data, "tools.yaml")
+	section := `
+notifications:
+  channels:
+    hook: {type: webhook, url: "` + hook.URL + `", secret: {env: HOOK_SECRET}, events: [call.denied]}
+  routes:
+    - {tools: ["*"], notify: [hook]}
+`
+	if err := os.WriteFile(tools, append(append([]byte(nil), examples.ToolsYAML...), section...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		if k == "HOOK_SECRET" {
+			return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		}
+		return ""
+	}
+	a, err := openApp(data, "", tools, &notifySource{publicURL: "https://cs.example.com", getenv: env}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("openApp: %v", err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	const principal = "oidc:idp.example.com/00u-olga"
+	if err := a.db.accounts.Update(ctx, func(tx account.Tx) error {
+		return tx.InsertUser(account.User{Name: principal, Role: account.RoleOperator, Kind: account.KindOIDC,
+			Issuer: "https://idp.example.com", Subject: "00u-olga", DisplayName: "Olga K", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := a.queue.Submit(ctx, queue.Principal{Actor: "agent:billing-bot", Audience: "payments-host"},
+		[]byte(`{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":1200,"currency":"USD","reason_code":"duplicate"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.queue.Deny(ctx, principal, "web", c.ID, "already refunded"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := a.dispatcher()
+	if n, err := d.Dispatch(ctx); err != nil || n != 1 {
+		t.Fatalf("Dispatch: %d rows, %v; want the denial", n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 {
+		t.Fatalf("%d webhook posts, want 1", len(bodies))
+	}
+	var ev notify.Event
+	if err := json.Unmarshal(bodies[0], &ev); err != nil {
+		t.Fatal(err)
+	}
+	if dec := ev.Data.Decision; dec == nil || dec.By != principal || dec.ByName != "Olga K (single sign-on)" {
+		t.Errorf("decision %+v, want by %s, by_name Olga K (single sign-on)", dec, principal)
 	}
 }

@@ -30,8 +30,9 @@ type receiptUser interface {
 // Message is one row to send.
 type Message struct {
 	Event Event
-	// Body is the stored JSON of the event, byte for byte what a webhook
-	// posts and signs.
+	// Body is the JSON of the event, byte for byte what a webhook posts and
+	// signs: the stored body, with the by_name fields the dispatcher set on
+	// Event (Event.Named) when it names people.
 	Body    []byte
 	Attempt int // 1 for the first attempt
 	// Receipt is the receipt of the earliest delivered message about the
@@ -233,18 +234,27 @@ func deadline(d Data) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-// decisionLine says who decided and why, for events that end a wait.
+// decisionLine says who decided and why, for events that end a wait,
+// naming people as people see them (by_name), never by a principal.
 func decisionLine(ev Event) string {
 	d := ev.Data
 	switch {
 	case d.Decision != nil && d.Decision.Reason != "":
-		return fmt.Sprintf("%s by %s: %s", d.Status, visible(d.Decision.By), visible(d.Decision.Reason))
+		return fmt.Sprintf("%s by %s: %s", d.Status, visible(shown(d.Decision.By, d.Decision.ByName)), visible(d.Decision.Reason))
 	case d.Decision != nil:
-		return fmt.Sprintf("%s by %s", d.Status, visible(d.Decision.By))
+		return fmt.Sprintf("%s by %s", d.Status, visible(shown(d.Decision.By, d.Decision.ByName)))
 	case ev.Type == CallApproved && d.Approvals != nil && len(d.Approvals.By) > 0:
-		return "approved by " + visible(strings.Join(d.Approvals.By, ", "))
+		names := make([]string, len(d.Approvals.By))
+		for i, by := range d.Approvals.By {
+			var byName string
+			if i < len(d.Approvals.ByName) {
+				byName = d.Approvals.ByName[i]
+			}
+			names[i] = shown(by, byName)
+		}
+		return "approved by " + visible(strings.Join(names, ", "))
 	case d.Resolution != nil:
-		return fmt.Sprintf("resolved by %s: %s", visible(d.Resolution.By), visible(d.Resolution.Note))
+		return fmt.Sprintf("resolved by %s: %s", visible(shown(d.Resolution.By, d.Resolution.ByName)), visible(d.Resolution.Note))
 	case ev.Type == CallLeaseExpired:
 		return "no outcome was reported by " + visible(d.LeaseUntil) + "; the call waits in Unresolved"
 	case d.Outcome != nil && d.Outcome.Detail != "":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,12 @@ type DispatcherConfig struct {
 	// by this process wake the dispatcher at once through Kick.
 	IdleWake time.Duration
 	Now      func() time.Time
+	// Names returns, per delivery, how the people an event names are shown
+	// to people (account.Service.PublicNames); nil hides single-sign-on
+	// principals (HidePrincipals). The dispatcher sets each by_name field
+	// with it before sending, so the webhook body carries them beside the
+	// identifiers and Slack, email and push name people by them.
+	Names func(ctx context.Context) func(string) string
 	// Jitter returns a number in [0, 1); default math/rand.
 	Jitter   func() float64
 	Logger   *slog.Logger
@@ -258,6 +265,17 @@ func (d *Dispatcher) send(ctx context.Context, row Delivery, attempt int) (strin
 		return "", Permanent(err)
 	}
 	m := Message{Event: ev, Body: row.Body, Attempt: attempt}
+	names := HidePrincipals
+	if d.cfg.Names != nil {
+		names = d.cfg.Names(ctx)
+	}
+	if m.Event.Named(names) {
+		// The stored body with the by_name fields added, as the webhook
+		// posts and signs it.
+		if m.Body, err = json.Marshal(m.Event); err != nil {
+			return "", Permanent(fmt.Errorf("encode the event: %w", err))
+		}
+	}
 	if ru, ok := ch.(receiptUser); ok && ru.usesReceipt() && row.CallID != "" {
 		if m.Receipt, err = d.cfg.Outbox.Receipt(ctx, row.Channel, row.CallID); err != nil {
 			return "", fmt.Errorf("read the call's earlier message: %w", err)

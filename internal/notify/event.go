@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/countersign/countersign/internal/account"
 )
 
 // Event types. Receivers filter on these; they are part of the public
@@ -112,15 +114,24 @@ type Data struct {
 
 // Approvals counts a call's approvals.
 type Approvals struct {
-	Required int      `json:"required"`
-	Received int      `json:"received"`
-	By       []string `json:"by,omitempty"`
+	Required int `json:"required"`
+	Received int `json:"received"`
+	// By identifies each approver as the audit trail records them: a local
+	// account's name, a single-sign-on operator's principal
+	// (oidc:HOST/SUB), or policy:RULE.
+	By []string `json:"by,omitempty"`
+	// ByName is By as people see them, in the same order (see Named).
+	ByName []string `json:"by_name,omitempty"`
 }
 
 // Decision is who ended the call and why: an operator's denial, or the
 // console for an expiry.
 type Decision struct {
+	// By identifies who decided, as Approvals.By does (or console, or the
+	// agent's actor when it withdrew the call); ByName is how people see
+	// them.
 	By     string `json:"by"`
+	ByName string `json:"by_name,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -133,10 +144,55 @@ type Outcome struct {
 // Resolution is a person's finding about a call of unknown outcome:
 // verdict executed or not_executed.
 type Resolution struct {
-	Verdict  string `json:"verdict"`
+	Verdict string `json:"verdict"`
+	// By identifies the person as Approvals.By does; ByName is how people
+	// see them.
 	By       string `json:"by"`
+	ByName   string `json:"by_name,omitempty"`
 	Note     string `json:"note"`
 	Evidence string `json:"evidence,omitempty"`
+}
+
+// Named sets the by_name fields beside every by of the event's data: the
+// people it names as name says people see them (account.PublicNames: a
+// single-sign-on operator by their provider user name, else display name
+// and " (single sign-on)", else "(single sign-on user)"; never by their
+// principal). It reports whether it set any.
+func (ev *Event) Named(name func(string) string) bool {
+	d, set := &ev.Data, false
+	if a := d.Approvals; a != nil && len(a.By) > 0 {
+		a.ByName = make([]string, len(a.By))
+		for i, by := range a.By {
+			a.ByName[i] = name(by)
+		}
+		set = true
+	}
+	if d.Decision != nil {
+		d.Decision.ByName, set = name(d.Decision.By), true
+	}
+	if d.Resolution != nil {
+		d.Resolution.ByName, set = name(d.Resolution.By), true
+	}
+	return set
+}
+
+// HidePrincipals names a single-sign-on principal account.UnnamedSSO and
+// leaves every other name as it is: how people are named where no account
+// can be read.
+func HidePrincipals(name string) string {
+	if strings.HasPrefix(strings.ToLower(name), account.OIDCPrefix) {
+		return account.UnnamedSSO
+	}
+	return name
+}
+
+// shown is how a message names a person: by_name, else the identifier with
+// any principal hidden.
+func shown(by, byName string) string {
+	if byName != "" {
+		return byName
+	}
+	return HidePrincipals(by)
 }
 
 // ParseEvent reads an event body written by a Router.
