@@ -93,8 +93,9 @@ func databaseURL(e *env, flagValue string) string {
 // directory holds keys (and the SQLite database): it is made owner-only
 // whatever mode it was created with, and the database must be the one it
 // was created with. Only the commands that set a console up use it
-// (serve, demo, user add, token create, and keys rotate on a keyring that
-// is there); every other command opens with openExisting.
+// (serve, demo, user add and token create, those two only in a directory
+// that is there or the default one (setupDirMissing), and keys rotate on a
+// keyring that is there); every other command opens with openExisting.
 func openStore(ctx context.Context, data, url string) (*engine, error) {
 	if err := makeDataDir(data); err != nil {
 		return nil, err
@@ -216,6 +217,25 @@ func namedDirMissing(e *env, flagValue string) error {
 	}
 	if _, err := os.Stat(data); err != nil {
 		return fmt.Errorf("no data directory at %s", data)
+	}
+	return nil
+}
+
+// setupDirMissing refuses, for the commands that set a console up in its
+// data directory besides serve (user add, token create), a directory named
+// by --data (flagValue) or $COUNTERSIGN_DATA that is not there: a mistyped
+// name would otherwise become a fresh, empty console that nothing serves,
+// with the account or token in it. A directory that is there is set up as
+// before, empty or not: the documented first steps run console serve first,
+// and a directory made on purpose (mkdir, a service manager's state
+// directory, keys init) exists before anything is put in it. The default
+// ./countersign-data, which nobody types, may still be made.
+func setupDirMissing(e *env, flagValue string) error {
+	if err := namedDirMissing(e, flagValue); err != nil {
+		data := dataDir(e, flagValue)
+		return fmt.Errorf("no data directory at %s; nothing was created. Check that --data (or $COUNTERSIGN_DATA) names this "+
+			"console's data directory. A new console's directory is made by its first console serve --data %s "+
+			"(or console keys init --data %s); run this command after it", data, data, data)
 	}
 	return nil
 }

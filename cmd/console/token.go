@@ -63,6 +63,11 @@ func cmdToken(ctx context.Context, e *env, args []string) int {
 		// Listing or revoking needs the console's database: a mistyped
 		// --data must not make an empty one.
 		open = openExisting
+	} else if err := setupDirMissing(e, *data); err != nil {
+		// Creating sets the database up in a directory that is there, but
+		// does not make a mistyped one.
+		fmt.Fprintf(e.stderr, "console token create: %v\n", err)
+		return 1
 	}
 	d, err := open(ctx, dataDir(e, *data), databaseURL(e, *dbURL))
 	if err != nil {

@@ -55,6 +55,12 @@ func cmdUser(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintln(e.stderr, userUsage)
 			return 2
 		}
+		// Before the password is asked for: a mistyped --data is refused
+		// rather than made.
+		if err := setupDirMissing(e, *data); err != nil {
+			fmt.Fprintf(e.stderr, "console user add: %v\n", err)
+			return 1
+		}
 		return userAdd(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), names[0], role, fromStdin)
 	case "list":
 		if len(names) != 0 {
