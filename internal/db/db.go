@@ -65,6 +65,8 @@ type DB struct {
 	// onCommit, when set, runs after every commit that appended audit
 	// entries, with the chain's new head, before the write returns.
 	onCommit func(seq int64, head string) error
+	// stmts counts the statements of every connection (statements.go).
+	stmts stmtCounter
 }
 
 type commitHead struct {
@@ -111,13 +113,13 @@ func Open(path string) (*DB, error) {
 	} else {
 		f.Close()
 	}
-	sqldb, err := sql.Open("sqlite3", DSN(path))
-	if err != nil {
-		return nil, fmt.Errorf("db: open %s: %w", path, err)
-	}
+	d := &DB{path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
+	// The driver sql.Open("sqlite3", …) would use, its connections
+	// counting their statements (statements.go).
+	sqldb := sql.OpenDB(connector{dsn: DSN(path), drv: &sqlite3.SQLiteDriver{}, stmts: &d.stmts})
+	d.sql = sqldb
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
-	d := &DB{sql: sqldb, path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
 	if err := d.migrate(); err != nil {
 		sqldb.Close()
 		return nil, err
