@@ -49,9 +49,11 @@ type DB struct {
 	// the queued writes. The fields below it are the writer's.
 	writing chan struct{}
 	writer  *sql.Conn // the connection every write runs on
-	// txHead is the audit head the running write transaction appended, if
-	// any.
-	txHead commitHead
+	// txHead is the audit chain's head in the running write transaction,
+	// as it began or as the transaction extended it; txKnown is the rest of
+	// what the transaction knows of the database as a whole (writer.go).
+	txHead  commitHead
+	txKnown txState
 	// txAfter collects what the running request asks to run after the
 	// commit (storeTx.AfterCommit).
 	txAfter []func()

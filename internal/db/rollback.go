@@ -11,6 +11,7 @@ import (
 )
 
 func (t *storeTx) InsertRollback(r queue.Rollback) error {
+	t.db.txKnown.rollbackKnown = false // LastRollback reads it again
 	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO rollbacks (accepted_at, accepted_by, mark_seq, mark_head, db_seq, db_head)
 		VALUES (?,?,?,?,?,?)`, ms(r.AcceptedAt), r.AcceptedBy, r.MarkSeq, r.MarkHead, r.DBSeq, r.DBHead)
 	if err != nil {
@@ -20,6 +21,11 @@ func (t *storeTx) InsertRollback(r queue.Rollback) error {
 }
 
 func (t *storeTx) LastRollback() (time.Time, error) {
+	// As the transaction's first statement read it (readTxState), under
+	// the write lock, unless the transaction has inserted a rollback since.
+	if t.db.txKnown.rollbackKnown {
+		return fromMS(t.db.txKnown.lastRollback), nil
+	}
 	var at sql.NullInt64
 	if err := t.tx.QueryRowContext(t.ctx, `SELECT MAX(accepted_at) FROM rollbacks`).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("db: read rollbacks: %w", err)

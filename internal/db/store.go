@@ -48,6 +48,8 @@ type storeTx struct {
 	// stored holds, by call id, the mutable columns of each call as this
 	// transaction last read or wrote them.
 	stored map[string][]any
+	// retries holds the retry states this write has read (Retry).
+	retries map[retryKey]queue.RetryState
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
@@ -119,53 +121,76 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
+// callRowColumns are a call's columns under alias c (qualified), then one
+// approval's under a and the call's revocation's under r: the row of
+// loadCall's join, one per approval, one with NULLs when there is none.
+var callRowColumns = qualified + `, a.operator, a.channel, a.at, a.comment, a.passkey_id, a.passkey_name, a.evidence,
+	r.jti, r.revoked_by, r.channel, r.reason, r.revoked_at`
+
+// nCallColumns is how many columns callColumns names.
+var nCallColumns = strings.Count(callColumns, ",") + 1
+
+// loadCall reads one call, its approvals and its grant's revocation, with
+// one statement where it took two or three (the call, its approvals, and
+// its revocation when it is approved): it is read four times in a whole
+// flow (the approval page, the approval's transaction, the long-poll, the
+// redemption's transaction). where names the call by the columns of c.
 func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
-	c, err := scanCall(q.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE `+where, args...))
+	rows, err := q.QueryContext(ctx, `SELECT `+callRowColumns+` FROM calls c
+		LEFT JOIN approvals a ON a.call_id = c.id LEFT JOIN grant_revocations r ON r.call_id = c.id WHERE `+where, args...)
 	if err != nil {
-		return nil, err
-	}
-	// Sorted here, not by ORDER BY: the primary key is (call_id,
-	// operator), so SQLite would sort in a temporary b-tree, which inside a
-	// write transaction costs tens of microseconds.
-	rows, err := q.QueryContext(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence
-		FROM approvals WHERE call_id = ?`, c.ID)
-	if err != nil {
-		return nil, fmt.Errorf("db: approvals of %s: %w", c.ID, err)
+		return nil, fmt.Errorf("db: read call: %w", err)
 	}
 	defer rows.Close()
+	var c *queue.Call
+	var skip []any // the call's columns of the rows after the first
 	for rows.Next() {
-		var a queue.Approval
-		var at int64
+		var operator, channel, comment, pkName, evidence sql.NullString
+		var at sql.NullInt64
 		var pkID []byte
-		var pkName, evidence sql.NullString
-		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence); err != nil {
-			return nil, fmt.Errorf("db: scan approval: %w", err)
+		var jti, revokedBy, revChannel, reason sql.NullString
+		var revokedAt sql.NullInt64
+		extra := []any{&operator, &channel, &at, &comment, &pkID, &pkName, &evidence, &jti, &revokedBy, &revChannel, &reason, &revokedAt}
+		if c == nil {
+			if c, err = scanCall(withExtra{rows, extra}); err != nil {
+				return nil, err
+			}
+			if jti.Valid && c.Status == queue.StatusApproved {
+				c.Revoked = &queue.Revocation{CallID: c.ID, JTI: jti.String, By: revokedBy.String, Channel: revChannel.String,
+					Reason: reason.String, At: time.UnixMilli(revokedAt.Int64).UTC()}
+			}
+		} else {
+			if skip == nil {
+				skip = make([]any, nCallColumns)
+				for i := range skip {
+					skip[i] = new(sql.RawBytes)
+				}
+			}
+			if err := rows.Scan(append(skip, extra...)...); err != nil {
+				return nil, fmt.Errorf("db: scan approval: %w", err)
+			}
 		}
-		a.At = time.UnixMilli(at).UTC()
+		if !operator.Valid {
+			continue // no approval: the LEFT JOIN's row of NULLs
+		}
+		a := queue.Approval{Operator: operator.String, Channel: channel.String, At: time.UnixMilli(at.Int64).UTC(), Comment: comment.String}
 		if pkID != nil {
 			a.Passkey = &queue.ApprovalPasskey{CredentialID: pkID, Name: pkName.String, Evidence: []byte(evidence.String)}
 		}
 		c.Approvals = append(c.Approvals, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("db: read call: %w", err)
 	}
+	if c == nil {
+		return nil, queue.ErrNotFound
+	}
+	// Sorted here, not by ORDER BY: the primary key is (call_id,
+	// operator), so SQLite would sort in a temporary b-tree, which inside a
+	// write transaction costs tens of microseconds.
 	slices.SortFunc(c.Approvals, func(a, b queue.Approval) int {
 		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Operator, b.Operator))
 	})
-	if c.Status == queue.StatusApproved {
-		var r queue.Revocation
-		var at int64
-		err := q.QueryRowContext(ctx, `SELECT call_id, jti, revoked_by, channel, reason, revoked_at FROM grant_revocations WHERE call_id = ?`, c.ID).
-			Scan(&r.CallID, &r.JTI, &r.By, &r.Channel, &r.Reason, &at)
-		switch {
-		case err == nil:
-			r.At = time.UnixMilli(at).UTC()
-			c.Revoked = &r
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("db: revocation of %s: %w", c.ID, err)
-		}
-	}
 	return c, nil
 }
 
@@ -178,7 +203,7 @@ func (t *storeTx) InsertRevocation(r queue.Revocation) error {
 }
 
 func (t *storeTx) Call(id string) (*queue.Call, error) {
-	return t.remember(loadCall(t.ctx, t.tx, `id = ?`, id))
+	return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
 }
 
 func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
@@ -195,7 +220,7 @@ func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
 	if err != nil {
 		return nil, fmt.Errorf("db: look up call by digest: %w", err)
 	}
-	return t.remember(loadCall(t.ctx, t.tx, `seq = ?`, seq))
+	return t.remember(loadCall(t.ctx, t.tx, `c.seq = ?`, seq))
 }
 
 // remember keeps the mutable columns of a call as this transaction read
@@ -334,22 +359,64 @@ func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 	return n == 1, nil
 }
 
+// Retry reads the retry state of (actor, tool). The actor-wide pair
+// (actor, queue.AnyTool) is read by the same statement and kept for the
+// write, since every check of a pair checks the actor-wide one too (a
+// submission reads both); the write's own SetRetry forgets what it changes.
+// Nothing else changes the retries while the write runs: it holds the
+// write lock, and its write is its own.
 func (t *storeTx) Retry(actor, tool string) (queue.RetryState, error) {
-	var st queue.RetryState
-	var blocked sql.NullInt64
-	err := t.tx.QueryRowContext(t.ctx, `SELECT count, blocked_at FROM retries WHERE actor = ? AND tool = ?`, actor, tool).
-		Scan(&st.Count, &blocked)
-	if errors.Is(err, sql.ErrNoRows) {
+	k := retryKey{actor, tool}
+	if st, ok := t.retries[k]; ok {
 		return st, nil
 	}
-	if err != nil {
-		return st, fmt.Errorf("db: read retries: %w", err)
+	q := `SELECT tool, count, blocked_at FROM retries WHERE actor = ? AND tool = ?`
+	args := []any{actor, tool}
+	if tool != queue.AnyTool {
+		if _, ok := t.retries[retryKey{actor, queue.AnyTool}]; !ok {
+			// UNION ALL: two probes of the primary key, where tool IN (?, ?)
+			// would build a temporary table for the list.
+			q += ` UNION ALL SELECT tool, count, blocked_at FROM retries WHERE actor = ? AND tool = ?`
+			args = append(args, actor, queue.AnyTool)
+		}
 	}
-	st.BlockedAt = fromMS(blocked)
-	return st, nil
+	rows, err := t.tx.QueryContext(t.ctx, q, args...)
+	if err != nil {
+		return queue.RetryState{}, fmt.Errorf("db: read retries: %w", err)
+	}
+	defer rows.Close()
+	// A pair without a row is the zero state.
+	got := map[string]queue.RetryState{tool: {}}
+	if len(args) > 2 {
+		got[queue.AnyTool] = queue.RetryState{}
+	}
+	for rows.Next() {
+		var st queue.RetryState
+		var tl string
+		var blocked sql.NullInt64
+		if err := rows.Scan(&tl, &st.Count, &blocked); err != nil {
+			return queue.RetryState{}, fmt.Errorf("db: read retries: %w", err)
+		}
+		st.BlockedAt = fromMS(blocked)
+		got[tl] = st
+	}
+	if err := rows.Err(); err != nil {
+		return queue.RetryState{}, fmt.Errorf("db: read retries: %w", err)
+	}
+	if t.retries == nil {
+		t.retries = map[retryKey]queue.RetryState{}
+	}
+	for tl, st := range got {
+		t.retries[retryKey{actor, tl}] = st
+	}
+	return t.retries[k], nil
 }
 
+// retryKey is an (actor, tool) pair of the retries table.
+type retryKey struct{ actor, tool string }
+
 func (t *storeTx) SetRetry(actor, tool string, st queue.RetryState) error {
+	delete(t.retries, retryKey{actor, tool}) // read again if asked
 	var err error
 	if st.Count == 0 && !st.Blocked() {
 		_, err = t.tx.ExecContext(t.ctx, `DELETE FROM retries WHERE actor = ? AND tool = ?`, actor, tool)
@@ -378,16 +445,11 @@ func (t *storeTx) Append(e *audit.Entry) error {
 // by the same transaction as the change it records, a crash leaves both or
 // neither.
 func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
-	// The head this transaction appended last, if any (the writer resets
-	// it at each transaction's start and puts it back when a savepoint is
-	// rolled back); else the chain's head as stored.
+	// The chain's head in this transaction: read when the transaction
+	// began (readTxState, under the write lock, so nobody else appends
+	// until it commits), moved by each entry it appends, and put back by
+	// the writer when a savepoint is rolled back.
 	seq, prev := d.txHead.seq, d.txHead.hash
-	if seq == 0 {
-		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("db: read audit head: %w", err)
-		}
-	}
 	if err := e.Seal(seq, prev); err != nil {
 		return err
 	}
@@ -413,7 +475,7 @@ func detailsOrEmpty(v any) any {
 
 // Call reads one call.
 func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
-	c, err := loadCall(ctx, s.sql, `id = ?`, id)
+	c, err := loadCall(ctx, s.sql, `c.id = ?`, id)
 	return c, classify(err)
 }
 

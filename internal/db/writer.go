@@ -219,12 +219,12 @@ func (d *DB) runBatch(batch []*writeReq) {
 	defer tx.Rollback()
 	// Every write first checks that the file is still the database that
 	// was opened, inside the transaction, so no write lands in a database
-	// that replaced it.
-	if err := d.checkIdentity(ctx, tx); err != nil {
+	// that replaced it; the same statement reads what the transaction's
+	// writes need of the database as a whole (txState).
+	if err := d.readTxState(ctx, tx); err != nil {
 		failAll(batch, err)
 		return
 	}
-	d.txHead = commitHead{}
 	savepoints := len(batch) > 1
 	committed := batch[:0:0]
 	for i, r := range batch {
@@ -285,7 +285,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 	}
 	d.commits.Add(1)
 	d.writes.Add(int64(len(committed)))
-	if d.onCommit != nil && d.txHead.seq > 0 {
+	if d.onCommit != nil && d.txHead.seq != d.txKnown.base {
 		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
 			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))
 			return
@@ -295,6 +295,66 @@ func (d *DB) runBatch(batch []*writeReq) {
 		r.runAfter()
 		finish(r, nil)
 	}
+}
+
+// txState is what the running write transaction knows of the database as
+// a whole, read by one statement before its first write runs (readTxState)
+// instead of by a statement of each write that needs it. It stays true for
+// the whole transaction because the transaction holds SQLite's write lock
+// from its BEGIN IMMEDIATE: no other connection, in this process or
+// another, commits anything until it ends, so only the transaction's own
+// writes can change what was read, and each of those that can updates
+// txState itself (appendAudit, InsertFreeze, InsertRollback).
+type txState struct {
+	// base is the audit chain's head sequence number when the transaction
+	// began; d.txHead is the head as the transaction has extended it.
+	base int64
+	// mayBeFrozen is false while the transaction knows that no freeze is in
+	// force: none was when it began and none has been inserted since. A
+	// freeze inserted by a write that was rolled back to its savepoint
+	// leaves it true, which only costs that Frozen looks.
+	mayBeFrozen bool
+	// lastRollback is the latest rollback's accepted_at, while
+	// rollbackKnown; a rollback inserted by the transaction makes it
+	// unknown, and LastRollback reads it again.
+	lastRollback  sql.NullInt64
+	rollbackKnown bool
+}
+
+// readTxState checks, inside tx, that the file is still the database that
+// was opened (the checks of checkIdentity), and reads the audit chain's
+// head, whether any freeze is in force and when the latest rollback was
+// accepted, into d.txHead and d.txKnown: one statement per transaction where a
+// statement of each approval, redemption and audit entry read them before.
+func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
+	dev, ino, err := fileID(d.path)
+	if err != nil {
+		return err
+	}
+	if dev != d.dev || ino != d.ino {
+		return ErrReplaced
+	}
+	var id sql.NullString
+	var seq sql.NullInt64
+	var hash sql.NullString
+	var st txState
+	err = tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity'),
+		(SELECT seq FROM audit ORDER BY seq DESC LIMIT 1), (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1),
+		EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
+		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&id, &seq, &hash, &st.mayBeFrozen, &st.lastRollback)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up; that says nothing about the file.
+			return fmt.Errorf("db: check identity: %w", ctx.Err())
+		}
+		return fmt.Errorf("%w: %v", ErrReplaced, err)
+	}
+	if !id.Valid || id.String != d.identity {
+		return ErrReplaced
+	}
+	st.base, st.rollbackKnown = seq.Int64, true
+	d.txKnown, d.txHead = st, commitHead{seq: seq.Int64, hash: hash.String}
+	return nil
 }
 
 // broken handles a transaction that SQLite rolled back by itself (an I/O
