@@ -136,11 +136,15 @@ func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
 func printAB(w io.Writer, bins []string, runs []abRun) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "\n== all runs\n")
-	fmt.Fprintf(tw, "round\tbinary\tflows/s\tfloor flows/s\tratio\tCPU/flow ms\tsubmit→card p99\tapprove→wake p99\tload avg\terrors\t\n")
+	fmt.Fprintf(tw, "round\tbinary\tflows/s\tfloor flows/s\tratio\tCPU/flow ms\tstatements/flow\tsubmit→card p99\tapprove→wake p99\tload avg\terrors\t\n")
 	for _, r := range runs {
 		p := r.Report
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f–%.1f\t%d\t\n", r.Round, shortBin(bins, r.Binary),
-			p.FlowsPerSecond, p.FloorFlows, p.FloorRatio, p.ServerCPUPerFlowMS, p.SubmitToCard.P99, p.ApproveToWake.P99,
+		stmts := "—" // a console that does not count them
+		if p.Statements > 0 && p.Flows > 0 {
+			stmts = fmt.Sprintf("%.1f", p.Statements/float64(p.Flows))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.1f–%.1f\t%d\t\n", r.Round, shortBin(bins, r.Binary),
+			p.FlowsPerSecond, p.FloorFlows, p.FloorRatio, p.ServerCPUPerFlowMS, stmts, p.SubmitToCard.P99, p.ApproveToWake.P99,
 			p.LoadAverage[0], p.LoadAverage[1], errorTotal(p.Errors))
 	}
 	tw.Flush()

@@ -170,8 +170,11 @@ type Report struct {
 	// Commits and Writes are the store's write transactions during the
 	// flows and the writes they held (0 when the console does not report
 	// them).
-	Commits     float64            `json:"commits"`
-	Writes      float64            `json:"writes"`
+	Commits float64 `json:"commits"`
+	Writes  float64 `json:"writes"`
+	// Statements are the SQL statements the server ran during the flows
+	// (0 when it does not export them: PostgreSQL, or an older console).
+	Statements  float64            `json:"statements"`
 	LoadAverage [2]float64         `json:"load_average_start_end"`
 	Binary      string             `json:"binary,omitempty"`
 	Settings    map[string]float64 `json:"settings"`
@@ -541,6 +544,7 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	rep.ServerRSSMiB = m1["process_resident_memory_bytes"] / (1 << 20)
 	rep.Commits = m1["countersign_store_commits_total"] - m0["countersign_store_commits_total"]
 	rep.Writes = m1["countersign_store_writes_total"] - m0["countersign_store_writes_total"]
+	rep.Statements = m1["countersign_store_statements_total"] - m0["countersign_store_statements_total"]
 	if cpu0 >= 0 {
 		if cpu1 := processCPU(rep.ServerPID); cpu1 >= 0 {
 			rep.ServerCPUSeconds = cpu1 - cpu0
@@ -756,7 +760,7 @@ func (s *webSession) dialWS(ctx context.Context, base string) (*websocket.Conn, 
 }
 
 // serverMetrics reads the console's metrics that loadgen reports: its
-// resident memory and the store's commits and writes.
+// resident memory and the store's commits, writes and statements.
 func serverMetrics(base string) map[string]float64 {
 	out := map[string]float64{}
 	res, err := http.Get(base + "/metrics")
@@ -766,7 +770,8 @@ func serverMetrics(base string) map[string]float64 {
 	defer res.Body.Close()
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
-		for _, name := range []string{"process_resident_memory_bytes", "countersign_store_commits_total", "countersign_store_writes_total"} {
+		for _, name := range []string{"process_resident_memory_bytes", "countersign_store_commits_total", "countersign_store_writes_total",
+			"countersign_store_statements_total"} {
 			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 				out[name], _ = strconv.ParseFloat(v, 64)
 			}
@@ -800,6 +805,9 @@ func printReport(w io.Writer, r Report) {
 	}
 	if r.Commits > 0 {
 		fmt.Fprintf(tw, "store\t%.0f writes in %.0f commits\t%.2f writes per commit\n", r.Writes, r.Commits, r.Writes/r.Commits)
+	}
+	if r.Statements > 0 && r.Flows > 0 {
+		fmt.Fprintf(tw, "statements\t%.0f\t%.1f per flow\t%.1f per commit\n", r.Statements, r.Statements/float64(r.Flows), r.Statements/max(r.Commits, 1))
 	}
 	fmt.Fprintf(tw, "load average\t%.2f at the start\t%.2f at the end\n", r.LoadAverage[0], r.LoadAverage[1])
 	if len(r.Errors) == 0 {

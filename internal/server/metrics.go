@@ -105,6 +105,11 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 				return float64(w)
 			}))
 	}
+	if st, ok := writes.(StatementCounter); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_statements_total",
+			Help: "SQL statements run by this process's database connections, reads and writes, BEGIN and COMMIT included (SQLite)."},
+			func() float64 { return float64(st.Statements()) }))
+	}
 	if live != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_live_listener_connected",
 			Help: "1 while the listener for other replicas' changes is connected to PostgreSQL, else 0."}, func() float64 {
@@ -124,6 +129,12 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 // writes they held (db.DB, pgstore.DB).
 type WriteCounter interface {
 	WriteCounts() (commits, writes int64)
+}
+
+// StatementCounter counts the SQL statements the store has run (db.DB);
+// the server exports the count when the WriteCounter is one.
+type StatementCounter interface {
+	Statements() int64
 }
 
 // Live is the state of a replica's listener for the changes other

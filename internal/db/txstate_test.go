@@ -1,0 +1,276 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// What a write transaction knows of the database as a whole is read once,
+// by its first statement (readTxState): the tests below check that it is
+// never stale, neither after another handle committed (it is read again by
+// every transaction) nor after a write of the same group commit changed it.
+
+func openTwo(t *testing.T) (*DB, *DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "countersign.db")
+	d, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	// A second handle on the same file stands for another process.
+	other, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return d, other
+}
+
+func frozenIn(t *testing.T, d *DB, tool, actor string) *queue.Freeze {
+	t.Helper()
+	var f *queue.Freeze
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error {
+		got, err := tx.Frozen(tool, actor)
+		if errors.Is(err, queue.ErrNotFound) {
+			return nil
+		}
+		f = got
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestTxStateFreezeFromAnotherHandle: a freeze committed by another
+// process after this handle's last write stops the next one.
+func TestTxStateFreezeFromAnotherHandle(t *testing.T) {
+	d, other := openTwo(t)
+	if f := frozenIn(t, d, "payments.refund", "agent:a"); f != nil {
+		t.Fatalf("frozen before any freeze: %+v", f)
+	}
+	if err := other.Store().Update(context.Background(), func(tx queue.Tx) error {
+		return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "root", At: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if f := frozenIn(t, d, "payments.refund", "agent:a"); f == nil || f.Reason != "incident" {
+		t.Fatalf("after another process froze the tool: %+v, want the freeze", f)
+	}
+}
+
+// TestTxStateFreezeInTheSameCommit: a freeze inserted by one write of a
+// group commit stops the writes after it in the same transaction, though
+// the transaction's first statement found no freeze; one inserted by a
+// write that failed stops nothing.
+func TestTxStateFreezeInTheSameCommit(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	failed := errors.New("refused")
+	var before, after, afterFailed *queue.Freeze
+	check := func(out **queue.Freeze, tool string) func(queue.Tx) error {
+		return func(tx queue.Tx) error {
+			f, err := tx.Frozen(tool, "agent:a")
+			if errors.Is(err, queue.ErrNotFound) {
+				return nil
+			}
+			*out = f
+			return err
+		}
+	}
+	errs := inOneBatch(t, d,
+		check(&before, "payments.refund"),
+		func(tx queue.Tx) error {
+			return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "root", At: time.Now()})
+		},
+		check(&after, "payments.refund"),
+		func(tx queue.Tx) error {
+			if err := tx.InsertFreeze(&queue.Freeze{Tool: "deploy.run", Reason: "rolled back", By: "root", At: time.Now()}); err != nil {
+				return err
+			}
+			return failed
+		},
+		check(&afterFailed, "deploy.run"),
+	)
+	for i, err := range errs {
+		if want := error(nil); i == 3 {
+			if !errors.Is(err, failed) {
+				t.Errorf("write %d = %v, want its own error", i, err)
+			}
+		} else if err != want {
+			t.Errorf("write %d = %v", i, err)
+		}
+	}
+	if before != nil {
+		t.Errorf("frozen before the freeze: %+v", before)
+	}
+	if after == nil || after.Reason != "incident" {
+		t.Errorf("after the freeze in the same transaction: %+v, want it", after)
+	}
+	if afterFailed != nil {
+		t.Errorf("the freeze of a write that failed stops a later one: %+v", afterFailed)
+	}
+}
+
+// TestTxStateRollbackInTheSameCommit: a rollback accepted by one write of
+// a group commit is what LastRollback returns to the writes after it.
+func TestTxStateRollbackInTheSameCommit(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	var before, after time.Time
+	last := func(out *time.Time) func(queue.Tx) error {
+		return func(tx queue.Tx) (err error) { *out, err = tx.LastRollback(); return err }
+	}
+	for i, err := range inOneBatch(t, d,
+		last(&before),
+		func(tx queue.Tx) error {
+			return tx.InsertRollback(queue.Rollback{AcceptedAt: at, AcceptedBy: "root", MarkSeq: 2, MarkHead: "x", DBSeq: 1, DBHead: "y"})
+		},
+		last(&after),
+	) {
+		if err != nil {
+			t.Errorf("write %d = %v", i, err)
+		}
+	}
+	if !before.IsZero() {
+		t.Errorf("before any rollback: %v", before)
+	}
+	if !after.Equal(at) {
+		t.Errorf("after a rollback in the same transaction: %v, want %v", after, at)
+	}
+}
+
+// TestTxStateAuditHeadFromAnotherHandle: entries appended by two handles
+// in turn form one chain; each transaction starts from the head as
+// stored, whoever appended it.
+func TestTxStateAuditHeadFromAnotherHandle(t *testing.T) {
+	d, other := openTwo(t)
+	for i, h := range []*DB{d, other, d, d, other, d} {
+		if err := h.AppendAudit(context.Background(), &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindSubmitted,
+			CallID: "call_" + string(rune('a'+i)), Principal: "agent:a", Channel: audit.ChannelAPI}); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+	}
+	if n := verifyAuditChain(t, d.SQL()); n != 6 {
+		t.Errorf("chain of %d entries, want 6", n)
+	}
+}
+
+// TestTxStateCommitHook: the per-commit hook runs for a commit whose
+// writes appended entries, with the last head, and not for one whose only
+// appending write was rolled back.
+func TestTxStateCommitHook(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var hooks []int64
+	d.OnCommit(func(seq int64, head string) error { hooks = append(hooks, seq); return nil })
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return submitLike(tx, "call_hook_1") }); err != nil {
+		t.Fatal(err)
+	}
+	errs := inOneBatch(t, d,
+		func(tx queue.Tx) error {
+			if err := submitLike(tx, "call_hook_2"); err != nil {
+				return err
+			}
+			return errors.New("refused")
+		},
+		func(tx queue.Tx) error { _, err := tx.LastRollback(); return err },
+	)
+	if errs[0] == nil || errs[1] != nil {
+		t.Fatalf("writes = %v", errs)
+	}
+	if len(hooks) != 1 || hooks[0] != 1 {
+		t.Errorf("hook ran with %v, want once, with head 1", hooks)
+	}
+}
+
+// TestWriteStatements counts the statements of small writes: a write
+// transaction is BEGIN, one statement that checks the identity and reads
+// the audit head, freezes and rollbacks, the write's own statements, and
+// COMMIT. Checking for a freeze and a rollback, and appending an entry,
+// add no statement of their own.
+func TestWriteStatements(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// The first write opens the writer's connection (and sets its pragmas).
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	d.TraceStatements(func(q string) { got = append(got, q) })
+	defer d.TraceStatements(nil)
+	count := func(name string, want int, fn func(tx queue.Tx) error) {
+		t.Helper()
+		got = nil
+		before := d.Statements()
+		if err := d.Store().Update(context.Background(), fn); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.Statements() - before; n != int64(want) || len(got) != want {
+			t.Errorf("%s: %d statements, want %d: %q", name, n, want, got)
+		}
+	}
+	count("a freeze check, a rollback check and two entries", 5, func(tx queue.Tx) error {
+		if _, err := tx.Frozen("payments.refund", "agent:a"); !errors.Is(err, queue.ErrNotFound) {
+			return err
+		}
+		if _, err := tx.LastRollback(); err != nil {
+			return err
+		}
+		for _, k := range []string{audit.KindApproved, audit.KindGranted} {
+			if err := tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: k, CallID: "call_x",
+				Principal: "alice", Channel: audit.ChannelWeb}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	count("both retry pairs", 4, func(tx queue.Tx) error {
+		for _, tool := range []string{"payments.refund", queue.AnyTool, "payments.refund"} {
+			if _, err := tx.Retry("agent:a", tool); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	count("a retry pair written and read again", 6, func(tx queue.Tx) error {
+		if _, err := tx.Retry("agent:a", "payments.refund"); err != nil {
+			return err
+		}
+		if err := tx.SetRetry("agent:a", "payments.refund", queue.RetryState{Count: 1}); err != nil {
+			return err
+		}
+		rs, err := tx.Retry("agent:a", "payments.refund")
+		if err == nil && rs.Count != 1 {
+			t.Errorf("read after SetRetry: %+v, want the count written", rs)
+		}
+		return err
+	})
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return submitLike(tx, "call_y") }); err != nil {
+		t.Fatal(err)
+	}
+	count("a call", 4, func(tx queue.Tx) error {
+		_, err := tx.Call("call_y")
+		return err
+	})
+}
