@@ -392,7 +392,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := server.Config{
-		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping, Writes: a.db,
+		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, Waits: waits, AuditSigner: signer,
 		Console:       cc,

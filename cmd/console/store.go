@@ -267,6 +267,10 @@ func openReadOnly(ctx context.Context, data, url string) (*engine, error) {
 	return sqliteEngine(d), nil
 }
 
+// writeCounter is the database itself as the server counts its work:
+// *db.DB counts its statements too, which the server then exports.
+func (e *engine) writeCounter() server.WriteCounter { return e.storage }
+
 func sqliteEngine(d *db.DB) *engine {
 	return &engine{storage: d, queue: d.Store(), accounts: d.Accounts(), catalog: d.Catalog(), outbox: d.Outbox(), where: d.Path()}
 }

@@ -83,6 +83,9 @@ type approvalJSON struct {
 	Comment     string  `json:"comment"`
 	PasskeyID   *string `json:"passkey_id"`
 	PasskeyName *string `json:"passkey_name"`
+	// Evidence is the passkey's evidence, when the query aggregated it
+	// (a read of one call does; the history's pages leave it out).
+	Evidence *string `json:"evidence"`
 }
 
 // DecodeApprovals reads the JSON array of a call's approvals that a history
@@ -110,6 +113,9 @@ func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 				name = *a.PasskeyName
 			}
 			out[i].Passkey = &queue.ApprovalPasskey{CredentialID: id, Name: name}
+			if a.Evidence != nil {
+				out[i].Passkey.Evidence = []byte(*a.Evidence)
+			}
 		}
 	}
 	return out, nil
