@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,4 +276,85 @@ func TestWriteStatements(t *testing.T) {
 		_, err := tx.Call("call_y")
 		return err
 	})
+}
+
+// TestGroupCommitStatements: a group commit of three writes runs BEGIN,
+// the transaction's first statement, a SAVEPOINT before each write but the
+// first, the writes' own statements and COMMIT: no RELEASE (COMMIT ends
+// the savepoints still open).
+func TestGroupCommitStatements(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	d.TraceStatements(func(q string) {
+		mu.Lock()
+		got = append(got, strings.Fields(q)[0])
+		mu.Unlock()
+	})
+	for i, err := range inOneBatch(t, d,
+		func(tx queue.Tx) error { return submitLike(tx, "call_s1") },
+		func(tx queue.Tx) error { return submitLike(tx, "call_s2") },
+		func(tx queue.Tx) error { return submitLike(tx, "call_s3") },
+	) {
+		if err != nil {
+			t.Errorf("write %d = %v", i, err)
+		}
+	}
+	d.TraceStatements(nil)
+	want := []string{"BEGIN", "SELECT", "INSERT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "COMMIT"}
+	if !slices.Equal(got, want) {
+		t.Errorf("statements = %q, want %q", got, want)
+	}
+	if n := verifyAuditChain(t, d.SQL()); n != 3 {
+		t.Errorf("chain of %d entries, want 3", n)
+	}
+}
+
+// TestGroupCommitFirstWriteFails: the first write of a group commit runs
+// without a savepoint; when it fails, nothing of it is left, and the
+// writes queued after it commit in the next transaction, in their order.
+func TestGroupCommitFirstWriteFails(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	refused := errors.New("refused")
+	var order []string
+	write := func(id string) func(queue.Tx) error {
+		return func(tx queue.Tx) error {
+			tx.AfterCommit(func() { order = append(order, id) })
+			return submitLike(tx, id)
+		}
+	}
+	errs := inOneBatch(t, d,
+		func(tx queue.Tx) error {
+			if err := submitLike(tx, "call_f0"); err != nil {
+				return err
+			}
+			return refused
+		},
+		write("call_f1"), write("call_f2"),
+	)
+	if !errors.Is(errs[0], refused) || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("writes = %v, want the first refused and the others committed", errs)
+	}
+	want := []string{"call_f1", "call_f2"}
+	if got := callIDs(t, d); !slices.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+	if got := auditCallIDs(t, d); !slices.Equal(got, want) {
+		t.Errorf("audit entries of calls = %v, want %v", got, want)
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("after-commit order = %v, want %v", order, want)
+	}
+	verifyAuditChain(t, d.SQL())
 }

@@ -15,11 +15,14 @@ import (
 // Every write of the process is a request queued for the writer. Whoever
 // holds the writer's token (d.writing) is the writer: it takes the
 // requests queued so far, runs them one after the other in one BEGIN
-// IMMEDIATE transaction, each inside its own SAVEPOINT, and commits once.
-// A request whose function fails is rolled back to its savepoint and
-// answered at once with its error; it undoes nothing of the others (a
-// function that panics is rolled back alike, and its panic is raised again
-// in its own caller's goroutine, not in the writer's). The
+// IMMEDIATE transaction, each but the first inside its own SAVEPOINT, and
+// commits once. A request whose function fails is rolled back to its
+// savepoint and answered at once with its error; it undoes nothing of the
+// others (the first, which has no savepoint, is rolled back with the
+// transaction, which holds nothing else yet, and the requests after it go
+// back to the queue; a function that panics is rolled back alike, and its
+// panic is raised again in its own caller's goroutine, not in the
+// writer's). The
 // requests that succeeded are answered only after the shared COMMIT (and
 // the per-commit hook) returned, so an acknowledged write is durable, and
 // their after-commit functions run first, in the order they committed.
@@ -199,7 +202,7 @@ func finish(r *writeReq, err error) {
 }
 
 // runBatch runs batch in one transaction and answers every request in it.
-// A batch of one runs without a savepoint, as a plain transaction.
+// Each write but the first runs in a savepoint of its own.
 func (d *DB) runBatch(batch []*writeReq) {
 	failAll := func(rs []*writeReq, err error) {
 		for _, r := range rs {
@@ -225,12 +228,16 @@ func (d *DB) runBatch(batch []*writeReq) {
 		failAll(batch, err)
 		return
 	}
-	savepoints := len(batch) > 1
 	committed := batch[:0:0]
 	for i, r := range batch {
 		head := d.txHead
 		d.txAfter = nil
-		if savepoints {
+		// The first write of a transaction runs without a savepoint: when
+		// it fails, the transaction holds nothing else, so it is rolled
+		// back whole and the writes after it go back to the queue for the
+		// next one. A batch of one is a plain transaction.
+		savepoint := i > 0
+		if savepoint {
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT request`); err != nil {
 				d.broken(tx, committed, batch[i:], err)
 				return
@@ -239,13 +246,17 @@ func (d *DB) runBatch(batch []*writeReq) {
 		err := r.run(tx)
 		if err != nil {
 			d.txHead = head
-			if !savepoints {
+			if !savepoint {
 				if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 					d.discardWriter()
 				}
 				finish(r, classify(err))
+				d.requeue(batch[1:])
 				return
 			}
+			// Back to this write's savepoint, the innermost one named
+			// request (those of the writes before it are still open, see
+			// below), and release it alone.
 			if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO request`); rerr != nil {
 				d.broken(tx, committed, batch[i+1:], rerr)
 				finish(r, classify(err))
@@ -260,14 +271,17 @@ func (d *DB) runBatch(batch []*writeReq) {
 			finish(r, classify(err))
 			continue
 		}
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, `RELEASE request`); err != nil {
-				// SQLite ended the transaction under fn (a statement it
-				// ignored failed with SQLITE_FULL, say): nothing of it or of
-				// the requests before it is left.
-				d.broken(tx, append(committed, r), batch[i+1:], err)
-				return
-			}
+		// A write that succeeded leaves its savepoint open, where a RELEASE
+		// statement would end it: COMMIT ends every savepoint still open,
+		// and a later write that fails rolls back to its own savepoint
+		// only. SQLite may have ended the transaction under fn (a statement
+		// it ignored failed with SQLITE_FULL, say), and then the next
+		// SAVEPOINT would begin a new transaction: the connection is asked
+		// whether it is still in one (no statement), and if not nothing of
+		// this write or of those before it is left.
+		if i < len(batch)-1 && d.txEnded() {
+			d.broken(tx, append(committed, r), batch[i+1:], errTxEnded)
+			return
 		}
 		r.after = d.txAfter
 		committed = append(committed, r)
@@ -355,6 +369,24 @@ func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
 	st.base, st.rollbackKnown = seq.Int64, true
 	d.txKnown, d.txHead = st, commitHead{seq: seq.Int64, hash: hash.String}
 	return nil
+}
+
+// errTxEnded is the error of writes whose transaction SQLite ended under
+// them.
+var errTxEnded = errors.New("SQLite ended the transaction")
+
+// txEnded reports whether the writer's connection is no longer inside a
+// transaction (SQLite's autocommit mode), asked of the connection without
+// a statement. Called by the writer.
+func (d *DB) txEnded() bool {
+	ended := true
+	if d.writer != nil {
+		_ = d.writer.Raw(func(dc any) error {
+			ended = dc.(*countingConn).c.AutoCommit()
+			return nil
+		})
+	}
+	return ended
 }
 
 // broken handles a transaction that SQLite rolled back by itself (an I/O
