@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,24 +30,24 @@ import (
 // hot path. Lower it when a statement goes.
 const maxStatementsPerFlow = 30
 
-// TestWholeFlowStatements counts the statements of whole flows through the
-// real HTTP stack and a real SQLite file, one flow at a time, and fails
-// when a flow takes more than maxStatementsPerFlow. With
-// COUNTERSIGN_STATEMENTS=1 it prints every statement and how often a flow
-// ran it.
-func TestWholeFlowStatements(t *testing.T) {
-	e := newConsoleEnvWith(t, func(c *Config) { c.Writes = c.Audit.(*db.DB) })
+// wholeFlows starts a console on a real SQLite file with an operator
+// logged in and an agent's token, and returns flow, which runs one whole
+// flow as cmd/loadgen does: the agent submits a call over HTTP and
+// long-polls for it, the operator approves it in the web console (session
+// cookie and CSRF token), and the agent redeems the grant.
+func wholeFlows(tb testing.TB) (*consoleEnv, func(n int)) {
+	e := newConsoleEnvWith(tb, func(c *Config) { c.Writes = c.Audit.(*db.DB) })
 	e.addUser("olga", account.RoleOperator, "pw-olga-123")
 	b := e.browser()
 	b.login("olga", "pw-olga-123")
 	csrf := b.csrf()
 	_, agent, err := accountsOf(e.db).CreateToken(context.Background(), "agent:flow", "weather-host", "", "test", audit.ChannelCLI)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 
 	api := func(method, path string, body []byte, want int) map[string]any {
-		t.Helper()
+		tb.Helper()
 		req, _ := http.NewRequest(method, e.url+path, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+agent)
 		if body != nil {
@@ -54,21 +55,21 @@ func TestWholeFlowStatements(t *testing.T) {
 		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
+			tb.Fatalf("%s %s: %v", method, path, err)
 		}
 		defer res.Body.Close()
 		raw, _ := io.ReadAll(res.Body)
 		if res.StatusCode != want {
-			t.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, raw)
+			tb.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, raw)
 		}
 		var out map[string]any
 		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+			tb.Fatalf("%s %s: %v: %s", method, path, err, raw)
 		}
 		return out
 	}
 	flow := func(n int) {
-		t.Helper()
+		tb.Helper()
 		call := api(http.MethodPost, "/api/v1/calls", fmt.Appendf(nil,
 			`{"tool":"weather.search","target":"weather:forecast","args":{"city":"flow %d"}}`, n), http.StatusCreated)
 		id, digest := call["id"].(string), call["digest"].(string)
@@ -79,19 +80,28 @@ func TestWholeFlowStatements(t *testing.T) {
 		}
 		// As cmd/loadgen approves: the form alone, no Accept header.
 		if p := b.post("/calls/"+id+"/approve", url.Values{"csrf": {csrf}, "digest": {digest}}, "Accept", ""); p.status != http.StatusSeeOther {
-			t.Fatalf("approve: status %d", p.status)
+			tb.Fatalf("approve: status %d", p.status)
 		}
 		done := <-waited
 		if done["status"] != "approved" {
-			t.Fatalf("waited: status %v", done["status"])
+			tb.Fatalf("waited: status %v", done["status"])
 		}
 		redeem, _ := json.Marshal(map[string]any{"grant": done["grant"],
 			"call": map[string]any{"tool": "weather.search", "target": "weather:forecast", "args": map[string]any{"city": fmt.Sprintf("flow %d", n)}}})
 		if r := api(http.MethodPost, "/api/v1/redeem", redeem, http.StatusOK); r["decision"] != "accepted" {
-			t.Fatalf("redeem: %v", r)
+			tb.Fatalf("redeem: %v", r)
 		}
 	}
+	return e, flow
+}
 
+// TestWholeFlowStatements counts the statements of whole flows through the
+// real HTTP stack and a real SQLite file, one flow at a time, and fails
+// when a flow takes more than maxStatementsPerFlow. With
+// COUNTERSIGN_STATEMENTS=1 it prints every statement and how often a flow
+// ran it.
+func TestWholeFlowStatements(t *testing.T) {
+	e, flow := wholeFlows(t)
 	// The first flows open connections and record the session's activity.
 	for i := range 3 {
 		flow(i)
@@ -150,4 +160,33 @@ func TestWholeFlowStatements(t *testing.T) {
 	if perFlow > maxStatementsPerFlow {
 		t.Errorf("a whole flow ran %.2f SQL statements, more than %d: a statement was added to the hot path", perFlow, maxStatementsPerFlow)
 	}
+}
+
+// BenchmarkWholeFlow runs whole flows one at a time (wholeFlows) and
+// reports the process's CPU time and the statements per flow: the server's
+// and the test's HTTP clients' CPU together, without the load generator's
+// floor measurements and process start-ups around them.
+func BenchmarkWholeFlow(b *testing.B) {
+	e, flow := wholeFlows(b)
+	for i := range 3 {
+		flow(-1 - i)
+	}
+	stmts := e.db.Statements()
+	cpu := processCPU()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		flow(i)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/flow")
+	b.ReportMetric(float64(e.db.Statements()-stmts)/float64(b.N), "statements/flow")
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
