@@ -156,12 +156,12 @@ func (s *countingStmt) NumInput() int { return s.s.NumInput() }
 
 func (s *countingStmt) Exec(args []driver.Value) (driver.Result, error) {
 	s.stmts.count(s.query)
-	return s.s.Exec(args) //nolint:staticcheck // the driver's own deprecated path, as database/sql would call it
+	return s.s.Exec(args)
 }
 
 func (s *countingStmt) Query(args []driver.Value) (driver.Rows, error) {
 	s.stmts.count(s.query)
-	return s.s.Query(args) //nolint:staticcheck // as above
+	return s.s.Query(args)
 }
 
 func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
