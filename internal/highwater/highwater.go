@@ -14,8 +14,11 @@ package highwater
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,7 +66,20 @@ type File struct {
 // since a data directory started over on purpose has removed its identity
 // record.
 func Open(path, identity string) (*File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		// A new file's name is durable only once its directory is synced:
+		// without it, a crash soon after could leave no mark at all, which
+		// reads as the empty chain and would let an older copy of the
+		// database in.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("highwater: sync the directory of %s: %w", path, err)
+		}
+	case errors.Is(err, fs.ErrExist):
+		f, err = os.OpenFile(path, os.O_RDWR, 0o600)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("highwater: open %s: %w", path, err)
 	}
@@ -127,11 +143,21 @@ func (hw *File) write(m Mark) error {
 	if _, err := hw.f.WriteAt(formatSlot(hw.identity, hw.gen+1, m), int64(hw.next*slotSize)); err != nil {
 		return fmt.Errorf("highwater: write %s: %w", hw.path, err)
 	}
-	if err := hw.f.Sync(); err != nil {
+	if err := datasync(hw.f); err != nil {
 		return fmt.Errorf("highwater: sync %s: %w", hw.path, err)
 	}
 	hw.cur, hw.gen, hw.next = m, hw.gen+1, (hw.next+1)%2
 	return nil
+}
+
+// syncDir makes the names in the directory at dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Close closes the file.

@@ -1,0 +1,59 @@
+package highwater
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+// TestAdvanceSyncsWithFdatasync runs Open and three Advances in a child
+// process under strace: a new mark file's directory is synced once (the
+// only fsync), and each Advance is made durable with fdatasync, not fsync.
+func TestAdvanceSyncsWithFdatasync(t *testing.T) {
+	if dir := os.Getenv("COUNTERSIGN_HIGHWATER_CHILD"); dir != "" {
+		hw, err := Open(filepath.Join(dir, "audit-mark"), "id1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := int64(1); i <= 3; i++ {
+			if err := hw.Advance(Mark{Seq: i, Head: hash(byte('a' + i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hw.Close()
+		return
+	}
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("strace is required under CI (apt-get install -y strace)")
+		}
+		t.Skip("strace not installed")
+	}
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace,
+		os.Args[0], "-test.run=^TestAdvanceSyncsWithFdatasync$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "COUNTERSIGN_HIGHWATER_CHILD="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child under strace: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(call string) int {
+		return len(regexp.MustCompile(`(?m)^\d+\s+` + call + `\(\d+\) += 0$`).FindAll(b, -1))
+	}
+	if got := count("fdatasync"); got != 3 {
+		t.Errorf("fdatasync calls = %d, want 3 (one per Advance)\n%s", got, b)
+	}
+	if got := count("fsync"); got != 1 {
+		t.Errorf("fsync calls = %d, want 1 (the new file's directory)\n%s", got, b)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "audit-mark")); err != nil || fi.Size() != 2*slotSize {
+		t.Errorf("mark file after three advances: %v %v", fi, err)
+	}
+}
