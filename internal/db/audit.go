@@ -30,7 +30,7 @@ func OpenReadOnly(path string) (*DB, error) {
 	q.Set("mode", "ro")
 	q.Set("_busy_timeout", "10000")
 	q.Set("_txlock", "deferred")
-	sqldb, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	sqldb, err := sql.Open("sqlite3", fileURI(path, q))
 	if err != nil {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}

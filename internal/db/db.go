@@ -95,8 +95,22 @@ func DSN(path string) string {
 	q.Set("_txlock", "immediate")
 	// Statements are prepared once per pooled connection, not per call.
 	q.Set("_stmt_cache_size", "64")
-	return "file:" + path + "?" + q.Encode()
+	return fileURI(path, q)
 }
+
+// fileURI returns the SQLite URI for the database file at path with the
+// query q. The path is escaped: in a URI, "?" and "#" end the path and "%"
+// starts an escape, so a path holding them would otherwise make SQLite
+// open another file than the one Open created and checks; a leading "//"
+// would be read as an authority.
+func fileURI(path string, q url.Values) string {
+	if strings.HasPrefix(path, "//") {
+		path = filepath.Clean(path)
+	}
+	return "file:" + uriEscaper.Replace(path) + "?" + q.Encode()
+}
+
+var uriEscaper = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Open opens (creating if needed) the database at path and applies pending
 // migrations.
