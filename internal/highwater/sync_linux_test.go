@@ -45,7 +45,7 @@ func TestAdvanceSyncsWithFdatasync(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(call string) int {
-		return len(regexp.MustCompile(`(?m)^\d+\s+` + call + `\(\d+\) += 0$`).FindAll(b, -1))
+		return len(regexp.MustCompile(`(?m)^\d+\s+`+call+`\(\d+\) += 0$`).FindAll(b, -1))
 	}
 	if got := count("fdatasync"); got != 3 {
 		t.Errorf("fdatasync calls = %d, want 3 (one per Advance)\n%s", got, b)
