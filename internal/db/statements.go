@@ -74,6 +74,31 @@ func (c connector) Driver() driver.Driver { return c.drv }
 type countingConn struct {
 	c     *sqlite3.SQLiteConn
 	stmts *stmtCounter
+	// committing is true while a transaction this connection began commits
+	// (countingTx.Commit), for guardCommits.
+	committing atomic.Bool
+}
+
+// guardCommits, on, makes the connection refuse every commit but that of
+// a transaction database/sql began on it (countingTx.Commit): SQLite
+// turns any other into a rollback, and the statement that would have
+// committed fails. The writer's connection runs with it on: when SQLite
+// has ended the shared transaction under a write (an I/O error, an
+// interrupted statement, ON CONFLICT ROLLBACK) and the write goes on, each
+// of its later statements would otherwise commit on its own, outside the
+// group commit: a change answered with an error yet durable, and audit
+// entries chained to entries that were rolled back.
+func (c *countingConn) guardCommits(on bool) {
+	if !on {
+		c.c.RegisterCommitHook(nil)
+		return
+	}
+	c.c.RegisterCommitHook(func() int {
+		if c.committing.Load() {
+			return 0
+		}
+		return 1 // a rollback instead
+	})
 }
 
 var (
@@ -109,7 +134,7 @@ func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 	if err != nil {
 		return nil, err
 	}
-	return countingTx{tx: tx, stmts: c.stmts}, nil
+	return countingTx{tx: tx, conn: c}, nil
 }
 
 func (c *countingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -125,17 +150,19 @@ func (c *countingConn) QueryContext(ctx context.Context, query string, args []dr
 func (c *countingConn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
 
 type countingTx struct {
-	tx    driver.Tx
-	stmts *stmtCounter
+	tx   driver.Tx
+	conn *countingConn
 }
 
 func (t countingTx) Commit() error {
-	t.stmts.count("COMMIT")
+	t.conn.stmts.count("COMMIT")
+	t.conn.committing.Store(true)
+	defer t.conn.committing.Store(false)
 	return t.tx.Commit()
 }
 
 func (t countingTx) Rollback() error {
-	t.stmts.count("ROLLBACK")
+	t.conn.stmts.count("ROLLBACK")
 	return t.tx.Rollback()
 }
 

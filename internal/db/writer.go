@@ -427,9 +427,27 @@ func (d *DB) releaseWriter() {
 	d.lockWriter()
 	defer d.unlockWriter()
 	if d.writer != nil {
+		// Back in the pool, the connection commits what it is asked to.
+		if err := guardWriter(d.writer, false); err != nil {
+			d.discardWriter()
+			return
+		}
 		d.writer.Close()
 		d.writer = nil
 	}
+}
+
+// guardWriter turns the commit guard of conn's connection on or off
+// (countingConn.guardCommits).
+func guardWriter(conn *sql.Conn, on bool) error {
+	return conn.Raw(func(dc any) error {
+		cc, ok := dc.(*countingConn)
+		if !ok {
+			return fmt.Errorf("db: the writer's connection is a %T", dc)
+		}
+		cc.guardCommits(on)
+		return nil
+	})
 }
 
 // beginWrite begins a write transaction on the writer connection, taking a
@@ -465,6 +483,13 @@ func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
 					conn.Close()
 					return nil, err
 				}
+			}
+			// Nothing commits on the writer's connection but the writer's
+			// transactions (guardCommits): a write that goes on after SQLite
+			// ended the shared transaction under it leaves nothing.
+			if err := guardWriter(conn, true); err != nil {
+				conn.Close()
+				return nil, err
 			}
 			d.writer = conn
 		}
