@@ -187,13 +187,23 @@ func HidePrincipals(name string) string {
 }
 
 // shown is how a message names a person: by_name, else the identifier with
-// any principal hidden.
+// any principal hidden. A name that holds what separates the names of a
+// list from each other (", ", ";") or from a reason (": "), or a double
+// quote, is quoted: a display name is whatever the identity provider sends,
+// and "olivia, mallory" must not read as a local operator olivia among the
+// approvers.
 func shown(by, byName string) string {
-	if byName != "" {
-		return byName
+	name := byName
+	if name == "" {
+		name = HidePrincipals(by)
 	}
-	return HidePrincipals(by)
+	if strings.ContainsAny(name, `,;"`) || strings.Contains(name, ": ") {
+		return `"` + nameQuoter.Replace(name) + `"`
+	}
+	return name
 }
+
+var nameQuoter = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 // ParseEvent reads an event body written by a Router.
 func ParseEvent(body []byte) (Event, error) {

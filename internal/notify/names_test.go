@@ -230,3 +230,54 @@ func TestNamesWithoutAccountsHidePrincipals(t *testing.T) {
 		t.Errorf("body %q, want the principal hidden", p.Body)
 	}
 }
+
+// A provider sends any display name, one that holds a list's separator or
+// a reason's too: a message quotes such a name, so that it never reads as
+// two people (a local operator among them) or as the end of the names.
+func TestNamesCannotReadAsAnotherPerson(t *testing.T) {
+	b := newBrowser(t)
+	svc := newPushService(t, b)
+	vapid, _ := notify.NewVAPIDKey()
+	subs := &memSubs{subs: []notify.Subscription{b.subscription(svc.srv.URL + "/push/abc123")}}
+	cfg := pushConfig(t, hostOf(svc.srv.URL))
+	cfg.Routes = []notify.Route{{Tools: []string{"*"}, Notify: []string{"browsers"}}}
+	r := newRig(t, cfg, notify.BuildOptions{Transport: svc.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5)
+	hostile := map[string]string{
+		ssoUser:    "olivia, mallory (single sign-on)",
+		ssoDisplay: `olivia: fine "by me" (single sign-on)`,
+	}
+	names := func(context.Context) func(string) string {
+		return func(n string) string {
+			if s, ok := hostile[n]; ok {
+				return s
+			}
+			return n
+		}
+	}
+	at := r.clk.Now()
+	a := testCall("call_a", at)
+	a.ApprovalsRequired = 2
+	a.Approvals = append(a.Approvals, queue.Approval{Operator: ssoUser, Channel: "web", At: at})
+	r.outbox.Enqueue(r.router.Notices(approved(a, "bob", at))...)
+	r.outbox.Enqueue(r.router.Notices(denied(testCall("call_b", at), ssoDisplay, "no", at))...)
+	r.disp = notify.NewDispatcher(notify.DispatcherConfig{Outbox: r.outbox, Channels: r.built.Channels, Now: r.clk.Now,
+		Logger: quiet, Registry: prometheus.NewRegistry(), Names: names})
+	deliverAll(t, r.disp)
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	var bodies []string
+	for _, raw := range svc.got {
+		var p notify.PushPayload
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, p.Body)
+	}
+	all := strings.Join(bodies, "\n")
+	for _, want := range []string{`approved by "olivia, mallory (single sign-on)", bob`,
+		`denied by "olivia: fine \"by me\" (single sign-on)": no`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no message says %s:\n%s", want, all)
+		}
+	}
+}
