@@ -24,10 +24,13 @@ type abRun struct {
 	Report Report `json:"report"`
 }
 
-// runAB starts each console binary of cfg.ab in turn, cfg.rounds times
-// (OLD, NEW, OLD, NEW, ...), each on a fresh data directory and port, runs
-// the workload against it, and prints every run and, for two binaries, the
-// ratios of the second to the first measured in the same round.
+// runAB starts each console binary of cfg.ab in turn, cfg.rounds times,
+// each on a fresh data directory and port, runs the workload against it,
+// and prints every run and, for two binaries, the ratios of the second to
+// the first measured in the same round. The order alternates from round to
+// round (OLD NEW, NEW OLD, OLD NEW, ...; abOrder): the binary that runs
+// second in a round has been measured to come out cheaper whichever it is,
+// and alternating puts each binary second in half the rounds.
 func runAB(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.db != "" || strings.Contains(cfg.url, ",") {
 		return errors.New("--ab starts single SQLite consoles: it takes no --db and no list of --url")
@@ -50,7 +53,7 @@ func runAB(ctx context.Context, cfg config, out io.Writer) error {
 	var runs []abRun
 	port := cfg.port
 	for round := 1; round <= max(cfg.rounds, 1); round++ {
-		for _, bin := range bins {
+		for _, bin := range abOrder(bins, round) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -71,6 +74,17 @@ func runAB(ctx context.Context, cfg config, out io.Writer) error {
 		return os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644)
 	}
 	return nil
+}
+
+// abOrder is the order in which round (from 1) runs bins: as given in odd
+// rounds, reversed in even ones.
+func abOrder(bins []string, round int) []string {
+	if round%2 == 1 {
+		return bins
+	}
+	r := slices.Clone(bins)
+	slices.Reverse(r)
+	return r
 }
 
 // serveAndMeasure starts bin serve on 127.0.0.1:port with a fresh data

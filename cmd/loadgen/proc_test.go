@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -32,5 +33,20 @@ func TestShortBin(t *testing.T) {
 	}
 	if got := median([]float64{3, 1, 2, 10}); got != 2.5 {
 		t.Fatalf("median = %v, want 2.5", got)
+	}
+}
+
+// TestABOrder: the binaries change places every round, so that each runs
+// second in half of them.
+func TestABOrder(t *testing.T) {
+	bins := []string{"old", "new"}
+	want := [][]string{{"old", "new"}, {"new", "old"}, {"old", "new"}, {"new", "old"}}
+	for round := 1; round <= 4; round++ {
+		if got := abOrder(bins, round); !slices.Equal(got, want[round-1]) {
+			t.Errorf("round %d: %v, want %v", round, got, want[round-1])
+		}
+	}
+	if !slices.Equal(bins, []string{"old", "new"}) {
+		t.Errorf("abOrder changed its argument: %v", bins)
 	}
 }
