@@ -308,6 +308,11 @@ func (d *DB) checkIdentity(ctx context.Context, tx *sql.Tx) error {
 			// The caller gave up; that says nothing about the file.
 			return fmt.Errorf("db: check identity: %w", ctx.Err())
 		}
+		if cerr := classify(fmt.Errorf("db: check identity: %w", err)); errors.Is(cerr, ErrUnavailable) {
+			// An I/O error, a busy or corrupt database: not another file.
+			return cerr
+		}
+		// No identity row, or no meta table: not a Countersign database.
 		return fmt.Errorf("%w: %v", ErrReplaced, err)
 	}
 	if id != d.identity {

@@ -357,11 +357,7 @@ func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
 		EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
 		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&id, &seq, &hash, &st.mayBeFrozen, &st.lastRollback)
 	if err != nil {
-		if ctx.Err() != nil {
-			// The caller gave up; that says nothing about the file.
-			return fmt.Errorf("db: check identity: %w", ctx.Err())
-		}
-		return fmt.Errorf("%w: %v", ErrReplaced, err)
+		return d.txStateErr(ctx, tx, err)
 	}
 	if !id.Valid || id.String != d.identity {
 		return ErrReplaced
@@ -369,6 +365,32 @@ func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
 	st.base, st.rollbackKnown = seq.Int64, true
 	d.txKnown, d.txHead = st, commitHead{seq: seq.Int64, hash: hash.String}
 	return nil
+}
+
+// txStateErr is the error of a write transaction whose first statement
+// (readTxState) failed with err. The write fails closed either way, but
+// only a database that is not the one opened reads as ErrReplaced: a
+// cancelled context keeps its error, a storage failure (an I/O error,
+// SQLITE_BUSY, a corrupt page) is ErrUnavailable as classify makes it, and
+// any other statement error is ErrReplaced only when the identity cannot
+// be read alone, or differs (checkIdentity): a file that holds no
+// Countersign database has no meta table.
+func (d *DB) txStateErr(ctx context.Context, tx *sql.Tx, err error) error {
+	err = fmt.Errorf("db: read the transaction's state: %w", err)
+	if ctx.Err() != nil {
+		// The caller gave up; that says nothing about the file.
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if cerr := classify(err); errors.Is(cerr, ErrUnavailable) {
+		return cerr
+	}
+	if ierr := d.checkIdentity(ctx, tx); ierr != nil {
+		return ierr
+	}
+	return err
 }
 
 // errTxEnded is the error of writes whose transaction SQLite ended under

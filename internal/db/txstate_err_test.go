@@ -1,0 +1,73 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
+)
+
+// TestTxStateReadErrorIsNotReplaced: when the write transaction's first
+// statement (readTxState) fails for a reason other than another database
+// in the file, the write fails with that reason, not store.ErrReplaced;
+// a missing identity still reads as a replaced database.
+func TestTxStateReadErrorIsNotReplaced(t *testing.T) {
+	tests := []struct {
+		name         string
+		break_, heal string // statements run on a pooled connection
+		replaced     bool
+		mention      string
+	}{
+		// The statement names this index (INDEXED BY): without it, it
+		// fails to prepare, in a file that is still the database opened.
+		{"statement error", `DROP INDEX freezes_active`,
+			`CREATE INDEX freezes_active ON freezes (tool, actor) WHERE lifted_at IS NULL`, false, "freezes_active"},
+		{"no identity row", `DELETE FROM meta WHERE key = 'identity'`, "", true, "removed or replaced"},
+		{"no meta table", `ALTER TABLE meta RENAME TO meta_gone`, `ALTER TABLE meta_gone RENAME TO meta`, true, "removed or replaced"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			write := func() error {
+				return d.Store().Update(ctx, func(tx queue.Tx) error {
+					return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "root", At: time.Now()})
+				})
+			}
+			if err := write(); err != nil {
+				t.Fatalf("write before: %v", err)
+			}
+			if _, err := d.SQL().ExecContext(ctx, tt.break_); err != nil {
+				t.Fatal(err)
+			}
+			err = write()
+			if err == nil {
+				t.Fatal("write succeeded; want it to fail closed")
+			}
+			if got := errors.Is(err, store.ErrReplaced); got != tt.replaced {
+				t.Errorf("write error %q: errors.Is(ErrReplaced) = %t, want %t", err, got, tt.replaced)
+			}
+			if !strings.Contains(err.Error(), tt.mention) {
+				t.Errorf("write error %q does not mention %q", err, tt.mention)
+			}
+			if tt.heal == "" {
+				return
+			}
+			if _, err := d.SQL().ExecContext(ctx, tt.heal); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(); err != nil {
+				t.Errorf("write after the statement works again: %v", err)
+			}
+		})
+	}
+}
