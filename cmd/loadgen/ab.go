@@ -106,8 +106,20 @@ func serveAndMeasure(ctx context.Context, cfg config, bin, tools string, port in
 	if err := cmd.Start(); err != nil {
 		return Report{}, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// The run is measured under a context that ends when the console's
+	// process exits: agents in long-polls (the client retries a console that
+	// does not answer for minutes), approvers and socket readers all stop,
+	// and the run fails with the exit instead of reporting what little it
+	// measured.
+	exited := make(chan struct{})
+	var waitErr error
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+		cancel(errConsoleExited)
+	}()
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -117,21 +129,69 @@ func serveAndMeasure(ctx context.Context, cfg config, bin, tools string, port in
 			<-exited
 		}
 	}()
+	died := func() error {
+		b, _ := os.ReadFile(log.Name())
+		return fmt.Errorf("%w (%s); the tail of its log:\n%s", errConsoleExited, exitStatus(waitErr), logTail(b, 20))
+	}
 	base := "http://" + addr
 	if err := waitHealthy(ctx, base, exited); err != nil {
+		if isClosed(exited) {
+			return Report{}, died()
+		}
 		b, _ := os.ReadFile(log.Name())
 		return Report{}, fmt.Errorf("%w\n%s", err, b)
 	}
 	cfg.url, cfg.urls, cfg.data, cfg.serverPID, cfg.jsonOut = base, nil, filepath.Join(dir, "data"), cmd.Process.Pid, ""
-	return measure(ctx, cfg)
+	rep, err := measure(ctx, cfg)
+	if isClosed(exited) {
+		// Whatever measure returned, the console did not live through the
+		// run: nothing it measured stands.
+		return Report{}, died()
+	}
+	return rep, err
 }
 
-func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
+// errConsoleExited is the error of a run whose console's process exited.
+var errConsoleExited = errors.New("the console exited during the run")
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitStatus says how a process ended, from the error of its Wait.
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+		}
+	}
+	return err.Error()
+}
+
+// logTail is the last n lines of b.
+func logTail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitHealthy(ctx context.Context, base string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("the console exited before it answered: %v", err)
+		case <-exited:
+			return errors.New("the console exited before it answered")
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):

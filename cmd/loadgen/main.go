@@ -471,7 +471,11 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 				}
 				submitLat.add(time.Since(t0))
 				submitted.Store(call.ID, t0)
-				toApprove <- approval{call.ID, call.Digest}
+				select {
+				case toApprove <- approval{call.ID, call.Digest}:
+				case <-ctx.Done():
+					continue
+				}
 				done, err := rr(1).Wait(ctx, call.ID)
 				if err != nil {
 					errs.add("wait:" + errKind(err))
@@ -517,6 +521,11 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 		}
 	}
 
+	if errors.Is(context.Cause(ctx), errConsoleExited) {
+		// The console is gone (--ab saw its process exit): what was measured
+		// says nothing of it.
+		return Report{}, context.Cause(ctx)
+	}
 	floorAfter, err := measureFloorOnce()
 	if err != nil {
 		return Report{}, err
