@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
+
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
 )
@@ -67,6 +69,44 @@ func TestTxStateReadErrorIsNotReplaced(t *testing.T) {
 			}
 			if err := write(); err != nil {
 				t.Errorf("write after the statement works again: %v", err)
+			}
+		})
+	}
+}
+
+// TestTxStateErrKinds: an error of the transaction's first statement that
+// says nothing about which file is open keeps its kind: a storage failure
+// is store.ErrUnavailable (a client may retry), a cancelled context its
+// own error; neither is store.ErrReplaced.
+func TestTxStateErrKinds(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tx, err := d.SQL().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want error
+	}{
+		{"I/O error", context.Background(), sqlite3.Error{Code: sqlite3.ErrIoErr}, store.ErrUnavailable},
+		{"busy", context.Background(), sqlite3.Error{Code: sqlite3.ErrBusy}, store.ErrUnavailable},
+		{"corrupt", context.Background(), sqlite3.Error{Code: sqlite3.ErrCorrupt}, store.ErrUnavailable},
+		{"cancelled", cancelled, errors.New("interrupted"), context.Canceled},
+		{"the driver's context error", context.Background(), context.Canceled, context.Canceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := d.txStateErr(tt.ctx, tx, tt.err)
+			if !errors.Is(got, tt.want) || errors.Is(got, store.ErrReplaced) {
+				t.Errorf("txStateErr = %v; want %v, not ErrReplaced", got, tt.want)
 			}
 		})
 	}
