@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -86,11 +85,7 @@ func approvalsText(c *queue.Call) string {
 }
 
 func TestLoadCallAsBefore(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC)
 	odd := []string{`"quoted"`, `back\slash`, "line\nbreak\r\ttab", "nul\x00byte", "é 日本 🙂", "\u2028\u2029", "</script><b>&amp;",
 		"\u202eevil", "\x7f\x01", `{"json":"looking"}`, "null", ""}

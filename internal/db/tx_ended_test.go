@@ -146,11 +146,7 @@ func TestGroupCommitEndedBySQLite(t *testing.T) {
 // transaction and goes on writing runs its later statements outside any
 // transaction; none of them may be left.
 func TestGroupCommitEndedThenWrites(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	ws := []*endedWrite{
 		{id: "call_ended_0", fn: func(tx queue.Tx) error { return submitLike(tx, "call_ended_0") }},
 		{id: "call_ended_leak", fn: func(tx queue.Tx) error {

@@ -74,11 +74,7 @@ func TestTxStateFreezeFromAnotherHandle(t *testing.T) {
 // the transaction's first statement found no freeze; one inserted by a
 // write that failed stops nothing.
 func TestTxStateFreezeInTheSameCommit(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	failed := errors.New("refused")
 	var before, after, afterFailed *queue.Freeze
 	check := func(out **queue.Freeze, tool string) func(queue.Tx) error {
@@ -128,11 +124,7 @@ func TestTxStateFreezeInTheSameCommit(t *testing.T) {
 // TestTxStateRollbackInTheSameCommit: a rollback accepted by one write of
 // a group commit is what LastRollback returns to the writes after it.
 func TestTxStateRollbackInTheSameCommit(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	var before, after time.Time
 	last := func(out *time.Time) func(queue.Tx) error {
@@ -177,11 +169,7 @@ func TestTxStateAuditHeadFromAnotherHandle(t *testing.T) {
 // writes appended entries, with the last head, and not for one whose only
 // appending write was rolled back.
 func TestTxStateCommitHook(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	var hooks []int64
 	d.OnCommit(func(seq int64, head string) error { hooks = append(hooks, seq); return nil })
 	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return submitLike(tx, "call_hook_1") }); err != nil {
@@ -210,11 +198,7 @@ func TestTxStateCommitHook(t *testing.T) {
 // COMMIT. Checking for a freeze and a rollback, and appending an entry,
 // add no statement of their own.
 func TestWriteStatements(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	// The first write opens the writer's connection (and sets its pragmas).
 	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -283,11 +267,7 @@ func TestWriteStatements(t *testing.T) {
 // first, the writes' own statements and COMMIT: no RELEASE (COMMIT ends
 // the savepoints still open).
 func TestGroupCommitStatements(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -321,11 +301,7 @@ func TestGroupCommitStatements(t *testing.T) {
 // without a savepoint; when it fails, nothing of it is left, and the
 // writes queued after it commit in the next transaction, in their order.
 func TestGroupCommitFirstWriteFails(t *testing.T) {
-	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDB(t)
 	refused := errors.New("refused")
 	var order []string
 	write := func(id string) func(queue.Tx) error {

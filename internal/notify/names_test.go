@@ -144,13 +144,7 @@ routes:
 
 // Web Push names them so.
 func TestPushNamesPeopleAsPeopleSeeThem(t *testing.T) {
-	b := newBrowser(t)
-	svc := newPushService(t, b)
-	vapid, _ := notify.NewVAPIDKey()
-	subs := &memSubs{subs: []notify.Subscription{b.subscription(svc.srv.URL + "/push/abc123")}}
-	cfg := pushConfig(t, hostOf(svc.srv.URL))
-	cfg.Routes = []notify.Route{{Tools: []string{"*"}, Notify: []string{"browsers"}}}
-	r := newRig(t, cfg, notify.BuildOptions{Transport: svc.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5)
+	r, svc := pushRig(t)
 	namedEvents(t, r)
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
@@ -208,13 +202,7 @@ routes:
 // Without a way to read accounts (DispatcherConfig.Names nil), a message
 // still never names a principal: the dispatcher hides it.
 func TestNamesWithoutAccountsHidePrincipals(t *testing.T) {
-	b := newBrowser(t)
-	svc := newPushService(t, b)
-	vapid, _ := notify.NewVAPIDKey()
-	subs := &memSubs{subs: []notify.Subscription{b.subscription(svc.srv.URL + "/push/abc123")}}
-	cfg := pushConfig(t, hostOf(svc.srv.URL))
-	cfg.Routes = []notify.Route{{Tools: []string{"*"}, Notify: []string{"browsers"}}}
-	r := newRig(t, cfg, notify.BuildOptions{Transport: svc.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5)
+	r, svc := pushRig(t)
 	r.outbox.Enqueue(r.router.Notices(denied(testCall("call_d", r.clk.Now()), ssoDisplay, "no", r.clk.Now()))...)
 	deliverAll(t, r.disp)
 	svc.mu.Lock()
@@ -235,13 +223,7 @@ func TestNamesWithoutAccountsHidePrincipals(t *testing.T) {
 // a reason's too: a message quotes such a name, so that it never reads as
 // two people (a local operator among them) or as the end of the names.
 func TestNamesCannotReadAsAnotherPerson(t *testing.T) {
-	b := newBrowser(t)
-	svc := newPushService(t, b)
-	vapid, _ := notify.NewVAPIDKey()
-	subs := &memSubs{subs: []notify.Subscription{b.subscription(svc.srv.URL + "/push/abc123")}}
-	cfg := pushConfig(t, hostOf(svc.srv.URL))
-	cfg.Routes = []notify.Route{{Tools: []string{"*"}, Notify: []string{"browsers"}}}
-	r := newRig(t, cfg, notify.BuildOptions{Transport: svc.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5)
+	r, svc := pushRig(t)
 	hostile := map[string]string{
 		ssoUser:    "olivia, mallory (single sign-on)",
 		ssoDisplay: `olivia: fine "by me" (single sign-on)`,
@@ -280,4 +262,17 @@ func TestNamesCannotReadAsAnotherPerson(t *testing.T) {
 			t.Errorf("no message says %s:\n%s", want, all)
 		}
 	}
+}
+
+// pushRig is a rig whose one route sends every notice to one browser's
+// push subscription, and the push service that receives them.
+func pushRig(t *testing.T) (*rig, *pushService) {
+	t.Helper()
+	b := newBrowser(t)
+	svc := newPushService(t, b)
+	vapid, _ := notify.NewVAPIDKey()
+	subs := &memSubs{subs: []notify.Subscription{b.subscription(svc.srv.URL + "/push/abc123")}}
+	cfg := pushConfig(t, hostOf(svc.srv.URL))
+	cfg.Routes = []notify.Route{{Tools: []string{"*"}, Notify: []string{"browsers"}}}
+	return newRig(t, cfg, notify.BuildOptions{Transport: svc.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5), svc
 }
