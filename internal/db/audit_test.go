@@ -366,25 +366,38 @@ func dumpState(tb testing.TB, d *DB) string {
 	tb.Helper()
 	var b strings.Builder
 	for _, table := range []string{"calls", "approvals", "redemptions", "retries", "tokens", "users", "audit", "call_deciders", "checkpoints"} {
-		rows, err := d.SQL().Query(`SELECT * FROM ` + table + ` ORDER BY 1, 2`)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				tb.Fatal(err)
-			}
+		for _, vals := range rowValues(tb, d, `SELECT * FROM `+table+` ORDER BY 1, 2`) {
 			fmt.Fprintf(&b, "%s %v\n", table, vals)
 		}
-		rows.Close()
 	}
 	return b.String()
+}
+
+// rowValues runs query and returns every row's column values.
+func rowValues(tb testing.TB, d *DB, query string) [][]any {
+	tb.Helper()
+	rows, err := d.SQL().Query(query)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out [][]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, vals)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }
 
 // TestFailedAuditRollsBackTheChange makes the audit insert of one kind fail

@@ -206,25 +206,8 @@ func batchState(t *testing.T, l *ledger) []string {
 	t.Helper()
 	var out []string
 	q := func(label, query string) {
-		rows, err := l.db.SQL().Query(query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
+		for _, vals := range rowValues(t, l.db, query) {
 			out = append(out, fmt.Sprint(label, vals))
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
 		}
 	}
 	q("call", `SELECT status, approvals_required FROM calls ORDER BY seq`)
