@@ -22,17 +22,7 @@ func TestRedeemFrozen(t *testing.T) {
 	const actor = "agent:frozen-bot"
 	c := client.New(tc.url, tc.token(actor, "payments-host"))
 	ctx := context.Background()
-	call, err := c.Submit(ctx, refund(1299))
-	if err != nil {
-		t.Fatalf("Submit: %v", err)
-	}
-	if _, err := tc.queue.Approve(ctx, "alice", "cli", call.ID, call.Digest); err != nil {
-		t.Fatalf("Approve: %v", err)
-	}
-	approved, err := c.Get(ctx, call.ID)
-	if err != nil || approved.Status != client.StatusApproved {
-		t.Fatalf("Get: %+v, %v; want approved", approved, err)
-	}
+	approved := approvedRefund(t, tc, c)
 	const reason = "incident 7: refunds on hold"
 	if _, err := tc.queue.Freeze(ctx, "alice", "cli", "", actor, reason); err != nil {
 		t.Fatalf("Freeze: %v", err)
@@ -45,9 +35,9 @@ func TestRedeemFrozen(t *testing.T) {
 	if !ok {
 		t.Fatalf("Redeem while frozen: %v, want a *client.Error", err)
 	}
-	if e.Code != client.CodeFrozen || e.Status != http.StatusServiceUnavailable || e.Reason != reason || e.CallID != call.ID {
+	if e.Code != client.CodeFrozen || e.Status != http.StatusServiceUnavailable || e.Reason != reason || e.CallID != approved.ID {
 		t.Errorf("Redeem while frozen: Code=%q Status=%d Reason=%q CallID=%q; want %q 503 %q %s",
-			e.Code, e.Status, e.Reason, e.CallID, client.CodeFrozen, reason, call.ID)
+			e.Code, e.Status, e.Reason, e.CallID, client.CodeFrozen, reason, approved.ID)
 	}
 	if !strings.Contains(e.Message, "frozen") || !strings.Contains(e.Message, reason) {
 		t.Errorf("Message=%q, want the console's sentence naming the freeze and its reason", e.Message)
@@ -55,7 +45,7 @@ func TestRedeemFrozen(t *testing.T) {
 	if !client.IsCode(err, client.CodeFrozen) || len(e.Raw) == 0 {
 		t.Errorf("IsCode(frozen)=%v Raw=%q", client.IsCode(err, client.CodeFrozen), e.Raw)
 	}
-	if got, err := c.Get(ctx, call.ID); err != nil || got.Status != client.StatusApproved || got.Grant == "" {
+	if got, err := c.Get(ctx, approved.ID); err != nil || got.Status != client.StatusApproved || got.Grant == "" {
 		t.Errorf("after the frozen redemption: %+v, %v; want still approved with its grant", got, err)
 	}
 }
@@ -106,23 +96,16 @@ func TestRevocation(t *testing.T) {
 	tc := startConsole(t, t.TempDir(), "127.0.0.1:0")
 	c := client.New(tc.url, tc.token("agent:revoked-bot", "payments-host"))
 	ctx := context.Background()
-	call, err := c.Submit(ctx, refund(1299))
-	if err != nil {
-		t.Fatalf("Submit: %v", err)
-	}
-	if _, err := tc.queue.Approve(ctx, "alice", "cli", call.ID, call.Digest); err != nil {
-		t.Fatalf("Approve: %v", err)
-	}
-	approved, err := c.Get(ctx, call.ID)
-	if err != nil || approved.Status != client.StatusApproved || approved.Revocation != nil {
-		t.Fatalf("Get: %+v, %v; want approved, no revocation", approved, err)
+	approved := approvedRefund(t, tc, c)
+	if approved.Revocation != nil {
+		t.Fatalf("Get: %+v; want no revocation", approved)
 	}
 	const reason = "wrong invoice: INV-2041 was refunded by hand"
 	before := time.Now().Add(-time.Minute)
-	if _, err := tc.queue.RevokeGrant(ctx, "alice", "web", call.ID, reason); err != nil {
+	if _, err := tc.queue.RevokeGrant(ctx, "alice", "web", approved.ID, reason); err != nil {
 		t.Fatalf("RevokeGrant: %v", err)
 	}
-	got, err := c.Get(ctx, call.ID)
+	got, err := c.Get(ctx, approved.ID)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -135,4 +118,23 @@ func TestRevocation(t *testing.T) {
 	if err != nil || res.Accepted || res.Reason != "revoked" {
 		t.Errorf("Redeem the revoked grant: %+v, %v; want rejected, revoked", res, err)
 	}
+}
+
+// approvedRefund submits a refund through c, approves it as alice, and
+// returns the call as the agent then reads it: approved.
+func approvedRefund(t *testing.T, tc *testConsole, c *client.Client) *client.Call {
+	t.Helper()
+	ctx := context.Background()
+	call, err := c.Submit(ctx, refund(1299))
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if _, err := tc.queue.Approve(ctx, "alice", "cli", call.ID, call.Digest); err != nil {
+		t.Fatalf("Approve: %v", err)
+	}
+	approved, err := c.Get(ctx, call.ID)
+	if err != nil || approved.Status != client.StatusApproved {
+		t.Fatalf("Get: %+v, %v; want approved", approved, err)
+	}
+	return approved
 }

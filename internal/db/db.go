@@ -182,12 +182,8 @@ func (d *DB) Close() error {
 // replaced, so the file and the recorded identity are checked too, and
 // /healthz fails as every write would.
 func (d *DB) Ping(ctx context.Context) error {
-	dev, ino, err := fileID(d.path)
-	if err != nil {
+	if err := d.sameFile(); err != nil {
 		return err
-	}
-	if dev != d.dev || ino != d.ino {
-		return ErrReplaced
 	}
 	var id string
 	if err := d.sql.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {
@@ -280,6 +276,19 @@ func (d *DB) loadIdentity() error {
 	return nil
 }
 
+// sameFile fails with ErrReplaced when the file at the database's path is
+// no longer the one opened (removed, or another file in its place).
+func (d *DB) sameFile() error {
+	dev, ino, err := fileID(d.path)
+	if err != nil {
+		return err
+	}
+	if dev != d.dev || ino != d.ino {
+		return ErrReplaced
+	}
+	return nil
+}
+
 func fileID(path string) (uint64, uint64, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -295,12 +304,8 @@ func fileID(path string) (uint64, uint64, error) {
 // checkIdentity fails closed when the file on disk is not the database that
 // was opened: removed, replaced by another file, or holding another identity.
 func (d *DB) checkIdentity(ctx context.Context, tx *sql.Tx) error {
-	dev, ino, err := fileID(d.path)
-	if err != nil {
+	if err := d.sameFile(); err != nil {
 		return err
-	}
-	if dev != d.dev || ino != d.ino {
-		return ErrReplaced
 	}
 	var id string
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {

@@ -323,12 +323,7 @@ func TestGroupCommitFirstWriteFails(t *testing.T) {
 		t.Fatalf("writes = %v, want the first refused and the others committed", errs)
 	}
 	want := []string{"call_f1", "call_f2"}
-	if got := callIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("calls = %v, want %v", got, want)
-	}
-	if got := auditCallIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("audit entries of calls = %v, want %v", got, want)
-	}
+	wantStored(t, d, want)
 	if !slices.Equal(order, want) {
 		t.Errorf("after-commit order = %v, want %v", order, want)
 	}

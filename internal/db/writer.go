@@ -341,18 +341,14 @@ type txState struct {
 // accepted, into d.txHead and d.txKnown: one statement per transaction where a
 // statement of each approval, redemption and audit entry read them before.
 func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
-	dev, ino, err := fileID(d.path)
-	if err != nil {
+	if err := d.sameFile(); err != nil {
 		return err
-	}
-	if dev != d.dev || ino != d.ino {
-		return ErrReplaced
 	}
 	var id sql.NullString
 	var seq sql.NullInt64
 	var hash sql.NullString
 	var st txState
-	err = tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity'),
+	err := tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity'),
 		(SELECT seq FROM audit ORDER BY seq DESC LIMIT 1), (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1),
 		EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
 		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&id, &seq, &hash, &st.mayBeFrozen, &st.lastRollback)

@@ -168,12 +168,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 			}
 		}
 	}
-	if got := callIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("calls = %v, want %v", got, want)
-	}
-	if got := auditCallIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("audit entries of calls = %v, want %v", got, want)
-	}
+	wantStored(t, d, want)
 	if !slices.Equal(order, want) {
 		t.Errorf("after-commit order = %v, want the commit order %v", order, want)
 	}
@@ -218,12 +213,7 @@ func TestGroupCommitLostTransaction(t *testing.T) {
 		}
 	}
 	want := []string{"call_after_1", "call_after_2"}
-	if got := callIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("calls = %v, want %v", got, want)
-	}
-	if got := auditCallIDs(t, d); !slices.Equal(got, want) {
-		t.Errorf("audit entries of calls = %v, want %v", got, want)
-	}
+	wantStored(t, d, want)
 	verifyAuditChain(t, d.SQL())
 	// The writer goes on.
 	if err := d.Store().Update(context.Background(), write("call_later")); err != nil {
@@ -642,5 +632,17 @@ func TestWriterJournalsInMemory(t *testing.T) {
 	}
 	if store != 0 {
 		t.Errorf("a reader's temp_store is %d, want 0 (the default, files)", store)
+	}
+}
+
+// wantStored checks that the calls stored, and the calls the audit
+// entries name, are want, in order.
+func wantStored(t *testing.T, d *DB, want []string) {
+	t.Helper()
+	if got := callIDs(t, d); !slices.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+	if got := auditCallIDs(t, d); !slices.Equal(got, want) {
+		t.Errorf("audit entries of calls = %v, want %v", got, want)
 	}
 }
