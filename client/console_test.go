@@ -54,7 +54,7 @@ func startConsole(tb testing.TB, dir, addr string) *testConsole {
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
 	if err != nil {
 		tb.Fatal(err)
 	}

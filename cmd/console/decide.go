@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/wire"
 )
 
 func cmdApprove(ctx context.Context, e *env, args []string) int {
@@ -195,7 +196,7 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 		return out, nil
 	}
 	if call != nil {
-		out.Call = server.CallView(call)
+		out.Call = wire.CallAsStored(call)
 	}
 	return out, nil
 }

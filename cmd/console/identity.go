@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/passkey"
-	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/sso"
 )
 
@@ -69,7 +69,7 @@ func (f identityFlags) relyingParty(ctx context.Context, accounts *account.Servi
 	}
 	rp, err := sso.New(ctx, sso.Config{
 		Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret,
-		RedirectURL: strings.TrimSuffix(publicURL, "/") + server.CallbackPath,
+		RedirectURL: strings.TrimSuffix(publicURL, "/") + console.CallbackPath,
 		Scopes:      f.scopes, GroupsClaim: f.groupsClaim, Roles: roles,
 		Flows: accounts.Oneshots("oidc", sso.MaxFlows),
 	})
@@ -107,8 +107,8 @@ func passkeys(accounts *account.Service, publicURL string) (*passkey.Service, er
 
 // consoleIdentity fills the console's single sign-on, local login and
 // passkey settings.
-func (f identityFlags) consoleIdentity(ctx context.Context, accounts *account.Service, publicURL string, cfg *server.ConsoleConfig) error {
-	local, err := server.ParseLocalLogin(f.localLogin)
+func (f identityFlags) consoleIdentity(ctx context.Context, accounts *account.Service, publicURL string, cfg *console.Config) error {
+	local, err := console.ParseLocalLogin(f.localLogin)
 	if err != nil {
 		return fmt.Errorf("--local-login: %w", err)
 	}
@@ -116,7 +116,7 @@ func (f identityFlags) consoleIdentity(ctx context.Context, accounts *account.Se
 	if err != nil {
 		return err
 	}
-	if rp == nil && local != server.LocalAll {
+	if rp == nil && local != console.LocalAll {
 		return fmt.Errorf("--local-login=%s needs single sign-on (--oidc-issuer), or nobody could log in", local)
 	}
 	pk, err := passkeys(accounts, publicURL)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/sso/ssotest"
 )
 
@@ -57,19 +57,19 @@ func TestIdentityFlags(t *testing.T) {
 			"--oidc-client-secret-file", filepath.Join(t.TempDir(), "missing")}, "--oidc-client-secret-file"},
 	}
 	for _, tt := range refused {
-		var cc server.ConsoleConfig
+		var cc console.Config
 		err := parseIdentity(t, tt.args...).consoleIdentity(ctx, accounts, "http://127.0.0.1:8080", &cc)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: err = %v, want %q", tt.args, err, tt.want)
 		}
 	}
-	var cc server.ConsoleConfig
+	var cc console.Config
 	f := parseIdentity(t, "--oidc-issuer", idp.Issuer(), "--oidc-client-id", idp.ClientID, "--oidc-client-secret-file", secret,
 		"--oidc-role-map", "approvers=operator", "--oidc-role-map", "sre=admin,audit=auditor", "--local-login", "admins-only")
 	if err := f.consoleIdentity(ctx, accounts, "https://approvals.example.com", &cc); err != nil {
 		t.Fatal(err)
 	}
-	if cc.SSO == nil || cc.LocalLogin != server.LocalAdminsOnly || cc.SSOName != "127.0.0.1" || cc.Passkeys.RPID() != "approvals.example.com" {
+	if cc.SSO == nil || cc.LocalLogin != console.LocalAdminsOnly || cc.SSOName != "127.0.0.1" || cc.Passkeys.RPID() != "approvals.example.com" {
 		t.Errorf("console config = %+v", cc)
 	}
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/countersign/countersign/examples/mcpdemo"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/server"
 )
 
 // mcpFlags are serve's flags for the MCP gateway.
@@ -41,7 +41,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 
 // gateway builds the MCP gateway over the tools file's upstreams; nil when
 // the file has none.
-func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *server.StatusLinks) (*mcp.Gateway, *catalog.Catalog, error) {
+func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *console.StatusLinks) (*mcp.Gateway, *catalog.Catalog, error) {
 	ups := a.tools.Upstreams()
 	if len(ups) == 0 {
 		return nil, nil, nil

@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/notify"
-	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -122,7 +122,7 @@ func loadOrCreateVAPIDKey(data string) (string, error) {
 
 // dispatcher returns the notification dispatcher and what the console
 // serves about notifications; nil, nil when none are configured.
-func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
+func (a *app) dispatcher() (*notify.Dispatcher, *console.Notifications) {
 	n := a.notify
 	if n == nil {
 		return nil, nil
@@ -133,7 +133,7 @@ func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
 		// People are named in messages as the agent API names them.
 		Names: a.accounts.PublicNames,
 	})
-	notes := &server.Notifications{Deliveries: d}
+	notes := &console.Notifications{Deliveries: d}
 	if n.built.Push != nil {
 		notes.Push, notes.Subscriptions = n.built.Push, n.outbox
 	}
@@ -143,7 +143,7 @@ func (a *app) dispatcher() (*notify.Dispatcher, *server.Notifications) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		notes.Channels = append(notes.Channels, server.NotificationChannel{Name: name, Type: n.cfg.Channels[name].Type,
+		notes.Channels = append(notes.Channels, console.NotificationChannel{Name: name, Type: n.cfg.Channels[name].Type,
 			Detail: describeChannel(n.cfg.Channels[name], n.built.Channels[name])})
 	}
 	return d, notes

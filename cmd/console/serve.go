@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/highwater"
@@ -362,7 +363,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	// The API's long-polls and the MCP gateway's held calls count against
 	// one cap per token.
 	waits := server.NewTokenWaits(f.maxWaits)
-	links, err := server.NewStatusLinks(ctx, a.accounts, publicURL)
+	links, err := console.NewStatusLinks(ctx, a.accounts, publicURL)
 	if err != nil {
 		return err
 	}
@@ -374,7 +375,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if gw != nil {
 		mcpHandler = gw
 	}
-	cc := &server.ConsoleConfig{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL}
+	cc := &console.Config{IdleTimeout: f.idle, AbsoluteTimeout: f.absolute, PublicURL: publicURL}
 	if gw != nil {
 		// A console without agent tokens names its MCP endpoints in the
 		// help on how to connect an agent.
@@ -392,14 +393,13 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := server.Config{
-		Queue: a.queue, Accounts: a.accounts, History: a.db, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
+		Queue: a.queue, Accounts: a.accounts, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
-		AllowedHosts: f.allowedHost, Waits: waits, AuditSigner: signer,
-		Console:       cc,
-		Notifications: notes,
-		MCP:           mcpHandler,
-		Catalog:       cat,
+		AllowedHosts: f.allowedHost, Waits: waits, PublicURL: publicURL,
+		MCP: mcpHandler,
 	}
+	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
+	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
 	if a.db.pg != nil {
 		// Other replicas' changes reach this one's pages and long-polls.
 		live, err := a.db.pg.Listen(ctx, a.queue.Apply, a.log)
@@ -408,7 +408,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		}
 		cfg.Live = live
 		// Who has which call page open, on every replica.
-		cfg.Presence = live.Presence()
+		cc.Presence = live.Presence()
 		// The listener says goodbye to the other replicas' presence on
 		// the way out.
 		wg.Add(1)
@@ -418,6 +418,12 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	cc.Metrics = srv.Registerer()
+	pages, err := console.New(*cc)
+	if err != nil {
+		return err
+	}
+	srv.Mount(pages)
 	if f.pprof != "" {
 		if err := servePprof(ctx, &wg, f.pprof, a.log); err != nil {
 			return err
@@ -439,7 +445,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); a.queue.Run(ctx) }() // ends the queue, and its long-polls, with ctx
-	go func() { defer wg.Done(); srv.Run(ctx) }()
+	go func() { defer wg.Done(); pages.Run(ctx) }()
 	if gw != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); gw.Run(ctx) }()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/notify"
@@ -73,7 +74,7 @@ const dbFlagUsage = "PostgreSQL database shared by every replica, postgres://USE
 type outboxStore interface {
 	notify.Outbox
 	notify.Subscriptions
-	server.PushSubscriptions
+	console.PushSubscriptions
 }
 
 // dbFlag registers --db on a command.

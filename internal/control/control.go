@@ -3,7 +3,7 @@
 // block ("clear"), so that waiters and open pages see it at once. It is a
 // Unix socket in the data directory that only the owner can open; whoever
 // can open it can already write the database file.
-// Answers have the API's error shape (server.ErrorOf).
+// Answers have the API's error shape (problem.Of).
 package control
 
 import (
@@ -19,8 +19,9 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/wire"
 )
 
 // Request is a decision handed over the control socket.
@@ -41,8 +42,8 @@ type Request struct {
 // Response is the control socket's answer: the call, or an error in the
 // API's shape.
 type Response struct {
-	Call  map[string]any   `json:"call,omitempty"`
-	Error *server.APIError `json:"error,omitempty"`
+	Call  map[string]any `json:"call,omitempty"`
+	Error *problem.Error `json:"error,omitempty"`
 }
 
 // Listen opens the control socket at path, replacing a stale socket file
@@ -77,7 +78,7 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			write(w, nil, &server.APIError{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
+			write(w, nil, &problem.Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
 			return
 		}
 		call, err := Decide(r.Context(), q, req)
@@ -115,7 +116,7 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		if err != nil {
 			return nil, err
 		}
-		if err := server.Confirmation(q.Tools(), call, req.Confirm, req.AcceptWarnings); err != nil {
+		if err := queue.Confirmation(q.Tools(), call, req.Confirm, req.AcceptWarnings); err != nil {
 			return nil, err
 		}
 		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
@@ -124,17 +125,17 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 	case "clear":
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	}
-	return nil, &server.APIError{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny or clear"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny or clear"}
 }
 
 func write(w http.ResponseWriter, call *queue.Call, err error) {
 	var resp Response
 	status := http.StatusOK
 	if err != nil {
-		resp.Error = server.ErrorOf(err)
+		resp.Error = problem.Of(err)
 		status = resp.Error.Status
 	} else if call != nil {
-		resp.Call = server.CallView(call)
+		resp.Call = wire.CallAsStored(call)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

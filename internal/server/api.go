@@ -16,8 +16,10 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/wire"
 )
 
 const (
@@ -50,11 +52,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	ae := ErrorOf(err)
 	if ae.Status >= 500 {
-		s.log.Error("request failed", slog.String("path", redactStatusPath(c.Request().URL.Path)), slog.Any("error", err),
+		s.log.Error("request failed", slog.String("path", s.logPath(c.Request().URL.Path)), slog.Any("error", err),
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 	}
-	if s.console != nil && s.console.wantsHTML(c) {
-		s.console.errorPage(c, ae.Status, ae.Message)
+	if s.pages != nil && s.pages.WantsHTML(c) {
+		s.pages.ErrorPage(c, ae.Status, ae.Message)
 		return
 	}
 	if ae.Status == http.StatusUnauthorized {
@@ -73,11 +75,11 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 		scheme, secret, _ := strings.Cut(strings.TrimSpace(c.Request().Header.Get("Authorization")), " ")
 		secret = strings.TrimSpace(secret)
 		if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-			return newAPIError(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
+			return problem.New(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
 		}
 		t, err := s.cfg.Accounts.TokenBySecret(c.Request().Context(), secret)
 		if errors.Is(err, account.ErrTokenNotFound) {
-			return newAPIError(http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
+			return problem.New(http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
 		}
 		if err != nil {
 			return err
@@ -98,17 +100,17 @@ func readJSON(c echo.Context) ([]byte, error) {
 	ct := c.Request().Header.Get("Content-Type")
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return nil, newAPIError(http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: application/json")
+		return nil, problem.New(http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: application/json")
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return nil, newAPIError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be UTF-8")
+		return nil, problem.New(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be UTF-8")
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, canonical.MaxBodyBytes+1))
 	if err != nil {
-		return nil, newAPIError(http.StatusBadRequest, "malformed_json", "could not read the body: %v", err)
+		return nil, problem.New(http.StatusBadRequest, "malformed_json", "could not read the body: %v", err)
 	}
 	if len(body) > canonical.MaxBodyBytes {
-		return nil, newAPIError(http.StatusRequestEntityTooLarge, "too_large",
+		return nil, problem.New(http.StatusRequestEntityTooLarge, "too_large",
 			"the body is larger than %d bytes", canonical.MaxBodyBytes)
 	}
 	return body, nil
@@ -163,7 +165,7 @@ func (s *Server) getCall(c echo.Context) error {
 	if w := c.QueryParam("wait"); w != "" {
 		d, err := time.ParseDuration(w)
 		if err != nil || d < 0 {
-			return newAPIError(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
+			return problem.New(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
 		}
 		wait = min(d, queue.MaxWait)
 	}
@@ -171,7 +173,7 @@ func (s *Server) getCall(c echo.Context) error {
 		token, _ := c.Get(tokenKey).(string)
 		if !s.waits.Acquire(token) {
 			c.Response().Header().Set("Retry-After", "5")
-			return newAPIError(http.StatusTooManyRequests, "too_many_waits",
+			return problem.New(http.StatusTooManyRequests, "too_many_waits",
 				"this token already holds %d open long-polls or held MCP calls; wait for one to return, or retry in 5 s", s.waits.Max())
 		}
 		defer s.waits.Release(token)
@@ -304,7 +306,7 @@ func (s *Server) redeem(c echo.Context) error {
 	if err != nil {
 		var pe *queue.ProposalError
 		if errors.As(err, &pe) {
-			ae := proposalError(pe)
+			ae := problem.Of(pe)
 			ae.Status, ae.Code = http.StatusBadRequest, "malformed"
 			ae.Message = "the redemption request must be {\"grant\": \"...\", \"call\": {\"tool\", \"target\", \"args\"}}"
 			if pe.Kind == queue.KindInvalidArguments {
@@ -375,100 +377,11 @@ func redeemMessage(reason string) string {
 	return "the grant is not valid; nothing was consumed"
 }
 
-// CallView is the call object with the people it names as stored (a
-// single-sign-on operator by their principal), for operators' own tools:
-// the command line and the control socket. Agents receive agentCallView.
-func CallView(c *queue.Call) map[string]any {
-	return callView(c, func(name string) string { return name })
-}
-
 // agentCallView is the agent API's call object: the people it names
 // (approvers, the operator who denied, revoked or resolved the call,
 // comments' authors, owners) are named as people see them, never by a
 // single-sign-on principal (account.PublicNames). The status page follows
 // the same rule.
 func (s *Server) agentCallView(ctx context.Context, c *queue.Call) map[string]any {
-	return callView(c, s.cfg.Accounts.PublicNames(ctx))
-}
-
-// callView is the call object with each person named by name.
-func callView(c *queue.Call, name func(string) string) map[string]any {
-	v := map[string]any{
-		"id":         c.ID,
-		"status":     c.Shown(),
-		"actor":      c.Actor,
-		"audience":   c.Audience,
-		"tool":       c.Tool,
-		"target":     c.Target,
-		"args":       c.Args,
-		"digest":     c.Digest,
-		"created_at": c.CreatedAt.UTC().Format(time.RFC3339Nano),
-		"decide_by":  c.DecideBy.UTC().Format(time.RFC3339Nano),
-		"approvals":  approvalsView(c, name),
-	}
-	if len(c.Owners) > 0 {
-		v["owners"] = account.PublicOwners(c.Owners, name)
-	}
-	if c.Rationale != "" {
-		v["rationale"] = c.Rationale
-	}
-	var comments []map[string]any
-	for _, a := range c.Approvals {
-		if a.Comment != "" {
-			comments = append(comments, map[string]any{"by": name(a.Operator), "comment": a.Comment, "at": a.At.UTC().Format(time.RFC3339Nano)})
-		}
-	}
-	if comments != nil {
-		v["comments"] = comments
-	}
-	if c.Shown() == queue.StatusApproved {
-		v["grant"] = c.Grant
-		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)
-	}
-	if c.Revoked != nil {
-		v["revocation"] = map[string]string{"by": name(c.Revoked.By), "reason": c.Revoked.Reason,
-			"at": c.Revoked.At.UTC().Format(time.RFC3339Nano)}
-	}
-	if c.Denial != nil {
-		v["decision"] = map[string]string{"by": name(c.Denial.By), "reason": c.Denial.Reason,
-			"at": c.Denial.At.UTC().Format(time.RFC3339Nano)}
-	}
-	if rule := c.DecidedByRule(); rule != "" {
-		v["decided_by_rule"] = rule
-	}
-	if c.Status == queue.StatusRedeemed {
-		v["redeemed_at"] = c.RedeemedAt.UTC().Format(time.RFC3339Nano)
-		if !c.LeaseUntil.IsZero() {
-			v["lease_until"] = c.LeaseUntil.UTC().Format(time.RFC3339Nano)
-		}
-	}
-	if c.Outcome != nil {
-		v["outcome"] = map[string]string{"status": c.Outcome.Status, "detail": c.Outcome.Detail,
-			"at": c.Outcome.At.UTC().Format(time.RFC3339Nano)}
-	}
-	if r := c.Resolution; r != nil {
-		res := map[string]string{"verdict": r.Verdict, "by": name(r.By), "note": r.Note, "at": r.At.UTC().Format(time.RFC3339Nano)}
-		if r.Evidence != "" {
-			res["evidence"] = r.Evidence
-		}
-		v["resolution"] = res
-	}
-	return v
-}
-
-// approvalsView is the call object's approvals: how many the call needs and
-// has, and who gave each, through which channel and how (a click, a
-// passkey, a command, a rule).
-func approvalsView(c *queue.Call, name func(string) string) map[string]any {
-	v := map[string]any{"required": c.ApprovalsRequired, "received": len(c.Approvals)}
-	if len(c.Approvals) == 0 {
-		return v
-	}
-	given := make([]map[string]string, len(c.Approvals))
-	for i, a := range c.Approvals {
-		given[i] = map[string]string{"by": name(a.Operator), "channel": a.Channel, "method": a.Method(),
-			"at": a.At.UTC().Format(time.RFC3339Nano)}
-	}
-	v["given"] = given
-	return v
+	return wire.CallView(c, s.cfg.Accounts.PublicNames(ctx))
 }

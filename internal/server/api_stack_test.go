@@ -80,7 +80,7 @@ func startAPIStackIn(tb testing.TB, dir string, adjust ...func(*Config)) *apiSta
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "agent:deployer")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
-	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now}
+	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now}
 	for _, f := range adjust {
 		f(&cfg)
 	}
@@ -214,3 +214,5 @@ func mustApprove(tb testing.TB, st *apiStack, operator, id, digest string) *queu
 	}
 	return c
 }
+
+func accountsOf(d *db.DB) *account.Service { return account.NewService(d.Accounts(), nil) }

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/problem"
 )
 
 // routesAudit serves the audit trail's newest signed checkpoint. It is
@@ -21,7 +22,7 @@ func (s *Server) routesAudit(e *echo.Echo) {
 func (s *Server) auditCheckpoint(c echo.Context) error {
 	cp, err := s.cfg.Audit.LatestCheckpoint(c.Request().Context())
 	if errors.Is(err, audit.ErrNoCheckpoint) {
-		return newAPIError(http.StatusNotFound, "no_checkpoint", "no audit checkpoint has been signed yet")
+		return problem.New(http.StatusNotFound, "no_checkpoint", "no audit checkpoint has been signed yet")
 	}
 	if err != nil {
 		return err

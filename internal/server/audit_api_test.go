@@ -38,7 +38,7 @@ func TestAuditCheckpointRoute(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	s, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log})
+	s, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/wire"
 )
 
 // TestCallViewApprovalsAndOwners: the call object lists each approval with
@@ -29,7 +30,7 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 		}
 		Owners []string
 	}
-	b, _ := json.Marshal(CallView(c))
+	b, _ := json.Marshal(wire.CallAsStored(c))
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 	}
 
 	var bare map[string]any
-	b, _ = json.Marshal(CallView(&queue.Call{ID: "call_y", Status: queue.StatusPending, ApprovalsRequired: 1}))
+	b, _ = json.Marshal(wire.CallAsStored(&queue.Call{ID: "call_y", Status: queue.StatusPending, ApprovalsRequired: 1}))
 	if err := json.Unmarshal(b, &bare); err != nil {
 		t.Fatal(err)
 	}

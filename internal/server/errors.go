@@ -2,236 +2,43 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
-	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/reveal"
-	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/problem"
 )
 
-// APIError is the one error shape of the agent API, of the control socket
-// and of the messages console pages show.
-type APIError struct {
-	Status   int                `json:"-"`
-	Code     string             `json:"code"`
-	Message  string             `json:"message"`
-	Problems canonical.Problems `json:"problems,omitempty"`
-	// Extra members for particular codes (reason, call_id, retry hint).
-	Reason string `json:"reason,omitempty"`
-	CallID string `json:"call_id,omitempty"`
-	Hint   string `json:"hint,omitempty"`
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
-
-func newAPIError(status int, code, format string, args ...any) *APIError {
-	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// sentinels is the one table from the domain's sentinel errors to the API's
-// status, code and message: a message a model can act on, or that tells a
-// person what to do next. It is read in order; errors that carry values
-// (a proposal's problems, a denial's reason) are mapped in ErrorOf first.
-var sentinels = []struct {
-	err     error
-	status  int
-	code    string
-	message string
-	hint    string
-}{
-	{queue.ErrToolChanged, http.StatusConflict, "tool_changed",
-		"this console's tools file defines the tool differently from the definition the call was made under (the file changed since, or the console replicas run different tools files), so it can no longer be approved or run; the agent must propose it again (it can still be denied or cancelled)", ""},
-	{queue.ErrRetryLimit, http.StatusTooManyRequests, "retry_limit",
-		"three proposals in a row for this tool were rejected; stop retrying and ask a person",
-		// For a person to do, not the model: the model is handed no command
-		// line that acts in an operator's name.
-		"an operator can clear the block in the console (Clear, beside the blocked agent on the queue)"},
-	{queue.ErrNotFound, http.StatusNotFound, "not_found", "no such call", ""},
-	{queue.ErrNotRedeemed, http.StatusConflict, "not_redeemed",
-		"the call's grant has not been redeemed; report an outcome or send heartbeats only after redeeming it", ""},
-	{queue.ErrOutcomeReported, http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call", ""},
-	{queue.ErrNotLeaseHolder, http.StatusConflict, "not_lease_holder",
-		"this call was redeemed with another API token; only the token that redeemed it extends its lease", ""},
-	{queue.ErrLeaseExpired, http.StatusConflict, "lease_expired",
-		"the lease ran out before this heartbeat and the call now waits for a person; report its outcome now (it is still accepted)", ""},
-	{queue.ErrInvalidOutcome, http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown", ""},
-	{queue.ErrDigestMismatch, http.StatusConflict, "digest_mismatch",
-		"the digest you approved is not this call's digest; reload the call, check what it does, and approve the digest shown", ""},
-	{queue.ErrOwnCall, http.StatusForbidden, "own_call", "you cannot approve a call proposed under your own name; ask another operator", ""},
-	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
-	{queue.ErrPasskeyRequired, http.StatusForbidden, "passkey_required",
-		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket and the command line cannot approve it)", ""},
-	{queue.ErrPasskeyChanged, http.StatusConflict, "passkey_changed",
-		"your passkey was removed, or used for another approval at the same moment; nothing was approved: try again", ""},
-	{queue.ErrFreezeReason, http.StatusBadRequest, "reason_required",
-		fmt.Sprintf("a freeze needs a reason (at most %d bytes): agents and operators see it", queue.MaxReasonBytes), ""},
-	{queue.ErrReasonRequired, http.StatusBadRequest, "reason_required", "a denial needs a reason (the agent receives it)", ""},
-	{queue.ErrReasonTooLong, http.StatusBadRequest, "reason_too_long", fmt.Sprintf("the reason is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
-	{queue.ErrCommentTooLong, http.StatusBadRequest, "comment_too_long", fmt.Sprintf("the comment is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
-	{queue.ErrOperatorRequired, http.StatusBadRequest, "operator_required", "say who is deciding", ""},
-	{queue.ErrFreezeScope, http.StatusNotFound, "no_freeze",
-		"no freeze in force has that scope (it may have been lifted already); console freeze --list and the admin page show what is in force", ""},
-	{queue.ErrNotBlocked, http.StatusNotFound, "not_blocked", "that actor and tool are not blocked", ""},
-	{queue.ErrNotApproved, http.StatusConflict, "not_approved",
-		"only an approved call whose grant has not been redeemed can have its grant revoked", ""},
-	{queue.ErrIntegrity, http.StatusInternalServerError, "integrity",
-		"STOP: the stored record of this call does not match its digest; nothing was approved. The database was edited: an administrator should run console audit verify.", ""},
-	{queue.ErrResolveOwnCall, http.StatusForbidden, "own_call", "you cannot resolve a call proposed under your own name; ask another operator", ""},
-	{queue.ErrAlreadyResolved, http.StatusConflict, "already_resolved",
-		"another operator resolved this call meanwhile; their resolution is shown on the call", ""},
-	{queue.ErrNotUnresolved, http.StatusConflict, "not_unresolved",
-		"this call does not wait for a person: its executor reported what happened, or its lease still runs; reload it", ""},
-	{queue.ErrInvalidVerdict, http.StatusBadRequest, "verdict_required", "choose whether the call was executed or not", ""},
-	{queue.ErrNoteRequired, http.StatusBadRequest, "note_required", "say how you know: the note is required, and the agent sees it", ""},
-	{queue.ErrNoteTooLong, http.StatusBadRequest, "note_too_long", fmt.Sprintf("the note is longer than %d bytes; shorten it", queue.MaxReasonBytes), ""},
-	{queue.ErrInvalidEvidence, http.StatusBadRequest, "invalid_evidence",
-		"the evidence link must be an http or https address with a host, without a user name, password or spaces; or leave it empty", ""},
-	{account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys",
-		fmt.Sprintf("an account holds at most %d passkeys; remove one first", account.MaxPasskeys), ""},
-	{account.ErrLoginDisabled, http.StatusForbidden, "account_disabled", "this account is disabled; ask an administrator", ""},
-	{account.ErrBadPrincipal, http.StatusForbidden, "bad_principal",
-		"the identity provider's subject cannot name an account here (it must be printable ASCII, at most 320 bytes with the issuer host); ask an administrator", ""},
-	{store.ErrReplaced, http.StatusServiceUnavailable, "unavailable",
-		"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.", ""},
-	{store.ErrRolledBack, http.StatusServiceUnavailable, "unavailable",
-		"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.", ""},
-	{store.ErrUnavailable, http.StatusServiceUnavailable, "unavailable",
-		"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.", ""},
-}
-
-// ErrorOf maps any error to the API's status, code and message; an error
-// it does not know is a 500 that says nothing was changed. The HTTP error
-// handler, the console's pages and the control socket all answer with it.
-func ErrorOf(err error) *APIError {
+// ErrorOf is problem.Of for errors that crossed echo: the router's and
+// middleware's own errors (no route, wrong method, a body too large) get
+// their codes here, everything else the domain's.
+func ErrorOf(err error) *problem.Error {
 	var (
-		ae *APIError
-		pd *queue.PolicyDeniedError
-		fz *queue.FrozenError
-		pe *queue.ProposalError
-		de *queue.DeniedError
-		ad *queue.AudienceError
-		np *queue.NotPendingError
-		nd *queue.DeciderError
-		na *queue.AdminError
-		oe *queue.OwnerError
-		sp *queue.SamePersonError
-		ar *queue.ApproversError
-		fe *queue.FilterError
 		he *echo.HTTPError
-		ie *integrityError
-		in *account.InputError
-		sh *account.ShadowError
+		pe *problem.Error
 	)
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &pd):
-		return &APIError{Status: http.StatusForbidden, Code: "denied_by_policy", CallID: pd.CallID, Reason: pd.Reason,
-			Message: fmt.Sprintf("rule %s of this console denied the call: %s. Do not retry it as it is; change the call or ask a person.", pd.Rule, pd.Reason)}
-	case errors.As(err, &fz):
-		return &APIError{Status: http.StatusServiceUnavailable, Code: "frozen", Reason: fz.Freeze.Reason,
-			Message: fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing is approved or run until it is lifted; wait, or ask a person.",
-				fz.Freeze.Scope(), fz.Freeze.At.UTC().Format(time.RFC3339), fz.Freeze.Reason)}
-	case errors.As(err, &pe):
-		return proposalError(pe)
-	case errors.As(err, &de):
-		return &APIError{Status: http.StatusConflict, Code: "previously_denied", CallID: de.CallID, Reason: de.Reason,
-			Message: fmt.Sprintf("an operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
-				de.At.UTC().Format(time.RFC3339), de.Reason)}
-	case errors.As(err, &ad):
-		return newAPIError(http.StatusForbidden, "audience_not_allowed", "%s", ad.Message())
-	case errors.As(err, &np):
-		return newAPIError(http.StatusConflict, "not_pending", "%s", np.Message())
-	case errors.As(err, &nd) && nd.Found && nd.Disabled:
-		return newAPIError(http.StatusForbidden, "not_a_decider",
-			"not an enabled operator or admin: %q is disabled; use an enabled operator's name", nd.Operator)
-	case errors.As(err, &nd) && nd.Found:
-		role := "has no role"
-		if nd.Role != "" {
-			role = "is an " + string(nd.Role)
-		}
-		return newAPIError(http.StatusForbidden, "not_a_decider",
-			"not an enabled operator or admin: %q %s, and only operators and admins decide; use an enabled operator's name", nd.Operator, role)
-	case errors.As(err, &nd):
-		return newAPIError(http.StatusForbidden, "not_a_decider",
-			"not an enabled operator or admin: %q; add the account with 'console user add NAME --role operator' or use an enabled operator's name", nd.Operator)
-	case errors.As(err, &oe) && oe.Resolving:
-		return newAPIError(http.StatusForbidden, "owner",
-			"you own the agent that proposed this call (owner %s), so you cannot resolve it; ask an operator who does not run it", reveal.String(oe.Owner))
-	case errors.As(err, &na):
-		return newAPIError(http.StatusForbidden, "not_an_admin", "only an enabled admin lifts a freeze, and %q is not one; ask an admin", na.Operator)
-	case errors.As(err, &oe):
-		return newAPIError(http.StatusForbidden, "owner",
-			"you own the agent that proposed this call (owner %s), so you cannot approve it; ask an operator who does not run it", reveal.String(oe.Owner))
-	case errors.As(err, &sp):
-		return newAPIError(http.StatusConflict, "already_approved",
-			"you approved this call already as %s: one person's approval counts once toward its quorum, under any of their accounts; ask another operator", reveal.String(sp.Other))
-	case errors.As(err, &ar):
-		return newAPIError(http.StatusForbidden, "not_an_approver", "only %s may approve this tool's calls; ask one of them", reveal.String(ar.Who))
-	case errors.As(err, &ie):
-		return newAPIError(http.StatusInternalServerError, "integrity",
-			"STOP: the stored record of call %s does not match its digest (%s). Do not approve it: the database was edited. An administrator should run console audit verify.", ie.id, ie.what)
-	case errors.As(err, &fe):
-		return newAPIError(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
-	case errors.As(err, &in):
-		return newAPIError(http.StatusBadRequest, "invalid_"+in.Field, "%s", in.Message)
-	case errors.As(err, &sh):
-		return newAPIError(http.StatusConflict, "name_taken", "%s", sh.Message())
-	case errors.As(err, &he):
+	if errors.As(err, &he) && !errors.As(err, &pe) {
 		return httpError(he)
 	}
-	for _, s := range sentinels {
-		if errors.Is(err, s.err) {
-			return &APIError{Status: s.status, Code: s.code, Message: s.message, Hint: s.hint}
-		}
-	}
-	return newAPIError(http.StatusInternalServerError, "internal", "internal error; nothing was changed")
+	return problem.Of(err)
 }
 
-func httpError(he *echo.HTTPError) *APIError {
+func httpError(he *echo.HTTPError) *problem.Error {
 	switch he.Code {
 	case http.StatusNotFound:
-		return newAPIError(he.Code, "not_found", "no such route")
+		return problem.New(he.Code, "not_found", "no such route")
 	case http.StatusMethodNotAllowed:
-		return newAPIError(he.Code, "method_not_allowed", "method not allowed on this route")
+		return problem.New(he.Code, "method_not_allowed", "method not allowed on this route")
 	case http.StatusRequestEntityTooLarge:
-		return newAPIError(he.Code, "too_large", "the body is larger than %d bytes", canonical.MaxBodyBytes)
+		return problem.New(he.Code, "too_large", "the body is larger than %d bytes", canonical.MaxBodyBytes)
 	case http.StatusUnauthorized:
-		return newAPIError(he.Code, "unauthorized", "%v", he.Message)
+		return problem.New(he.Code, "unauthorized", "%v", he.Message)
 	case http.StatusForbidden:
-		return newAPIError(he.Code, "forbidden", "%v", he.Message)
+		return problem.New(he.Code, "forbidden", "%v", he.Message)
 	case http.StatusBadRequest:
-		return newAPIError(he.Code, "bad_request", "%v", he.Message)
+		return problem.New(he.Code, "bad_request", "%v", he.Message)
 	}
-	return newAPIError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%v", he.Message)
-}
-
-func proposalError(pe *queue.ProposalError) *APIError {
-	ae := &APIError{Problems: pe.Problems}
-	switch pe.Kind {
-	case queue.KindParse:
-		ae.Status, ae.Code = http.StatusBadRequest, pe.Problems[0].Code
-		if ae.Code == canonical.CodeTooLarge {
-			ae.Status = http.StatusRequestEntityTooLarge
-		}
-		ae.Message = pe.Problems[0].Message
-	case queue.KindUnknownTool:
-		ae.Status, ae.Code = http.StatusUnprocessableEntity, "unknown_tool"
-		ae.Message = pe.Problems[0].Message
-	default:
-		ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_arguments"
-		if len(pe.Problems) == 1 {
-			ae.Message = "1 problem in the proposal"
-		} else {
-			ae.Message = fmt.Sprintf("%d problems in the proposal", len(pe.Problems))
-		}
-	}
-	return ae
+	return problem.New(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%v", he.Message)
 }

@@ -6,10 +6,13 @@ import (
 	"testing"
 )
 
-// The import rule: the server depends on the domain's services and
-// interfaces, never on a storage engine, and the domain packages import
-// neither a store nor the server. cmd/console alone wires the concrete
-// store. A second store (PostgreSQL) slots in only while this holds.
+// The import rule: the server and the console depend on the domain's
+// services and interfaces, never on a storage engine; the server never on
+// the console (the console mounts on it); the domain packages import
+// neither a store nor a transport; the control socket and the error
+// vocabulary import no HTTP framework, socket or identity library.
+// cmd/console alone wires the concrete store and the console. A second
+// store (PostgreSQL) slots in only while this holds.
 func TestImportRule(t *testing.T) {
 	const mod = "github.com/countersign/countersign/"
 	engines := []string{mod + "internal/db", mod + "internal/pgstore", "github.com/mattn/go-sqlite3", "github.com/jackc/pgx", "github.com/lib/pq"}
@@ -17,13 +20,22 @@ func TestImportRule(t *testing.T) {
 		pkg       string
 		forbidden []string
 	}{
-		{"./", engines},
+		{"./", append([]string{mod + "internal/console", "github.com/gorilla/websocket", "github.com/go-webauthn", "github.com/coreos/go-oidc"}, engines...)},
+		{"../console", engines},
+	}
+	transports := []string{mod + "internal/server", mod + "internal/console", "github.com/labstack/echo", "github.com/gorilla/websocket",
+		"github.com/go-webauthn", "github.com/coreos/go-oidc", "github.com/a-h/templ"}
+	for _, p := range []string{"../control", "../problem", "../wire"} {
+		rules = append(rules, struct {
+			pkg       string
+			forbidden []string
+		}{p, append(transports, engines...)})
 	}
 	for _, domain := range []string{"canonical", "queue", "grant", "account", "audit", "tools", "store", "notify", "mcp", "reveal"} {
 		rules = append(rules, struct {
 			pkg       string
 			forbidden []string
-		}{"../" + domain, append([]string{mod + "internal/server", "github.com/labstack/echo"}, engines...)})
+		}{"../" + domain, append([]string{mod + "internal/server", mod + "internal/console", "github.com/labstack/echo"}, engines...)})
 	}
 	for _, r := range rules {
 		out, err := exec.Command("go", "list", "-deps", r.pkg).CombinedOutput()
@@ -33,7 +45,7 @@ func TestImportRule(t *testing.T) {
 		for _, dep := range strings.Fields(string(out)) {
 			for _, f := range r.forbidden {
 				if dep == f || strings.HasPrefix(dep, f+"/") {
-					t.Errorf("%s depends on %s; it must reach storage through the domain's interfaces (docs/architecture.md)", r.pkg, dep)
+					t.Errorf("%s depends on %s, which the import rule forbids it (docs/architecture.md)", r.pkg, dep)
 				}
 			}
 		}

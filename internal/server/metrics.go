@@ -25,7 +25,6 @@ type metrics struct {
 	submitSeconds prometheus.Histogram
 	waitSeconds   prometheus.Histogram
 	redeemSeconds prometheus.Histogram
-	pushes        *prometheus.CounterVec
 	outcomes      *prometheus.CounterVec
 	leasesExpired prometheus.Counter
 	heartbeats    prometheus.Counter
@@ -50,8 +49,6 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 		Help: "How long long-polls waited.", Buckets: buckets})
 	m.redeemSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "countersign_redemption_seconds",
 		Help: "Time to check and consume a grant.", Buckets: buckets})
-	m.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_live_pushes_total",
-		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_open_waiters",
 		Help: "Agents currently long-polling for a decision."}, func() float64 { return float64(q.Waiting()) })
 	waitsRefused := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_waits_refused_total",
@@ -90,7 +87,7 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 		Help: "HTTP responses by status: 401, 403, 404, 429 on their own (a run of 401s is someone guessing tokens or passwords), the rest by class (2xx, 3xx, 4xx, 5xx)."},
 		[]string{"status"})
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
-		m.redeemSeconds, m.pushes, waiters, evalErrors, waitsRefused, mostWaits,
+		m.redeemSeconds, waiters, evalErrors, waitsRefused, mostWaits,
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if writes != nil {
@@ -142,19 +139,6 @@ type StatementCounter interface {
 type Live interface {
 	Connected() bool
 	Reconnects() int64
-}
-
-// Presence shares the viewers of call pages between replicas
-// (pgstore.Presence).
-type Presence interface {
-	// Viewing says who has callID's page open on this replica now (nobody
-	// when names is empty). It must not block.
-	Viewing(callID string, names []string)
-	// Others are the names viewing callID's page on other replicas.
-	Others(callID string) []string
-	// OnChange registers f, called with a call's id when Others of that
-	// call may have changed; f does not block.
-	OnChange(f func(callID string))
 }
 
 func (m *metrics) handler() echo.HandlerFunc {

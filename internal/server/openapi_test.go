@@ -296,7 +296,7 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), History: d.Store(), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-// Package server serves Countersign over HTTP: the agent API, the operator
-// console and its WebSocket, metrics, and the control socket that the
-// command line hands decisions to.
+// Package server is Countersign's HTTP floor: the agent API, health and
+// metrics, and the middleware every route shares (host check, security
+// headers, access log, the one error handler). The operators' console
+// (internal/console) mounts its pages on it.
 package server
 
 import (
@@ -23,7 +24,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
-	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -35,11 +36,7 @@ import (
 type Config struct {
 	Queue    *queue.Service
 	Accounts *account.Service
-	History  queue.History // the history pages and their exports
-	Audit    audit.Trail   // checkpoints, the timeline, the chain's status, the audit export
-	// AuditSigner signs the headers of audit exports (the data
-	// directory's audit key); nil writes them unsigned.
-	AuditSigner *audit.Signer
+	Audit    audit.Trail // checkpoints, the timeline, the chain's status, the audit export
 	// Ping reports whether the store answers, for /healthz.
 	Ping func(context.Context) error
 	// Live, when set, is the listener that hears of the changes other
@@ -47,11 +44,6 @@ type Config struct {
 	// answers 503 (this replica's pages and long-polls would miss other
 	// replicas' changes until it has caught up) and the metrics say so.
 	Live Live
-	// Presence, when set, shares who has which call page open with the
-	// other replicas of a shared store, so that "also viewing" on a call
-	// page names the viewers on every replica; without it a call page
-	// names the viewers of this replica only.
-	Presence Presence
 	// Writes, when set, counts the store's commits and the writes they
 	// held, for the metrics.
 	Writes  WriteCounter
@@ -82,14 +74,10 @@ type Config struct {
 	// gateway's held tools/call requests; its cap replaces
 	// MaxWaitsPerToken.
 	Waits *TokenWaits
-	// Console configures the browser console; nil serves the agent API only.
-	Console *ConsoleConfig
-	// Notifications, when set, serves the deliveries page's data and Web
-	// Push subscriptions.
-	Notifications *Notifications
-	// Catalog holds the pinned definitions of MCP servers' tools: the
-	// console's review pages; nil serves none.
-	Catalog *catalog.Catalog
+	// PublicURL is where browsers and agents reach the console, e.g.
+	// https://console.example.com: its host is always answered for, and an
+	// https scheme turns HSTS on.
+	PublicURL string
 	// MCP serves the MCP gateway at /mcp/{name} (GET, POST and DELETE of
 	// Streamable HTTP); nil serves none. It authenticates its own agent
 	// tokens; the Host check and the security headers apply to it too.
@@ -105,7 +93,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
-	console *console
+	pages   Pages
 	waits   *TokenWaits
 }
 
@@ -174,8 +162,8 @@ func (w *TokenWaits) Refused() uint64 { return w.refused.Load() }
 
 // New builds the routes.
 func New(cfg Config) (*Server, error) {
-	if cfg.Queue == nil || cfg.Accounts == nil || cfg.History == nil || cfg.Audit == nil || cfg.Ping == nil || cfg.Keys == nil {
-		return nil, errors.New("server: queue, accounts, history, audit, ping and keys are required")
+	if cfg.Queue == nil || cfg.Accounts == nil || cfg.Audit == nil || cfg.Ping == nil || cfg.Keys == nil {
+		return nil, errors.New("server: queue, accounts, audit, ping and keys are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -212,15 +200,36 @@ func New(cfg Config) (*Server, error) {
 			e.Add(m, "/mcp/:name", echo.WrapHandler(cfg.MCP))
 		}
 	}
-	if cfg.Console != nil {
-		c, err := newConsole(s, *cfg.Console)
-		if err != nil {
-			return nil, err
-		}
-		s.console = c
-		c.routes(e)
-	}
 	return s, nil
+}
+
+// Pages are the routes a browser reads: the console mounts them with
+// Mount. Errors on their routes are answered as pages, not JSON.
+type Pages interface {
+	// Routes adds the pages' routes.
+	Routes(e *echo.Echo)
+	// WantsHTML reports whether an error on this request is answered with
+	// an HTML page.
+	WantsHTML(c echo.Context) bool
+	// ErrorPage answers an error with a page.
+	ErrorPage(c echo.Context, status int, message string)
+	// LogPath is the request's path as the access log may show it (a path
+	// that holds a credential is cut short).
+	LogPath(path string) string
+}
+
+// Mount adds the pages' routes; call it once, before serving.
+func (s *Server) Mount(p Pages) {
+	s.pages = p
+	p.Routes(s.echo)
+}
+
+// logPath is a request's path as the access log shows it.
+func (s *Server) logPath(p string) string {
+	if s.pages == nil {
+		return p
+	}
+	return s.pages.LogPath(p)
 }
 
 // Registerer is the registry /metrics serves, for collaborators' series
@@ -229,19 +238,6 @@ func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }
 
 // Handler returns the server's http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
-
-// Run runs the server's background work until ctx ends: the console's
-// WebSocket hub, the sweep of ended sessions and the audit chain's
-// verification. When ctx ends it closes every socket (pages reconnect
-// later) and returns once their goroutines are done. Its owner starts it
-// beside Serve; nothing else starts a goroutine of the server's.
-func (s *Server) Run(ctx context.Context) {
-	if s.console == nil {
-		<-ctx.Done()
-		return
-	}
-	s.console.run(ctx)
-}
 
 // Serve serves on ln until ctx ends, then drains: in-flight requests
 // finish, and Serve returns once the listener is closed and requests are
@@ -353,10 +349,10 @@ func ParseTrustedProxies(list []string) ([]*net.IPNet, error) {
 // allowHosts collects the Host values the server answers for.
 func (s *Server) allowHosts(cfg Config) error {
 	names := append([]string(nil), cfg.AllowedHosts...)
-	if cfg.Console != nil && cfg.Console.PublicURL != "" {
-		u, err := url.Parse(cfg.Console.PublicURL)
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("server: public URL %q must be http(s)://host[:port]", cfg.Console.PublicURL)
+			return fmt.Errorf("server: public URL %q must be http(s)://host[:port]", cfg.PublicURL)
 		}
 		names = append(names, u.Host)
 		s.hsts = u.Scheme == "https"
@@ -396,7 +392,7 @@ func (s *Server) hostAllowed(host string) bool {
 func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !s.hostAllowed(c.Request().Host) {
-			return newAPIError(http.StatusMisdirectedRequest, "misdirected_request",
+			return problem.New(http.StatusMisdirectedRequest, "misdirected_request",
 				"this console does not answer for the host %q; use the address in its --public-url (or add the name with --allowed-host)", c.Request().Host)
 		}
 		return next(c)
@@ -434,7 +430,7 @@ func (s *Server) accessLog() echo.MiddlewareFunc {
 				level = slog.LevelError
 			}
 			s.log.LogAttrs(c.Request().Context(), level, "request",
-				slog.String("method", v.Method), slog.String("path", redactStatusPath(v.URIPath)), slog.Int("status", v.Status),
+				slog.String("method", v.Method), slog.String("path", s.logPath(v.URIPath)), slog.Int("status", v.Status),
 				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID), slog.String("remote", v.RemoteIP))
 			return nil
 		},

@@ -1,0 +1,261 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/problem"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// notices are the confirmations a redirect may ask a page to show; only
+// these fixed texts are ever shown.
+var notices = map[string]string{
+	"approved": "You approved this call.",
+	"denied":   "You denied this call. The agent receives your reason.",
+	"resolved": "You recorded the resolution. The agent sees it on the call.",
+	"cleared":  "The block was cleared; the agent may propose again.",
+	"revoked":  "You revoked the grant. The agent's redemption is refused, and it receives your reason.",
+}
+
+func (c *Console) queuePage(ec echo.Context) error {
+	v := viewerOf(ec)
+	qv, err := c.queueView(ec.Request().Context(), v, c.now(), parseQueueQuery(ec.QueryParams()))
+	if err != nil {
+		return err
+	}
+	qv.Message = notices[ec.QueryParam("notice")]
+	if len(qv.Cards) == 0 {
+		qv.Connect = c.connectHelp(ec, v)
+	}
+	return c.render(ec, http.StatusOK, templates.QueuePage(qv))
+}
+
+// connectHelp is the "connect an agent" help for a console with no live
+// agent token, or nil.
+func (c *Console) connectHelp(ec echo.Context, v *viewer) *templates.ConnectHelp {
+	toks, err := c.accounts.Tokens(ec.Request().Context())
+	if err != nil {
+		return nil // the help is a courtesy; the queue page stands without it
+	}
+	for _, t := range toks {
+		if t.RevokedAt.IsZero() {
+			return nil
+		}
+	}
+	base := c.origin
+	if base == "" {
+		scheme := "http"
+		if ec.Request().TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + ec.Request().Host
+	}
+	h := &templates.ConnectHelp{BaseURL: base, IsAdmin: v.user.Role.CanAdminister()}
+	if reg := c.q.Tools(); reg != nil {
+		seen := map[string]bool{}
+		for _, t := range reg.Tools() {
+			if !seen[t.Audience] {
+				seen[t.Audience] = true
+				h.Audiences = append(h.Audiences, t.Audience)
+			}
+		}
+		sort.Strings(h.Audiences)
+	}
+	for _, p := range c.cfg.MCPEndpoints {
+		h.MCP = append(h.MCP, base+p)
+	}
+	return h
+}
+
+func (c *Console) callPage(ec echo.Context) error {
+	call, err := c.q.Call(ec.Request().Context(), ec.Param("id"))
+	if err != nil {
+		return err
+	}
+	v := viewerOf(ec)
+	cv, err := c.callView(call, v, c.now())
+	if err != nil {
+		return err
+	}
+	cv.Status.Notice = notices[ec.QueryParam("notice")]
+	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	return c.render(ec, http.StatusOK, templates.CallPage(cv))
+}
+
+// navigation links a call page to the queue it was opened from and to the
+// next pending call in that queue's order that the viewer may decide.
+func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
+	query := qq.values().Encode()
+	cv.QueueURL = withQuery("/", qq.values())
+	if !v.user.Role.CanDecide() {
+		return
+	}
+	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return // the link is a convenience; the page stands without it
+	}
+	now := c.now()
+	var cards []templates.Card
+	for _, call := range calls {
+		if call.ID == id || call.ProposedBy(v.user) || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
+			!now.Before(call.DecideBy) {
+			continue
+		}
+		card := c.cardView(call, true, false, now)
+		if qq.matches(call, card.Deceptive) {
+			cards = append(cards, card)
+		}
+	}
+	if len(cards) == 0 {
+		return
+	}
+	sortCards(cards, qq.Sort)
+	cv.NextURL = "/calls/" + url.PathEscape(cards[0].ID)
+	if query != "" {
+		cv.NextURL += "?" + query
+	}
+}
+
+// afterDecision is where a decision sends the browser: the call's page
+// with its notice, keeping the queue's filter and sort (the form's q).
+func afterDecision(id, notice, q string) string {
+	v, _ := url.ParseQuery(q)
+	rest := parseQueueQuery(v).values()
+	rest.Set("notice", notice)
+	return "/calls/" + url.PathEscape(id) + "?" + rest.Encode()
+}
+
+// revoke revokes the grant of an approved call that has not been redeemed.
+func (c *Console) revoke(ec echo.Context) error {
+	v, id := viewerOf(ec), ec.Param("id")
+	form := ec.Request().PostForm
+	if _, err := c.q.RevokeGrant(ec.Request().Context(), v.user.Name, audit.ChannelWeb, id, form.Get("reason")); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "revoked", form.Get("q")))
+}
+
+func (c *Console) approve(ec echo.Context) error {
+	v, id := viewerOf(ec), ec.Param("id")
+	form := ec.Request().PostForm
+	ctx := ec.Request().Context()
+	call, err := c.q.Call(ctx, id)
+	if err != nil {
+		return err
+	}
+	// What the tool asks to be typed, and the acknowledgement of a
+	// deception warning, are checked here, whatever the page did.
+	if err := c.confirmation(call, form); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	digest := strings.TrimSpace(form.Get("digest"))
+	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment"),
+		Seen: call}
+	if _, err := c.q.ApproveWith(ctx, in); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "approved", form.Get("q")))
+}
+
+// confirmation checks what an approval in the browser must carry besides
+// the digest (see Confirmation).
+func (c *Console) confirmation(call *queue.Call, form url.Values) error {
+	return queue.Confirmation(c.q.Tools(), call, form.Get("confirm"), form.Get("ack_warnings") == "1")
+}
+
+// shownText is a revealed text as the page shows it, escapes included.
+func shownText(t templates.Text) string {
+	var b strings.Builder
+	for _, s := range t.Segs {
+		b.WriteString(s.S)
+	}
+	return b.String()
+}
+
+func (c *Console) deny(ec echo.Context) error {
+	v, id := viewerOf(ec), ec.Param("id")
+	form := ec.Request().PostForm
+	ctx := ec.Request().Context()
+	reason := strings.TrimSpace(form.Get("reason"))
+	if preset := form.Get("preset"); preset != "" {
+		call, err := c.q.Call(ctx, id)
+		if err != nil {
+			return err
+		}
+		var offered []string
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				offered = t.DenyReasons
+			}
+		}
+		if !slices.Contains(offered, preset) {
+			return c.refused(ec, id, problem.New(http.StatusBadRequest, "unknown_reason",
+				"choose one of the reasons offered, or write your own"), form)
+		}
+		if reason == "" {
+			reason = preset
+		} else {
+			reason = preset + ": " + reason
+		}
+	}
+	if _, err := c.q.Deny(ctx, v.user.Name, audit.ChannelWeb, id, reason); err != nil {
+		return c.refused(ec, id, err, form)
+	}
+	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "denied", form.Get("q")))
+}
+
+// refused shows the call again with the reason a decision was refused,
+// with the status that reason carries (409 for a changed digest or a call
+// no longer pending, 403 for one's own call).
+func (c *Console) refused(ec echo.Context, id string, err error, form url.Values) error {
+	if errors.Is(err, queue.ErrNotFound) {
+		return err
+	}
+	ae := server.ErrorOf(err)
+	if ae.Status >= 500 {
+		return err
+	}
+	call, lerr := c.q.Call(ec.Request().Context(), id)
+	if lerr != nil {
+		return err
+	}
+	cv, verr := c.callView(call, viewerOf(ec), c.now())
+	if verr != nil {
+		return verr
+	}
+	cv.Status.Message = ae.Message
+	cv.Status.Reason, cv.Status.Comment = form.Get("reason"), form.Get("comment")
+	v, _ := url.ParseQuery(form.Get("q"))
+	c.navigation(ec.Request().Context(), &cv, viewerOf(ec), id, parseQueueQuery(v))
+	return c.render(ec, ae.Status, templates.CallPage(cv))
+}
+
+func (c *Console) clearBlock(ec echo.Context) error {
+	v := viewerOf(ec)
+	form := ec.Request().PostForm
+	err := c.q.ClearRetry(ec.Request().Context(), v.user.Name, audit.ChannelWeb, form.Get("actor"), form.Get("tool"))
+	if err != nil {
+		ae := server.ErrorOf(err)
+		if ae.Status >= 500 {
+			return err
+		}
+		qv, qerr := c.queueView(ec.Request().Context(), v, c.now(), parseQueueQuery(nil))
+		if qerr != nil {
+			return err
+		}
+		qv.Error = ae.Message
+		return c.render(ec, ae.Status, templates.QueuePage(qv))
+	}
+	return ec.Redirect(http.StatusSeeOther, "/?notice=cleared")
+}

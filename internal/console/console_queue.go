@@ -1,0 +1,224 @@
+package console
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// The queue's triage: which pending calls a queue page shows (its filter),
+// in which order (its sort), and the one-line summary of each card. The
+// filter and the sort live in the page's URL and in its socket's URL, so
+// that live updates show only what the filter lets through; the page's
+// script keeps the order and the groups as cards come and go.
+
+// Queue sorts.
+const (
+	sortDeadline = "deadline" // the soonest decision deadline first (default)
+	sortOldest   = "oldest"   // the longest waiting first
+	sortNewest   = "newest"   // the most recent first
+	sortTool     = "tool"     // by tool name, then by deadline
+)
+
+var queueSorts = []string{sortDeadline, sortOldest, sortNewest, sortTool}
+
+// summaryCut is how many characters of a value a card shows before it cuts
+// it; the call page shows every value whole.
+const summaryCut = 60
+
+// queueQuery is a queue page's filter and sort.
+type queueQuery struct {
+	Sort   string
+	Tool   string // exact tool name
+	Actor  string // case-insensitive part of the actor
+	Target string // case-insensitive part of the target
+	Warn   bool   // only calls with deceptive characters
+}
+
+// parseQueueQuery reads a queue URL's query. Nothing in it is refused: an
+// unknown sort is the default, and text is cut to maxFilterBytes.
+func parseQueueQuery(q url.Values) queueQuery {
+	get := func(name string) string {
+		s := strings.TrimSpace(q.Get(name))
+		if !utf8.ValidString(s) {
+			return ""
+		}
+		if len(s) > maxFilterBytes {
+			s = s[:maxFilterBytes]
+			for len(s) > 0 && !utf8.ValidString(s) {
+				s = s[:len(s)-1]
+			}
+		}
+		return s
+	}
+	qq := queueQuery{Sort: get("sort"), Tool: get("tool"), Actor: get("actor"), Target: get("target"), Warn: get("warn") == "1"}
+	if !slices.Contains(queueSorts, qq.Sort) {
+		qq.Sort = sortDeadline
+	}
+	return qq
+}
+
+// values is the query as a URL query, defaults left out.
+func (qq queueQuery) values() url.Values {
+	v := url.Values{}
+	if qq.Sort != sortDeadline {
+		v.Set("sort", qq.Sort)
+	}
+	for k, s := range map[string]string{"tool": qq.Tool, "actor": qq.Actor, "target": qq.Target} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if qq.Warn {
+		v.Set("warn", "1")
+	}
+	return v
+}
+
+// filtered reports whether anything but the sort is set.
+func (qq queueQuery) filtered() bool {
+	return qq.Tool != "" || qq.Actor != "" || qq.Target != "" || qq.Warn
+}
+
+// matches reports whether the filter lets the call through; deceptive is
+// whether the call carries a deception warning.
+func (qq queueQuery) matches(c *queue.Call, deceptive bool) bool {
+	if qq.Tool != "" && c.Tool != qq.Tool {
+		return false
+	}
+	if qq.Actor != "" && !containsFold(c.Actor, qq.Actor) {
+		return false
+	}
+	if qq.Target != "" && !containsFold(c.Target, qq.Target) {
+		return false
+	}
+	return !qq.Warn || deceptive
+}
+
+func containsFold(s, part string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(part))
+}
+
+// sortCards orders cards by the query's sort, then puts the cards of one
+// group (same tool, target and actor) together where the first of them
+// falls. The page's script does the same as cards come and go.
+func sortCards(cards []templates.Card, sort string) {
+	slices.SortStableFunc(cards, func(a, b templates.Card) int {
+		switch sort {
+		case sortOldest:
+			return a.CreatedAt.Compare(b.CreatedAt)
+		case sortNewest:
+			return b.CreatedAt.Compare(a.CreatedAt)
+		case sortTool:
+			if c := strings.Compare(a.RawTool, b.RawTool); c != 0 {
+				return c
+			}
+		}
+		if c := a.DecideBy.Compare(b.DecideBy); c != 0 {
+			return c
+		}
+		return a.CreatedAt.Compare(b.CreatedAt)
+	})
+	first := map[string]int{}
+	for i, c := range cards {
+		if _, ok := first[c.Group]; !ok {
+			first[c.Group] = i
+		}
+	}
+	slices.SortStableFunc(cards, func(a, b templates.Card) int { return first[a.Group] - first[b.Group] })
+}
+
+// groupKey names the group of calls with one tool, target and actor.
+func groupKey(c *queue.Call) string {
+	h := sha256.Sum256([]byte(c.Tool + "\x00" + c.Target + "\x00" + c.Actor))
+	return hex.EncodeToString(h[:8])
+}
+
+// summary is the one-line summary of a call's key arguments, as the tool's
+// summary list names them.
+func summary(t *tools.Tool, args canonical.Object) []templates.SummaryItem {
+	if t == nil {
+		return nil
+	}
+	var out []templates.SummaryItem
+	for _, ptr := range t.Summary {
+		v, ok := canonical.Lookup(args, ptr)
+		if !ok {
+			continue
+		}
+		it := templates.SummaryItem{Key: strings.TrimPrefix(ptr, "/")}
+		switch x := v.(type) {
+		case string:
+			it.Value, it.Length, it.Cut = cutText(reveal.Of(x), summaryCut)
+			if x == "" {
+				it.Value = templates.Plain("(empty)")
+			}
+		case int64:
+			it.Value = templates.Plain(strconv.FormatInt(x, 10))
+			it.Money = treeBuilder{tool: t, args: args}.money(ptr, x)
+		case []any:
+			it.Value = templates.Plain(strconv.Itoa(len(x)) + " items")
+			if len(x) == 1 {
+				it.Value = templates.Plain("1 item")
+			}
+		case canonical.Object:
+			it.Value = templates.Plain(strconv.Itoa(len(x)) + " members")
+		default:
+			it.Value = templates.Plain(canonical.TypeName(v))
+			if b, ok := v.(bool); ok {
+				it.Value = templates.Plain(strconv.FormatBool(b))
+			}
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// cutText keeps the first max characters of t as shown (an escape counts
+// as one and is never split) and reports the length of the whole text in
+// characters as shown, and whether it was cut.
+func cutText(t templates.Text, max int) (templates.Text, int, bool) {
+	n := 0
+	for _, s := range t.Segs {
+		if s.Kind == templates.SegEscape {
+			n++
+		} else {
+			n += utf8.RuneCountInString(s.S)
+		}
+	}
+	if n <= max {
+		return t, n, false
+	}
+	out := templates.Text{Warnings: t.Warnings}
+	left := max
+	for _, s := range t.Segs {
+		if left <= 0 {
+			break
+		}
+		switch s.Kind {
+		case templates.SegEscape:
+			out.Segs = append(out.Segs, s)
+			left--
+		case templates.SegBreak:
+			out.Segs = append(out.Segs, s)
+		default:
+			r := []rune(s.S)
+			if len(r) > left {
+				s.S = string(r[:left])
+			}
+			out.Segs = append(out.Segs, s)
+			left -= len(r)
+		}
+	}
+	return out, n, true
+}

@@ -1,0 +1,153 @@
+package console
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/sso"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// Single sign-on: /auth/oidc/login sends the browser to the provider with
+// a fresh state, nonce and PKCE verifier (kept by sso in the database, so
+// that whichever replica the callback reaches can finish it), and keeps the
+// state in a signed, encrypted cookie on this browser; /auth/oidc/callback
+// finishes the login, records the account and opens the session.
+
+const (
+	ssoLoginPath    = "/auth/oidc/login"
+	ssoCallbackPath = "/auth/oidc/callback"
+)
+
+// CallbackPath is where the provider sends browsers back: the redirect URI
+// to register is the public URL followed by it.
+const CallbackPath = ssoCallbackPath
+
+// localPath returns next when it is a path on this console ("/calls/x"),
+// else "/": a login never sends the browser elsewhere.
+func localPath(next string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return "/"
+	}
+	return next
+}
+
+// ssoLogin starts a single-sign-on login.
+func (c *Console) ssoLogin(ec echo.Context) error {
+	next := localPath(ec.QueryParam("next"))
+	authURL, state, err := c.cfg.SSO.Begin(ec.Request().Context(), next, ec.QueryParam("fresh") == "1")
+	if errors.Is(err, sso.ErrBusy) {
+		return c.renderLogin(ec, http.StatusServiceUnavailable, "", "Too many sign-ins are under way. Try again in a few minutes.")
+	}
+	if err != nil {
+		return err
+	}
+	v, err := c.ssoCodec.Encode(c.ssoCookieName, state)
+	if err != nil {
+		return err
+	}
+	// Lax, not Strict: the provider's redirect back is a cross-site
+	// top-level navigation, and the cookie must come with it.
+	ec.SetCookie(&http.Cookie{Name: c.ssoCookieName, Value: v, Path: "/", MaxAge: int(sso.FlowTTL.Seconds()),
+		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteLaxMode})
+	ec.Response().Header().Set("Cache-Control", "no-store")
+	return ec.Redirect(http.StatusSeeOther, authURL)
+}
+
+// ssoCallback finishes a single-sign-on login.
+func (c *Console) ssoCallback(ec echo.Context) error {
+	r := ec.Request()
+	var state string
+	if ck, err := r.Cookie(c.ssoCookieName); err == nil {
+		_ = c.ssoCodec.Decode(c.ssoCookieName, ck.Value, &state)
+	}
+	// The cookie is single-use too: gone whatever happens next.
+	ec.SetCookie(&http.Cookie{Name: c.ssoCookieName, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteLaxMode})
+	id, err := c.cfg.SSO.Finish(r.Context(), r.URL.Query(), state)
+	var refusal *sso.Refusal
+	if errors.As(err, &refusal) {
+		c.log.Info("single sign-on refused", slog.String("reason", string(refusal.Reason)), slog.Any("error", err),
+			slog.String("remote", ec.RealIP()))
+		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in failed: "+refusal.Message+". Try again.")
+	}
+	if err != nil {
+		return err
+	}
+	sid, csrf := newID(), newID()
+	login := account.OIDCLogin{Principal: id.Principal, Issuer: id.Issuer, Subject: id.Subject,
+		PreferredUsername: id.PreferredUsername, DisplayName: id.DisplayName, Email: id.Email, Groups: id.Groups}
+	if id.HasRole {
+		login.Role = id.Role
+	}
+	u, err := c.accounts.LoginOIDC(r.Context(), login, account.NewSession{IDHash: hashID(sid), CSRF: csrf, IDToken: id.IDToken})
+	var shadow *account.ShadowError
+	switch {
+	case errors.Is(err, account.ErrNoRole):
+		c.hub.endUser(id.Principal)
+		c.log.Info("single sign-on without a role", slog.String("principal", id.Principal), slog.Any("groups", id.Groups))
+		groups := make([]string, len(id.Groups))
+		for i, g := range id.Groups {
+			groups[i] = reveal.String(g)
+		}
+		return c.render(ec, http.StatusForbidden, templates.NoRolePage(templates.NoRoleView{
+			Page: templates.Page{Title: "No role", Now: c.now()}, Principal: reveal.String(id.Principal),
+			Shown: reveal.String(shownOf(id)), Groups: groups, LogoutURL: c.providerLogoutURL(id.IDToken)}))
+	case errors.As(err, &shadow), errors.Is(err, account.ErrReservedName), errors.Is(err, account.ErrLoginDisabled),
+		errors.Is(err, account.ErrBadPrincipal):
+		c.log.Warn("single sign-on refused", slog.String("principal", id.Principal), slog.Any("error", err))
+		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+reveal.String(server.ErrorOf(err).Message))
+	case err != nil:
+		return err
+	}
+	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
+		return err
+	}
+	c.log.Info("console login", slog.String("user", u.Name), slog.String("method", account.MethodOIDC),
+		slog.String("role", string(u.Role)), slog.String("remote", ec.RealIP()))
+	// The session cookie is SameSite=Strict, and this response ends a
+	// navigation that began on the provider's site: a redirect from here
+	// would still count as cross-site and arrive without the cookie. A
+	// page of our own moves on instead, as a same-site navigation.
+	return c.render(ec, http.StatusOK, templates.ContinuePage(templates.ContinueView{
+		Page: templates.Page{Title: "Signed in", Now: c.now()}, Next: localPath(id.ReturnTo)}))
+}
+
+func shownOf(id sso.Identity) string {
+	switch {
+	case id.PreferredUsername != "":
+		return id.PreferredUsername
+	case id.DisplayName != "":
+		return id.DisplayName
+	}
+	return id.Email
+}
+
+// providerLogoutURL is the provider's end-session URL that comes back to
+// the login page, or "" when the provider offers none.
+func (c *Console) providerLogoutURL(idToken string) string {
+	if c.cfg.SSO == nil {
+		return ""
+	}
+	back := ""
+	if c.origin != "" {
+		back = c.origin + "/login"
+	}
+	u, ok := c.cfg.SSO.LogoutURL(idToken, back)
+	if !ok {
+		return ""
+	}
+	return u
+}

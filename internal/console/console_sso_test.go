@@ -1,0 +1,372 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/sso"
+	"github.com/countersign/countersign/internal/sso/ssotest"
+)
+
+// ssoEnv is a console with single sign-on against an in-process provider,
+// and the local accounts olivia (operator) and adele (admin).
+type ssoEnv struct {
+	*consoleEnv
+	idp  *ssotest.Provider
+	host string // the issuer's host, as principals name it
+}
+
+func newSSOEnv(t *testing.T, local LocalLogin, opts ...func(*ssotest.Provider)) *ssoEnv {
+	t.Helper()
+	idp := ssotest.Start(t, opts...)
+	e := newConsoleEnvWith(t, func(cfg *envConfig) {
+		rp, err := sso.New(context.Background(), sso.Config{
+			Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret,
+			RedirectURL: cfg.Console.PublicURL + CallbackPath,
+			Roles:       sso.RoleMap{"approvers": account.RoleOperator, "sre": account.RoleAdmin, "audit": account.RoleAuditor},
+			Flows:       cfg.Accounts.Oneshots("oidc", sso.MaxFlows),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Console.SSO, cfg.Console.SSOName, cfg.Console.LocalLogin = rp, "Test IdP", local
+	})
+	e.addUser("olivia", account.RoleOperator, rolePassword)
+	e.addUser("adele", account.RoleAdmin, rolePassword)
+	u, _ := url.Parse(idp.Issuer())
+	return &ssoEnv{consoleEnv: e, idp: idp, host: u.Host}
+}
+
+// idpClient follows the provider's redirects up to the console's callback
+// and stops there.
+func (e *ssoEnv) authorize(t *testing.T, authURL string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc, e.url+CallbackPath) {
+		t.Fatalf("provider answered %d → %q, want a redirect to the callback", resp.StatusCode, loc)
+	}
+	return strings.TrimPrefix(loc, e.url)
+}
+
+// ssoLogin runs the whole redirect flow in b: the console's login route,
+// the provider, and the callback. It returns the callback's page.
+func (e *ssoEnv) ssoLogin(t *testing.T, b *consoleBrowser, next string) *htmlPage {
+	t.Helper()
+	path := ssoLoginPath
+	if next != "" {
+		path += "?next=" + url.QueryEscape(next)
+	}
+	p := b.get(path)
+	if p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), e.idp.Issuer()) {
+		t.Fatalf("login route = %d → %q, want a redirect to the provider", p.status, p.header.Get("Location"))
+	}
+	return b.get(e.authorize(t, p.header.Get("Location")))
+}
+
+func (e *ssoEnv) principal(sub string) string { return "oidc:" + e.host + "/" + sub }
+
+func TestSSOLoginCreatesTheAccountAndASession(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	b := e.browser()
+	lp := b.get("/login")
+	if href, _ := lp.find("sso-login").Attr("href"); href != ssoLoginPath || !strings.Contains(lp.find("sso-login").Text(), "Test IdP") {
+		t.Errorf("login page offers %q %q", href, lp.find("sso-login").Text())
+	}
+	if lp.find("login-form").Length() != 1 {
+		t.Error("the local form is missing with --local-login=all")
+	}
+	e.idp.User("00u-bob", "bob", "bob@example.com", "approvers", "everyone")
+	start := b.get(ssoLoginPath + "?next=" + url.QueryEscape("/history"))
+	callback := e.authorize(t, start.header.Get("Location"))
+	replay := e.browser()
+	home, _ := url.Parse(e.url)
+	replay.jar.SetCookies(home, b.jar.Cookies(home)) // a copy of the state cookie
+	p := b.get(callback)
+	if p.status != http.StatusOK || p.find("continue").Length() != 1 {
+		t.Fatalf("callback = %d: %s", p.status, p.body)
+	}
+	if href, _ := p.find("continue-link").Attr("href"); href != "/history" {
+		t.Errorf("continues to %q, want /history", href)
+	}
+	if refresh, _ := p.doc.Find(`meta[http-equiv="refresh"]`).Attr("content"); refresh != "0;url=/history" {
+		t.Errorf("refresh = %q", refresh)
+	}
+	q := b.get("/")
+	if q.status != http.StatusOK || strings.TrimSpace(q.find("whoami").Text()) != "bob · operator" {
+		t.Fatalf("queue as bob = %d, whoami %q", q.status, q.find("whoami").Text())
+	}
+	u, err := e.c.cfg.Accounts.UserByName(context.Background(), e.principal("00u-bob"))
+	if err != nil || u.Email != "bob@example.com" || u.Role != account.RoleOperator || !u.SSO() {
+		t.Fatalf("stored account = %+v, %v", u, err)
+	}
+	acct := b.get("/account")
+	if got := acct.find("account-principal").Text(); got != e.principal("00u-bob") {
+		t.Errorf("account page principal = %q", got)
+	}
+	// The same callback again, in a fresh browser holding a copy of the
+	// state cookie, is refused: the flow was used up.
+	if p := replay.get(callback); p.status != http.StatusForbidden {
+		t.Errorf("replayed callback = %d, want 403", p.status)
+	}
+	if p := b.get(callback); p.status != http.StatusForbidden {
+		t.Errorf("replayed callback in the same browser = %d, want 403", p.status)
+	}
+}
+
+func TestSSOCallbackRefusals(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	b := e.browser()
+	e.idp.User("00u-c", "carl", "", "approvers")
+	start := b.get(ssoLoginPath)
+	callback := e.authorize(t, start.header.Get("Location"))
+
+	// Another browser brings this callback: no state cookie, refused.
+	other := e.browser()
+	if p := other.get(callback); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "Sign-in failed") {
+		t.Errorf("callback in another browser = %d: %q", p.status, p.find("login-error").Text())
+	}
+	// The flow is used up by that attempt; the rightful browser is refused
+	// too rather than logged in by a replay.
+	if p := b.get(callback); p.status != http.StatusForbidden {
+		t.Errorf("callback after its flow was taken = %d", p.status)
+	}
+	if p := b.get("/"); p.status != http.StatusSeeOther {
+		t.Errorf("queue after refused callbacks = %d, want a redirect to log in", p.status)
+	}
+	// The provider's own error is passed on.
+	start = b.get(ssoLoginPath)
+	loc, _ := url.Parse(start.header.Get("Location"))
+	p := b.get(CallbackPath + "?state=" + loc.Query().Get("state") + "&error=access_denied&error_description=nope")
+	if p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "access_denied") {
+		t.Errorf("provider error = %d %q", p.status, p.find("login-error").Text())
+	}
+}
+
+func TestSSORoleFromGroupsAtEveryLogin(t *testing.T) {
+	ctx := context.Background()
+	e := newSSOEnv(t, LocalAll)
+	b := e.browser()
+	e.idp.User("00u-d", "dora", "dora@example.com", "approvers")
+	if p := e.ssoLogin(t, b, ""); p.status != http.StatusOK {
+		t.Fatalf("first login = %d", p.status)
+	}
+	conn, _ := b.mustDial("/ws")
+
+	// Removed from the group: the next login gets the no-role page and no
+	// session, and the earlier session ends with its socket.
+	other := e.browser()
+	e.idp.User("00u-d", "dora", "dora@example.com", "everyone")
+	p := e.ssoLogin(t, other, "")
+	if p.status != http.StatusForbidden || p.find("no-role").Length() != 1 {
+		t.Fatalf("login without a mapped group = %d: %s", p.status, p.body)
+	}
+	if got := p.find("no-role-principal").Text(); got != e.principal("00u-d") {
+		t.Errorf("no-role page names %q", got)
+	}
+	if got := p.find("no-role-groups").Text(); got != "everyone" {
+		t.Errorf("no-role page groups %q", got)
+	}
+	if q := other.get("/"); q.status != http.StatusSeeOther {
+		t.Errorf("the no-role login opened a session: %d", q.status)
+	}
+	if q := b.get("/"); q.status != http.StatusSeeOther {
+		t.Errorf("the earlier session still works after the role was removed: %d", q.status)
+	}
+	expectSessionEnded(t, conn)
+	u, _ := e.c.cfg.Accounts.UserByName(ctx, e.principal("00u-d"))
+	if u.Role != "" {
+		t.Errorf("role after losing the group = %q", u.Role)
+	}
+
+	// In the admin group now: admin at this login.
+	e.idp.User("00u-d", "dora", "dora@example.com", "sre", "approvers")
+	if p := e.ssoLogin(t, b, ""); p.status != http.StatusOK {
+		t.Fatalf("login with sre = %d", p.status)
+	}
+	if q := b.get("/admin"); q.status != http.StatusOK {
+		t.Errorf("admin page as a member of sre = %d", q.status)
+	}
+}
+
+func TestSSONeverShadowsALocalAccount(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	b := e.browser()
+	e.idp.User("00u-evil", "olivia", "mallory@example.com", "sre")
+	p := e.ssoLogin(t, b, "")
+	if p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "local account") {
+		t.Fatalf("shadowing login = %d %q", p.status, p.find("login-error").Text())
+	}
+	if q := b.get("/"); q.status != http.StatusSeeOther {
+		t.Errorf("a shadowing login opened a session")
+	}
+	// The reserved names stay reserved.
+	e.idp.User("00u-console", "console", "", "approvers")
+	if p := e.ssoLogin(t, e.browser(), ""); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "reserved") ||
+		strings.Contains(p.find("login-error").Text(), "account:") {
+		t.Errorf("login as console = %d %q, want 403 saying the name is reserved, in words for people", p.status, p.find("login-error").Text())
+	}
+}
+
+func TestLocalLoginModes(t *testing.T) {
+	t.Run("admins-only", func(t *testing.T) {
+		e := newSSOEnv(t, LocalAdminsOnly)
+		lp := e.browser().get("/login")
+		if lp.find("break-glass").Length() != 1 || lp.find("login-form").Length() != 1 {
+			t.Error("admins-only login page should show the break-glass form")
+		}
+		if p := e.browser().tryLogin("olivia", rolePassword); p.status != http.StatusForbidden ||
+			!strings.Contains(p.find("login-error").Text(), "only as administrators") {
+			t.Errorf("operator local login = %d %q", p.status, p.find("login-error").Text())
+		}
+		e.browser().login("adele", rolePassword)
+	})
+	t.Run("off", func(t *testing.T) {
+		e := newSSOEnv(t, LocalOff)
+		b := e.browser()
+		lp := b.get("/login")
+		if lp.find("login-form").Length() != 0 || lp.find("sso-login").Length() != 1 {
+			t.Error("with local login off the page should offer only single sign-on")
+		}
+		p := b.post("/login", url.Values{"csrf": {"x"}, "name": {"adele"}, "password": {rolePassword}})
+		if p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "turned off") {
+			t.Errorf("local login with it off = %d %q", p.status, p.find("login-error").Text())
+		}
+		if q := b.get("/"); q.status != http.StatusSeeOther {
+			t.Error("a local login went through with local login off")
+		}
+	})
+	t.Run("needs single sign-on", func(t *testing.T) {
+		for _, l := range []LocalLogin{LocalAdminsOnly, LocalOff} {
+			e := newConsoleEnv(t)
+			_, err := New(Config{Queue: e.q, Accounts: e.c.cfg.Accounts, History: e.db.Store(), Audit: e.db, LocalLogin: l})
+			if err == nil {
+				t.Errorf("local login %s without single sign-on was accepted", l)
+			}
+		}
+	})
+}
+
+func TestSSOLogoutAtTheProvider(t *testing.T) {
+	e := newSSOEnv(t, LocalAll, func(p *ssotest.Provider) { p.EndSession = "https://idp.example/logout" })
+	b := e.browser()
+	e.idp.User("00u-f", "fay", "", "approvers")
+	e.ssoLogin(t, b, "")
+	p := b.post("/logout", url.Values{"csrf": {b.csrf()}})
+	loc, _ := url.Parse(p.header.Get("Location"))
+	if p.status != http.StatusSeeOther || loc.Host != "idp.example" || loc.Query().Get("id_token_hint") == "" ||
+		loc.Query().Get("post_logout_redirect_uri") != e.url+"/login" {
+		t.Fatalf("logout = %d → %s, want the provider's end-session URL with the hint", p.status, loc)
+	}
+	if q := b.get("/"); q.status != http.StatusSeeOther {
+		t.Error("the local session survived the logout")
+	}
+	// A local account logs out locally only.
+	lb := e.browser()
+	lb.login("olivia", rolePassword)
+	if p := lb.post("/logout", url.Values{"csrf": {lb.csrf()}}); p.header.Get("Location") != "/login?notice=logged-out" {
+		t.Errorf("local logout → %q", p.header.Get("Location"))
+	}
+}
+
+func TestAdminEndsASingleSignOnUsersSessions(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	b := e.browser()
+	e.idp.User("00u-g", "gus", "", "approvers")
+	e.ssoLogin(t, b, "")
+	conn, _ := b.mustDial("/ws")
+	admin := e.browser()
+	admin.login("adele", rolePassword)
+	page := admin.get("/admin")
+	row := page.doc.Find(`[data-testid="user-row"][data-user="` + e.principal("00u-g") + `"]`)
+	if row.Find(`[data-testid="user-name"]`).Text() != "gus" || row.Find(`[data-testid="end-sessions"]`).Length() != 1 {
+		t.Fatalf("admin row = %q", row.Text())
+	}
+	p := admin.post("/admin/users/end-sessions", url.Values{"csrf": {admin.csrf()}, "name": {e.principal("00u-g")}})
+	if p.status != http.StatusOK || !strings.Contains(p.find("admin-notice").Text(), "Ended 1 session") {
+		t.Fatalf("end sessions = %d %q", p.status, p.find("admin-notice").Text())
+	}
+	expectSessionEnded(t, conn)
+	if q := b.get("/"); q.status != http.StatusSeeOther {
+		t.Error("gus's session survived")
+	}
+	// Disabling works with the principal's '/' escaped in the path.
+	p = admin.post("/admin/users/"+url.PathEscape(e.principal("00u-g"))+"/disable", url.Values{"csrf": {admin.csrf()}})
+	if p.status != http.StatusOK || !strings.Contains(p.find("admin-notice").Text(), "Disabled") {
+		t.Fatalf("disable = %d %q %q", p.status, p.find("admin-notice").Text(), p.find("admin-error").Text())
+	}
+	e.idp.User("00u-g", "gus", "", "approvers")
+	if p := e.ssoLogin(t, e.browser(), ""); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "disabled") {
+		t.Errorf("disabled account signs on = %d %q", p.status, p.find("login-error").Text())
+	}
+}
+
+func TestLocalPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/", "/": "/", "/calls/x": "/calls/x", "/history?tool=a": "/history?tool=a",
+		"//evil.example/": "/", "https://evil.example/": "/", "/\\evil.example": "/", "javascript:alert(1)": "/",
+		"evil": "/", "/x\r\nSet-Cookie: a=b": "/",
+	} {
+		if got := localPath(in); got != want {
+			t.Errorf("localPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestLocalLoginModeEndsLocalSessions: a console started with
+// --local-login off (or admins-only) on a database where local logins were
+// allowed before, or beside a replica that still allows them, does not
+// honour the local sessions its mode would not have opened; single sign-on
+// sessions stay.
+func TestLocalLoginModeEndsLocalSessions(t *testing.T) {
+	e := newSSOEnv(t, LocalAll)
+	olivia, adele, fay := e.browser(), e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	adele.login("adele", rolePassword)
+	e.idp.User("00u-f", "fay", "", "approvers")
+	e.ssoLogin(t, fay, "")
+	for _, tc := range []struct {
+		mode          LocalLogin
+		olivia, adele bool // whose session the console honours
+	}{
+		{LocalAdminsOnly, false, true},
+		{LocalOff, false, false},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			r := startReplicaConsole(t, sqliteReplica(t, e.db.Path()), e.clock, func(c *envConfig) {
+				cc := &c.Console
+				rp, err := sso.New(context.Background(), sso.Config{Issuer: e.idp.Issuer(), ClientID: e.idp.ClientID,
+					ClientSecret: e.idp.ClientSecret, RedirectURL: cc.PublicURL + CallbackPath,
+					Roles: sso.RoleMap{"approvers": account.RoleOperator}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cc.SSO, cc.SSOName, cc.LocalLogin = rp, "Test IdP", tc.mode
+			})
+			for _, b := range []struct {
+				name string
+				b    *consoleBrowser
+				want bool
+			}{{"olivia (local operator)", olivia, tc.olivia}, {"adele (local admin)", adele, tc.adele}, {"fay (single sign-on)", fay, true}} {
+				res, err := b.b.client.Get(r.url + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if got := res.StatusCode == http.StatusOK; got != b.want {
+					t.Errorf("%s's session on a console with local login %s: %d, want honoured %t", b.name, tc.mode, res.StatusCode, b.want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,595 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// maxQueueCards bounds the queue page; the count beside the heading says
+// when there are more. maxQueueBlocks bounds the blocked pairs it shows,
+// so that neither the page nor a socket's first message grows with what an
+// agent can make.
+const (
+	maxQueueCards  = 500
+	maxQueueBlocks = 100
+)
+
+// queueView reads the pending calls the query lets through, in its
+// order, and the retry blocks.
+func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
+	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return templates.QueueView{}, err
+	}
+	blocks, err := c.q.Store().Blocks(ctx)
+	if err != nil {
+		return templates.QueueView{}, err
+	}
+	query := qq.values().Encode()
+	ws := "/ws"
+	if query != "" {
+		ws += "?" + query
+	}
+	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), Query: query, Filtered: qq.filtered(),
+		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn}}
+	if reg := c.q.Tools(); reg != nil {
+		qv.Tools = reg.Names()
+	}
+	decide := v.user.Role.CanDecide()
+	for _, call := range calls {
+		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)
+		if qq.matches(call, card.Deceptive) {
+			qv.Cards = append(qv.Cards, card)
+		}
+	}
+	sortCards(qv.Cards, qq.Sort)
+	if len(blocks) > maxQueueBlocks {
+		qv.BlocksHidden = len(blocks) - maxQueueBlocks
+		blocks = blocks[:maxQueueBlocks]
+	}
+	for _, b := range blocks {
+		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
+	}
+	return qv, nil
+}
+
+func (c *Console) page(v *viewer, title, nav, ws string, now time.Time) templates.Page {
+	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
+	if v != nil {
+		p.Viewer = v.templ()
+		// Every page of a logged-in person says what is frozen.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		fz, err := c.q.Store().Freezes(ctx)
+		if err != nil {
+			c.log.Warn("read freezes for the banner", slog.Any("error", err))
+			p.FreezesUnknown = true
+		}
+		for _, f := range fz {
+			p.Freezes = append(p.Freezes, templates.FreezeBanner{Tool: f.Tool, Actor: f.Actor, Scope: reveal.String(f.Scope()),
+				Reason: reveal.String(f.Reason), By: reveal.String(f.By), Since: f.At})
+		}
+	}
+	return p
+}
+
+// viewerPasskeys is how many passkeys the viewer has, read once per
+// request (or socket) when passkeys are on.
+func (c *Console) viewerPasskeys(v *viewer) int {
+	if c.cfg.Passkeys == nil {
+		return 0
+	}
+	v.passkeysOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		pks, err := c.accounts.Passkeys(ctx, v.user.Name)
+		if err != nil {
+			c.log.Warn("read the viewer's passkeys", slog.Any("error", err))
+		}
+		v.passkeys = len(pks)
+	})
+	return v.passkeys
+}
+
+// shownName is how an operator is named on a page: a single-sign-on
+// principal with the name the provider gives beside it.
+func (c *Console) shownName(name string) string {
+	if !strings.HasPrefix(name, account.OIDCPrefix) {
+		return name
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	u, err := c.accounts.UserByName(ctx, name)
+	if err != nil || u.Shown() == u.Name {
+		return name
+	}
+	return u.Shown() + " (" + name + ")"
+}
+
+func (c *Console) cardView(call *queue.Call, canDecide, owned bool, now time.Time) templates.Card {
+	card := templates.Card{
+		ID: call.ID, Tool: reveal.Of(call.Tool), Target: reveal.Of(call.Target), Actor: reveal.Of(call.Actor), RawTool: call.Tool,
+		CreatedAt: call.CreatedAt, DecideBy: call.DecideBy,
+		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
+		Group: groupKey(call), Owned: owned,
+	}
+	// The summary is read from what the digest covers, checked as the call
+	// page checks it: an edit of the stored copy of the arguments does not
+	// change what the card says, and a record that no longer matches its
+	// digest shows a warning instead of a summary. One check per card: the
+	// hub renders a card once per change for all the viewers of a role.
+	env, err := queue.HashedEnvelope(call)
+	if err != nil {
+		var ie *queue.IntegrityError
+		what := "its stored record does not match its digest"
+		if errors.As(err, &ie) {
+			what = ie.What
+		}
+		card.Integrity = "STOP: the stored record of this call does not match its digest (" + what +
+			"). Do not approve it: the database was edited. An administrator should run console audit verify."
+		card.Deceptive = queue.DeceptiveWith(call, nil)
+		return card
+	}
+	if reg := c.q.Tools(); reg != nil {
+		if t, ok := reg.Tool(call.Tool); ok {
+			card.Summary = summary(t, env.Args)
+		}
+	}
+	card.StoredDiffers = storedDiffers(env.Args, call.Args)
+	card.Deceptive = queue.DeceptiveWith(call, env.Args)
+	return card
+}
+
+// storedDiffers reports whether the stored copy of a call's arguments
+// differs from what was hashed in any bound member (the informational
+// members, which the digest leaves out, are only in the stored copy).
+func storedDiffers(bound, stored canonical.Object) bool {
+	if stored == nil {
+		stored = canonical.Object{}
+	}
+	var differ []string
+	mergeArgs(bound, stored, "", &differ)
+	return len(differ) > 0
+}
+
+// blockDOMID names a block's element after its (actor, tool) pair.
+func blockDOMID(actor, tool string) string {
+	h := sha256.Sum256([]byte(actor + "\x00" + tool))
+	return "block-" + hex.EncodeToString(h[:8])
+}
+
+func (c *Console) blockView(b queue.Block, v *viewer, now time.Time) templates.Block {
+	bv := templates.Block{
+		DOMID: blockDOMID(b.Actor, b.Tool), Actor: reveal.Of(b.Actor), Tool: blockToolText(b.Tool),
+		RawActor: b.Actor, RawTool: b.Tool, Count: b.Count, BlockedAt: b.BlockedAt, Now: now,
+	}
+	bv.Deceptive = bv.Actor.Deceptive() || bv.Tool.Deceptive()
+	if v.user.Role.CanDecide() {
+		bv.CanClear, bv.CSRF = true, v.csrf
+	}
+	return bv
+}
+
+// blockToolText names a block's tool, or what a retry key that is not a
+// tool name stands for.
+func blockToolText(tool string) templates.Text {
+	switch tool {
+	case queue.UnknownTool:
+		return templates.Plain("tools not in the tools file (every unknown name counts here)")
+	case queue.AnyTool:
+		return templates.Plain("every tool (this agent holds too many blocks)")
+	}
+	return reveal.Of(tool)
+}
+
+func optText(s string) *templates.Text {
+	if s == "" {
+		return nil
+	}
+	t := reveal.Of(s)
+	return &t
+}
+
+func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templates.StatusView {
+	s := templates.StatusView{
+		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
+		Required: call.ApprovalsRequired, Received: len(call.Approvals),
+		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
+		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(),
+		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
+	}
+	if s.ToolChanged {
+		s.ToolMadeUnder = call.ToolDigest
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				s.ToolHere = t.DefinitionDigest
+			}
+		}
+	}
+	for _, a := range call.Approvals {
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)}
+		if a.Passkey != nil {
+			name := reveal.Of(a.Passkey.Name)
+			ta.Passkey = &name
+		}
+		s.Approvals = append(s.Approvals, ta)
+	}
+	s.Tool, s.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
+	for _, o := range call.Owners {
+		s.Owners = append(s.Owners, reveal.Of(o))
+	}
+	if !call.Approvers.Empty() {
+		s.Approvers = reveal.String(call.Approvers.Describe())
+	}
+	s.RequirePasskey, s.PasskeysOn = call.RequirePasskey, c.cfg.Passkeys != nil
+	if call.Denial != nil {
+		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
+	}
+	if call.Outcome != nil {
+		s.Outcome, s.OutcomeDetail = call.Outcome.Status, optText(call.Outcome.Detail)
+	}
+	s.RedeemedBy, s.LeaseUntil = call.RedeemedBy, call.LeaseUntil
+	s.Resolution = resolutionShown(call.Resolution)
+	s.Unresolved = call.Unresolved()
+	s.Resolve, _, _ = c.resolveForm(call, v, "call")
+	if call.Revoked != nil {
+		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(call.Revoked.By), optText(call.Revoked.Reason), call.Revoked.At
+	}
+	if v.user.Role.CanDecide() {
+		s.CanDecide, s.CSRF = true, v.csrf
+		s.OwnCall = call.ProposedBy(v.user)
+		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
+		s.CanRevoke = call.Status == queue.StatusApproved && call.Revoked == nil && now.Before(call.GrantExpiresAt)
+		s.OwnedByViewer = reveal.String(call.OwnedBy(v.user))
+		s.ViewerMayApprove = call.Approvers.Allows(string(v.user.Role), v.user.Groups)
+		if call.Status == queue.StatusPending {
+			s.ViewerPasskeys = c.viewerPasskeys(v)
+		}
+	}
+	if call.Status == queue.StatusPending {
+		s.Warned = queue.Deceptive(call)
+		if reg := c.q.Tools(); reg != nil {
+			if t, ok := reg.Tool(call.Tool); ok {
+				s.DenyReasons = t.DenyReasons
+				if t.Confirm != nil {
+					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(call.Target)))
+				}
+			}
+		}
+	}
+	return s
+}
+
+// callView builds a call's page from what its digest covers: the stored
+// canonical envelope, checked against the digest first. Actor, audience,
+// tool, target and every bound argument are read from those bytes; only
+// the informational members (which the digest leaves out) come from the
+// stored arguments, and they are labelled "not bound". A call whose
+// envelope does not hash to its digest, or does not parse as one, is an
+// *queue.IntegrityError: nothing of it is shown.
+func (c *Console) callView(call *queue.Call, v *viewer, now time.Time) (templates.CallView, error) {
+	cv, err := c.callContent(call)
+	if err != nil {
+		return templates.CallView{}, err
+	}
+	cv.Page = c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now)
+	cv.Status = c.statusView(call, v, now)
+	return cv, nil
+}
+
+// callContent is what a call's pages show of the call itself, read from
+// what its digest covers (see callView); the status and the page around it
+// are the caller's.
+func (c *Console) callContent(call *queue.Call) (templates.CallView, error) {
+	env, err := queue.HashedEnvelope(call)
+	if err != nil {
+		return templates.CallView{}, err
+	}
+	cv := templates.CallView{
+		ID: call.ID, Actor: reveal.Of(env.Actor), Audience: reveal.Of(env.Audience), Tool: reveal.Of(env.Tool),
+		Target: reveal.Of(env.Target), Rationale: optText(call.Rationale), CreatedAt: call.CreatedAt,
+		DigestGroups: groupsOfFour(call.Digest), MCP: mcpCallInfo(call),
+	}
+	var tool *tools.Tool
+	if reg := c.q.Tools(); reg != nil {
+		tool, cv.ToolKnown = reg.Tool(env.Tool)
+	}
+	if tool != nil && tool.Mirror == nil {
+		// A mirrored tool's description is the MCP server's text: its
+		// definition page shows it, deceptive characters revealed.
+		cv.ToolDescription = tool.Description
+	}
+	warn := func(where string, t templates.Text) {
+		if t.Deceptive() {
+			cv.Warnings = append(cv.Warnings, templates.Warning{Where: where, Kinds: t.Warnings})
+		}
+	}
+	warn("tool", cv.Tool)
+	warn("target", cv.Target)
+	warn("actor", cv.Actor)
+	warn("audience", cv.Audience)
+	stored := call.Args
+	if stored == nil {
+		stored = canonical.Object{}
+	}
+	var differ []string
+	args, _ := mergeArgs(env.Args, stored, "", &differ).(canonical.Object)
+	for _, ptr := range differ {
+		cv.Warnings = append(cv.Warnings, templates.Warning{Where: "args " + shownPointer(ptr),
+			Kinds: []string{"stored copy differs from what was hashed; shown as hashed"}})
+	}
+	b := treeBuilder{tool: tool, args: args, bound: env.Args, warn: warn}
+	cv.Args = b.node(args, "", nil, -1)
+	if obj, err := canonical.NewObject(canonical.Member{Name: "tool", Value: call.Tool},
+		canonical.Member{Name: "target", Value: call.Target}, canonical.Member{Name: "args", Value: args}); err == nil {
+		if b, err := canonical.Encode(obj); err == nil {
+			cv.Canonical = asciiJSON(b)
+			actor, audience := "ACTOR", "AUDIENCE" // the ones shown above, hidden characters and all
+			if printableASCII(call.Actor) && printableASCII(call.Audience) {
+				actor, audience = shellQuote(call.Actor), shellQuote(call.Audience)
+			}
+			cv.DigestCommand = "console digest --actor " + actor + " --audience " + audience + " --tools TOOLS.yaml call.json"
+		}
+	}
+	if cv.Rationale != nil {
+		warn("rationale", *cv.Rationale)
+	}
+	return cv, nil
+}
+
+// mergeArgs is what the page shows of the arguments: every member of bound
+// (what was hashed) as it is there, and the members of stored that bound
+// leaves out (the informational ones). Where stored has another value at a
+// bound position, bound's is shown and the pointer is added to differ.
+func mergeArgs(bound, stored any, ptr string, differ *[]string) any {
+	switch b := bound.(type) {
+	case canonical.Object:
+		s, _ := stored.(canonical.Object)
+		if _, ok := stored.(canonical.Object); !ok && ptr != "" {
+			*differ = append(*differ, ptr)
+		}
+		var members []canonical.Member
+		for _, m := range b {
+			sv, ok := s.Get(m.Name)
+			if !ok {
+				*differ = append(*differ, canonical.Join(ptr, m.Name))
+				members = append(members, m)
+				continue
+			}
+			members = append(members, canonical.Member{Name: m.Name, Value: mergeArgs(m.Value, sv, canonical.Join(ptr, m.Name), differ)})
+		}
+		for _, m := range s {
+			if _, ok := b.Get(m.Name); !ok {
+				members = append(members, m)
+			}
+		}
+		out, err := canonical.NewObject(members...)
+		if err != nil {
+			return b
+		}
+		return out
+	case []any:
+		s, ok := stored.([]any)
+		if !ok || len(s) != len(b) {
+			*differ = append(*differ, ptr)
+			return b
+		}
+		out := make([]any, len(b))
+		for i := range b {
+			out[i] = mergeArgs(b[i], s[i], canonical.Join(ptr, strconv.Itoa(i)), differ)
+		}
+		return out
+	}
+	be, berr := canonical.Encode(bound)
+	se, serr := canonical.Encode(stored)
+	if berr != nil || serr != nil || string(be) != string(se) {
+		*differ = append(*differ, ptr)
+	}
+	return bound
+}
+
+// A string longer than longValue characters as shown, or with longLines
+// line breaks or more, is shown collapsed with its length.
+const (
+	longValue = 300
+	longLines = 8
+)
+
+// weight orders an object's members on the call page.
+func weight(n templates.ArgNode) int {
+	switch {
+	case n.Long:
+		return 2
+	case n.Kind == "object" || n.Kind == "array":
+		return 1
+	}
+	return 0
+}
+
+// asciiJSON writes every character of canonical JSON outside printable
+// ASCII as a \u escape (a surrogate pair above U+FFFF): the same JSON
+// value, so it recomputes the same digest, with nothing in it that could
+// hide on the page. Outside strings, canonical JSON is ASCII already.
+func asciiJSON(b []byte) string {
+	var out strings.Builder
+	for _, r := range string(b) {
+		switch {
+		case r >= 0x20 && r < 0x7f:
+			out.WriteRune(r)
+		case r > 0xffff:
+			hi, lo := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", hi, lo)
+		default:
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	return out.String()
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// shellQuote quotes s for a POSIX shell unless it is plain.
+func shellQuote(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":._-/@", r)) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func groupsOfFour(s string) []string {
+	var out []string
+	for len(s) > 4 {
+		out = append(out, s[:4])
+		s = s[4:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// treeBuilder turns args into the tree the page shows.
+type treeBuilder struct {
+	tool *tools.Tool
+	args canonical.Object
+	// bound are the arguments the digest covers, read back from the stored
+	// envelope: a member of args missing from them is shown "not bound",
+	// whatever the tools file says today.
+	bound canonical.Object
+	warn  func(where string, t templates.Text)
+}
+
+// shownPointer is a pointer as a warning shows it: every deceptive
+// character already escaped.
+func shownPointer(ptr string) string {
+	if ptr == "" {
+		return "/"
+	}
+	var b strings.Builder
+	for _, s := range reveal.Of(ptr).Segs {
+		b.WriteString(s.S)
+	}
+	return b.String()
+}
+
+func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) templates.ArgNode {
+	n := templates.ArgNode{Key: key, Index: index, Pointer: ptr, Kind: canonical.TypeName(v)}
+	if b.bound != nil && ptr != "" {
+		_, inDigest := canonical.Lookup(b.bound, ptr)
+		n.NotBound = !inDigest
+	}
+	switch x := v.(type) {
+	case canonical.Object:
+		n.Kind = "object"
+		for _, m := range x {
+			k := reveal.Of(m.Name)
+			cp := canonical.Join(ptr, m.Name)
+			if k.Deceptive() {
+				b.warn("args "+shownPointer(cp)+" (name)", k)
+			}
+			n.Children = append(n.Children, b.node(m.Value, cp, &k, -1))
+		}
+		// Short members first, then objects and arrays, then long strings,
+		// each in the call's order: a long value does not push the rest
+		// of the call (or the decision) out of sight.
+		slices.SortStableFunc(n.Children, func(a, b templates.ArgNode) int { return weight(a) - weight(b) })
+	case []any:
+		n.Kind = "array"
+		for i, e := range x {
+			n.Children = append(n.Children, b.node(e, canonical.Join(ptr, strconv.Itoa(i)), nil, i))
+		}
+	case string:
+		n.Kind = "string"
+		if x != "" {
+			n.Value = reveal.Of(x)
+			_, n.Length, n.Long = cutText(n.Value, longValue)
+			if !n.Long && strings.Count(x, "\n") >= longLines {
+				n.Long, n.Length = true, utf8.RuneCountInString(x)
+			}
+		}
+		b.warn("args "+shownPointer(ptr), n.Value)
+	case int64:
+		n.Kind = "integer"
+		n.Value = templates.Plain(strconv.FormatInt(x, 10))
+		n.Money = b.money(ptr, x)
+	case canonical.Number:
+		// A number with a fraction, at a number path of a tool mirrored
+		// from an MCP server: shown in its canonical (ECMAScript) form,
+		// which is what was hashed.
+		n.Kind = "number"
+		n.Value = templates.Plain(x.String())
+	case bool:
+		n.Kind = "boolean"
+		n.Value = templates.Plain(strconv.FormatBool(x))
+	case nil:
+		n.Kind = "null"
+		n.Value = templates.Plain("null")
+	default:
+		// The canonical parser produces nothing else; show it rather than
+		// hide it.
+		n.Value = reveal.Of(canonical.TypeName(v))
+	}
+	return n
+}
+
+// money formats the integer at ptr when the tool displays it as money and
+// the currency member is a string.
+func (b treeBuilder) money(ptr string, amount int64) string {
+	if b.tool == nil || b.tool.Money == nil || b.tool.Money.Amount != ptr {
+		return ""
+	}
+	cur, ok := canonical.Lookup(b.args, b.tool.Money.Currency)
+	if !ok {
+		return ""
+	}
+	code, ok := cur.(string)
+	if !ok || !isCurrencyCode(code) {
+		return "" // only the raw integer is shown
+	}
+	return tools.FormatMoney(amount, code)
+}
+
+// isCurrencyCode accepts three capital ASCII letters, as ISO 4217 codes
+// are: free text beside an amount could make it read as another amount.
+func isCurrencyCode(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}

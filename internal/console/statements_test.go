@@ -1,0 +1,192 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+)
+
+// maxStatementsPerFlow is how many SQL statements one whole flow may run:
+// an agent submits a call over HTTP, long-polls for it, an operator
+// approves it in the web console (session cookie and CSRF token, as
+// cmd/loadgen does), and the agent redeems the grant. A flow that runs
+// more fails TestWholeFlowStatements: someone added a statement to the
+// hot path. Lower it when a statement goes.
+const maxStatementsPerFlow = 30
+
+// wholeFlows starts a console on a real SQLite file with an operator
+// logged in and an agent's token, and returns flow, which runs one whole
+// flow as cmd/loadgen does: the agent submits a call over HTTP and
+// long-polls for it, the operator approves it in the web console (session
+// cookie and CSRF token), and the agent redeems the grant.
+func wholeFlows(tb testing.TB) (*consoleEnv, func(n int)) {
+	e := newConsoleEnvWith(tb, func(c *envConfig) { c.Writes = c.Audit.(*db.DB) })
+	e.addUser("olga", account.RoleOperator, "pw-olga-123")
+	b := e.browser()
+	b.login("olga", "pw-olga-123")
+	csrf := b.csrf()
+	_, agent, err := accountsOf(e.db).CreateToken(context.Background(), "agent:flow", "weather-host", "", "test", audit.ChannelCLI)
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	api := func(method, path string, body []byte, want int) map[string]any {
+		tb.Helper()
+		req, _ := http.NewRequest(method, e.url+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+agent)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			tb.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		if res.StatusCode != want {
+			tb.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, raw)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			tb.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+		return out
+	}
+	flow := func(n int) {
+		tb.Helper()
+		call := api(http.MethodPost, "/api/v1/calls", fmt.Appendf(nil,
+			`{"tool":"weather.search","target":"weather:forecast","args":{"city":"flow %d"}}`, n), http.StatusCreated)
+		id, digest := call["id"].(string), call["digest"].(string)
+		waited := make(chan map[string]any, 1)
+		go func() { waited <- api(http.MethodGet, "/api/v1/calls/"+id+"?wait=30s", nil, http.StatusOK) }()
+		for e.q.Waiting() < 1 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		// As cmd/loadgen approves: the form alone, no Accept header.
+		if p := b.post("/calls/"+id+"/approve", url.Values{"csrf": {csrf}, "digest": {digest}}, "Accept", ""); p.status != http.StatusSeeOther {
+			tb.Fatalf("approve: status %d", p.status)
+		}
+		done := <-waited
+		if done["status"] != "approved" {
+			tb.Fatalf("waited: status %v", done["status"])
+		}
+		redeem, _ := json.Marshal(map[string]any{"grant": done["grant"],
+			"call": map[string]any{"tool": "weather.search", "target": "weather:forecast", "args": map[string]any{"city": fmt.Sprintf("flow %d", n)}}})
+		if r := api(http.MethodPost, "/api/v1/redeem", redeem, http.StatusOK); r["decision"] != "accepted" {
+			tb.Fatalf("redeem: %v", r)
+		}
+	}
+	return e, flow
+}
+
+// TestWholeFlowStatements counts the statements of whole flows through the
+// real HTTP stack and a real SQLite file, one flow at a time, and fails
+// when a flow takes more than maxStatementsPerFlow. With
+// COUNTERSIGN_STATEMENTS=1 it prints every statement and how often a flow
+// ran it.
+func TestWholeFlowStatements(t *testing.T) {
+	e, flow := wholeFlows(t)
+	// The first flows open connections and record the session's activity.
+	for i := range 3 {
+		flow(i)
+	}
+	var mu sync.Mutex
+	byText := map[string]int{}
+	e.db.TraceStatements(func(q string) {
+		mu.Lock()
+		byText[strings.Join(strings.Fields(q), " ")]++
+		mu.Unlock()
+	})
+	const flows = 20
+	before := e.db.Statements()
+	for i := range flows {
+		flow(100 + i)
+	}
+	total := e.db.Statements() - before
+	e.db.TraceStatements(nil)
+
+	perFlow := float64(total) / flows
+	t.Logf("%d statements in %d flows: %.2f per flow", total, flows, perFlow)
+	if os.Getenv("COUNTERSIGN_STATEMENTS") != "" {
+		mu.Lock()
+		texts := make([]string, 0, len(byText))
+		for q := range byText {
+			texts = append(texts, q)
+		}
+		sort.Slice(texts, func(i, j int) bool { return byText[texts[i]] > byText[texts[j]] })
+		for _, q := range texts {
+			shown := q
+			if len(shown) > 150 {
+				shown = shown[:150] + "…"
+			}
+			t.Logf("%5.2f  %s", float64(byText[q])/flows, shown)
+		}
+		mu.Unlock()
+	}
+	// The server exports the count (cmd/loadgen reads it per flow).
+	low := e.db.Statements()
+	res, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	high := e.db.Statements()
+	var exported float64
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "countersign_store_statements_total "); ok {
+			exported, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if exported < float64(low) || exported > float64(high) {
+		t.Errorf("countersign_store_statements_total = %v, want between %d and %d", exported, low, high)
+	}
+	if perFlow > maxStatementsPerFlow {
+		t.Errorf("a whole flow ran %.2f SQL statements, more than %d: a statement was added to the hot path", perFlow, maxStatementsPerFlow)
+	}
+}
+
+// BenchmarkWholeFlow runs whole flows one at a time (wholeFlows) and
+// reports the process's CPU time and the statements per flow: the server's
+// and the test's HTTP clients' CPU together, without the load generator's
+// floor measurements and process start-ups around them.
+func BenchmarkWholeFlow(b *testing.B) {
+	e, flow := wholeFlows(b)
+	for i := range 3 {
+		flow(-1 - i)
+	}
+	stmts := e.db.Statements()
+	cpu := processCPU()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		flow(i)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/flow")
+	b.ReportMetric(float64(e.db.Statements()-stmts)/float64(b.N), "statements/flow")
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
