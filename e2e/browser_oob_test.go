@@ -134,3 +134,56 @@ func TestBrowserNoOOBErrorForNewCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserLiveSwapKeepsWhatIsTyped: while an operator writes on a call's
+// page (a comment, the typed confirmation, a deny reason), another
+// operator's approval swaps the page's decision part; every character
+// written before and after the swap is still there, in order, and the
+// cursor stays in the field being written.
+func TestBrowserLiveSwapKeepsWhatIsTyped(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s := startServer(t, "")
+	alice := s.addUser("alice", "operator")
+	s.addUser("bob", "operator")
+	deploys := client.New(s.url, s.token("agent:release-bot", "deploy-host"))
+
+	b := startBrowser(t, ctx)
+	op := b.window(t, "alice")
+	op.login(s.url, alice)
+	call := submit(t, ctx, deploys, client.Proposal{Tool: "releases.deploy", Target: "service:checkout",
+		Args: map[string]any{"version": "v1.4.2", "environment": "production", "change_ticket": "CHG-20417", "canary_percent": 10}})
+	op.navigate(s.url + "/calls/" + call.ID)
+	op.waitLive()
+
+	const (
+		commentBefore, commentAfter = "Checked the change ticket; ", "canary first."
+		reasonBefore, reasonAfter   = "Already deployed under CHG-20416; ", "ask the release lead."
+	)
+	op.do("write before the update", waitShort,
+		chromedp.SendKeys(testID("approve-comment"), commentBefore),
+		chromedp.SendKeys(testID("deny-reason"), reasonBefore))
+
+	// Bob approves from the command line: the call page's decision part is
+	// pushed again, now saying 1 of 2.
+	if out, code := runConsole(t, "", "approve", call.ID, "--as", "bob", "--digest", call.Digest, "--data", s.data); code != 0 {
+		t.Fatalf("bob's approval: %s", out)
+	}
+	op.do("wait for the pushed update", waitShort,
+		discard(chromedp.Poll[bool](`document.querySelector('[data-testid="quorum"]').textContent.trim() === "1 of 2"`, chromedp.WithPollingInterval(50*time.Millisecond))))
+
+	if got := eval[string](op, `document.activeElement ? document.activeElement.getAttribute("data-testid") || "" : ""`); got != "deny-reason" {
+		t.Errorf("focus after the update is on %q, want the deny reason being written", got)
+	}
+	// The keys go to whatever has the focus now, as a person's would.
+	op.do("write on after the update", waitShort, chromedp.KeyEvent(reasonAfter))
+	op.do("and in the comment", waitShort, chromedp.SendKeys(testID("approve-comment"), commentAfter))
+
+	if got := eval[string](op, `document.querySelector('[data-testid="deny-reason"]').value`); got != reasonBefore+reasonAfter {
+		t.Errorf("deny reason reads %q, want %q", got, reasonBefore+reasonAfter)
+	}
+	if got := eval[string](op, `document.querySelector('[data-testid="approve-comment"]').value`); got != commentBefore+commentAfter {
+		t.Errorf("comment reads %q, want %q", got, commentBefore+commentAfter)
+	}
+}

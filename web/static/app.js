@@ -336,6 +336,73 @@
     if (list && out) out.textContent = String(list.querySelectorAll("[data-unresolved]").length);
   }
 
+  // A live swap replaces a part of the page with the server's newer
+  // rendering of it. What the person typed, ticked or chose there, and
+  // where their cursor was, is carried into the new rendering, so an update
+  // (another operator's approval, a resync) never takes away what someone
+  // was writing. A field is known by its form's action, its name (and value,
+  // for a box), and the nearest element with an id, so that the same field
+  // of another card is never confused with it.
+  var carriedFocus = null;
+  function isField(el) {
+    return el && /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName) &&
+      ["hidden", "submit", "button", "reset", "image", "file"].indexOf(el.type) < 0;
+  }
+  function fieldKey(el, root) {
+    var owner = el.parentNode && el.parentNode.closest ? el.parentNode.closest("[id]") : null;
+    var form = el.form || el.closest("form");
+    var box = el.type === "checkbox" || el.type === "radio";
+    return [owner ? owner.id : (root && root.id) || "", form ? form.getAttribute("action") || "" : "",
+      el.tagName, el.name || "#" + el.id, box ? el.value : ""].join("|");
+  }
+  function edited(el) {
+    if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
+    if (el.tagName === "SELECT") {
+      for (var i = 0; i < el.options.length; i++) {
+        if (el.options[i].selected !== el.options[i].defaultSelected) return true;
+      }
+      return false;
+    }
+    return el.value !== el.defaultValue;
+  }
+  function carryFields(oldRoot, newRoot) {
+    if (!oldRoot || !newRoot || !oldRoot.querySelectorAll || !newRoot.querySelectorAll) return;
+    var mine = {}, fields = oldRoot.querySelectorAll("input, textarea, select"), i;
+    for (i = 0; i < fields.length; i++) {
+      if (isField(fields[i]) && edited(fields[i])) mine[fieldKey(fields[i], oldRoot)] = fields[i];
+    }
+    var active = document.activeElement;
+    if (isField(active) && oldRoot.contains(active)) {
+      carriedFocus = { key: fieldKey(active, oldRoot), start: null, end: null };
+      try { carriedFocus.start = active.selectionStart; carriedFocus.end = active.selectionEnd; } catch (e) { /* no selection on this type */ }
+    }
+    var next = newRoot.querySelectorAll("input, textarea, select");
+    for (i = 0; i < next.length; i++) {
+      var el = next[i];
+      if (!isField(el)) continue;
+      var was = mine[fieldKey(el, newRoot)];
+      if (!was) continue;
+      if (el.type === "checkbox" || el.type === "radio") el.checked = was.checked;
+      else if (el.tagName === "SELECT") {
+        for (var j = 0; j < el.options.length && j < was.options.length; j++) el.options[j].selected = was.options[j].selected;
+      } else el.value = was.value;
+    }
+  }
+  function restoreFocus() {
+    var c = carriedFocus;
+    carriedFocus = null;
+    if (!c || isField(document.activeElement)) return;
+    var fields = document.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i++) {
+      if (!isField(fields[i]) || fieldKey(fields[i], null) !== c.key) continue;
+      fields[i].focus({ preventScroll: true });
+      if (c.start !== null) {
+        try { fields[i].setSelectionRange(c.start, c.end); } catch (e) { /* no selection on this type */ }
+      }
+      return;
+    }
+  }
+
   function setConn(state, text) {
     var el = document.getElementById("conn");
     if (!el || el.getAttribute("data-state") === "ended") return;
@@ -378,12 +445,26 @@
       if (!frag || !target || !target.id || ["queue-list", "blocks-list", "unresolved-list"].indexOf(target.id) < 0) return;
       var kids = frag.children || [];
       for (var i = 0; i < kids.length; i++) {
-        // The list itself, replaced whole by a resync, is not a copy.
+        // The list itself, replaced whole by a resync, is not a copy; what
+        // was typed in it is carried over.
+        if (kids[i].id === target.id) carryFields(target, kids[i]);
         if (!kids[i].id || kids[i].id === target.id) continue;
         var old = document.getElementById(kids[i].id);
-        if (old && old !== kids[i] && old.parentNode) old.parentNode.removeChild(old);
+        if (old && old !== kids[i] && old.parentNode) {
+          carryFields(old, kids[i]);
+          old.parentNode.removeChild(old);
+        }
       }
     });
-    body.addEventListener("htmx:wsAfterMessage", function () { arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); });
+    body.addEventListener("htmx:oobBeforeSwap", function (e) {
+      var d = e.detail || {};
+      if (!d.target || !d.fragment) return;
+      // An insert into a list carries the fields of the card it replaces
+      // (above); a part replaced whole carries its own.
+      if (["queue-list", "blocks-list", "unresolved-list"].indexOf(d.target.id) >= 0) return;
+      carryFields(d.target, d.fragment);
+    });
+    body.addEventListener("htmx:oobAfterSwap", restoreFocus);
+    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); });
   });
 })();
