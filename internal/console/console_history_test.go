@@ -65,7 +65,9 @@ func (e *consoleEnv) submitAs(who queue.Principal, body string) *queue.Call {
 func (e *consoleEnv) approve(op, channel string, c *queue.Call) *queue.Call {
 	e.t.Helper()
 	testkit.SeedUsers(e.t, e.db.Accounts(), account.RoleOperator, op)
-	out, err := e.q.Approve(context.Background(), op, channel, c.ID, c.Digest)
+	// As an operator who typed what the tool asks and read any warning.
+	out, err := e.q.ApproveWith(context.Background(), queue.ApproveInput{Operator: op, Channel: channel, CallID: c.ID, Digest: c.Digest,
+		Confirm: c.Target, AcceptWarnings: true})
 	if err != nil {
 		e.t.Fatalf("approve %s as %s: %v", c.ID, op, err)
 	}

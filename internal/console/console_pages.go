@@ -155,21 +155,21 @@ func (c *Console) approve(ec echo.Context) error {
 		return err
 	}
 	// What the tool asks to be typed, and the acknowledgement of a
-	// deception warning, are checked here, whatever the page did.
-	if err := c.confirmation(call, form); err != nil {
-		return c.refused(ec, id, err, form)
-	}
+	// deception warning, are checked by the decision's transaction,
+	// whatever the page did.
 	digest := strings.TrimSpace(form.Get("digest"))
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment"),
-		Seen: call}
+		Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1", Seen: call}
 	if _, err := c.q.ApproveWith(ctx, in); err != nil {
 		return c.refused(ec, id, err, form)
 	}
 	return ec.Redirect(http.StatusSeeOther, afterDecision(id, "approved", form.Get("q")))
 }
 
-// confirmation checks what an approval in the browser must carry besides
-// the digest (see Confirmation).
+// confirmation checks early what an approval in the browser must carry
+// besides the digest (queue.Confirmation), so that a passkey prompt is not
+// opened for an approval that would be refused; the decision's transaction
+// checks it again.
 func (c *Console) confirmation(call *queue.Call, form url.Values) error {
 	return queue.Confirmation(c.q.Tools(), call, form.Get("confirm"), form.Get("ack_warnings") == "1")
 }

@@ -102,9 +102,6 @@ func (c *Console) finishPasskeyApproval(ec echo.Context) error {
 	if err != nil {
 		return decisionJSON(ec, err)
 	}
-	if err := c.confirmation(call, form); err != nil {
-		return decisionJSON(ec, err)
-	}
 	pu, stored, err := c.passkeyUser(ctx, v.user)
 	if err != nil {
 		return err
@@ -133,7 +130,8 @@ func (c *Console) finishPasskeyApproval(ec echo.Context) error {
 		return err
 	}
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID, Digest: call.Digest,
-		Comment: form.Get("comment"), Passkey: &queue.PasskeyProof{Operator: v.user.Name, CredentialID: ap.Credential.ID,
+		Comment: form.Get("comment"), Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1",
+		Passkey: &queue.PasskeyProof{Operator: v.user.Name, CredentialID: ap.Credential.ID,
 			Name: ap.Credential.Name, CountBefore: before, CountAfter: ap.Evidence.SignCount, Record: record, Evidence: evidence},
 		Seen: call}
 	if _, err := c.q.ApproveWith(ctx, in); err != nil {

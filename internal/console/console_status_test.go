@@ -137,7 +137,8 @@ func TestStatusPageWithoutLogin(t *testing.T) {
 	}
 
 	// Approved: the state follows, the grant never shows.
-	approved, err := q.Approve(context.Background(), "alice", audit.ChannelWeb, c.ID, c.Digest)
+	approved, err := q.ApproveWith(context.Background(), queue.ApproveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: c.ID,
+		Digest: c.Digest, AcceptWarnings: true})
 	if err != nil {
 		t.Fatal(err)
 	}

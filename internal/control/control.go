@@ -111,15 +111,9 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 	switch req.Action {
 	case "approve":
 		// What the browser asks for besides the digest, the shell asks for
-		// too.
-		call, err := q.Call(ctx, req.ID)
-		if err != nil {
-			return nil, err
-		}
-		if err := queue.Confirmation(q.Tools(), call, req.Confirm, req.AcceptWarnings); err != nil {
-			return nil, err
-		}
-		return q.Approve(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Digest)
+		// too: the decision's transaction checks it.
+		return q.ApproveWith(ctx, queue.ApproveInput{Operator: req.Operator, Channel: audit.ChannelCLI, CallID: req.ID,
+			Digest: req.Digest, Confirm: req.Confirm, AcceptWarnings: req.AcceptWarnings})
 	case "deny":
 		return q.Deny(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Reason)
 	case "clear":

@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -345,9 +346,12 @@ func groups(d string) string {
 }
 
 // toolError is a tool result with isError: text for the model and a
-// structuredContent that a program can read.
+// structuredContent that a program can read. Beside the gateway's status it
+// carries code, the agent API's code for the same refusal (fields["code"]
+// when the caller names it; else the status, for what only the gateway
+// answers and for a call's final state, which the API reads the same).
 func toolError(status, text string, fields map[string]any) *sdk.CallToolResult {
-	sc := map[string]any{"status": status}
+	sc := map[string]any{"status": status, "code": status}
 	for k, v := range fields {
 		sc[k] = v
 	}
@@ -399,7 +403,8 @@ func (g *Gateway) decidedResult(ctx context.Context, name string, c *queue.Call)
 
 // redemptionRefused answers a grant that could not be redeemed.
 func redemptionRefused(name string, c *queue.Call, r *queue.Redemption) *sdk.CallToolResult {
-	fields := map[string]any{"call_id": c.ID, "reason": r.Reason}
+	// The API's redemption answer names the refusal by the same reason.
+	fields := map[string]any{"call_id": c.ID, "reason": r.Reason, "code": r.Reason}
 	switch r.Reason {
 	case grant.ReasonReplayed:
 		return toolError(StatusAlreadyRun, fmt.Sprintf("The identical call of %s was already run by another request, which received its result.", name), fields)
@@ -441,38 +446,43 @@ func (g *Gateway) submitError(tool string, c *queue.Call, err error) *sdk.CallTo
 	var de *queue.DeniedError
 	var pd *queue.PolicyDeniedError
 	var fe *queue.FrozenError
+	code := problem.Of(err).Code
 	switch {
 	case errors.As(err, &pe):
 		return invalidResult(pe)
 	case errors.As(err, &pd):
 		return toolError(StatusDenied, fmt.Sprintf("A rule denied this call (rule %s): %s. It did not run; do not re-issue the same call.", pd.Rule, pd.Reason),
-			map[string]any{"call_id": pd.CallID, "reason": pd.Reason, "rule": pd.Rule})
+			map[string]any{"call_id": pd.CallID, "reason": pd.Reason, "rule": pd.Rule, "code": code})
 	case errors.As(err, &de):
 		return toolError(StatusDenied, fmt.Sprintf("An operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
-			de.At.UTC().Format(time.RFC3339), de.Reason), map[string]any{"call_id": de.CallID, "reason": de.Reason})
+			de.At.UTC().Format(time.RFC3339), de.Reason), map[string]any{"call_id": de.CallID, "reason": de.Reason, "code": code})
 	case errors.As(err, &fe):
 		return toolError(StatusFrozen, fmt.Sprintf("Calls of this tool are frozen in Countersign since %s: %s. Ask a person before trying again.",
-			fe.Freeze.At.UTC().Format(time.RFC3339), fe.Freeze.Reason), map[string]any{"reason": fe.Freeze.Reason})
+			fe.Freeze.At.UTC().Format(time.RFC3339), fe.Freeze.Reason), map[string]any{"reason": fe.Freeze.Reason, "code": code})
 	case errors.Is(err, queue.ErrRetryLimit):
 		// The model is handed no command line that acts in an operator's name.
 		return toolError(StatusRetryLimit, "Three calls of this tool in a row were refused; stop retrying and ask a person "+
-			"(an operator can clear the block in the console).", nil)
+			"(an operator can clear the block in the console).", map[string]any{"code": code})
 	}
 	g.log.Error("submission failed", slog.String("tool", tool), slog.Any("error", err))
-	return toolError(StatusUnavailable, "Countersign cannot record calls right now; nothing ran. Retry later.", nil)
+	return toolError(StatusUnavailable, "Countersign cannot record calls right now; nothing ran. Retry later.", map[string]any{"code": code})
 }
 
 // invalidResult lists every problem of a refused call, with JSON Pointers
 // from the proposal's root: /args is the tool's arguments.
 func invalidResult(pe *queue.ProposalError) *sdk.CallToolResult {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Countersign refused the call: %d problem(s) in its arguments. Nothing ran. Fix them and call again:", len(pe.Problems))
+	noun := "problems"
+	if len(pe.Problems) == 1 {
+		noun = "problem"
+	}
+	fmt.Fprintf(&b, "Countersign refused the call: %d %s in its arguments. Nothing ran. Fix them and call again:", len(pe.Problems), noun)
 	problems := make([]any, len(pe.Problems))
 	for i, p := range pe.Problems {
 		fmt.Fprintf(&b, "\n- %s at %s: %s", p.Code, p.Path, p.Message)
 		problems[i] = map[string]any{"code": p.Code, "path": p.Path, "message": p.Message}
 	}
-	return toolError(StatusInvalidArguments, b.String(), map[string]any{"problems": problems})
+	return toolError(StatusInvalidArguments, b.String(), map[string]any{"problems": problems, "code": problem.Of(pe).Code})
 }
 
 // follow remembers that a session was sent to a call's page by URL

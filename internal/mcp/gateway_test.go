@@ -559,12 +559,12 @@ func TestRetryLimitSaysHowToClear(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true})
 	cs := e.client(nil, "")
 	for i := range 3 {
-		if st := status(t, callRaw(t, cs, "add", `{"a":1,"b":2,"c":3}`)); st["status"] != mcp.StatusInvalidArguments {
+		if st := status(t, callRaw(t, cs, "add", `{"a":1,"b":2,"c":3}`)); st["status"] != mcp.StatusInvalidArguments || st["code"] != "invalid_arguments" {
 			t.Fatalf("refusal %d: %v, want invalid_arguments", i+1, st)
 		}
 	}
 	res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
-	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusRetryLimit ||
+	if st := status(t, res); !res.IsError || st["status"] != mcp.StatusRetryLimit || st["code"] != "retry_limit" ||
 		!strings.Contains(text(res), "stop retrying and ask a person") || !strings.Contains(text(res), "in the console") ||
 		strings.Contains(text(res), "console unblock") {
 		t.Fatalf("fourth call: %s %v, want retry_limit naming the console and no command line", text(res), st)
@@ -589,13 +589,14 @@ func TestDenyAndPreviouslyDenied(t *testing.T) {
 	}()
 	res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
 	st := status(t, res)
-	if !res.IsError || st["status"] != mcp.StatusDenied || st["reason"] != "not during the freeze window" ||
+	if !res.IsError || st["status"] != mcp.StatusDenied || st["code"] != "denied" || st["reason"] != "not during the freeze window" ||
 		!strings.Contains(text(res), "not during the freeze window") {
 		t.Fatalf("denied call: %s %v", text(res), st)
 	}
-	// The identical call again: refused at once with the reason.
+	// The identical call again: refused at once with the reason, and the
+	// agent API's code for it beside the gateway's status.
 	res = callRaw(t, cs, "add", `{"b":2,"a":1}`)
-	if st := status(t, res); st["status"] != mcp.StatusDenied || st["reason"] != "not during the freeze window" {
+	if st := status(t, res); st["status"] != mcp.StatusDenied || st["code"] != "previously_denied" || st["reason"] != "not during the freeze window" {
 		t.Fatalf("re-issued denied call: %s %v", text(res), st)
 	}
 	if e.calls.Load() != 0 {

@@ -8,13 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // Error is the one error shape of the agent API, of the control socket
@@ -101,6 +104,45 @@ var sentinels = []struct {
 	{account.ErrLoginDisabled, http.StatusForbidden, "account_disabled", "this account is disabled; ask an administrator", ""},
 	{account.ErrBadPrincipal, http.StatusForbidden, "bad_principal",
 		"the identity provider's subject cannot name an account here (it must be printable ASCII, at most 320 bytes with the issuer host); ask an administrator", ""},
+	{queue.ErrNotPending, http.StatusConflict, "not_pending", "the call is no longer pending; reload it to see its state", ""},
+	{queue.ErrPreviouslyDenied, http.StatusConflict, "previously_denied",
+		"an operator denied this exact call recently; change the call or ask a person before trying again", ""},
+	{queue.ErrAudienceNotAllow, http.StatusForbidden, "audience_not_allowed",
+		"the tool's audience is not this token's audience; use a token made for the tool's audience", ""},
+	{queue.ErrNotAnApprover, http.StatusForbidden, "not_an_approver", "the tool names who may approve its calls, and you are not one of them; ask one of them", ""},
+	{queue.ErrOwner, http.StatusForbidden, "owner", "you own the agent that proposed this call, so you cannot approve it; ask an operator who does not run it", ""},
+	{queue.ErrNotADecider, http.StatusForbidden, "not_a_decider", "only an enabled operator or admin decides; use an enabled operator's account", ""},
+	{queue.ErrNotAnAdmin, http.StatusForbidden, "not_an_admin", "only an enabled admin may do this; ask an admin", ""},
+	{queue.ErrNotAdmin, http.StatusForbidden, "not_an_admin", "only an enabled admin account may accept a rollback; name an admin with --as", ""},
+	{queue.ErrFilter, http.StatusBadRequest, "bad_filter", "invalid history filter; check the dates and names in the filter", ""},
+	{account.ErrMismatch, http.StatusUnauthorized, "bad_credentials", "wrong name or password", ""},
+	{account.ErrSessionNotFound, http.StatusUnauthorized, "session_ended", "your session ended; log in again", ""},
+	{account.ErrThrottleFull, http.StatusTooManyRequests, "throttled",
+		"too many failed logins are being tracked right now; wait a few minutes and try again", ""},
+	{account.ErrNoRole, http.StatusForbidden, "no_role",
+		"none of your groups at the identity provider gives you a role in this console; ask an administrator to add you to a group that does", ""},
+	{account.ErrUserNotFound, http.StatusNotFound, "user_not_found", "no account has that name; console user list shows them", ""},
+	{account.ErrUserExists, http.StatusConflict, "name_taken", "an account with that name exists already; choose another name", ""},
+	{account.ErrUserDisabled, http.StatusConflict, "already_disabled", "the account is disabled already", ""},
+	{account.ErrTokenNotFound, http.StatusNotFound, "token_not_found", "no live token has that id: it is unknown or revoked already", ""},
+	{account.ErrTokenContext, http.StatusBadRequest, "invalid_token", "a token needs an actor and an audience (--actor agent:NAME --audience HOST)", ""},
+	{account.ErrTokenName, http.StatusBadRequest, "invalid_token", "a token's actor and audience follow the account name rule: printable ASCII without spaces, at most 64 bytes", ""},
+	{account.ErrPasskeyNotFound, http.StatusNotFound, "passkey_not_found", "no such passkey on this account; reload the account page", ""},
+	{account.ErrPasskeyTaken, http.StatusConflict, "passkey_taken", "that passkey is registered already", ""},
+	{account.ErrReservedName, http.StatusBadRequest, "reserved_name", "that name is reserved; choose another", ""},
+	{account.ErrUnknownRole, http.StatusBadRequest, "unknown_role", "the role must be operator, auditor or admin", ""},
+	{account.ErrBadName, http.StatusBadRequest, "invalid_name", "", ""},
+	{account.ErrBadOwner, http.StatusBadRequest, "invalid_owner", "", ""},
+	{account.ErrWeakPassword, http.StatusBadRequest, "invalid_password", fmt.Sprintf("the password is too short: use at least %d characters", account.MinPasswordChars), ""},
+	{account.ErrLongPassword, http.StatusBadRequest, "invalid_password", fmt.Sprintf("the password is too long: at most %d bytes", account.MaxPasswordBytes), ""},
+	{account.ErrMalformedHash, http.StatusInternalServerError, "malformed_hash",
+		"the stored password hash of this account does not parse; an administrator should set a new password", ""},
+	{account.ErrSecretNotFound, http.StatusInternalServerError, "secret_missing",
+		"a secret of this console is missing from its database; an administrator should check the database", ""},
+	{grant.ErrNoNextKey, http.StatusConflict, "no_next_key", "no next key is prepared; prepare one first (console keys rotate --prepare)", ""},
+	{grant.ErrNextKeyPrepared, http.StatusConflict, "next_key_prepared", "a next key is prepared; activate it (console keys rotate --activate)", ""},
+	{grant.ErrNoKeyring, http.StatusServiceUnavailable, "no_keyring", "the data directory has no signing keys; run console keys init or serve once", ""},
+	{grant.ErrKeyringExists, http.StatusConflict, "keyring_exists", "the data directory holds signing keys already; nothing was changed", ""},
 	{store.ErrReplaced, http.StatusServiceUnavailable, "unavailable",
 		"the console's database was removed or replaced while running; nothing was changed. An administrator must restart the console.", ""},
 	{store.ErrRolledBack, http.StatusServiceUnavailable, "unavailable",
@@ -131,6 +173,8 @@ func Of(err error) *Error {
 		ce *queue.ConfirmationError
 		in *account.InputError
 		sh *account.ShadowError
+		le *tools.LintError
+		qe *tools.QuarantineError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -188,12 +232,21 @@ func Of(err error) *Error {
 		return New(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
 	case errors.As(err, &in):
 		return New(http.StatusBadRequest, "invalid_"+in.Field, "%s", in.Message)
+	case errors.As(err, &le):
+		return New(http.StatusUnprocessableEntity, "invalid_tools_file", "%s", le.Error())
+	case errors.As(err, &qe):
+		return New(http.StatusConflict, "quarantined", "%s cannot be mirrored: %s", qe.Tool, strings.Join(qe.Reasons, "; "))
 	case errors.As(err, &sh):
 		return New(http.StatusConflict, "name_taken", "%s", sh.Message())
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
-			return &Error{Status: s.status, Code: s.code, Message: s.message, Hint: s.hint}
+			msg := s.message
+			if msg == "" {
+				// The error's own text says it for people already.
+				_, msg, _ = strings.Cut(s.err.Error(), ": ")
+			}
+			return &Error{Status: s.status, Code: s.code, Message: msg, Hint: s.hint}
 		}
 	}
 	return New(http.StatusInternalServerError, "internal", "internal error; nothing was changed")

@@ -817,6 +817,13 @@ type ApproveInput struct {
 	// Passkey is set when the operator's passkey signed the approval; a
 	// call that requires one is refused without it.
 	Passkey *PasskeyProof
+	// Confirm is what the approver typed where the call's tool asks for its
+	// target or a word to be typed (confirm: in the tools file), and
+	// AcceptWarnings acknowledges the call's deception warning. Both are
+	// checked in the decision's transaction against the call as stored,
+	// whatever the channel (see Confirmation).
+	Confirm        string
+	AcceptWarnings bool
 	// Seen is the call as the approver's channel read it before deciding,
 	// if it did. It is a hint, never trusted: when this approval looks like
 	// the last one the call needs, the grant is signed before the write
@@ -905,6 +912,9 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		}
 		if c.RequirePasskey && in.Passkey == nil {
 			return ErrPasskeyRequired
+		}
+		if err := Confirmation(s.Tools(), c, in.Confirm, in.AcceptWarnings); err != nil {
+			return err
 		}
 		now := s.now()
 		a := Approval{Operator: operator, Channel: channel, At: now, Comment: comment}
