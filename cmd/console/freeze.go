@@ -67,7 +67,7 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 	defer d.Close()
 	q := queue.NewService(queue.Config{Store: d.queue})
 	if *list {
-		fz, err := q.Store().Freezes(ctx)
+		fz, err := q.Freezes(ctx)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
 			return 1

@@ -16,7 +16,7 @@ func TestSocketFirstMessageBoundsBlocks(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
 	const n = maxQueueBlocks + 50
-	if err := e.q.Store().Update(context.Background(), func(tx queue.Tx) error {
+	if err := e.db.Store().Update(context.Background(), func(tx queue.Tx) error {
 		for i := range n {
 			if err := tx.SetRetry(fmt.Sprintf("agent:a%03d", i), "payments.refund", queue.RetryState{Count: 3, BlockedAt: e.clock.Now()}); err != nil {
 				return err

@@ -69,7 +69,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 		t.Error("an edit of the stored copy alone is shown as a broken record")
 	}
 	// The pushed fragment is the same view: the hub renders cardView.
-	loaded, err := e.q.Store().Call(context.Background(), call.ID)
+	loaded, err := e.q.Call(context.Background(), call.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 		if got.Find(`[data-testid="card-warning"]`).Length() != 1 {
 			t.Error("the edit of the stored copy hid the look-alike character's warning from the card")
 		}
-		loaded, err := e.q.Store().Call(context.Background(), raw.ID)
+		loaded, err := e.q.Call(context.Background(), raw.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestQueueCardRendersFromEnvelope(t *testing.T) {
 func BenchmarkCardRender(b *testing.B) {
 	e := newConsoleEnv(b)
 	e.submit("agent:billing-bot", "payments-host", conRefundBody)
-	calls, err := e.q.Store().PendingCalls(context.Background(), 1)
+	calls, err := e.q.PendingCalls(context.Background(), 1)
 	if err != nil || len(calls) != 1 {
 		b.Fatalf("PendingCalls = %d calls, %v", len(calls), err)
 	}

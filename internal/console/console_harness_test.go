@@ -211,7 +211,7 @@ func (e *consoleEnv) insertRaw(actor, tool, target string, args canonical.Object
 	c := &queue.Call{ID: queue.NewCallID(), Actor: actor, Audience: "test-host", Tool: tool, Target: target, Args: args,
 		Rationale: rationale, Envelope: b, Digest: canonical.DigestOf(b), Status: queue.StatusPending,
 		ApprovalsRequired: 1, GrantTTL: time.Minute, CreatedAt: now, DecideBy: now.Add(time.Hour)}
-	if err := e.q.Store().Update(context.Background(), func(tx queue.Tx) error { return tx.InsertCall(c) }); err != nil {
+	if err := e.db.Store().Update(context.Background(), func(tx queue.Tx) error { return tx.InsertCall(c) }); err != nil {
 		e.t.Fatal(err)
 	}
 	return c

@@ -299,7 +299,7 @@ func TestHistoryAuditorCannotDecide(t *testing.T) {
 	if err != nil || got.Status != queue.StatusPending || len(got.Approvals) != 0 {
 		t.Errorf("after the auditor's posts the call is %+v (%v), want pending without approvals", got, err)
 	}
-	blocks, err := e.q.Store().Blocks(context.Background())
+	blocks, err := e.q.Blocks(context.Background())
 	if err != nil || len(blocks) != 1 {
 		t.Errorf("blocks after the auditor's clear = %v (%v), want the block kept", blocks, err)
 	}

@@ -101,7 +101,7 @@ func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *vie
 	if !v.user.Role.CanDecide() {
 		return
 	}
-	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
 	if err != nil {
 		return // the link is a convenience; the page stands without it
 	}

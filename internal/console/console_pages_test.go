@@ -273,7 +273,7 @@ func TestAuditorCannotDecide(t *testing.T) {
 	if got.Status != queue.StatusPending || len(got.Approvals) != 0 {
 		t.Errorf("after refused decisions: %s with %d approvals", got.Status, len(got.Approvals))
 	}
-	if blocks, _ := e.q.Store().Blocks(context.Background()); len(blocks) != 1 {
+	if blocks, _ := e.q.Blocks(context.Background()); len(blocks) != 1 {
 		t.Errorf("blocks = %d, want 1 (not cleared)", len(blocks))
 	}
 	if _, err := accountsOf(e.db).UserByName(context.Background(), "mallory"); err == nil {
@@ -299,7 +299,7 @@ func TestOperatorClearsBlock(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("clear = %d, want 303", p.status)
 	}
-	if blocks, _ := e.q.Store().Blocks(context.Background()); len(blocks) != 0 {
+	if blocks, _ := e.q.Blocks(context.Background()); len(blocks) != 0 {
 		t.Errorf("blocks after clear = %d", len(blocks))
 	}
 	p = b.post("/blocks/clear", map[string][]string{"csrf": {tok}, "actor": {actor}, "tool": {tool}})

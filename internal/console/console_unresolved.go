@@ -45,7 +45,7 @@ func (c *Console) unresolvedPage(ec echo.Context) error {
 }
 
 func (c *Console) unresolvedView(ctx context.Context, v *viewer, now time.Time) (templates.UnresolvedView, error) {
-	calls, err := c.q.Store().UnresolvedCalls(ctx, maxUnresolvedCards+1)
+	calls, err := c.q.UnresolvedCalls(ctx, maxUnresolvedCards+1)
 	if err != nil {
 		return templates.UnresolvedView{}, err
 	}

@@ -34,11 +34,11 @@ const (
 // queueView reads the pending calls the query lets through, in its
 // order, and the retry blocks.
 func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
-	calls, err := c.q.Store().PendingCalls(ctx, maxQueueCards)
+	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
 	if err != nil {
 		return templates.QueueView{}, err
 	}
-	blocks, err := c.q.Store().Blocks(ctx)
+	blocks, err := c.q.Blocks(ctx)
 	if err != nil {
 		return templates.QueueView{}, err
 	}
@@ -77,7 +77,7 @@ func (c *Console) page(v *viewer, title, nav, ws string, now time.Time) template
 		// Every page of a logged-in person says what is frozen.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		fz, err := c.q.Store().Freezes(ctx)
+		fz, err := c.q.Freezes(ctx)
 		if err != nil {
 			c.log.Warn("read freezes for the banner", slog.Any("error", err))
 			p.FreezesUnknown = true

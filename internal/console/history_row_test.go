@@ -73,7 +73,7 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 	hp := &historyPages{c: e.c}
 	now := e.clock.Now()
 	for _, id := range []string{plain.ID, hidden.ID, broken.ID} {
-		call, err := e.q.Store().Call(context.Background(), id)
+		call, err := e.q.Call(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 func BenchmarkHistoryRow(b *testing.B) {
 	e := newConsoleEnv(b)
 	e.submit("agent:billing-bot", "payments-host", conRefundBody)
-	calls, err := e.q.Store().PendingCalls(context.Background(), 1)
+	calls, err := e.q.PendingCalls(context.Background(), 1)
 	if err != nil || len(calls) != 1 {
 		b.Fatalf("PendingCalls = %d calls, %v", len(calls), err)
 	}

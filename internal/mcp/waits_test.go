@@ -105,7 +105,7 @@ func TestHeldCallsCountAgainstTheTokensWaits(t *testing.T) {
 
 // approvePending approves, as alice, every pending call that match says.
 func approvePending(t *testing.T, e *env, match func(*queue.Call) bool) {
-	pending, err := e.q.Store().PendingCalls(context.Background(), 100)
+	pending, err := e.q.PendingCalls(context.Background(), 100)
 	if err != nil {
 		t.Error(err)
 		return

@@ -71,7 +71,7 @@ func TestWhoMayFreeze(t *testing.T) {
 			if !matches(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
-			fs, ferr := e.q.Store().Freezes(ctx)
+			fs, ferr := e.q.Freezes(ctx)
 			if ferr != nil {
 				t.Fatal(ferr)
 			}
@@ -112,7 +112,7 @@ func TestFreezeRulesCheckedInsideTheTransaction(t *testing.T) {
 	if _, err := e.q.Unfreeze(ctx, "root", audit.ChannelWeb, "", ""); !errors.As(err, &ae) || ae.Operator != "root" {
 		t.Fatalf("Unfreeze by an admin disabled meanwhile: %v, want an AdminError for root", err)
 	}
-	if fs, _ := e.q.Store().Freezes(ctx); len(fs) != 1 {
+	if fs, _ := e.q.Freezes(ctx); len(fs) != 1 {
 		t.Fatalf("freezes in force = %v, want the one freeze", fs)
 	}
 }

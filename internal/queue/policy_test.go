@@ -340,7 +340,7 @@ func TestFreeze(t *testing.T) {
 		t.Fatalf("Submit while frozen: %v", err)
 	}
 	// Another tool's and another actor's freeze do not match.
-	if got, err := e.q.Store().Freezes(ctx); err != nil || len(got) != 1 {
+	if got, err := e.q.Freezes(ctx); err != nil || len(got) != 1 {
 		t.Fatalf("Freezes = %v %v", got, err)
 	}
 	// Denial still works while frozen.

@@ -13,7 +13,7 @@ import (
 
 func blocksOf(t *testing.T, e *env) []queue.Block {
 	t.Helper()
-	bs, err := e.q.Store().Blocks(context.Background())
+	bs, err := e.q.Blocks(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,9 +134,6 @@ func (s *Service) Tools() *tools.Registry { return s.tools }
 // Policy returns the compiled rules, nil when there are none.
 func (s *Service) Policy() *policy.Policy { return s.policy }
 
-// Store returns the service's store, for read-only views.
-func (s *Service) Store() Store { return s.store }
-
 // Subscribe registers fn to receive every committed change. fn runs on the
 // goroutine that made the change and must not block.
 func (s *Service) Subscribe(fn func(Event)) {
@@ -759,6 +756,29 @@ func (s *Service) Get(ctx context.Context, who Principal, id string) (*Call, err
 func (s *Service) Call(ctx context.Context, id string) (*Call, error) {
 	return s.store.Call(ctx, id)
 }
+
+// PendingCalls lists at most limit pending calls, newest first, for the
+// console's queue.
+func (s *Service) PendingCalls(ctx context.Context, limit int) ([]*Call, error) {
+	return s.store.PendingCalls(ctx, limit)
+}
+
+// UnresolvedCalls lists at most limit calls that wait for a person to say
+// what happened, oldest outcome first.
+func (s *Service) UnresolvedCalls(ctx context.Context, limit int) ([]*Call, error) {
+	return s.store.UnresolvedCalls(ctx, limit)
+}
+
+// CountUnresolved counts the calls UnresolvedCalls lists.
+func (s *Service) CountUnresolved(ctx context.Context) (int, error) {
+	return s.store.CountUnresolved(ctx)
+}
+
+// Blocks lists the (actor, tool) pairs blocked by the retry cap.
+func (s *Service) Blocks(ctx context.Context) ([]Block, error) { return s.store.Blocks(ctx) }
+
+// Freezes lists the freezes in force, oldest first.
+func (s *Service) Freezes(ctx context.Context) ([]Freeze, error) { return s.store.Freezes(ctx) }
 
 // Wait returns the principal's call as soon as it is no longer pending, or
 // when d has passed, ctx ends or the service shuts down.

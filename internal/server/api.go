@@ -18,7 +18,6 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/internal/wire"
 )
 
@@ -205,38 +204,11 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := canonical.Parse(body)
+	r, err := queue.ParseOutcome(body)
 	if err != nil {
-		return &queue.ProposalError{Kind: queue.KindParse, Problems: canonical.Problems{*err.(*canonical.Problem)}}
+		return err
 	}
-	o, ok := v.(canonical.Object)
-	var problems canonical.Problems
-	if !ok {
-		problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Message: "the body must be an object with status and detail"})
-	}
-	var status, detail string
-	for _, m := range o {
-		switch m.Name {
-		case "status":
-			if status, ok = m.Value.(string); !ok {
-				problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/status", Message: "status must be a string"})
-			}
-		case "detail":
-			if detail, ok = m.Value.(string); !ok {
-				problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/detail", Message: "detail must be a string"})
-			}
-		default:
-			problems = append(problems, canonical.Problem{Code: canonical.CodeUnknownField, Path: canonical.Pointer(m.Name),
-				Message: fmt.Sprintf("%+q is not a member of an outcome (allowed: status, detail)", m.Name)})
-		}
-	}
-	if _, ok := o.Get("status"); !ok && o != nil {
-		problems = append(problems, canonical.Problem{Code: canonical.CodeMissingField, Path: "/status", Message: "status is required: succeeded, failed or unknown"})
-	}
-	if len(problems) > 0 {
-		return &queue.ProposalError{Kind: queue.KindInvalidArguments, Problems: problems}
-	}
-	call, err := s.cfg.Queue.ReportOutcome(c.Request().Context(), principal(c), c.Param("id"), status, detail)
+	call, err := s.cfg.Queue.ReportOutcome(c.Request().Context(), principal(c), c.Param("id"), r.Status, r.Detail)
 	if err != nil {
 		return err
 	}
@@ -247,42 +219,16 @@ func (s *Server) outcome(c echo.Context) error {
 // {"extend_seconds": N} asks for N seconds from now, at most the tool's
 // outcome_within (the default).
 func (s *Server) heartbeat(c echo.Context) error {
-	var extend time.Duration
+	var body []byte
 	if c.Request().ContentLength != 0 {
-		body, err := readJSON(c)
-		if err != nil {
+		var err error
+		if body, err = readJSON(c); err != nil {
 			return err
 		}
-		v, err := canonical.Parse(body)
-		if err != nil {
-			return &queue.ProposalError{Kind: "parse", Problems: canonical.Problems{*err.(*canonical.Problem)}}
-		}
-		o, ok := v.(canonical.Object)
-		var problems canonical.Problems
-		if !ok {
-			problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Message: "the body must be an object (or empty)"})
-		}
-		for _, m := range o {
-			switch m.Name {
-			case "extend_seconds":
-				n, isInt := m.Value.(int64)
-				if !isInt {
-					problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/extend_seconds",
-						Message: "extend_seconds must be an integer number of seconds"})
-				} else if n < 1 || n > int64(tools.MaxOutcomeWithin/time.Second) {
-					problems = append(problems, canonical.Problem{Code: canonical.CodeOutOfRange, Path: "/extend_seconds",
-						Message: "extend_seconds must be at least 1 and at most the tool's outcome_within"})
-				} else {
-					extend = time.Duration(n) * time.Second
-				}
-			default:
-				problems = append(problems, canonical.Problem{Code: canonical.CodeUnknownField, Path: canonical.Pointer(m.Name),
-					Message: fmt.Sprintf("%+q is not a member of a heartbeat (allowed: extend_seconds)", m.Name)})
-			}
-		}
-		if len(problems) > 0 {
-			return &queue.ProposalError{Kind: "invalid_arguments", Problems: problems}
-		}
+	}
+	extend, err := queue.ParseHeartbeat(body)
+	if err != nil {
+		return err
 	}
 	call, err := s.cfg.Queue.Heartbeat(c.Request().Context(), principal(c), c.Param("id"), extend)
 	if err != nil {

@@ -364,7 +364,7 @@ func TestRetryLimit(t *testing.T) {
 	good := `{"tool":"weather.search","target":"weather:forecast","args":{"city":"Paris"}}`
 	st.submit(agent, good, http.StatusTooManyRequests)
 	// Other tools are not blocked.
-	blocks, err := st.queue.Store().Blocks(context.Background())
+	blocks, err := st.queue.Blocks(context.Background())
 	if err != nil || len(blocks) != 1 || blocks[0].Tool != "weather.search" || blocks[0].Actor != "agent:weather" {
 		t.Fatalf("blocks = %+v, %v", blocks, err)
 	}

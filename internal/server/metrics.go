@@ -77,7 +77,7 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 		func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			n, err := q.Store().CountUnresolved(ctx)
+			n, err := q.CountUnresolved(ctx)
 			if err != nil {
 				return -1
 			}
