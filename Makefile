@@ -1,14 +1,30 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: test test-short test-clients lint generate check-generate bench fuzz build
+.PHONY: test test-short test-clients npm-deps lint generate check-generate bench fuzz build
 
 build:
 	$(GO) build -o bin/console ./cmd/console
 
-# Every test: unit, integration, processes, the browser suite, with the race detector.
-test:
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The npm packages the suites use (the TypeScript client's, axe-core for the
+# accessibility check, the official MCP TypeScript SDK), from the committed
+# lock files. A directory is installed again only when its lock file is
+# newer than what npm ci recorded. Without npm nothing is installed, and the
+# tests that need the packages fail saying so.
+NPM_DIRS := clients/typescript e2e/axe e2e/mcp-ts
+npm-deps: $(NPM_DIRS:%=%/node_modules/.package-lock.json)
+
+%/node_modules/.package-lock.json: %/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		echo "npm ci in $*"; (cd $* && npm ci --no-audit --no-fund --loglevel=error); \
+	else echo "npm not found: the suites that need $* will fail (install Node.js 20 and npm, then make npm-deps)"; fi
+
+# Every test: unit, integration, processes, the browser suite, with the race
+# detector. Nothing is skipped: a test whose tool is missing (Chromium,
+# PostgreSQL, strace, python3-cryptography, the npm packages) fails and says
+# how to install it (COUNTERSIGN_TEST_ALL=1, see internal/testkit.Need).
+test: npm-deps
+	COUNTERSIGN_TEST_ALL=1 $(GO) test -race -count=1 -timeout 20m ./...
 
 # The fast loop: every test but the heavy ones (big races, kill loops,
 # 10,000-socket tests, the browser suite), which skip under -short. Four

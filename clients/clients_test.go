@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 var consoleBin, mcpDemoBin string
@@ -44,14 +46,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// missing skips the test, or fails it under CI=true.
+// missing skips the test, or fails it where every test must run
+// (testkit.Need).
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: .ci/run installs what the client suites need)", msg)
-	}
-	t.Skip(msg)
+	testkit.Need(t, fmt.Sprintf(format, args...))
 }
 
 // suiteEnv is the environment of a client suite: the console to start and

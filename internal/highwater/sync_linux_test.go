@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // TestAdvanceSyncsWithFdatasync runs Open and three Advances in a child
@@ -27,10 +29,7 @@ func TestAdvanceSyncsWithFdatasync(t *testing.T) {
 	}
 	strace, err := exec.LookPath("strace")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("strace is required under CI (apt-get install -y strace)")
-		}
-		t.Skip("strace not installed")
+		testkit.Need(t, "counting syncs needs strace: apt-get install -y strace")
 	}
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace")

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	cdpwebauthn "github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/go-webauthn/webauthn/webauthn"
 )
 
@@ -36,11 +37,7 @@ func requireChromium(tb testing.TB) {
 	if fi, err := os.Stat(chromiumPath); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 		return
 	}
-	msg := fmt.Sprintf("the browser test needs Chromium at %s: apt-get install -y chromium", chromiumPath)
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
+	testkit.Need(tb, fmt.Sprintf("the browser test needs Chromium at %s: apt-get install -y chromium", chromiumPath))
 }
 
 // page is one tab on http://localhost:PORT with a virtual authenticator.

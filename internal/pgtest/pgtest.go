@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -61,11 +62,7 @@ func Bin() string {
 // under CI=true, where every test must run.
 func Missing(tb testing.TB, why string) {
 	tb.Helper()
-	msg := "PostgreSQL is needed: " + why + " (apt-get install postgresql, or set " + EnvURL + ")"
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
+	testkit.Need(tb, "PostgreSQL is needed: "+why+" (apt-get install -y postgresql, or set "+EnvURL+")")
 }
 
 var shared struct {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/oauth2-proxy/mockoidc"
 )
 
@@ -27,11 +28,7 @@ func TestBrowserRedirectFlow(t *testing.T) {
 		t.Skip("browser test: skipped with -short")
 	}
 	if fi, err := os.Stat(chromiumPath); err != nil || fi.IsDir() {
-		msg := "the browser test needs Chromium at " + chromiumPath + ": apt-get install -y chromium"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testkit.Need(t, "the browser test needs Chromium at "+chromiumPath+": apt-get install -y chromium")
 	}
 	p := startProvider(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
