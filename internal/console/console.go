@@ -255,14 +255,14 @@ func New(cfg Config) (*Console, error) {
 	if c.dummyHash, err = account.Hash("countersign: no such account"); err != nil {
 		return nil, err
 	}
-	c.hub = newHub(c)
+	c.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_live_pushes_total",
+		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
+	c.hub = newHub(hubDeps{fragment: c.fragmentFor, presence: cfg.Presence, pushes: c.pushes, log: c.log, now: c.now, stop: c.stop})
 	c.chain = audit.NewWatcher(c.trail, c.now, c.log)
 	c.q.Subscribe(c.hub.publish)
 	if cfg.Presence != nil {
 		cfg.Presence.OnChange(c.hub.othersChanged)
 	}
-	c.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_live_pushes_total",
-		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(c.pushes); err != nil {
 			return nil, fmt.Errorf("console: metrics: %w", err)

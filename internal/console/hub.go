@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
@@ -45,8 +46,22 @@ type client struct {
 	closeText string
 }
 
+// hubDeps is what the hub is given: how to render a change for one page,
+// who views a call on other replicas, where it counts its pushes, its log
+// and clock, and the console's stop.
+type hubDeps struct {
+	// fragment renders a change for one client: a key shared by clients
+	// that get the same bytes, and the render (nil: nothing for it).
+	fragment func(ev queue.Event, cl *client, now time.Time) (string, func() ([]byte, error))
+	presence Presence               // nil: this replica's viewers only
+	pushes   *prometheus.CounterVec // "sent" and "dropped"
+	log      *slog.Logger
+	now      func() time.Time
+	stop     <-chan struct{}
+}
+
 type hub struct {
-	c          *Console
+	hubDeps
 	register   chan *client
 	unregister chan *client
 	ops        chan func()
@@ -80,9 +95,9 @@ type seenCall struct {
 	removed bool
 }
 
-func newHub(c *Console) *hub {
+func newHub(d hubDeps) *hub {
 	return &hub{
-		c: c, register: make(chan *client), unregister: make(chan *client), ops: make(chan func()),
+		hubDeps: d, register: make(chan *client), unregister: make(chan *client), ops: make(chan func()),
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		clients: map[*client]struct{}{}, seen: map[string]seenCall{}, viewersChanged: map[string]bool{},
 		elsewhere: map[string]bool{},
@@ -148,7 +163,7 @@ func (h *hub) run() {
 					delete(h.seen, id)
 				}
 			}
-		case <-h.c.stop:
+		case <-h.stop:
 			for cl := range h.clients {
 				h.drop(cl, websocket.CloseServiceRestart, "the console is restarting")
 			}
@@ -164,7 +179,7 @@ func (h *hub) run() {
 // presence (Config.Presence) this replica's viewers are told to the other
 // replicas, and theirs are named too.
 func (h *hub) tellViewers() {
-	presence := h.c.cfg.Presence
+	presence := h.presence
 	for len(h.viewersChanged) > 0 {
 		for id := range h.viewersChanged {
 			delete(h.viewersChanged, id)
@@ -199,7 +214,7 @@ func (h *hub) tellViewers() {
 			}
 			msg, err := renderBytes(templates.Presence(viewers))
 			if err != nil {
-				h.c.log.Error("console: render presence", slog.Any("error", err))
+				h.log.Error("console: render presence", slog.Any("error", err))
 				continue
 			}
 			for _, cl := range on {
@@ -223,10 +238,10 @@ func (h *hub) drop(cl *client, code int, text string) {
 // deliver queues msg for cl, dropping cl if its buffer is full.
 func (h *hub) deliver(cl *client, msg []byte) {
 	if cl.offer(msg) {
-		h.c.pushes.WithLabelValues("sent").Inc()
+		h.pushes.WithLabelValues("sent").Inc()
 	} else {
-		h.c.log.Info("console: dropping a socket that does not keep up", slog.String("user", cl.viewer.user.Name))
-		h.c.pushes.WithLabelValues("dropped").Inc()
+		h.log.Info("console: dropping a socket that does not keep up", slog.String("user", cl.viewer.user.Name))
+		h.pushes.WithLabelValues("dropped").Inc()
 		h.drop(cl, websocket.CloseTryAgainLater, "too slow; reconnect")
 	}
 }
@@ -383,11 +398,11 @@ func (h *hub) fanout(ev queue.Event) {
 		removed = ok && s.removed
 		h.seen[ev.Call.ID] = seenCall{rank: r, at: time.Now(), removed: removed}
 	}
-	now := h.c.now()
+	now := h.now()
 	cache := map[string][]byte{}
 	sentRemove := false
 	for cl := range h.clients {
-		key, render := h.c.fragmentFor(ev, cl, now)
+		key, render := h.fragment(ev, cl, now)
 		if render == nil || key == keyQueueRemove && removed {
 			continue
 		}
@@ -395,7 +410,7 @@ func (h *hub) fanout(ev queue.Event) {
 		if !ok {
 			var err error
 			if msg, err = render(); err != nil {
-				h.c.log.Error("console: render fragment", slog.String("kind", ev.Kind), slog.Any("error", err))
+				h.log.Error("console: render fragment", slog.String("kind", ev.Kind), slog.Any("error", err))
 				continue
 			}
 			cache[key] = msg
