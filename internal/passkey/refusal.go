@@ -1,6 +1,6 @@
 package passkey
 
-import "fmt"
+import "github.com/countersign/countersign/internal/problem"
 
 // Reason says which check refused a passkey ceremony.
 type Reason string
@@ -18,28 +18,12 @@ const (
 	ReasonVerification     Reason = "verification"      // another WebAuthn check (origin, RP ID, presence)
 )
 
+// Refused says what a Refusal over these reasons refused.
+func (Reason) Refused() string { return "passkey: refused" }
+
 // Refusal is a ceremony that did not pass. Message is for the operator;
 // Err, when set, is the underlying error, for the log.
-type Refusal struct {
-	Reason  Reason
-	Message string
-	Err     error
-}
-
-func (r *Refusal) Error() string {
-	if r.Err != nil {
-		return fmt.Sprintf("passkey: refused (%s): %s: %v", r.Reason, r.Message, r.Err)
-	}
-	return fmt.Sprintf("passkey: refused (%s): %s", r.Reason, r.Message)
-}
-
-func (r *Refusal) Unwrap() error { return r.Err }
-
-// Is matches another *Refusal with the same reason.
-func (r *Refusal) Is(target error) bool {
-	t, ok := target.(*Refusal)
-	return ok && t.Reason == r.Reason
-}
+type Refusal = problem.Refusal[Reason]
 
 func refuse(reason Reason, msg string, err error) *Refusal {
 	return &Refusal{Reason: reason, Message: msg, Err: err}

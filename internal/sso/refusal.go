@@ -1,6 +1,6 @@
 package sso
 
-import "fmt"
+import "github.com/countersign/countersign/internal/problem"
 
 // Reason says which check refused a login.
 type Reason string
@@ -28,29 +28,12 @@ const (
 	ReasonIDToken Reason = "id_token"
 )
 
+// Refused says what a Refusal over these reasons refused.
+func (Reason) Refused() string { return "sso: login refused" }
+
 // Refusal is a login that did not pass. Message is for the person at the
 // browser; Err, when set, is the underlying error, for the log.
-type Refusal struct {
-	Reason  Reason
-	Message string
-	Err     error
-}
-
-func (r *Refusal) Error() string {
-	if r.Err != nil {
-		return fmt.Sprintf("sso: login refused (%s): %s: %v", r.Reason, r.Message, r.Err)
-	}
-	return fmt.Sprintf("sso: login refused (%s): %s", r.Reason, r.Message)
-}
-
-func (r *Refusal) Unwrap() error { return r.Err }
-
-// Is matches another *Refusal with the same reason, so callers can write
-// errors.Is(err, &sso.Refusal{Reason: sso.ReasonNonce}).
-func (r *Refusal) Is(target error) bool {
-	t, ok := target.(*Refusal)
-	return ok && t.Reason == r.Reason
-}
+type Refusal = problem.Refusal[Reason]
 
 func refuse(reason Reason, msg string, err error) *Refusal {
 	return &Refusal{Reason: reason, Message: msg, Err: err}
