@@ -23,6 +23,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/web/templates"
 )
 
@@ -37,7 +38,7 @@ const (
 	cookieSID = "sid" // the session id after login
 	cookiePre = "pre" // the login form's id before login
 	// formLimit bounds a console form body.
-	formLimit = 64 << 10
+	formLimit = server.MaxFormBytes
 	// loginFormAge is how long a login form stays usable.
 	loginFormAge = time.Hour
 )

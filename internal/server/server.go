@@ -23,6 +23,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
@@ -187,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
+	e.Use(s.refuseLargeBodies)
 	if err := s.allowHosts(cfg); err != nil {
 		return nil, err
 	}
@@ -394,6 +396,42 @@ func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.hostAllowed(c.Request().Host) {
 			return problem.New(http.StatusMisdirectedRequest, "misdirected_request",
 				"this console does not answer for the host %q; use the address in its --public-url (or add the name with --allowed-host)", c.Request().Host)
+		}
+		return next(c)
+	}
+}
+
+// bodyLimit is the most a route reads of a request's body: the agent
+// API's JSON bodies and the console's forms; 0 for the routes that bound
+// their own (the MCP gateway's).
+func (s *Server) bodyLimit(path string) int64 {
+	switch {
+	case strings.HasPrefix(path, "/api/"):
+		return canonical.MaxBodyBytes
+	case strings.HasPrefix(path, "/mcp/"):
+		return 0
+	}
+	return MaxFormBytes
+}
+
+// MaxFormBytes is the most a page's form body may hold (the console reads
+// its forms with this limit).
+const MaxFormBytes = 64 << 10
+
+// refuseLargeBodies answers 413 too_large to a request whose declared
+// Content-Length is over its route's limit, before anything reads the
+// body: net/http then never sends "100 Continue", so a client that asked
+// for it (curl does, for large bodies) reads the 413 instead of sending
+// megabytes into a connection that is about to close. The connection
+// closes after the answer. Bodies without a length are still cut at the
+// limit by the readers of each route.
+func (s *Server) refuseLargeBodies(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if limit := s.bodyLimit(r.URL.Path); limit > 0 && r.ContentLength > limit {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return problem.New(http.StatusRequestEntityTooLarge, "too_large",
+				"the body is larger than %d bytes (its Content-Length is %d); send a smaller one", limit, r.ContentLength)
 		}
 		return next(c)
 	}
