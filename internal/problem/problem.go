@@ -35,6 +35,20 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
+// refusalCodes are the answers that apply the console's rules rather than
+// report a fault: a freeze (503), a rule's or an operator's denial, the
+// retry cap, a tool for another audience. They are logged at INFO, like
+// any other answer the console meant to give, even when their status is
+// 5xx.
+var refusalCodes = map[string]bool{
+	"frozen": true, "denied_by_policy": true, "previously_denied": true, "retry_limit": true,
+	"audience_not_allowed": true,
+}
+
+// Refusal reports whether e is a rule applied rather than a fault.
+func (e *Error) Refusal() bool { return refusalCodes[e.Code] }
+
+// New is an Error with a message made with fmt.Sprintf.
 func New(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }

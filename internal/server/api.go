@@ -50,7 +50,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	ae := ErrorOf(err)
-	if ae.Status >= 500 {
+	if ae.Refusal() {
+		c.Set(refusalKey, true)
+	}
+	if ae.Status >= 500 && !ae.Refusal() {
 		s.log.Error("request failed", slog.String("path", s.logPath(c.Request().URL.Path)), slog.Any("error", err),
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 	}

@@ -11,6 +11,9 @@ import (
 	"github.com/countersign/countersign/internal/problem"
 )
 
+// refusalKey marks a request answered with a refusal, for the access log.
+const refusalKey = "countersign.refusal"
+
 // ErrorOf is problem.Of for errors that crossed echo: the router's and
 // middleware's own errors (no route, wrong method, a body too large) get
 // their codes here, everything else the domain's.

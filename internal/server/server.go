@@ -464,7 +464,7 @@ func (s *Server) accessLog() echo.MiddlewareFunc {
 		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
 			s.metrics.responses.WithLabelValues(statusLabel(v.Status)).Inc()
 			level := slog.LevelInfo
-			if v.Status >= 500 {
+			if refusal, _ := c.Get(refusalKey).(bool); v.Status >= 500 && !refusal {
 				level = slog.LevelError
 			}
 			s.log.LogAttrs(c.Request().Context(), level, "request",
