@@ -99,11 +99,12 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 	return 0
 }
 
-// refusal is what the command line says of err: the error table's message
-// for a refusal, the error itself for anything else.
+// refusal is what the command line says of err: the error table's code
+// and message for a refusal (so that scripts can match the code the API
+// and the control socket answer), the error itself for anything else.
 func refusal(err error) string {
 	if ae := server.ErrorOf(err); ae.Status < 500 {
-		return ae.Message
+		return ae.Code + ": " + ae.Message
 	}
 	return err.Error()
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // TestFreezeWhoMay: console freeze and unfreeze leave the rule of who may
-// to the queue and say its refusal in the error table's words: an operator
+// to the queue and say its refusal in the error table's code and words: an operator
 // freezes, only an admin lifts; an unknown name does neither.
 func TestFreezeWhoMay(t *testing.T) {
 	data := t.TempDir()
@@ -20,10 +20,10 @@ func TestFreezeWhoMay(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"freeze", "--as", "nobody", "--reason", "incident 3"}, 1, `not an enabled operator or admin: "nobody"`},
+		{[]string{"freeze", "--as", "nobody", "--reason", "incident 3"}, 1, `not_a_decider: not an enabled operator or admin: "nobody"`},
 		{[]string{"freeze", "--as", "olive", "--tool", "payments.refund", "--reason", "incident 3"}, 0, "payments.refund"},
-		{[]string{"unfreeze", "--as", "olive", "--tool", "payments.refund"}, 1, `only an enabled admin lifts a freeze, and "olive" is not one`},
-		{[]string{"unfreeze", "--as", "root", "--tool", "releases.deploy"}, 1, "no freeze in force has that scope"},
+		{[]string{"unfreeze", "--as", "olive", "--tool", "payments.refund"}, 1, `not_an_admin: only an enabled admin lifts a freeze, and "olive" is not one`},
+		{[]string{"unfreeze", "--as", "root", "--tool", "releases.deploy"}, 1, "no_freeze: no freeze in force has that scope"},
 		{[]string{"unfreeze", "--as", "root", "--tool", "payments.refund"}, 0, "unfrozen"},
 	}
 	for _, s := range steps {
