@@ -14,6 +14,7 @@ import (
 type Oneshot struct {
 	Kind    string
 	KeyHash string // SHA-256 of the key the browser holds, never the key
+	Owner   string // the account it belongs to, or ""
 	Value   []byte
 	Expires time.Time
 }
@@ -51,6 +52,26 @@ func (o oneshots) Put(ctx context.Context, key string, value []byte, expires tim
 			return oneshot.ErrFull
 		}
 		return tx.InsertOneshot(Oneshot{Kind: o.kind, KeyHash: o.hash(key), Value: value, Expires: expires})
+	})
+}
+
+func (o oneshots) PutOwned(ctx context.Context, owner string, perOwner int, key string, value []byte, expires time.Time) error {
+	now := o.s.now()
+	return o.s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.PruneOneshots(o.kind, now); err != nil {
+			return err
+		}
+		if err := tx.TrimOneshots(o.kind, owner, perOwner-1); err != nil {
+			return err
+		}
+		n, err := tx.CountOneshots(o.kind)
+		if err != nil {
+			return err
+		}
+		if n >= o.max {
+			return oneshot.ErrFull
+		}
+		return tx.InsertOneshot(Oneshot{Kind: o.kind, KeyHash: o.hash(key), Owner: owner, Value: value, Expires: expires})
 	})
 }
 

@@ -97,6 +97,9 @@ type Tx interface {
 	CountOneshots(kind string) (int, error)
 	// PruneOneshots deletes the values of a kind that expired by now.
 	PruneOneshots(kind string, now time.Time) error
+	// TrimOneshots deletes the oldest values (soonest to expire) of a kind
+	// kept for owner until at most keep remain.
+	TrimOneshots(kind, owner string, keep int) error
 
 	// LoginStrikes returns the failed logins kept for keys, by key; keys
 	// without any are left out.

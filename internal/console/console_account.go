@@ -152,6 +152,11 @@ func (c *Console) passkeyRefusal(ec echo.Context, err error) error {
 	if errors.As(err, &r) {
 		return jsonError(ec, http.StatusBadRequest, "passkey_"+string(r.Reason), r.Message)
 	}
+	if errors.Is(err, passkey.ErrPromptsFull) {
+		ae := server.ErrorOf(err)
+		ec.Response().Header().Set("Retry-After", "120")
+		return jsonError(ec, ae.Status, ae.Code, ae.Message)
+	}
 	return err
 }
 

@@ -98,8 +98,8 @@ func (t *storeTx) UsePasskey(user string, id []byte, from, to uint32, record []b
 }
 
 func (t *storeTx) InsertOneshot(o account.Oneshot) error {
-	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO oneshots (kind, key_hash, value, expires_at) VALUES (?,?,?,?)`,
-		o.Kind, o.KeyHash, o.Value, ms(o.Expires))
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO oneshots (kind, key_hash, owner, value, expires_at) VALUES (?,?,?,?,?)`,
+		o.Kind, o.KeyHash, o.Owner, o.Value, ms(o.Expires))
 	if err != nil {
 		return fmt.Errorf("db: keep %s under way: %w", o.Kind, err)
 	}
@@ -127,6 +127,16 @@ func (t *storeTx) CountOneshots(kind string) (int, error) {
 		return 0, fmt.Errorf("db: count %s under way: %w", kind, err)
 	}
 	return n, nil
+}
+
+func (t *storeTx) TrimOneshots(kind, owner string, keep int) error {
+	_, err := t.tx.ExecContext(t.ctx, `DELETE FROM oneshots WHERE kind = ? AND owner = ? AND key_hash NOT IN (
+		SELECT key_hash FROM oneshots WHERE kind = ? AND owner = ? ORDER BY expires_at DESC, key_hash LIMIT ?)`,
+		kind, owner, kind, owner, max(keep, 0))
+	if err != nil {
+		return fmt.Errorf("db: trim %s under way: %w", kind, err)
+	}
+	return nil
 }
 
 func (t *storeTx) PruneOneshots(kind string, now time.Time) error {

@@ -9,6 +9,7 @@ package oneshot
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,6 +19,12 @@ type Store interface {
 	// Put keeps value under key until expires. It fails with ErrFull when
 	// the store already holds its bound of unexpired values.
 	Put(ctx context.Context, key string, value []byte, expires time.Time) error
+	// PutOwned is Put for a value that belongs to owner (an account): the
+	// owner keeps at most perOwner unexpired values, and a new one beyond
+	// that evicts the owner's oldest (soonest to expire), never another
+	// owner's. ErrFull still applies to the store as a whole, counted after
+	// the eviction, so an owner at its bound can always replace its oldest.
+	PutOwned(ctx context.Context, owner string, perOwner int, key string, value []byte, expires time.Time) error
 	// Take removes the value under key and returns it with its expiry,
 	// which the caller checks (so that it can tell "too old" from
 	// "unknown"). It fails with ErrNotFound when nothing is kept under
@@ -44,6 +51,7 @@ type Memory struct {
 type entry struct {
 	value   []byte
 	expires time.Time
+	owner   string
 }
 
 // NewMemory returns an empty Memory holding at most max unexpired values;
@@ -57,12 +65,42 @@ func NewMemory(max int, now func() time.Time) *Memory {
 
 // Put implements Store.
 func (m *Memory) Put(_ context.Context, key string, value []byte, expires time.Time) error {
-	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.put(key, entry{value: value, expires: expires}, 0)
+}
+
+// PutOwned implements Store.
+func (m *Memory) PutOwned(_ context.Context, owner string, perOwner int, key string, value []byte, expires time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.put(key, entry{value: value, expires: expires, owner: owner}, perOwner)
+}
+
+// put keeps e under key; with perOwner > 0 it first evicts e's owner's
+// oldest values beyond perOwner-1. The caller holds m.mu.
+func (m *Memory) put(key string, e entry, perOwner int) error {
+	now := m.now()
+	if perOwner > 0 {
+		var mine []string
+		for k, have := range m.values {
+			if have.owner == e.owner {
+				if !now.Before(have.expires) {
+					delete(m.values, k)
+					continue
+				}
+				mine = append(mine, k)
+			}
+		}
+		slices.SortFunc(mine, func(a, b string) int { return m.values[a].expires.Compare(m.values[b].expires) })
+		for len(mine) >= perOwner {
+			delete(m.values, mine[0])
+			mine = mine[1:]
+		}
+	}
 	if len(m.values) >= m.max {
-		for k, e := range m.values {
-			if !now.Before(e.expires) {
+		for k, have := range m.values {
+			if !now.Before(have.expires) {
 				delete(m.values, k)
 			}
 		}
@@ -70,7 +108,8 @@ func (m *Memory) Put(_ context.Context, key string, value []byte, expires time.T
 	if len(m.values) >= m.max {
 		return ErrFull
 	}
-	m.values[key] = entry{value: append([]byte(nil), value...), expires: expires}
+	e.value = append([]byte(nil), e.value...)
+	m.values[key] = e
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/go-webauthn/webauthn/webauthn"
 
 	"github.com/countersign/countersign/internal/oneshot"
+	"github.com/countersign/countersign/internal/problem"
 )
 
 // CeremonyTTL is how long a begun registration or approval may take to
@@ -24,6 +26,23 @@ const CeremonyTTL = 2 * time.Minute
 // MaxCeremonies bounds the ceremonies under way at once in the default
 // in-memory store.
 const MaxCeremonies = 10000
+
+// MaxCeremoniesPerAccount bounds the ceremonies one account has under
+// way, in any store. A new one beyond it replaces the account's oldest
+// rather than being refused: an operator whose earlier prompts were
+// abandoned (a closed tab, a cancelled authenticator dialog) can always
+// open a new one, and an account can use up only its own share of the
+// store, never another's. The replaced prompt, if finished later, is
+// refused as unknown (start again).
+const MaxCeremoniesPerAccount = 5
+
+// ErrPromptsFull is a ceremony refused because the store holds its bound
+// of ceremonies under way, from other accounts: nothing was begun; the
+// operator should try again once some have finished or expired
+// (CeremonyTTL at most). It carries its answer in the console's one error
+// vocabulary.
+var ErrPromptsFull = &problem.Error{Status: http.StatusServiceUnavailable, Code: "passkey_prompts_full",
+	Message: "too many passkey prompts are open on this console right now; nothing was begun. Try again in two minutes (prompts expire by then); if it keeps happening, tell an administrator"}
 
 // MaxNameLen bounds a passkey's name.
 const MaxNameLen = 64
@@ -41,7 +60,8 @@ type Config struct {
 	Now func() time.Time
 	// Ceremonies keeps the session data of ceremonies under way. Behind
 	// several replicas it must be shared (the database); nil keeps them
-	// in this process's memory, at most MaxCeremonies at once.
+	// in this process's memory, at most MaxCeremonies at once. Either way
+	// an account keeps at most MaxCeremoniesPerAccount.
 	Ceremonies oneshot.Store
 }
 
@@ -349,9 +369,10 @@ func (s *Service) put(ctx context.Context, c ceremony) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := s.ceremonies.Put(ctx, id, data, s.now().Add(CeremonyTTL)); err != nil {
+	owner := base64.RawURLEncoding.EncodeToString(c.Handle)
+	if err := s.ceremonies.PutOwned(ctx, owner, MaxCeremoniesPerAccount, id, data, s.now().Add(CeremonyTTL)); err != nil {
 		if errors.Is(err, oneshot.ErrFull) {
-			return "", errors.New("passkey: too many passkey prompts open; try again in a minute")
+			return "", ErrPromptsFull
 		}
 		return "", fmt.Errorf("passkey: keep the prompt under way: %w", err)
 	}

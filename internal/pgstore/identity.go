@@ -163,8 +163,8 @@ func (t *txn) UsePasskey(user string, id []byte, from, to uint32, record []byte,
 }
 
 func (t *txn) InsertOneshot(o account.Oneshot) error {
-	_, err := t.tx.Exec(t.ctx, `INSERT INTO oneshots (kind, key_hash, value, expires_at) VALUES ($1,$2,$3,$4)`,
-		o.Kind, o.KeyHash, o.Value, ms(o.Expires))
+	_, err := t.tx.Exec(t.ctx, `INSERT INTO oneshots (kind, key_hash, owner, value, expires_at) VALUES ($1,$2,$3,$4,$5)`,
+		o.Kind, o.KeyHash, o.Owner, o.Value, ms(o.Expires))
 	if err != nil {
 		return fmt.Errorf("pgstore: keep %s under way: %w", o.Kind, err)
 	}
@@ -194,6 +194,16 @@ func (t *txn) CountOneshots(kind string) (int, error) {
 		return 0, fmt.Errorf("pgstore: count %s under way: %w", kind, err)
 	}
 	return n, nil
+}
+
+func (t *txn) TrimOneshots(kind, owner string, keep int) error {
+	_, err := t.tx.Exec(t.ctx, `DELETE FROM oneshots WHERE kind = $1 AND owner = $2 AND key_hash NOT IN (
+		SELECT key_hash FROM oneshots WHERE kind = $1 AND owner = $2 ORDER BY expires_at DESC, key_hash LIMIT $3)`,
+		kind, owner, max(keep, 0))
+	if err != nil {
+		return fmt.Errorf("pgstore: trim %s under way: %w", kind, err)
+	}
+	return nil
 }
 
 func (t *txn) PruneOneshots(kind string, now time.Time) error {

@@ -92,6 +92,55 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Errorf("Put after the others expired = %v, want room", err)
 		}
 	})
+	t.Run("an owner's bound evicts its own oldest, never another's", func(t *testing.T) {
+		s := newStore(t, 100, now)
+		if err := s.PutOwned(ctx, "bob", 3, "bob0", []byte("b"), later(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			// Later keys expire later: the oldest is the first put.
+			if err := s.PutOwned(ctx, "ann", 3, fmt.Sprint("ann", i), []byte{byte(i)}, later(time.Minute+time.Duration(i)*time.Second)); err != nil {
+				t.Fatalf("PutOwned ann%d = %v: an owner past its bound replaces its oldest", i, err)
+			}
+		}
+		for i := range 17 {
+			if _, _, err := s.Take(ctx, fmt.Sprint("ann", i)); !errors.Is(err, oneshot.ErrNotFound) {
+				t.Errorf("Take(ann%d) = %v, want ErrNotFound (evicted)", i, err)
+			}
+		}
+		for i := 17; i < 20; i++ {
+			if v, _, err := s.Take(ctx, fmt.Sprint("ann", i)); err != nil || len(v) != 1 || v[0] != byte(i) {
+				t.Errorf("Take(ann%d) = %v, %v: the newest are kept", i, v, err)
+			}
+		}
+		if v, _, err := s.Take(ctx, "bob0"); err != nil || string(v) != "b" {
+			t.Errorf("Take(bob0) = %q, %v: another owner's value was evicted", v, err)
+		}
+	})
+	t.Run("a full store refuses a new owner, and lets a full owner replace", func(t *testing.T) {
+		s := newStore(t, 4, now)
+		for i := range 2 {
+			if err := s.PutOwned(ctx, "ann", 2, fmt.Sprint("a", i), []byte("x"), later(time.Minute+time.Duration(i)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PutOwned(ctx, "bob", 2, fmt.Sprint("b", i), []byte("x"), later(time.Minute+time.Duration(i)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.PutOwned(ctx, "cat", 2, "c0", []byte("x"), later(time.Minute)); !errors.Is(err, oneshot.ErrFull) {
+			t.Fatalf("PutOwned into a full store = %v, want ErrFull", err)
+		}
+		if err := s.PutOwned(ctx, "ann", 2, "a2", []byte("x"), later(2*time.Minute)); err != nil {
+			t.Errorf("PutOwned by an owner at its bound in a full store = %v, want its oldest replaced", err)
+		}
+		if _, _, err := s.Take(ctx, "a0"); !errors.Is(err, oneshot.ErrNotFound) {
+			t.Errorf("Take(a0) = %v, want ErrNotFound (replaced)", err)
+		}
+		clock.Add(5 * 60 * 1000)
+		if err := s.PutOwned(ctx, "cat", 2, "c1", []byte("x"), later(time.Minute)); err != nil {
+			t.Errorf("PutOwned after the others expired = %v, want room", err)
+		}
+	})
 	t.Run("concurrent takes: exactly one wins", func(t *testing.T) {
 		s := newStore(t, 100, now)
 		for round := range 5 {
