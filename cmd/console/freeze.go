@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -12,7 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/server"
 )
 
-const freezeUsage = `usage: console freeze [--tool T] [--actor A] --reason TEXT --as NAME [--data DIR]
+const freezeUsage = `usage: console freeze [--tool T] [--actor A] [--allow-unknown] --reason TEXT --as NAME [--data DIR] [--tools FILE]
        console unfreeze [--tool T] [--actor A] --as ADMIN [--data DIR]
        console freeze --list [--data DIR]
 
@@ -23,6 +24,12 @@ frozen with the reason, and every console page shows a banner. Without
 database directly and takes effect at once, also for a server that is
 running on it. NAME must be an enabled operator or admin; lifting a freeze
 needs an enabled admin and names the same --tool and --actor.
+
+--tool names a tool of the tools file (or one calls were made of), or an
+MCP server of the tools file, which freezes every tool it serves, now and
+later; --actor names an actor with an API token or with calls. A name
+that matches nothing is refused with the names close to it; a tool or
+actor not seen yet is frozen only with --allow-unknown.
 
 flags:
 `
@@ -48,6 +55,8 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 	reason := fs.String("reason", "", "why, in words agents and operators will see (freeze only)")
 	as := fs.String("as", "", "the account taking the action")
 	list := fs.Bool("list", false, "list the freezes in force")
+	allowUnknown := fs.Bool("allow-unknown", false, "freeze a tool or actor this console has not seen yet (freeze only)")
+	toolsFile := fs.String("tools", "", "the tools file in force, to check --tool against (default DATA/tools.yaml)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -65,7 +74,18 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 		return 1
 	}
 	defer d.Close()
-	q := queue.NewService(queue.Config{Store: d.queue})
+	cfg := queue.Config{Store: d.queue}
+	if name == "freeze" && !*list && *tool != "" {
+		// The tool is checked against the tools file in force and the
+		// tools of the calls; without the file, against the calls only.
+		pol, _, err := loadPolicy(dataDir(e, *data), *toolsFile)
+		if err != nil && *toolsFile != "" {
+			fmt.Fprintf(e.stderr, "console %s: %v\n", name, err)
+			return 1
+		}
+		cfg.Policy = pol
+	}
+	q := queue.NewService(cfg)
 	if *list {
 		fz, err := q.Freezes(ctx)
 		if err != nil {
@@ -81,13 +101,17 @@ func freezeCommand(ctx context.Context, e *env, name string, args []string) int 
 		return 0
 	}
 	if name == "freeze" {
-		f, err := q.Freeze(ctx, *as, audit.ChannelCLI, *tool, *actor, *reason)
+		f, err := q.FreezeWith(ctx, queue.FreezeRequest{By: *as, Channel: audit.ChannelCLI, Tool: *tool, Actor: *actor,
+			Reason: *reason, AllowUnknown: *allowUnknown})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "console freeze: %s\n", refusal(err))
 			return 1
 		}
 		fmt.Fprintf(e.stdout, "%s frozen: no approval and no redemption until an admin runs console unfreeze%s%s\n",
 			f.Scope(), flagIf("--tool", f.Tool), flagIf("--actor", f.Actor))
+		if len(f.Unseen) > 0 {
+			fmt.Fprintf(e.stdout, "note: this console has not seen %s yet; the freeze applies once it appears\n", strings.Join(f.Unseen, " or "))
+		}
 		return 0
 	}
 	lifted, err := q.Unfreeze(ctx, *as, audit.ChannelCLI, *tool, *actor)

@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/server"
@@ -195,11 +196,16 @@ func (c *Console) revokeToken(ec echo.Context) error {
 func (c *Console) freeze(ec echo.Context) error {
 	v, form := viewerOf(ec), ec.Request().PostForm
 	tool, actor := strings.TrimSpace(form.Get("tool")), strings.TrimSpace(form.Get("actor"))
-	f, err := c.q.Freeze(ec.Request().Context(), v.user.Name, audit.ChannelWeb, tool, actor, form.Get("reason"))
+	f, err := c.q.FreezeWith(ec.Request().Context(), queue.FreezeRequest{By: v.user.Name, Channel: audit.ChannelWeb,
+		Tool: tool, Actor: actor, Reason: form.Get("reason"), AllowUnknown: form.Get("allow_unknown") == "1"})
 	if err != nil {
 		return c.adminRefused(ec, err)
 	}
-	return c.renderAdmin(ec, http.StatusOK, reveal.String(f.Scope())+" is frozen: no approval and no redemption until an admin lifts it", "", nil)
+	msg := reveal.String(f.Scope()) + " is frozen: no approval and no redemption until an admin lifts it"
+	if len(f.Unseen) > 0 {
+		msg += ". This console has not seen " + reveal.String(strings.Join(f.Unseen, " or ")) + " yet; the freeze applies once it appears"
+	}
+	return c.renderAdmin(ec, http.StatusOK, msg, "", nil)
 }
 
 // unfreeze lifts the freezes with exactly this tool and actor.

@@ -69,12 +69,27 @@ func TestFreezeRefusalsOnTheAdminPage(t *testing.T) {
 		{"/admin/freeze", url.Values{"tool": {"payments.refund"}, "reason": {" "}}, http.StatusBadRequest, "a freeze needs a reason"},
 		{"/admin/freeze", url.Values{"reason": {strings.Repeat("x", queue.MaxReasonBytes+1)}}, http.StatusBadRequest, "a freeze needs a reason"},
 		{"/admin/unfreeze", url.Values{"tool": {"payments.refund"}}, http.StatusNotFound, "no freeze in force has that scope"},
+		{"/admin/freeze", url.Values{"tool": {"Payments.Refund"}, "reason": {"incident"}}, http.StatusBadRequest, `Did you mean "payments.refund"?`},
+		{"/admin/freeze", url.Values{"actor": {"agent:new"}, "reason": {"incident"}}, http.StatusUnprocessableEntity, "not seen yet"},
 	} {
 		tt.form.Set("csrf", admin.csrf())
 		p := admin.post(tt.path, tt.form)
 		if msg := p.find("admin-error").Text(); p.status != tt.status || !strings.Contains(msg, tt.says) {
 			t.Errorf("POST %s = %d %q, want %d saying %q", tt.path, p.status, msg, tt.status, tt.says)
 		}
+	}
+	if fz, _ := e.q.Freezes(context.Background()); len(fz) != 0 {
+		t.Errorf("refused freezes stored: %+v", fz)
+	}
+	// Asked for explicitly, a name not seen yet is frozen, and the page
+	// says it was not seen.
+	p := admin.post("/admin/freeze", url.Values{"csrf": {admin.csrf()}, "actor": {"agent:new"}, "reason": {"incident"}, "allow_unknown": {"1"}})
+	if msg := p.find("admin-notice").Text(); p.status != http.StatusOK || !strings.Contains(msg, "every call by agent:new is frozen") ||
+		!strings.Contains(msg, "has not seen agent:new yet") {
+		t.Errorf("freeze with allow_unknown = %d %q %q", p.status, msg, p.find("admin-error").Text())
+	}
+	if p.find("freeze-allow-unknown").Length() != 1 {
+		t.Error("the freeze form has no box to freeze a name not seen yet")
 	}
 	var ae *problem.Error
 	if ae = server.ErrorOf(&queue.AdminError{Operator: "olive"}); ae.Status != http.StatusForbidden || ae.Code != "not_an_admin" || !strings.Contains(ae.Message, `"olive"`) {

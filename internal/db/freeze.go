@@ -47,6 +47,47 @@ func (t *storeTx) Frozen(tool, actor string) (*queue.Freeze, error) {
 	return &f, nil
 }
 
+// distinctCalls reads the distinct values of an indexed column of calls by
+// skipping from one value to the next in the index, without reading every
+// call.
+const distinctCalls = `WITH RECURSIVE v(x) AS (
+	SELECT MIN(%[1]s) FROM calls
+	UNION ALL
+	SELECT (SELECT MIN(%[1]s) FROM calls WHERE %[1]s > v.x) FROM v WHERE v.x IS NOT NULL
+) SELECT x FROM v WHERE x IS NOT NULL LIMIT ?`
+
+func (t *storeTx) KnownNames(limit int) (actors, tools []string, err error) {
+	for _, q := range []struct {
+		sql string
+		out *[]string
+	}{
+		{`SELECT actor FROM (SELECT DISTINCT actor FROM tokens) LIMIT ?`, &actors},
+		{fmt.Sprintf(distinctCalls, "actor"), &actors},
+		{fmt.Sprintf(distinctCalls, "tool"), &tools},
+	} {
+		if err := t.strings(q.out, q.sql, limit); err != nil {
+			return nil, nil, fmt.Errorf("db: known names: %w", err)
+		}
+	}
+	return actors, tools, nil
+}
+
+func (t *storeTx) strings(out *[]string, query string, args ...any) error {
+	rows, err := t.tx.QueryContext(t.ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		*out = append(*out, s)
+	}
+	return rows.Err()
+}
+
 func (t *storeTx) InsertFreeze(f *queue.Freeze) error {
 	t.db.txKnown.mayBeFrozen = true // before the insert: a failed one may still have written
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES (?,?,?,?,?)`,

@@ -36,6 +36,37 @@ func (t *txn) Frozen(tool, actor string) (*queue.Freeze, error) {
 	return &f, nil
 }
 
+// distinctCalls reads the distinct values of an indexed column of calls by
+// skipping from one value to the next in the index, without reading every
+// call.
+const distinctCalls = `WITH RECURSIVE v(x) AS (
+	SELECT MIN(%[1]s) FROM calls
+	UNION ALL
+	SELECT (SELECT MIN(%[1]s) FROM calls WHERE %[1]s > v.x) FROM v WHERE v.x IS NOT NULL
+) SELECT x FROM v WHERE x IS NOT NULL LIMIT $1`
+
+func (t *txn) KnownNames(limit int) (actors, tools []string, err error) {
+	for _, q := range []struct {
+		sql string
+		out *[]string
+	}{
+		{`SELECT DISTINCT actor FROM tokens LIMIT $1`, &actors},
+		{fmt.Sprintf(distinctCalls, "actor"), &actors},
+		{fmt.Sprintf(distinctCalls, "tool"), &tools},
+	} {
+		rows, err := t.tx.Query(t.ctx, q.sql, limit)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pgstore: known names: %w", err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, nil, fmt.Errorf("pgstore: known names: %w", err)
+		}
+		*q.out = append(*q.out, names...)
+	}
+	return actors, tools, nil
+}
+
 func (t *txn) InsertFreeze(f *queue.Freeze) error {
 	if err := t.tx.QueryRow(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES ($1,$2,$3,$4,$5)
 		RETURNING id`, f.Tool, f.Actor, []byte(f.Reason), f.By, ms(f.At)).Scan(&f.ID); err != nil {

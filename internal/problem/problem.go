@@ -187,6 +187,7 @@ func Of(err error) *Error {
 		ce *queue.ConfirmationError
 		in *account.InputError
 		sh *account.ShadowError
+		fn *queue.NameError
 		le *tools.LintError
 		qe *tools.QuarantineError
 	)
@@ -246,6 +247,10 @@ func Of(err error) *Error {
 		return New(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
 	case errors.As(err, &in):
 		return New(http.StatusBadRequest, "invalid_"+in.Field, "%s", in.Message)
+	case errors.As(err, &fn) && fn.Invalid:
+		return New(http.StatusBadRequest, "invalid_"+fn.Field, "%s", fn.Message())
+	case errors.As(err, &fn):
+		return New(http.StatusUnprocessableEntity, "unknown_"+fn.Field, "%s", fn.Message())
 	case errors.As(err, &le):
 		return New(http.StatusUnprocessableEntity, "invalid_tools_file", "%s", le.Error())
 	case errors.As(err, &qe):

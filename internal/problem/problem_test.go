@@ -60,6 +60,7 @@ var examples = map[string]error{
 	"queue.IntegrityError":    &queue.IntegrityError{ID: "call_1", What: "edited"},
 	"queue.FrozenError":       &queue.FrozenError{Freeze: queue.Freeze{Tool: "payments.refund", Reason: "incident"}},
 	"queue.PolicyDeniedError": &queue.PolicyDeniedError{CallID: "call_1", Rule: "no-prod", Reason: "no"},
+	"queue.NameError":         &queue.NameError{Field: "tool", Name: "Payments.Refund", Near: []string{"payments.refund"}},
 
 	"account.ErrTooManyPasskeys": account.ErrTooManyPasskeys, "account.ErrMismatch": account.ErrMismatch,
 	"account.ErrMalformedHash": account.ErrMalformedHash, "account.ErrWeakPassword": account.ErrWeakPassword,

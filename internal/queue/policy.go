@@ -44,11 +44,20 @@ type Freeze struct {
 	Reason string
 	By     string
 	At     time.Time
+	// Unseen are the tool and actor of a freeze just made that the
+	// console had not seen (FreezeRequest.AllowUnknown); not stored.
+	Unseen []string
 }
 
 // Scope describes what the freeze matches, e.g. "payments.refund by
 // agent:billing-bot" or "every tool".
 func (f Freeze) Scope() string {
+	if server, ok := strings.CutSuffix(f.Tool, ServerWildcard); ok {
+		if f.Actor == "" {
+			return "every tool of the MCP server " + server
+		}
+		return "every tool of the MCP server " + server + " by " + f.Actor
+	}
 	switch {
 	case f.Tool == "" && f.Actor == "":
 		return "every call"
@@ -93,7 +102,7 @@ func (s *Service) ToolChanged(c *Call) bool {
 func frozen(tx Tx, tool, actor string) (*Freeze, error) {
 	f, err := tx.Frozen(tool, actor)
 	if errors.Is(err, ErrNotFound) {
-		return nil, nil
+		return frozenServer(tx, tool, actor)
 	}
 	return f, err
 }
@@ -178,24 +187,37 @@ func (c *Call) DecidedByRule() string {
 // Freeze stops approvals and redemptions of the calls of tool by actor
 // (either empty for all) until an admin lifts it. Whoever may decide calls
 // may freeze them (mayFreeze), checked inside the freeze's transaction.
+//
+// The tool and actor must name what the console knows (checkFreezeNames):
+// a name that matches nothing is refused with a NameError.
 func (s *Service) Freeze(ctx context.Context, by, channel, tool, actor, reason string) (*Freeze, error) {
-	reason = strings.TrimSpace(reason)
+	return s.freeze(ctx, FreezeRequest{By: by, Channel: channel, Tool: tool, Actor: actor, Reason: reason})
+}
+
+func (s *Service) freeze(ctx context.Context, r FreezeRequest) (*Freeze, error) {
+	by, channel, actor := r.By, r.Channel, r.Actor
+	reason := strings.TrimSpace(r.Reason)
 	if by == "" {
 		return nil, ErrOperatorRequired
 	}
 	if reason == "" || len(reason) > MaxReasonBytes {
 		return nil, ErrFreezeReason
 	}
-	f := &Freeze{Tool: tool, Actor: actor, Reason: reason, By: by, At: s.now()}
+	f := &Freeze{Actor: actor, Reason: reason, By: by, At: s.now()}
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		if err := mayFreeze(tx, by); err != nil {
 			return err
 		}
+		tool, unseen, err := s.checkFreezeNames(tx, r)
+		if err != nil {
+			return err
+		}
+		f.Tool, f.Unseen = tool, unseen
 		if err := tx.InsertFreeze(f); err != nil {
 			return err
 		}
 		if err := tx.Append(s.entry(KindFrozen, nil, by, channel, map[string]any{
-			"id": f.ID, "tool": tool, "actor": actor, "reason": reason})); err != nil {
+			"id": f.ID, "tool": f.Tool, "actor": actor, "reason": reason})); err != nil {
 			return err
 		}
 		emit(Event{Kind: KindFrozen, Freeze: f})
@@ -219,7 +241,10 @@ func (s *Service) Unfreeze(ctx context.Context, by, channel, tool, actor string)
 		if err := mayUnfreeze(tx, by); err != nil {
 			return err
 		}
-		var err error
+		tool, err := s.unfreezeTool(tx, tool)
+		if err != nil {
+			return err
+		}
 		lifted, err = tx.LiftFreezes(tool, actor, by, s.now())
 		if err != nil {
 			return err

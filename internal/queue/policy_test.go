@@ -361,8 +361,10 @@ func TestFreeze(t *testing.T) {
 	if _, err := e.q.Approve(ctx, "alice", audit.ChannelWeb, pending.ID, pending.Digest); err != nil {
 		t.Fatalf("Approve after unfreeze: %v", err)
 	}
-	// An actor-scoped freeze stops only that actor.
-	if _, err := e.q.Freeze(ctx, "admin", audit.ChannelCLI, "", "agent:b", "that bot is looping"); err != nil {
+	// An actor-scoped freeze stops only that actor (one with no token or
+	// call yet, so asked for explicitly).
+	if _, err := e.q.FreezeWith(ctx, queue.FreezeRequest{By: "admin", Channel: audit.ChannelCLI, Actor: "agent:b",
+		Reason: "that bot is looping", AllowUnknown: true}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := e.submit(t, agent, 300, "USD"); err != nil || c.Status != queue.StatusApproved {

@@ -74,6 +74,10 @@ type Tx interface {
 	// tool by actor (a freeze's empty tool or actor matches any), or
 	// ErrNotFound.
 	Frozen(tool, actor string) (*Freeze, error)
+	// KnownNames lists, for checking a freeze's names, the actors that
+	// have an API token or have submitted calls and the tools calls were
+	// made of: at most limit of each.
+	KnownNames(limit int) (actors, tools []string, err error)
 	// InsertFreeze records a freeze in force and sets its ID.
 	InsertFreeze(f *Freeze) error
 	// LiftFreezes ends every freeze in force with exactly this tool and

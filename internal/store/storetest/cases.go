@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -494,4 +495,42 @@ var _ = add("service/a freeze holds at once on every handle", func(t *testing.T,
 		t.Fatalf("Redeem after the lift = %+v %v", r, err)
 	}
 	mustVerify(t, hs[0].Audit, 6)
+})
+
+// The names a freeze is checked against: the actors of tokens and of
+// calls, and the tools of calls, each once, at most limit of each.
+var _ = add("queue/known names", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newWorld(t, s)
+	h := w.open(t)
+	if _, _, err := h.a.CreateToken(ctx, "agent:token-only", "payments-host", "", "admin", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		mustSubmit(t, h, payer, refund(uint32(30+i), "n"))
+	}
+	mustSubmit(t, h, queue.Principal{Actor: "agent:zed", Audience: "payments-host"}, refund(40, "n"))
+	mustSubmit(t, h, deployer, deploy("web"))
+	names := func(limit int) (actors, tools []string) {
+		err := s.Queue.Update(ctx, func(tx queue.Tx) error {
+			var err error
+			actors, tools, err = tx.KnownNames(limit)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(actors)
+		return slices.Compact(actors), tools
+	}
+	actors, tools := names(100)
+	if want := []string{"agent:billing", "agent:release", "agent:token-only", "agent:zed"}; !slices.Equal(actors, want) {
+		t.Errorf("actors = %q, want %q", actors, want)
+	}
+	if want := []string{"payments.refund", "releases.deploy"}; !slices.Equal(tools, want) {
+		t.Errorf("tools = %q, want %q", tools, want)
+	}
+	if _, tools := names(1); len(tools) != 1 {
+		t.Errorf("tools with limit 1 = %q", tools)
+	}
 })
