@@ -55,7 +55,7 @@ func TestOneSweeperAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clock.Add(16 * time.Minute)
+	clock.Advance(16 * time.Minute)
 	var mu sync.Mutex
 	total := 0
 	var wg sync.WaitGroup

@@ -12,8 +12,10 @@ import (
 	"github.com/countersign/countersign/internal/account"
 )
 
-// Clock is a settable clock, safe for concurrent use. Its zero value reads
-// the zero time; NewClock starts it at a fixed instant.
+// Clock is a settable clock, safe for concurrent use: it stands still
+// until a test moves it. Its zero value reads the zero time; NewClock
+// starts it at a fixed instant. Pass its Now wherever code takes a
+// func() time.Time.
 type Clock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -36,11 +38,13 @@ func (c *Clock) Set(t time.Time) {
 	c.t = t
 }
 
-// Add moves the clock forward by d.
-func (c *Clock) Add(d time.Duration) {
+// Advance moves the clock forward by d (backward if d is negative) and
+// returns the time it now reads.
+func (c *Clock) Advance(d time.Duration) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	return c.t
 }
 
 // PasswordHash is a well-formed argon2id PHC string that no password in the
