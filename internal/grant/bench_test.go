@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 func BenchmarkMint(b *testing.B) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(b, clk)
 	f := newFixture(b)
 	c := f.claims()
@@ -21,7 +23,7 @@ func BenchmarkMint(b *testing.B) {
 }
 
 func BenchmarkVerify(b *testing.B) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(b, clk)
 	f := newFixture(b)
 	token, _ := MustMint(b, k, f)
@@ -36,7 +38,7 @@ func BenchmarkVerify(b *testing.B) {
 
 // BenchmarkVerifyMalformed is the cost of turning away garbage.
 func BenchmarkVerifyMalformed(b *testing.B) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(b, clk)
 	f := newFixture(b)
 	token, _ := MustMint(b, k, f)
@@ -53,7 +55,7 @@ func BenchmarkVerifyMalformed(b *testing.B) {
 // BenchmarkDirectoryCheck is what Mint spends looking for a rotation:
 // opening and locking the lock file and a stat of the index.
 func BenchmarkDirectoryCheck(b *testing.B) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(b, clk)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -70,7 +72,7 @@ func BenchmarkDirectoryCheck(b *testing.B) {
 
 // BenchmarkEd25519 is the floor: the signature alone.
 func BenchmarkEd25519(b *testing.B) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(b, clk)
 	f := newFixture(b)
 	token, _ := MustMint(b, k, f)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // reasonsOf lists the reasons each check may give.
@@ -27,7 +29,7 @@ var reasonsOf = map[string][]string{
 // the ledger, never accept, and never pass the signature check for a token
 // it did not mint.
 func FuzzVerify(f *testing.F) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(f, clk)
 	fx := newFixture(f)
 	minted := map[string]bool{}

@@ -5,11 +5,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 const testIssuer = "countersign"
@@ -18,35 +18,8 @@ const testIssuer = "countersign"
 // exactly the clock.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// clock is a settable clock for a Keyring.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
 // MustKeyring opens a keyring in a fresh directory on clk.
-func MustKeyring(tb testing.TB, clk *clock) (*Keyring, string) {
+func MustKeyring(tb testing.TB, clk *testkit.Clock) (*Keyring, string) {
 	tb.Helper()
 	dir := tb.TempDir() + "/keys"
 	k, err := OpenKeyring(dir, testIssuer, clk.Now)

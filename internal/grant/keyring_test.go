@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // TestMain lets a test run this binary as a second process that rotates
@@ -44,7 +46,7 @@ func rotateInChild(dir string) int {
 }
 
 func TestOpenKeyringCreatesAKey(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 
 	assertMode(t, dir, 0o700|os.ModeDir)
@@ -84,7 +86,7 @@ func TestOpenKeyringCreatesAKey(t *testing.T) {
 // opens one that is there; CreateKeyring makes one once and then refuses,
 // leaving the keys as they were.
 func TestOpenExistingAndCreateKeyring(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	parent := t.TempDir()
 	missing := filepath.Join(parent, "keys")
 	if _, err := OpenExistingKeyring(missing, testIssuer, clk.Now); !errors.Is(err, ErrNoKeyring) {
@@ -133,7 +135,7 @@ func TestOpenExistingAndCreateKeyring(t *testing.T) {
 }
 
 func TestOpenKeyringRefusesOpenPermissions(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	t.Run("directory", func(t *testing.T) {
 		dir := t.TempDir() + "/keys"
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -173,7 +175,7 @@ func TestOpenKeyringRefusesOpenPermissions(t *testing.T) {
 }
 
 func TestOpenKeyringRefusesABadIndex(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 	kid := k.Keys()[0].KID
 	good, err := os.ReadFile(filepath.Join(dir, indexFile))
@@ -213,13 +215,13 @@ func entryOf(index []byte) string {
 }
 
 func TestRotation(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 	f := newFixture(t)
 	first := k.Keys()[0].KID
 
 	early, kidA := MustMint(t, k, f) // iat t0, exp t0+300
-	T := clk.Add(10 * time.Second)
+	T := clk.Advance(10 * time.Second)
 	clk.Set(T.Add(-time.Second))
 	last, _ := MustMint(t, k, f) // iat T-1, exp T+299: the last grant key A signs
 	clk.Set(T)
@@ -306,7 +308,7 @@ func TestRotation(t *testing.T) {
 }
 
 func TestJWKSShape(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	ki := k.Keys()[0]
 	want := fmt.Sprintf(`{"keys":[{"kty":"OKP","crv":"Ed25519","x":"%s","kid":"%s","alg":"EdDSA","use":"sig"}]}`,
@@ -329,7 +331,7 @@ func parseJWKS(t *testing.T, b []byte) []JWK {
 }
 
 func TestSecondKeyringSeesRotation(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	server, dir := MustKeyring(t, clk)
 	f := newFixture(t)
 	cli, err := OpenKeyring(dir, testIssuer, clk.Now)
@@ -517,7 +519,7 @@ func TestConcurrentMintVerifyRotate(t *testing.T) {
 }
 
 func TestMissingPrivateKey(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 	f := newFixture(t)
 	kid := k.Keys()[0].KID
@@ -547,7 +549,7 @@ func TestMissingPrivateKey(t *testing.T) {
 }
 
 func TestMintFillsAndRefuses(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 
@@ -630,7 +632,7 @@ func sorted(s ...string) []string {
 // A prepared key whose private key went missing is refused at activation
 // and replaced by the next Prepare.
 func TestPreparedKeyWithoutPrivateKey(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 	cur := k.Keys()[0].KID
 	next, err := k.Prepare()

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // A grant this keyring signed is accepted at redemption without checking
@@ -11,7 +13,7 @@ import (
 // keyring on the same keys (another process, or this one after a restart)
 // is checked in full and accepted too.
 func TestVerifyRemembersWhatItSigned(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, dir := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, _ := MustMint(t, k, f)
@@ -42,7 +44,7 @@ func TestVerifyRemembersWhatItSigned(t *testing.T) {
 // key may no longer verify is refused as unknown_key although it was
 // signed here.
 func TestVerifyMemoIsOnlyForTheBytesSigned(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -88,7 +90,7 @@ func TestVerifyMemoIsOnlyForTheBytesSigned(t *testing.T) {
 func TestVerifyMemoIsBounded(t *testing.T) {
 	defer func(n int) { memoSize = n }(memoSize)
 	memoSize = 4
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	first, _ := MustMint(t, k, f)

@@ -7,6 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // TestMintVerifyProperty: for any call and any lifetime up to MaxTTL, the
@@ -14,7 +15,7 @@ import (
 // iat ≤ now < exp, and a context or call differing in one member fails at
 // that member's check.
 func TestMintVerifyProperty(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	text := rapid.StringMatching(`[\PC]{1,40}`)
 	rapid.Check(t, func(rt *rapid.T) {

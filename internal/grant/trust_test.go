@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 func writeTrust(tb testing.TB, path string, sets ...*TrustSet) {
@@ -30,7 +32,7 @@ func writeTrust(tb testing.TB, path string, sets ...*TrustSet) {
 // deployed with it lists the other's key, lists that key in its JWKS, and
 // stops trusting it when the file drops it.
 func TestTrustFileAcrossReplicas(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	a, _ := MustKeyring(t, clk)
 	b, _ := MustKeyring(t, clk)
 	f := newFixture(t)
@@ -79,7 +81,7 @@ func TestTrustFileAcrossReplicas(t *testing.T) {
 // A key of the keyring's own is judged by its own state: retired stays
 // retired even when a trust file still lists it.
 func TestTrustFileDoesNotRevivePrivateRetiredKeys(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	a, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, _ := MustMint(t, a, f)
@@ -92,14 +94,14 @@ func TestTrustFileDoesNotRevivePrivateRetiredKeys(t *testing.T) {
 	if err := a.Trust(path); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(MaxTTL + time.Second)
+	clk.Advance(MaxTTL + time.Second)
 	if r := a.Verify(token, f.ctx, f.call, clk.Now()); r.Reason != ReasonUnknownKey {
 		t.Fatalf("a retired own key listed in the trust file: %q, want %s", r.Reason, ReasonUnknownKey)
 	}
 }
 
 func TestParseTrustRefuses(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	a, _ := MustKeyring(t, clk)
 	good := a.OwnJWKs()[0]
 	mk := func(keys, audit []JWK) []byte {
@@ -142,7 +144,7 @@ func TestParseTrustRefuses(t *testing.T) {
 // from A's first grant under it; A's grants under the old key keep
 // verifying on both.
 func TestPrepareActivateAcrossReplicas(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	a, dirA := MustKeyring(t, clk)
 	b, _ := MustKeyring(t, clk)
 	f := newFixture(t)
@@ -190,7 +192,7 @@ func TestPrepareActivateAcrossReplicas(t *testing.T) {
 	}
 	writeTrust(t, path, &TrustSet{Keys: a.OwnJWKs()}, &TrustSet{Keys: b.OwnJWKs()})
 	untilReread(t, "B lists the next key of the new trust file", func() bool { return strings.Contains(string(b.JWKS()), next.KID) })
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	cur, err := a.Activate()
 	if err != nil {
 		t.Fatal(err)

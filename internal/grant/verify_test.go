@@ -16,6 +16,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // verifyCase is one token presented in one context at one time, and the
@@ -59,7 +60,7 @@ func runVerifyCases(t *testing.T, k *Keyring, f fixture, cases []verifyCase) {
 }
 
 func TestVerifyAcceptsTheMintedGrant(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -128,7 +129,7 @@ func TestResultJSON(t *testing.T) {
 }
 
 func TestVerifyTamperedClaimsBreakTheSignature(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, _ := MustMint(t, k, f)
@@ -171,7 +172,7 @@ func TestVerifyTamperedClaimsBreakTheSignature(t *testing.T) {
 }
 
 func TestVerifyForeignKeysAndAlgorithms(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -221,7 +222,7 @@ func TestVerifyForeignKeysAndAlgorithms(t *testing.T) {
 }
 
 func TestVerifyHeaderMembers(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -280,7 +281,7 @@ func TestVerifyHeaderMembers(t *testing.T) {
 }
 
 func TestVerifyClaims(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -326,7 +327,7 @@ func TestVerifyClaims(t *testing.T) {
 }
 
 func TestVerifyBindsTheCall(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, _ := MustMint(t, k, f)
@@ -393,7 +394,7 @@ func TestCheckTime(t *testing.T) {
 }
 
 func TestVerifyMalformed(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, kid := MustMint(t, k, f)
@@ -448,7 +449,7 @@ const b64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 // runtime would: with a stock JOSE library, the published key set and
 // EdDSA pinned.
 func TestJWKSVerifiesWithGoJose(t *testing.T) {
-	clk := newClock()
+	clk := testkit.NewClock(t0)
 	k, _ := MustKeyring(t, clk)
 	f := newFixture(t)
 	token, _ := MustMint(t, k, f)
