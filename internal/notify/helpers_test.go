@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,26 +15,6 @@ import (
 	"github.com/countersign/countersign/internal/notify/outboxtest"
 	"github.com/countersign/countersign/internal/queue"
 )
-
-// clock is a settable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 var quiet = slog.New(slog.DiscardHandler)
 

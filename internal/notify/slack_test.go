@@ -204,9 +204,9 @@ routes:
 	c.Target = "invoice:INV-1042 <!channel> \u202e"
 	r.outbox.Enqueue(r.router.Notices(submitted(c))...)
 	deliverAll(t, r.disp)
-	r.clk.Add(10 * time.Minute)
+	r.clk.Advance(10 * time.Minute)
 	deliverAll(t, r.disp) // the escalation, in the thread
-	r.clk.Add(time.Minute)
+	r.clk.Advance(time.Minute)
 	r.outbox.Enqueue(r.router.Notices(approved(c, "alice", r.clk.Now()))...)
 	deliverAll(t, r.disp)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/notify/outboxtest"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // TestSignStandardVector reproduces the signature the Standard Webhooks
@@ -29,7 +30,7 @@ func TestSignStandardVector(t *testing.T) {
 }
 
 type rig struct {
-	clk     *clock
+	clk     *testkit.Clock
 	outbox  *outboxtest.Memory
 	router  *notify.Router
 	disp    *notify.Dispatcher
@@ -42,7 +43,7 @@ type rig struct {
 // a fake clock; jitter is always jit.
 func newRig(t *testing.T, cfg *notify.Config, opts notify.BuildOptions, jit float64) *rig {
 	t.Helper()
-	r := &rig{clk: newClock(t0), outbox: outboxtest.NewMemory(), reg: prometheus.NewRegistry()}
+	r := &rig{clk: testkit.NewClock(t0), outbox: outboxtest.NewMemory(), reg: prometheus.NewRegistry()}
 	if opts.Now == nil {
 		opts.Now = r.clk.Now
 	}
@@ -77,7 +78,7 @@ channels:
 func TestWebhookVerifiedByIndependentReceiver(t *testing.T) {
 	secret := newSecret(t)
 	whsk, whpk := newSigningKey(t)
-	clk := newClock(t0)
+	clk := testkit.NewClock(t0)
 	hmacOnly := newSWReceiver(secret, "")
 	hmacOnly.now = clk.Now
 	keyOnly := newSWReceiver("", whpk)
@@ -248,11 +249,11 @@ func TestWebhookRetriesUntilDelivered(t *testing.T) {
 			}
 			wait := row.DueAt.Sub(r.clk.Now())
 			waits = append(waits, wait)
-			r.clk.Add(wait - time.Millisecond)
+			r.clk.Advance(wait - time.Millisecond)
 			if n := deliverAll(t, r.disp); n != 0 {
 				t.Fatalf("attempt %d: sent %d rows a millisecond before the retry time", attempt, n)
 			}
-			r.clk.Add(time.Millisecond)
+			r.clk.Advance(time.Millisecond)
 		} else if row.State != notify.StateDelivered {
 			t.Fatalf("after %d failures the row is %s (%s), want delivered", failures, row.State, row.LastError)
 		}
@@ -348,7 +349,7 @@ func TestWebhookGivesUpAfterADayAndRetryRevivesIt(t *testing.T) {
 		if !row.DueAt.After(r.clk.Now()) || row.DueAt.After(start.Add(24*time.Hour)) {
 			t.Fatalf("retry at %s (now %s): want later, and no later than the give-up time", row.DueAt, r.clk.Now())
 		}
-		r.clk.Add(row.DueAt.Sub(r.clk.Now()))
+		r.clk.Advance(row.DueAt.Sub(r.clk.Now()))
 	}
 	if got := counter(r, "hook", "dead"); got != 1 {
 		t.Fatalf("dead metric = %v", got)
