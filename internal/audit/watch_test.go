@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // fakeChainStore is a ChainStore whose verification the test controls.
@@ -15,14 +18,14 @@ type fakeChainStore struct {
 	mu      sync.Mutex
 	head    int64
 	cp      int64
-	result  VerifyResult
+	result  audit.VerifyResult
 	err     error
 	gate    chan struct{} // when set, VerifyChain waits for it
 	started chan struct{}
 	runs    atomic.Int32
 }
 
-func (f *fakeChainStore) VerifyChain(ctx context.Context) (VerifyResult, error) {
+func (f *fakeChainStore) VerifyChain(ctx context.Context) (audit.VerifyResult, error) {
 	f.runs.Add(1)
 	f.mu.Lock()
 	gate, started := f.gate, f.started
@@ -34,7 +37,7 @@ func (f *fakeChainStore) VerifyChain(ctx context.Context) (VerifyResult, error) 
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return VerifyResult{}, ctx.Err()
+			return audit.VerifyResult{}, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -48,13 +51,13 @@ func (f *fakeChainStore) AuditHead(context.Context) (int64, string, error) {
 	return f.head, "", nil
 }
 
-func (f *fakeChainStore) LatestCheckpoint(context.Context) (Checkpoint, error) {
+func (f *fakeChainStore) LatestCheckpoint(context.Context) (audit.Checkpoint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cp == 0 {
-		return Checkpoint{}, ErrNoCheckpoint
+		return audit.Checkpoint{}, audit.ErrNoCheckpoint
 	}
-	return Checkpoint{Seq: f.cp}, nil
+	return audit.Checkpoint{Seq: f.cp}, nil
 }
 
 func (f *fakeChainStore) set(fn func()) {
@@ -63,35 +66,18 @@ func (f *fakeChainStore) set(fn func()) {
 	fn()
 }
 
-type watchClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *watchClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *watchClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // The chain's verification never holds up a reader: it runs in the
-// background, when due, at most every MinVerifyGap (or ten times its
+// background, when due, at most every audit.MinVerifyGap (or ten times its
 // duration), and again when the trail or its checkpoints move or the
-// result is MaxVerifyAge old. Every step waits for the loop's own report
+// result is audit.MaxVerifyAge old. Every step waits for the loop's own report
 // of what it did with a request, never for time to pass.
 func TestWatcherCadence(t *testing.T) {
-	clock := &watchClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	f := &fakeChainStore{head: 10, gate: make(chan struct{}), started: make(chan struct{}, 10),
-		result: VerifyResult{OK: true, Count: 10}}
-	w := NewWatcher(f, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		result: audit.VerifyResult{OK: true, Count: 10}}
+	w := audit.NewWatcher(f, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	handled := make(chan bool, 10)
-	w.handled = func(verified bool) { handled <- verified }
+	audit.OnHandled(w, func(verified bool) { handled <- verified })
 	if s := w.Status(); s.State != "pending" || s.Running {
 		t.Fatalf("before Run: %+v", s)
 	}
@@ -135,15 +121,15 @@ func TestWatcherCadence(t *testing.T) {
 
 	// Too soon: nothing is even asked, although the head moved.
 	f.set(func() { f.head = 11 })
-	clock.Advance(MinVerifyGap / 2)
+	clock.Advance(audit.MinVerifyGap / 2)
 	if w.Request(clock.Now()) {
 		t.Error("a request within the gap was taken")
 	}
 	// Past the gap and the head moved: it runs.
-	clock.Advance(MinVerifyGap)
+	clock.Advance(audit.MinVerifyGap)
 	expect("past the gap, head moved", true)
 	// Past the gap but nothing moved: it does not run.
-	clock.Advance(2 * MinVerifyGap)
+	clock.Advance(2 * audit.MinVerifyGap)
 	expect("past the gap, nothing moved", false)
 	if runs() != 2 {
 		t.Errorf("%d runs, want 2", runs())
@@ -153,18 +139,16 @@ func TestWatcherCadence(t *testing.T) {
 	expect("a new checkpoint", true)
 	// Nothing moved, but the result is old: an entry may have been
 	// altered in place.
-	clock.Advance(MaxVerifyAge)
+	clock.Advance(audit.MaxVerifyAge)
 	f.set(func() {
-		f.result = VerifyResult{OK: false, Count: 4, Err: &BreakError{Seq: 5, Reason: "hash does not match"}}
+		f.result = audit.VerifyResult{OK: false, Count: 4, Err: &audit.BreakError{Seq: 5, Reason: "hash does not match"}}
 	})
 	expect("an old result", true)
 	if s := w.Status(); s.State != "broken" || s.BadSeq != 5 || s.Reason != "hash does not match" || runs() != 4 {
 		t.Errorf("after tampering: %+v, %d runs", s, runs())
 	}
 	// A slow verification spaces the next one out to ten times its length.
-	w.mu.Lock()
-	w.last.Took = 10 * time.Minute
-	w.mu.Unlock()
+	audit.SetLastTook(w, 10*time.Minute)
 	f.set(func() { f.head = 12 })
 	clock.Advance(30 * time.Minute)
 	if w.Request(clock.Now()) {
@@ -177,7 +161,7 @@ func TestWatcherCadence(t *testing.T) {
 	}
 	// A database that cannot be read is an error, tried again when asked.
 	f.set(func() { f.err = context.DeadlineExceeded })
-	clock.Advance(MaxVerifyAge)
+	clock.Advance(audit.MaxVerifyAge)
 	expect("an unreadable database", true)
 	if s := w.Status(); s.State != "error" {
 		t.Errorf("after a read error: %+v", s)
