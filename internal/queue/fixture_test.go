@@ -5,23 +5,18 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
-	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
 
 // agent is the trusted context of the token that submits and redeems.
@@ -29,24 +24,6 @@ var agent = queue.Principal{Actor: "agent:a", Audience: "payments-host"}
 
 // refundArgs are valid arguments of payments.refund in examples/tools.yaml.
 const refundArgs = `{"amount_minor":1299,"currency":"EUR","reason_code":"duplicate","notes":"charged twice"}`
-
-// fakeClock is a settable clock shared by the Service and the Keyring.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // hookStore is the database's store with a function run at the start of
 // every write transaction, before the write lock is asked for.
@@ -76,7 +53,7 @@ func (s *hookStore) setBefore(fn func()) {
 // env is a real database file, a keyring and the tools of
 // examples/tools.yaml behind one Service on a fake clock.
 type env struct {
-	clock *fakeClock
+	clock *testkit.Clock
 	db    *db.DB
 	store *hookStore
 	q     *queue.Service
@@ -90,30 +67,16 @@ func newEnv(tb testing.TB) *env {
 // newEnvWith is newEnv with the service's Config adjusted.
 func newEnvWith(tb testing.TB, adjust func(*queue.Config)) *env {
 	tb.Helper()
-	dir := tb.TempDir()
-	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { d.Close() })
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol")
-	st := &hookStore{Store: d.Store()}
-	cfg := queue.Config{Store: st, Tools: reg, Signer: keys, Now: clk.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	q := queue.NewService(cfg)
-	return &env{clock: clk, db: d, store: st, q: q}
+	var st *hookStore
+	k := sqlitekit.NewQueue(tb, sqlitekit.WithConfig(func(cfg *queue.Config) {
+		st = &hookStore{Store: cfg.Store}
+		cfg.Store = st
+		if adjust != nil {
+			adjust(cfg)
+		}
+	}))
+	testkit.SeedUsers(tb, k.DB.Accounts(), account.RoleOperator, "alice", "bob", "carol")
+	return &env{clock: k.Clock, db: k.DB, store: st, q: k.Service}
 }
 
 // MustApproved submits a refund of a fresh invoice and approves it.

@@ -84,7 +84,7 @@ func (r *record) kinds() []string {
 	return out
 }
 
-func (e *env) advance(d time.Duration) { e.clock.Set(e.clock.Now().Add(d)) }
+func (e *env) advance(d time.Duration) { e.clock.Advance(d) }
 
 func (e *env) load(tb testing.TB, id string) *queue.Call {
 	tb.Helper()

@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
 
 // rulesFile is payments.refund with rules, for the policy tests.
@@ -58,7 +59,7 @@ const rulesFile = `tools:
 
 // policyEnv is a real database, a keyring and a Service with rules.
 type policyEnv struct {
-	clock *fakeClock
+	clock *testkit.Clock
 	dir   string
 	db    *db.DB
 	keys  *grant.Keyring
@@ -69,20 +70,10 @@ type policyEnv struct {
 
 func newPolicyEnv(tb testing.TB, src string) *policyEnv {
 	tb.Helper()
-	dir := tb.TempDir()
-	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { d.Close() })
-	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "dave")
-	testkit.SeedUsers(tb, d.Accounts(), account.RoleAdmin, "admin")
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e := &policyEnv{clock: clk, dir: dir, db: d, keys: keys, log: &bytes.Buffer{}}
+	k := sqlitekit.NewQueue(tb)
+	testkit.SeedUsers(tb, k.DB.Accounts(), account.RoleOperator, "alice", "bob", "carol", "dave")
+	testkit.SeedUsers(tb, k.DB.Accounts(), account.RoleAdmin, "admin")
+	e := &policyEnv{clock: k.Clock, dir: filepath.Dir(k.Path), db: k.DB, keys: k.Keys, log: &bytes.Buffer{}}
 	e.reload(tb, src)
 	return e
 }
@@ -202,7 +193,7 @@ func TestRuleDenies(t *testing.T) {
 	}
 	// The same call again within ten minutes: previously denied, with
 	// the rule's reason.
-	e.clock.Set(e.clock.Now().Add(5 * time.Minute))
+	e.clock.Advance(5 * time.Minute)
 	_, err = e.submit(t, agent, 100, "JPY")
 	var de *queue.DeniedError
 	if !errors.As(err, &de) || de.Reason != pd.Reason || de.CallID != c.ID {

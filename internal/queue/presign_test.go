@@ -311,7 +311,7 @@ func TestPresignedGrantStale(t *testing.T) {
 	c := submitRefund(t, e)
 	seen, _ := e.q.Call(ctx, c.ID)
 	w.signed()
-	e.store.setBefore(func() { e.clock.Set(e.clock.Now().Add(5 * time.Second)) })
+	e.store.setBefore(func() { e.clock.Advance(5 * time.Second) })
 	got, err := e.q.ApproveWith(ctx, queue.ApproveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: c.ID, Digest: c.Digest, Seen: seen})
 	e.store.setBefore(nil)
 	if err != nil {
