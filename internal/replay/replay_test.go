@@ -4,41 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
 	"github.com/countersign/countersign/internal/testkit"
-	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // history is a real database with calls made under examples/tools.yaml
 // (no rules: every call went to people).
 type history struct {
 	t     *testing.T
-	clk   *clock
+	clk   *testkit.Clock
 	db    *db.DB
 	q     *queue.Service
 	path  string
@@ -46,32 +29,15 @@ type history struct {
 }
 
 func newHistory(t *testing.T) *history {
-	dir := t.TempDir()
 	// Monday 2026-11-30, 10:00 in Berlin.
-	clk := &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
-	path := filepath.Join(dir, "countersign.db")
-	d, err := db.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice", "bob")
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clk.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	return &history{t: t, clk: clk, db: d, q: q, path: path, calls: map[string]*queue.Call{}}
+	k := sqlitekit.NewQueue(t, sqlitekit.WithClock(testkit.NewClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))))
+	testkit.SeedUsers(t, k.DB.Accounts(), account.RoleOperator, "alice", "bob")
+	return &history{t: t, clk: k.Clock, db: k.DB, q: k.Service, path: k.Path, calls: map[string]*queue.Call{}}
 }
 
 func (h *history) submit(name string, who queue.Principal, tool, target, args string) *queue.Call {
 	h.t.Helper()
-	h.clk.Add(time.Minute)
+	h.clk.Advance(time.Minute)
 	c, created, err := h.q.Submit(context.Background(), who, []byte(fmt.Sprintf(`{"tool":%q,"target":%q,"args":%s}`, tool, target, args)))
 	if err != nil || !created {
 		h.t.Fatalf("%s: Submit: created %v, %v", name, created, err)
