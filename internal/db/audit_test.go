@@ -63,29 +63,11 @@ tools:
           maxLength: 20
 `
 
-// fakeClock is a settable clock shared by the queue, the keyring and the DB.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type auditHarness struct {
 	dir   string
 	d     *DB
 	q     *queue.Service
-	clock *fakeClock
+	clock *testkit.Clock
 	agent queue.Principal
 }
 
@@ -98,17 +80,17 @@ func newAuditHarness(tb testing.TB) *auditHarness {
 	}
 	tb.Cleanup(func() { d.Close() })
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, deciders...)
-	clk := &fakeClock{t: time.Date(2025, 3, 1, 9, 0, 0, 0, time.UTC)}
-	d.now = clk.now
+	clk := testkit.NewClock(time.Date(2025, 3, 1, 9, 0, 0, 0, time.UTC))
+	d.now = clk.Now
 	reg, err := tools.Parse([]byte(testTools))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.now)
+	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clk.now,
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clk.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return &auditHarness{dir: dir, d: d, q: q, clock: clk, agent: queue.Principal{Actor: "agent:bot", Audience: "pay-host"}}
 }
@@ -278,7 +260,7 @@ func TestEveryStateChangeIsAudited(t *testing.T) {
 		}, []string{audit.KindCancelled}},
 		{"submit to expire", func(t *testing.T) string { expired = h.submit(t, h.agent, payBody(4)); return expired.ID }, []string{audit.KindSubmitted}},
 		{"expire", func(t *testing.T) string {
-			h.clock.advance(11 * time.Minute)
+			h.clock.Advance(11 * time.Minute)
 			if n, err := h.q.ExpireDue(ctx); err != nil || n != 1 {
 				t.Fatalf("ExpireDue = %d, %v; want 1", n, err)
 			}
@@ -317,7 +299,7 @@ func TestEveryStateChangeIsAudited(t *testing.T) {
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			before := h.head(t)
-			h.clock.advance(time.Second)
+			h.clock.Advance(time.Second)
 			id := st.run(t)
 			got := h.entriesAfter(t, before)
 			var kinds []string
@@ -430,7 +412,7 @@ func TestFailedAuditRollsBackTheChange(t *testing.T) {
 		}},
 		{audit.KindExpired, func(t *testing.T, h *auditHarness) func() error {
 			h.submit(t, h.agent, payBody(9))
-			h.clock.advance(time.Hour)
+			h.clock.Advance(time.Hour)
 			return func() error { _, err := h.q.ExpireDue(ctx); return err }
 		}},
 		{audit.KindRedeemed, func(t *testing.T, h *auditHarness) func() error {
@@ -517,9 +499,9 @@ func buildTrail(tb testing.TB, calls int) *auditHarness {
 	h := newAuditHarness(tb)
 	ctx := context.Background()
 	for i := range calls {
-		h.clock.advance(time.Second)
+		h.clock.Advance(time.Second)
 		c := h.submit(tb, h.agent, payBody(100+i))
-		h.clock.advance(time.Second)
+		h.clock.Advance(time.Second)
 		switch i % 3 {
 		case 0:
 			c, err := h.q.Approve(ctx, "op:ann", audit.ChannelWeb, c.ID, c.Digest)
@@ -691,7 +673,7 @@ func checkpointAt(tb testing.TB, h *auditHarness, seq int64) audit.Checkpoint {
 	if err := h.d.SQL().QueryRow(`SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&hash); err != nil {
 		tb.Fatal(err)
 	}
-	c, err := newSigner(tb).Sign(seq, hash, h.clock.now())
+	c, err := newSigner(tb).Sign(seq, hash, h.clock.Now())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -791,7 +773,7 @@ func TestCheckpoint(t *testing.T) {
 		t.Errorf("checkpoint = %+v, want seq %d head %s signed by %s", c1, seq, head, signer.KID())
 	}
 	// Without new entries no new checkpoint is made.
-	h.clock.advance(time.Hour)
+	h.clock.Advance(time.Hour)
 	again, err := h.d.Checkpoint(ctx, signer)
 	if err != nil || again != c1 {
 		t.Errorf("second Checkpoint = %+v, %v; want the first", again, err)
@@ -920,13 +902,13 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	mid := h.head(t)
 	for i := range 4 {
-		h.clock.advance(time.Second)
+		h.clock.Advance(time.Second)
 		h.submit(t, h.agent, payBody(500+i))
 	}
 	if _, err := h.d.Checkpoint(ctx, signer); err != nil {
 		t.Fatal(err)
 	}
-	h.clock.advance(time.Second)
+	h.clock.Advance(time.Second)
 	h.submit(t, h.agent, payBody(600))
 
 	var buf bytes.Buffer
@@ -957,7 +939,7 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	sinceT, _ := time.Parse(time.RFC3339Nano, since)
 	buf.Reset()
-	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: sinceT, Until: h.clock.now()})
+	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: sinceT, Until: h.clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -976,7 +958,7 @@ func TestExportRoundTrip(t *testing.T) {
 
 	// Nothing in range: a valid, empty export.
 	buf.Reset()
-	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: h.clock.now().Add(time.Hour)})
+	res, err = h.d.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "jsonl", Since: h.clock.Now().Add(time.Hour)})
 	if err != nil || res.Count != 0 {
 		t.Fatalf("empty export = %+v, %v", res, err)
 	}

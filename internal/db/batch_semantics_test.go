@@ -162,7 +162,7 @@ func batchOps() []batchOp {
 // transaction of its own (batch false) or all in one group commit.
 func batchRun(t *testing.T, ops []batchOp, batch bool) ([]string, *ledger) {
 	t.Helper()
-	clk := newTestClock()
+	clk := testkit.NewClock(epoch)
 	l := newLedger(t, clk.Now)
 	ctx := context.Background()
 	if err := testkit.Seed(ctx, l.db.Accounts(), account.RoleAdmin, "root"); err != nil {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // benchWriters are the numbers of concurrent redeemers (and floor writers)
@@ -116,7 +118,7 @@ type redemptions struct {
 }
 
 func newRedemptions(b *testing.B, n int) *redemptions {
-	l := newLedger(b, newTestClock().Now) // a still clock: no grant expires during setup
+	l := newLedger(b, testkit.NewClock(epoch).Now) // a still clock: no grant expires during setup
 	r := &redemptions{l: l, bodies: make([][]byte, n)}
 	for i := range r.bodies {
 		r.bodies[i] = redemptionBody(MustApprove(b, l))

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,27 +27,8 @@ const toolsFile = "../../examples/tools.yaml"
 // agent is the trusted context of the token that submits and redeems.
 var agent = queue.Principal{Actor: "agent:a", Audience: "payments-host"}
 
-// testClock is a settable clock shared by a Service and its Keyring.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// epoch is where the tests' clocks start.
+var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // ledger is a Countersign database file, a key directory and a queue
 // Service over them, as one console process would hold them.

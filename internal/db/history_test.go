@@ -40,7 +40,7 @@ func historyFixture(t *testing.T) (*auditHarness, []*queue.Call) {
 	agents := []queue.Principal{h.agent, {Actor: "agent:other", Audience: "pay-host"}}
 	var ids []string
 	for i := range 90 {
-		h.clock.advance(time.Duration(rng.IntN(2)) * time.Millisecond)
+		h.clock.Advance(time.Duration(rng.IntN(2)) * time.Millisecond)
 		who := agents[rng.IntN(2)]
 		decision := rng.IntN(7)
 		if i%30 == 0 {
@@ -113,7 +113,7 @@ func settleRedeemed(t *testing.T, h *auditHarness, ids []string) []string {
 	ctx := context.Background()
 	var more []string
 	for i := range 24 {
-		h.clock.advance(time.Millisecond)
+		h.clock.Advance(time.Millisecond)
 		who := []queue.Principal{h.agent, {Actor: "agent:other", Audience: "pay-host"}}[i%2]
 		var c *queue.Call
 		if i%3 == 2 {
@@ -166,7 +166,7 @@ func settleRedeemed(t *testing.T, h *auditHarness, ids []string) []string {
 			resolve(c, queue.VerdictNotExecuted)
 		}
 	}
-	h.clock.advance(6 * time.Minute)
+	h.clock.Advance(6 * time.Minute)
 	if n, err := h.q.ExpireLeases(ctx); err != nil || n == 0 {
 		t.Fatalf("ExpireLeases = %d, %v; want some test.pay leases lapsed", n, err)
 	}

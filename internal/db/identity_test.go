@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/oneshot"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // Kinds are kept apart, and a key is stored only as its hash.
@@ -38,15 +38,14 @@ func TestOneshotsKindsApartKeyHashed(t *testing.T) {
 type ssoFixture struct {
 	d     *DB
 	svc   *account.Service
-	clock atomic.Int64
+	clock *testkit.Clock
 	ids   int
 }
 
 func newSSOFixture(t *testing.T) *ssoFixture {
 	t.Helper()
-	f := &ssoFixture{d: openTestDB(t)}
-	f.clock.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
-	f.svc = account.NewService(f.d.Accounts(), func() time.Time { return time.UnixMilli(f.clock.Load()).UTC() })
+	f := &ssoFixture{d: openTestDB(t), clock: testkit.NewClock(epoch)}
+	f.svc = account.NewService(f.d.Accounts(), f.clock.Now)
 	if _, err := f.svc.AddUser(context.Background(), "alice", account.RoleAdmin, testHash, "cli", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +62,7 @@ func ssoLogin(sub, preferred string, role account.Role, groups ...string) accoun
 func (f *ssoFixture) login(t *testing.T, l account.OIDCLogin) (account.User, string, error) {
 	t.Helper()
 	f.ids++
-	id := strings.Repeat("s", 10) + string(rune('a'+f.ids%26)) + l.Subject + time.UnixMilli(f.clock.Load()).String()
+	id := strings.Repeat("s", 10) + string(rune('a'+f.ids%26)) + l.Subject + f.clock.Now().String()
 	u, err := f.svc.LoginOIDC(context.Background(), l, account.NewSession{IDHash: id, CSRF: "c", IDToken: "tok-" + l.Subject})
 	return u, id, err
 }
@@ -101,7 +100,7 @@ func TestLoginOIDCCreatesThenUpdates(t *testing.T) {
 
 	// The same identity logs in again with another name and role: the
 	// account is the same, updated and audited.
-	f.clock.Add(1000)
+	f.clock.Advance(time.Second)
 	u2, _, err := f.login(t, ssoLogin("00u1", "robert", account.RoleAdmin, "approvers", "sre"))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +135,7 @@ func TestLoginOIDCRoleRemovedAtNextLogin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(1000)
+	f.clock.Advance(time.Second)
 	if _, _, err := f.login(t, ssoLogin("00u2", "carol", "", "everyone")); !errors.Is(err, account.ErrNoRole) {
 		t.Fatalf("login without a mapped group = %v, want ErrNoRole", err)
 	}
@@ -153,7 +152,7 @@ func TestLoginOIDCRoleRemovedAtNextLogin(t *testing.T) {
 		t.Errorf("audit = %+v", last)
 	}
 	// The group comes back: so does the role.
-	f.clock.Add(1000)
+	f.clock.Advance(time.Second)
 	if u, _, err := f.login(t, ssoLogin("00u2", "carol", account.RoleAuditor, "audit")); err != nil || u.Role != account.RoleAuditor {
 		t.Fatalf("login with a group again = %+v, %v", u, err)
 	}
@@ -275,7 +274,7 @@ func TestPasskeysStored(t *testing.T) {
 		t.Error("the user handle changed between calls")
 	}
 	pk := account.Passkey{ID: []byte{1, 2, 3}, User: "alice", Name: "laptop", PublicKey: []byte{9, 9}, SignCount: 4,
-		Record: []byte(`{"id":"AQID"}`), CreatedAt: time.UnixMilli(f.clock.Load()).UTC()}
+		Record: []byte(`{"id":"AQID"}`), CreatedAt: f.clock.Now()}
 	if err := f.svc.AddPasskey(ctx, pk, audit.ChannelWeb); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 const notifyYAML = `
@@ -57,7 +58,7 @@ const refund = `{"tool":"payments.refund","target":"invoice:INV-7","args":{"amou
 // TestChangesWriteTheirNoticesInTheSameTransaction: a committed change has
 // its outbox rows, a refused one has none.
 func TestChangesWriteTheirNoticesInTheSameTransaction(t *testing.T) {
-	clock := newTestClock()
+	clock := testkit.NewClock(epoch)
 	l := newLedger(t, clock.Now)
 	q := routedService(t, l, l.db.Store())
 	ctx := context.Background()
@@ -81,7 +82,7 @@ func TestChangesWriteTheirNoticesInTheSameTransaction(t *testing.T) {
 		t.Fatalf("after approval: %s", got)
 	}
 	// The approved call's reminder and escalation are skipped, not sent.
-	clock.Add(time.Hour)
+	clock.Advance(time.Hour)
 	claimed, skipped, err := l.db.Outbox().Claim(ctx, "me", clock.Now(), time.Minute, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestChangesWriteTheirNoticesInTheSameTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(time.Hour)
+	clock.Advance(time.Hour)
 	if _, err := q.Deny(ctx, "alice", audit.ChannelWeb, d.ID, "late"); !errors.Is(err, queue.ErrNotPending) {
 		t.Fatalf("Deny of an overdue call = %v", err)
 	}
