@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -58,29 +59,11 @@ func dialer(up *sdk.Server, offline *atomic.Bool) func(context.Context) (sdk.Tra
 	}
 }
 
-// clock is a settable clock for the queue and the keys.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is the gateway in front of the example upstream, over a real SQLite
 // file, with its queue and catalog.
 type env struct {
 	t       testing.TB
-	clock   *clock
+	clock   *testkit.Clock
 	db      *db.DB
 	reg     *tools.Registry
 	pol     *policy.Policy
@@ -134,34 +117,24 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	if o.hold == 0 {
 		o.hold = 30 * time.Second
 	}
-	e := &env{t: t, clock: &clock{t: time.Now().UTC().Truncate(time.Second)}, calls: &atomic.Int64{},
-		events: make(chan queue.Event, 256), path: o.path}
-	d, err := db.Open(o.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
-	e.db = d
-	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
-	keys, err := grant.OpenKeyring(filepath.Join(filepath.Dir(o.path), "keys"), "countersign", e.clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, calls: &atomic.Int64{}, events: make(chan queue.Event, 256), path: o.path}
 	src := gatewayTools
 	if o.tools != "" {
 		src = o.tools
 	}
+	var err error
 	if e.reg, err = tools.Parse([]byte(src)); err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Compile(e.reg)
-	if err != nil {
+	if e.pol, err = policy.Compile(e.reg); err != nil {
 		t.Fatal(err)
 	}
-	e.pol = pol
+	k := sqlitekit.NewQueue(t, sqlitekit.WithPath(o.path), sqlitekit.WithPolicy(e.pol),
+		sqlitekit.WithClock(testkit.NewClock(time.Now().UTC().Truncate(time.Second))))
+	e.clock, e.db, e.q = k.Clock, k.DB, k.Service
+	d := e.db
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.q = queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: keys, Now: e.clock.Now, Logger: log})
 	e.q.Subscribe(func(ev queue.Event) {
 		select {
 		case e.events <- ev:
@@ -672,7 +645,7 @@ func TestExpiredCall(t *testing.T) {
 	cs := e.client(nil, "")
 	go func() {
 		ev := e.next(audit.KindSubmitted)
-		e.clock.Add(ev.Call.DecideBy.Sub(e.clock.Now()) + time.Second)
+		e.clock.Advance(ev.Call.DecideBy.Sub(e.clock.Now()) + time.Second)
 		if n, err := e.q.ExpireDue(context.Background()); err != nil || n != 1 {
 			t.Errorf("ExpireDue: %d %v", n, err)
 		}
