@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,41 +24,25 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
-// consoleClock is the console's clock in tests.
-type consoleClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newConsoleClock() *consoleClock {
-	return &consoleClock{t: time.Now().UTC().Truncate(time.Second)}
-}
-
-func (f *consoleClock) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *consoleClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.t = f.t.Add(d)
+// newConsoleClock returns a clock stopped at the current second.
+func newConsoleClock() *testkit.Clock {
+	return testkit.NewClock(time.Now().UTC().Truncate(time.Second))
 }
 
 // consoleEnv is a real server on 127.0.0.1 with a real SQLite file, the
 // example tools, and a fake clock.
 type consoleEnv struct {
 	t     testing.TB
-	clock *consoleClock
+	clock *testkit.Clock
 	db    *db.DB
 	q     *queue.Service
 	srv   *server.Server
@@ -136,18 +119,9 @@ func newConsoleEnvWith(tb testing.TB, server func(*envConfig), adjust ...func(*C
 // (pol may be nil).
 func newConsoleEnvTools(tb testing.TB, reg *tools.Registry, pol *policy.Policy, adjustServer func(*envConfig), adjust ...func(*Config)) *consoleEnv {
 	tb.Helper()
-	dir := tb.TempDir()
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	clock := newConsoleClock()
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clock.Now)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	k := sqlitekit.NewQueue(tb, sqlitekit.WithTools(reg), sqlitekit.WithPolicy(pol), sqlitekit.WithClock(newConsoleClock()))
+	clock, d, keys, q := k.Clock, k.DB, k.Keys, k.Service
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Policy: pol, Signer: keys, Now: clock.Now, Logger: log})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/internal/pgstore"
 	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
 )
 
 // presenceReplica is a console on a pool of its own with the listener
@@ -27,7 +28,7 @@ type presenceReplica struct {
 	env  *consoleEnv        // for browsers on this console
 }
 
-func startPresenceReplica(t *testing.T, url string, clock *consoleClock, refresh time.Duration) *presenceReplica {
+func startPresenceReplica(t *testing.T, url string, clock *testkit.Clock, refresh time.Duration) *presenceReplica {
 	t.Helper()
 	d, err := pgstore.Open(context.Background(), url, pgstore.Options{MaxConns: 8, PresenceRefresh: refresh})
 	if err != nil {

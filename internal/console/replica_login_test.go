@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -64,7 +65,7 @@ type replicaConsole struct {
 
 // adjust may change the configuration before the server is made (its
 // Console is set).
-func startReplicaConsole(tb testing.TB, st replicaStores, clock *consoleClock, adjust ...func(*envConfig)) *replicaConsole {
+func startReplicaConsole(tb testing.TB, st replicaStores, clock *testkit.Clock, adjust ...func(*envConfig)) *replicaConsole {
 	tb.Helper()
 	reg, err := tools.Load("../../examples/tools.yaml")
 	if err != nil {
