@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
-	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
 
 // apiStack is a real server on 127.0.0.1 over a real SQLite file.
@@ -33,25 +32,7 @@ type apiStack struct {
 	server *Server
 	cancel context.CancelFunc
 	done   chan error
-	clock  *stackClock
-}
-
-// stackClock is a settable clock; zero offset means real time.
-type stackClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *stackClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *stackClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.offset += d
-	c.mu.Unlock()
+	clock  *testkit.Clock
 }
 
 func startAPIStack(tb testing.TB) *apiStack {
@@ -61,25 +42,14 @@ func startAPIStack(tb testing.TB) *apiStack {
 
 func startAPIStackIn(tb testing.TB, dir string, adjust ...func(*Config)) *apiStack {
 	tb.Helper()
-	clock := &stackClock{}
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clock.Now)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	k := sqlitekit.NewQueue(tb, sqlitekit.WithPath(filepath.Join(dir, "countersign.db")),
+		sqlitekit.WithClock(testkit.NewClock(time.Now().UTC().Truncate(time.Second))))
+	clock, d, keys, q := k.Clock, k.DB, k.Keys, k.Service
 	// The operators the tests decide as; "agent:deployer" is an operator
 	// account named like an agent, which must not approve that agent's
 	// calls.
 	testkit.SeedUsers(tb, d.Accounts(), account.RoleOperator, "alice", "bob", "carol", "agent:deployer")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: log})
 	cfg := Config{Queue: q, Accounts: account.NewService(d.Accounts(), clock.Now), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: clock.Now}
 	for _, f := range adjust {
 		f(&cfg)
