@@ -3,20 +3,16 @@ package control
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
-	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
 
 // stack is a database, a keyring and the example tools behind a queue.
@@ -28,22 +24,8 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	dir := t.TempDir()
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	return &stack{db: d, queue: q, accounts: account.NewService(d.Accounts(), nil)}
+	k := sqlitekit.NewQueue(t)
+	return &stack{db: k.DB, queue: k.Service, accounts: account.NewService(k.DB.Accounts(), k.Clock.Now)}
 }
 
 // TestDecideNeedsAnEnabledDecider: a command-line decision in the name of
