@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
@@ -100,7 +101,7 @@ func decide(ctx context.Context, e *env, data, url, toolsFile string, req contro
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	if resp.Error != nil {
-		enc.Encode(map[string]any{"error": resp.Error})
+		enc.Encode(wire.ErrorBody{Error: *resp.Error})
 		return 1
 	}
 	enc.Encode(resp.Call)
@@ -191,12 +192,15 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 	}
 	q := queue.NewService(cfg)
 	call, err := control.Decide(ctx, q, req)
-	if err != nil {
-		out.Error = server.ErrorOf(err)
-		return out, nil
+	if err == nil && call != nil {
+		var v wire.Call
+		if v, err = answer.CallAsStored(call); err == nil {
+			out.Call = &v
+		}
 	}
-	if call != nil {
-		out.Call = wire.CallAsStored(call)
+	if err != nil {
+		e := answer.ErrorOf(server.ErrorOf(err))
+		out.Error = &e
 	}
 	return out, nil
 }

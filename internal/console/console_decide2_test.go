@@ -15,7 +15,6 @@ import (
 
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/wire"
 )
 
 const conMailDeceptive = `{"tool":"email.send","target":"mailbox:billing@example.com","args":{"to":[{"address":"ops@example.com"}],"subject":"report\u202Efdp.exe","body":"hi"}}`
@@ -120,7 +119,7 @@ func TestApprovalComment(t *testing.T) {
 		t.Error("the timeline's approval does not show the comment")
 	}
 	call, _ := e.q.Call(context.Background(), refund.ID)
-	body, _ := json.Marshal(wire.CallAsStored(call))
+	body, _ := json.Marshal(mustStored(t, call))
 	var got struct {
 		Comments []struct{ By, Comment, At string } `json:"comments"`
 	}

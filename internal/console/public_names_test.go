@@ -16,7 +16,6 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/wire"
 )
 
 // agentRequest sends one agent API request with a bearer token and returns
@@ -181,7 +180,7 @@ func TestAgentsSeeSingleSignOnOperatorsByTheirShownName(t *testing.T) {
 	if stored.Approvals[0].Operator != e.principal("00u-bob") || stored.Revoked.By != e.principal("00u-bob") {
 		t.Errorf("stored approver %q, revoker %q, want the principal", stored.Approvals[0].Operator, stored.Revoked.By)
 	}
-	raw, _ := json.Marshal(wire.CallAsStored(stored))
+	raw, _ := json.Marshal(mustStored(t, stored))
 	if !bytes.Contains(raw, []byte(`"by":"`+e.principal("00u-bob")+`"`)) {
 		t.Errorf("the operators' call object lost the principal: %s", raw)
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
@@ -39,11 +40,11 @@ type Request struct {
 	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
 }
 
-// Response is the control socket's answer: the call, or an error in the
-// API's shape.
+// Response is the control socket's answer: the call (its people named as
+// stored), or an error in the API's shape.
 type Response struct {
-	Call  map[string]any `json:"call,omitempty"`
-	Error *problem.Error `json:"error,omitempty"`
+	Call  *wire.Call  `json:"call,omitempty"`
+	Error *wire.Error `json:"error,omitempty"`
 }
 
 // Listen opens the control socket at path, replacing a stale socket file
@@ -125,11 +126,16 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 func write(w http.ResponseWriter, call *queue.Call, err error) {
 	var resp Response
 	status := http.StatusOK
+	if call != nil && err == nil {
+		var v wire.Call
+		if v, err = answer.CallAsStored(call); err == nil {
+			resp.Call = &v
+		}
+	}
 	if err != nil {
-		resp.Error = problem.Of(err)
-		status = resp.Error.Status
-	} else if call != nil {
-		resp.Call = wire.CallAsStored(call)
+		pe := problem.Of(err)
+		e := answer.ErrorOf(pe)
+		resp.Error, status = &e, pe.Status
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/problem"
@@ -64,7 +65,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if ae.Status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="countersign"`)
 	}
-	_ = c.JSON(ae.Status, map[string]any{"error": ae})
+	_ = c.JSON(ae.Status, answer.Error(ae))
 }
 
 // bearer authenticates the agent's token and puts its trusted context on
@@ -122,13 +123,13 @@ func (s *Server) healthz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Ping(ctx); err != nil {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return c.JSON(http.StatusServiceUnavailable, wire.Health{Status: wire.HealthUnavailable})
 	}
 	if s.cfg.Live != nil && !s.cfg.Live.Connected() {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "degraded",
-			"live": "disconnected: not hearing of other replicas' changes; reconnecting"})
+		return c.JSON(http.StatusServiceUnavailable, wire.Health{Status: wire.HealthDegraded,
+			Live: "disconnected: not hearing of other replicas' changes; reconnecting"})
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, wire.Health{Status: wire.HealthOK})
 }
 
 func (s *Server) keys(c echo.Context) error {
@@ -159,7 +160,7 @@ func (s *Server) submit(c echo.Context) error {
 		status = http.StatusCreated
 		c.Response().Header().Set("Location", "/api/v1/calls/"+call.ID)
 	}
-	return c.JSON(status, s.agentCallView(c.Request().Context(), call))
+	return s.answerCall(c, status, call)
 }
 
 func (s *Server) getCall(c echo.Context) error {
@@ -191,7 +192,7 @@ func (s *Server) getCall(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
+	return s.answerCall(c, http.StatusOK, call)
 }
 
 func (s *Server) cancelCall(c echo.Context) error {
@@ -199,7 +200,7 @@ func (s *Server) cancelCall(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
+	return s.answerCall(c, http.StatusOK, call)
 }
 
 func (s *Server) outcome(c echo.Context) error {
@@ -215,7 +216,7 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.agentCallView(c.Request().Context(), call))
+	return s.answerCall(c, http.StatusOK, call)
 }
 
 // heartbeat extends the lease of a redeemed call. The body is optional:
@@ -237,11 +238,7 @@ func (s *Server) heartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{
-		"call_id":     call.ID,
-		"lease_until": call.LeaseUntil.UTC().Format(time.RFC3339Nano),
-		"extend_max":  int64(call.OutcomeWithinOrDefault() / time.Second),
-	})
+	return c.JSON(http.StatusOK, answer.Lease(call))
 }
 
 func (s *Server) redeem(c echo.Context) error {
@@ -276,27 +273,7 @@ func (s *Server) redeem(c echo.Context) error {
 	default:
 		status = http.StatusForbidden
 	}
-	out := map[string]any{"decision": r.Decision(), "checks": r.Checks}
-	if r.CallID != "" {
-		out["call_id"] = r.CallID
-	}
-	if r.Accepted {
-		// The exact canonical bytes that were hashed, for the executor to
-		// run, and its lease.
-		out["envelope"] = string(r.Call.Envelope)
-		out["digest"] = r.Call.Digest
-		out["lease_until"] = r.Call.LeaseUntil.UTC().Format(time.RFC3339Nano)
-		out["outcome_within"] = int64(r.Call.OutcomeWithinOrDefault() / time.Second)
-	} else {
-		out["reason"] = r.Reason
-		out["message"] = redeemMessage(r.Reason)
-	}
-	if r.Freeze != nil {
-		out["message"] = fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing was consumed; the grant may still be redeemed once the freeze is lifted, while it lives.",
-			r.Freeze.Scope(), r.Freeze.At.UTC().Format(time.RFC3339), r.Freeze.Reason)
-		out["freeze"] = map[string]string{"reason": r.Freeze.Reason, "since": r.Freeze.At.UTC().Format(time.RFC3339)}
-	}
-	return c.JSON(status, out)
+	return c.JSON(status, answer.Redemption(r))
 }
 
 func problemCount(n int) string {
@@ -306,31 +283,15 @@ func problemCount(n int) string {
 	return fmt.Sprintf("%d problems", n)
 }
 
-func redeemMessage(reason string) string {
-	switch reason {
-	case "replayed":
-		return "this grant was already redeemed; a grant runs a call once"
-	case "expired":
-		return "the grant has expired; propose the call again for a new approval"
-	case "not_yet_valid":
-		return "the grant is not valid yet; check the executor's clock"
-	case "digest_mismatch", "tool_mismatch", "target_mismatch":
-		return "the call presented is not the call that was approved; present exactly the approved tool, target and args"
-	case "actor_mismatch", "audience_mismatch":
-		return "this grant was issued to another actor or host"
-	case "revoked":
-		return "the call was cancelled or its grant revoked"
-	case grant.ReasonToolChanged:
-		return "this console's tools file defines the tool differently from the definition the call was made under (it changed, or the replicas run different files), so it no longer runs; propose the call again"
-	}
-	return "the grant is not valid; nothing was consumed"
-}
-
-// agentCallView is the agent API's call object: the people it names
+// answerCall answers with the agent API's call object: the people it names
 // (approvers, the operator who denied, revoked or resolved the call,
 // comments' authors, owners) are named as people see them, never by a
 // single-sign-on principal (account.PublicNames). The status page follows
 // the same rule.
-func (s *Server) agentCallView(ctx context.Context, c *queue.Call) map[string]any {
-	return wire.CallView(c, s.cfg.Accounts.PublicNames(ctx))
+func (s *Server) answerCall(c echo.Context, status int, call *queue.Call) error {
+	v, err := answer.Call(call, s.cfg.Accounts.PublicNames(c.Request().Context()))
+	if err != nil {
+		return err
+	}
+	return c.JSON(status, v)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/problem"
 )
@@ -28,5 +29,5 @@ func (s *Server) auditCheckpoint(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set("Cache-Control", "no-cache")
-	return c.JSON(http.StatusOK, cp)
+	return c.JSON(http.StatusOK, answer.Checkpoint(cp))
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/wire"
@@ -30,7 +31,7 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 		}
 		Owners []string
 	}
-	b, _ := json.Marshal(wire.CallAsStored(c))
+	b, _ := json.Marshal(mustStored(t, c))
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 	}
 
 	var bare map[string]any
-	b, _ = json.Marshal(wire.CallAsStored(&queue.Call{ID: "call_y", Status: queue.StatusPending, ApprovalsRequired: 1}))
+	b, _ = json.Marshal(mustStored(t, &queue.Call{ID: "call_y", Status: queue.StatusPending, ApprovalsRequired: 1}))
 	if err := json.Unmarshal(b, &bare); err != nil {
 		t.Fatal(err)
 	}
@@ -64,4 +65,14 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 	if _, ok := bare["owners"]; ok || len(ap) != 2 {
 		t.Errorf("a call nobody owns or approved: owners %v, approvals %v; want no owners, required and received only", bare["owners"], ap)
 	}
+}
+
+// mustStored is the call object as operators' tools see it.
+func mustStored(t testing.TB, c *queue.Call) wire.Call {
+	t.Helper()
+	v, err := answer.CallAsStored(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

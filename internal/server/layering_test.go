@@ -25,7 +25,7 @@ func TestImportRule(t *testing.T) {
 	}
 	transports := []string{mod + "internal/server", mod + "internal/console", "github.com/labstack/echo", "github.com/gorilla/websocket",
 		"github.com/go-webauthn", "github.com/coreos/go-oidc", "github.com/a-h/templ"}
-	for _, p := range []string{"../control", "../problem", "../wire"} {
+	for _, p := range []string{"../control", "../problem", "../answer", "../wire"} {
 		rules = append(rules, struct {
 			pkg       string
 			forbidden []string
@@ -36,6 +36,24 @@ func TestImportRule(t *testing.T) {
 			pkg       string
 			forbidden []string
 		}{"../" + domain, append([]string{mod + "internal/server", mod + "internal/console", "github.com/labstack/echo"}, engines...)})
+	}
+	// The answers' shapes import only the standard library, and the public
+	// client only them besides: an agent that imports the client does not
+	// carry the console's domain (rules engine, keys, stores) with it.
+	leaves := []struct{ dir, self, allowed string }{
+		{"../wire", mod + "internal/wire", ""},
+		{"../../client", mod + "client", mod + "internal/wire"},
+	}
+	for _, l := range leaves {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", l.dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", l.dir, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep != l.self && dep != l.allowed {
+				t.Errorf("%s depends on %s: it may import only the standard library (and %q)", l.self, dep, l.allowed)
+			}
+		}
 	}
 	for _, r := range rules {
 		out, err := exec.Command("go", "list", "-deps", r.pkg).CombinedOutput()

@@ -1,0 +1,181 @@
+// Package answer builds the agent API's answers, the shapes of package
+// wire, from the domain's values: a stored call, a redemption, a lease, an
+// audit checkpoint, an error. The server, the control socket and the
+// command line answer with what it builds.
+package answer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/problem"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/wire"
+)
+
+// at is a time as the API gives it: UTC, every digit kept.
+func at(t time.Time) time.Time { return t.UTC() }
+
+// second is a time as the API gives it to the second: UTC, the fraction
+// dropped.
+func second(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
+
+// CallAsStored is the call object with the people it names as stored (a
+// single-sign-on operator by their principal), for operators' own tools:
+// the command line and the control socket. Agents receive Call with the
+// names people see.
+func CallAsStored(c *queue.Call) (wire.Call, error) {
+	return Call(c, func(name string) string { return name })
+}
+
+// Call is the call object with each person named by name. It fails only
+// when the stored arguments cannot be written as JSON.
+func Call(c *queue.Call, name func(string) string) (wire.Call, error) {
+	args, err := c.Args.MarshalJSON()
+	if err != nil {
+		return wire.Call{}, fmt.Errorf("answer: call %s: args: %w", c.ID, err)
+	}
+	v := wire.Call{
+		ID:        c.ID,
+		Status:    wire.Status(c.Shown()),
+		Actor:     c.Actor,
+		Audience:  c.Audience,
+		Tool:      c.Tool,
+		Target:    c.Target,
+		Args:      args,
+		Digest:    c.Digest,
+		CreatedAt: at(c.CreatedAt),
+		DecideBy:  at(c.DecideBy),
+		Approvals: approvals(c, name),
+		Rationale: c.Rationale,
+	}
+	if len(c.Owners) > 0 {
+		v.Owners = account.PublicOwners(c.Owners, name)
+	}
+	for _, a := range c.Approvals {
+		if a.Comment != "" {
+			v.Comments = append(v.Comments, wire.Comment{By: name(a.Operator), Comment: a.Comment, At: at(a.At)})
+		}
+	}
+	if c.Shown() == queue.StatusApproved {
+		v.Grant = c.Grant
+		v.GrantExpiresAt = second(c.GrantExpiresAt)
+	}
+	if r := c.Revoked; r != nil {
+		v.Revocation = &wire.Revocation{By: name(r.By), Reason: r.Reason, At: at(r.At)}
+	}
+	if d := c.Denial; d != nil {
+		v.Decision = &wire.Decision{By: name(d.By), Reason: d.Reason, At: at(d.At)}
+	}
+	v.DecidedByRule = c.DecidedByRule()
+	if c.Status == queue.StatusRedeemed {
+		v.RedeemedAt = at(c.RedeemedAt)
+		v.LeaseUntil = at(c.LeaseUntil)
+	}
+	if o := c.Outcome; o != nil {
+		v.Outcome = &wire.Outcome{Status: o.Status, Detail: o.Detail, At: at(o.At)}
+	}
+	if r := c.Resolution; r != nil {
+		v.Resolution = &wire.Resolution{Verdict: r.Verdict, By: name(r.By), Note: r.Note, Evidence: r.Evidence, At: at(r.At)}
+	}
+	return v, nil
+}
+
+// approvals is the call object's approvals: how many the call needs and
+// has, and who gave each, through which channel and how (a click, a
+// passkey, a command, a rule).
+func approvals(c *queue.Call, name func(string) string) wire.Approvals {
+	v := wire.Approvals{Required: c.ApprovalsRequired, Received: len(c.Approvals)}
+	if len(c.Approvals) == 0 {
+		return v
+	}
+	v.Given = make([]wire.Approval, len(c.Approvals))
+	for i, a := range c.Approvals {
+		v.Given[i] = wire.Approval{By: name(a.Operator), Channel: a.Channel, Method: a.Method(), At: at(a.At)}
+	}
+	return v
+}
+
+// Lease is the answer to a heartbeat: the redeemed call's lease.
+func Lease(c *queue.Call) wire.Lease {
+	return wire.Lease{CallID: c.ID, LeaseUntil: at(c.LeaseUntil), ExtendMax: int64(c.OutcomeWithinOrDefault() / time.Second)}
+}
+
+// Redemption is the answer to a redemption, accepted or rejected, with the
+// sentence that says what to do about a rejection.
+func Redemption(r *queue.Redemption) wire.Redemption {
+	out := wire.Redemption{Decision: r.Decision(), CallID: r.CallID, Checks: checks(r.Checks)}
+	if r.Accepted {
+		// The exact canonical bytes that were hashed, for the executor to
+		// run, and its lease.
+		out.Envelope = string(r.Call.Envelope)
+		out.Digest = r.Call.Digest
+		out.LeaseUntil = at(r.Call.LeaseUntil)
+		out.OutcomeWithin = int64(r.Call.OutcomeWithinOrDefault() / time.Second)
+	} else {
+		out.Reason = r.Reason
+		out.Message = redeemMessage(r.Reason)
+	}
+	if f := r.Freeze; f != nil {
+		out.Message = fmt.Sprintf("%s is frozen by an operator since %s: %s. Nothing was consumed; the grant may still be redeemed once the freeze is lifted, while it lives.",
+			f.Scope(), f.At.UTC().Format(time.RFC3339), f.Reason)
+		out.Freeze = &wire.Freeze{Reason: f.Reason, Since: second(f.At)}
+	}
+	return out
+}
+
+func checks(cs []grant.Check) []wire.Check {
+	if cs == nil {
+		return nil
+	}
+	out := make([]wire.Check, len(cs))
+	for i, c := range cs {
+		out[i] = wire.Check{Name: c.Name, OK: c.OK}
+	}
+	return out
+}
+
+func redeemMessage(reason string) string {
+	switch reason {
+	case "replayed":
+		return "this grant was already redeemed; a grant runs a call once"
+	case "expired":
+		return "the grant has expired; propose the call again for a new approval"
+	case "not_yet_valid":
+		return "the grant is not valid yet; check the executor's clock"
+	case "digest_mismatch", "tool_mismatch", "target_mismatch":
+		return "the call presented is not the call that was approved; present exactly the approved tool, target and args"
+	case "actor_mismatch", "audience_mismatch":
+		return "this grant was issued to another actor or host"
+	case "revoked":
+		return "the call was cancelled or its grant revoked"
+	case grant.ReasonToolChanged:
+		return "this console's tools file defines the tool differently from the definition the call was made under (it changed, or the replicas run different files), so it no longer runs; propose the call again"
+	}
+	return "the grant is not valid; nothing was consumed"
+}
+
+// Checkpoint is the answer of the audit checkpoint.
+func Checkpoint(cp audit.Checkpoint) wire.Checkpoint {
+	return wire.Checkpoint{Seq: cp.Seq, Head: cp.Head, Time: cp.Time, KID: cp.KID, PublicKey: cp.PublicKey, Signature: cp.Signature}
+}
+
+// Error is the error body of e: {"error": {...}}.
+func Error(e *problem.Error) wire.ErrorBody {
+	return wire.ErrorBody{Error: ErrorOf(e)}
+}
+
+// ErrorOf is e in the API's error shape.
+func ErrorOf(e *problem.Error) wire.Error {
+	out := wire.Error{Code: e.Code, Message: e.Message, Reason: e.Reason, CallID: e.CallID, Hint: e.Hint}
+	if e.Problems != nil {
+		out.Problems = make([]wire.Problem, len(e.Problems))
+		for i, p := range e.Problems {
+			out.Problems[i] = wire.Problem{Code: p.Code, Path: p.Path, Message: p.Message}
+		}
+	}
+	return out
+}
