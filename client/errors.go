@@ -5,12 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/countersign/countersign/internal/wire"
 )
 
 // Error is an error answer of the console: the API's one error shape
 // {"error":{"code","message","problems",...}} with its HTTP status. Message
 // and Problems are written to be handed back to the model that proposed the
 // call.
+//
+// Error declares the members of wire.Error itself rather than embedding
+// it: applications build an Error to match against
+// (errors.Is(err, &client.Error{Code: client.CodeRetryLimit})), and a
+// literal cannot name an embedded struct's members. The conformance test
+// of docs/openapi.yaml reads every documented error into Error too.
 type Error struct {
 	// Status is the HTTP status code.
 	Status  int    `json:"-"`
@@ -31,11 +39,7 @@ type Error struct {
 
 // Problem is one thing wrong with a proposal: a problem code, the JSON
 // Pointer of the offending value from the proposal's root, and a sentence.
-type Problem struct {
-	Code    string `json:"code"`
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
+type Problem = wire.Problem
 
 func (e *Error) Error() string {
 	var b strings.Builder

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/wire"
 )
 
 // Every kind of answer the Python and TypeScript suites classify
@@ -85,13 +87,13 @@ func TestRedemptionRefusal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
-			r := &Redemption{Decision: "rejected", Reason: tc.reason, StatusCode: tc.status}
+			r := &Redemption{Redemption: wire.Redemption{Decision: "rejected", Reason: tc.reason}, StatusCode: tc.status}
 			if got := r.Refusal(); got != tc.want {
 				t.Errorf("Refusal()=%v, want %v", got, tc.want)
 			}
 		})
 	}
-	if r := (&Redemption{Decision: "accepted", Accepted: true, StatusCode: 200}); r.Refusal() {
+	if r := (&Redemption{Redemption: wire.Redemption{Decision: "accepted"}, Accepted: true, StatusCode: 200}); r.Refusal() {
 		t.Error("an accepted redemption: Refusal()=true, want false")
 	}
 }
