@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/testkit"
@@ -40,6 +41,12 @@ type apiDoc struct {
 	ops      map[string]*docOp // "GET /api/v1/calls/{id}"
 	compiler *jsonschema.Compiler
 	schemas  map[string]*jsonschema.Schema
+	// components are the component schemas as written, for following the
+	// members an answer sends (cover).
+	components map[string]any
+	// seen holds the members of the description's objects that some
+	// checked answer carried, as "Schema.member.member".
+	seen map[string]bool
 }
 
 type docOp struct {
@@ -47,6 +54,14 @@ type docOp struct {
 	// responses maps a status code to media type to the $defs key of the
 	// schema of its body.
 	responses map[string]map[string]string
+	// raw maps a status code to media type to the response's schema and
+	// examples as written.
+	raw map[string]map[string]docMedia
+}
+
+type docMedia struct {
+	schema   any
+	examples map[string]any // name (or "example") to value
 }
 
 const docRoot = "https://countersign.invalid/openapi.json"
@@ -71,10 +86,11 @@ func loadAPIDoc(t *testing.T) *apiDoc {
 	for name, s := range mapAt(t, components, "schemas") {
 		defs[name] = rewriteRefs(s)
 	}
+	d := &apiDoc{ops: map[string]*docOp{}, schemas: map[string]*jsonschema.Schema{},
+		components: mapAt(t, components, "schemas"), seen: map[string]bool{}}
 	responses := mapAt(t, components, "responses")
 	globalPublic := isEmptyList(root["security"])
 
-	d := &apiDoc{ops: map[string]*docOp{}, schemas: map[string]*jsonschema.Schema{}}
 	n := 0
 	for path, item := range mapAt(t, root, "paths") {
 		for _, method := range docMethods {
@@ -83,7 +99,7 @@ func loadAPIDoc(t *testing.T) *apiDoc {
 				continue
 			}
 			key := strings.ToUpper(method) + " " + path
-			op := &docOp{public: globalPublic, responses: map[string]map[string]string{}}
+			op := &docOp{public: globalPublic, responses: map[string]map[string]string{}, raw: map[string]map[string]docMedia{}}
 			if sec, ok := o["security"]; ok {
 				op.public = isEmptyList(sec)
 			}
@@ -104,6 +120,7 @@ func loadAPIDoc(t *testing.T) *apiDoc {
 					t.Errorf("%s %s has no description", key, status)
 				}
 				op.responses[status] = map[string]string{}
+				op.raw[status] = map[string]docMedia{}
 				content, _ := resp["content"].(map[string]any)
 				for mt, m := range content {
 					schema, ok := m.(map[string]any)["schema"]
@@ -111,6 +128,7 @@ func loadAPIDoc(t *testing.T) *apiDoc {
 						t.Errorf("%s %s %s has no schema", key, status, mt)
 						continue
 					}
+					op.raw[status][mt] = docMedia{schema: schema, examples: mediaExamples(t, key+" "+status+" "+mt, m.(map[string]any))}
 					n++
 					def := fmt.Sprintf("response_%d", n)
 					defs[def] = rewriteRefs(schema)
@@ -193,6 +211,146 @@ func (d *apiDoc) conform(t *testing.T, op string, status int, contentType string
 	if err := s.Validate(v); err != nil {
 		t.Errorf("%s %d: the body does not match the documented schema: %v\nbody: %s", op, status, err, body)
 	}
+	d.cover(o.raw[strconv.Itoa(status)][mt].schema, v, op+" "+strconv.Itoa(status))
+}
+
+// mediaExamples reads a media type's example, or its named examples.
+func mediaExamples(t *testing.T, where string, m map[string]any) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	if v, ok := m["example"]; ok {
+		out["example"] = v
+	}
+	if ex, ok := m["examples"]; ok {
+		named, ok := ex.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: examples is not a mapping of named examples", where)
+		}
+		for name, e := range named {
+			v, ok := e.(map[string]any)["value"]
+			if !ok {
+				t.Fatalf("%s: example %s has no value", where, name)
+			}
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// ref resolves a reference to a component schema: its name and schema.
+func (d *apiDoc) ref(s map[string]any) (string, map[string]any, bool) {
+	r, ok := s["$ref"].(string)
+	if !ok {
+		return "", nil, false
+	}
+	name, _ := strings.CutPrefix(r, "#/components/schemas/")
+	c, _ := d.components[name].(map[string]any)
+	return name, c, true
+}
+
+// isObject reports whether a schema declares an object type.
+func isObject(s map[string]any) bool {
+	switch ty := s["type"].(type) {
+	case string:
+		return ty == "object"
+	case []any:
+		for _, x := range ty {
+			if x == "object" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fields adds to into every member the objects reachable from schema
+// declare, as "Schema.member": the members of the component schemas an
+// answer may carry. A schema that only narrows another (allOf with
+// properties but no type) declares none.
+func (d *apiDoc) fields(schema any, key string, into, done map[string]bool) {
+	s, ok := schema.(map[string]any)
+	if !ok {
+		return
+	}
+	if name, c, ok := d.ref(s); ok {
+		if !done[name] {
+			done[name] = true
+			d.fields(c, name, into, done)
+		}
+		return
+	}
+	for _, k := range []string{"allOf", "oneOf", "anyOf"} {
+		list, _ := s[k].([]any)
+		for _, sub := range list {
+			d.fields(sub, key, into, done)
+		}
+	}
+	if props, ok := s["properties"].(map[string]any); ok && isObject(s) {
+		for p, ps := range props {
+			into[key+"."+p] = true
+			d.fields(ps, key+"."+p, into, done)
+		}
+	}
+	if items, ok := s["items"]; ok {
+		d.fields(items, key+"[]", into, done)
+	}
+}
+
+// cover records in seen the declared members that value carries, walking
+// schema and value together.
+func (d *apiDoc) cover(schema, value any, key string) {
+	s, ok := schema.(map[string]any)
+	if !ok {
+		return
+	}
+	if name, c, ok := d.ref(s); ok {
+		d.cover(c, value, name)
+		return
+	}
+	for _, k := range []string{"allOf", "oneOf", "anyOf"} {
+		list, _ := s[k].([]any)
+		for _, sub := range list {
+			d.cover(sub, value, key)
+		}
+	}
+	if props, ok := s["properties"].(map[string]any); ok && isObject(s) {
+		if obj, ok := value.(map[string]any); ok {
+			for p, ps := range props {
+				if v, ok := obj[p]; ok {
+					d.seen[key+"."+p] = true
+					d.cover(ps, v, key+"."+p)
+				}
+			}
+		}
+	}
+	if items, ok := s["items"]; ok {
+		if list, ok := value.([]any); ok {
+			for _, e := range list {
+				d.cover(items, e, key+"[]")
+			}
+		}
+	}
+}
+
+// unsent lists the members the answers' schemas declare that no checked
+// answer carried.
+func (d *apiDoc) unsent() []string {
+	all, done := map[string]bool{}, map[string]bool{}
+	for _, o := range d.ops {
+		for _, media := range o.raw {
+			for _, m := range media {
+				d.fields(m.schema, "", all, done)
+			}
+		}
+	}
+	var out []string
+	for f := range all {
+		if !d.seen[f] {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func mapAt(t *testing.T, m map[string]any, key string) map[string]any {
@@ -278,7 +436,11 @@ type openAPIStack struct {
 	srv   *server.Server
 }
 
-func startOpenAPIStack(t *testing.T) *openAPIStack {
+// openAPIOption changes how a stack is booted: a tools file with rules, a
+// replica's listener.
+type openAPIOption func(*queue.Config, *server.Config)
+
+func startOpenAPIStack(t *testing.T, opts ...openAPIOption) *openAPIStack {
 	t.Helper()
 	dir := t.TempDir()
 	d, err := db.Open(filepath.Join(dir, "x.db"))
@@ -295,8 +457,14 @@ func startOpenAPIStack(t *testing.T) *openAPIStack {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
-	srv, err := server.New(server.Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI})
+	qcfg := queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log}
+	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI}
+	for _, o := range opts {
+		o(&qcfg, &scfg)
+	}
+	q := queue.NewService(qcfg)
+	scfg.Queue = q
+	srv, err := server.New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +494,12 @@ func (st *openAPIStack) token(t *testing.T, actor, audience string) string {
 	}
 	return secret
 }
+
+// disconnected is a replica's listener that has lost its connection.
+type disconnected struct{}
+
+func (disconnected) Connected() bool   { return false }
+func (disconnected) Reconnects() int64 { return 1 }
 
 type docRequest struct {
 	op          string // documented operation: "POST /api/v1/calls"
@@ -468,7 +642,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	token := st.token(t, "agent:billing-bot", "payments-host")
 	seen := map[string]map[int]bool{}
 
-	check := func(r docRequest, want int) docResponse {
+	checkOn := func(st *openAPIStack, r docRequest, want int) docResponse {
 		t.Helper()
 		res := st.do(t, r)
 		if res.status != want {
@@ -480,6 +654,10 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		}
 		seen[r.op][res.status] = true
 		return res
+	}
+	check := func(r docRequest, want int) docResponse {
+		t.Helper()
+		return checkOn(st, r, want)
 	}
 	const submit = "POST /api/v1/calls"
 	const get = "GET /api/v1/calls/{id}"
@@ -667,6 +845,75 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Errorf("status %v, approvals given %q; want approved, %q", twice.json["status"], given, want)
 	}
 
+	// An approval with a comment: the agent receives it.
+	commented := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(6)}, http.StatusCreated)
+	commentedID, _ := commented.json["id"].(string)
+	if _, err := st.queue.ApproveWith(ctx, queue.ApproveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: commentedID,
+		Digest: commented.json["digest"].(string), Comment: "refund only the duplicate"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := check(docRequest{op: get, path: "/api/v1/calls/" + commentedID, token: token}, http.StatusOK); c.json["comments"] == nil {
+		t.Errorf("an approval's comment is not on the call: %s", c.body)
+	}
+
+	// A revoked grant: the call shows the revocation and the grant is
+	// refused.
+	revoked := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(7)}, http.StatusCreated)
+	revokedID, _ := revoked.json["id"].(string)
+	rv, err := st.queue.Approve(ctx, "alice", audit.ChannelCLI, revokedID, revoked.json["digest"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.queue.RevokeGrant(ctx, "alice", audit.ChannelWeb, revokedID, "wrong invoice"); err != nil {
+		t.Fatal(err)
+	}
+	if c := check(docRequest{op: get, path: "/api/v1/calls/" + revokedID, token: token}, http.StatusOK); c.json["status"] != "revoked" || c.json["revocation"] == nil {
+		t.Errorf("a revoked call: %s", c.body)
+	}
+	g, _ = json.Marshal(rv.Grant)
+	check(docRequest{op: redeem, path: "/api/v1/redeem", token: token, body: `{"grant":` + string(g) +
+		`,"call":{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":7,"currency":"USD","reason_code":"duplicate"}}}`}, http.StatusForbidden)
+
+	// A freeze refuses the redemption of a grant approved before it.
+	frozenTok := st.token(t, "agent:frozen-bot", "payments-host")
+	cold := check(docRequest{op: submit, path: "/api/v1/calls", token: frozenTok, body: refund(8)}, http.StatusCreated)
+	cc, err := st.queue.Approve(ctx, "alice", audit.ChannelCLI, cold.json["id"].(string), cold.json["digest"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.queue.Freeze(ctx, "alice", audit.ChannelCLI, "payments.refund", "agent:frozen-bot", "incident 42"); err != nil {
+		t.Fatal(err)
+	}
+	g, _ = json.Marshal(cc.Grant)
+	if r := check(docRequest{op: redeem, path: "/api/v1/redeem", token: frozenTok, body: `{"grant":` + string(g) +
+		`,"call":{"tool":"payments.refund","target":"invoice:INV-9","args":{"amount_minor":8,"currency":"USD","reason_code":"duplicate"}}}`},
+		http.StatusServiceUnavailable); r.json["freeze"] == nil {
+		t.Errorf("a frozen redemption carries no freeze: %s", r.body)
+	}
+
+	// A tools file with rules: a rule approves one call and denies another.
+	ruled := startOpenAPIStack(t, func(q *queue.Config, _ *server.Config) {
+		pol, err := policy.Load("../../examples/policy.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Tools, q.Policy = pol.Registry(), pol
+	})
+	billing := ruled.token(t, "agent:billing-bot", "payments-host")
+	small := checkOn(ruled, docRequest{op: submit, path: "/api/v1/calls", token: billing, body: refund(1200)}, http.StatusCreated)
+	if small.json["status"] != "approved" || small.json["decided_by_rule"] != "small-refunds" {
+		t.Errorf("a small refund under the rules: %s", small.body)
+	}
+	large := checkOn(ruled, docRequest{op: submit, path: "/api/v1/calls", token: billing, body: refund(2000000)}, http.StatusForbidden)
+	largeID, _ := large.json["error"].(map[string]any)["call_id"].(string)
+	if c := checkOn(ruled, docRequest{op: get, path: "/api/v1/calls/" + largeID, token: billing}, http.StatusOK); c.json["decided_by_rule"] != "too-large" {
+		t.Errorf("a call a rule denied: %s", c.body)
+	}
+
+	// A replica that does not hear the others is degraded.
+	deaf := startOpenAPIStack(t, func(_ *queue.Config, s *server.Config) { s.Live = disconnected{} })
+	checkOn(deaf, docRequest{op: "GET /healthz", path: "/healthz"}, http.StatusServiceUnavailable)
+
 	check(docRequest{op: "GET /api/v1/keys", path: "/api/v1/keys"}, http.StatusOK)
 	spec := check(docRequest{op: "GET /api/v1/openapi.yaml", path: "/api/v1/openapi.yaml"}, http.StatusOK)
 	if !bytes.Equal(spec.body, docs.OpenAPI) {
@@ -684,6 +931,12 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(docRequest{op: checkpoint, path: "/api/v1/audit/checkpoint"}, http.StatusOK)
+
+	// Every member the answers' schemas declare was sent by some answer:
+	// the description names nothing the server does not write.
+	if unsent := doc.unsent(); len(unsent) > 0 {
+		t.Errorf("docs/openapi.yaml declares members that no answer in the flow carried: %v", unsent)
+	}
 
 	// Every documented operation was seen succeeding.
 	for op := range doc.ops {
