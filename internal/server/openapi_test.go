@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/countersign/countersign/client"
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -33,6 +35,7 @@ import (
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/wire"
 )
 
 // apiDoc is docs/openapi.yaml read for checking: every operation with its
@@ -983,5 +986,142 @@ func TestOpenAPIDescriptionRefusesDrift(t *testing.T) {
 		if err := s.Validate(v); (err == nil) != tt.ok {
 			t.Errorf("%s: valid=%v, want %v (%v)", tt.name, err == nil, tt.ok, err)
 		}
+	}
+}
+
+// exampleTypes are, for each schema of the description an answer has, the
+// Go types the server writes it from and the Go client reads it into.
+var exampleTypes = map[string][]func() any{
+	"Call":               {func() any { return new(wire.Call) }, func() any { return new(client.Call) }},
+	"Lease":              {func() any { return new(wire.Lease) }, func() any { return new(client.Lease) }},
+	"RedemptionAccepted": {func() any { return new(wire.Redemption) }, func() any { return new(client.Redemption) }},
+	"RedemptionRejected": {func() any { return new(wire.Redemption) }, func() any { return new(client.Redemption) }},
+	"Checkpoint":         {func() any { return new(wire.Checkpoint) }},
+	"Health":             {func() any { return new(wire.Health) }},
+	"ErrorResponse": {func() any { return new(wire.ErrorBody) }, func() any {
+		return new(struct {
+			Error client.Error `json:"error"`
+		})
+	}},
+	"JWKS": {func() any {
+		return new(struct {
+			Keys []grant.JWK `json:"keys"`
+		})
+	}},
+}
+
+// bases lists the schemas of exampleTypes that schema is, or narrows
+// (allOf), or may be (oneOf).
+func (d *apiDoc) bases(schema any) []string {
+	s, ok := schema.(map[string]any)
+	if !ok {
+		return nil
+	}
+	if name, c, ok := d.ref(s); ok {
+		if _, known := exampleTypes[name]; known {
+			return []string{name}
+		}
+		return d.bases(c)
+	}
+	var out []string
+	for _, k := range []string{"allOf", "oneOf", "anyOf"} {
+		list, _ := s[k].([]any)
+		for _, sub := range list {
+			out = append(out, d.bases(sub)...)
+		}
+	}
+	return out
+}
+
+// decodesAs reports why example is not exactly what one of the schema's Go
+// types writes: each type reads it with no member left unknown, and writes
+// back the same members and values (times as the server writes them,
+// nothing the server would leave out or add). It returns "" when one type
+// of each base does.
+func decodesAs(example any, bases []string) string {
+	text, err := json.Marshal(example)
+	if err != nil {
+		return err.Error()
+	}
+	var why []string
+	for _, base := range bases {
+		ok := true
+		for _, newT := range exampleTypes[base] {
+			v := newT()
+			dec := json.NewDecoder(bytes.NewReader(text))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(v); err != nil {
+				why = append(why, fmt.Sprintf("%s as %T: %v", base, v, err))
+				ok = false
+				continue
+			}
+			back, err := json.Marshal(v)
+			if err != nil {
+				why = append(why, fmt.Sprintf("%s as %T: %v", base, v, err))
+				ok = false
+				continue
+			}
+			var got, want any
+			_ = json.Unmarshal(back, &got)
+			_ = json.Unmarshal(text, &want)
+			if !reflect.DeepEqual(got, want) {
+				why = append(why, fmt.Sprintf("%s as %T writes it back as %s", base, v, back))
+				ok = false
+			}
+		}
+		if ok {
+			return ""
+		}
+	}
+	if len(why) == 0 {
+		return fmt.Sprintf("no Go type for schemas %v", bases)
+	}
+	return strings.Join(why, "; ")
+}
+
+// TestOpenAPIExamplesAreAnswers: every example of an answer in
+// docs/openapi.yaml is what the server writes: it matches its schema, and
+// the server's types (and the Go client's) read it strictly and write it
+// back unchanged. So is every example of a schema answers have.
+func TestOpenAPIExamplesAreAnswers(t *testing.T) {
+	doc := loadAPIDoc(t)
+	n := 0
+	for key, op := range doc.ops {
+		for status, media := range op.raw {
+			for mt, m := range media {
+				for name, example := range m.examples {
+					n++
+					where := fmt.Sprintf("%s %s %s example %s", key, status, mt, name)
+					s, err := doc.schema(op.responses[status][mt])
+					if err != nil {
+						t.Fatal(err)
+					}
+					text, _ := json.Marshal(example)
+					v, err := jsonschema.UnmarshalJSON(bytes.NewReader(text))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Validate(v); err != nil {
+						t.Errorf("%s does not match its schema: %v", where, err)
+					}
+					if why := decodesAs(example, doc.bases(m.schema)); why != "" {
+						t.Errorf("%s is not an answer the server writes: %s", where, why)
+					}
+				}
+			}
+		}
+	}
+	for name := range exampleTypes {
+		c, _ := doc.components[name].(map[string]any)
+		list, _ := c["examples"].([]any)
+		for i, example := range list {
+			n++
+			if why := decodesAs(example, []string{name}); why != "" {
+				t.Errorf("schema %s example %d is not an answer the server writes: %s", name, i, why)
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("docs/openapi.yaml holds %d examples of answers, want at least 20: one for every kind of answer", n)
 	}
 }
