@@ -908,7 +908,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Errorf("a small refund under the rules: %s", small.body)
 	}
 	large := checkOn(ruled, docRequest{op: submit, path: "/api/v1/calls", token: billing, body: refund(2000000)}, http.StatusForbidden)
-	largeID, _ := large.json["error"].(map[string]any)["call_id"].(string)
+	denial, _ := large.json["error"].(map[string]any)
+	largeID, _ := denial["call_id"].(string)
 	if c := checkOn(ruled, docRequest{op: get, path: "/api/v1/calls/" + largeID, token: billing}, http.StatusOK); c.json["decided_by_rule"] != "too-large" {
 		t.Errorf("a call a rule denied: %s", c.body)
 	}
