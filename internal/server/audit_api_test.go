@@ -8,36 +8,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
-	"github.com/countersign/countersign/internal/grant"
-	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 )
 
 func TestAuditCheckpointRoute(t *testing.T) {
-	dir := t.TempDir()
-	d, err := db.Open(filepath.Join(dir, "countersign.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := tools.Load("../../examples/tools.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := sqlitekit.NewQueue(t)
+	d, keys, q := k.DB, k.Keys, k.Service
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log})
 	s, err := New(Config{Queue: q, Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log})
 	if err != nil {
 		t.Fatal(err)
