@@ -39,12 +39,8 @@ func mcpConsole(t *testing.T) (*consoleEnv, *catalog.Catalog, *queue.Service) {
 		t.Fatal(err)
 	}
 	var cat *catalog.Catalog
-	var q *queue.Service
-	e := newConsoleEnvWith(t, func(cfg *envConfig) {
+	e := newConsoleEnvTools(t, reg, nil, func(cfg *envConfig) {
 		d := cfg.Audit.(*db.DB)
-		q = queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: cfg.Keys, Now: cfg.Now,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		cfg.Queue = q
 		cat = catalog.New(catalog.Config{Store: d.Catalog(), Registry: reg, TrustFirst: true, Now: cfg.Now})
 		cfg.Catalog = cat
 	})
@@ -57,7 +53,7 @@ func mcpConsole(t *testing.T) (*consoleEnv, *catalog.Catalog, *queue.Service) {
 		InputSchema: []byte(addSchema)}}); err != nil {
 		t.Fatal(err)
 	}
-	return e, cat, q
+	return e, cat, e.q
 }
 
 func TestMCPReviewPages(t *testing.T) {
@@ -237,10 +233,8 @@ func TestMCPReviewShowsRulesThatDoNotFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cat *catalog.Catalog
-	e := newConsoleEnvWith(t, func(cfg *envConfig) {
+	e := newConsoleEnvTools(t, nil, pol, func(cfg *envConfig) {
 		d := cfg.Audit.(*db.DB)
-		cfg.Queue = queue.NewService(queue.Config{Store: d.Store(), Policy: pol, Signer: cfg.Keys, Now: cfg.Now,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		cat = catalog.New(catalog.Config{Store: d.Catalog(), Registry: reg, Rules: pol, Now: cfg.Now,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		cfg.Catalog = cat

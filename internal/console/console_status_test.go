@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -36,19 +35,15 @@ func statusConsole(t *testing.T) (*consoleEnv, *queue.Service, *queue.Call) {
 		t.Fatal(err)
 	}
 	var cat *catalog.Catalog
-	var q *queue.Service
-	e := newConsoleEnvWith(t, func(cfg *envConfig) {
+	e := newConsoleEnvTools(t, reg, nil, func(cfg *envConfig) {
 		d := cfg.Audit.(*db.DB)
-		q = queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: cfg.Keys, Now: cfg.Now,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		cfg.Queue = q
 		cat = catalog.New(catalog.Config{Store: d.Catalog(), Registry: reg, TrustFirst: true, Now: cfg.Now})
 		cfg.Catalog = cat
 	})
 	if err := cat.Apply(context.Background(), "demo", []catalog.Listed{{Name: "note", Description: "Writes a note.", InputSchema: []byte(noteSchema)}}); err != nil {
 		t.Fatal(err)
 	}
-	return e, q, submitNote(t, q, "refund\u202e001\u202c to p\u0430ypal\u200b now", "acct:42")
+	return e, e.q, submitNote(t, e.q, "refund\u202e001\u202c to p\u0430ypal\u200b now", "acct:42")
 }
 
 // submitNote proposes a call of demo/note as agent:desk.
