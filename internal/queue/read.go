@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"context"
+	"time"
+)
+
+// Get returns one of the principal's calls. Another actor's call is
+// ErrNotFound.
+func (s *Service) Get(ctx context.Context, who Principal, id string) (*Call, error) {
+	c, err := s.store.Call(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.Actor != who.Actor {
+		return nil, ErrNotFound
+	}
+	return c, nil
+}
+
+// Call returns any call, for operators and auditors.
+func (s *Service) Call(ctx context.Context, id string) (*Call, error) {
+	return s.store.Call(ctx, id)
+}
+
+// PendingCalls lists at most limit pending calls, newest first, for the
+// console's queue.
+func (s *Service) PendingCalls(ctx context.Context, limit int) ([]*Call, error) {
+	return s.store.PendingCalls(ctx, limit)
+}
+
+// UnresolvedCalls lists at most limit calls that wait for a person to say
+// what happened, oldest outcome first.
+func (s *Service) UnresolvedCalls(ctx context.Context, limit int) ([]*Call, error) {
+	return s.store.UnresolvedCalls(ctx, limit)
+}
+
+// CountUnresolved counts the calls UnresolvedCalls lists.
+func (s *Service) CountUnresolved(ctx context.Context) (int, error) {
+	return s.store.CountUnresolved(ctx)
+}
+
+// Blocks lists the (actor, tool) pairs blocked by the retry cap.
+func (s *Service) Blocks(ctx context.Context) ([]Block, error) { return s.store.Blocks(ctx) }
+
+// Freezes lists the freezes in force, oldest first.
+func (s *Service) Freezes(ctx context.Context) ([]Freeze, error) { return s.store.Freezes(ctx) }
+
+// Wait returns the principal's call as soon as it is no longer pending, or
+// when d has passed, ctx ends or the service shuts down.
+func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Duration) (*Call, error) {
+	if d > MaxWait {
+		d = MaxWait
+	}
+	ch, done := s.waiters.add(id)
+	defer done()
+	c, err := s.Get(ctx, who, id)
+	if err != nil || c.Status != StatusPending || d <= 0 {
+		return c, err
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case changed := <-ch:
+			if changed.Status != StatusPending {
+				return changed.Clone(), nil
+			}
+			// A partial approval: the call is still pending; keep waiting.
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.stopping:
+		}
+		return s.Get(context.WithoutCancel(ctx), who, id)
+	}
+}
+
+// Waiting returns how many long-polls are open.
+func (s *Service) Waiting() int64 { return s.waiters.count() }
+
+// Shutdown releases every open long-poll with the call's current state and
+// stops the expiry loop.
+func (s *Service) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}

@@ -1,0 +1,407 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// Submit parses, validates and stores a proposal from an agent. It returns
+// the call and whether it was newly created (false when an identical
+// envelope from the same actor is still pending or approved).
+func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call, bool, error) {
+	p, perr := canonical.ParseProposal(body)
+	return s.submit(ctx, who, body, p, perr)
+}
+
+// SubmitProposal is Submit of a proposal that the caller parsed strictly
+// itself, with internal/canonical and canonical.ProposalFrom (the MCP
+// gateway reads a tools/call's arguments with the number paths of the
+// mirrored tool's pinned schema). When parsing failed, perr is the
+// canonical.Problems it found and p.Tool names the tool that was called:
+// the rejection is recorded and counted against (actor, tool) exactly as
+// Submit's. Everything after parsing is Submit's.
+func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, error) {
+	return s.submit(ctx, who, nil, p, perr)
+}
+
+func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error) (*Call, bool, error) {
+	var t *tools.Tool
+	var problems canonical.Problems
+	var kind ProposalKind
+	if perr != nil {
+		problems = problemsOf(perr)
+		kind = KindInvalidArguments
+		if len(problems) == 1 && isParseCode(problems[0].Code) {
+			kind = KindParse
+		}
+	} else if t, problems = s.tools.Check(p); len(problems) > 0 {
+		kind = KindInvalidArguments
+		if t == nil {
+			kind = KindUnknownTool
+		}
+	}
+	toolName := p.Tool
+	if toolName == "" {
+		toolName = toolHint(body)
+	}
+	if len(problems) > 0 {
+		return nil, false, s.reject(ctx, who, s.retryTool(toolName), &ProposalError{Kind: kind, Tool: toolName, Problems: problems})
+	}
+	if t.Audience != who.Audience {
+		err := &AudienceError{Tool: t.Name, ToolAudience: t.Audience, TokenAudience: who.Audience}
+		var out error = err
+		if aerr := s.update(ctx, func(tx Tx, emit func(Event)) error {
+			out = err
+			blocked, err := s.retryBlocked(tx, who.Actor, t.Name)
+			if err != nil || blocked {
+				out = ErrRetryLimit
+				return err
+			}
+			if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": t.Name, "codes": []string{"audience_not_allowed"}, "audience": who.Audience})); err != nil {
+				return err
+			}
+			return s.countRefusal(tx, who.Actor, t.Name, emit)
+		}); aerr != nil {
+			return nil, false, aerr
+		}
+		return nil, false, out
+	}
+	env := p.Envelope(who.Actor, who.Audience)
+	env.Args = t.Bound(p.Args)
+	envBytes, err := env.Canonical()
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: canonical envelope: %w", err)
+	}
+	now := s.now()
+	c := &Call{
+		ID: NewCallID(), Actor: who.Actor, Audience: who.Audience, Tool: p.Tool, Target: p.Target,
+		Args: p.Args, Rationale: p.Rationale, Envelope: envBytes, Digest: canonical.DigestOf(envBytes),
+		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
+		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
+		OutcomeWithin: t.OutcomeWithin,
+		Owners:        append([]string(nil), who.Owners...), Approvers: t.Approvers, RequirePasskey: t.RequirePasskey,
+	}
+	// The rules run before the write lock is taken; what they decide is
+	// applied in the transaction that stores the call.
+	decision := s.decide(t, c)
+	if decision.Action == policy.Ask {
+		c.ApprovalsRequired = max(t.Approvals, decision.Approvals)
+		c.RequirePasskey = c.RequirePasskey || decision.RequirePasskey
+	}
+	if decision.Rule != nil && len(decision.Rule.Notify) > 0 {
+		c.Notify = append([]string(nil), decision.Rule.Notify...)
+	}
+	// A rule that approves mints the grant in the submission's
+	// transaction; it is signed now, before the write lock (see presign).
+	var pre *presigned
+	if decision.Automatic() && decision.Action == policy.Approve {
+		pre = s.presign(c, now)
+	}
+	var result *Call
+	created := false
+	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
+		rs, err := tx.Retry(who.Actor, p.Tool)
+		if err != nil {
+			return err
+		}
+		if rs.Blocked() {
+			return ErrRetryLimit
+		}
+		if all, err := tx.Retry(who.Actor, AnyTool); err != nil {
+			return err
+		} else if all.Blocked() {
+			return ErrRetryLimit
+		}
+		prev, err := tx.LatestByDigest(who.Actor, c.Digest)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		case prev.ToolDigest == c.ToolDigest && (prev.Status == StatusPending && prev.DecideBy.After(now) ||
+			prev.Status == StatusApproved && prev.GrantExpiresAt.After(now)):
+			// An identical call made under another definition of the tool
+			// is not this call: it can never be approved or redeemed
+			// (tool_changed), so a new one is made.
+			result = prev
+			return nil
+		case prev.Status == StatusDenied && now.Sub(prev.DecidedAt) < DeniedMemory:
+			reason := ""
+			if prev.Denial != nil {
+				reason = prev.Denial.Reason
+			}
+			if err := tx.Append(s.entry(audit.KindRejected, prev, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": p.Tool, "codes": []string{"previously_denied"}, "digest": c.Digest})); err != nil {
+				return err
+			}
+			// Resubmitting what a person denied is a loop like any other:
+			// it counts against (actor, tool).
+			if err := s.countRefusal(tx, who.Actor, p.Tool, emit); err != nil {
+				return err
+			}
+			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
+		}
+		if f, err := frozen(tx, p.Tool, who.Actor); err != nil {
+			return err
+		} else if f != nil {
+			if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": p.Tool, "codes": []string{"frozen"}, "digest": c.Digest, "freeze": f.ID})); err != nil {
+				return err
+			}
+			return commitAnd(&FrozenError{Freeze: *f})
+		}
+		if rs.Count > 0 {
+			if err := tx.SetRetry(who.Actor, p.Tool, RetryState{}); err != nil {
+				return err
+			}
+		}
+		if err := tx.InsertCall(c); err != nil {
+			return err
+		}
+		details := map[string]any{
+			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
+			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),
+			"approvals_required": int64(c.ApprovalsRequired), "tool_digest": c.ToolDigest}
+		if len(c.Owners) > 0 {
+			details["owners"] = c.Owners
+		}
+		if !c.Approvers.Empty() {
+			details["approvers"] = map[string]any{"roles": nonNil(c.Approvers.Roles), "groups": nonNil(c.Approvers.Groups)}
+		}
+		if c.RequirePasskey {
+			details["approve_with"] = tools.ApproveWithPasskey
+		}
+		if err := tx.Append(s.entry(audit.KindSubmitted, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+			return err
+		}
+		result, created = c, true
+		emit(Event{Kind: audit.KindSubmitted, Call: c})
+		return s.applyRule(tx, c, decision, pre, emit)
+	})
+	var denied *PolicyDeniedError
+	if errors.As(err, &denied) {
+		return c, true, err
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if created && c.Status == StatusPending && !s.wakesBefore(c.DecideBy) {
+		s.kickExpiry()
+	}
+	return result, created, nil
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// problemsOf returns the problems of a parse error: canonical.Problems, or
+// the single *canonical.Problem of canonical.ParseWith.
+func problemsOf(err error) canonical.Problems {
+	var ps canonical.Problems
+	if errors.As(err, &ps) {
+		return ps
+	}
+	var p *canonical.Problem
+	if errors.As(err, &p) {
+		return canonical.Problems{*p}
+	}
+	return canonical.Problems{{Code: canonical.CodeMalformedJSON, Message: err.Error(), Offset: -1}}
+}
+
+// isParseCode reports whether code comes from reading the JSON text itself
+// rather than from checking its content.
+func isParseCode(code string) bool {
+	switch code {
+	case canonical.CodeMalformedJSON, canonical.CodeInvalidUTF8, canonical.CodeDuplicateKey,
+		canonical.CodeFloatNotAllowed, canonical.CodeInexactNumber, canonical.CodeOutOfRange, canonical.CodeTooDeep,
+		canonical.CodeTooLarge:
+		return true
+	}
+	return false
+}
+
+// toolHint finds the tool a body meant to call when the body did not parse
+// as a whole, so its rejection counts against the right (actor, tool) pair.
+// Only a top-level "tool" member counts (a decoy inside args is skipped), it
+// is read from at most the first 64 KiB, and only a well-formed name is
+// used; two top-level tool members that disagree name none.
+func toolHint(body []byte) string {
+	sc := hintScanner{b: body[:min(len(body), 64<<10)]}
+	if !sc.byte('{') {
+		return ""
+	}
+	found := ""
+	for {
+		key, ok := sc.str()
+		if !ok || !sc.byte(':') {
+			return found
+		}
+		sc.space()
+		if key == "tool" && sc.peek() == '"' {
+			name, ok := sc.str()
+			if !ok {
+				return found
+			}
+			if found != "" && found != name {
+				return ""
+			}
+			found = name
+		} else if !sc.skipValue() {
+			return found
+		}
+		if !sc.byte(',') {
+			break
+		}
+	}
+	if found == "" {
+		return ""
+	}
+	v, err := canonical.Parse([]byte(`{"tool":` + strconv.Quote(found) + `,"target":"x","args":{}}`))
+	if err != nil {
+		return ""
+	}
+	if p, problems := canonical.ProposalFrom(v, "", false); len(problems) == 0 {
+		return p.Tool
+	}
+	return ""
+}
+
+// hintScanner reads just enough JSON to walk an object's top-level members
+// in a body that may be malformed anywhere.
+type hintScanner struct {
+	b []byte
+	i int
+}
+
+func (s *hintScanner) space() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+func (s *hintScanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// byte consumes c after white space.
+func (s *hintScanner) byte(c byte) bool {
+	s.space()
+	if s.peek() != c {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// str reads a string after white space; only plain strings (no escapes) are
+// returned, since no valid tool name needs one.
+func (s *hintScanner) str() (string, bool) {
+	s.space()
+	if s.peek() != '"' {
+		return "", false
+	}
+	start, escaped := s.i+1, false
+	for s.i++; s.i < len(s.b); s.i++ {
+		switch s.b[s.i] {
+		case '\\':
+			escaped = true
+			s.i++
+		case '"':
+			out := string(s.b[start:s.i])
+			s.i++
+			if escaped {
+				return "\x00", true // never a tool name, but the member is read
+			}
+			return out, true
+		}
+	}
+	return "", false
+}
+
+// skipValue skips one value, nested or not.
+func (s *hintScanner) skipValue() bool {
+	s.space()
+	depth := 0
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case '"':
+			if _, ok := s.str(); !ok {
+				return false
+			}
+			if depth == 0 {
+				return true
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return true // the end of the enclosing object
+			}
+			depth--
+			if depth == 0 {
+				s.i++
+				return true
+			}
+		case ',':
+			if depth == 0 {
+				return true
+			}
+		}
+		s.i++
+	}
+	return false
+}
+
+// reject records a content rejection and applies the retry cap. It returns
+// perr, or ErrRetryLimit when the pair is already blocked.
+func (s *Service) reject(ctx context.Context, who Principal, tool string, perr *ProposalError) error {
+	s.log.Info("proposal rejected", slog.String("actor", who.Actor), slog.String("tool", tool),
+		slog.String("kind", string(perr.Kind)), slog.Any("codes", perr.Problems.Codes()))
+	var out error = perr
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+		out = perr
+		blocked, err := s.retryBlocked(tx, who.Actor, tool)
+		if err != nil {
+			return err
+		}
+		if blocked {
+			out = ErrRetryLimit
+			return nil
+		}
+		problems := make([]any, 0, len(perr.Problems))
+		for _, p := range perr.Problems {
+			problems = append(problems, map[string]any{"code": p.Code, "path": p.Path, "message": p.Message})
+		}
+		details := map[string]any{"tool": tool, "codes": perr.Problems.Codes(), "problems": problems}
+		if perr.Tool != tool {
+			details["tool_named"] = perr.Tool // what the agent called it, when no tool of the registry
+		}
+		if err := tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, details)); err != nil {
+			return err
+		}
+		return s.countRefusal(tx, who.Actor, tool, emit)
+	})
+	if err != nil {
+		return err
+	}
+	return out
+}
