@@ -57,7 +57,7 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -68,12 +68,12 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
 	var notify, owners, approvers string
-	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence sql.NullString
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence, submittedBy sql.NullString
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
-		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey)
+		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -109,6 +109,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	}
 	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
 	c.RedeemedBy = redeemedBy.String
+	c.SubmittedBy = submittedBy.String
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution.Valid {
 		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
@@ -189,14 +190,14 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 	return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
 }
 
-func (t *storeTx) LatestByDigest(actor, digest string) (*queue.Call, error) {
+func (t *storeTx) LatestByDigest(actor, digest, token string) (*queue.Call, error) {
 	// The call's seq first, then the call: SQLite prepares a statement
 	// with ORDER BY … LIMIT and bound values again at every execution
 	// (it may plan it anew for the values), which for every column of a
 	// call is most of the cost of the lookup.
 	var seq int64
-	err := t.tx.QueryRowContext(t.ctx, `SELECT seq FROM calls WHERE actor = ? AND digest = ? ORDER BY seq DESC LIMIT 1`,
-		actor, digest).Scan(&seq)
+	err := t.tx.QueryRowContext(t.ctx, `SELECT seq FROM calls WHERE actor = ? AND digest = ? AND (submitted_by = ? OR status = 'denied')
+		ORDER BY seq DESC LIMIT 1`, actor, digest, token).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -229,11 +230,11 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		owners, approvers, require_passkey, submitted_by)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
 		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","),
-		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey)
+		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy)
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}

@@ -69,14 +69,14 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
 	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify,
 	c.outcome_within_ms, c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
-	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey`
+	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey, c.submitted_by`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -92,13 +92,13 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var notify, owners, approvers string
 	var outcomeWithin int64
 	var leaseUntil, resolvedAt *int64
-	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence *string
+	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence, submittedBy *string
 	var resolutionNote []byte
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt,
-		&owners, &approvers, &c.RequirePasskey}
+		&owners, &approvers, &c.RequirePasskey, &submittedBy}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -139,6 +139,7 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	}
 	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
 	c.RedeemedBy = deref(redeemedBy)
+	c.SubmittedBy = deref(submittedBy)
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution != nil {
 		c.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
@@ -219,8 +220,9 @@ func (t *txn) Call(id string) (*queue.Call, error) {
 	return loadCall(t.ctx, t.tx, `id = $1`, id)
 }
 
-func (t *txn) LatestByDigest(actor, digest string) (*queue.Call, error) {
-	return loadCall(t.ctx, t.tx, `actor = $1 AND digest = $2 ORDER BY seq DESC LIMIT 1`, actor, digest)
+func (t *txn) LatestByDigest(actor, digest, token string) (*queue.Call, error) {
+	return loadCall(t.ctx, t.tx, `actor = $1 AND digest = $2 AND (submitted_by = $3 OR status = 'denied') ORDER BY seq DESC LIMIT 1`,
+		actor, digest, token)
 }
 
 func (t *txn) InsertCall(c *queue.Call) error {
@@ -234,11 +236,11 @@ func (t *txn) InsertCall(c *queue.Call) error {
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) RETURNING seq`,
+		owners, approvers, require_passkey, submitted_by)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
 		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
-		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey).Scan(&c.Seq)
+		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}

@@ -76,7 +76,7 @@ var sentinels = []struct {
 		"the call's grant has not been redeemed; report an outcome or send heartbeats only after redeeming it", ""},
 	{queue.ErrOutcomeReported, http.StatusConflict, "outcome_already_reported", "an outcome was already reported for this call", ""},
 	{queue.ErrNotLeaseHolder, http.StatusConflict, "not_lease_holder",
-		"this call was redeemed with another API token; only the token that redeemed it extends its lease", ""},
+		"this call was redeemed with another API token; only the token that redeemed it reports its outcome or extends its lease", ""},
 	{queue.ErrLeaseExpired, http.StatusConflict, "lease_expired",
 		"the lease ran out before this heartbeat and the call now waits for a person; report its outcome now (it is still accepted)", ""},
 	{queue.ErrInvalidOutcome, http.StatusUnprocessableEntity, "invalid_outcome", "status must be succeeded, failed or unknown", ""},

@@ -91,8 +91,13 @@ type Call struct {
 	OutcomeWithin time.Duration
 
 	RedeemedAt time.Time
+	// SubmittedBy is the id of the API token that submitted the call: only
+	// that token sees it, its grant, or cancels it (OwnedBy). Empty for
+	// calls stored before tokens were recorded, which every token of the
+	// actor sees.
+	SubmittedBy string
 	// RedeemedBy is the id of the API token that redeemed the grant; only
-	// that token extends the lease.
+	// that token reports the outcome or extends the lease.
 	RedeemedBy string
 	// LeaseUntil is when the executor's lease ends: set at redemption,
 	// moved by heartbeats. A redeemed call with no outcome by then gets the
@@ -272,6 +277,22 @@ func (c *Call) Clone() *Call {
 		cp.Revoked = &r
 	}
 	return &cp
+}
+
+// SubmittedByToken reports whether who's token submitted c: a call
+// belongs to the token that submitted it, and another token of the same
+// actor (even for another audience) is told it does not exist, as another
+// actor's token is. A call stored before tokens were recorded belongs to
+// every token of its actor.
+func (c *Call) SubmittedByToken(who Principal) bool {
+	return c.Actor == who.Actor && (c.SubmittedBy == "" || c.SubmittedBy == who.TokenID)
+}
+
+// reachableBy reports whether who may act on c at all: its submitting
+// token, or the token that redeemed it (which reports the outcome and
+// extends the lease, and sees nothing else of it).
+func (c *Call) reachableBy(who Principal) bool {
+	return c.SubmittedByToken(who) || c.Actor == who.Actor && c.RedeemedBy != "" && c.RedeemedBy == who.TokenID
 }
 
 // Principal is the trusted context of an agent's API token.

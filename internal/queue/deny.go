@@ -51,7 +51,7 @@ func (s *Service) Cancel(ctx context.Context, who Principal, id string) (*Call, 
 		if err != nil {
 			return err
 		}
-		if c.Actor != who.Actor {
+		if !c.SubmittedByToken(who) {
 			return ErrNotFound
 		}
 		if c.Status != StatusPending {

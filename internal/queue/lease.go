@@ -58,7 +58,7 @@ func (s *Service) Heartbeat(ctx context.Context, who Principal, id string, exten
 		if err != nil {
 			return err
 		}
-		if c.Actor != who.Actor {
+		if !c.reachableBy(who) {
 			return ErrNotFound
 		}
 		if c.Status != StatusRedeemed {
@@ -224,11 +224,16 @@ func (s *Service) ReportOutcome(ctx context.Context, who Principal, id, status, 
 		if err != nil {
 			return err
 		}
-		if c.Actor != who.Actor {
+		if !c.reachableBy(who) {
 			return ErrNotFound
 		}
 		if c.Status != StatusRedeemed {
 			return ErrNotRedeemed
+		}
+		// Only the executor that redeemed the grant says what happened
+		// (calls redeemed before redemptions were recorded excepted).
+		if c.RedeemedBy != "" && c.RedeemedBy != who.TokenID {
+			return ErrNotLeaseHolder
 		}
 		details := map[string]any{"status": status, "detail": detail}
 		if c.Outcome != nil {

@@ -5,14 +5,14 @@ import (
 	"time"
 )
 
-// Get returns one of the principal's calls. Another actor's call is
-// ErrNotFound.
+// Get returns one of the calls the principal's token submitted. Another
+// token's call, of the same actor or another, is ErrNotFound.
 func (s *Service) Get(ctx context.Context, who Principal, id string) (*Call, error) {
 	c, err := s.store.Call(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if c.Actor != who.Actor {
+	if !c.SubmittedByToken(who) {
 		return nil, ErrNotFound
 	}
 	return c, nil

@@ -49,8 +49,11 @@ type Tx interface {
 	// User reads a console account, for the rule of who may decide;
 	// account.ErrUserNotFound when there is none.
 	User(name string) (account.User, error)
-	// LatestByDigest returns the newest call of actor with that digest.
-	LatestByDigest(actor, digest string) (*Call, error)
+	// LatestByDigest returns the newest call of actor with that digest
+	// that token submitted, or that was denied (whoever submitted it): the
+	// identical-envelope lookup at submission is per token, the memory of
+	// a denial per actor.
+	LatestByDigest(actor, digest, token string) (*Call, error)
 	InsertCall(c *Call) error
 	// UpdateCall writes the call's status, decision, grant, redemption,
 	// lease, outcome and resolution fields.

@@ -88,8 +88,8 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		Args: p.Args, Rationale: p.Rationale, Envelope: envBytes, Digest: canonical.DigestOf(envBytes),
 		Status: StatusPending, ApprovalsRequired: t.Approvals, GrantTTL: t.GrantTTL,
 		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
-		OutcomeWithin: t.OutcomeWithin,
-		Owners:        append([]string(nil), who.Owners...), Approvers: t.Approvers, RequirePasskey: t.RequirePasskey,
+		OutcomeWithin: t.OutcomeWithin, SubmittedBy: who.TokenID,
+		Owners: append([]string(nil), who.Owners...), Approvers: t.Approvers, RequirePasskey: t.RequirePasskey,
 	}
 	// The rules run before the write lock is taken; what they decide is
 	// applied in the transaction that stores the call.
@@ -122,12 +122,12 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		} else if all.Blocked() {
 			return ErrRetryLimit
 		}
-		prev, err := tx.LatestByDigest(who.Actor, c.Digest)
+		prev, err := tx.LatestByDigest(who.Actor, c.Digest, who.TokenID)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			return err
-		case prev.ToolDigest == c.ToolDigest && (prev.Status == StatusPending && prev.DecideBy.After(now) ||
+		case prev.SubmittedBy == who.TokenID && prev.ToolDigest == c.ToolDigest && (prev.Status == StatusPending && prev.DecideBy.After(now) ||
 			prev.Status == StatusApproved && prev.GrantExpiresAt.After(now)):
 			// An identical call made under another definition of the tool
 			// is not this call: it can never be approved or redeemed

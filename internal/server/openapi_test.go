@@ -757,7 +757,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: heartbeat, path: hb, token: token, body: `{"extend_seconds":"` + strings.Repeat("a", 300<<10) + `"}`}, http.StatusRequestEntityTooLarge)
 	check(docRequest{op: heartbeat, path: hb}, http.StatusUnauthorized)
 	check(docRequest{op: heartbeat, path: "/api/v1/calls/call_nope/heartbeat", token: token}, http.StatusNotFound)
-	check(docRequest{op: heartbeat, path: hb, token: sibling}, http.StatusConflict)
+	check(docRequest{op: heartbeat, path: hb, token: sibling}, http.StatusNotFound)
 
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"status":"great"}`}, http.StatusUnprocessableEntity)
 	check(docRequest{op: outcome, path: "/api/v1/calls/" + id + "/outcome", token: token, body: `{"state":"succeeded"}`}, http.StatusUnprocessableEntity)

@@ -15,6 +15,7 @@ var _ = add("calls/round trip", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	c := newCall("agent:a", "payments.refund", t0)
 	c.Rationale = "the customer was charged twice"
+	c.SubmittedBy = "tok_a"
 	insert(t, s, c)
 	if c.Seq == 0 {
 		t.Fatal("InsertCall left Seq 0; it must set the insertion order")
@@ -32,18 +33,58 @@ var _ = add("calls/round trip", func(t *testing.T, s Stores) {
 	var inTx *queue.Call
 	update(t, s, func(tx queue.Tx) error {
 		var err error
-		inTx, err = tx.LatestByDigest(c.Actor, c.Digest)
+		inTx, err = tx.LatestByDigest(c.Actor, c.Digest, "tok_a")
 		return err
 	})
 	if inTx.ID != c.ID {
 		t.Errorf("LatestByDigest = %s, want %s", inTx.ID, c.ID)
 	}
 	err = s.Queue.Update(ctx, func(tx queue.Tx) error {
-		_, err := tx.LatestByDigest("agent:other", c.Digest)
+		_, err := tx.LatestByDigest("agent:other", c.Digest, "tok_a")
 		return err
 	})
 	if !errors.Is(err, queue.ErrNotFound) {
 		t.Errorf("LatestByDigest of another actor: %v, want queue.ErrNotFound", err)
+	}
+})
+
+// The identical-envelope lookup finds only the calls the asking token
+// submitted, and any denied call of the actor (the memory of a denial is
+// the actor's): a call stored without a token is found by no token.
+var _ = add("calls/the lookup by digest is per token", func(t *testing.T, s Stores) {
+	mine, theirs, legacy := newCall("agent:a", "payments.refund", t0), newCall("agent:a", "payments.refund", t0.Add(time.Second)),
+		newCall("agent:a", "payments.refund", t0.Add(2*time.Second))
+	theirs.Digest, legacy.Digest = mine.Digest, mine.Digest
+	mine.SubmittedBy, theirs.SubmittedBy = "tok_mine", "tok_theirs"
+	insert(t, s, mine, theirs, legacy)
+	lookup := func(token string) (*queue.Call, error) {
+		var got *queue.Call
+		err := s.Queue.Update(context.Background(), func(tx queue.Tx) error {
+			var err error
+			got, err = tx.LatestByDigest("agent:a", mine.Digest, token)
+			return err
+		})
+		return got, err
+	}
+	for token, want := range map[string]string{"tok_mine": mine.ID, "tok_theirs": theirs.ID} {
+		if got, err := lookup(token); err != nil || got.ID != want {
+			t.Errorf("LatestByDigest for %s = %v, %v; want %s", token, got, err, want)
+		}
+	}
+	if got, err := lookup("tok_other"); !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("LatestByDigest for a token that submitted none = %v, %v; want queue.ErrNotFound", got, err)
+	}
+	// Denied, their call is what every token of the actor finds, newer
+	// than mine.
+	update(t, s, func(tx queue.Tx) error {
+		theirs.Status, theirs.DecidedAt = queue.StatusDenied, t0.Add(time.Minute)
+		theirs.Denial = &queue.Denial{By: "alice", Channel: audit.ChannelWeb, Reason: "no", At: theirs.DecidedAt}
+		return tx.UpdateCall(theirs)
+	})
+	for _, token := range []string{"tok_mine", "tok_other"} {
+		if got, err := lookup(token); err != nil || got.ID != theirs.ID {
+			t.Errorf("LatestByDigest for %s after the denial = %v, %v; want the denied %s", token, got, err, theirs.ID)
+		}
 	}
 })
 
