@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/go-webauthn/webauthn/protocol"
 )
@@ -139,13 +140,28 @@ func (e Evidence) SamePublicKey(id, key []byte) bool {
 	return bytes.Equal(e.CredentialID, id) && bytes.Equal(e.PublicKey, key)
 }
 
+// describe says why the WebAuthn library refused an assertion, in words:
+// the library's details format its inner error even when there is none
+// (a signature that simply does not verify reads "...: <nil>").
 func describe(err error) string {
 	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		if pe.Details != "" {
-			return pe.Details
-		}
-		return pe.Type
+	if !errors.As(err, &pe) {
+		return err.Error()
 	}
-	return err.Error()
+	if pe.Type == protocol.ErrAssertionSignature.Type {
+		if pe.Err != nil {
+			return "the signature does not verify with the passkey's public key: " + pe.Err.Error()
+		}
+		return "the signature does not verify with the passkey's public key"
+	}
+	if d := strings.TrimSuffix(pe.Details, ": <nil>"); d != "" {
+		if pe.Err != nil && !strings.Contains(d, pe.Err.Error()) {
+			return d + ": " + pe.Err.Error()
+		}
+		return d
+	}
+	if pe.Err != nil {
+		return pe.Type + ": " + pe.Err.Error()
+	}
+	return pe.Type
 }

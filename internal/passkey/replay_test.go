@@ -255,8 +255,12 @@ func TestVerifyRefusesTampering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e, bb := good, b
 			c.edit(&e, &bb)
-			if err := Verify(e, bb); !errors.Is(err, ErrEvidence) {
+			err := Verify(e, bb)
+			if !errors.Is(err, ErrEvidence) {
 				t.Errorf("Verify = %v, want ErrEvidence", err)
+			}
+			if err != nil && strings.Contains(err.Error(), "<nil>") {
+				t.Errorf("Verify = %q: the reason formats a nil error", err)
 			}
 		})
 	}
