@@ -76,8 +76,15 @@ func expectContinue(t *testing.T, addr, path, token string, size int) (int, []by
 	if err != nil {
 		t.Fatalf("reading the body of the %d: %v", resp.StatusCode, err)
 	}
-	if resp.StatusCode == http.StatusRequestEntityTooLarge && !resp.Close {
-		t.Errorf("the 413 does not close the connection (Connection: %q)", resp.Header.Get("Connection"))
+	if resp.StatusCode == http.StatusRequestEntityTooLarge {
+		if !resp.Close {
+			t.Errorf("the 413 does not close the connection (Connection: %q)", resp.Header.Get("Connection"))
+		}
+		// The server closes its side cleanly: the client reads the end of
+		// the stream, not a reset.
+		if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("after the 413: read %d bytes, %v; want io.EOF", n, err)
+		}
 	}
 	return resp.StatusCode, b
 }
