@@ -349,6 +349,16 @@ func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 // submission reads both); the write's own SetRetry forgets what it changes.
 // Nothing else changes the retries while the write runs: it holds the
 // write lock, and its write is its own.
+func (t *storeTx) PendingBy(token string, limit int) (int, error) {
+	var n int
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' LIMIT ?)`,
+		token, limit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("db: count the pending calls of a token: %w", err)
+	}
+	return n, nil
+}
+
 func (t *storeTx) Retry(actor, tool string) (queue.RetryState, error) {
 	k := retryKey{actor, tool}
 	if st, ok := t.retries[k]; ok {

@@ -38,6 +38,7 @@ const (
 	StatusOutcomeUnknown   = "outcome_unknown"
 	StatusUnavailable      = "unavailable"
 	StatusTooManyWaits     = "too_many_waits"
+	StatusTooManyPending   = "too_many_pending"
 	StatusTokenRevoked     = "token_revoked"
 )
 
@@ -459,6 +460,9 @@ func (g *Gateway) submitError(tool string, c *queue.Call, err error) *sdk.CallTo
 	case errors.As(err, &fe):
 		return toolError(StatusFrozen, fmt.Sprintf("Calls of this tool are frozen in Countersign since %s: %s. Ask a person before trying again.",
 			fe.Freeze.At.UTC().Format(time.RFC3339), fe.Freeze.Reason), map[string]any{"reason": fe.Freeze.Reason, "code": code})
+	case errors.Is(err, queue.ErrTooManyPending):
+		return toolError(StatusTooManyPending, "Countersign did not record this call: this agent's token already has as many calls waiting for a decision as it may. "+
+			"Nothing ran. Wait for some of them to be decided before calling again.", map[string]any{"code": code})
 	case errors.Is(err, queue.ErrRetryLimit):
 		// The model is handed no command line that acts in an operator's name.
 		return toolError(StatusRetryLimit, "Three calls of this tool in a row were refused; stop retrying and ask a person "+

@@ -310,6 +310,16 @@ func (t *txn) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
+func (t *txn) PendingBy(token string, limit int) (int, error) {
+	var n int64
+	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = $1 AND status = 'pending' LIMIT $2) p`,
+		token, limit).Scan(&n)
+	if err != nil {
+		return 0, classify(fmt.Errorf("pgstore: count the pending calls of a token: %w", err))
+	}
+	return int(n), nil
+}
+
 func (t *txn) Retry(actor, tool string) (queue.RetryState, error) {
 	var st queue.RetryState
 	var count int32

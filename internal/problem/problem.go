@@ -118,6 +118,8 @@ var sentinels = []struct {
 	{account.ErrLoginDisabled, http.StatusForbidden, "account_disabled", "this account is disabled; ask an administrator", ""},
 	{account.ErrBadPrincipal, http.StatusForbidden, "bad_principal",
 		"the identity provider's subject cannot name an account here (it must be printable ASCII, at most 320 bytes with the issuer host); ask an administrator", ""},
+	{queue.ErrTooManyPending, http.StatusTooManyRequests, "too_many_pending",
+		fmt.Sprintf("this token keeps %d calls waiting for a decision, as many as it may; nothing was stored. Wait for some to be decided, or cancel those no longer needed, before proposing more", queue.DefaultMaxPendingPerToken), ""},
 	{queue.ErrNotPending, http.StatusConflict, "not_pending", "the call is no longer pending; reload it to see its state", ""},
 	{queue.ErrPreviouslyDenied, http.StatusConflict, "previously_denied",
 		"an operator denied this exact call recently; change the call or ask a person before trying again", ""},

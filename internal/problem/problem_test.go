@@ -25,7 +25,7 @@ import (
 // examples holds one value of every exported error of the packages whose
 // refusals reach a person or an agent, by its name in the source.
 var examples = map[string]error{
-	"queue.ErrNotFound": queue.ErrNotFound, "queue.ErrNotPending": queue.ErrNotPending,
+	"queue.ErrNotFound": queue.ErrNotFound, "queue.ErrTooManyPending": queue.ErrTooManyPending, "queue.ErrNotPending": queue.ErrNotPending,
 	"queue.ErrDigestMismatch": queue.ErrDigestMismatch, "queue.ErrOwnCall": queue.ErrOwnCall,
 	"queue.ErrAlreadyApproved": queue.ErrAlreadyApproved, "queue.ErrReasonRequired": queue.ErrReasonRequired,
 	"queue.ErrReasonTooLong": queue.ErrReasonTooLong, "queue.ErrAudienceNotAllow": queue.ErrAudienceNotAllow,

@@ -19,6 +19,10 @@ const (
 	AnyTool = "*"
 )
 
+// DefaultMaxPendingPerToken is how many calls one API token may keep
+// waiting for a decision unless configured otherwise.
+const DefaultMaxPendingPerToken = 1000
+
 // DefaultMaxBlocksPerActor is how many (actor, tool) blocks an actor may
 // hold before the actor is blocked for every tool instead.
 const DefaultMaxBlocksPerActor = 10

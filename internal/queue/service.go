@@ -69,6 +69,10 @@ type Config struct {
 	// hold before it is blocked for every tool (default
 	// DefaultMaxBlocksPerActor).
 	MaxBlocksPerActor int
+	// MaxPendingPerToken is how many calls one API token may keep waiting
+	// for a decision (default DefaultMaxPendingPerToken); one more is
+	// refused with ErrTooManyPending and stored nowhere.
+	MaxPendingPerToken int
 }
 
 // Service applies the queue's rules. It is safe for concurrent use; the
@@ -76,6 +80,8 @@ type Config struct {
 type Service struct {
 	store     Store
 	maxBlocks int
+	// maxPending bounds the pending calls of one token (Config.MaxPendingPerToken).
+	maxPending int
 	tools     *tools.Registry
 	policy    *policy.Policy
 	signer    Signer
@@ -114,6 +120,7 @@ func NewService(cfg Config) *Service {
 	return &Service{
 		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
 		maxBlocks: cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
+		maxPending: cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
 		waiters:   waiters{m: map[string]map[chan *Call]struct{}{}},
 		kick:      make(chan struct{}, 1),
 		leaseKick: make(chan struct{}, 1),

@@ -69,6 +69,9 @@ type Tx interface {
 	// ConsumeNonce records a grant's jti as used. It returns false, and
 	// changes nothing, when the jti was already consumed.
 	ConsumeNonce(jti, callID string, at time.Time) (bool, error)
+	// PendingBy counts the pending calls that token submitted, stopping at
+	// limit: the bound of calls one token keeps waiting.
+	PendingBy(token string, limit int) (int, error)
 	Retry(actor, tool string) (RetryState, error)
 	SetRetry(actor, tool string, st RetryState) error
 	// Append seals the entry onto the audit chain.

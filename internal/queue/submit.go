@@ -150,6 +150,17 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 			}
 			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
 		}
+		// A token keeps a bounded number of calls waiting: an agent that
+		// proposes valid calls without end fills neither the queue nor the
+		// database, and its refusal is its own (tokens without an id, as
+		// in-process callers have, are not counted).
+		if who.TokenID != "" {
+			if n, err := tx.PendingBy(who.TokenID, s.maxPending); err != nil {
+				return err
+			} else if n >= s.maxPending {
+				return ErrTooManyPending
+			}
+		}
 		if f, err := frozen(tx, p.Tool, who.Actor); err != nil {
 			return err
 		} else if f != nil {

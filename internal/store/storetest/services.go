@@ -92,6 +92,8 @@ type world struct {
 	clock  *Clock
 	keys   *grant.Keyring
 	tools  *tools.Registry
+	// maxPending is the queue's MaxPendingPerToken (0: the default).
+	maxPending int
 }
 
 // newWorld seeds the operators the cases decide as (alice, bob, op0 to
@@ -143,7 +145,7 @@ func (w *world) open(t *testing.T) *handle {
 		s = w.reopen(t)
 	}
 	q := queue.NewService(queue.Config{Store: s.Queue, Tools: w.tools, Signer: w.keys, Now: w.clock.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		MaxPendingPerToken: w.maxPending, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return &handle{Stores: s, q: q, a: account.NewService(s.Accounts, w.clock.Now)}
 }
 

@@ -93,3 +93,35 @@ var _ = add("service/a call belongs to the token that submitted it", func(t *tes
 		t.Fatalf("ReportOutcome by the executor after the others tried: %+v, %v", done, err)
 	}
 })
+
+// One token keeps a bounded number of calls waiting (invariant 19): one
+// more is refused and stored nowhere, another token of the same actor is
+// still served, and a decision makes room again.
+var _ = add("service/a token keeps a bounded number of calls waiting", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newWorld(t, s)
+	w.maxPending = 3
+	h := w.open(t)
+	a := payer
+	a.TokenID = "tok_flood"
+	b := payer
+	b.TokenID = "tok_calm"
+	var first *queue.Call
+	for i := range 3 {
+		c := mustSubmit(t, h, a, refund(uint32(100+i), "n"))
+		if first == nil {
+			first = c
+		}
+	}
+	if _, _, err := h.q.Submit(ctx, a, refund(200, "n")); !errors.Is(err, queue.ErrTooManyPending) {
+		t.Fatalf("the 4th pending call of one token: %v, want ErrTooManyPending", err)
+	}
+	if calls, _, err := s.History.History(ctx, queue.HistoryFilter{Limit: 10}); err != nil || len(calls) != 3 {
+		t.Errorf("calls stored after the refusal = %d, %v; want 3", len(calls), err)
+	}
+	mustSubmit(t, h, b, refund(300, "n"))
+	if _, err := h.q.Deny(ctx, "alice", audit.ChannelWeb, first.ID, "not now"); err != nil {
+		t.Fatal(err)
+	}
+	mustSubmit(t, h, a, refund(201, "n"))
+})
