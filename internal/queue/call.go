@@ -348,10 +348,10 @@ func (c *Call) OwnedBy(u account.User) string {
 
 // Errors returned by the service. The HTTP layer maps them to status codes.
 var (
-	ErrNotFound         = errors.New("queue: call not found")
+	ErrNotFound = errors.New("queue: call not found")
 	// ErrTooManyPending refuses a proposal from a token that keeps as many
 	// calls waiting for a decision as it may (Config.MaxPendingPerToken).
-	ErrTooManyPending = errors.New("queue: this token keeps as many calls waiting for a decision as it may")
+	ErrTooManyPending   = errors.New("queue: this token keeps as many calls waiting for a decision as it may")
 	ErrNotPending       = errors.New("queue: call is no longer pending")
 	ErrDigestMismatch   = errors.New("queue: digest differs from the call's digest")
 	ErrOwnCall          = errors.New("queue: an operator cannot approve a call proposed under their own name")

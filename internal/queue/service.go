@@ -82,12 +82,12 @@ type Service struct {
 	maxBlocks int
 	// maxPending bounds the pending calls of one token (Config.MaxPendingPerToken).
 	maxPending int
-	tools     *tools.Registry
-	policy    *policy.Policy
-	signer    Signer
-	now       func() time.Time
-	log       *slog.Logger
-	notify    Notifier
+	tools      *tools.Registry
+	policy     *policy.Policy
+	signer     Signer
+	now        func() time.Time
+	log        *slog.Logger
+	notify     Notifier
 
 	waiters waiters
 
@@ -119,12 +119,12 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
-		maxBlocks: cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
+		maxBlocks:  cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
 		maxPending: cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
-		waiters:   waiters{m: map[string]map[chan *Call]struct{}{}},
-		kick:      make(chan struct{}, 1),
-		leaseKick: make(chan struct{}, 1),
-		stopping:  make(chan struct{}),
+		waiters:    waiters{m: map[string]map[chan *Call]struct{}{}},
+		kick:       make(chan struct{}, 1),
+		leaseKick:  make(chan struct{}, 1),
+		stopping:   make(chan struct{}),
 	}
 }
 
