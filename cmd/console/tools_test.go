@@ -287,3 +287,34 @@ func TestToolsLintCommand(t *testing.T) {
 		}
 	}
 }
+
+// Each problem of the notifications section is a line of its own, and
+// counts as one, however many one part of the section has.
+func TestToolsLintNotificationProblemsOnePerLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(`tools:
+  reports.read:
+    audience: reports-host
+    target: '.+'
+    args: {type: object, additionalProperties: false}
+notifications:
+  bogus: 1
+  lease: notaduration
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runConsole(t, "", "tools", "lint", file)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stdout %s stderr %s", code, stdout, stderr)
+	}
+	want := []string{
+		file + ": notifications: line 7: unknown field bogus (fields: public_url, channels, routes, retry, lease, keep)",
+		file + `: notifications: line 8: "notaduration" is not a duration like 30s or 10m`,
+	}
+	if got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); !slices.Equal(got, want) {
+		t.Fatalf("stdout lines\n%q\nwant\n%q", got, want)
+	}
+	if !strings.Contains(stderr, "2 problems") {
+		t.Errorf("stderr %q, want 2 problems", stderr)
+	}
+}

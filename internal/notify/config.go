@@ -1,6 +1,8 @@
 package notify
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -377,8 +379,8 @@ func (p *parser) add(format string, args ...any) {
 func parseNode(n *yaml.Node, env Env) (*Config, error) {
 	p := &parser{env: env.defaults()}
 	var raw rawConfig
-	if err := decodeStrict(n, &raw); err != nil {
-		return nil, &ConfigError{Problems: []string{err.Error()}}
+	if problems := decodeStrict(n, &raw); len(problems) > 0 {
+		return nil, &ConfigError{Problems: problems}
 	}
 	c := &Config{
 		PublicURL: strings.TrimRight(raw.PublicURL, "/"),
@@ -443,7 +445,8 @@ func parseNode(n *yaml.Node, env Env) (*Config, error) {
 
 // decodeStrict decodes n into v and reports every member that v has no
 // field for, with its line, so a misspelt field is an error, not silence.
-func decodeStrict(n *yaml.Node, v any) error {
+// Each problem is one entry, which the linter prints on a line of its own.
+func decodeStrict(n *yaml.Node, v any) []string {
 	var problems []string
 	checkKeys(n, reflect.TypeOf(v).Elem(), "", &problems)
 	if err := n.Decode(v); err != nil {
@@ -454,10 +457,7 @@ func decodeStrict(n *yaml.Node, v any) error {
 			problems = append(problems, err.Error())
 		}
 	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
-	}
-	return nil
+	return problems
 }
 
 func checkKeys(n *yaml.Node, t reflect.Type, where string, out *[]string) {
@@ -508,8 +508,10 @@ func (p *parser) channel(name string, n *yaml.Node) *ChannelConfig {
 		return nil
 	}
 	var raw rawChannel
-	if err := decodeStrict(n, &raw); err != nil {
-		p.add("channel %s: %v", name, err)
+	if problems := decodeStrict(n, &raw); len(problems) > 0 {
+		for _, problem := range problems {
+			p.add("channel %s: %s", name, problem)
+		}
 		return nil
 	}
 	allowed, ok := fieldsOf[raw.Type]
@@ -566,8 +568,8 @@ func (p *parser) webhook(name string, raw *rawChannel) *WebhookConfig {
 	if raw.SigningKey != nil {
 		if s, ok := p.secret(name, "signing_key", raw.SigningKey); ok {
 			key, err := decodePrefixed(s, "whsk_")
-			if err == nil && len(key) != 32 && len(key) != 64 {
-				err = fmt.Errorf("an Ed25519 key is 32 (seed) or 64 bytes, not %d", len(key))
+			if err == nil {
+				err = checkSigningKey(key)
 			}
 			if err != nil {
 				p.add("channel %s: signing_key: %v", name, err)
@@ -576,6 +578,24 @@ func (p *parser) webhook(name string, raw *rawChannel) *WebhookConfig {
 		}
 	}
 	return w
+}
+
+// checkSigningKey accepts an Ed25519 private key as its 32-byte seed, or as
+// the 64 bytes of seed and public key when the second half is the public
+// key of the first: a key whose halves disagree would sign with one key and
+// list another, and no receiver could verify what it signs.
+func checkSigningKey(key []byte) error {
+	switch len(key) {
+	case ed25519.SeedSize:
+		return nil
+	case ed25519.PrivateKeySize:
+		pub := ed25519.NewKeyFromSeed(key[:ed25519.SeedSize]).Public().(ed25519.PublicKey)
+		if !bytes.Equal(pub, key[ed25519.SeedSize:]) {
+			return errors.New("the last 32 bytes of the 64-byte key are not the public key of its first 32 (the seed); give the 32-byte seed alone, or seed and its public key")
+		}
+		return nil
+	}
+	return fmt.Errorf("an Ed25519 key is 32 (seed) or 64 bytes (seed and public key), not %d", len(key))
 }
 
 func (p *parser) slack(name string, raw *rawChannel) *SlackConfig {

@@ -34,10 +34,11 @@ func NewWebhook(cfg *WebhookConfig, rt http.RoundTripper, now func() time.Time) 
 	if w.now == nil {
 		w.now = time.Now
 	}
-	if len(cfg.SigningKey) == ed25519.SeedSize {
-		w.key = ed25519.NewKeyFromSeed(cfg.SigningKey)
-	} else if len(cfg.SigningKey) == ed25519.PrivateKeySize {
-		w.key = ed25519.PrivateKey(cfg.SigningKey)
+	// The key is always derived from its seed, so the public key listed is
+	// the one that verifies what the channel signs (the configuration
+	// refuses a 64-byte key whose halves disagree).
+	if len(cfg.SigningKey) == ed25519.SeedSize || len(cfg.SigningKey) == ed25519.PrivateKeySize {
+		w.key = ed25519.NewKeyFromSeed(cfg.SigningKey[:ed25519.SeedSize])
 	}
 	return w
 }

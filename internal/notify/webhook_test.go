@@ -2,9 +2,11 @@ package notify_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -406,5 +408,55 @@ func TestWebhookPermanentRefusalsAndRedirects(t *testing.T) {
 	}
 	if n, _, _, _ := elsewhere.snapshot(); n != 0 {
 		t.Fatalf("the redirect target got %d requests", n)
+	}
+}
+
+// A signing key is its 32-byte seed, or 64 bytes of seed and public key
+// that agree; a 64-byte key whose halves disagree is refused, and what an
+// accepted key signs verifies under the whpk_ key the channel lists.
+func TestSigningKeyHalvesMustAgree(t *testing.T) {
+	const hook = `
+channels:
+  hook:
+    type: webhook
+    url: https://hooks.example.com/countersign
+    secret: {env: HOOK_SECRET}
+    signing_key: {env: HOOK_KEY}
+`
+	secret := newSecret(t)
+	_, privA, _ := ed25519.GenerateKey(nil)
+	pubB, _, _ := ed25519.GenerateKey(nil)
+	mismatched := append(append([]byte(nil), privA.Seed()...), pubB...)
+	_, err := notify.ParseConfig([]byte(hook), notify.Env{Getenv: func(k string) string {
+		return map[string]string{"HOOK_SECRET": secret, "HOOK_KEY": "whsk_" + base64.StdEncoding.EncodeToString(mismatched)}[k]
+	}})
+	if err == nil || !strings.Contains(err.Error(), "signing_key: the last 32 bytes of the 64-byte key are not the public key of its first 32") {
+		t.Fatalf("ParseConfig with mismatched halves: %v, want the signing_key refused", err)
+	}
+
+	for name, key := range map[string][]byte{"64-byte key": privA, "32-byte seed": privA.Seed()} {
+		t.Run(name, func(t *testing.T) {
+			whpk := "whpk_" + base64.StdEncoding.EncodeToString(privA.Public().(ed25519.PublicKey))
+			cfg := mustConfig(t, hook, map[string]string{"HOOK_SECRET": secret, "HOOK_KEY": "whsk_" + base64.StdEncoding.EncodeToString(key)})
+			var got http.Header
+			var body []byte
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = r.Header.Clone()
+				body, _ = io.ReadAll(r.Body)
+			}))
+			defer srv.Close()
+			wc := *cfg.Channels["hook"].Webhook
+			wc.URL = srv.URL
+			w := notify.NewWebhook(&wc, nil, nil)
+			if w.PublicKey() != whpk {
+				t.Fatalf("PublicKey = %s, want %s", w.PublicKey(), whpk)
+			}
+			if _, err := w.Send(context.Background(), notify.Message{Event: notify.Event{ID: "evt_1"}, Body: []byte(`{"id":"evt_1"}`)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := newSWReceiver("", whpk).verify(got, body); err != nil {
+				t.Fatalf("the v1a signature does not verify under %s: %v", whpk, err)
+			}
+		})
 	}
 }
