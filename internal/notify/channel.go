@@ -183,6 +183,46 @@ func visible(s string) string {
 	return b.String()
 }
 
+// inert shows agent text (a target, an actor, a reason, a note, a name)
+// in a message's text so that no client turns it into a link or
+// formatting: visible's escapes, then
+//
+//   - "://" becomes "[:]//", so no URL scheme is recognised;
+//   - a "." or "@" followed by a character that is not white space becomes
+//     "[.]" or "[@]", so no domain name or mail address is auto-linked;
+//   - the characters Slack's mrkdwn and Markdown format with, "*", "~" and
+//     "`", always, and "_" at the edge of a word (inside a word no client
+//     formats it), become visible escapes "[U+002A]", "[U+007E]",
+//     "[U+0060]" and "[U+005F]", as invisible characters do.
+//
+// Slack additionally escapes "&", "<" and ">". The console shows the text
+// exactly; a message only points to it.
+func inert(s string) string {
+	rs := []rune(visible(s))
+	var b strings.Builder
+	for i, r := range rs {
+		next := rune(' ')
+		if i+1 < len(rs) {
+			next = rs[i+1]
+		}
+		switch {
+		case r == ':' && i+2 < len(rs) && rs[i+1] == '/' && rs[i+2] == '/':
+			b.WriteString("[:]")
+		case (r == '.' || r == '@') && !unicode.IsSpace(next):
+			b.WriteString("[" + string(r) + "]")
+		case r == '*' || r == '~' || r == '`':
+			fmt.Fprintf(&b, "[U+%04X]", r)
+		case r == '_' && (i == 0 || i+1 == len(rs) || !isWordRune(rs[i-1]) || !isWordRune(next)):
+			fmt.Fprintf(&b, "[U+%04X]", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
 // heading is the few words that say what happened, shared by Slack, email
 // and push.
 func heading(ev Event) string {
@@ -240,9 +280,9 @@ func decisionLine(ev Event) string {
 	d := ev.Data
 	switch {
 	case d.Decision != nil && d.Decision.Reason != "":
-		return fmt.Sprintf("%s by %s: %s", d.Status, visible(shown(d.Decision.By, d.Decision.ByName)), visible(d.Decision.Reason))
+		return fmt.Sprintf("%s by %s: %s", d.Status, inert(shown(d.Decision.By, d.Decision.ByName)), inert(d.Decision.Reason))
 	case d.Decision != nil:
-		return fmt.Sprintf("%s by %s", d.Status, visible(shown(d.Decision.By, d.Decision.ByName)))
+		return fmt.Sprintf("%s by %s", d.Status, inert(shown(d.Decision.By, d.Decision.ByName)))
 	case ev.Type == CallApproved && d.Approvals != nil && len(d.Approvals.By) > 0:
 		names := make([]string, len(d.Approvals.By))
 		for i, by := range d.Approvals.By {
@@ -252,13 +292,13 @@ func decisionLine(ev Event) string {
 			}
 			names[i] = shown(by, byName)
 		}
-		return "approved by " + visible(strings.Join(names, ", "))
+		return "approved by " + inert(strings.Join(names, ", "))
 	case d.Resolution != nil:
-		return fmt.Sprintf("resolved by %s: %s", visible(shown(d.Resolution.By, d.Resolution.ByName)), visible(d.Resolution.Note))
+		return fmt.Sprintf("resolved by %s: %s", inert(shown(d.Resolution.By, d.Resolution.ByName)), inert(d.Resolution.Note))
 	case ev.Type == CallLeaseExpired:
 		return "no outcome was reported by " + visible(d.LeaseUntil) + "; the call waits in Unresolved"
 	case d.Outcome != nil && d.Outcome.Detail != "":
-		return fmt.Sprintf("outcome %s: %s", visible(d.Outcome.Status), visible(d.Outcome.Detail))
+		return fmt.Sprintf("outcome %s: %s", visible(d.Outcome.Status), inert(d.Outcome.Detail))
 	}
 	return ""
 }

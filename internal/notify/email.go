@@ -104,7 +104,7 @@ func (e *Email) message(m Message) (*mail.Msg, string, error) {
 	}
 	subject := title(ev)
 	if ev.Data.Target != "" {
-		subject += " on " + visible(ev.Data.Target)
+		subject += " on " + inert(ev.Data.Target)
 	}
 	if e.cfg.SubjectPrefix != "" {
 		subject = e.cfg.SubjectPrefix + " " + subject
@@ -147,14 +147,14 @@ func mailView(ev Event) mailData {
 	d := ev.Data
 	v := mailData{Title: title(ev), URL: d.URL, Decision: decisionLine(ev), Action: "Open the call in Countersign"}
 	if d.ID != "" {
-		v.Rows = []mailRow{{"Tool", visible(d.Tool)}, {"Target", visible(d.Target)}, {"Actor", visible(d.Actor)},
+		v.Rows = []mailRow{{"Tool", visible(d.Tool)}, {"Target", inert(d.Target)}, {"Actor", inert(d.Actor)},
 			{"Digest", d.Digest}, {"Decide by", deadline(d)}, {"Status", d.Status}, {"Call", d.ID}}
 	} else {
 		v.Rows = []mailRow{{"Tool", visible(d.Tool)}}
 		v.Action = "Review the tool in Countersign"
 	}
 	if d.Reason != "" {
-		v.Rows = append(v.Rows, mailRow{"Reason", visible(d.Reason)})
+		v.Rows = append(v.Rows, mailRow{"Reason", inert(d.Reason)})
 	}
 	if ev.Type == CallSubmitted || ev.Type == CallEscalated || ev.Type == CallReminder {
 		v.Note = "Decide in the console, where you see every argument and the whole digest. Replying to this mail does nothing."

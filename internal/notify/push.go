@@ -129,10 +129,10 @@ func pushPayload(ev Event) PushPayload {
 	d := ev.Data
 	parts := []string{}
 	if d.Target != "" {
-		parts = append(parts, visible(d.Target))
+		parts = append(parts, inert(d.Target))
 	}
 	if d.Actor != "" {
-		parts = append(parts, "by "+visible(d.Actor))
+		parts = append(parts, "by "+inert(d.Actor))
 	}
 	if line := decisionLine(ev); line != "" {
 		parts = append(parts, line)

@@ -72,10 +72,10 @@ func summary(ev Event) string {
 	var b strings.Builder
 	b.WriteString(title(ev))
 	if d.Target != "" {
-		fmt.Fprintf(&b, " on %s", visible(d.Target))
+		fmt.Fprintf(&b, " on %s", inert(d.Target))
 	}
 	if d.Actor != "" {
-		fmt.Fprintf(&b, " by %s", visible(d.Actor))
+		fmt.Fprintf(&b, " by %s", inert(d.Actor))
 	}
 	if line := decisionLine(ev); line != "" {
 		b.WriteString(" (" + line + ")")
@@ -98,7 +98,7 @@ func blocks(ev Event) []slack.Block {
 	out := []slack.Block{slack.NewHeaderBlock(plain(heading(ev)))}
 	fields := []*slack.TextBlockObject{plain("Tool: " + visible(d.Tool))}
 	if d.ID != "" {
-		fields = append(fields, plain("Target: "+visible(d.Target)), plain("Actor: "+visible(d.Actor)),
+		fields = append(fields, plain("Target: "+inert(d.Target)), plain("Actor: "+inert(d.Actor)),
 			plain("Digest: "+d.DigestGroup()+"…"), plain("Decide by: "+deadline(d)))
 		if d.Approvals != nil && d.Approvals.Required > 1 {
 			fields = append(fields, plain(fmt.Sprintf("Approvals: %d of %d", d.Approvals.Received, d.Approvals.Required)))
@@ -109,7 +109,7 @@ func blocks(ev Event) []slack.Block {
 		out = append(out, slack.NewSectionBlock(plain(line), nil, nil))
 	}
 	if d.Reason != "" {
-		out = append(out, slack.NewSectionBlock(plain(visible(d.Reason)), nil, nil))
+		out = append(out, slack.NewSectionBlock(plain(inert(d.Reason)), nil, nil))
 	}
 	label := "Open in Countersign"
 	if ev.Type == ToolReviewNeeded {
