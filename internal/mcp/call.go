@@ -40,6 +40,7 @@ const (
 	StatusTooManyWaits     = "too_many_waits"
 	StatusTooManyPending   = "too_many_pending"
 	StatusTokenRevoked     = "token_revoked"
+	StatusUpstreamRedirect = "upstream_redirect"
 )
 
 // retryAfterWaits is how long a call refused a hold should wait before it
@@ -270,11 +271,17 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	}
 	res, err := u.Call(ctx, name, args)
 	var rpcErr *RPCError
+	var redirect *RedirectError
 	switch {
 	case errors.Is(err, ErrNotConnected):
 		g.outcome(ctx, log, agent, c, "failed", "not sent: the upstream disconnected before the call was forwarded")
 		return toolError(StatusNotSent, fmt.Sprintf("The upstream %s disconnected before the call was sent; nothing ran. Re-issue the call to propose it again.", t.Mirror.Server),
 			map[string]any{"call_id": c.ID})
+	case errors.As(err, &redirect):
+		g.outcome(ctx, log, agent, c, "failed", fmt.Sprintf("the upstream answered %d redirecting to %s, which Countersign does not follow", redirect.Status, clip(redirect.Location)))
+		return toolError(StatusUpstreamRedirect, fmt.Sprintf("The upstream %s answered the call with a redirect (%d to %s), which Countersign does not follow, so the call did not reach any other address. "+
+			"Ask a person to fix the upstream's address in the tools file.", t.Mirror.Server, redirect.Status, redirect.Location),
+			map[string]any{"call_id": c.ID, "location": redirect.Location})
 	case errors.As(err, &rpcErr):
 		g.outcome(ctx, log, agent, c, "failed", fmt.Sprintf("the upstream answered error %d: %s", rpcErr.Code, clip(rpcErr.Message)))
 		return toolError("upstream_error", fmt.Sprintf("The upstream refused the call with error %d: %s", rpcErr.Code, rpcErr.Message),

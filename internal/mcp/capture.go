@@ -35,6 +35,21 @@ type capture struct {
 	mu  sync.Mutex
 	raw json.RawMessage
 	set bool
+	// redirect is the redirect the upstream answered the request with,
+	// which was not followed.
+	redirect *RedirectError
+}
+
+func (c *capture) refuse(e *RedirectError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.redirect = e
+}
+
+func (c *capture) refused() *RedirectError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redirect
 }
 
 func (c *capture) put(raw json.RawMessage) {

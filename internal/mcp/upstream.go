@@ -61,6 +61,21 @@ var (
 	ErrLost         = errors.New("mcp: the connection to the upstream broke after the call was sent")
 )
 
+// RedirectError is an HTTP upstream's redirect, which the console does not
+// follow: the tools file's headers carry credentials for the upstream's
+// own address, and an answer must not send them, or the call, anywhere
+// else. The URL in the tools file must be the final address.
+type RedirectError struct {
+	Upstream string
+	Status   int
+	Location string
+}
+
+func (e *RedirectError) Error() string {
+	return fmt.Sprintf("mcp: the upstream %s answered %d redirecting to %s; Countersign does not follow an upstream's redirects "+
+		"(its headers carry credentials): set the upstream's url in the tools file to the address it should use", e.Upstream, e.Status, e.Location)
+}
+
 // RPCError is a JSON-RPC error the upstream answered a call with.
 type RPCError struct {
 	Code    int64
@@ -150,7 +165,20 @@ func FromConfig(u tools.Upstream, getenv func(string) string, logger *slog.Logge
 			}
 			headers.Set(h.Name, h.Prefix+v)
 		}
-		client := &http.Client{Transport: &httpTap{base: http.DefaultTransport, headers: headers}}
+		client := &http.Client{Transport: &httpTap{base: http.DefaultTransport, headers: headers},
+			// The headers go to the tools file's URL only: no redirect is
+			// followed, to another origin or the same one.
+			CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+				status := 0
+				if req.Response != nil {
+					status = req.Response.StatusCode
+				}
+				e := &RedirectError{Upstream: u.Name, Status: status, Location: req.URL.Redacted()}
+				if cp := captureFrom(req.Context()); cp != nil {
+					cp.refuse(e) // the SDK does not pass the error on
+				}
+				return e
+			}}
 		return &sdk.StreamableClientTransport{Endpoint: u.URL, HTTPClient: client}, nil
 	}
 }
@@ -294,6 +322,9 @@ func (u *Upstream) list(ctx context.Context, cs *sdk.ClientSession) ([]ListedToo
 		}
 		cctx, cp := withCapture(ctx)
 		if _, err := cs.ListTools(cctx, &sdk.ListToolsParams{Cursor: cursor}); err != nil {
+			if re := cp.refused(); re != nil {
+				return nil, fmt.Errorf("mcp: tools/list: %w", re)
+			}
 			return nil, fmt.Errorf("mcp: tools/list: %w", err)
 		}
 		raw, ok := cp.get()
@@ -354,6 +385,10 @@ func (u *Upstream) Call(ctx context.Context, name string, args []byte) (*Result,
 	cctx, cp := withCapture(ctx)
 	res, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
 	if err != nil {
+		if re := cp.refused(); re != nil {
+			u.log.Warn("the upstream answered a call with a redirect, which is not followed", slog.Int("status", re.Status), slog.String("location", re.Location))
+			return nil, re
+		}
 		var werr *jsonrpc.Error
 		if errors.As(err, &werr) {
 			// The upstream answered: the call failed there.
