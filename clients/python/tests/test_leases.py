@@ -97,11 +97,11 @@ class Heartbeat(unittest.TestCase):
         with self.assertRaises(CountersignError) as cm:
             c.heartbeat(call.id, extend=0.5)
         self.assertEqual(cm.exception.code, "out_of_range")
-        # Another token, even of the same actor, does not hold the lease.
+        # Another token, even of the same actor, is told the call does not exist.
         other = Client(console.url, console.token("agent:py-beats"))
         with self.assertRaises(CountersignError) as cm:
             other.heartbeat(call.id)
-        self.assertEqual((cm.exception.code, cm.exception.status), ("not_lease_holder", 409))
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
         c.report_outcome(call.id, "succeeded")
         with self.assertRaises(CountersignError) as cm:
             c.heartbeat(call.id)

@@ -91,9 +91,9 @@ test('a heartbeat extends the lease, for the redeeming token only', async () => 
   assert.ok(e.hasProblem('out_of_range', '/extend_seconds'));
   e = await rejects(c.heartbeat(call.id, { extendSeconds: 0.5 }));
   assert.equal(e.code, 'out_of_range');
-  // Another token, even of the same actor, does not hold the lease.
+  // Another token, even of the same actor, is told the call does not exist.
   e = await rejects(new Client(cs.url, cs.token('agent:ts-beats')).heartbeat(call.id));
-  assert.deepEqual([e.code, e.status], ['not_lease_holder', 409]);
+  assert.deepEqual([e.code, e.status], ['not_found', 404]);
   await c.reportOutcome(call.id, 'succeeded');
   e = await rejects(c.heartbeat(call.id));
   assert.deepEqual([e.code, e.status], ['outcome_already_reported', 409]);

@@ -39,8 +39,11 @@ class ScriptedModel implements Model {
   }
 }
 
-function setup(actor: string, args: object) {
-  const client = new RecordingClient(cs.url, cs.token(actor));
+// setup gives each process a token of its own, unless it is handed the
+// token of the process it takes over from (a restart keeps its
+// credentials: a call belongs to the token that submitted it).
+function setup(actor: string, args: object, token: string = cs.token(actor)) {
+  const client = new RecordingClient(cs.url, token);
   const approvals = new CountersignApprovals(client);
   const ran: unknown[] = [];
   const refund = tool({
@@ -106,7 +109,8 @@ test('an approval made in the run state alone runs nothing', async () => {
 test('a run state resumed in another process redeems the decision the console holds', async () => {
   // Process A stops at the interruption and an operator approves; process
   // B, with the serialized run state and no memory of A, runs the tool.
-  const a = setup('agent:oa-4', { ...ARGS, amount_minor: 800 });
+  const token = cs.token('agent:oa-4');
+  const a = setup('agent:oa-4', { ...ARGS, amount_minor: 800 }, token);
   const first = await run(a.agent, 'Refund INV-1042');
   const saved = first.state.toString();
   const resolved = a.approvals.resolve(first, async (state) => {
@@ -117,7 +121,7 @@ test('a run state resumed in another process redeems the decision the console ho
   cs.approve(call.id, call.digest);
   await within(resolved, 30_000, 'resolve');
 
-  const b = setup('agent:oa-4', { ...ARGS, amount_minor: 800 });
+  const b = setup('agent:oa-4', { ...ARGS, amount_minor: 800 }, token);
   const state = await RunState.fromString(b.agent, saved);
   assert.equal(state.getInterruptions().length, 1);
   state.approve(state.getInterruptions()[0]!);
