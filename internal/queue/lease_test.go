@@ -342,7 +342,7 @@ func TestReportOutcomeAfterLease(t *testing.T) {
 				}
 			}
 			for i, s := range tt.reports {
-				_, err := e.q.ReportOutcome(ctx, agent, c.ID, s.status, "d")
+				_, err := e.q.ReportOutcome(ctx, holder, c.ID, s.status, "d")
 				if !errors.Is(err, s.err) {
 					t.Fatalf("report %d (%s) = %v, want %v", i, s.status, err, s.err)
 				}
@@ -394,7 +394,7 @@ func TestResolve(t *testing.T) {
 	}
 	reported := func(status string) func(t *testing.T, e *env, c *queue.Call) {
 		return func(t *testing.T, e *env, c *queue.Call) {
-			if _, err := e.q.ReportOutcome(ctx, agent, c.ID, status, ""); err != nil {
+			if _, err := e.q.ReportOutcome(ctx, holder, c.ID, status, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -522,7 +522,7 @@ func TestLateReportAfterResolution(t *testing.T) {
 	if _, err := e.q.Resolve(ctx, "carol", audit.ChannelWeb, c.ID, queue.VerdictNotExecuted, "nothing in the ledger", ""); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.q.ReportOutcome(ctx, agent, c.ID, queue.OutcomeSucceeded, "it did run")
+	got, err := e.q.ReportOutcome(ctx, holder, c.ID, queue.OutcomeSucceeded, "it did run")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +541,7 @@ func TestStoredOutcomesAreFinal(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	c := MustRedeemed(t, e)
-	if _, err := e.q.ReportOutcome(ctx, agent, c.ID, queue.OutcomeUnknown, "?"); err != nil {
+	if _, err := e.q.ReportOutcome(ctx, holder, c.ID, queue.OutcomeUnknown, "?"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.q.Resolve(ctx, "carol", audit.ChannelWeb, c.ID, queue.VerdictExecuted, "seen", ""); err != nil {
