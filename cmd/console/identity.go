@@ -71,7 +71,7 @@ func (f identityFlags) relyingParty(ctx context.Context, accounts *account.Servi
 		Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret,
 		RedirectURL: strings.TrimSuffix(publicURL, "/") + console.CallbackPath,
 		Scopes:      f.scopes, GroupsClaim: f.groupsClaim, Roles: roles,
-		Flows: accounts.Oneshots("oidc", sso.MaxFlows),
+		Finished: accounts.Oneshots("oidc", sso.MaxFinished),
 	})
 	if err != nil {
 		return nil, "", err

@@ -244,6 +244,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.deviceCodec = securecookie.New(devHash, devBlock).MaxAge(int(deviceCookieAge / time.Second))
 	c.ssoCodec = securecookie.New(hashKey, blockKey).MaxAge(int(sso.FlowTTL / time.Second))
+	c.ssoCodec.SetSerializer(securecookie.JSONEncoder{})
 	c.cookies = sessions.NewCookieStore(hashKey, blockKey)
 	for _, codec := range c.cookies.Codecs {
 		if sc, ok := codec.(*securecookie.SecureCookie); ok {

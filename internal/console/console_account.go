@@ -25,7 +25,10 @@ import (
 // who finds a session left open must not be able to add their own key.
 const FreshLogin = 5 * time.Minute
 
-func (c *Console) fresh(v *viewer) bool { return c.now().Sub(v.loginAt) < FreshLogin }
+// fresh reports whether the viewer proved who they are within FreshLogin:
+// for single sign-on, the provider's auth_time counts, not the console's
+// login, which may have ridden on an older session at the provider.
+func (c *Console) fresh(v *viewer) bool { return c.now().Sub(v.authAt) < FreshLogin }
 
 func (c *Console) accountView(ctx context.Context, v *viewer) (templates.AccountView, error) {
 	av := templates.AccountView{Page: c.page(v, "Your account", "account", "", c.now()),

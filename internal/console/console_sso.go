@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -17,9 +19,10 @@ import (
 )
 
 // Single sign-on: /auth/oidc/login sends the browser to the provider with
-// a fresh state, nonce and PKCE verifier (kept by sso in the database, so
-// that whichever replica the callback reaches can finish it), and keeps the
-// state in a signed, encrypted cookie on this browser; /auth/oidc/callback
+// a fresh state, nonce and PKCE verifier, and keeps them (the sso.Flow) in
+// a signed, encrypted cookie on this browser, under keys every replica
+// shares, so that whichever replica the callback reaches can finish it and
+// a login under way stores nothing on the server; /auth/oidc/callback
 // finishes the login, records the account and opens the session.
 
 const (
@@ -47,14 +50,15 @@ func localPath(next string) string {
 // ssoLogin starts a single-sign-on login.
 func (c *Console) ssoLogin(ec echo.Context) error {
 	next := localPath(ec.QueryParam("next"))
-	authURL, state, err := c.cfg.SSO.Begin(ec.Request().Context(), next, ec.QueryParam("fresh") == "1")
-	if errors.Is(err, sso.ErrBusy) {
-		return c.renderLogin(ec, http.StatusServiceUnavailable, "", "Too many sign-ins are under way. Try again in a few minutes.")
+	var freshWithin time.Duration
+	if ec.QueryParam("fresh") == "1" {
+		freshWithin = FreshLogin
 	}
+	authURL, flow, err := c.cfg.SSO.Begin(ec.Request().Context(), next, freshWithin)
 	if err != nil {
 		return err
 	}
-	v, err := c.ssoCodec.Encode(c.ssoCookieName, state)
+	v, err := c.ssoCodec.Encode(c.ssoCookieName, flow)
 	if err != nil {
 		return err
 	}
@@ -69,14 +73,16 @@ func (c *Console) ssoLogin(ec echo.Context) error {
 // ssoCallback finishes a single-sign-on login.
 func (c *Console) ssoCallback(ec echo.Context) error {
 	r := ec.Request()
-	var state string
+	var flow sso.Flow
 	if ck, err := r.Cookie(c.ssoCookieName); err == nil {
-		_ = c.ssoCodec.Decode(c.ssoCookieName, ck.Value, &state)
+		if err := c.ssoCodec.Decode(c.ssoCookieName, ck.Value, &flow); err != nil {
+			flow = sso.Flow{}
+		}
 	}
 	// The cookie is single-use too: gone whatever happens next.
 	ec.SetCookie(&http.Cookie{Name: c.ssoCookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteLaxMode})
-	id, err := c.cfg.SSO.Finish(r.Context(), r.URL.Query(), state)
+	id, err := c.cfg.SSO.Finish(r.Context(), r.URL.Query(), flow)
 	var refusal *sso.Refusal
 	if errors.As(err, &refusal) {
 		c.log.Info("single sign-on refused", slog.String("reason", string(refusal.Reason)), slog.Any("error", err),
@@ -112,7 +118,11 @@ func (c *Console) ssoCallback(ec echo.Context) error {
 	case err != nil:
 		return err
 	}
-	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
+	values := map[any]any{cookieSID: sid}
+	if !id.AuthTime.IsZero() {
+		values[cookieAuthAt] = strconv.FormatInt(id.AuthTime.Unix(), 10)
+	}
+	if err := c.setCookie(ec, values, c.cfg.AbsoluteTimeout); err != nil {
 		return err
 	}
 	c.log.Info("console login", slog.String("user", u.Name), slog.String("method", account.MethodOIDC),
@@ -123,6 +133,20 @@ func (c *Console) ssoCallback(ec echo.Context) error {
 	// page of our own moves on instead, as a same-site navigation.
 	return c.render(ec, http.StatusOK, templates.ContinuePage(templates.ContinueView{
 		Page: templates.Page{Title: "Signed in", Now: c.now()}, Next: localPath(id.ReturnTo)}))
+}
+
+// providerAuthAt reads the auth_time kept in the session cookie: never
+// later than the session's own login, and the zero time (not fresh) when
+// the provider did not say.
+func providerAuthAt(unix string, login time.Time) time.Time {
+	n, err := strconv.ParseInt(unix, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	if at := time.Unix(n, 0); at.Before(login) {
+		return at
+	}
+	return login
 }
 
 func shownOf(id sso.Identity) string {

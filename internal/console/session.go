@@ -36,7 +36,10 @@ import (
 const (
 	viewerKey = "countersign.viewer"
 	cookieSID = "sid" // the session id after login
-	cookiePre = "pre" // the login form's id before login
+	// cookieAuthAt is, for single sign-on, the provider's auth_time in
+	// Unix seconds.
+	cookieAuthAt = "auth_at"
+	cookiePre    = "pre" // the login form's id before login
 	// formLimit bounds a console form body.
 	formLimit = server.MaxFormBytes
 	// loginFormAge is how long a login form stays usable.
@@ -51,6 +54,11 @@ type viewer struct {
 	method  string    // how the session logged in
 	idToken string    // the provider's ID token, for RP-initiated logout
 	loginAt time.Time // when the session logged in
+	// authAt is when the person last proved who they are: the login, or
+	// for single sign-on when the provider last authenticated them
+	// (auth_time), which a login riding on the provider's session does not
+	// move.
+	authAt time.Time
 
 	passkeysOnce sync.Once
 	passkeys     int // how many passkeys the viewer has, read once per request or socket
@@ -146,7 +154,8 @@ func (c *Console) currentViewer(ec echo.Context) (*viewer, error) {
 	if v := viewerOf(ec); v != nil {
 		return v, nil
 	}
-	sid, _ := c.cookieValues(ec.Request())[cookieSID].(string)
+	values := c.cookieValues(ec.Request())
+	sid, _ := values[cookieSID].(string)
 	if sid == "" {
 		return nil, errNoSession
 	}
@@ -175,7 +184,11 @@ func (c *Console) currentViewer(ec echo.Context) (*viewer, error) {
 			return nil, err
 		}
 	}
-	v := &viewer{idHash: idHash, user: s.User, csrf: s.CSRF, method: s.Method, idToken: s.IDToken, loginAt: s.CreatedAt}
+	v := &viewer{idHash: idHash, user: s.User, csrf: s.CSRF, method: s.Method, idToken: s.IDToken, loginAt: s.CreatedAt, authAt: s.CreatedAt}
+	if s.Method == account.MethodOIDC {
+		authAt, _ := values[cookieAuthAt].(string)
+		v.authAt = providerAuthAt(authAt, s.CreatedAt)
+	}
 	ec.Set(viewerKey, v)
 	return v, nil
 }

@@ -2,6 +2,8 @@ package sso
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"html"
 	"net"
@@ -39,21 +41,25 @@ func TestBrowserRedirectFlow(t *testing.T) {
 	rp := newRP(t, p, func(c *Config) { c.RedirectURL = base + "/auth/oidc/callback" })
 	mux := http.NewServeMux()
 	mux.HandleFunc("/login", func(w http.ResponseWriter, r *http.Request) {
-		u, state, err := rp.Begin(context.Background(), "/queue", false)
+		u, f, err := rp.Begin(context.Background(), "/queue", 0)
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: "oidc_state", Value: state, Path: "/auth/oidc", HttpOnly: true, SameSite: http.SameSiteLaxMode, MaxAge: int(FlowTTL / time.Second)})
+		// The console seals the flow in a signed, encrypted cookie; this
+		// page keeps it as plain JSON, which is enough for the browser.
+		b, _ := json.Marshal(f)
+		http.SetCookie(w, &http.Cookie{Name: "oidc_state", Value: base64.RawURLEncoding.EncodeToString(b), Path: "/auth/oidc", HttpOnly: true, SameSite: http.SameSiteLaxMode, MaxAge: int(FlowTTL / time.Second)})
 		http.Redirect(w, r, u, http.StatusFound)
 	})
 	mux.HandleFunc("/auth/oidc/callback", func(w http.ResponseWriter, r *http.Request) {
-		var cookie string
+		var f Flow
 		if c, err := r.Cookie("oidc_state"); err == nil {
-			cookie = c.Value
+			b, _ := base64.RawURLEncoding.DecodeString(c.Value)
+			_ = json.Unmarshal(b, &f)
 		}
 		http.SetCookie(w, &http.Cookie{Name: "oidc_state", Path: "/auth/oidc", MaxAge: -1})
-		id, err := rp.Finish(r.Context(), r.URL.Query(), cookie)
+		id, err := rp.Finish(r.Context(), r.URL.Query(), f)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err != nil {
 			fmt.Fprintf(w, `<p id="refused">%s</p>`, html.EscapeString(err.Error()))
@@ -113,7 +119,7 @@ func TestBrowserRedirectFlow(t *testing.T) {
 	other, ocancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(ocancel)
 	// A login started in this browser, its callback delivered to another.
-	u, _, err := rp.Begin(context.Background(), "", false)
+	u, _, err := rp.Begin(context.Background(), "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

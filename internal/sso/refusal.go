@@ -7,8 +7,8 @@ type Reason string
 
 // The reasons a login is refused.
 const (
-	// ReasonState: the callback's state is unknown, used, expired or not
-	// the one this browser started (a replayed or forged callback).
+	// ReasonState: the callback's state is missing, already finished,
+	// expired or not the one this browser started (a replayed or forged callback).
 	ReasonState Reason = "state"
 	// ReasonProvider: the provider sent the user back with an error.
 	ReasonProvider Reason = "provider_error"
@@ -26,6 +26,12 @@ const (
 	ReasonSignature Reason = "signature"
 	// ReasonIDToken: the ID token is missing or unreadable otherwise.
 	ReasonIDToken Reason = "id_token"
+	// ReasonNotFresh: a login that had to be fresh came with an ID token
+	// whose auth_time is missing or older than the window asked for.
+	ReasonNotFresh Reason = "not_fresh"
+	// ReasonUserinfo: the userinfo endpoint, asked for the claims the ID
+	// token lacks, failed or named another subject.
+	ReasonUserinfo Reason = "userinfo"
 )
 
 // Refused says what a Refusal over these reasons refused.

@@ -3,10 +3,13 @@
 // against the provider's discovery document and keys, the mapping from the
 // provider's groups to a console role, and RP-initiated logout.
 //
-// It knows nothing of HTTP sessions or storage: the server starts a login
-// with Begin (it gets the provider's URL to redirect to and a state value to
-// keep in a cookie), hands the callback's query and that cookie to Finish,
-// and gets back the verified Identity or a *Refusal saying why not.
+// It knows nothing of HTTP sessions or cookies: the server starts a login
+// with Begin (it gets the provider's URL to redirect to and the Flow, which
+// it keeps on the browser in a signed, encrypted cookie), hands the
+// callback's query and that Flow to Finish, and gets back the verified
+// Identity or a *Refusal saying why not. A login under way costs the
+// console no storage: a flood of logins started and never finished fills
+// nothing.
 package sso
 
 import (
@@ -14,12 +17,13 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,9 +41,11 @@ const PrincipalPrefix = "oidc:"
 // FlowTTL is how long a started login may take to come back.
 const FlowTTL = 10 * time.Minute
 
-// MaxFlows bounds the logins under way at once in the default in-memory
-// store, so a flood of unfinished logins cannot grow memory without end.
-const MaxFlows = 10000
+// MaxFinished bounds the finished logins remembered at once (each for the
+// rest of its FlowTTL, so that its callback is not accepted twice). Only a
+// login the provider completed is remembered, and a full store refuses
+// nobody: the provider's single-use code still stops a replay.
+const MaxFinished = 10000
 
 // DefaultScopes are requested when Config.Scopes is empty.
 var DefaultScopes = []string{oidc.ScopeOpenID, "profile", "email", "groups"}
@@ -70,10 +76,11 @@ type Config struct {
 	HTTPClient *http.Client
 	// Now is the clock for token expiry and flow lifetimes.
 	Now func() time.Time
-	// Flows keeps the logins under way between Begin and Finish. Behind
-	// several replicas it must be shared (the database); nil keeps them
-	// in this process's memory, at most MaxFlows at once.
-	Flows oneshot.Store
+	// Finished remembers the logins already finished until their flow
+	// expires, so a callback is accepted once. Behind several replicas it
+	// should be shared (the database); nil keeps them in this process's
+	// memory, at most MaxFinished at once.
+	Finished oneshot.Store
 }
 
 // RelyingParty runs logins against one provider. Safe for concurrent use.
@@ -83,15 +90,27 @@ type RelyingParty struct {
 	verifier   *oidc.IDTokenVerifier
 	endSession string
 	issuerHost string
+	provider   *oidc.Provider
+	userinfo   string // the userinfo endpoint, "" when the provider has none
 	now        func() time.Time
-	flows      oneshot.Store
+	finished   oneshot.Store
 }
 
-// flow is one login under way, kept under its state.
-type flow struct {
+// Flow is one login under way, from Begin to Finish. It holds the secrets
+// of the login (the PKCE verifier), so the caller keeps it where only this
+// browser and the console can read it: a signed, encrypted, HttpOnly
+// cookie whose keys every replica shares, so that any replica finishes
+// the login.
+type Flow struct {
+	State    string `json:"state"`
 	Nonce    string `json:"nonce"`
 	Verifier string `json:"verifier"` // PKCE code verifier
 	ReturnTo string `json:"return_to"`
+	// MaxAge, when positive, is the fresh login this flow asked for: the
+	// provider must have authenticated the user within it (auth_time).
+	MaxAge time.Duration `json:"max_age,omitempty"`
+	// Expires is when the login becomes too old to finish.
+	Expires time.Time `json:"expires"`
 }
 
 // New discovers the provider (its discovery document is fetched now, its
@@ -104,14 +123,19 @@ func New(ctx context.Context, cfg Config) (*RelyingParty, error) {
 	if err != nil || (iu.Scheme != "https" && iu.Scheme != "http") || iu.Host == "" {
 		return nil, fmt.Errorf("sso: issuer %q is not an http(s) URL", cfg.Issuer)
 	}
+	// Discovery, the keys and the code exchange all go to the issuer: in
+	// clear text only on this machine.
+	if iu.Scheme == "http" && !loopback(iu.Hostname()) {
+		return nil, fmt.Errorf("sso: issuer %q must be https: plain http is allowed only for a provider on this machine (localhost, 127.0.0.0/8, ::1)", cfg.Issuer)
+	}
 	if _, err := url.ParseRequestURI(cfg.RedirectURL); err != nil {
 		return nil, fmt.Errorf("sso: redirect URL %q: %w", cfg.RedirectURL, err)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Flows == nil {
-		cfg.Flows = oneshot.NewMemory(MaxFlows, cfg.Now)
+	if cfg.Finished == nil {
+		cfg.Finished = oneshot.NewMemory(MaxFinished, cfg.Now)
 	}
 	if cfg.GroupsClaim == "" {
 		cfg.GroupsClaim = DefaultGroupsClaim
@@ -153,8 +177,10 @@ func New(ctx context.Context, cfg Config) (*RelyingParty, error) {
 		verifier:   p.VerifierContext(ctx, &oidc.Config{ClientID: cfg.ClientID, Now: cfg.Now}),
 		endSession: extra.EndSession,
 		issuerHost: iu.Host,
+		provider:   p,
+		userinfo:   p.UserInfoEndpoint(),
 		now:        cfg.Now,
-		flows:      cfg.Flows,
+		finished:   cfg.Finished,
 	}
 	return rp, nil
 }
@@ -163,57 +189,42 @@ func New(ctx context.Context, cfg Config) (*RelyingParty, error) {
 func (rp *RelyingParty) Issuer() string { return rp.cfg.Issuer }
 
 // Begin starts a login: it returns the provider's authorization URL to
-// redirect the browser to, and the state, which the caller keeps in a
-// cookie on that browser and hands back to Finish. returnTo is kept with
-// the flow and given back by Finish. forceLogin asks the provider to
-// authenticate the user again even when it holds a session of its own
-// (prompt=login), for the steps that want a fresh login.
-func (rp *RelyingParty) Begin(ctx context.Context, returnTo string, forceLogin bool) (authURL, state string, err error) {
-	state, nonce, verifier := random(), random(), oauth2.GenerateVerifier()
-	data, err := json.Marshal(flow{Nonce: nonce, Verifier: verifier, ReturnTo: returnTo})
-	if err != nil {
-		return "", "", err
-	}
-	if err := rp.flows.Put(ctx, state, data, rp.now().Add(FlowTTL)); err != nil {
-		if errors.Is(err, oneshot.ErrFull) {
-			return "", "", ErrBusy
+// redirect the browser to, and the Flow, which the caller keeps on that
+// browser and hands back to Finish. returnTo is kept in the flow and given
+// back by Finish. A positive freshWithin asks for a fresh login, for the
+// steps that want one: the provider must authenticate the user again even
+// when it holds a session of its own (prompt=login, max_age), and Finish
+// refuses an ID token whose auth_time is missing or older than freshWithin.
+// Begin stores nothing.
+func (rp *RelyingParty) Begin(_ context.Context, returnTo string, freshWithin time.Duration) (authURL string, f Flow, err error) {
+	f = Flow{State: random(), Nonce: random(), Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo,
+		Expires: rp.now().Add(FlowTTL)}
+	opts := []oauth2.AuthCodeOption{oidc.Nonce(f.Nonce), oauth2.S256ChallengeOption(f.Verifier)}
+	if freshWithin > 0 {
+		f.MaxAge = freshWithin.Truncate(time.Second)
+		if f.MaxAge <= 0 {
+			f.MaxAge = time.Second
 		}
-		return "", "", fmt.Errorf("sso: keep the login under way: %w", err)
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"),
+			oauth2.SetAuthURLParam("max_age", strconv.FormatInt(int64(f.MaxAge/time.Second), 10)))
 	}
-	opts := []oauth2.AuthCodeOption{oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)}
-	if forceLogin {
-		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"))
-	}
-	return rp.oauth.AuthCodeURL(state, opts...), state, nil
+	return rp.oauth.AuthCodeURL(f.State, opts...), f, nil
 }
 
-// ErrBusy is returned by Begin when too many logins are under way.
-var ErrBusy = errors.New("sso: too many logins under way; try again in a few minutes")
-
 // Finish completes a login from the provider's callback. query is the
-// callback's query string; cookieState is the state Begin returned, as
-// kept on the browser. The flow is used up whatever the outcome, so a
-// replayed callback is refused.
-func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieState string) (Identity, error) {
+// callback's query string; f is the Flow Begin returned, as kept on this
+// browser (the zero Flow when the browser holds none). A flow finishes
+// once: the caller drops it from the browser, and a callback of a login
+// already finished is refused.
+func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, f Flow) (Identity, error) {
 	state := query.Get("state")
 	if state == "" {
 		return Identity{}, refuse(ReasonState, "the callback carries no state", nil)
 	}
-	data, expires, err := rp.flows.Take(ctx, state)
-	if errors.Is(err, oneshot.ErrNotFound) {
-		return Identity{}, refuse(ReasonState, "the login is unknown, already used or too old", nil)
+	if f.State == "" || subtle.ConstantTimeCompare([]byte(state), []byte(f.State)) != 1 {
+		return Identity{}, refuse(ReasonState, "the login was started in another browser, or already finished in this one", nil)
 	}
-	if err != nil {
-		return Identity{}, fmt.Errorf("sso: read the login under way: %w", err)
-	}
-	var f flow
-	if err := json.Unmarshal(data, &f); err != nil {
-		return Identity{}, fmt.Errorf("sso: read the login under way: %w", err)
-	}
-	if subtle.ConstantTimeCompare([]byte(state), []byte(cookieState)) != 1 {
-		return Identity{}, refuse(ReasonState, "the login was started in another browser", nil)
-	}
-	if !rp.now().Before(expires) {
+	if !rp.now().Before(f.Expires) {
 		return Identity{}, refuse(ReasonState, "the login took longer than "+FlowTTL.String(), nil)
 	}
 	if e := query.Get("error"); e != "" {
@@ -223,13 +234,24 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieStat
 	if code == "" {
 		return Identity{}, refuse(ReasonProvider, "the callback carries no code", nil)
 	}
+	// A login already finished is remembered until its flow expires. The
+	// check and the mark are two steps: the provider's single-use code
+	// stops a replay that races between them.
+	if _, _, err := rp.finished.Take(ctx, f.State); err == nil {
+		rp.markFinished(ctx, f)
+		return Identity{}, refuse(ReasonState, "the login was already finished", nil)
+	} else if !errors.Is(err, oneshot.ErrNotFound) {
+		return Identity{}, fmt.Errorf("sso: read the finished logins: %w", err)
+	}
 	if rp.cfg.HTTPClient != nil {
 		ctx = context.WithValue(ctx, oauth2.HTTPClient, rp.cfg.HTTPClient)
+		ctx = oidc.ClientContext(ctx, rp.cfg.HTTPClient)
 	}
 	tok, err := rp.oauth.Exchange(ctx, code, oauth2.VerifierOption(f.Verifier))
 	if err != nil {
 		return Identity{}, refuse(ReasonExchange, "the provider refused the code", err)
 	}
+	rp.markFinished(ctx, f)
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return Identity{}, refuse(ReasonIDToken, "the provider returned no ID token", nil)
@@ -241,34 +263,112 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, cookieStat
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(f.Nonce)) != 1 {
 		return Identity{}, refuse(ReasonNonce, "the ID token's nonce is not this login's", nil)
 	}
-	return rp.identity(idt, raw, f.ReturnTo)
+	return rp.identity(ctx, tok, idt, raw, f)
 }
 
-func (rp *RelyingParty) identity(idt *oidc.IDToken, raw, returnTo string) (Identity, error) {
+// markFinished remembers that f's login finished. A full store is not an
+// error: only logins the provider completed fill it, and the provider's
+// code is single-use anyway.
+func (rp *RelyingParty) markFinished(ctx context.Context, f Flow) {
+	_ = rp.finished.Put(ctx, f.State, nil, f.Expires)
+}
+
+// claimSet is what the console reads about a user: from the ID token, and
+// from the userinfo endpoint for what the ID token leaves out.
+type claimSet struct {
+	Name              string `json:"name"`
+	Email             string `json:"email"`
+	PreferredUsername string `json:"preferred_username"`
+	groups            any
+	hasGroups         bool
+}
+
+func (rp *RelyingParty) readClaims(claims func(any) error) (claimSet, error) {
+	var c claimSet
+	var all map[string]any
+	if err := claims(&c); err != nil {
+		return c, err
+	}
+	if err := claims(&all); err != nil {
+		return c, err
+	}
+	c.groups, c.hasGroups = all[rp.cfg.GroupsClaim]
+	return c, nil
+}
+
+// complete reports whether nothing is left for the userinfo endpoint.
+func (c claimSet) complete() bool {
+	return c.Name != "" && c.Email != "" && c.PreferredUsername != "" && c.hasGroups
+}
+
+// fill takes from u what c lacks: the ID token's claims come first.
+func (c *claimSet) fill(u claimSet) {
+	if c.Name == "" {
+		c.Name = u.Name
+	}
+	if c.Email == "" {
+		c.Email = u.Email
+	}
+	if c.PreferredUsername == "" {
+		c.PreferredUsername = u.PreferredUsername
+	}
+	if !c.hasGroups {
+		c.groups, c.hasGroups = u.groups, u.hasGroups
+	}
+}
+
+func (rp *RelyingParty) identity(ctx context.Context, tok *oauth2.Token, idt *oidc.IDToken, raw string, f Flow) (Identity, error) {
 	if idt.Subject == "" {
 		return Identity{}, refuse(ReasonIDToken, "the ID token has no subject", nil)
 	}
-	var std struct {
-		Name              string `json:"name"`
-		Email             string `json:"email"`
-		PreferredUsername string `json:"preferred_username"`
+	var at struct {
+		AuthTime *int64 `json:"auth_time"`
 	}
-	var all map[string]any
-	if err := idt.Claims(&std); err != nil {
+	if err := idt.Claims(&at); err != nil {
 		return Identity{}, refuse(ReasonIDToken, "the ID token's claims do not read", err)
 	}
-	if err := idt.Claims(&all); err != nil {
-		return Identity{}, refuse(ReasonIDToken, "the ID token's claims do not read", err)
+	var authTime time.Time
+	if at.AuthTime != nil {
+		authTime = time.Unix(*at.AuthTime, 0)
 	}
-	groups, err := groupsOf(all[rp.cfg.GroupsClaim])
+	if f.MaxAge > 0 {
+		switch {
+		case authTime.IsZero():
+			return Identity{}, refuse(ReasonNotFresh, "the provider did not say when you last signed in (auth_time)", nil)
+		case rp.now().Sub(authTime) > f.MaxAge:
+			return Identity{}, refuse(ReasonNotFresh, "this step needs a sign-in at the provider within the last "+f.MaxAge.String()+
+				", and yours is older", nil)
+		}
+	}
+	c, err := rp.readClaims(idt.Claims)
 	if err != nil {
-		return Identity{}, refuse(ReasonIDToken, fmt.Sprintf("the %q claim: %v", rp.cfg.GroupsClaim, err), nil)
+		return Identity{}, refuse(ReasonIDToken, "the ID token's claims do not read", err)
+	}
+	if !c.complete() && rp.userinfo != "" {
+		ui, err := rp.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
+		if err != nil {
+			return Identity{}, refuse(ReasonUserinfo, "the provider's userinfo endpoint did not answer", err)
+		}
+		if subtle.ConstantTimeCompare([]byte(ui.Subject), []byte(idt.Subject)) != 1 {
+			return Identity{}, refuse(ReasonUserinfo, "the provider's userinfo names another user than the ID token", nil)
+		}
+		u, err := rp.readClaims(ui.Claims)
+		if err != nil {
+			return Identity{}, refuse(ReasonUserinfo, "the provider's userinfo does not read", err)
+		}
+		c.fill(u)
+	}
+	var groups []string
+	if c.hasGroups {
+		if groups, err = groupsOf(c.groups); err != nil {
+			return Identity{}, refuse(ReasonIDToken, fmt.Sprintf("the %q claim: %v", rp.cfg.GroupsClaim, err), nil)
+		}
 	}
 	id := Identity{
 		Issuer: idt.Issuer, Subject: idt.Subject,
 		Principal:   PrincipalPrefix + rp.issuerHost + "/" + idt.Subject,
-		DisplayName: std.Name, Email: std.Email, PreferredUsername: std.PreferredUsername,
-		Groups: groups, IDToken: raw, ReturnTo: returnTo, Expiry: idt.Expiry,
+		DisplayName: c.Name, Email: c.Email, PreferredUsername: c.PreferredUsername,
+		Groups: groups, IDToken: raw, ReturnTo: f.ReturnTo, Expiry: idt.Expiry, AuthTime: authTime,
 	}
 	id.Role, id.HasRole = rp.cfg.Roles.Role(groups)
 	return id, nil
@@ -325,6 +425,9 @@ type Identity struct {
 	Expiry time.Time
 	// ReturnTo is what Begin was given.
 	ReturnTo string
+	// AuthTime is when the provider last authenticated the user
+	// (auth_time), zero when the ID token does not say.
+	AuthTime time.Time
 }
 
 func groupsOf(v any) ([]string, error) {
@@ -371,6 +474,16 @@ func tokenReason(err error) Reason {
 		return ReasonSignature
 	}
 	return ReasonIDToken
+}
+
+// loopback reports whether host names this machine: localhost, or an
+// address in 127.0.0.0/8 or ::1.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func random() string {

@@ -85,11 +85,20 @@ func authorize(t *testing.T, authURL string) url.Values {
 
 func login(t *testing.T, rp *RelyingParty) (Identity, error) {
 	t.Helper()
-	authURL, state, err := rp.Begin(context.Background(), "/queue", false)
+	authURL, f, err := rp.Begin(context.Background(), "/queue", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rp.Finish(context.Background(), authorize(t, authURL), state)
+	return rp.Finish(context.Background(), authorize(t, authURL), f)
+}
+
+func mustQuery(t *testing.T, raw string) url.Values {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Query()
 }
 
 func wantRefusal(t *testing.T, err error, reason Reason) {
@@ -131,20 +140,24 @@ func TestLogin(t *testing.T) {
 	if id.ReturnTo != "/queue" || id.IDToken == "" {
 		t.Errorf("ReturnTo = %q, IDToken empty = %v", id.ReturnTo, id.IDToken == "")
 	}
-	if n := rp.flows.(*oneshot.Memory).Len(); n != 0 {
-		t.Errorf("%d flows left after the login, want 0", n)
+	if n := rp.finished.(*oneshot.Memory).Len(); n != 1 {
+		t.Errorf("%d finished logins remembered, want 1", n)
 	}
 }
 
 func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, err := rp.Begin(context.Background(), "", false)
+	authURL, f, err := rp.Begin(context.Background(), "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	state := f.State
 	u, _ := url.Parse(authURL)
 	q := u.Query()
+	if q.Get("nonce") != f.Nonce || f.Verifier == "" || !f.Expires.After(time.Now()) {
+		t.Errorf("flow = %+v, want the nonce sent, a verifier and an expiry", f)
+	}
 	if q.Get("state") != state || len(state) < 43 {
 		t.Errorf("state = %q, want the returned %q of 256 bits", q.Get("state"), state)
 	}
@@ -157,16 +170,16 @@ func TestAuthURLCarriesPKCEStateAndNonce(t *testing.T) {
 	if !strings.Contains(" "+q.Get("scope")+" ", " openid ") {
 		t.Errorf("scope = %q, want openid", q.Get("scope"))
 	}
-	if q.Has("prompt") {
-		t.Errorf("prompt = %q on an ordinary login", q.Get("prompt"))
+	if q.Has("prompt") || q.Has("max_age") {
+		t.Errorf("prompt = %q, max_age = %q on an ordinary login", q.Get("prompt"), q.Get("max_age"))
 	}
-	_, state2, _ := rp.Begin(context.Background(), "", false)
-	if state2 == state {
-		t.Error("two logins share a state")
+	_, f2, _ := rp.Begin(context.Background(), "", 0)
+	if f2.State == state || f2.Nonce == f.Nonce || f2.Verifier == f.Verifier {
+		t.Error("two logins share a state, nonce or verifier")
 	}
-	fresh, _, _ := rp.Begin(context.Background(), "", true)
-	if u, _ := url.Parse(fresh); u.Query().Get("prompt") != "login" {
-		t.Errorf("a login that must be fresh asks prompt=%q, want login", u.Query().Get("prompt"))
+	fresh, ff, _ := rp.Begin(context.Background(), "", 5*time.Minute)
+	if q := mustQuery(t, fresh); q.Get("prompt") != "login" || q.Get("max_age") != "300" || ff.MaxAge != 5*time.Minute {
+		t.Errorf("a login that must be fresh asks prompt=%q max_age=%q (flow %v), want login, 300", q.Get("prompt"), q.Get("max_age"), ff.MaxAge)
 	}
 }
 
@@ -232,84 +245,75 @@ func TestGroupsClaimConfigurable(t *testing.T) {
 	wantRefusal(t, err, ReasonIDToken)
 }
 
-// A replayed callback is refused by our state check; a replayed code under
-// a fresh state is refused by the provider.
+// A replayed callback, even with a copy of its flow, is refused as a login
+// already finished; a replayed code under another login is refused by the
+// provider.
 func TestReplayedCodeRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "", false)
+	authURL, f, _ := rp.Begin(context.Background(), "", 0)
 	q := authorize(t, authURL)
-	if _, err := rp.Finish(context.Background(), q, state); err != nil {
+	if _, err := rp.Finish(context.Background(), q, f); err != nil {
 		t.Fatal(err)
 	}
-	_, err := rp.Finish(context.Background(), q, state)
-	wantRefusal(t, err, ReasonState)
+	for range 2 {
+		_, err := rp.Finish(context.Background(), q, f)
+		wantRefusal(t, err, ReasonState)
+	}
 
-	_, state2, _ := rp.Begin(context.Background(), "", false)
-	q2 := url.Values{"state": {state2}, "code": {q.Get("code")}}
-	_, err = rp.Finish(context.Background(), q2, state2)
+	_, f2, _ := rp.Begin(context.Background(), "", 0)
+	q2 := url.Values{"state": {f2.State}, "code": {q.Get("code")}}
+	_, err := rp.Finish(context.Background(), q2, f2)
 	wantRefusal(t, err, ReasonExchange)
 }
 
 func TestPKCEVerifierChecked(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "", false)
+	authURL, f, _ := rp.Begin(context.Background(), "", 0)
 	q := authorize(t, authURL)
-	data, expires, err := rp.flows.Take(context.Background(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f flow
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
 	f.Verifier = "a-verifier-that-is-not-the-one-whose-challenge-was-sent-0123456789"
-	data, _ = json.Marshal(f)
-	if err := rp.flows.Put(context.Background(), state, data, expires); err != nil {
-		t.Fatal(err)
-	}
-	_, err = rp.Finish(context.Background(), q, state)
+	_, err := rp.Finish(context.Background(), q, f)
 	wantRefusal(t, err, ReasonExchange)
 }
 
 func TestWrongNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "", false)
+	authURL, f, _ := rp.Begin(context.Background(), "", 0)
 	u, _ := url.Parse(authURL)
 	q := u.Query()
-	q.Set("nonce", "a-nonce-an-attacker-chose")
+	q.Set("nonce", "a-nonce-chosen-elsewhere")
 	u.RawQuery = q.Encode()
-	_, err := rp.Finish(context.Background(), authorize(t, u.String()), state)
+	_, err := rp.Finish(context.Background(), authorize(t, u.String()), f)
 	wantRefusal(t, err, ReasonNonce)
 }
 
 func TestMissingNonceRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, state, _ := rp.Begin(context.Background(), "", false)
+	authURL, f, _ := rp.Begin(context.Background(), "", 0)
 	u, _ := url.Parse(authURL)
 	q := u.Query()
 	q.Del("nonce")
 	u.RawQuery = q.Encode()
-	_, err := rp.Finish(context.Background(), authorize(t, u.String()), state)
+	_, err := rp.Finish(context.Background(), authorize(t, u.String()), f)
 	wantRefusal(t, err, ReasonNonce)
 }
 
 func TestStateBoundToBrowser(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	authURL, _, _ := rp.Begin(context.Background(), "", false)
-	_, otherState, _ := rp.Begin(context.Background(), "", false)
+	authURL, _, _ := rp.Begin(context.Background(), "", 0)
+	_, other, _ := rp.Begin(context.Background(), "", 0)
 	q := authorize(t, authURL)
-	// The callback reaches a browser whose cookie holds another login's
-	// state: login CSRF, refused, and the flow is used up.
-	_, err := rp.Finish(context.Background(), q, otherState)
+	// The callback reaches a browser whose cookie holds another login, or
+	// none: login CSRF, refused.
+	_, err := rp.Finish(context.Background(), q, other)
 	wantRefusal(t, err, ReasonState)
-	_, err = rp.Finish(context.Background(), q, q.Get("state"))
+	_, err = rp.Finish(context.Background(), q, Flow{})
 	wantRefusal(t, err, ReasonState)
-	_, err = rp.Finish(context.Background(), url.Values{"code": {"x"}}, "")
+	_, err = rp.Finish(context.Background(), url.Values{"code": {"x"}}, Flow{})
 	wantRefusal(t, err, ReasonState)
 }
 
@@ -319,21 +323,21 @@ func TestFlowExpires(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	rp := newRP(t, p, func(c *Config) { c.Now = clock })
-	authURL, state, _ := rp.Begin(context.Background(), "", false)
+	authURL, f, _ := rp.Begin(context.Background(), "", 0)
 	q := authorize(t, authURL)
 	mu.Lock()
 	now = now.Add(FlowTTL)
 	mu.Unlock()
-	_, err := rp.Finish(context.Background(), q, state)
+	_, err := rp.Finish(context.Background(), q, f)
 	wantRefusal(t, err, ReasonState)
 }
 
 func TestProviderErrorRefused(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	_, state, _ := rp.Begin(context.Background(), "", false)
-	_, err := rp.Finish(context.Background(), url.Values{"state": {state}, "error": {"access_denied"},
-		"error_description": {"user is not assigned to the app"}}, state)
+	_, f, _ := rp.Begin(context.Background(), "", 0)
+	_, err := rp.Finish(context.Background(), url.Values{"state": {f.State}, "error": {"access_denied"},
+		"error_description": {"user is not assigned to the app"}}, f)
 	wantRefusal(t, err, ReasonProvider)
 	if !strings.Contains(err.Error(), "not assigned") {
 		t.Errorf("message %q loses the provider's description", err)
@@ -421,7 +425,7 @@ func TestForeignSignatureRefused(t *testing.T) {
 }
 
 func TestLogoutURL(t *testing.T) {
-	p := startProvider(t)
+	p := startProvider(t, func(p *provider) { p.NoEndSession = true })
 	rp := newRP(t, p)
 	if _, ok := rp.LogoutURL("tok", "http://127.0.0.1:1/login"); ok {
 		t.Error("LogoutURL offered although the provider advertises no end_session_endpoint")
@@ -476,16 +480,22 @@ func TestNewRefusesIssuerMismatch(t *testing.T) {
 	}
 }
 
-func TestBeginBounded(t *testing.T) {
+// Logins started and never finished cost the console nothing: a flood of
+// them from one client stores nothing and refuses nobody else's login.
+func TestLoginFloodRefusesNobody(t *testing.T) {
 	p := startProvider(t)
 	rp := newRP(t, p)
-	for i := 0; i < MaxFlows; i++ {
-		if _, _, err := rp.Begin(context.Background(), "", false); err != nil {
+	for i := 0; i <= MaxFinished; i++ {
+		if _, _, err := rp.Begin(context.Background(), "", 0); err != nil {
 			t.Fatalf("Begin %d: %v", i, err)
 		}
 	}
-	if _, _, err := rp.Begin(context.Background(), "", false); !errors.Is(err, ErrBusy) {
-		t.Errorf("Begin past the bound = %v, want ErrBusy", err)
+	if n := rp.finished.(*oneshot.Memory).Len(); n != 0 {
+		t.Errorf("%d values stored by logins never finished, want 0", n)
+	}
+	p.User("00u-other", "otto", "otto@example.com", "approvers")
+	if id, err := login(t, rp); err != nil || id.Subject != "00u-other" {
+		t.Fatalf("another client's login after the flood = %+v, %v", id, err)
 	}
 }
 
@@ -522,21 +532,122 @@ func TestRefusalMessageNamesReason(t *testing.T) {
 func TestFlowFinishesOnAnotherReplica(t *testing.T) {
 	p := startProvider(t)
 	shared := oneshot.NewMemory(10, nil)
-	a := newRP(t, p, func(c *Config) { c.Flows = shared })
-	b := newRP(t, p, func(c *Config) { c.Flows = shared })
+	a := newRP(t, p, func(c *Config) { c.Finished = shared })
+	b := newRP(t, p, func(c *Config) { c.Finished = shared })
 	p.QueueUser(&mockoidc.MockUser{Subject: "s-repl", Groups: []string{"approvers"}})
-	authURL, state, err := a.Begin(context.Background(), "/x", false)
+	authURL, f, err := a.Begin(context.Background(), "/x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := authorize(t, authURL)
-	id, err := b.Finish(context.Background(), q, state)
+	id, err := b.Finish(context.Background(), q, f)
 	if err != nil {
 		t.Fatalf("finish on the other replica: %v", err)
 	}
 	if id.Subject != "s-repl" || id.ReturnTo != "/x" {
 		t.Errorf("identity = %q, return %q", id.Subject, id.ReturnTo)
 	}
-	_, err = a.Finish(context.Background(), q, state)
+	_, err = a.Finish(context.Background(), q, f)
 	wantRefusal(t, err, ReasonState)
+}
+
+// A login that must be fresh asks the provider to authenticate again
+// (prompt=login, max_age) and refuses an ID token that does not show it did.
+func TestFreshLoginNeedsARecentAuthTime(t *testing.T) {
+	const window = 5 * time.Minute
+	p := startProvider(t)
+	rp := newRP(t, p)
+	hourAgo := time.Now().Add(-time.Hour).Truncate(time.Second)
+	fresh := func(t *testing.T) (Identity, error) {
+		t.Helper()
+		authURL, f, err := rp.Begin(context.Background(), "/account", window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rp.Finish(context.Background(), authorize(t, authURL), f)
+	}
+
+	// An ordinary login rides on the provider's session of an hour ago.
+	p.Queue(&ssotest.User{Subject: "u-f", Groups: []string{"approvers"}, SignedInAt: hourAgo})
+	id, err := login(t, rp)
+	if err != nil || !id.AuthTime.Equal(hourAgo) {
+		t.Fatalf("ordinary login: auth time %v, %v; want %v", id.AuthTime, err, hourAgo)
+	}
+	// A fresh login makes the provider authenticate again.
+	p.Queue(&ssotest.User{Subject: "u-f", Groups: []string{"approvers"}, SignedInAt: hourAgo})
+	id, err = fresh(t)
+	if err != nil || time.Since(id.AuthTime) > time.Minute {
+		t.Fatalf("fresh login: auth time %v, %v; want now", id.AuthTime, err)
+	}
+	if a := p.Authorizations(); a[len(a)-1].Get("prompt") != "login" || a[len(a)-1].Get("max_age") != "300" {
+		t.Errorf("the provider was asked prompt=%q max_age=%q", a[len(a)-1].Get("prompt"), a[len(a)-1].Get("max_age"))
+	}
+
+	cases := []struct {
+		name string
+		user mockoidc.User
+	}{
+		{"auth_time older than the window", &claimsUser{sub: "u-f", edit: func(c *claims) {
+			c.Extra = map[string]any{"auth_time": hourAgo.Unix()}
+		}}},
+		{"no auth_time", &ssotest.User{Subject: "u-f", Groups: []string{"approvers"}, NoAuthTime: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p.QueueUser(c.user)
+			_, err := fresh(t)
+			wantRefusal(t, err, ReasonNotFresh)
+		})
+	}
+}
+
+// A provider may put the profile, email and groups in the userinfo
+// response only; the ID token's claims come first, and userinfo must name
+// the same subject.
+func TestClaimsFromUserinfo(t *testing.T) {
+	p := startProvider(t, func(p *provider) { p.ClaimsInUserinfo = true })
+	rp := newRP(t, p)
+	p.User("00u-ui", "uma", "uma@example.com", "sre")
+	id, err := login(t, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.PreferredUsername != "uma" || id.Email != "uma@example.com" || id.Role != account.RoleAdmin || !id.HasRole {
+		t.Errorf("identity from userinfo = %q %q %v role %q (%v)", id.PreferredUsername, id.Email, id.Groups, id.Role, id.HasRole)
+	}
+	raw, _, _ := jwt.NewParser().ParseUnverified(id.IDToken, jwt.MapClaims{})
+	if c := raw.Claims.(jwt.MapClaims); c["preferred_username"] != nil || c["groups"] != nil {
+		t.Fatalf("the ID token carries %v: the test would not reach userinfo", c)
+	}
+
+	p.Queue(&ssotest.User{Subject: "00u-ui", Username: "uma", Groups: []string{"approvers"}, ClaimsInUserinfo: true,
+		UserinfoSubject: "00u-someone-else"})
+	_, err = login(t, rp)
+	wantRefusal(t, err, ReasonUserinfo)
+
+	// What the ID token says wins over userinfo.
+	p.QueueUser(&claimsUser{sub: "00u-ui", edit: func(c *claims) {
+		c.Extra = map[string]any{"preferred_username": "from-token", "email": "t@example.com", "name": "T"}
+	}})
+	if id, err := login(t, rp); err != nil || id.PreferredUsername != "from-token" {
+		t.Errorf("username = %q, %v; want the ID token's", id.PreferredUsername, err)
+	}
+}
+
+// Discovery, keys and the code exchange go to the issuer: plain http only
+// on this machine.
+func TestNewRefusesPlainHTTPIssuerElsewhere(t *testing.T) {
+	for _, issuer := range []string{"http://idp.example.com/realms/main", "http://10.0.0.5:8080", "http://[2001:db8::1]/"} {
+		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback})
+		if err == nil || !strings.Contains(err.Error(), "must be https") {
+			t.Errorf("issuer %s: New = %v, want a refusal saying https", issuer, err)
+		}
+	}
+	// Loopback issuers pass that check (and then fail discovery: nothing listens).
+	for _, issuer := range []string{"http://127.0.0.1:1", "http://127.9.9.9:1/x", "http://localhost:1", "http://[::1]:1"} {
+		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback})
+		if err == nil || strings.Contains(err.Error(), "must be https") {
+			t.Errorf("issuer %s: New = %v, want only a discovery failure", issuer, err)
+		}
+	}
 }
