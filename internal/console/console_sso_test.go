@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/passkey"
 	"github.com/countersign/countersign/internal/sso"
 	"github.com/countersign/countersign/internal/sso/ssotest"
 )
@@ -23,14 +24,31 @@ type ssoEnv struct {
 
 func newSSOEnv(t *testing.T, local LocalLogin, opts ...func(*ssotest.Provider)) *ssoEnv {
 	t.Helper()
+	return newSSOEnvWith(t, local, nil, opts...)
+}
+
+// newSSOEnvWith is newSSOEnv whose relying party's configuration edit
+// changes, and which offers passkeys.
+func newSSOEnvWith(t *testing.T, local LocalLogin, edit func(*sso.Config, *envConfig), opts ...func(*ssotest.Provider)) *ssoEnv {
+	t.Helper()
 	idp := ssotest.Start(t, opts...)
 	e := newConsoleEnvWith(t, func(cfg *envConfig) {
-		rp, err := sso.New(context.Background(), sso.Config{
+		rc := sso.Config{
 			Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret,
 			RedirectURL: cfg.Console.PublicURL + CallbackPath,
 			Roles:       sso.RoleMap{"approvers": account.RoleOperator, "sre": account.RoleAdmin, "audit": account.RoleAuditor},
 			Finished:    cfg.Accounts.Oneshots("oidc", sso.MaxFinished),
-		})
+		}
+		if edit != nil {
+			edit(&rc, cfg)
+			pk, err := passkey.New(passkey.Config{RPID: "localhost", Origins: []string{"http://localhost"},
+				Ceremonies: cfg.Accounts.Oneshots("passkey", passkey.MaxCeremonies), Now: cfg.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Console.Passkeys = pk
+		}
+		rp, err := sso.New(context.Background(), rc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,4 +390,97 @@ func TestLocalLoginModeEndsLocalSessions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Logins started and never finished store nothing: one client starting
+// more than the store could hold refuses nobody else's login.
+func TestSSOLoginFloodRefusesNobody(t *testing.T) {
+	const bound = 20
+	e := newSSOEnvWith(t, LocalAll, func(c *sso.Config, cfg *envConfig) { c.Finished = cfg.Accounts.Oneshots("oidc", bound) })
+	flood := e.browser()
+	for i := range 3 * bound {
+		if p := flood.get(ssoLoginPath); p.status != http.StatusSeeOther {
+			t.Fatalf("login %d from one client = %d, want a redirect to the provider", i, p.status)
+		}
+	}
+	e.idp.User("00u-real", "rhea", "rhea@example.com", "approvers")
+	b := e.browser()
+	if p := e.ssoLogin(t, b, ""); p.status != http.StatusOK || p.find("continue").Length() != 1 {
+		t.Fatalf("another client's login after the flood = %d: %s", p.status, p.find("login-error").Text())
+	}
+	if q := b.get("/"); q.status != http.StatusOK {
+		t.Errorf("queue after the login = %d", q.status)
+	}
+}
+
+// Registering a passkey needs a fresh login: for single sign-on, a login
+// riding on an old session at the provider is not one; the console's
+// re-authentication makes the provider authenticate again and checks that
+// it did.
+func TestSSOFreshLoginMeansTheProviderAuthenticatedAgain(t *testing.T) {
+	e := newSSOEnvWith(t, LocalAll, func(*sso.Config, *envConfig) {})
+	hourAgo := time.Now().Add(-time.Hour)
+	pia := func(edit ...func(*ssotest.User)) {
+		u := &ssotest.User{Subject: "00u-pia", Username: "pia", Groups: []string{"approvers"}, SignedInAt: hourAgo}
+		for _, f := range edit {
+			f(u)
+		}
+		e.idp.Queue(u)
+	}
+	b := e.browser()
+	pia()
+	e.ssoLogin(t, b, "/account")
+	acct := b.get("/account")
+	if acct.find("passkey-not-fresh").Length() != 1 || acct.find("passkey-register-form").Length() != 0 {
+		t.Fatalf("a login on the provider's hour-old session offers passkey registration")
+	}
+	if p := b.post("/account/passkeys/begin", url.Values{"csrf": {b.csrf()}}, "Accept", "application/json"); p.status != http.StatusForbidden {
+		t.Errorf("begin registration = %d, want 403", p.status)
+	}
+
+	reauth := func(b *consoleBrowser) *htmlPage {
+		t.Helper()
+		p := b.post("/account/reauth", url.Values{"csrf": {b.csrf()}})
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != ssoLoginPath+"?fresh=1&next=/account" {
+			t.Fatalf("reauth = %d → %q", p.status, p.header.Get("Location"))
+		}
+		start := b.get(p.header.Get("Location"))
+		q := mustURL(t, start.header.Get("Location")).Query()
+		if q.Get("prompt") != "login" || q.Get("max_age") != "300" {
+			t.Errorf("re-authentication asks prompt=%q max_age=%q, want login, 300", q.Get("prompt"), q.Get("max_age"))
+		}
+		return b.get(e.authorize(t, start.header.Get("Location")))
+	}
+	pia()
+	if p := reauth(b); p.status != http.StatusOK {
+		t.Fatalf("re-authentication = %d: %s", p.status, p.find("login-error").Text())
+	}
+	if acct := b.get("/account"); acct.find("passkey-register-form").Length() != 1 {
+		t.Error("after re-authenticating at the provider, no passkey registration")
+	}
+
+	// A provider that does not authenticate again, or does not say when
+	// it did, gives no fresh login.
+	for _, edit := range []func(*ssotest.User){
+		func(u *ssotest.User) { u.IgnoresReauthentication = true },
+		func(u *ssotest.User) { u.NoAuthTime = true },
+	} {
+		pia(edit)
+		if p := reauth(b); p.status != http.StatusForbidden || !strings.Contains(p.find("login-error").Text(), "sign-in at the provider") &&
+			!strings.Contains(p.find("login-error").Text(), "auth_time") {
+			t.Errorf("re-authentication without a new sign-in = %d %q, want 403", p.status, p.find("login-error").Text())
+		}
+		b = e.browser()
+		pia()
+		e.ssoLogin(t, b, "")
+	}
+}
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

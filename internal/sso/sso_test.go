@@ -637,15 +637,19 @@ func TestClaimsFromUserinfo(t *testing.T) {
 // Discovery, keys and the code exchange go to the issuer: plain http only
 // on this machine.
 func TestNewRefusesPlainHTTPIssuerElsewhere(t *testing.T) {
+	// Nothing leaves this process, whatever New does.
+	offline := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no network in this test")
+	}}}
 	for _, issuer := range []string{"http://idp.example.com/realms/main", "http://10.0.0.5:8080", "http://[2001:db8::1]/"} {
-		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback})
+		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback, HTTPClient: offline})
 		if err == nil || !strings.Contains(err.Error(), "must be https") {
 			t.Errorf("issuer %s: New = %v, want a refusal saying https", issuer, err)
 		}
 	}
 	// Loopback issuers pass that check (and then fail discovery: nothing listens).
 	for _, issuer := range []string{"http://127.0.0.1:1", "http://127.9.9.9:1/x", "http://localhost:1", "http://[::1]:1"} {
-		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback})
+		_, err := New(context.Background(), Config{Issuer: issuer, ClientID: "c", RedirectURL: callback, HTTPClient: offline})
 		if err == nil || strings.Contains(err.Error(), "must be https") {
 			t.Errorf("issuer %s: New = %v, want only a discovery failure", issuer, err)
 		}

@@ -63,6 +63,9 @@ type User struct {
 	SignedInAt time.Time
 	// NoAuthTime leaves auth_time out of the ID token.
 	NoAuthTime bool
+	// IgnoresReauthentication keeps SignedInAt as auth_time whatever the
+	// request asks, as a provider that does not honour prompt or max_age.
+	IgnoresReauthentication bool
 	// UserinfoSubject, when set, is the sub the userinfo endpoint answers
 	// instead of Subject.
 	UserinfoSubject string
@@ -201,10 +204,11 @@ func (p *Provider) authorize(next http.Handler, w http.ResponseWriter, r *http.R
 			if u, ok := s.User.(*User); ok {
 				now := p.Now()
 				u.authTime = u.SignedInAt
-				if u.authTime.IsZero() || r.Form.Get("prompt") == "login" {
+				if u.authTime.IsZero() || r.Form.Get("prompt") == "login" && !u.IgnoresReauthentication {
 					u.authTime = now
 				}
-				if maxAge, err := time.ParseDuration(r.Form.Get("max_age") + "s"); err == nil && now.Sub(u.authTime) > maxAge {
+				if maxAge, err := time.ParseDuration(r.Form.Get("max_age") + "s"); err == nil && now.Sub(u.authTime) > maxAge &&
+					!u.IgnoresReauthentication {
 					u.authTime = now
 				}
 			}
