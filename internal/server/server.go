@@ -90,6 +90,7 @@ type Server struct {
 	cfg     Config
 	hosts   map[string]bool // allowed Host names and host:port pairs, lower case; nil checks nothing
 	hsts    bool            // the public URL is https
+	csp     string          // the Content-Security-Policy header
 	echo    *echo.Echo
 	log     *slog.Logger
 	now     func() time.Time
@@ -189,6 +190,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
 	e.Use(s.refuseLargeBodies)
+	s.csp = contentSecurityPolicy(nil)
 	if err := s.allowHosts(cfg); err != nil {
 		return nil, err
 	}
@@ -218,11 +220,18 @@ type Pages interface {
 	// LogPath is the request's path as the access log may show it (a path
 	// that holds a credential is cut short).
 	LogPath(path string) string
+	// FormTargets are the origins besides the console's own that the
+	// pages' forms lead to, directly or by the redirect after a post (the
+	// single-sign-on provider's end-session endpoint). Each must be an
+	// http(s) origin made only of host characters: it goes into the
+	// Content-Security-Policy as it is.
+	FormTargets() []string
 }
 
 // Mount adds the pages' routes; call it once, before serving.
 func (s *Server) Mount(p Pages) {
 	s.pages = p
+	s.csp = contentSecurityPolicy(p.FormTargets())
 	p.Routes(s.echo)
 }
 
@@ -445,7 +454,7 @@ func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.hsts {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
-		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		h.Set("Content-Security-Policy", s.csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
@@ -453,6 +462,19 @@ func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set("X-Frame-Options", "DENY")
 		return next(c)
 	}
+}
+
+// contentSecurityPolicy is the policy of every response. Forms post only
+// to the console, and to the origins its pages name (the single-sign-on
+// provider's end-session endpoint): the browser checks form-action against
+// the redirect that follows a post too, and logging out redirects there.
+func contentSecurityPolicy(formTargets []string) string {
+	formAction := "'self'"
+	for _, o := range formTargets {
+		formAction += " " + o
+	}
+	return "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action " +
+		formAction + "; frame-ancestors 'none'"
 }
 
 func (s *Server) accessLog() echo.MiddlewareFunc {

@@ -379,14 +379,8 @@ func (rp *RelyingParty) identity(ctx context.Context, tok *oauth2.Token, idt *oi
 // postLogout; ok is false when the provider advertises no
 // end_session_endpoint, and the caller just ends its own session.
 func (rp *RelyingParty) LogoutURL(idToken, postLogout string) (string, bool) {
-	if rp.endSession == "" {
-		return "", false
-	}
-	// The address comes from the provider's discovery document and goes
-	// into a link on the console's pages: only an http(s) address is one
-	// (never javascript: or data:).
-	u, err := url.Parse(rp.endSession)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+	u, ok := rp.endSessionURL()
+	if !ok {
 		return "", false
 	}
 	q := u.Query()
@@ -399,6 +393,35 @@ func (rp *RelyingParty) LogoutURL(idToken, postLogout string) (string, bool) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), true
+}
+
+// endSessionURL is the provider's end_session_endpoint. The address comes
+// from the provider's discovery document and goes into links on the
+// console's pages and its Content-Security-Policy: only an http(s) address
+// with a plain host name or address is one (never javascript: or data:).
+func (rp *RelyingParty) endSessionURL() (*url.URL, bool) {
+	if rp.endSession == "" {
+		return nil, false
+	}
+	u, err := url.Parse(rp.endSession)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		strings.ContainsFunc(u.Host, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-:[]", r))
+		}) {
+		return nil, false
+	}
+	return u, true
+}
+
+// EndSessionOrigin returns the origin (scheme://host[:port]) of the
+// provider's end-session endpoint, or "" when it advertises none: logging
+// out posts a form that the console redirects there.
+func (rp *RelyingParty) EndSessionOrigin() string {
+	u, ok := rp.endSessionURL()
+	if !ok {
+		return ""
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
 // Identity is who the provider says logged in, after every check passed.

@@ -141,47 +141,49 @@ func Start(t testing.TB, opts ...func(*Provider)) *Provider {
 		o(p)
 	}
 	// mockoidc keeps its sessions in a plain map; one request at a time
-	// keeps it (and the race detector) happy.
+	// keeps it (and the race detector) happy. Its own Start serves a fixed
+	// set of paths; this one serves them and the end-session endpoint.
 	var mu sync.Mutex
-	if err := m.AddMiddleware(func(next http.Handler) http.Handler {
+	serve := func(h http.HandlerFunc) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case r.URL.Path == mockoidc.DiscoveryEndpoint:
-				rec := httptest.NewRecorder()
-				next.ServeHTTP(rec, r)
-				var doc map[string]any
-				if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
-					http.Error(w, err.Error(), 500)
-					return
-				}
-				if !p.NoEndSession {
-					doc["end_session_endpoint"] = p.EndSession
-				}
-				w.Header().Set("Content-Type", "application/json")
-				_ = json.NewEncoder(w).Encode(doc)
-			case r.URL.Path == mockoidc.AuthorizationEndpoint:
-				p.authorize(next, w, r)
-			case r.URL.Path == EndSessionPath:
-				p.endSession(w, r)
-			case r.URL.Path == mockoidc.JWKSEndpoint && p.JWKS != nil:
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(p.JWKS())
-			default:
-				next.ServeHTTP(w, r)
-			}
+			h(w, r)
 		})
-	}); err != nil {
-		t.Fatal(err)
 	}
+	mux := http.NewServeMux()
+	mux.Handle(mockoidc.DiscoveryEndpoint, serve(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		m.Discovery(rec, r)
+		var doc map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		if !p.NoEndSession {
+			doc["end_session_endpoint"] = p.EndSession
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(doc)
+	}))
+	mux.Handle(mockoidc.AuthorizationEndpoint, serve(p.authorize))
+	mux.Handle(mockoidc.TokenEndpoint, serve(m.Token))
+	mux.Handle(mockoidc.UserinfoEndpoint, serve(m.Userinfo))
+	mux.Handle(mockoidc.JWKSEndpoint, serve(func(w http.ResponseWriter, r *http.Request) {
+		if p.JWKS == nil {
+			m.JWKS(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(p.JWKS())
+	}))
+	mux.Handle(EndSessionPath, serve(p.endSession))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(ln, nil); err != nil {
-		t.Fatal(err)
-	}
+	m.Server = &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = m.Server.Serve(ln) }()
 	if p.EndSession == "" {
 		p.EndSession = m.Addr() + EndSessionPath
 	}
@@ -192,13 +194,13 @@ func Start(t testing.TB, opts ...func(*Provider)) *Provider {
 // authorize lets mockoidc authorize the request, then sets the user's
 // auth_time the way a provider holding a session would: the session's
 // time, unless the request asks for a new authentication.
-func (p *Provider) authorize(next http.Handler, w http.ResponseWriter, r *http.Request) {
+func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	p.mu.Lock()
 	p.authorized = append(p.authorized, r.Form)
 	p.mu.Unlock()
 	rec := httptest.NewRecorder()
-	next.ServeHTTP(rec, r)
+	p.Authorize(rec, r)
 	if loc, err := url.Parse(rec.Header().Get("Location")); err == nil && rec.Code == http.StatusFound {
 		if s, err := p.SessionStore.GetSessionByID(loc.Query().Get("code")); err == nil {
 			if u, ok := s.User.(*User); ok {
