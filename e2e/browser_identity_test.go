@@ -86,7 +86,7 @@ func (tb *tab) overrideResponses(id cdpwebauthn.AuthenticatorID, badUV, badSig b
 // on the queue with the role from groups (the SameSite=Strict session
 // cookie survives the cross-site redirect chain), the account shows its
 // principal, a user in no mapped group gets the no-role page and no
-// session, and logout ends the session.
+// session, and logout ends the session here and at the provider.
 func TestBrowserSingleSignOn(t *testing.T) {
 	requireChromium(t)
 	idp := ssotest.Start(t)
@@ -118,7 +118,13 @@ func TestBrowserSingleSignOn(t *testing.T) {
 	if got, want := w.text(testID("account-principal")), "oidc:"+host+"/00u-bob"; got != want {
 		t.Errorf("account principal = %q, want %q", got, want)
 	}
-	w.do("log out", waitShort, chromedp.Click(testID("logout")), chromedp.WaitVisible(testID("login-notice")))
+	// The provider advertises end_session_endpoint: logging out goes there
+	// (the console's Content-Security-Policy lets the form's redirect
+	// through) and comes back to the login page.
+	w.do("log out, at the provider too", waitLong, chromedp.Click(testID("logout")), chromedp.WaitVisible(testID("sso-login")))
+	if logouts := idp.Logouts(); len(logouts) != 1 || logouts[0].Get("post_logout_redirect_uri") != base+"/login" {
+		t.Errorf("the provider's end-session endpoint saw %v, want one logout back to %s/login", logouts, base)
+	}
 	w.navigate(base + "/")
 	w.do("back at the login page", waitShort, chromedp.WaitVisible(testID("sso-login")))
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -483,4 +484,22 @@ func mustURL(t *testing.T, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// A provider that puts the profile, email and groups only in its userinfo
+// response still gives the person their name and role.
+func TestSSOClaimsFromUserinfo(t *testing.T) {
+	e := newSSOEnv(t, LocalAll, func(p *ssotest.Provider) { p.ClaimsInUserinfo = true })
+	b := e.browser()
+	e.idp.User("00u-uli", "uli", "uli@example.com", "approvers")
+	if p := e.ssoLogin(t, b, ""); p.status != http.StatusOK || p.find("continue").Length() != 1 {
+		t.Fatalf("callback = %d: %s", p.status, p.find("no-role").Text()+p.find("login-error").Text())
+	}
+	if q := b.get("/"); strings.TrimSpace(q.find("whoami").Text()) != "uli · operator" {
+		t.Errorf("whoami = %q, want uli · operator", q.find("whoami").Text())
+	}
+	u, err := e.srv.cfg.Accounts.UserByName(context.Background(), e.principal("00u-uli"))
+	if err != nil || u.Email != "uli@example.com" || !slices.Equal(u.Groups, []string{"approvers"}) {
+		t.Errorf("stored account = %+v, %v", u, err)
+	}
 }

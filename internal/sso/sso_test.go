@@ -655,3 +655,24 @@ func TestNewRefusesPlainHTTPIssuerElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// The end-session endpoint's origin goes into the console's
+// Content-Security-Policy: only a plain http(s) origin is given.
+func TestEndSessionOrigin(t *testing.T) {
+	cases := map[string]string{
+		"https://IdP.example:8443/logout?x=1":    "https://idp.example:8443",
+		"https://idp.example/realms/main/logout": "https://idp.example",
+		"https://idp.example;script-src */x":     "",
+		"https://idp.example%3Bscript-src%20*/x": "",
+		"javascript:alert(1)//":                  "",
+		"https://user@idp.example/logout":        "",
+		"":                                       "",
+	}
+	for endSession, want := range cases {
+		p := startProvider(t, func(p *provider) { p.EndSession, p.NoEndSession = endSession, endSession == "" })
+		rp := newRP(t, p)
+		if got := rp.EndSessionOrigin(); got != want {
+			t.Errorf("end_session_endpoint %q: origin %q, want %q", endSession, got, want)
+		}
+	}
+}
