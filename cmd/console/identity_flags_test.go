@@ -55,6 +55,8 @@ func TestIdentityFlags(t *testing.T) {
 		{[]string{"--oidc-issuer", idp.Issuer(), "--oidc-client-id", idp.ClientID, "--oidc-role-map", "ops=root"}, "unknown role"},
 		{[]string{"--oidc-issuer", idp.Issuer(), "--oidc-client-id", idp.ClientID, "--oidc-role-map", "ops=operator",
 			"--oidc-client-secret-file", filepath.Join(t.TempDir(), "missing")}, "--oidc-client-secret-file"},
+		{[]string{"--oidc-issuer", "http://idp.example.com/realms/main", "--oidc-client-id", "x", "--oidc-role-map", "ops=operator",
+			"--oidc-client-secret-file", secret}, "must be https"},
 	}
 	for _, tt := range refused {
 		var cc console.Config

@@ -334,10 +334,11 @@ func (rp *RelyingParty) identity(ctx context.Context, tok *oauth2.Token, idt *oi
 	if f.MaxAge > 0 {
 		switch {
 		case authTime.IsZero():
-			return Identity{}, refuse(ReasonNotFresh, "the provider did not say when you last signed in (auth_time)", nil)
+			return Identity{}, refuse(ReasonNotFresh, "this step needs a recent sign-in at the provider, and the provider did not say when "+
+				"you last signed in (auth_time); ask an administrator", nil)
 		case rp.now().Sub(authTime) > f.MaxAge:
-			return Identity{}, refuse(ReasonNotFresh, "this step needs a sign-in at the provider within the last "+f.MaxAge.String()+
-				", and yours is older", nil)
+			return Identity{}, refuse(ReasonNotFresh, "this step needs a sign-in at the provider within the last "+
+				minutes(f.MaxAge)+", and the provider used an older one", nil)
 		}
 	}
 	c, err := rp.readClaims(idt.Claims)
@@ -471,6 +472,17 @@ func groupsOf(v any) ([]string, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("is a %T, not a string or a list of strings", v)
+}
+
+// minutes writes d for people: "5 minutes" when whole minutes.
+func minutes(d time.Duration) string {
+	switch {
+	case d == time.Minute:
+		return "minute"
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
 }
 
 func providerError(code, desc string) string {
