@@ -238,7 +238,7 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, f Flow) (I
 	// check and the mark are two steps: the provider's single-use code
 	// stops a replay that races between them.
 	if _, _, err := rp.finished.Take(ctx, f.State); err == nil {
-		rp.markFinished(ctx, f)
+		_ = rp.markFinished(ctx, f) // still finished, for the next replay
 		return Identity{}, refuse(ReasonState, "the login was already finished", nil)
 	} else if !errors.Is(err, oneshot.ErrNotFound) {
 		return Identity{}, fmt.Errorf("sso: read the finished logins: %w", err)
@@ -251,7 +251,9 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, f Flow) (I
 	if err != nil {
 		return Identity{}, refuse(ReasonExchange, "the provider refused the code", err)
 	}
-	rp.markFinished(ctx, f)
+	if err := rp.markFinished(ctx, f); err != nil {
+		return Identity{}, err
+	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return Identity{}, refuse(ReasonIDToken, "the provider returned no ID token", nil)
@@ -269,8 +271,12 @@ func (rp *RelyingParty) Finish(ctx context.Context, query url.Values, f Flow) (I
 // markFinished remembers that f's login finished. A full store is not an
 // error: only logins the provider completed fill it, and the provider's
 // code is single-use anyway.
-func (rp *RelyingParty) markFinished(ctx context.Context, f Flow) {
-	_ = rp.finished.Put(ctx, f.State, nil, f.Expires)
+func (rp *RelyingParty) markFinished(ctx context.Context, f Flow) error {
+	err := rp.finished.Put(ctx, f.State, []byte("finished"), f.Expires)
+	if err != nil && !errors.Is(err, oneshot.ErrFull) {
+		return fmt.Errorf("sso: remember the finished login: %w", err)
+	}
+	return nil
 }
 
 // claimSet is what the console reads about a user: from the ID token, and
