@@ -292,8 +292,16 @@ func TestSSOLogoutAtTheProvider(t *testing.T) {
 		loc.Query().Get("post_logout_redirect_uri") != e.url+"/login" {
 		t.Fatalf("logout = %d → %s, want the provider's end-session URL with the hint", p.status, loc)
 	}
+	if csp := p.header.Get("Content-Security-Policy"); !strings.Contains(csp, "; form-action 'self' https://idp.example;") {
+		t.Errorf("CSP %q does not let the logout form's redirect reach the provider", csp)
+	}
 	if q := b.get("/"); q.status != http.StatusSeeOther {
 		t.Error("the local session survived the logout")
+	}
+	// A provider without end-session endpoint widens nothing.
+	plain := newSSOEnv(t, LocalAll, func(p *ssotest.Provider) { p.NoEndSession = true })
+	if csp := plain.browser().get("/login").header.Get("Content-Security-Policy"); !strings.Contains(csp, "; form-action 'self';") {
+		t.Errorf("CSP without an end-session endpoint = %q", csp)
 	}
 	// A local account logs out locally only.
 	lb := e.browser()
