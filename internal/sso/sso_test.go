@@ -3,6 +3,7 @@ package sso
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -674,5 +675,26 @@ func TestEndSessionOrigin(t *testing.T) {
 		if got := rp.EndSessionOrigin(); got != want {
 			t.Errorf("end_session_endpoint %q: origin %q, want %q", endSession, got, want)
 		}
+	}
+}
+
+// An ID token that names no signature algorithm ("none") or is unsigned is
+// refused, whatever its claims say.
+func TestUnsignedIDTokenRefused(t *testing.T) {
+	enc := base64.RawURLEncoding.EncodeToString
+	for name, rewrite := range map[string]func(string) string{
+		"alg none": func(signed string) string {
+			parts := strings.Split(signed, ".")
+			return enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + "."
+		},
+		"signature dropped": func(signed string) string { return signed[:strings.LastIndexByte(signed, '.')+1] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := startProvider(t, func(p *provider) { p.IDToken = rewrite })
+			rp := newRP(t, p)
+			p.User("u-none", "nobody", "", "sre")
+			_, err := login(t, rp)
+			wantRefusal(t, err, ReasonSignature)
+		})
 	}
 }

@@ -42,6 +42,8 @@ type Provider struct {
 	ClaimsInUserinfo bool
 	// JWKS, when set, replaces the key set the provider serves.
 	JWKS func() []byte
+	// IDToken, when set, rewrites the ID token of each token response.
+	IDToken func(signed string) string
 
 	mu         sync.Mutex
 	logouts    []url.Values
@@ -167,7 +169,25 @@ func Start(t testing.TB, opts ...func(*Provider)) *Provider {
 		_ = json.NewEncoder(w).Encode(doc)
 	}))
 	mux.Handle(mockoidc.AuthorizationEndpoint, serve(p.authorize))
-	mux.Handle(mockoidc.TokenEndpoint, serve(m.Token))
+	mux.Handle(mockoidc.TokenEndpoint, serve(func(w http.ResponseWriter, r *http.Request) {
+		if p.IDToken == nil {
+			m.Token(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		m.Token(rec, r)
+		var resp map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || rec.Code != http.StatusOK {
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
+		}
+		if t, ok := resp["id_token"].(string); ok {
+			resp["id_token"] = p.IDToken(t)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(resp)
+	}))
 	mux.Handle(mockoidc.UserinfoEndpoint, serve(m.Userinfo))
 	mux.Handle(mockoidc.JWKSEndpoint, serve(func(w http.ResponseWriter, r *http.Request) {
 		if p.JWKS == nil {
