@@ -508,7 +508,7 @@ func TestSSOClaimsFromUserinfo(t *testing.T) {
 	if q := b.get("/"); strings.TrimSpace(q.find("whoami").Text()) != "uli · operator" {
 		t.Errorf("whoami = %q, want uli · operator", q.find("whoami").Text())
 	}
-	u, err := e.srv.cfg.Accounts.UserByName(context.Background(), e.principal("00u-uli"))
+	u, err := e.c.cfg.Accounts.UserByName(context.Background(), e.principal("00u-uli"))
 	if err != nil || u.Email != "uli@example.com" || !slices.Equal(u.Groups, []string{"approvers"}) {
 		t.Errorf("stored account = %+v, %v", u, err)
 	}
