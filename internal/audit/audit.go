@@ -48,6 +48,13 @@ const (
 	KindKeyRotated        = "key_rotated"
 	KindKeyPrepared       = "key_prepared"
 	KindPruned            = "pruned"
+	// KindPushSubscribed and KindPushUnsubscribed record a browser's Web
+	// Push subscription added (or its keys renewed) and removed.
+	KindPushSubscribed   = "push_subscribed"
+	KindPushUnsubscribed = "push_unsubscribed"
+	// KindDeliveryRetried records an admin making a notification delivery
+	// due again.
+	KindDeliveryRetried = "delivery_retried"
 	// KindRollbackAccepted records an older database accepted on purpose.
 	KindRollbackAccepted = "rollback_accepted"
 )

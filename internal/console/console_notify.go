@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -39,7 +40,8 @@ type NotificationChannel struct {
 // Deliveries is the outbox as the admin sees it.
 type Deliveries interface {
 	Deliveries(ctx context.Context, q notify.Query) ([]notify.Delivery, error)
-	Retry(ctx context.Context, seq int64) error
+	// Retry makes a delivery due now, audited as done by the admin by.
+	Retry(ctx context.Context, seq int64, by string) error
 }
 
 // Push is the Web Push channel: its key, and its allowlist of push
@@ -49,10 +51,12 @@ type Push interface {
 	Allowed(endpoint string) error
 }
 
-// PushSubscriptions stores browsers' subscriptions.
+// PushSubscriptions stores browsers' subscriptions, bounded per account
+// and in all, each endpoint bound to the account that registered it; adding
+// and removing are audited in the transaction of the change.
 type PushSubscriptions interface {
 	SavePushSubscription(ctx context.Context, s notify.Subscription) error
-	DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error
+	DeleteAccountPushSubscription(ctx context.Context, account, endpoint string, now time.Time) error
 }
 
 const deliveriesPerPage = 100
@@ -128,7 +132,7 @@ func (c *Console) retryDelivery(ec echo.Context) error {
 	if err != nil {
 		return c.renderDeliveries(ec, http.StatusBadRequest, "", "no such delivery")
 	}
-	err = n.Deliveries.Retry(ec.Request().Context(), seq)
+	err = n.Deliveries.Retry(ec.Request().Context(), seq, viewerOf(ec).user.Name)
 	switch {
 	case errors.Is(err, notify.ErrNoDelivery):
 		return c.renderDeliveries(ec, http.StatusNotFound, "", "no delivery #"+ec.Param("seq"))
@@ -181,7 +185,19 @@ func (c *Console) pushSubscribe(ec echo.Context) error {
 	if !keyOfLength(s.P256dh, 65) || !keyOfLength(s.Auth, 16) {
 		return problem.New(http.StatusBadRequest, "bad_request", "p256dh must be a 65-byte P-256 key and auth a 16-byte secret, base64url")
 	}
-	if err := subs.SavePushSubscription(ec.Request().Context(), s); err != nil {
+	err := subs.SavePushSubscription(ec.Request().Context(), s)
+	switch {
+	case errors.Is(err, notify.ErrTooManyPushSubscriptions):
+		return problem.New(http.StatusConflict, "too_many_push_subscriptions",
+			"this account already has %d browsers subscribed, the most it may have; remove an old device first: turn notifications off in a browser you no longer use (a subscription its push service reports gone is removed by itself)",
+			notify.MaxPushSubscriptionsPerAccount)
+	case errors.Is(err, notify.ErrPushSubscriptionsFull):
+		return problem.New(http.StatusServiceUnavailable, "push_subscriptions_full",
+			"the console keeps at most %d push subscriptions and has no room for another; ask an admin", notify.MaxPushSubscriptions)
+	case errors.Is(err, notify.ErrPushEndpointTaken):
+		return problem.New(http.StatusConflict, "push_endpoint_taken",
+			"this browser's push subscription is registered to another account; sign that account out of notifications in this browser (or let the browser renew its subscription) and subscribe again")
+	case err != nil:
 		return err
 	}
 	return ec.JSON(http.StatusOK, map[string]string{"status": "subscribed"})
@@ -192,7 +208,7 @@ func (c *Console) pushUnsubscribe(ec echo.Context) error {
 	if !ok {
 		return problem.New(http.StatusNotFound, "not_found", "Web Push is not configured on this console")
 	}
-	if err := subs.DeleteAccountPushSubscription(ec.Request().Context(), viewerOf(ec).user.Name, ec.Request().PostForm.Get("endpoint")); err != nil {
+	if err := subs.DeleteAccountPushSubscription(ec.Request().Context(), viewerOf(ec).user.Name, ec.Request().PostForm.Get("endpoint"), c.now()); err != nil {
 		return err
 	}
 	return ec.JSON(http.StatusOK, map[string]string{"status": "unsubscribed"})

@@ -137,8 +137,8 @@ func (o Outbox) Finish(ctx context.Context, owner string, r notify.Result) error
 				WHERE seq = ? AND state = 'pending' AND lease_owner = ?`, r.Error, ms(r.At), r.Seq, owner)
 		default:
 			res, err = tx.ExecContext(ctx, `UPDATE outbox SET due_at = ?, last_error = ?, attempts = attempts + 1,
-				last_attempt_at = ?, lease_owner = '', lease_until = 0
-				WHERE seq = ? AND state = 'pending' AND lease_owner = ?`, ms(r.RetryAt), r.Error, ms(r.At), r.Seq, owner)
+				last_attempt_at = ?, receipt = ?, lease_owner = '', lease_until = 0
+				WHERE seq = ? AND state = 'pending' AND lease_owner = ?`, ms(r.RetryAt), r.Error, ms(r.At), r.Receipt, r.Seq, owner)
 		}
 		if err != nil {
 			return fmt.Errorf("db: record delivery %d: %w", r.Seq, err)
@@ -207,11 +207,12 @@ func (o Outbox) Deliveries(ctx context.Context, q notify.Query) ([]notify.Delive
 }
 
 // Retry implements notify.Outbox.
-func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
+func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time, by string) error {
 	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var state string
+		var state, eventID, kind, channel, callID string
 		var leaseUntil int64
-		err := tx.QueryRowContext(ctx, `SELECT state, lease_until FROM outbox WHERE seq = ?`, seq).Scan(&state, &leaseUntil)
+		err := tx.QueryRowContext(ctx, `SELECT state, lease_until, event_id, kind, channel, call_id FROM outbox WHERE seq = ?`,
+			seq).Scan(&state, &leaseUntil, &eventID, &kind, &channel, &callID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notify.ErrNoDelivery
 		}
@@ -226,7 +227,7 @@ func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
 		if err != nil {
 			return fmt.Errorf("db: retry delivery %d: %w", seq, err)
 		}
-		return nil
+		return o.appendAudit(ctx, tx, notify.RetriedEntry(now, by, seq, state, eventID, kind, channel, callID))
 	})
 }
 
@@ -279,37 +280,68 @@ func (o Outbox) PushSubscriptions(ctx context.Context) ([]notify.Subscription, e
 	return out, rows.Err()
 }
 
-// SavePushSubscription stores (or moves to account) a browser's
-// subscription.
+// SavePushSubscription stores a browser's subscription for its account,
+// or renews the keys of one the account holds, and audits it in the same
+// transaction. An endpoint another account holds is ErrPushEndpointTaken;
+// a new one beyond an account's or the console's bound is
+// ErrTooManyPushSubscriptions or ErrPushSubscriptionsFull.
 func (o Outbox) SavePushSubscription(ctx context.Context, s notify.Subscription) error {
 	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
-			VALUES (?,?,?,?,?) ON CONFLICT (endpoint) DO UPDATE SET p256dh = excluded.p256dh, auth = excluded.auth,
-			account = excluded.account, created_at = excluded.created_at`,
-			s.Endpoint, s.P256dh, s.Auth, s.Account, ms(s.CreatedAt))
+		var holder string
+		err := tx.QueryRowContext(ctx, `SELECT account FROM push_subscriptions WHERE endpoint = ?`, s.Endpoint).Scan(&holder)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			var mine, all int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE account = ?), COUNT(*) FROM push_subscriptions`,
+				s.Account).Scan(&mine, &all); err != nil {
+				return fmt.Errorf("db: count push subscriptions: %w", err)
+			}
+			if mine >= notify.MaxPushSubscriptionsPerAccount {
+				return notify.ErrTooManyPushSubscriptions
+			}
+			if all >= notify.MaxPushSubscriptions {
+				return notify.ErrPushSubscriptionsFull
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
+				VALUES (?,?,?,?,?)`, s.Endpoint, s.P256dh, s.Auth, s.Account, ms(s.CreatedAt))
+		case err != nil:
+			return fmt.Errorf("db: read push subscription: %w", err)
+		case holder != s.Account:
+			return notify.ErrPushEndpointTaken
+		default:
+			_, err = tx.ExecContext(ctx, `UPDATE push_subscriptions SET p256dh = ?, auth = ?, created_at = ? WHERE endpoint = ?`,
+				s.P256dh, s.Auth, ms(s.CreatedAt), s.Endpoint)
+		}
 		if err != nil {
 			return fmt.Errorf("db: save push subscription: %w", err)
 		}
-		return nil
+		return o.appendAudit(ctx, tx, notify.SubscribedEntry(s, holder != ""))
 	})
 }
 
 // DeletePushSubscription implements notify.Subscriptions.
-func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string) error {
-	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ?`, endpoint); err != nil {
-			return fmt.Errorf("db: delete push subscription: %w", err)
-		}
-		return nil
-	})
+func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string, now time.Time) error {
+	return o.deletePush(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ? RETURNING account`, now, "",
+		endpoint)
 }
 
-// DeleteAccountPushSubscription forgets endpoint if account holds it.
-func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error {
+// DeleteAccountPushSubscription forgets endpoint if account holds it, and
+// audits it.
+func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endpoint string, now time.Time) error {
+	return o.deletePush(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ? AND account = ? RETURNING account`, now,
+		account, endpoint, account)
+}
+
+func (o Outbox) deletePush(ctx context.Context, query string, now time.Time, by string, args ...any) error {
 	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM push_subscriptions WHERE endpoint = ? AND account = ?`, endpoint, account); err != nil {
+		var holder string
+		err := tx.QueryRowContext(ctx, query, args...).Scan(&holder)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("db: delete push subscription: %w", err)
 		}
-		return nil
+		return o.appendAudit(ctx, tx, notify.UnsubscribedEntry(now, by, holder, args[0].(string)))
 	})
 }

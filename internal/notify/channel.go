@@ -38,6 +38,10 @@ type Message struct {
 	// Receipt is the receipt of the earliest delivered message about the
 	// same call on the same channel, "" when there is none.
 	Receipt string
+	// Sent is what earlier attempts of this row finished, as the channel
+	// reported it in SendError.Sent ("" on a first attempt): a channel
+	// with several receivers skips those already reached.
+	Sent string
 }
 
 // SendError is a failed attempt with what the dispatcher should do next.
@@ -48,6 +52,9 @@ type SendError struct {
 	Permanent bool
 	// RetryAfter is the receiver's own wait (Retry-After), if it gave one.
 	RetryAfter time.Duration
+	// Sent is what the channel finished before failing, kept with the row
+	// and handed to its next attempt as Message.Sent.
+	Sent string
 }
 
 func (e *SendError) Error() string { return e.Err.Error() }
@@ -59,6 +66,14 @@ func Permanent(err error) error { return &SendError{Err: err, Permanent: true} }
 func isPermanent(err error) bool {
 	var se *SendError
 	return errors.As(err, &se) && se.Permanent
+}
+
+func sentOf(err error) string {
+	var se *SendError
+	if errors.As(err, &se) {
+		return se.Sent
+	}
+	return ""
 }
 
 func retryAfterOf(err error) time.Duration {

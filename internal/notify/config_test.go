@@ -212,7 +212,9 @@ notifications:
 type noSubs struct{}
 
 func (noSubs) PushSubscriptions(ctx context.Context) ([]notify.Subscription, error) { return nil, nil }
-func (noSubs) DeletePushSubscription(ctx context.Context, endpoint string) error    { return nil }
+func (noSubs) DeletePushSubscription(ctx context.Context, endpoint string, _ time.Time) error {
+	return nil
+}
 
 // TestConfigTypeErrorsAreProblems: every value of the wrong type is its own
 // problem with its line, without the YAML library's heading.

@@ -215,6 +215,7 @@ func (d *Dispatcher) deliver(ctx context.Context, row Delivery) {
 		res.Error, res.RetryAt = "interrupted by shutdown: "+printable(errorText(err)), res.At
 	default:
 		res.Error = printable(errorText(err))
+		res.Receipt = sentOf(err)
 		giveUp := row.ScheduledAt.Add(d.cfg.Retry.GiveUpAfter)
 		if isPermanent(err) || !res.At.Before(giveUp) {
 			res.Dead = true
@@ -265,6 +266,9 @@ func (d *Dispatcher) send(ctx context.Context, row Delivery, attempt int) (strin
 		return "", Permanent(err)
 	}
 	m := Message{Event: ev, Body: row.Body, Attempt: attempt}
+	if row.State == StatePending && row.Attempts > 0 {
+		m.Sent = row.Receipt
+	}
 	names := HidePrincipals
 	if d.cfg.Names != nil {
 		names = d.cfg.Names(ctx)
@@ -305,9 +309,10 @@ func (d *Dispatcher) Deliveries(ctx context.Context, q Query) ([]Delivery, error
 	return d.cfg.Outbox.Deliveries(ctx, q)
 }
 
-// Retry makes a row due now and wakes the dispatcher.
-func (d *Dispatcher) Retry(ctx context.Context, seq int64) error {
-	if err := d.cfg.Outbox.Retry(ctx, seq, d.cfg.Now()); err != nil {
+// Retry makes a row due now, audited as done by the admin by, and wakes
+// the dispatcher.
+func (d *Dispatcher) Retry(ctx context.Context, seq int64, by string) error {
+	if err := d.cfg.Outbox.Retry(ctx, seq, d.cfg.Now(), by); err != nil {
 		return err
 	}
 	d.Kick()

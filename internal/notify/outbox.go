@@ -51,7 +51,10 @@ type Result struct {
 	Seq       int64
 	At        time.Time
 	Delivered bool
-	Receipt   string
+	// Receipt is the channel's receipt when Delivered; on a failed
+	// attempt that will be retried, what the channel finished (SendError.
+	// Sent), which the next attempt gets as Message.Sent.
+	Receipt string
 	Error     string
 	// RetryAt is when to try again; ignored when Delivered or Dead.
 	RetryAt time.Time
@@ -82,7 +85,8 @@ type Outbox interface {
 	// longer pending is not claimed but marked skipped, in the same
 	// transaction, and returned in skipped.
 	Claim(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) (claimed, skipped []Delivery, err error)
-	// Finish records an attempt on a row owner holds. It returns
+	// Finish records an attempt on a row owner holds; a retried failure
+	// keeps r.Receipt as the row's receipt. It returns
 	// ErrLeaseLost, changing nothing, when the row is no longer leased to
 	// owner (another dispatcher took it over after the lease ran out).
 	Finish(ctx context.Context, owner string, r Result) error
@@ -95,9 +99,11 @@ type Outbox interface {
 	// Deliveries lists rows newest first.
 	Deliveries(ctx context.Context, q Query) ([]Delivery, error)
 	// Retry makes a dead row, or a pending one waiting for its next
-	// attempt, due at now with a fresh give-up clock. Delivered and skipped
-	// rows are ErrNotRetryable; an unknown seq is ErrNoDelivery.
-	Retry(ctx context.Context, seq int64, now time.Time) error
+	// attempt, due at now with a fresh give-up clock, and audits it
+	// (delivery_retried, by the admin by) in the same transaction.
+	// Delivered and skipped rows are ErrNotRetryable; an unknown seq is
+	// ErrNoDelivery.
+	Retry(ctx context.Context, seq int64, now time.Time, by string) error
 	// Prune deletes finished rows (delivered, skipped, dead) last touched
 	// before before, and returns how many it deleted.
 	Prune(ctx context.Context, before time.Time) (int, error)

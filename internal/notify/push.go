@@ -3,7 +3,9 @@ package notify
 import (
 	"context"
 	"crypto/ecdh"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -28,14 +31,46 @@ type Subscription struct {
 	CreatedAt time.Time
 }
 
-// Subscriptions is where the console keeps push subscriptions.
+// Bounds on what browsers can make the console keep. A subscription lives
+// until its operator turns notifications off in that browser, or until the
+// push service says it is gone (the browser unsubscribed, or it expired).
+const (
+	// MaxPushSubscriptionsPerAccount is how many browsers one account may
+	// subscribe; one more is refused with ErrTooManyPushSubscriptions.
+	MaxPushSubscriptionsPerAccount = 10
+	// MaxPushSubscriptions is how many the console keeps in all; one more
+	// is refused with ErrPushSubscriptionsFull.
+	MaxPushSubscriptions = 2000
+)
+
+// Errors of a Subscriptions store's writes.
+var (
+	ErrTooManyPushSubscriptions = errors.New("notify: the account has the most push subscriptions it may have")
+	ErrPushSubscriptionsFull    = errors.New("notify: the console keeps the most push subscriptions it may")
+	// ErrPushEndpointTaken is a subscription whose endpoint another
+	// account registered: an endpoint stays with the account that
+	// registered it until that account, or the push service, removes it.
+	ErrPushEndpointTaken = errors.New("notify: the push endpoint is registered to another account")
+)
+
+// Subscriptions is where the console keeps push subscriptions. Adding and
+// removing a subscription are audited (push_subscribed,
+// push_unsubscribed) in the transaction of the change.
 type Subscriptions interface {
 	// PushSubscriptions lists the subscriptions of accounts that may
 	// decide (enabled operators and admins).
 	PushSubscriptions(ctx context.Context) ([]Subscription, error)
 	// DeletePushSubscription forgets a subscription the push service says
-	// is gone.
-	DeletePushSubscription(ctx context.Context, endpoint string) error
+	// is gone, at now.
+	DeletePushSubscription(ctx context.Context, endpoint string, now time.Time) error
+}
+
+// EndpointDigest names a push endpoint in the audit trail and in a
+// delivery's progress without writing the endpoint itself, which is a
+// bearer address of the browser: the first 16 hex digits of its SHA-256.
+func EndpointDigest(endpoint string) string {
+	sum := sha256.Sum256([]byte(endpoint))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Push sends Web Push messages (RFC 8030, payload encrypted per RFC 8291,
@@ -54,6 +89,7 @@ type Push struct {
 	client   *http.Client
 	log      *slog.Logger
 	parallel int
+	now      func() time.Time
 }
 
 // NewPush returns the channel. privateKey is the VAPID key (base64url)
@@ -69,7 +105,7 @@ func NewPush(cfg *PushConfig, privateKey string, subs Subscriptions, rt http.Rou
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Push{cfg: cfg, priv: privateKey, pub: pub, subs: subs, client: newHTTPClient(rt), log: log, parallel: 4}, nil
+	return &Push{cfg: cfg, priv: privateKey, pub: pub, subs: subs, client: newHTTPClient(rt), log: log, parallel: 4, now: time.Now}, nil
 }
 
 // PublicKey is the VAPID public key browsers subscribe with
@@ -148,13 +184,19 @@ func pushPayload(ev Event) PushPayload {
 
 // Send posts the event to every subscription. A subscription the push
 // service says is gone (404, 410) is deleted; one that is refused for good
-// is logged and left; the row is retried when a push service failed in a
-// way that may pass (timeouts, 429, 5xx), which may repeat the message on
-// the others, where the notification's tag shows it once.
+// is logged and left. Each subscription is delivered once: when a push
+// service fails in a way that may pass (timeouts, 429, 5xx), the row is
+// retried for the subscriptions that failed only, because the error
+// carries, as Sent, the subscriptions this and earlier attempts finished
+// (m.Sent), which the next attempt skips.
 func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 	subs, err := p.subs.PushSubscriptions(ctx)
 	if err != nil {
-		return "", &SendError{Err: fmt.Errorf("push: list subscriptions: %w", err)}
+		return "", &SendError{Err: fmt.Errorf("push: list subscriptions: %w", err), Sent: m.Sent}
+	}
+	done := map[string]bool{}
+	for _, d := range strings.Fields(m.Sent) {
+		done[d] = true
 	}
 	payload, _ := json.Marshal(pushPayload(m.Event))
 	urgency := webpush.UrgencyNormal
@@ -167,35 +209,47 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 		retry    time.Duration
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, p.parallel)
+		tried    int
 	)
 	for _, sub := range subs {
+		key := EndpointDigest(sub.Endpoint)
+		if done[key] {
+			continue
+		}
 		if err := p.Allowed(sub.Endpoint); err != nil {
 			p.log.Warn("push subscription refused", slog.String("account", sub.Account), slog.Any("error", err))
 			continue
 		}
+		tried++
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(sub Subscription) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			err := p.sendOne(ctx, sub, payload, m.Event.Data.ID, urgency)
-			if err == nil {
-				return
-			}
-			if isPermanent(err) {
-				p.log.Warn("push refused", slog.String("account", sub.Account), slog.String("error", errorText(err)))
-				return
-			}
 			mu.Lock()
 			defer mu.Unlock()
-			failures = append(failures, errorText(err))
-			retry = max(retry, retryAfterOf(err))
+			switch {
+			case err == nil:
+				done[key] = true
+			case isPermanent(err):
+				p.log.Warn("push refused", slog.String("account", sub.Account), slog.String("error", errorText(err)))
+				done[key] = true
+			default:
+				failures = append(failures, errorText(err))
+				retry = max(retry, retryAfterOf(err))
+			}
 		}(sub)
 	}
 	wg.Wait()
 	if len(failures) > 0 {
-		return "", &SendError{Err: fmt.Errorf("push: %d of %d subscriptions failed: %s", len(failures), len(subs),
-			strings.Join(failures, "; ")), RetryAfter: retry}
+		sent := make([]string, 0, len(done))
+		for d := range done {
+			sent = append(sent, d)
+		}
+		sort.Strings(sent)
+		return "", &SendError{Err: fmt.Errorf("push: %d of %d subscriptions failed: %s", len(failures), tried,
+			strings.Join(failures, "; ")), RetryAfter: retry, Sent: strings.Join(sent, " ")}
 	}
 	return "", nil
 }
@@ -220,7 +274,7 @@ func (p *Push) sendOne(ctx context.Context, sub Subscription, payload []byte, to
 	}
 	if resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone) {
 		resp.Body.Close()
-		if derr := p.subs.DeletePushSubscription(ctx, sub.Endpoint); derr != nil {
+		if derr := p.subs.DeletePushSubscription(ctx, sub.Endpoint, p.now()); derr != nil {
 			return &SendError{Err: fmt.Errorf("push: forget a gone subscription: %w", derr)}
 		}
 		p.log.Info("push subscription gone", slog.String("account", sub.Account), slog.String("service", hostOf(sub.Endpoint)))

@@ -243,7 +243,7 @@ func (m *memSubs) PushSubscriptions(ctx context.Context) ([]notify.Subscription,
 	return append([]notify.Subscription(nil), m.subs...), nil
 }
 
-func (m *memSubs) DeletePushSubscription(ctx context.Context, endpoint string) error {
+func (m *memSubs) DeletePushSubscription(ctx context.Context, endpoint string, _ time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, s := range m.subs {
@@ -379,5 +379,44 @@ func TestPushForgetsGoneSubscriptionsAndRetriesFailures(t *testing.T) {
 	row := rowsOf(r.outbox, "browsers")[0]
 	if row.State != notify.StatePending || !strings.Contains(row.LastError, "503") {
 		t.Fatalf("row %s %q, want a retry after the 503", row.State, row.LastError)
+	}
+}
+
+// Each subscription is delivered once: when one push service fails for a
+// while, the row's retries go to that subscription alone.
+func TestPushRetriesOnlyTheFailedSubscription(t *testing.T) {
+	b := newBrowser(t)
+	ok, busy := newPushService(t, b), newPushService(t, b)
+	busy.status = http.StatusServiceUnavailable
+	vapid, _ := notify.NewVAPIDKey()
+	subs := &memSubs{subs: []notify.Subscription{b.subscription(ok.srv.URL + "/a"), b.subscription(busy.srv.URL + "/b")}}
+	r := newRig(t, pushConfig(t, hostOf(ok.srv.URL), hostOf(busy.srv.URL)), notify.BuildOptions{
+		Transport: ok.srv.Client().Transport, VAPIDKey: vapid, Subscriptions: subs, Logger: quiet}, 0.5)
+	r.outbox.Enqueue(r.router.Notices(submitted(testCall("call_a", r.clk.Now())))...)
+	deliverAll(t, r.disp)
+	if row := rowsOf(r.outbox, "browsers")[0]; row.State != notify.StatePending || !strings.Contains(row.LastError, "1 of 2") {
+		t.Fatalf("row %s %q, want a retry for the one that failed", row.State, row.LastError)
+	}
+	for i := 0; i < 2; i++ { // a second failure keeps what the first attempt finished
+		r.clk.Advance(time.Hour)
+		deliverAll(t, r.disp)
+	}
+	busy.mu.Lock()
+	busy.status = 0
+	busy.mu.Unlock()
+	r.clk.Advance(time.Hour)
+	deliverAll(t, r.disp)
+	if row := rowsOf(r.outbox, "browsers")[0]; row.State != notify.StateDelivered {
+		t.Fatalf("row %s %q, want delivered", row.State, row.LastError)
+	}
+	ok.mu.Lock()
+	defer ok.mu.Unlock()
+	busy.mu.Lock()
+	defer busy.mu.Unlock()
+	if len(ok.got) != 1 || ok.requests != 1 {
+		t.Fatalf("the healthy service got %d messages in %d requests, want 1", len(ok.got), ok.requests)
+	}
+	if len(busy.got) != 1 || busy.requests != 4 {
+		t.Fatalf("the failing service got %d messages in %d requests, want 1 in 4", len(busy.got), busy.requests)
 	}
 }

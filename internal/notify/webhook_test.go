@@ -359,7 +359,7 @@ func TestWebhookGivesUpAfterADayAndRetryRevivesIt(t *testing.T) {
 	// An admin's retry gives the row a new day.
 	broken = false
 	seq := rowsOf(r.outbox, "hook")[0].Seq
-	if err := r.disp.Retry(t.Context(), seq); err != nil {
+	if err := r.disp.Retry(t.Context(), seq, "root"); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	deliverAll(t, r.disp)

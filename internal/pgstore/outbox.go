@@ -138,8 +138,8 @@ func (o Outbox) Finish(ctx context.Context, owner string, r notify.Result) error
 				WHERE seq = $3 AND state = 'pending' AND lease_owner = $4`, []byte(r.Error), ms(r.At), r.Seq, owner)
 		default:
 			exec(`UPDATE outbox SET due_at = $1, last_error = $2, attempts = attempts + 1,
-				last_attempt_at = $3, lease_owner = '', lease_until = 0
-				WHERE seq = $4 AND state = 'pending' AND lease_owner = $5`, ms(r.RetryAt), []byte(r.Error), ms(r.At), r.Seq, owner)
+				last_attempt_at = $3, receipt = $4, lease_owner = '', lease_until = 0
+				WHERE seq = $5 AND state = 'pending' AND lease_owner = $6`, ms(r.RetryAt), []byte(r.Error), ms(r.At), r.Receipt, r.Seq, owner)
 		}
 		if err != nil {
 			return fmt.Errorf("pgstore: record delivery %d: %w", r.Seq, err)
@@ -213,11 +213,12 @@ func (o Outbox) Deliveries(ctx context.Context, q notify.Query) ([]notify.Delive
 }
 
 // Retry implements notify.Outbox.
-func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
+func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time, by string) error {
 	return o.update(ctx, func(t *txn) error {
-		var state string
+		var state, eventID, kind, channel, callID string
 		var leaseUntil int64
-		err := t.tx.QueryRow(ctx, `SELECT state, lease_until FROM outbox WHERE seq = $1`, seq).Scan(&state, &leaseUntil)
+		err := t.tx.QueryRow(ctx, `SELECT state, lease_until, event_id, kind, channel, call_id FROM outbox WHERE seq = $1`,
+			seq).Scan(&state, &leaseUntil, &eventID, &kind, &channel, &callID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notify.ErrNoDelivery
 		}
@@ -231,7 +232,7 @@ func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time) error {
 			lease_until = 0 WHERE seq = $2`, ms(now), seq); err != nil {
 			return fmt.Errorf("pgstore: retry delivery %d: %w", seq, err)
 		}
-		return nil
+		return t.append(notify.RetriedEntry(now, by, seq, state, eventID, kind, channel, callID))
 	})
 }
 
@@ -271,36 +272,69 @@ func (o Outbox) PushSubscriptions(ctx context.Context) ([]notify.Subscription, e
 	return out, classify(rows.Err())
 }
 
-// SavePushSubscription stores (or moves to account) a browser's
-// subscription.
+// SavePushSubscription stores a browser's subscription for its account,
+// or renews the keys of one the account holds, and audits it in the same
+// transaction. An endpoint another account holds is ErrPushEndpointTaken;
+// a new one beyond an account's or the console's bound is
+// ErrTooManyPushSubscriptions or ErrPushSubscriptionsFull. Every write
+// transaction holds the write lock, so two subscriptions are counted one
+// after the other.
 func (o Outbox) SavePushSubscription(ctx context.Context, s notify.Subscription) error {
 	return o.update(ctx, func(t *txn) error {
-		if _, err := t.tx.Exec(ctx, `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
-			VALUES ($1,$2,$3,$4,$5) ON CONFLICT (endpoint) DO UPDATE SET p256dh = excluded.p256dh, auth = excluded.auth,
-			account = excluded.account, created_at = excluded.created_at`,
-			s.Endpoint, s.P256dh, s.Auth, s.Account, ms(s.CreatedAt)); err != nil {
+		var holder string
+		err := t.tx.QueryRow(ctx, `SELECT account FROM push_subscriptions WHERE endpoint = $1`, s.Endpoint).Scan(&holder)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			var mine, all int
+			if err := t.tx.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE account = $1), COUNT(*) FROM push_subscriptions`,
+				s.Account).Scan(&mine, &all); err != nil {
+				return fmt.Errorf("pgstore: count push subscriptions: %w", err)
+			}
+			if mine >= notify.MaxPushSubscriptionsPerAccount {
+				return notify.ErrTooManyPushSubscriptions
+			}
+			if all >= notify.MaxPushSubscriptions {
+				return notify.ErrPushSubscriptionsFull
+			}
+			_, err = t.tx.Exec(ctx, `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
+				VALUES ($1,$2,$3,$4,$5)`, s.Endpoint, s.P256dh, s.Auth, s.Account, ms(s.CreatedAt))
+		case err != nil:
+			return fmt.Errorf("pgstore: read push subscription: %w", err)
+		case holder != s.Account:
+			return notify.ErrPushEndpointTaken
+		default:
+			_, err = t.tx.Exec(ctx, `UPDATE push_subscriptions SET p256dh = $1, auth = $2, created_at = $3 WHERE endpoint = $4`,
+				s.P256dh, s.Auth, ms(s.CreatedAt), s.Endpoint)
+		}
+		if err != nil {
 			return fmt.Errorf("pgstore: save push subscription: %w", err)
 		}
-		return nil
+		return t.append(notify.SubscribedEntry(s, holder != ""))
 	})
 }
 
 // DeletePushSubscription implements notify.Subscriptions.
-func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string) error {
-	return o.update(ctx, func(t *txn) error {
-		if _, err := t.tx.Exec(ctx, `DELETE FROM push_subscriptions WHERE endpoint = $1`, endpoint); err != nil {
-			return fmt.Errorf("pgstore: delete push subscription: %w", err)
-		}
-		return nil
-	})
+func (o Outbox) DeletePushSubscription(ctx context.Context, endpoint string, now time.Time) error {
+	return o.deletePush(ctx, `DELETE FROM push_subscriptions WHERE endpoint = $1 RETURNING account`, now, "", endpoint)
 }
 
-// DeleteAccountPushSubscription forgets endpoint if account holds it.
-func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error {
+// DeleteAccountPushSubscription forgets endpoint if account holds it, and
+// audits it.
+func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endpoint string, now time.Time) error {
+	return o.deletePush(ctx, `DELETE FROM push_subscriptions WHERE endpoint = $1 AND account = $2 RETURNING account`, now,
+		account, endpoint, account)
+}
+
+func (o Outbox) deletePush(ctx context.Context, query string, now time.Time, by string, args ...any) error {
 	return o.update(ctx, func(t *txn) error {
-		if _, err := t.tx.Exec(ctx, `DELETE FROM push_subscriptions WHERE endpoint = $1 AND account = $2`, endpoint, account); err != nil {
+		var holder string
+		err := t.tx.QueryRow(ctx, query, args...).Scan(&holder)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("pgstore: delete push subscription: %w", err)
 		}
-		return nil
+		return t.append(notify.UnsubscribedEntry(now, by, holder, args[0].(string)))
 	})
 }

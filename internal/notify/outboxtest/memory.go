@@ -132,7 +132,7 @@ func (m *Memory) Finish(ctx context.Context, owner string, res notify.Result) er
 	case res.Dead:
 		r.State, r.LastError = notify.StateDead, res.Error
 	default:
-		r.DueAt, r.LastError = res.RetryAt, res.Error
+		r.DueAt, r.LastError, r.Receipt = res.RetryAt, res.Error, res.Receipt
 	}
 	return nil
 }
@@ -199,8 +199,9 @@ func (m *Memory) Deliveries(ctx context.Context, q notify.Query) ([]notify.Deliv
 	return out, nil
 }
 
-// Retry implements notify.Outbox.
-func (m *Memory) Retry(ctx context.Context, seq int64, now time.Time) error {
+// Retry implements notify.Outbox; the memory outbox keeps no audit trail,
+// so by is not recorded.
+func (m *Memory) Retry(ctx context.Context, seq int64, now time.Time, by string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.find(seq)

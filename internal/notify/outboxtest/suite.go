@@ -302,6 +302,24 @@ var Cases = []Case{
 			t.Fatalf("Receipt(mail) = %q", r)
 		}
 	}},
+	{"a retried failure keeps what the channel finished", func(t *testing.T, h Harness) {
+		c := h.NewCall(t)
+		h.Enqueue(t, notice("evt_1", "browsers", c, base))
+		got, _ := claim(t, h.Outbox, "a", base, 10)
+		finish(t, h.Outbox, "a", notify.Result{Seq: got[0].Seq, At: base, Error: "1 of 2 failed", RetryAt: base.Add(time.Minute),
+			Receipt: "0a1b2c3d4e5f6a7b"})
+		again, _ := claim(t, h.Outbox, "b", base.Add(time.Minute), 10)
+		if len(again) != 1 || again[0].Receipt != "0a1b2c3d4e5f6a7b" || again[0].Attempts != 1 {
+			t.Fatalf("claimed %+v, want the row with the progress of its first attempt", again)
+		}
+		if r, _ := h.Outbox.Receipt(ctx, "browsers", c); r != "" {
+			t.Fatalf("Receipt = %q: the progress of an undelivered row is not a receipt", r)
+		}
+		finish(t, h.Outbox, "b", notify.Result{Seq: got[0].Seq, At: base.Add(time.Minute), Delivered: true})
+		if r := row(t, h.Outbox, got[0].Seq); r.State != notify.StateDelivered || r.Receipt != "" {
+			t.Fatalf("delivered row = %+v", r)
+		}
+	}},
 	{"retry and its refusals", func(t *testing.T, h Harness) {
 		c := h.NewCall(t)
 		h.Enqueue(t, notice("evt_1", "hook", c, base), notice("evt_2", "mail", c, base), notice("evt_3", "sms", c, base))
@@ -310,26 +328,26 @@ var Cases = []Case{
 		finish(t, h.Outbox, "a", notify.Result{Seq: got[1].Seq, At: base, Delivered: true})
 		finish(t, h.Outbox, "a", notify.Result{Seq: got[2].Seq, At: base, Error: "later", RetryAt: base.Add(time.Hour)})
 		now := base.Add(2 * time.Hour)
-		if err := h.Outbox.Retry(ctx, got[0].Seq, now); err != nil {
+		if err := h.Outbox.Retry(ctx, got[0].Seq, now, "root"); err != nil {
 			t.Fatalf("Retry(dead) = %v", err)
 		}
 		if r := row(t, h.Outbox, got[0].Seq); r.State != notify.StatePending || !r.DueAt.Equal(now) || !r.ScheduledAt.Equal(now) || r.Attempts != 1 {
 			t.Fatalf("retried row = %+v", r)
 		}
-		if err := h.Outbox.Retry(ctx, got[1].Seq, now); !errors.Is(err, notify.ErrNotRetryable) {
+		if err := h.Outbox.Retry(ctx, got[1].Seq, now, "root"); !errors.Is(err, notify.ErrNotRetryable) {
 			t.Fatalf("Retry(delivered) = %v, want ErrNotRetryable", err)
 		}
-		if err := h.Outbox.Retry(ctx, got[2].Seq, base.Add(time.Minute)); err != nil {
+		if err := h.Outbox.Retry(ctx, got[2].Seq, base.Add(time.Minute), "root"); err != nil {
 			t.Fatalf("Retry(waiting) = %v", err)
 		}
-		if err := h.Outbox.Retry(ctx, 1<<40, now); !errors.Is(err, notify.ErrNoDelivery) {
+		if err := h.Outbox.Retry(ctx, 1<<40, now, "root"); !errors.Is(err, notify.ErrNoDelivery) {
 			t.Fatalf("Retry(unknown) = %v, want ErrNoDelivery", err)
 		}
 		again, _ := claim(t, h.Outbox, "b", now, 10)
 		if !same(events(again), "evt_3/sms", "evt_1/hook") {
 			t.Fatalf("after retries claimed %v", events(again))
 		}
-		if err := h.Outbox.Retry(ctx, again[0].Seq, now); !errors.Is(err, notify.ErrNotRetryable) {
+		if err := h.Outbox.Retry(ctx, again[0].Seq, now, "root"); !errors.Is(err, notify.ErrNotRetryable) {
 			t.Fatalf("Retry(in flight) = %v, want ErrNotRetryable", err)
 		}
 	}},

@@ -1,14 +1,19 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/notify/outboxtest"
 	"github.com/countersign/countersign/internal/queue"
@@ -97,24 +102,155 @@ var _ = add("push/subscriptions", func(t *testing.T, s Stores) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("PushSubscriptions = %+v, %v; want the enabled deciders' %+v", got, err, want)
 	}
-	// The same browser subscribing again (or for another account) replaces
-	// its row.
-	if err := s.Push.SavePushSubscription(ctx, sub("root", "https://push.example/1", 5)); err != nil {
+	// An endpoint stays with the account that registered it: another
+	// account registering it is refused, and the row is unchanged.
+	if err := s.Push.SavePushSubscription(ctx, sub("root", "https://push.example/1", 5)); !errors.Is(err, notify.ErrPushEndpointTaken) {
+		t.Fatalf("another account's endpoint: %v, want ErrPushEndpointTaken", err)
+	}
+	// The same account subscribing the same browser again renews its keys.
+	renewed := sub("alice", "https://push.example/1", 6)
+	renewed.P256dh = "p-new"
+	if err := s.Push.SavePushSubscription(ctx, renewed); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if got, _ := s.Push.PushSubscriptions(ctx); len(got) != 2 || got[0].Account != "root" || got[1] != renewed {
+		t.Fatalf("after the refusal and the renewal: %+v", got)
+	}
+	if err := s.Push.DeleteAccountPushSubscription(ctx, "root", "https://push.example/1", t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Push.DeleteAccountPushSubscription(ctx, "alice", "https://push.example/1"); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := s.Push.PushSubscriptions(ctx); len(got) != 2 || got[0].Account != "root" {
+	if got, _ := s.Push.PushSubscriptions(ctx); len(got) != 2 {
 		t.Fatalf("after another account's delete: %+v", got)
 	}
-	if err := s.Push.DeletePushSubscription(ctx, "https://push.example/1"); err != nil {
+	if err := s.Push.DeletePushSubscription(ctx, "https://push.example/1", t0); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Push.PushSubscriptions(ctx); len(got) != 1 || got[0].Endpoint != "https://push.example/3" {
 		t.Fatalf("after DeletePushSubscription: %+v", got)
 	}
 })
+
+// Each account subscribes at most notify.MaxPushSubscriptionsPerAccount
+// browsers; a full account never refuses another's.
+var _ = add("push/bounded per account", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	addUser(t, s, "alice", account.RoleOperator)
+	addUser(t, s, "bob", account.RoleOperator)
+	sub := func(account string, i int) notify.Subscription {
+		return notify.Subscription{Endpoint: fmt.Sprintf("https://push.example/%s/%d", account, i), P256dh: "p", Auth: "a",
+			Account: account, CreatedAt: t0.Add(timeMS(i))}
+	}
+	for i := 0; i < notify.MaxPushSubscriptionsPerAccount; i++ {
+		if err := s.Push.SavePushSubscription(ctx, sub("alice", i)); err != nil {
+			t.Fatalf("subscription %d: %v", i+1, err)
+		}
+	}
+	if err := s.Push.SavePushSubscription(ctx, sub("alice", 99)); !errors.Is(err, notify.ErrTooManyPushSubscriptions) {
+		t.Fatalf("subscription %d: %v, want ErrTooManyPushSubscriptions", notify.MaxPushSubscriptionsPerAccount+1, err)
+	}
+	if err := s.Push.SavePushSubscription(ctx, sub("alice", 0)); err != nil {
+		t.Fatalf("renewing a held subscription when full: %v", err)
+	}
+	if err := s.Push.SavePushSubscription(ctx, sub("bob", 0)); err != nil {
+		t.Fatalf("another account: %v", err)
+	}
+	if err := s.Push.DeleteAccountPushSubscription(ctx, "alice", sub("alice", 3).Endpoint, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push.SavePushSubscription(ctx, sub("alice", 99)); err != nil {
+		t.Fatalf("after removing one: %v", err)
+	}
+	if got, _ := s.Push.PushSubscriptions(ctx); len(got) != notify.MaxPushSubscriptionsPerAccount+1 {
+		t.Fatalf("%d subscriptions, want %d", len(got), notify.MaxPushSubscriptionsPerAccount+1)
+	}
+})
+
+// Adding and removing a subscription, and an admin's retry of a delivery,
+// are audited in the transaction of the change; a refused change writes
+// nothing.
+var _ = add("push/audited", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	addUser(t, s, "alice", account.RoleOperator)
+	addUser(t, s, "bob", account.RoleOperator)
+	const endpoint = "https://push.example/alice"
+	x := notify.Subscription{Endpoint: endpoint, P256dh: "p", Auth: "a", Account: "alice", CreatedAt: t0}
+	before := auditEntries(t, s)
+	if err := s.Push.SavePushSubscription(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	taken := x
+	taken.Account = "bob"
+	if err := s.Push.SavePushSubscription(ctx, taken); !errors.Is(err, notify.ErrPushEndpointTaken) {
+		t.Fatalf("taken: %v", err)
+	}
+	if err := s.Push.DeleteAccountPushSubscription(ctx, "bob", endpoint, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push.DeleteAccountPushSubscription(ctx, "alice", endpoint, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c := newCall("agent:a", "payments.refund", t0)
+	if err := s.Queue.Update(ctx, func(tx queue.Tx) error {
+		if err := tx.InsertCall(c); err != nil {
+			return err
+		}
+		return tx.Enqueue([]queue.Notice{{EventID: "evt_r", Kind: notify.CallSubmitted, Channel: "hook", CallID: c.ID,
+			Body: []byte(`{}`), At: t0, DueAt: t0}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := s.Outbox.Claim(ctx, "d", t0, time.Minute, 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("Claim = %d rows, %v", len(rows), err)
+	}
+	if err := s.Outbox.Finish(ctx, "d", notify.Result{Seq: rows[0].Seq, At: t0, Error: "refused", Dead: true}); err != nil {
+		t.Fatal(err)
+	}
+	mid := len(auditEntries(t, s))
+	if err := s.Outbox.Retry(ctx, rows[0].Seq, t0.Add(time.Hour), "root"); err != nil {
+		t.Fatal(err)
+	}
+	all := auditEntries(t, s)
+	var got []string
+	for _, e := range all[len(before):] {
+		if e.Kind == audit.KindPushSubscribed || e.Kind == audit.KindPushUnsubscribed || e.Kind == audit.KindDeliveryRetried {
+			got = append(got, e.Kind+" "+e.Principal+" "+e.CallID)
+		}
+	}
+	want := []string{"push_subscribed alice ", "push_unsubscribed alice ", "delivery_retried root " + c.ID}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("audit entries %q, want %q", got, want)
+	}
+	if last := all[len(all)-1]; len(all) != mid+1 || last.Kind != audit.KindDeliveryRetried {
+		t.Fatalf("the retry wrote %d entries, last %s", len(all)-mid, last.Kind)
+	}
+	for _, e := range all {
+		if strings.Contains(fmt.Sprint(e.Details), endpoint) {
+			t.Fatalf("entry %d writes the endpoint out: %v", e.Seq, e.Details)
+		}
+	}
+	if res, err := s.Audit.VerifyChain(ctx); err != nil || !res.OK {
+		t.Fatalf("VerifyChain = %+v, %v", res, err)
+	}
+})
+
+func auditEntries(t *testing.T, s Stores) []audit.Entry {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := s.Audit.ExportAudit(context.Background(), &buf, audit.ExportOptions{Format: "jsonl"}); err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Entry
+	dec := json.NewDecoder(&buf)
+	for dec.More() {
+		var e audit.Entry
+		if err := dec.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
 
 func timeMS(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 

@@ -57,7 +57,7 @@ type Stores struct {
 type PushStore interface {
 	notify.Subscriptions
 	SavePushSubscription(ctx context.Context, s notify.Subscription) error
-	DeleteAccountPushSubscription(ctx context.Context, account, endpoint string) error
+	DeleteAccountPushSubscription(ctx context.Context, account, endpoint string, now time.Time) error
 }
 
 type testCase struct {
