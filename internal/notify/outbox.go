@@ -55,7 +55,7 @@ type Result struct {
 	// attempt that will be retried, what the channel finished (SendError.
 	// Sent), which the next attempt gets as Message.Sent.
 	Receipt string
-	Error     string
+	Error   string
 	// RetryAt is when to try again; ignored when Delivered or Dead.
 	RetryAt time.Time
 	Dead    bool
