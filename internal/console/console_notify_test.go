@@ -1,15 +1,19 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -84,6 +88,9 @@ func TestDeliveriesPageListsAndRetries(t *testing.T) {
 	ds, _ := out.Deliveries(context.Background(), notify.Query{})
 	if ds[0].State != notify.StatePending || !ds[0].DueAt.Equal(now) {
 		t.Fatalf("after retry the row is %s due %s", ds[0].State, ds[0].DueAt)
+	}
+	if got := kindsBy(t, e, audit.KindDeliveryRetried); len(got) != 1 || got[0].Principal != "root" || got[0].CallID != "call_x" {
+		t.Fatalf("delivery_retried entries %+v, want one by root about call_x", got)
 	}
 	p = admin.get(r.header.Get("Location"))
 	if !strings.Contains(p.find("deliveries-notice").Text(), "is due again now") {
@@ -175,5 +182,77 @@ func TestServiceWorkerIsServedFromTheRoot(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") ||
 		resp.Header.Get("Cache-Control") != "no-cache" || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Fatalf("/sw.js: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+func kindsBy(t *testing.T, e *consoleEnv, kind string) []audit.Entry {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := e.db.ExportAudit(context.Background(), &buf, audit.ExportOptions{Format: "jsonl"}); err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Entry
+	for dec := json.NewDecoder(&buf); dec.More(); {
+		var en audit.Entry
+		if err := dec.Decode(&en); err != nil {
+			t.Fatal(err)
+		}
+		if en.Kind == kind {
+			out = append(out, en)
+		}
+	}
+	return out
+}
+
+// An operator subscribes at most notify.MaxPushSubscriptionsPerAccount
+// browsers; an endpoint stays with the account that registered it; adding
+// and removing are audited.
+func TestPushSubscriptionsBoundedBoundAndAudited(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("olivia", account.RoleOperator, rolePassword)
+	e.addUser("oscar", account.RoleOperator, rolePassword)
+	out := e.db.Outbox()
+	e.c.cfg.Notifications = &Notifications{Push: fakePush{allow: notify.DefaultPushServices}, Subscriptions: out}
+	sub := func(b *consoleBrowser, endpoint string) *htmlPage {
+		return b.post("/push/subscribe", url.Values{"csrf": {b.csrf()}, "endpoint": {endpoint}, "p256dh": {b64url(65)}, "auth": {b64url(16)}},
+			"Accept", "application/json")
+	}
+	olivia, oscar := e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	oscar.login("oscar", rolePassword)
+	endpoint := func(who string, i int) string { return fmt.Sprintf("https://fcm.googleapis.com/fcm/send/%s-%d", who, i) }
+	for i := 0; i < notify.MaxPushSubscriptionsPerAccount; i++ {
+		if p := sub(olivia, endpoint("olivia", i)); p.status != http.StatusOK {
+			t.Fatalf("subscription %d: %d %s", i+1, p.status, p.body)
+		}
+	}
+	p := sub(olivia, endpoint("olivia", 99))
+	if p.status != http.StatusConflict || !strings.Contains(p.body, `"too_many_push_subscriptions"`) || !strings.Contains(p.body, "remove an old device") {
+		t.Fatalf("subscription %d: %d %s", notify.MaxPushSubscriptionsPerAccount+1, p.status, p.body)
+	}
+	// Another account cannot take over olivia's endpoint.
+	p = sub(oscar, endpoint("olivia", 0))
+	if p.status != http.StatusConflict || !strings.Contains(p.body, `"push_endpoint_taken"`) {
+		t.Fatalf("oscar registering olivia's endpoint: %d %s", p.status, p.body)
+	}
+	if p := sub(oscar, endpoint("oscar", 0)); p.status != http.StatusOK {
+		t.Fatalf("oscar's own subscription with olivia full: %d %s", p.status, p.body)
+	}
+	subs, _ := out.PushSubscriptions(context.Background())
+	for _, s := range subs {
+		if s.Endpoint == endpoint("olivia", 0) && s.Account != "olivia" {
+			t.Fatalf("olivia's endpoint moved to %s", s.Account)
+		}
+	}
+	if p := olivia.post("/push/unsubscribe", url.Values{"csrf": {olivia.csrf()}, "endpoint": {endpoint("olivia", 3)}},
+		"Accept", "application/json"); p.status != http.StatusOK {
+		t.Fatalf("unsubscribe: %d %s", p.status, p.body)
+	}
+	if p := sub(olivia, endpoint("olivia", 99)); p.status != http.StatusOK {
+		t.Fatalf("after removing a device: %d %s", p.status, p.body)
+	}
+	added, removed := kindsBy(t, e, audit.KindPushSubscribed), kindsBy(t, e, audit.KindPushUnsubscribed)
+	if len(added) != notify.MaxPushSubscriptionsPerAccount+2 || len(removed) != 1 || removed[0].Principal != "olivia" {
+		t.Fatalf("%d push_subscribed and %+v push_unsubscribed entries", len(added), removed)
 	}
 }
