@@ -220,7 +220,9 @@ func TestPushSubscriptionsBoundedBoundAndAudited(t *testing.T) {
 	olivia, oscar := e.browser(), e.browser()
 	olivia.login("olivia", rolePassword)
 	oscar.login("oscar", rolePassword)
-	endpoint := func(who string, i int) string { return fmt.Sprintf("https://fcm.googleapis.com/fcm/send/%s-%d", who, i) }
+	endpoint := func(who string, i int) string {
+		return fmt.Sprintf("https://fcm.googleapis.com/fcm/send/%s-%d", who, i)
+	}
 	for i := 0; i < notify.MaxPushSubscriptionsPerAccount; i++ {
 		if p := sub(olivia, endpoint("olivia", i)); p.status != http.StatusOK {
 			t.Fatalf("subscription %d: %d %s", i+1, p.status, p.body)
