@@ -142,7 +142,12 @@
             var j = sub.toJSON();
             return post("/push/subscribe", { endpoint: j.endpoint, p256dh: j.keys.p256dh, auth: j.keys.auth });
           })
-          .then(function (r) { return r.ok; });
+          .then(function (r) {
+            // A refusal (too many browsers, an endpoint of another account)
+            // says what to do next; the status line shows it.
+            if (r.ok) return true;
+            return r.json().then(function (e) { return (e && e.error && e.error.message) || false; }, function () { return false; });
+          });
       })
       .catch(function () { return false; });
   }
@@ -188,7 +193,7 @@
     var done = function (p) {
       if (p === "granted") {
         store(KEY_ON, "on");
-        subscribePush().then(function (ok) { if (status) status.textContent = ok ? "push on" : ""; });
+        subscribePush().then(function (ok) { if (status) status.textContent = ok === true ? "push on" : (typeof ok === "string" ? ok : ""); });
       }
       render();
     };
