@@ -24,5 +24,12 @@ func conformanceStores(t *testing.T, path string) storetest.Stores {
 	}
 	t.Cleanup(func() { d.Close() })
 	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
-		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, path) }}
+		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, path) },
+		FillPush: func(t *testing.T, account string, n int) {
+			if _, err := d.sql.Exec(`WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?)
+				INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
+				SELECT 'https://push.example/fill/' || n, 'p', 'a', ?, 0 FROM i`, n, account); err != nil {
+				t.Fatal(err)
+			}
+		}}
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/countersign/countersign/internal/pgstore"
 	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/store/storetest"
@@ -33,5 +35,16 @@ func TestConformance(t *testing.T) {
 func conformanceStores(t *testing.T, url string) storetest.Stores {
 	d := mustOpen(t, url)
 	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
-		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, url) }}
+		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, url) },
+		FillPush: func(t *testing.T, account string, n int) {
+			conn, err := pgx.Connect(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			if _, err := conn.Exec(context.Background(), `INSERT INTO push_subscriptions (endpoint, p256dh, auth, account, created_at)
+				SELECT 'https://push.example/fill/' || n, 'p', 'a', $2, 0 FROM generate_series(1, $1::int) AS n`, n, account); err != nil {
+				t.Fatal(err)
+			}
+		}}
 }

@@ -165,6 +165,37 @@ var _ = add("push/bounded per account", func(t *testing.T, s Stores) {
 	}
 })
 
+// The console keeps at most notify.MaxPushSubscriptions in all; a full
+// store refuses a new one from anyone, and still renews one held.
+var _ = add("push/bounded in all", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	if s.FillPush == nil {
+		t.Fatal("the engine's Stores has no FillPush")
+	}
+	addUser(t, s, "bulk", account.RoleOperator)
+	addUser(t, s, "alice", account.RoleOperator)
+	s.FillPush(t, "bulk", notify.MaxPushSubscriptions-1)
+	x := notify.Subscription{Endpoint: "https://push.example/alice/0", P256dh: "p", Auth: "a", Account: "alice", CreatedAt: t0}
+	if err := s.Push.SavePushSubscription(ctx, x); err != nil {
+		t.Fatalf("the last place: %v", err)
+	}
+	y := x
+	y.Endpoint = "https://push.example/alice/1"
+	if err := s.Push.SavePushSubscription(ctx, y); !errors.Is(err, notify.ErrPushSubscriptionsFull) {
+		t.Fatalf("one past the bound: %v, want ErrPushSubscriptionsFull", err)
+	}
+	x.P256dh = "p-new"
+	if err := s.Push.SavePushSubscription(ctx, x); err != nil {
+		t.Fatalf("renewing when full: %v", err)
+	}
+	if err := s.Push.DeleteAccountPushSubscription(ctx, "alice", x.Endpoint, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push.SavePushSubscription(ctx, y); err != nil {
+		t.Fatalf("after one was removed: %v", err)
+	}
+})
+
 // Adding and removing a subscription, and an admin's retry of a delivery,
 // are audited in the transaction of the change; a refused change writes
 // nothing.

@@ -50,6 +50,10 @@ type Stores struct {
 	// browsers' Web Push subscriptions.
 	Outbox notify.Outbox
 	Push   PushStore
+	// FillPush writes n push subscriptions of account straight into the
+	// database, past the per-account bound, so that the console-wide
+	// bound can be reached without thousands of transactions.
+	FillPush func(t *testing.T, account string, n int)
 }
 
 // PushStore is the store of Web Push subscriptions: what the push channel
