@@ -434,7 +434,7 @@ func redemptionRefused(name string, c *queue.Call, r *queue.Redemption) *sdk.Cal
 // notCallable answers a call of a tool that is listed but cannot be called.
 func (g *Gateway) notCallable(server, name string) *sdk.CallToolResult {
 	for _, e := range g.cfg.Catalog.Entries(server) {
-		if e.Pin.Tool != name {
+		if e.Pin.Tool != name && ListedName(e) != name {
 			continue
 		}
 		switch e.Status {

@@ -315,9 +315,26 @@ func (g *Gateway) applyListing(server string, ts []ListedTool) {
 // before an admin has read it.
 const pendingDescription = "Awaiting an administrator's review in Countersign; calls are refused until it is approved."
 
+// UnreviewedPrefix begins the name under which a tool is listed while no
+// definition of it was ever approved: its name is upstream text as much as
+// its description, and reaches the model only once an admin has read it.
+const UnreviewedPrefix = "unreviewed_"
+
+// ListedName is the name under which a catalog entry is listed to
+// clients: the upstream's own name once any definition of the tool was
+// approved (a changed definition keeps the name an admin read), else
+// UnreviewedPrefix and the first 12 hex digits of the definition's digest.
+func ListedName(e catalog.Entry) string {
+	if e.Status == catalog.Approved || e.Previous != nil {
+		return e.Pin.Tool
+	}
+	return UnreviewedPrefix + e.Digest[:min(12, len(e.Digest))]
+}
+
 // syncTools makes a server's listing what the catalog says: approved
-// tools with their pinned definitions, pending ones under their name only.
-// Quarantined and rejected tools are not listed.
+// tools with their pinned definitions, pending ones with a neutral
+// description, under ListedName. Quarantined and rejected tools are not
+// listed.
 func (g *Gateway) syncTools(server string) {
 	srv, ok := g.servers[server]
 	if !ok {
@@ -327,18 +344,19 @@ func (g *Gateway) syncTools(server string) {
 	var add []*sdk.Tool
 	for _, e := range g.cfg.Catalog.Entries(server) {
 		var t *sdk.Tool
+		name := ListedName(e)
 		switch {
 		case e.Callable():
-			t = listedTool(e.Pin.Tool, e.Tool)
+			t = listedTool(name, e.Tool)
 		case e.Status == catalog.Pending:
-			t = &sdk.Tool{Name: e.Pin.Tool, Description: pendingDescription, InputSchema: json.RawMessage(`{"type":"object"}`)}
+			t = &sdk.Tool{Name: name, Description: pendingDescription, InputSchema: json.RawMessage(`{"type":"object"}`)}
 		default:
 			continue
 		}
 		key := string(e.Status) + "@" + e.Digest
-		want[e.Pin.Tool] = key
+		want[name] = key
 		g.mu.Lock()
-		same := g.listed[server][e.Pin.Tool] == key
+		same := g.listed[server][name] == key
 		g.mu.Unlock()
 		if !same {
 			add = append(add, t)

@@ -217,7 +217,13 @@ func TestBridge(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no tools/list_changed through the bridge")
 	}
-	if res := callRaw(t, cs, "late", `{}`); status(t, res)["status"] != mcp.StatusUnderReview {
+	late := ""
+	for _, en := range e.cat.Entries("demo") {
+		if en.Pin.Tool == "late" {
+			late = mcp.ListedName(en)
+		}
+	}
+	if res := callRaw(t, cs, late, `{}`); status(t, res)["status"] != mcp.StatusUnderReview {
 		t.Fatalf("the new tool before review: %s", text(res))
 	}
 	cs.Close()
