@@ -12,3 +12,6 @@ func (g *Gateway) ServedSessions(server string) int {
 	}
 	return n
 }
+
+// StreamsOf is how many event streams token has open over HTTP.
+func (g *Gateway) StreamsOf(token string) int { return g.streams.count(token) }

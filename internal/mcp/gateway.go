@@ -118,6 +118,17 @@ type GatewayConfig struct {
 	// initialize is refused with the JSON-RPC error CodeTooManySessions
 	// (data code too_many_sessions), which says to reuse or close one.
 	MaxSessionsPerToken int
+	// MaxStreamsPerToken caps the event streams (a session's GET stream,
+	// a subscriptions/listen request from 2026-07-28) one agent token may
+	// have open at once over HTTP; MaxSessionsPerToken when zero. One
+	// more is refused with HTTP 429 too_many_streams.
+	MaxStreamsPerToken int
+	// MaxStreams caps the event streams of all tokens together
+	// (DefaultMaxStreams).
+	MaxStreams int
+	// StreamIdle closes an event stream that carried nothing for this
+	// long (SessionTimeout when zero); its client opens it again.
+	StreamIdle time.Duration
 	// StatusURL is the address of a call's status page that the agent's
 	// own user may open without a console login (URL elicitation and
 	// approval_url point at it); nil points them at the console's call
@@ -164,6 +175,7 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions *sessions // HTTP sessions open per token
+	streams  *streams  // event streams open per token
 
 	listed map[string]map[string]string          // by server: tool name → what is listed (status@digest)
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
@@ -200,6 +212,15 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.MaxSessionsPerToken <= 0 {
 		cfg.MaxSessionsPerToken = DefaultMaxSessionsPerToken
 	}
+	if cfg.MaxStreamsPerToken <= 0 {
+		cfg.MaxStreamsPerToken = cfg.MaxSessionsPerToken
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.StreamIdle <= 0 {
+		cfg.StreamIdle = cfg.SessionTimeout
+	}
 	if cfg.Waits == nil {
 		cfg.Waits = &holds{max: cfg.MaxHoldsPerToken, open: map[string]int{}}
 	}
@@ -214,7 +235,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		upstreams: map[string]*Upstream{}, servers: map[string]*sdk.Server{}, handlers: map[string]http.Handler{},
 		listed: map[string]map[string]string{}, local: map[*sdk.ServerSession]Agent{},
 		watch: map[string]map[*sdk.ServerSession]int{}, runCtx: context.Background(),
-		sessions: &sessions{max: cfg.MaxSessionsPerToken, open: map[string]int{}, of: map[*sdk.ServerSession]string{}}}
+		sessions: &sessions{max: cfg.MaxSessionsPerToken, open: map[string]int{}, of: map[*sdk.ServerSession]string{}},
+		streams:  &streams{perToken: cfg.MaxStreamsPerToken, total: cfg.MaxStreams, open: map[string]int{}}}
 	g.stopped, g.stop = context.WithCancel(context.Background())
 	g.origins = http.NewCrossOriginProtection()
 	if cfg.PublicURL != "" {
@@ -486,9 +508,26 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"this token is for the audience %q; it opens /mcp/%s, not /mcp/%s", agent.Audience, agent.Audience, name)
 		return
 	}
-	// A held tools/call answers within the hold and the upstream's time;
-	// an event stream (GET, or subscriptions/listen from 2026-07-28) lives
-	// as long as its client wants it.
+	// An event stream (GET, or subscriptions/listen from 2026-07-28) lives
+	// as long as its client wants it and carries something now and then:
+	// each token has a bounded number open, and one idle for StreamIdle
+	// is closed.
+	if isStream(r) {
+		ok, tokenFull := g.streams.take(agent.TokenID)
+		if !ok {
+			g.log.Info("MCP event stream refused: the token or the console has its maximum open",
+				slog.String("actor", agent.Actor), slog.String("token", agent.TokenID), slog.Bool("token_full", tokenFull))
+			g.tooManyStreams(w, tokenFull)
+			return
+		}
+		defer g.streams.give(agent.TokenID)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		iw := newIdleWriter(w, g.cfg.StreamIdle, cancel)
+		defer iw.stop()
+		w, r = iw, r.WithContext(ctx)
+	}
+	// A held tools/call answers within the hold and the upstream's time.
 	rc := http.NewResponseController(w)
 	if r.Method == http.MethodGet || r.Header.Get("Mcp-Protocol-Version") >= firstStatelessVersion {
 		_ = rc.SetWriteDeadline(time.Time{})

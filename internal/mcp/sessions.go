@@ -79,11 +79,15 @@ func (s *sessions) total() int {
 
 // Collectors are the gateway's Prometheus series, for the registry that
 // the server's /metrics serves: countersign_mcp_sessions_open, the MCP
-// sessions open over HTTP, counted as the per-token bound counts them.
+// sessions open over HTTP, and countersign_mcp_streams_open, the event
+// streams, each counted as its per-token bound counts them.
 func (g *Gateway) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_mcp_sessions_open",
 		Help: "MCP sessions open over HTTP: from a session's initialize until its client deletes it or it is idle for the session timeout (30 minutes). Requests of the protocol versions without sessions are not counted."},
-		func() float64 { return float64(g.sessions.total()) })}
+		func() float64 { return float64(g.sessions.total()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_mcp_streams_open",
+			Help: "MCP event streams open over HTTP (a session's GET stream, a subscriptions/listen request), counted as the per-token bound counts them."},
+			func() float64 { return float64(g.streams.sum()) })}
 }
 
 // boundSessions is the servers' receiving middleware that refuses an
