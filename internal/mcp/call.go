@@ -24,23 +24,24 @@ import (
 
 // Statuses of the structuredContent of the gateway's own tool results.
 const (
-	StatusApprovalPending  = "approval_pending"
-	StatusDenied           = "denied"
-	StatusExpired          = "expired"
-	StatusCancelled        = "cancelled"
-	StatusInvalidArguments = "invalid_arguments"
-	StatusUnderReview      = "tool_under_review"
-	StatusToolChanged      = "tool_changed"
-	StatusFrozen           = "frozen"
-	StatusRetryLimit       = "retry_limit"
-	StatusAlreadyRun       = "already_run"
-	StatusNotSent          = "not_sent"
-	StatusOutcomeUnknown   = "outcome_unknown"
-	StatusUnavailable      = "unavailable"
-	StatusTooManyWaits     = "too_many_waits"
-	StatusTooManyPending   = "too_many_pending"
-	StatusTokenRevoked     = "token_revoked"
-	StatusUpstreamRedirect = "upstream_redirect"
+	StatusApprovalPending   = "approval_pending"
+	StatusDenied            = "denied"
+	StatusExpired           = "expired"
+	StatusCancelled         = "cancelled"
+	StatusInvalidArguments  = "invalid_arguments"
+	StatusUnderReview       = "tool_under_review"
+	StatusToolChanged       = "tool_changed"
+	StatusFrozen            = "frozen"
+	StatusRetryLimit        = "retry_limit"
+	StatusAlreadyRun        = "already_run"
+	StatusNotSent           = "not_sent"
+	StatusOutcomeUnknown    = "outcome_unknown"
+	StatusUnavailable       = "unavailable"
+	StatusTooManyWaits      = "too_many_waits"
+	StatusTooManyPending    = "too_many_pending"
+	StatusTokenRevoked      = "token_revoked"
+	StatusUpstreamRedirect  = "upstream_redirect"
+	StatusServerQuarantined = "server_quarantined"
 )
 
 // retryAfterWaits is how long a call refused a hold should wait before it
@@ -433,6 +434,10 @@ func redemptionRefused(name string, c *queue.Call, r *queue.Redemption) *sdk.Cal
 
 // notCallable answers a call of a tool that is listed but cannot be called.
 func (g *Gateway) notCallable(server, name string) *sdk.CallToolResult {
+	if g.cfg.Catalog.Quarantined(server) {
+		return toolError(StatusServerQuarantined, fmt.Sprintf("The MCP server %s is quarantined in Countersign until an administrator reviews it; none of its tools can be called now. Ask a person.", server),
+			map[string]any{"tool": name})
+	}
 	for _, e := range g.cfg.Catalog.Entries(server) {
 		if e.Pin.Tool != name && ListedName(e) != name {
 			continue

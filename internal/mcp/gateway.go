@@ -364,7 +364,11 @@ func (g *Gateway) syncTools(server string) {
 	}
 	want := map[string]string{}
 	var add []*sdk.Tool
-	for _, e := range g.cfg.Catalog.Entries(server) {
+	entries := g.cfg.Catalog.Entries(server)
+	if g.cfg.Catalog.Quarantined(server) {
+		entries = nil // a quarantined upstream serves nothing
+	}
+	for _, e := range entries {
 		var t *sdk.Tool
 		name := ListedName(e)
 		switch {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +41,32 @@ const (
 const (
 	KindDefinitionSeen     = "mcp_definition_seen"
 	KindDefinitionReviewed = "mcp_definition_reviewed"
+	KindServerQuarantined  = "mcp_server_quarantined"
+	KindServerReleased     = "mcp_server_released"
 )
+
+// MaxUnreviewed bounds the definitions of one upstream that await review:
+// the pending ones, and the unmirrorable ones first seen since its
+// quarantine was last lifted. A listing that would pin more quarantines
+// the upstream whole instead: nothing of that listing is pinned, one
+// audit entry and one tool.review_needed notice say so, and none of its
+// tools is listed or callable until an admin lifts the quarantine
+// (Release).
+const MaxUnreviewed = 50
+
+// ReviewPath is the console's list of definitions to review.
+const ReviewPath = "/admin/mcp"
+
+// A server's quarantine is kept as a pin of its own: no tool name, a
+// digest with this prefix and the time; Quarantined while in force,
+// Approved once an admin lifted it.
+const quarantinePrefix = "server-quarantine:"
+
+// isQuarantine reports whether p records a server's quarantine.
+func isQuarantine(p Pin) bool { return p.Tool == "" && strings.HasPrefix(p.Digest, quarantinePrefix) }
+
+// ErrNotQuarantined is a release of a server that is not quarantined.
+var ErrNotQuarantined = errors.New("catalog: the server is not quarantined")
 
 // TrustedBy names who approved a definition trusted at the first start.
 const TrustedBy = "console:trust-first-definitions"
@@ -152,6 +178,7 @@ type Catalog struct {
 	current  map[string][]Entry // by server, sorted by tool name
 	listed   map[string][]Listed
 	trusted  map[string]bool // servers whose first listing of this process was trusted
+	held     map[string]bool // servers quarantined as of their last refresh
 	onChange []func(server string)
 }
 
@@ -184,7 +211,7 @@ func New(cfg Config) *Catalog {
 	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, rules: cfg.Rules, notify: cfg.Notifier,
 		now: cfg.Now, log: cfg.Logger,
 		overrides: map[string]map[string]tools.MCPOverride{}, current: map[string][]Entry{},
-		listed: map[string][]Listed{}, trusted: map[string]bool{}}
+		listed: map[string][]Listed{}, trusted: map[string]bool{}, held: map[string]bool{}}
 	for _, u := range cfg.Registry.Upstreams() {
 		c.overrides[u.Name] = u.Tools
 	}
@@ -244,7 +271,38 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 		}
 	}
 	now := c.now().UTC().Truncate(time.Millisecond)
-	err := c.store.Update(ctx, func(tx Tx) error {
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return fmt.Errorf("catalog: %s: %w", server, err)
+	}
+	held, unreviewed := quarantineOf(pins)
+	if held != nil {
+		// Quarantined: nothing is pinned until an admin lifts it.
+		return c.refresh(ctx, server)
+	}
+	seen := map[string]bool{}
+	for _, p := range pins {
+		seen[p.Tool+"\x00"+p.Digest] = true
+	}
+	var fresh []string
+	for _, x := range all {
+		if !seen[x.l.Name+"\x00"+x.digest] {
+			if x.tool == nil || !trust {
+				unreviewed++
+			}
+			fresh = append(fresh, x.l.Name)
+			seen[x.l.Name+"\x00"+x.digest] = true
+		}
+	}
+	if unreviewed > MaxUnreviewed {
+		if err := c.quarantine(ctx, server, len(fresh), now); err != nil {
+			return fmt.Errorf("catalog: %s: %w", server, err)
+		}
+		return c.refresh(ctx, server)
+	}
+	var review []reviewItem
+	err = c.store.Update(ctx, func(tx Tx) error {
+		review = review[:0]
 		for _, x := range all {
 			_, err := tx.Definition(server, x.l.Name, x.digest)
 			if err == nil {
@@ -279,15 +337,11 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 				Channel: audit.ChannelAPI, Details: details}); err != nil {
 				return err
 			}
-			if p.Status == Pending && c.notify != nil {
-				ns := c.notify.ToolReview(tools.MirroredName(server, x.l.Name), c.reviewReason(ctx, server, x.l.Name, x.digest, x.rules),
-					DefinitionPath(server, x.l.Name, x.digest), now)
-				if err := tx.Enqueue(ns); err != nil {
-					return err
-				}
+			if p.Status == Pending {
+				review = append(review, reviewItem{tool: x.l.Name, digest: x.digest, rules: x.rules})
 			}
 		}
-		return nil
+		return c.announce(ctx, tx, server, review, now)
 	})
 	for _, x := range all {
 		if len(x.rules) > 0 {
@@ -299,6 +353,176 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 		return fmt.Errorf("catalog: %s: %w", server, err)
 	}
 	return c.refresh(ctx, server)
+}
+
+// reviewItem is one definition pinned to await review.
+type reviewItem struct {
+	tool, digest string
+	rules        []string
+}
+
+// announce writes one tool.review_needed notice for the definitions one
+// listing pinned to await review: the definition's own page for one, the
+// review list, under the tool name "{server}/*", for several.
+func (c *Catalog) announce(ctx context.Context, tx Tx, server string, review []reviewItem, now time.Time) error {
+	if c.notify == nil || len(review) == 0 {
+		return nil
+	}
+	if len(review) == 1 {
+		x := review[0]
+		return tx.Enqueue(c.notify.ToolReview(tools.MirroredName(server, x.tool), c.reviewReason(ctx, server, x.tool, x.digest, x.rules),
+			DefinitionPath(server, x.tool, x.digest), now))
+	}
+	names := make([]string, 0, 5)
+	for _, x := range review[:min(5, len(review))] {
+		names = append(names, x.tool)
+	}
+	more := ""
+	if len(review) > len(names) {
+		more = fmt.Sprintf(" and %d more", len(review)-len(names))
+	}
+	reason := fmt.Sprintf("%d definitions of %s's tools await an administrator's review (%s%s); none of them is callable until then",
+		len(review), server, strings.Join(names, ", "), more)
+	misfit := 0
+	for _, x := range review {
+		if len(x.rules) > 0 {
+			misfit++
+		}
+	}
+	if misfit > 0 {
+		reason += fmt.Sprintf("; the tools file's rules do not fit the schema of %d of them, so no rule decides their calls", misfit)
+	}
+	return tx.Enqueue(c.notify.ToolReview(tools.MirroredName(server, "*"), reason, ReviewPath, now))
+}
+
+// quarantineOf reads a server's pins: the quarantine in force (nil when
+// none), and how many definitions count against MaxUnreviewed.
+func quarantineOf(pins []Pin) (held *Pin, unreviewed int) {
+	var lifted time.Time
+	for i := range pins {
+		p := &pins[i]
+		if !isQuarantine(*p) {
+			continue
+		}
+		if p.Status == Quarantined {
+			held = p
+		} else if p.DecidedAt.After(lifted) {
+			lifted = p.DecidedAt
+		}
+	}
+	for _, p := range pins {
+		switch {
+		case isQuarantine(p):
+		case p.Status == Pending:
+			unreviewed++
+		case p.Status == Quarantined && p.FirstSeen.After(lifted):
+			unreviewed++
+		}
+	}
+	return held, unreviewed
+}
+
+// quarantine records that a listing would have pinned more definitions
+// than MaxUnreviewed: one pin, one audit entry and one notice.
+func (c *Catalog) quarantine(ctx context.Context, server string, fresh int, now time.Time) error {
+	c.log.Warn("an upstream listed more new definitions than may await review: it is quarantined, none of its tools is served until an admin lifts it",
+		slog.String("upstream", server), slog.Int("new", fresh), slog.Int("max", MaxUnreviewed))
+	return c.store.Update(ctx, func(tx Tx) error {
+		p := Pin{Server: server, Digest: quarantinePrefix + now.Format(time.RFC3339Nano), Definition: []byte("{}"), Status: Quarantined,
+			Reasons:   []string{fmt.Sprintf("the server listed %d new definitions while more than %d would await review", fresh, MaxUnreviewed)},
+			FirstSeen: now}
+		if err := tx.InsertDefinition(p); err != nil {
+			return err
+		}
+		if err := tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindServerQuarantined, Principal: "console",
+			Channel: audit.ChannelAPI, Details: map[string]any{"server": server, "new_definitions": fresh, "max_unreviewed": MaxUnreviewed}}); err != nil {
+			return err
+		}
+		if c.notify == nil {
+			return nil
+		}
+		return tx.Enqueue(c.notify.ToolReview(tools.MirroredName(server, "*"), fmt.Sprintf(
+			"the server %s is quarantined: it listed %d new definitions while at most %d may await review. None of its tools is listed or callable "+
+				"until an administrator reviews the pending definitions and lifts the quarantine", server, fresh, MaxUnreviewed), ReviewPath, now))
+	})
+}
+
+// Quarantine returns the quarantine in force on a server, if any.
+func (c *Catalog) Quarantine(ctx context.Context, server string) (Pin, bool, error) {
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return Pin{}, false, err
+	}
+	held, _ := quarantineOf(pins)
+	if held == nil {
+		return Pin{}, false, nil
+	}
+	return *held, true, nil
+}
+
+// Release lifts a server's quarantine, by an admin, audited in the same
+// transaction. The definitions still pending that the server no longer
+// lists are rejected with it (none of them could be called: a tool is
+// callable only under the definition listed now); those it lists stay
+// pending. Then its latest listing is applied again: its approved tools
+// are served, and its new definitions pinned, unless they would again
+// exceed MaxUnreviewed.
+func (c *Catalog) Release(ctx context.Context, server, admin string) error {
+	if admin == "" {
+		return errors.New("catalog: a release needs the admin's name")
+	}
+	held, ok, err := c.Quarantine(ctx, server)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotQuarantined
+	}
+	c.mu.RLock()
+	listing := c.listed[server]
+	c.mu.RUnlock()
+	listed := map[string]bool{}
+	for _, l := range listing {
+		listed[l.Name+"\x00"+QuarantineDigest(l)] = true
+		if t, err := tools.Mirror(tools.MirrorSpec{Server: server, Name: l.Name, Description: l.Description,
+			InputSchema: l.InputSchema, Annotations: l.Annotations, Override: c.overrides[server][l.Name]}); err == nil {
+			listed[l.Name+"\x00"+t.DefinitionDigest] = true
+		}
+	}
+	pins, err := c.store.Definitions(ctx, server)
+	if err != nil {
+		return err
+	}
+	var stale []Pin
+	for _, p := range pins {
+		if p.Status == Pending && !listed[p.Tool+"\x00"+p.Digest] {
+			stale = append(stale, p)
+		}
+	}
+	now := c.now().UTC().Truncate(time.Millisecond)
+	err = c.store.Update(ctx, func(tx Tx) error {
+		for _, p := range stale {
+			if err := tx.SetDefinitionStatus(server, p.Tool, p.Digest, Rejected, admin, now); err != nil {
+				return err
+			}
+		}
+		p, err := tx.Definition(server, "", held.Digest)
+		if err != nil {
+			return err
+		}
+		if p.Status != Quarantined {
+			return ErrNotQuarantined
+		}
+		if err := tx.SetDefinitionStatus(server, "", held.Digest, Approved, admin, now); err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindServerReleased, Principal: admin,
+			Channel: audit.ChannelWeb, Details: map[string]any{"server": server, "rejected_unlisted": len(stale)}})
+	})
+	if err != nil {
+		return err
+	}
+	return c.Apply(ctx, server, listing)
 }
 
 // ruleProblems lists why the tools file's rules for t do not fit its
@@ -360,6 +584,7 @@ func (c *Catalog) refresh(ctx context.Context, server string) error {
 	c.mu.RLock()
 	listing := c.listed[server]
 	c.mu.RUnlock()
+	held, _ := quarantineOf(pins)
 	byKey := map[string]Pin{}
 	lastApproved := map[string]Pin{}
 	for _, p := range pins {
@@ -398,15 +623,27 @@ func (c *Catalog) refresh(ctx context.Context, server string) error {
 		entries = append(entries, e)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Pin.Tool < entries[j].Pin.Tool })
+	if held != nil {
+		callable = nil // a quarantined server serves nothing
+	}
 	c.registry.SetMirrored(server, callable)
 	c.mu.Lock()
 	c.current[server] = entries
+	c.held[server] = held != nil
 	fns := c.onChange
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(server)
 	}
 	return nil
+}
+
+// Quarantined reports whether a server is quarantined (as of its last
+// listing or review): none of its tools is listed or callable.
+func (c *Catalog) Quarantined(server string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.held[server]
 }
 
 // Entries returns a server's current listing with review states.
