@@ -26,6 +26,7 @@ func (c *Console) routesMCP(e *echo.Echo) {
 	e.GET("/admin/mcp", c.mcpReviewPage, c.requireSession, c.requireAdmin)
 	e.GET("/tools/mcp/:server/:tool/:digest", c.mcpDefinitionPage, c.requireSession)
 	e.POST("/admin/mcp/review", c.mcpReview, c.requireSession, c.requireCSRF, c.requireAdmin)
+	e.POST("/admin/mcp/release", c.mcpRelease, c.requireSession, c.requireCSRF, c.requireAdmin)
 }
 
 // definitionURL is the page of one pinned definition.
@@ -48,11 +49,23 @@ func mcpCallInfo(call *queue.Call) *templates.MCPCallInfo {
 }
 
 func (c *Console) mcpReviewPage(ec echo.Context) error {
+	return c.renderReview(ec, http.StatusOK, "", "")
+}
+
+// renderReview shows the review list with a notice or an error.
+func (c *Console) renderReview(ec echo.Context, status int, notice, errMsg string) error {
 	v := viewerOf(ec)
 	cat := c.cfg.Catalog
-	view := templates.MCPReviewView{Page: c.page(v, "MCP tools", "admin", "", c.now())}
+	view := templates.MCPReviewView{Page: c.page(v, "MCP tools", "admin", "", c.now()), CSRF: v.csrf, Notice: notice, Error: errMsg}
 	for _, server := range cat.Servers() {
 		sv := templates.MCPServerView{Name: server}
+		q, held, err := cat.Quarantine(ec.Request().Context(), server)
+		if err != nil {
+			return err
+		}
+		if held {
+			sv.Quarantined, sv.QuarantinedAt, sv.QuarantineReason = true, q.FirstSeen, strings.Join(q.Reasons, "; ")
+		}
 		entries := cat.Entries(server)
 		// Pending first: they are what needs doing.
 		for _, pendingFirst := range []bool{true, false} {
@@ -70,7 +83,24 @@ func (c *Console) mcpReviewPage(ec echo.Context) error {
 		}
 		view.Servers = append(view.Servers, sv)
 	}
-	return c.render(ec, http.StatusOK, templates.MCPReviewPage(view))
+	return c.render(ec, status, templates.MCPReviewPage(view))
+}
+
+// mcpRelease lifts a server's quarantine.
+func (c *Console) mcpRelease(ec echo.Context) error {
+	v, server := viewerOf(ec), ec.Request().PostForm.Get("server")
+	err := c.cfg.Catalog.Release(ec.Request().Context(), server, v.user.Name)
+	switch {
+	case errors.Is(err, catalog.ErrNotQuarantined):
+		return c.renderReview(ec, http.StatusConflict, "", server+" is not quarantined.")
+	case err != nil:
+		return err
+	}
+	if c.cfg.Catalog.Quarantined(server) {
+		return c.renderReview(ec, http.StatusOK, "", "Released, but "+server+" still lists more new definitions than may await review, so it is quarantined again. "+
+			"Review its pending definitions, or have the server list fewer tools, then release it again.")
+	}
+	return c.renderReview(ec, http.StatusOK, "Released: "+server+"'s approved tools are served again.", "")
 }
 
 func (c *Console) mcpDefinitionPage(ec echo.Context) error {

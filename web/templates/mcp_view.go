@@ -15,12 +15,20 @@ type MCPCallInfo struct {
 type MCPReviewView struct {
 	Page
 	Servers []MCPServerView
+	CSRF    string
+	Notice  string
+	Error   string
 }
 
 // MCPServerView is one upstream's current listing.
 type MCPServerView struct {
 	Name  string
 	Tools []MCPToolRow
+	// Quarantined is set while the server is quarantined: none of its
+	// tools is listed or callable until an admin releases it.
+	Quarantined      bool
+	QuarantineReason string
+	QuarantinedAt    time.Time
 }
 
 // MCPToolRow is one tool of a listing.

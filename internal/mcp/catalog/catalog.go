@@ -429,7 +429,7 @@ func (c *Catalog) quarantine(ctx context.Context, server string, fresh int, now 
 		slog.String("upstream", server), slog.Int("new", fresh), slog.Int("max", MaxUnreviewed))
 	return c.store.Update(ctx, func(tx Tx) error {
 		p := Pin{Server: server, Digest: quarantinePrefix + now.Format(time.RFC3339Nano), Definition: []byte("{}"), Status: Quarantined,
-			Reasons:   []string{fmt.Sprintf("the server listed %d new definitions while more than %d would await review", fresh, MaxUnreviewed)},
+			Reasons:   []string{fmt.Sprintf("the %d new definitions it listed would have made more than %d await review", fresh, MaxUnreviewed)},
 			FirstSeen: now}
 		if err := tx.InsertDefinition(p); err != nil {
 			return err
