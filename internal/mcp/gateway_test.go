@@ -976,3 +976,29 @@ func TestHeldCallsPerTokenAreCapped(t *testing.T) {
 		t.Fatalf("%d calls held, want 2", n)
 	}
 }
+
+// TestAQuarantinedUpstreamServesNothing: an upstream that lists more new
+// definitions than may await review is quarantined, and the gateway then
+// lists none of its tools, approved ones included, and runs no call.
+func TestAQuarantinedUpstreamServesNothing(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true})
+	cs := e.client(nil, "2025-11-25")
+	if res, err := cs.ListTools(context.Background(), nil); err != nil || len(res.Tools) == 0 {
+		t.Fatalf("before: %v", err)
+	}
+	for i := range catalog.MaxUnreviewed + 1 {
+		e.upstrm.AddTool(&sdk.Tool{Name: fmt.Sprintf("flood_%03d", i), InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`)},
+			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+	}
+	waitFor(t, "the upstream quarantined", func() bool { return e.cat.Quarantined("demo") })
+	waitFor(t, "nothing listed", func() bool {
+		res, err := cs.ListTools(context.Background(), nil)
+		return err == nil && len(res.Tools) == 0
+	})
+	if _, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add", Arguments: json.RawMessage(`{"a":1,"b":2}`)}); err == nil {
+		t.Error("a call of approved add on a quarantined upstream was answered as a tool")
+	}
+	if e.calls.Load() != 0 {
+		t.Errorf("the upstream ran %d calls", e.calls.Load())
+	}
+}
