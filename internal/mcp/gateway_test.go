@@ -988,7 +988,9 @@ func TestAQuarantinedUpstreamServesNothing(t *testing.T) {
 	}
 	for i := range catalog.MaxUnreviewed + 1 {
 		e.upstrm.AddTool(&sdk.Tool{Name: fmt.Sprintf("flood_%03d", i), InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`)},
-			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+				return &sdk.CallToolResult{}, nil
+			})
 	}
 	waitFor(t, "the upstream quarantined", func() bool { return e.cat.Quarantined("demo") })
 	waitFor(t, "nothing listed", func() bool {
