@@ -102,6 +102,9 @@ type envOptions struct {
 	// publicNames gives the gateway the accounts' PublicNames (else its
 	// default).
 	publicNames bool
+	// dial, when set, reaches the upstream instead of the example server
+	// in this process (which is then not the upstream).
+	dial func(context.Context) (sdk.Transport, error)
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -149,11 +152,15 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	if o.publicNames {
 		names = account.NewService(d.Accounts(), nil).PublicNames
 	}
+	dial := dialer(e.upstrm, o.offline)
+	if o.dial != nil {
+		dial = o.dial
+	}
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{PublicNames: names, Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
 		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout,
 		StatusURL: statusURL, Waits: o.waits,
-		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dialer(e.upstrm, o.offline)},
+		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dial},
 		Authenticate: authenticate})
 	if err != nil {
 		t.Fatal(err)
