@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -412,6 +413,15 @@ func TestSlowClientsAndFloods(t *testing.T) {
 		r, err := good.submit(ctx, fmt.Sprintf(`{"tool":"weather.search","target":"weather:forecast","args":{"city":"during flood %d"}}`, i))
 		if err != nil || r.status != 201 {
 			t.Fatalf("good agent refused during the flood: %v %s", err, r.raw)
+		}
+		// A well-behaved agent withdraws what it no longer needs: it keeps
+		// one call waiting, far below its token's bound of pending calls.
+		var made struct{ ID string }
+		if json.Unmarshal(r.raw, &made) != nil || made.ID == "" {
+			t.Fatalf("good agent's call: %s", r.raw)
+		}
+		if c, err := good.do(ctx, http.MethodDelete, "/api/v1/calls/"+made.ID, nil); err != nil || c.status != http.StatusOK {
+			t.Fatalf("good agent cancelling %s: %v %s", made.ID, err, c.raw)
 		}
 		served++
 	}
