@@ -175,3 +175,16 @@ func (c *Console) providerLogoutURL(idToken string) string {
 	}
 	return u
 }
+
+// FormTargets are the origins the console's forms lead to besides its own:
+// the single-sign-on provider's end-session endpoint, where logging out
+// redirects (server.Pages).
+func (c *Console) FormTargets() []string {
+	if c.cfg.SSO == nil {
+		return nil
+	}
+	if o := c.cfg.SSO.EndSessionOrigin(); o != "" {
+		return []string{o}
+	}
+	return nil
+}

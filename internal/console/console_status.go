@@ -76,19 +76,6 @@ func (l *StatusLinks) valid(callID, token string) bool {
 // a credential to the page (server.Pages).
 func (c *Console) LogPath(p string) string { return redactStatusPath(p) }
 
-// FormTargets are the origins the console's forms lead to besides its own:
-// the single-sign-on provider's end-session endpoint, where logging out
-// redirects (server.Pages).
-func (c *Console) FormTargets() []string {
-	if c.cfg.SSO == nil {
-		return nil
-	}
-	if o := c.cfg.SSO.EndSessionOrigin(); o != "" {
-		return []string{o}
-	}
-	return nil
-}
-
 // redactStatusPath hides the token of a status page's path.
 func redactStatusPath(p string) string {
 	rest, ok := strings.CutPrefix(p, statusPath)
