@@ -454,7 +454,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.db.RunCheckpoints(ctx, signer, checkpointInterval, checkpointEvery, a.log)
+		audit.RunCheckpoints(ctx, a.db, signer, checkpointInterval, checkpointEvery, a.log)
 	}()
 
 	ctl, err := control.Listen(controlPath(a.data))

@@ -4,10 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -45,10 +43,8 @@ type storage interface {
 	Ping(ctx context.Context) error
 	Identity() string
 	AppendAudit(ctx context.Context, e *audit.Entry) error
-	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
-	RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger)
+	audit.CheckpointStore
 	Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error)
-	AuditHead(ctx context.Context) (int64, string, error)
 	AuditHashAt(ctx context.Context, seq int64) (string, error)
 	OnCommit(fn func(seq int64, head string) error)
 	WriteCounts() (commits, writes int64)

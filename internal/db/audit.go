@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -166,71 +165,6 @@ func checkpointsIn(ctx context.Context, q querier, from, to int64) ([]audit.Chec
 		out = append(out, c)
 	}
 	return out, rows.Err()
-}
-
-// RunCheckpoints signs a checkpoint whenever the audit trail has grown by
-// every entries since the last one, or when interval has passed and the
-// head has moved; and once more when ctx ends. It looks at the head about
-// once a second (or every interval, if shorter) and returns when ctx ends.
-// A failure is logged and retried later; it never stops the loop.
-func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger) {
-	if interval <= 0 {
-		interval = 5 * time.Minute
-	}
-	if every <= 0 {
-		every = 1000
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	var lastSeq int64
-	var lastAt, failedAt time.Time
-	if c, err := d.LatestCheckpoint(ctx); err == nil {
-		lastSeq = c.Seq
-		lastAt, _ = time.Parse(time.RFC3339Nano, c.Time)
-	}
-	take := func(ctx context.Context) {
-		c, err := d.Checkpoint(ctx, signer)
-		if err != nil {
-			if !errors.Is(err, audit.ErrNoCheckpoint) && ctx.Err() == nil {
-				log.Error("audit checkpoint", slog.Any("error", err))
-			}
-			failedAt = d.now()
-			return
-		}
-		failedAt = time.Time{}
-		lastSeq, lastAt = c.Seq, d.now()
-		log.Debug("audit checkpoint", slog.Int64("seq", c.Seq), slog.String("head", c.Head))
-	}
-	t := time.NewTicker(min(time.Second, interval))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if seq, _, err := d.AuditHead(fctx); err == nil && seq > lastSeq {
-				take(fctx)
-			}
-			cancel()
-			return
-		case <-t.C:
-		}
-		now := d.now()
-		if !failedAt.IsZero() && now.Sub(failedAt) < min(30*time.Second, interval) {
-			continue
-		}
-		seq, _, err := d.AuditHead(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("audit head", slog.Any("error", err))
-			}
-			failedAt = now
-			continue
-		}
-		if seq > lastSeq && (seq-lastSeq >= every || now.Sub(lastAt) >= interval) {
-			take(ctx)
-		}
-	}
 }
 
 // VerifyChain recomputes the whole audit chain in one read snapshot, and

@@ -826,7 +826,7 @@ func TestConcurrentCheckpoints(t *testing.T) {
 	}
 }
 
-func TestRunCheckpoints(t *testing.T) {
+func TestRunCheckpointsSQLite(t *testing.T) {
 	h := newAuditHarness(t)
 	h.d.now = time.Now
 	signer := newSigner(t)
@@ -834,7 +834,7 @@ func TestRunCheckpoints(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.d.RunCheckpoints(ctx, signer, time.Hour, 5, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		audit.RunCheckpoints(ctx, h.d, signer, time.Hour, 5, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	for i := range 6 {
 		h.submit(t, h.agent, payBody(i+1))
@@ -887,7 +887,7 @@ func TestRunCheckpoints(t *testing.T) {
 	// With a short interval, a moved head is signed soon.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	go h.d.RunCheckpoints(ctx, signer, 50*time.Millisecond, 1000, nil)
+	go audit.RunCheckpoints(ctx, h.d, signer, 50*time.Millisecond, 1000, nil)
 	h.submit(t, h.agent, payBody(30))
 	seq, _, _ = h.d.AuditHead(context.Background())
 	waitFor("interval", seq)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,81 +115,6 @@ func checkpointsIn(ctx context.Context, q querier, from, to int64) ([]audit.Chec
 		out = append(out, c)
 	}
 	return out, classify(rows.Err())
-}
-
-// RunCheckpoints signs a checkpoint whenever the audit trail has grown by
-// every entries since the newest one, or when interval has passed and the
-// head has moved; and once more when ctx ends. Several replicas may run it
-// at once: each decides from the newest checkpoint in the database, whoever
-// signed it, and signing is a write, under the chain head lock, that first
-// reads whether the head is already covered; so one replica at a time
-// checkpoints, and the others find the head covered. A failure is logged and retried later; it never stops the loop.
-func (d *DB) RunCheckpoints(ctx context.Context, signer *audit.Signer, interval time.Duration, every int64, log *slog.Logger) {
-	if interval <= 0 {
-		interval = 5 * time.Minute
-	}
-	if every <= 0 {
-		every = 1000
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	var failedAt time.Time
-	due := func(ctx context.Context, final bool) bool {
-		seq, _, err := d.AuditHead(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("audit head", slog.Any("error", err))
-			}
-			failedAt = d.now()
-			return false
-		}
-		var lastSeq int64
-		var lastAt time.Time
-		if c, err := d.LatestCheckpoint(ctx); err == nil {
-			lastSeq = c.Seq
-			lastAt, _ = time.Parse(time.RFC3339Nano, c.Time)
-		} else if !errors.Is(err, audit.ErrNoCheckpoint) {
-			failedAt = d.now()
-			return false
-		}
-		if seq <= lastSeq {
-			return false
-		}
-		return final || seq-lastSeq >= every || d.now().Sub(lastAt) >= interval
-	}
-	take := func(ctx context.Context) {
-		c, err := d.Checkpoint(ctx, signer)
-		if err != nil {
-			if !errors.Is(err, audit.ErrNoCheckpoint) && ctx.Err() == nil {
-				log.Error("audit checkpoint", slog.Any("error", err))
-			}
-			failedAt = d.now()
-			return
-		}
-		failedAt = time.Time{}
-		log.Debug("audit checkpoint", slog.Int64("seq", c.Seq), slog.String("head", c.Head))
-	}
-	t := time.NewTicker(min(time.Second, interval))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if due(fctx, true) {
-				take(fctx)
-			}
-			cancel()
-			return
-		case <-t.C:
-		}
-		if !failedAt.IsZero() && d.now().Sub(failedAt) < min(30*time.Second, interval) {
-			continue
-		}
-		if due(ctx, false) {
-			take(ctx)
-		}
-	}
 }
 
 // VerifyChain recomputes the whole audit chain in one read snapshot, and

@@ -3,6 +3,8 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"sync"
 	"testing"
@@ -123,5 +125,69 @@ var _ = add("audit/export verifies offline", func(t *testing.T, s Stores) {
 	}
 	if _, err := s.Audit.ExportAudit(ctx, &buf, audit.ExportOptions{Format: "xml"}); !errors.Is(err, audit.ErrFormat) {
 		t.Errorf("ExportAudit as xml = %v, want audit.ErrFormat", err)
+	}
+})
+
+// The checkpoint scheduler counts from the newest checkpoint in the
+// database, whoever signed it: a scheduler on another handle does not sign
+// again before five more entries.
+var _ = add("audit/checkpoint schedulers share the newest checkpoint", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	store, ok := s.Audit.(audit.CheckpointStore)
+	if !ok {
+		t.Fatalf("%T does not sign checkpoints", s.Audit)
+	}
+	other, ok := s.Reopen(t).Audit.(audit.CheckpointStore)
+	if !ok {
+		t.Fatalf("%T does not sign checkpoints", s.Audit)
+	}
+	seed := sha256.Sum256([]byte(t.Name()))
+	signer := audit.NewSigner(ed25519.NewKeyFromSeed(seed[:]))
+	a := &audit.Scheduler{Store: store, Signer: signer, Interval: time.Hour, Every: 5}
+	b := &audit.Scheduler{Store: other, Signer: signer, Interval: time.Hour, Every: 5}
+	c := newCall("agent:a", "t.x", t0)
+	insert(t, s, c)
+	appendN := func(n int) {
+		for range n {
+			update(t, s, func(tx queue.Tx) error { return tx.Append(entry(audit.KindApproved, c.ID, t0)) })
+		}
+	}
+	latest := func() int64 {
+		t.Helper()
+		cp, err := store.LatestCheckpoint(ctx)
+		if errors.Is(err, audit.ErrNoCheckpoint) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp.Seq
+	}
+	appendN(3)
+	a.Tick(ctx) // no checkpoint yet: sign at once
+	if got := latest(); got != 3 {
+		t.Fatalf("newest checkpoint at %d, want 3", got)
+	}
+	appendN(3)
+	b.Tick(ctx) // three since 3, an hour not passed
+	if got := latest(); got != 3 {
+		t.Fatalf("other handle signed at %d, three entries after the newest checkpoint", got)
+	}
+	appendN(2)
+	b.Tick(ctx)
+	if got := latest(); got != 8 {
+		t.Fatalf("newest checkpoint at %d, want 8 (five entries since 3)", got)
+	}
+	appendN(1)
+	a.Tick(ctx) // one since 8, though nine since a's own checkpoint
+	if got := latest(); got != 8 {
+		t.Errorf("signed at %d, one entry after the newest checkpoint", got)
+	}
+	b.Final(ctx)
+	if got := latest(); got != 9 {
+		t.Errorf("after Final: newest checkpoint at %d, want 9", got)
+	}
+	if res, err := s.Audit.VerifyChain(ctx); err != nil || !res.OK || res.Checkpoints != 3 {
+		t.Errorf("VerifyChain = %+v, %v; want OK with 3 checkpoints", res, err)
 	}
 })
