@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // OpenReadOnly opens an existing database for reading only, without
@@ -67,34 +67,7 @@ func (d *DB) readSnapshot(ctx context.Context, fn func(q querier) error) (err er
 // AuditHead returns the sequence number and hash of the newest audit entry
 // (0 and the genesis hash when there is none).
 func (d *DB) AuditHead(ctx context.Context) (int64, string, error) {
-	return auditHead(ctx, d.sql)
-}
-
-func auditHead(ctx context.Context, q querier) (int64, string, error) {
-	var seq int64
-	var hash string
-	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, audit.GenesisHash, nil
-	}
-	if err != nil {
-		return 0, "", classify(fmt.Errorf("db: read audit head: %w", err))
-	}
-	return seq, hash, nil
-}
-
-const checkpointColumns = `seq, head, time, kid, public_key, signature`
-
-func scanCheckpoint(r rowScanner) (audit.Checkpoint, error) {
-	var c audit.Checkpoint
-	err := r.Scan(&c.Seq, &c.Head, &c.Time, &c.KID, &c.PublicKey, &c.Signature)
-	if errors.Is(err, sql.ErrNoRows) {
-		return c, audit.ErrNoCheckpoint
-	}
-	if err != nil {
-		return c, classify(fmt.Errorf("db: read checkpoint: %w", err))
-	}
-	return c, nil
+	return sqlq.AuditHead(ctx, shared{d.sql})
 }
 
 // Checkpoint signs the current head of the audit trail and stores the
@@ -107,64 +80,16 @@ func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkp
 		if err := d.checkIdentity(ctx, tx); err != nil {
 			return err
 		}
-		seq, head, err := auditHead(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if seq == 0 {
-			return audit.ErrNoCheckpoint
-		}
-		latest, err := scanCheckpoint(tx.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
-		if err == nil && latest.Seq == seq {
-			out = latest
-			return nil
-		}
-		if err != nil && !errors.Is(err, audit.ErrNoCheckpoint) {
-			return err
-		}
-		c, err := signer.Sign(seq, head, d.now())
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES (?,?,?,?,?,?)`,
-			c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature); err != nil {
-			return fmt.Errorf("db: store checkpoint: %w", err)
-		}
-		out = c
-		return nil
+		var err error
+		out, err = sqlq.SignCheckpoint(ctx, shared{tx}, signer, d.now())
+		return err
 	})
 	return out, err
 }
 
 // LatestCheckpoint returns the newest signed checkpoint.
 func (d *DB) LatestCheckpoint(ctx context.Context) (audit.Checkpoint, error) {
-	return scanCheckpoint(d.sql.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints ORDER BY seq DESC LIMIT 1`))
-}
-
-// checkpointsIn lists the checkpoints covering entries from..to, oldest
-// first. A database from before checkpoints existed has none.
-func checkpointsIn(ctx context.Context, q querier, from, to int64) ([]audit.Checkpoint, error) {
-	var n int
-	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'`).Scan(&n); err != nil {
-		return nil, classify(fmt.Errorf("db: read schema: %w", err))
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	rows, err := q.QueryContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: read checkpoints: %w", err))
-	}
-	defer rows.Close()
-	var out []audit.Checkpoint
-	for rows.Next() {
-		c, err := scanCheckpoint(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return sqlq.LatestCheckpoint(ctx, shared{d.sql})
 }
 
 // VerifyChain recomputes the whole audit chain in one read snapshot, and
@@ -190,18 +115,6 @@ func (d *DB) Verify(ctx context.Context, opts audit.VerifyOptions) (audit.Verify
 	return res, nil
 }
 
-const entryColumns = `seq, time, kind, call_id, principal, channel, details, prev_hash, hash`
-
-// scanEntry reads an audit row; details are returned as stored, not parsed.
-func scanEntry(r rowScanner) (*audit.Entry, []byte, error) {
-	var e audit.Entry
-	var details []byte
-	if err := r.Scan(&e.Seq, &e.Time, &e.Kind, &e.CallID, &e.Principal, &e.Channel, &details, &e.PrevHash, &e.Hash); err != nil {
-		return nil, nil, classify(fmt.Errorf("db: scan audit entry: %w", err))
-	}
-	return &e, details, nil
-}
-
 // ExportAudit streams the audit trail to w from one read snapshot, row by
 // row, in constant memory, in the formats audit.WriteExport writes.
 func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptions) (audit.ExportResult, error) {
@@ -218,76 +131,30 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 }
 
 // trailSnapshot reads the audit trail from one read snapshot
-// (audit.Snapshot).
+// (audit.Snapshot). A database from before checkpoints existed, opened
+// read-only and so not migrated, has no checkpoints table and no
+// checkpoints.
 type trailSnapshot struct{ q querier }
 
 func (s trailSnapshot) Range(ctx context.Context, since, until time.Time) (int64, int64, error) {
-	return auditRange(ctx, s.q, since, until)
+	return sqlq.AuditRange(ctx, shared{s.q}, since, until)
 }
 
 func (s trailSnapshot) Hash(ctx context.Context, seq int64) (string, error) {
-	var h string
-	if err := s.q.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&h); err != nil {
-		return "", classify(fmt.Errorf("db: read audit entry %d: %w", seq, err))
-	}
-	return h, nil
-}
-
-func (s trailSnapshot) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
-	return checkpointsIn(ctx, s.q, from, to)
+	return sqlq.AuditHash(ctx, shared{s.q}, seq)
 }
 
 func (s trailSnapshot) Entries(ctx context.Context, from, to int64, fn func(*audit.Entry, []byte) error) error {
-	rows, err := s.q.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE seq BETWEEN ? AND ? ORDER BY seq`, from, to)
-	if err != nil {
-		return classify(fmt.Errorf("db: read audit: %w", err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		e, details, err := scanEntry(rows)
-		if err != nil {
-			return err
-		}
-		if err := fn(e, details); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return classify(fmt.Errorf("db: read audit: %w", err))
-	}
-	return nil
+	return sqlq.Trail{Q: shared{s.q}}.Entries(ctx, from, to, fn)
 }
 
-// auditRange turns a time window into the contiguous run of entries to
-// export: from the first entry (in time order) at or after since to the last
-// entry before until. from is 0 when the trail is empty or nothing matches.
-func auditRange(ctx context.Context, q querier, since, until time.Time) (from, to int64, err error) {
-	scan := func(query string, args ...any) (int64, error) {
-		var n sql.NullInt64
-		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, classify(fmt.Errorf("db: audit range: %w", err))
-		}
-		return n.Int64, nil
+func (s trailSnapshot) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
+	var n int
+	if err := s.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'`).Scan(&n); err != nil {
+		return nil, classify(fmt.Errorf("db: read schema: %w", err))
 	}
-	if since.IsZero() {
-		from, err = scan(`SELECT MIN(seq) FROM audit`)
-	} else {
-		from, err = scan(`SELECT seq FROM audit WHERE time >= ? ORDER BY time, seq LIMIT 1`, audit.FormatTime(since))
+	if n == 0 {
+		return nil, nil
 	}
-	if err != nil || from == 0 {
-		return 0, 0, err
-	}
-	if until.IsZero() {
-		to, err = scan(`SELECT MAX(seq) FROM audit`)
-	} else {
-		to, err = scan(`SELECT seq FROM audit WHERE time < ? ORDER BY time DESC, seq DESC LIMIT 1`, audit.FormatTime(until))
-	}
-	if err != nil || to < from {
-		return 0, 0, err
-	}
-	return from, to, nil
+	return sqlq.Checkpoints(ctx, shared{s.q}, from, to)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store/sqlq"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -138,14 +139,14 @@ func (h *auditHarness) head(tb testing.TB) int64 {
 // entriesAfter reads the audit entries after seq.
 func (h *auditHarness) entriesAfter(tb testing.TB, seq int64) []audit.Entry {
 	tb.Helper()
-	rows, err := h.d.SQL().Query(`SELECT `+entryColumns+` FROM audit WHERE seq > ? ORDER BY seq`, seq)
+	rows, err := h.d.SQL().Query(`SELECT `+sqlq.EntryColumns+` FROM audit WHERE seq > ? ORDER BY seq`, seq)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer rows.Close()
 	var out []audit.Entry
 	for rows.Next() {
-		e, details, err := scanEntry(rows)
+		e, details, err := sqlq.ScanEntry(rows)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -622,7 +623,7 @@ func TestVerifyChainFindsTampering(t *testing.T) {
 				if err := e.Seal(prevSeq, prev); err != nil {
 					t.Fatal(err)
 				}
-				mustExec(t, h.d, `INSERT INTO audit (`+entryColumns+`) VALUES (?,?,?,?,?,?,?,?,?)`, e.Seq, e.Time, e.Kind,
+				mustExec(t, h.d, `INSERT INTO audit (`+sqlq.EntryColumns+`) VALUES (?,?,?,?,?,?,?,?,?)`, e.Seq, e.Time, e.Kind,
 					e.CallID, e.Principal, e.Channel, mustEncode(t, e.Details), e.PrevHash, e.Hash)
 				prevSeq, prev = e.Seq, e.Hash
 			}
@@ -677,7 +678,7 @@ func checkpointAt(tb testing.TB, h *auditHarness, seq int64) audit.Checkpoint {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mustExec(tb, h.d, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES (?,?,?,?,?,?)`, c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature)
+	mustExec(tb, h.d, `INSERT INTO checkpoints (`+sqlq.CheckpointColumns+`) VALUES (?,?,?,?,?,?)`, c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature)
 	return c
 }
 
@@ -1018,7 +1019,7 @@ func appendMany(tb testing.TB, d *DB, n int, detailBytes int) {
 	if err != nil && !strings.Contains(err.Error(), "no rows") {
 		tb.Fatal(err)
 	}
-	stmt, err := tx.Prepare(`INSERT INTO audit (` + entryColumns + `) VALUES (?,?,?,?,?,?,?,?,?)`)
+	stmt, err := tx.Prepare(`INSERT INTO audit (` + sqlq.EntryColumns + `) VALUES (?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		tb.Fatal(err)
 	}

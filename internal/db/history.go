@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // historyQuery is a filter turned into SQL: FROM ... WHERE ... ORDER BY.
@@ -342,38 +343,7 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 // Timeline returns every audit entry about one call, oldest first, with
 // details parsed. A call that does not exist is queue.ErrNotFound.
 func (d *DB) Timeline(ctx context.Context, callID string) ([]audit.Entry, error) {
-	if callID == "" {
-		return nil, queue.ErrNotFound
-	}
-	rows, err := d.sql.QueryContext(ctx, `SELECT `+entryColumns+` FROM audit WHERE call_id = ? ORDER BY seq`, callID)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
-	}
-	defer rows.Close()
-	var out []audit.Entry
-	for rows.Next() {
-		e, details, err := scanEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		if e.Details, err = audit.ParseDetails(details); err != nil {
-			return nil, fmt.Errorf("db: audit entry %d: %w", e.Seq, err)
-		}
-		out = append(out, *e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
-	}
-	if len(out) == 0 {
-		var n int
-		if err := d.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM calls WHERE id = ?`, callID).Scan(&n); err != nil {
-			return nil, classify(fmt.Errorf("db: timeline of %s: %w", callID, err))
-		}
-		if n == 0 {
-			return nil, queue.ErrNotFound
-		}
-	}
-	return out, nil
+	return sqlq.Timeline(ctx, shared{d.sql}, callID)
 }
 
 // exportColumns are read for call exports: args stay as their stored

@@ -27,6 +27,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // historyFixture makes calls of two actors and two tools with every kind of
@@ -871,8 +872,8 @@ func generateScale(t *testing.T, d *DB, n int) int64 {
 			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 		insApproval := prep(`INSERT INTO approvals (call_id, operator, channel, at) VALUES (?,?,?,?)`)
 		insDecider := prep(`INSERT OR IGNORE INTO call_deciders (operator, channel, created_at, call_seq) VALUES (?,?,?,?)`)
-		insEntry := prep(`INSERT INTO audit (` + entryColumns + `) VALUES (?,?,?,?,?,?,?,?,?)`)
-		insCheckpoint := prep(`INSERT INTO checkpoints (` + checkpointColumns + `) VALUES (?,?,?,?,?,?)`)
+		insEntry := prep(`INSERT INTO audit (` + sqlq.EntryColumns + `) VALUES (?,?,?,?,?,?,?,?,?)`)
+		insCheckpoint := prep(`INSERT INTO checkpoints (` + sqlq.CheckpointColumns + `) VALUES (?,?,?,?,?,?)`)
 		for i := lo; i < min(lo+batch, n); i++ {
 			created := t0.Add(time.Duration(i)*800*time.Millisecond + time.Duration(rng.IntN(500))*time.Millisecond)
 			id := fmt.Sprintf("call_%026d", i)

@@ -3,11 +3,11 @@ package db
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 func (t *storeTx) InsertRollback(r queue.Rollback) error {
@@ -34,15 +34,7 @@ func (t *storeTx) LastRollback() (time.Time, error) {
 }
 
 // AuditHashAt returns the hash of audit entry seq, or an error wrapping
-// sql.ErrNoRows when there is none.
+// sqlq.ErrNoRows when there is none.
 func (d *DB) AuditHashAt(ctx context.Context, seq int64) (string, error) {
-	var h string
-	err := d.sql.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, seq).Scan(&h)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("db: no audit entry %d: %w", seq, err)
-	}
-	if err != nil {
-		return "", classify(fmt.Errorf("db: read audit entry %d: %w", seq, err))
-	}
-	return h, nil
+	return sqlq.AuditHash(ctx, shared{d.sql}, seq)
 }

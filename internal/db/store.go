@@ -121,6 +121,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // callReadColumns are a call's columns under alias c (qualified), then

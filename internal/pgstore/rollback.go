@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 func (t *txn) InsertRollback(r queue.Rollback) error {
@@ -28,15 +26,7 @@ func (t *txn) LastRollback() (time.Time, error) {
 }
 
 // AuditHashAt returns the hash of audit entry seq, or an error wrapping
-// pgx.ErrNoRows when there is none.
+// sqlq.ErrNoRows when there is none.
 func (d *DB) AuditHashAt(ctx context.Context, seq int64) (string, error) {
-	var h string
-	err := d.pool.QueryRow(ctx, `SELECT hash FROM audit WHERE seq = $1`, seq).Scan(&h)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("pgstore: no audit entry %d: %w", seq, err)
-	}
-	if err != nil {
-		return "", classify(fmt.Errorf("pgstore: read audit entry %d: %w", seq, err))
-	}
-	return h, nil
+	return sqlq.AuditHash(ctx, shared{d.pool}, seq)
 }
