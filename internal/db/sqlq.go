@@ -23,9 +23,12 @@ func (s shared) Query(ctx context.Context, query string, args ...any) (sqlq.Rows
 	return sharedRows{rows}, nil
 }
 
-func (s shared) Exec(ctx context.Context, query string, args ...any) error {
-	_, err := s.q.ExecContext(ctx, query, args...)
-	return classify(err)
+func (s shared) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return res.RowsAffected()
 }
 
 // sharedRow's no row is sql.ErrNoRows, which is sqlq.ErrNoRows.

@@ -26,9 +26,12 @@ func (s shared) Query(ctx context.Context, query string, args ...any) (sqlq.Rows
 	return sharedRows{rows}, nil
 }
 
-func (s shared) Exec(ctx context.Context, query string, args ...any) error {
-	_, err := s.q.Exec(ctx, sqlq.Rebind(query), args...)
-	return classify(err)
+func (s shared) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := s.q.Exec(ctx, sqlq.Rebind(query), args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 type sharedRow struct{ r pgx.Row }

@@ -82,7 +82,7 @@ func SignCheckpoint(ctx context.Context, q Querier, signer *audit.Signer, now ti
 	if err != nil {
 		return audit.Checkpoint{}, err
 	}
-	if err := q.Exec(ctx, `INSERT INTO checkpoints (`+CheckpointColumns+`) VALUES (?,?,?,?,?,?)`,
+	if _, err := q.Exec(ctx, `INSERT INTO checkpoints (`+CheckpointColumns+`) VALUES (?,?,?,?,?,?)`,
 		c.Seq, c.Head, c.Time, c.KID, c.PublicKey, c.Signature); err != nil {
 		return audit.Checkpoint{}, fmt.Errorf("store: store checkpoint: %w", err)
 	}

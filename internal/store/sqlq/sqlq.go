@@ -27,7 +27,8 @@ var ErrNoRows = sql.ErrNoRows
 type Querier interface {
 	QueryRow(ctx context.Context, query string, args ...any) Row
 	Query(ctx context.Context, query string, args ...any) (Rows, error)
-	Exec(ctx context.Context, query string, args ...any) error
+	// Exec returns the number of rows the statement changed.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
 }
 
 // Row is the result of QueryRow.
