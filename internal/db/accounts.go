@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // Accounts adapts DB to account.Store: console accounts, their sessions,
@@ -32,66 +33,9 @@ func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	})
 }
 
-const userColumns = `name, role, password_hash, created_at, disabled_at, kind, COALESCE(issuer, ''), COALESCE(subject, ''),
-	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle`
-
-// userColumnsOf is userColumns of the users table under alias a.
-func userColumnsOf(a string) string {
-	return strings.NewReplacer("$", a+".").Replace(`$name, $role, $password_hash, $created_at, $disabled_at, $kind,
-	COALESCE($issuer, ''), COALESCE($subject, ''), $short_name, $display_name, $email, $groups, $last_login_at,
-	$no_role_since, $webauthn_handle`)
-}
-
-// userDest is where a row of userColumns is scanned, before it is read
-// into an account.User.
-type userDest struct {
-	u                   account.User
-	role, kind, groups  string
-	created             int64
-	disabled, lastLogin sql.NullInt64
-	noRole              sql.NullInt64
-	handle              []byte
-}
-
-func (d *userDest) dest() []any {
-	return []any{&d.u.Name, &d.role, &d.u.PasswordHash, &d.created, &d.disabled, &d.kind, &d.u.Issuer, &d.u.Subject,
-		&d.u.ShortName, &d.u.DisplayName, &d.u.Email, &d.groups, &d.lastLogin, &d.noRole, &d.handle}
-}
-
-func (d *userDest) user() (account.User, error) {
-	u := d.u
-	u.Role, u.Kind = account.Role(d.role), account.Kind(d.kind)
-	if d.noRole.Valid {
-		u.Role = ""
-	}
-	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
-	var err error
-	if u.Groups, err = store.DecodeNames(d.groups); err != nil {
-		return account.User{}, fmt.Errorf("db: groups of %s: %w", u.Name, err)
-	}
-	if len(d.handle) > 0 {
-		u.Handle = d.handle
-	}
-	return u, nil
-}
-
-func scanUser(r rowScanner) (account.User, error) {
-	var d userDest
-	if err := r.Scan(d.dest()...); err != nil {
-		return account.User{}, err
-	}
-	return d.user()
-}
-
+// userByName finds an account by name, or account.ErrUserNotFound.
 func userByName(ctx context.Context, q querier, name string) (account.User, error) {
-	u, err := scanUser(q.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return account.User{}, fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
-	}
-	if err != nil {
-		return account.User{}, classify(fmt.Errorf("db: look up user: %w", err))
-	}
-	return u, nil
+	return sqlq.UserByName(ctx, shared{q}, name)
 }
 
 // User finds an account by name.
@@ -101,20 +45,7 @@ func (a Accounts) User(ctx context.Context, name string) (account.User, error) {
 
 // Users lists every account by name.
 func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
-	rows, err := a.d.sql.QueryContext(ctx, `SELECT `+userColumns+` FROM users ORDER BY name`)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: list users: %w", err))
-	}
-	defer rows.Close()
-	var out []account.User
-	for rows.Next() {
-		u, err := scanUser(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	return sqlq.Users(ctx, shared{a.d.sql}, ``)
 }
 
 // sessionFields are a session's own columns under alias s, scanned by
@@ -122,7 +53,7 @@ func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
 const sessionFields = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
 	s.method, s.id_token`
 
-var sessionColumns = sessionFields + `, ` + userColumnsOf("u")
+var sessionColumns = sessionFields + `, ` + sqlq.UserColumnsOf("u")
 
 // sessionDest is where a row of sessionFields is scanned into s; done
 // converts the times once the row is scanned.
@@ -136,13 +67,13 @@ func sessionDest(s *account.Session) (dest []any, done func()) {
 
 func scanSession(r rowScanner) (account.Session, error) {
 	var s account.Session
-	var d userDest
+	var d sqlq.UserDest
 	dest, done := sessionDest(&s)
-	if err := r.Scan(append(dest, d.dest()...)...); err != nil {
+	if err := r.Scan(append(dest, d.Dest()...)...); err != nil {
 		return account.Session{}, err
 	}
 	done()
-	u, err := d.user()
+	u, err := d.User()
 	if err != nil {
 		return account.Session{}, err
 	}
@@ -296,33 +227,11 @@ func (t *storeTx) InsertUser(u account.User) error {
 }
 
 func (t *storeTx) UserByIdentity(issuer, subject string) (account.User, error) {
-	u, err := scanUser(t.tx.QueryRowContext(t.ctx, `SELECT `+userColumns+` FROM users
-		WHERE kind = 'oidc' AND issuer = ? AND subject = ?`, issuer, subject))
-	if errors.Is(err, sql.ErrNoRows) {
-		return account.User{}, fmt.Errorf("%w: %s at %s", account.ErrUserNotFound, subject, issuer)
-	}
-	if err != nil {
-		return account.User{}, fmt.Errorf("db: look up user by identity: %w", err)
-	}
-	return u, nil
+	return sqlq.UserByIdentity(t.ctx, shared{t.tx}, issuer, subject)
 }
 
 func (t *storeTx) UsersNamed(name string) ([]account.User, error) {
-	rows, err := t.tx.QueryContext(t.ctx, `SELECT `+userColumns+` FROM users
-		WHERE name = ? COLLATE NOCASE OR (short_name <> '' AND short_name = ? COLLATE NOCASE) ORDER BY name`, name, name)
-	if err != nil {
-		return nil, fmt.Errorf("db: look up users named %q: %w", name, err)
-	}
-	defer rows.Close()
-	var out []account.User
-	for rows.Next() {
-		u, err := scanUser(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	return sqlq.Users(t.ctx, shared{t.tx}, `WHERE name = ? COLLATE NOCASE OR (short_name <> '' AND short_name = ? COLLATE NOCASE)`, name, name)
 }
 
 func (t *storeTx) UpdateOIDCUser(u account.User) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // Accounts adapts DB to account.Store: console accounts, their sessions,
@@ -29,66 +29,9 @@ func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	return a.d.update(ctx, func(t *txn) error { return fn(t) })
 }
 
-const userColumns = `name, role, password_hash, created_at, disabled_at, kind, COALESCE(issuer, ''), COALESCE(subject, ''),
-	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle`
-
-// userColumnsOf is userColumns of the users table under alias a.
-func userColumnsOf(a string) string {
-	return strings.NewReplacer("$", a+".").Replace(`$name, $role, $password_hash, $created_at, $disabled_at, $kind,
-	COALESCE($issuer, ''), COALESCE($subject, ''), $short_name, $display_name, $email, $groups, $last_login_at,
-	$no_role_since, $webauthn_handle`)
-}
-
-// userDest is where a row of userColumns is scanned.
-type userDest struct {
-	u                           account.User
-	role, kind, groups          string
-	display, email              []byte
-	created                     int64
-	disabled, lastLogin, noRole *int64
-	handle                      []byte
-}
-
-func (d *userDest) dest() []any {
-	return []any{&d.u.Name, &d.role, &d.u.PasswordHash, &d.created, &d.disabled, &d.kind, &d.u.Issuer, &d.u.Subject,
-		&d.u.ShortName, &d.display, &d.email, &d.groups, &d.lastLogin, &d.noRole, &d.handle}
-}
-
-func (d *userDest) user() (account.User, error) {
-	u := d.u
-	u.Role, u.Kind = account.Role(d.role), account.Kind(d.kind)
-	if d.noRole != nil {
-		u.Role = ""
-	}
-	u.DisplayName, u.Email = string(d.display), string(d.email)
-	u.CreatedAt, u.DisabledAt, u.LastLoginAt = time.UnixMilli(d.created).UTC(), fromMS(d.disabled), fromMS(d.lastLogin)
-	var err error
-	if u.Groups, err = store.DecodeNames(d.groups); err != nil {
-		return account.User{}, fmt.Errorf("pgstore: groups of %s: %w", u.Name, err)
-	}
-	if len(d.handle) > 0 {
-		u.Handle = d.handle
-	}
-	return u, nil
-}
-
-func scanUser(r rowScanner) (account.User, error) {
-	var d userDest
-	if err := r.Scan(d.dest()...); err != nil {
-		return account.User{}, err
-	}
-	return d.user()
-}
-
+// userByName finds an account by name, or account.ErrUserNotFound.
 func userByName(ctx context.Context, q querier, name string) (account.User, error) {
-	u, err := scanUser(q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE name = $1`, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return account.User{}, fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
-	}
-	if err != nil {
-		return account.User{}, classify(fmt.Errorf("pgstore: look up user: %w", err))
-	}
-	return u, nil
+	return sqlq.UserByName(ctx, shared{q}, name)
 }
 
 // User finds an account by name.
@@ -98,36 +41,23 @@ func (a Accounts) User(ctx context.Context, name string) (account.User, error) {
 
 // Users lists every account by name.
 func (a Accounts) Users(ctx context.Context) ([]account.User, error) {
-	rows, err := a.d.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY name`)
-	if err != nil {
-		return nil, classify(fmt.Errorf("pgstore: list users: %w", err))
-	}
-	defer rows.Close()
-	var out []account.User
-	for rows.Next() {
-		u, err := scanUser(rows)
-		if err != nil {
-			return nil, classify(err)
-		}
-		out = append(out, u)
-	}
-	return out, classify(rows.Err())
+	return sqlq.Users(ctx, shared{a.d.pool}, ``)
 }
 
 var sessionColumns = `s.id_hash, s.csrf, s.created_at, s.last_seen, s.revoked_at, COALESCE(s.revoke_reason, ''),
-	s.method, s.id_token, ` + userColumnsOf("u")
+	s.method, s.id_token, ` + sqlq.UserColumnsOf("u")
 
 func scanSession(r rowScanner) (account.Session, error) {
 	var s account.Session
 	var created, seen int64
 	var revoked *int64
-	var d userDest
-	dest := append([]any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, d.dest()...)
+	var d sqlq.UserDest
+	dest := append([]any{&s.IDHash, &s.CSRF, &created, &seen, &revoked, &s.RevokeReason, &s.Method, &s.IDToken}, d.Dest()...)
 	if err := r.Scan(dest...); err != nil {
 		return account.Session{}, err
 	}
 	s.CreatedAt, s.LastSeen, s.RevokedAt = time.UnixMilli(created).UTC(), time.UnixMilli(seen).UTC(), fromMS(revoked)
-	u, err := d.user()
+	u, err := d.User()
 	if err != nil {
 		return account.Session{}, err
 	}

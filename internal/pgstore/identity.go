@@ -13,41 +13,20 @@ import (
 	"github.com/countersign/countersign/internal/oneshot"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // Single sign-on users, passkeys and the oneshots (logins and passkey
 // prompts under way): the identity half of account.Store and account.Tx.
 
 func (t *txn) UserByIdentity(issuer, subject string) (account.User, error) {
-	u, err := scanUser(t.tx.QueryRow(t.ctx, `SELECT `+userColumns+` FROM users
-		WHERE kind = 'oidc' AND issuer = $1 AND subject = $2`, issuer, subject))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return account.User{}, fmt.Errorf("%w: %s at %s", account.ErrUserNotFound, subject, issuer)
-	}
-	if err != nil {
-		return account.User{}, fmt.Errorf("pgstore: look up user by identity: %w", err)
-	}
-	return u, nil
+	return sqlq.UserByIdentity(t.ctx, shared{t.tx}, issuer, subject)
 }
 
 // UsersNamed compares ignoring ASCII case: account names and short names
 // are ASCII by the account name rule.
 func (t *txn) UsersNamed(name string) ([]account.User, error) {
-	rows, err := t.tx.Query(t.ctx, `SELECT `+userColumns+` FROM users
-		WHERE lower(name) = lower($1) OR (short_name <> '' AND lower(short_name) = lower($1)) ORDER BY name`, name)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: look up users named %q: %w", name, err)
-	}
-	defer rows.Close()
-	var out []account.User
-	for rows.Next() {
-		u, err := scanUser(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	return sqlq.Users(t.ctx, shared{t.tx}, `WHERE lower(name) = lower(?) OR (short_name <> '' AND lower(short_name) = lower(?))`, name, name)
 }
 
 func (t *txn) UpdateOIDCUser(u account.User) error {
