@@ -2,8 +2,9 @@
 // errors a store returns whatever its engine, and the encodings of the
 // columns each keeps as JSON text (columns.go). The store interfaces
 // themselves are declared by the domain packages that use them
-// (queue.Store, account.Store, audit.Trail, queue.History); storetest is
-// the suite that every implementation of them must pass.
+// (queue.Store, account.Store, audit.Trail, queue.History); sqlq holds the
+// SQL that is the same on both engines, written once; storetest is the
+// suite that every implementation of them must pass.
 package store
 
 import "errors"
