@@ -2,12 +2,12 @@ package db
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // The failed logins the console's throttle counts: the login-throttle half
@@ -53,34 +53,15 @@ func (t *storeTx) LoginStrikes(keys []string) (map[string]account.Strikes, error
 }
 
 func (t *storeTx) SetLoginStrikes(s account.Strikes) error {
-	var err error
-	if s.Failures <= 0 {
-		_, err = t.tx.ExecContext(t.ctx, `DELETE FROM login_strikes WHERE key = ?`, s.Key)
-	} else {
-		_, err = t.tx.ExecContext(t.ctx, `INSERT INTO login_strikes (key, failures, last_at, forget_at, throttled) VALUES (?,?,?,?,?)
-			ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, last_at = excluded.last_at, forget_at = excluded.forget_at,
-				throttled = excluded.throttled`,
-			s.Key, s.Failures, ms(s.Last), ms(s.Forget), s.Throttled)
-	}
-	if err != nil {
-		return fmt.Errorf("db: keep login strikes: %w", err)
-	}
-	return nil
+	return sqlq.SetLoginStrikes(t.ctx, shared{t.tx}, s)
 }
 
 func (t *storeTx) PruneLoginStrikes(now time.Time) error {
-	if _, err := t.tx.ExecContext(t.ctx, `DELETE FROM login_strikes WHERE forget_at <= ?`, ms(now)); err != nil {
-		return fmt.Errorf("db: prune login strikes: %w", err)
-	}
-	return nil
+	return sqlq.PruneLoginStrikes(t.ctx, shared{t.tx}, now)
 }
 
 func (t *storeTx) LoginStrikesSize() (int, error) {
-	var n int
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT rows FROM login_strikes_size`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("db: count login strikes: %w", err)
-	}
-	return n, nil
+	return sqlq.LoginStrikesSize(t.ctx, shared{t.tx})
 }
 
 func (t *storeTx) EvictLoginStrikes(n int, keep []string) (int, error) {
@@ -109,12 +90,5 @@ func (t *storeTx) EvictLoginStrikes(n int, keep []string) (int, error) {
 }
 
 func (t *storeTx) NextLoginStrikeForget() (time.Time, error) {
-	var next sql.NullInt64
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT MIN(forget_at) FROM login_strikes`).Scan(&next); err != nil {
-		return time.Time{}, fmt.Errorf("db: read login strikes: %w", err)
-	}
-	if !next.Valid {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(next.Int64).UTC(), nil
+	return sqlq.NextLoginStrikeForget(t.ctx, shared{t.tx})
 }

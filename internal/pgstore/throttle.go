@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
 // The failed logins the console's throttle counts, shared by every replica:
@@ -49,34 +50,15 @@ func (t *txn) LoginStrikes(keys []string) (map[string]account.Strikes, error) {
 }
 
 func (t *txn) SetLoginStrikes(s account.Strikes) error {
-	var err error
-	if s.Failures <= 0 {
-		_, err = t.tx.Exec(t.ctx, `DELETE FROM login_strikes WHERE key = $1`, s.Key)
-	} else {
-		_, err = t.tx.Exec(t.ctx, `INSERT INTO login_strikes (key, failures, last_at, forget_at, throttled) VALUES ($1,$2,$3,$4,$5)
-			ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, last_at = excluded.last_at, forget_at = excluded.forget_at,
-				throttled = excluded.throttled`,
-			s.Key, int64(s.Failures), ms(s.Last), ms(s.Forget), s.Throttled)
-	}
-	if err != nil {
-		return fmt.Errorf("pgstore: keep login strikes: %w", err)
-	}
-	return nil
+	return sqlq.SetLoginStrikes(t.ctx, shared{t.tx}, s)
 }
 
 func (t *txn) PruneLoginStrikes(now time.Time) error {
-	if _, err := t.tx.Exec(t.ctx, `DELETE FROM login_strikes WHERE forget_at <= $1`, ms(now)); err != nil {
-		return fmt.Errorf("pgstore: prune login strikes: %w", err)
-	}
-	return nil
+	return sqlq.PruneLoginStrikes(t.ctx, shared{t.tx}, now)
 }
 
 func (t *txn) LoginStrikesSize() (int, error) {
-	var n int64
-	if err := t.tx.QueryRow(t.ctx, `SELECT rows FROM login_strikes_size`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("pgstore: count login strikes: %w", err)
-	}
-	return int(n), nil
+	return sqlq.LoginStrikesSize(t.ctx, shared{t.tx})
 }
 
 func (t *txn) EvictLoginStrikes(n int, keep []string) (int, error) {
@@ -96,12 +78,5 @@ func (t *txn) EvictLoginStrikes(n int, keep []string) (int, error) {
 }
 
 func (t *txn) NextLoginStrikeForget() (time.Time, error) {
-	var next *int64
-	if err := t.tx.QueryRow(t.ctx, `SELECT MIN(forget_at) FROM login_strikes`).Scan(&next); err != nil {
-		return time.Time{}, fmt.Errorf("pgstore: read login strikes: %w", err)
-	}
-	if next == nil {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(*next).UTC(), nil
+	return sqlq.NextLoginStrikeForget(t.ctx, shared{t.tx})
 }
