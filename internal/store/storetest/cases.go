@@ -91,7 +91,7 @@ var _ = add("service/a call from submission to outcome, read back through every 
 	if _, err := h.q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, strings.Repeat("0", 64)); !errors.Is(err, queue.ErrDigestMismatch) {
 		t.Fatalf("Approve with another digest = %v, want ErrDigestMismatch", err)
 	}
-	w.clock.Add(time.Second)
+	w.clock.Advance(time.Second)
 	c, err = h.q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, c.Digest)
 	if err != nil || c.Status != queue.StatusApproved || c.Grant == "" {
 		t.Fatalf("Approve: %v (status %s)", err, c.Status)
@@ -220,7 +220,7 @@ var _ = add("service/history pages with every filter", func(t *testing.T, s Stor
 	for i := 0; i < 7; i++ {
 		c := mustSubmit(t, h, payer, refund(uint32(100+i), "n"))
 		ids = append(ids, c.ID)
-		w.clock.Add(time.Millisecond)
+		w.clock.Advance(time.Millisecond)
 		switch i % 3 {
 		case 1:
 			a, err := h.q.Approve(ctx, "alice", audit.ChannelWeb, c.ID, c.Digest)
@@ -235,7 +235,7 @@ var _ = add("service/history pages with every filter", func(t *testing.T, s Stor
 		}
 	}
 	d := mustSubmit(t, h, deployer, deploy("web"))
-	w.clock.Add(time.Millisecond)
+	w.clock.Advance(time.Millisecond)
 	if _, err := h.q.Approve(ctx, "bob", audit.ChannelWeb, d.ID, d.Digest); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,33 +62,13 @@ var (
 	deployer = queue.Principal{Actor: "agent:release", Audience: "deploy-host"}
 )
 
-// Clock is a settable clock shared by a world's services and keyring.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Add moves the clock on.
-func (c *Clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // world is one database and the services of several handles on it, as
 // several console processes (or replicas) would hold them, sharing one
 // keyring so that any of them verifies the grants of the others.
 type world struct {
 	first  *Stores // the handle Run opened, handed out first
 	reopen func(t *testing.T) Stores
-	clock  *Clock
+	clock  *testkit.Clock
 	keys   *grant.Keyring
 	tools  *tools.Registry
 	// maxPending is the queue's MaxPendingPerToken (0: the default).
@@ -113,7 +92,7 @@ func newBareWorld(t *testing.T, s Stores) *world {
 	t.Helper()
 	tb := t
 	dir := tb.TempDir()
-	clk := &Clock{t: time.Now().UTC().Truncate(time.Millisecond)}
+	clk := testkit.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", clk.Now)
 	if err != nil {
 		tb.Fatal(err)

@@ -125,7 +125,7 @@ var _ = add("accounts/login throttle through the service", func(t *testing.T, s 
 	}
 	// Once the wait is over, a success forgets the account's failures and
 	// gives the address back its attempt.
-	w.clock.Add(p.Base)
+	w.clock.Advance(p.Base)
 	r, wait = reserve(t, h.a, alice)
 	if wait != 0 {
 		t.Fatalf("after the wait: %v", wait)
@@ -161,7 +161,7 @@ var _ = add("accounts/login throttle through the service", func(t *testing.T, s 
 		t.Errorf("the /64 after its allowance waits %v, want %v", wait, ap.Base)
 	}
 	// Everything is forgotten after Forget, and pruned by the next attempt.
-	w.clock.Add(time.Hour + time.Second)
+	w.clock.Advance(time.Hour + time.Second)
 	if _, wait := reserve(t, h.a, account.LoginAttempt{Name: "erin", Address: "203.0.113.1"}); wait != 0 {
 		t.Errorf("after Forget: %v", wait)
 	}
@@ -493,7 +493,7 @@ var _ = add("accounts/login throttle: a table full of throttled keys refuses new
 		t.Errorf("dave from the kept address: %v, want ErrThrottleFull", err)
 	}
 	// Attempts on kept keys go on: alice after her wait.
-	w.clock.Add(p.Base)
+	w.clock.Advance(p.Base)
 	if _, wait := reserve(t, h.a, account.LoginAttempt{Name: "alice", Address: from}); wait != 0 {
 		t.Errorf("alice after her wait, on a full table: waits %v", wait)
 	}
@@ -509,7 +509,7 @@ var _ = add("accounts/login throttle: a table full of throttled keys refuses new
 		if seen[account.ThrottleKey("addr", from)].Throttled {
 			break
 		}
-		w.clock.Add(p.Max)
+		w.clock.Advance(p.Max)
 		reserve(t, h.a, account.LoginAttempt{Name: "bob", Address: from})
 	}
 	if _, _, err := h.a.ReserveLogin(ctx, carol); !errors.Is(err, account.ErrThrottleFull) {
@@ -519,7 +519,7 @@ var _ = add("accounts/login throttle: a table full of throttled keys refuses new
 		t.Errorf("size = %d, want 3", n)
 	}
 	// Once the keys are forgotten, they are pruned and carol may try.
-	w.clock.Add(p.Forget + time.Second)
+	w.clock.Advance(p.Forget + time.Second)
 	if _, wait := reserve(t, h.a, carol); wait != 0 {
 		t.Errorf("carol after everything was forgotten waits %v", wait)
 	}
