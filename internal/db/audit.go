@@ -137,15 +137,15 @@ func (d *DB) ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptio
 type trailSnapshot struct{ q querier }
 
 func (s trailSnapshot) Range(ctx context.Context, since, until time.Time) (int64, int64, error) {
-	return sqlq.AuditRange(ctx, shared{s.q}, since, until)
+	return sqlq.AuditRange(ctx, shared(s), since, until)
 }
 
 func (s trailSnapshot) Hash(ctx context.Context, seq int64) (string, error) {
-	return sqlq.AuditHash(ctx, shared{s.q}, seq)
+	return sqlq.AuditHash(ctx, shared(s), seq)
 }
 
 func (s trailSnapshot) Entries(ctx context.Context, from, to int64, fn func(*audit.Entry, []byte) error) error {
-	return sqlq.Trail{Q: shared{s.q}}.Entries(ctx, from, to, fn)
+	return sqlq.Trail{Q: shared(s)}.Entries(ctx, from, to, fn)
 }
 
 func (s trailSnapshot) Checkpoints(ctx context.Context, from, to int64) ([]audit.Checkpoint, error) {
@@ -156,5 +156,5 @@ func (s trailSnapshot) Checkpoints(ctx context.Context, from, to int64) ([]audit
 	if n == 0 {
 		return nil, nil
 	}
-	return sqlq.Checkpoints(ctx, shared{s.q}, from, to)
+	return sqlq.Checkpoints(ctx, shared(s), from, to)
 }
