@@ -26,12 +26,19 @@ npm-deps: $(NPM_DIRS:%=%/node_modules/.package-lock.json)
 test: npm-deps
 	COUNTERSIGN_TEST_ALL=1 $(GO) test -race -count=1 -timeout 20m ./...
 
+# The packages whose short tests take longest (go test -short -json), named
+# first so that go test starts them first (it runs packages in the order
+# given, each once) and the quick ones fill the gaps, rather than a long one
+# starting last and running alone on an idle core. A slow package not named
+# here still runs, only later.
+LONGEST := ./internal/pgstore/ ./clients/ ./internal/console/ ./e2e/ ./internal/mcp/ ./internal/db/
+
 # The fast loop: every test but the heavy ones (big races, kill loops,
 # 10,000-socket tests, the browser suite), which skip under -short. Four
 # packages at a time: several spend most of their time waiting on a child
 # process (PostgreSQL, the client suites), which leaves a core idle.
 test-short:
-	$(GO) test -short -race -count=1 -p 4 -timeout 10m ./...
+	$(GO) test -short -race -count=1 -p 4 -timeout 10m $(LONGEST) ./...
 
 # The Python and TypeScript clients' suites alone, against a console built from this tree.
 test-clients:

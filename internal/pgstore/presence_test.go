@@ -139,7 +139,7 @@ func TestPresenceAcrossReplicas(t *testing.T) {
 // cannot miss a restatement.)
 func TestPresenceOfAKilledReplicaExpires(t *testing.T) {
 	url := pgtest.Database(t)
-	a, b, c := listenPresence(t, url, 100*time.Millisecond), listenPresence(t, url, time.Hour), listenPresence(t, url, 2*time.Second)
+	a, b, c := listenPresence(t, url, 100*time.Millisecond), listenPresence(t, url, time.Hour), listenPresence(t, url, time.Second)
 	c.p.Viewing("call_1", []string{"carol"})
 	b.await(t, "B hears C", b.others("call_1", "carol"))
 	heard := time.Now()
@@ -149,7 +149,7 @@ func TestPresenceOfAKilledReplicaExpires(t *testing.T) {
 	a.stop()
 	b.await(t, "B forgets the killed A's viewer", b.others("call_1", "carol"))
 	// C's viewer outlives its first statement's lifetime: C restated it.
-	for time.Since(heard) < 8*time.Second {
+	for time.Since(heard) < 5*time.Second {
 		if got := b.p.Others("call_1"); !slices.Equal(got, []string{"carol"}) {
 			t.Fatalf("C's viewer was forgotten while C refreshes: %v", got)
 		}
