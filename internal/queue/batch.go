@@ -126,18 +126,41 @@ func (s *Service) batchApprovable(tx Tx, u account.User, it BatchItem, emit func
 	if err := s.checkApproval(tx, c, u, it.Digest); err != nil {
 		return nil, err
 	}
+	if err := s.batchOnly(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// batchOnly refuses, in a batch, a call that asks more of its approver
+// than one press of a button for calls read together: a passkey, a
+// deception warning to acknowledge, typed confirmation.
+func (s *Service) batchOnly(c *Call) error {
 	switch {
 	case c.RequirePasskey:
-		return nil, ErrBatchPasskey
+		return ErrBatchPasskey
 	case Deceptive(c):
-		return nil, ErrBatchWarning
+		return ErrBatchWarning
 	}
 	if reg := s.Tools(); reg != nil {
 		if t, ok := reg.Tool(c.Tool); ok && t.Confirm != nil {
-			return nil, ErrBatchConfirm
+			return ErrBatchConfirm
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// BatchPreview is what a review page can tell before the decision: the
+// reason u's batch approval would leave pending call c out, from the call
+// as read (the decision's transaction checks everything again), or nil.
+func (s *Service) BatchPreview(c *Call, u account.User) error {
+	if s.ToolChanged(c) {
+		return ErrToolChanged
+	}
+	if err := mayApprove(c, u); err != nil {
+		return err
+	}
+	return s.batchOnly(c)
 }
 
 // DenyBatch denies every call of in with in's one reason, in one
