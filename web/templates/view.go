@@ -690,6 +690,18 @@ type BatchView struct {
 	Reason    string
 }
 
+// LeftOut counts the calls a batch approval would leave out, as the page
+// can tell.
+func (v BatchView) LeftOut() int {
+	n := 0
+	for _, c := range v.Calls {
+		if c.Drops != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // BatchCall is one call on a batch's review page.
 type BatchCall struct {
 	CallView
