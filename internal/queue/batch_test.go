@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
@@ -245,5 +246,42 @@ func TestBatchEventsAfterCommit(t *testing.T) {
 	want := audit.KindGranted + ":" + a.ID + " " + audit.KindGranted + ":" + b.ID
 	if got := strings.Join(heard, " "); got != want {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// TestBatchFreezeAndExpiry: a frozen tool's calls drop out of a batch; a
+// call found past its deadline drops out as expired, and its expiry is
+// committed with the batch's approvals.
+func TestBatchFreezeAndExpiry(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	old := batchRefund(t, e, "old")
+	e.clock.Advance(10 * time.Minute)
+	fresh := batchRefund(t, e, "fresh")
+	files := queue.Principal{Actor: "agent:files", Audience: "files-host"}
+	del, _, err := e.q.Submit(ctx, files, []byte(`{"tool":"files.delete","target":"file:/srv/shared/old/report.csv","args":{"reason":"superseded"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(6 * time.Minute) // past the refund's 15 minutes for old only
+	if _, err := e.q.Freeze(ctx, "alice", audit.ChannelCLI, "files.delete", "", "incident 7"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.q.ApproveBatch(ctx, queue.BatchInput{Operator: "bob", Channel: audit.ChannelWeb, Items: items(old, fresh, del)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := dropReasons(res)
+	var fz *queue.FrozenError
+	var np *queue.NotPendingError
+	if len(res.Decided) != 1 || res.Decided[0].ID != fresh.ID || !errors.As(got[del.ID], &fz) ||
+		!errors.As(got[old.ID], &np) || !np.Expired {
+		t.Fatalf("decided %d, dropped %v; want fresh approved, the frozen call and the expired one dropped", len(res.Decided), got)
+	}
+	if c, _ := e.q.Call(ctx, old.ID); c.Status != queue.StatusExpired {
+		t.Errorf("the overdue call is %s, want expired (committed with the batch)", c.Status)
+	}
+	if c, _ := e.q.Call(ctx, del.ID); c.Status != queue.StatusPending {
+		t.Errorf("the frozen call is %s, want pending", c.Status)
 	}
 }
