@@ -24,6 +24,7 @@ func TestBrowserBatch(t *testing.T) {
 	defer cancel()
 	s := startServer(t, "")
 	alice := s.addUser("alice", "operator")
+	s.addUser("bob", "operator")
 	payments := client.New(s.url, s.token("agent:billing-bot", "payments-host"), client.WithPollWait(30*time.Second))
 
 	var group, single []*client.Call
@@ -37,6 +38,9 @@ func TestBrowserBatch(t *testing.T) {
 	tricky.Rationale = "refund \u202etsop rof"
 	deceptive := submit(t, ctx, payments, tricky)
 	plain := append(append([]*client.Call(nil), group...), single...)
+	deploys := client.New(s.url, s.token("agent:release-bot", "deploy-host"), client.WithPollWait(30*time.Second))
+	two := submit(t, ctx, deploys, client.Proposal{Tool: "releases.deploy", Target: "service:checkout",
+		Args: map[string]any{"version": "v3.0.0", "environment": "production", "change_ticket": "CHG-5000"}})
 
 	b := startBrowser(t, ctx)
 	op := b.window(t, "alice")
@@ -59,7 +63,24 @@ func TestBrowserBatch(t *testing.T) {
 	if got := op.text(testID("batch-count")); got != "12 selected" {
 		t.Errorf("the review button counts %q, want 12 selected", got)
 	}
+
 	before := eval[string](op, checked)
+
+	// A ticked card that another operator's approval re-renders keeps its
+	// box ticked.
+	twoBox := `article[data-call="` + two.ID + `"] [data-testid="card-select"]`
+	op.do("tick the deploy", waitShort, chromedp.Click(chromedp.CSS(twoBox)))
+	if r, err := controlApprove(ctx, s.data, two.ID, "bob", two.Digest); err != nil || r.status != 200 {
+		t.Fatalf("bob approves the deploy: %v %d %s", err, r.status, r.raw)
+	}
+	op.waitFor("the deploy's card shows 1 of 2", `(() => { const q = document.querySelector('article[data-call="`+two.ID+`"] [data-testid="card-quorum"]'); return !!q && q.textContent.startsWith("1 of 2"); })()`)
+	if !eval[bool](op, `document.querySelector('`+twoBox+`').checked`) {
+		t.Fatal("the deploy's card lost its tick when another operator's approval re-rendered it")
+	}
+	if got := op.text(testID("batch-count")); got != "13 selected" {
+		t.Errorf("the review button counts %q, want 13 selected", got)
+	}
+	op.do("untick the deploy", waitShort, chromedp.Click(chromedp.CSS(twoBox)))
 
 	// A call pushed live re-renders the list; the selection stays.
 	late := submit(t, ctx, payments, refund("INV-5001", 9900))

@@ -411,7 +411,9 @@
   }
   function fieldKey(el, root) {
     var owner = el.parentNode && el.parentNode.closest ? el.parentNode.closest("[id]") : null;
-    var form = el.form || el.closest("form");
+    // A field outside its form (form="ID") has no form while it is in a
+    // fragment not yet on the page; its key names the form all the same.
+    var form = el.form || (el.getAttribute("form") && document.getElementById(el.getAttribute("form"))) || el.closest("form");
     var box = el.type === "checkbox" || el.type === "radio";
     return [owner ? owner.id : (root && root.id) || "", form ? form.getAttribute("action") || "" : "",
       el.tagName, el.name || "#" + el.id, box ? el.value : ""].join("|");
