@@ -220,13 +220,27 @@ func (c *Console) decideBatch(ec echo.Context, deny bool) error {
 		}
 	}
 	for _, d := range res.Dropped {
-		l := templates.BatchLine{ID: d.CallID, Tool: reveal.Of(d.CallID), Why: server.ErrorOf(d.Err).Message}
+		l := templates.BatchLine{ID: d.CallID, Tool: reveal.Of(d.CallID), Why: droppedWhy(d.Err)}
 		if call, err := c.q.Call(ctx, d.CallID); err == nil {
 			l.Tool, l.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
 		}
 		rv.Dropped = append(rv.Dropped, l)
 	}
 	return c.render(ec, http.StatusOK, templates.BatchResultPage(rv))
+}
+
+// droppedWhy says why a call dropped out of a batch and what to do: the
+// refusal's own message, except for a call that someone decided (or that
+// expired) meanwhile, which needs nothing more from this batch's decider.
+func droppedWhy(err error) string {
+	var np *queue.NotPendingError
+	if errors.As(err, &np) {
+		if np.Expired {
+			return "its decision deadline passed before this decision; it is expired, and the agent must propose it again if it is still needed"
+		}
+		return "it was decided meanwhile (it is " + string(np.Status) + " now); open it to see by whom, nothing more is needed from you"
+	}
+	return server.ErrorOf(err).Message
 }
 
 // errBatchForm refuses a batch form whose calls and digests do not pair

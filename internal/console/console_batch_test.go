@@ -181,6 +181,12 @@ func TestBatchApproveAll(t *testing.T) {
 	if got := p.find("batch-result-title").Text(); got != "Approved 0 of 5 calls" {
 		t.Errorf("second post: %q", got)
 	}
+	p.find("batch-dropped-item").Each(func(_ int, s *goquerySelection) {
+		why := s.Find(`[data-testid="batch-dropped-why"]`).Text()
+		if id := s.AttrOr("data-call", ""); id == calls[0].ID && !strings.Contains(why, "decided meanwhile (it is approved now)") {
+			t.Errorf("second post: %s already approved, dropped with %q", id, why)
+		}
+	})
 }
 
 // TestBatchDenyAll: one reason denies every call; a batch denial without
