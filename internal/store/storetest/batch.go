@@ -11,12 +11,12 @@ import (
 	"github.com/countersign/countersign/internal/queue"
 )
 
-// A batch approval races single approvals and denials of the same calls on
-// several handles: each call is decided exactly once, by whoever won it;
-// a call that dropped out of a batch holds no approval of the batch's
+// Batch approvals and denials race single approvals and denials of the
+// same calls on several handles: each call is decided exactly once, by whoever won it;
+// a call that dropped out of a batch holds no decision of the batch's
 // operator; and every decided call has one decision entry (and, approved,
 // one grant) in the audit trail.
-var _ = add("race/batch approval against single decisions across handles: each call decided once", func(t *testing.T, s Stores) {
+var _ = add("race/batch decisions against single decisions across handles: each call decided once", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	w := newWorld(t, s)
 	hs := handles(t, w, 4)
@@ -37,24 +37,29 @@ var _ = add("race/batch approval against single decisions across handles: each c
 			c := cs[i%calls]
 			switch i % 4 {
 			case 0:
-				res, err := h.q.ApproveBatch(ctx, queue.BatchInput{Operator: op, Channel: audit.ChannelWeb, Items: items})
+				in := queue.BatchInput{Operator: op, Channel: audit.ChannelWeb, Items: items, Reason: "not now"}
+				decide, kind := h.q.ApproveBatch, "approved:"
+				if i%8 == 4 {
+					decide, kind = h.q.DenyBatch, "denied:"
+				}
+				out, err := decide(ctx, in)
 				if err != nil {
-					t.Errorf("ApproveBatch: %v", err)
+					t.Errorf("%s batch: %v", kind, err)
 					return
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				for _, d := range res.Decided {
-					winner[d.ID] = append(winner[d.ID], "approved:"+op)
+				for _, d := range out.Decided {
+					winner[d.ID] = append(winner[d.ID], kind+op)
 				}
-				for _, d := range res.Dropped {
+				for _, d := range out.Dropped {
 					if !errors.Is(d.Err, queue.ErrNotPending) {
 						t.Errorf("batch: %s dropped with %v, want ErrNotPending", d.CallID, d.Err)
 					}
 					dropped[op] = append(dropped[op], d.CallID)
 				}
-				if len(res.Decided)+len(res.Dropped) != calls {
-					t.Errorf("batch: %d decided and %d dropped of %d", len(res.Decided), len(res.Dropped), calls)
+				if len(out.Decided)+len(out.Dropped) != calls {
+					t.Errorf("batch: %d decided and %d dropped of %d", len(out.Decided), len(out.Dropped), calls)
 				}
 			case 1, 2:
 				_, err := h.q.Approve(ctx, op, audit.ChannelWeb, c.ID, c.Digest)
@@ -97,8 +102,8 @@ var _ = add("race/batch approval against single decisions across handles: each c
 		}
 		for op, ids := range dropped {
 			for _, id := range ids {
-				if winner[id][0] == "approved:"+op {
-					t.Fatalf("round %d: %s dropped out of %s's batch but %s holds its approval", round, id, op, op)
+				if w := winner[id][0]; w == "approved:"+op || w == "denied:"+op {
+					t.Fatalf("round %d: %s dropped out of %s's batch but %s decided it", round, id, op, op)
 				}
 			}
 		}
