@@ -285,3 +285,23 @@ func TestBatchFreezeAndExpiry(t *testing.T) {
 		t.Errorf("the frozen call is %s, want pending", c.Status)
 	}
 }
+
+// TestBatchOwnCall: a call proposed under the operator's own name drops
+// out of their batch; the others are approved.
+func TestBatchOwnCall(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	own, _, err := e.q.Submit(ctx, queue.Principal{Actor: "alice", Audience: "payments-host"},
+		[]byte(`{"tool":"payments.refund","target":"invoice:INV-77","args":`+refundArgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := batchRefund(t, e, "x")
+	res, err := e.q.ApproveBatch(ctx, queue.BatchInput{Operator: "alice", Channel: audit.ChannelWeb, Items: items(own, other)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dropReasons(res); len(res.Decided) != 1 || res.Decided[0].ID != other.ID || !errors.Is(got[own.ID], queue.ErrOwnCall) {
+		t.Fatalf("decided %d, dropped %v; want the other call approved and alice's own dropped with ErrOwnCall", len(res.Decided), got)
+	}
+}
