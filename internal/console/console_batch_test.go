@@ -144,6 +144,9 @@ func TestBatchApproveAll(t *testing.T) {
 	if got := review.doc.Find(`[data-call="` + tricky.ID + `"] [data-testid="batch-drops"]`).Text(); !strings.Contains(got, "look-alike") {
 		t.Errorf("the review page does not say the deceptive call will be left out: %q", got)
 	}
+	if strings.ContainsRune(review.body, '\u202e') || review.doc.Find(`[data-call="`+tricky.ID+`"] [data-testid="deception-warning"]`).Length() != 1 {
+		t.Error("the review page shows the hidden character raw, or without the call's deception warning")
+	}
 	f := batchForm(t, review, "batch-approve-form")
 	// The page showed a digest the stored call no longer has.
 	stale := calls[3]
