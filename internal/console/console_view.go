@@ -47,7 +47,7 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	if query != "" {
 		ws += "?" + query
 	}
-	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), Query: query, Filtered: qq.filtered(),
+	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), MaxBatch: queue.MaxBatch, Query: query, Filtered: qq.filtered(),
 		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn}}
 	if reg := c.q.Tools(); reg != nil {
 		qv.Tools = reg.Names()

@@ -103,26 +103,7 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if err != nil {
 			return err
 		}
-		if digest != c.Digest {
-			return ErrDigestMismatch
-		}
-		if canonical.DigestOf(c.Envelope) != c.Digest {
-			// The stored envelope is not what the digest covers: the
-			// database was edited. Nothing about this call can be trusted.
-			return fmt.Errorf("%w: call %s", ErrIntegrity, c.ID)
-		}
-		if s.ToolChanged(c) {
-			return ErrToolChanged
-		}
-		if f, err := frozen(tx, c.Tool, c.Actor); err != nil {
-			return err
-		} else if f != nil {
-			return &FrozenError{Freeze: *f}
-		}
-		if err := mayApprove(c, u); err != nil {
-			return err
-		}
-		if err := notApprovedAsAnother(tx, c, u); err != nil {
+		if err := s.checkApproval(tx, c, u, digest); err != nil {
 			return err
 		}
 		if c.RequirePasskey && in.Passkey == nil {
@@ -139,38 +120,79 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 			}
 			a.Passkey = &ApprovalPasskey{CredentialID: p.CredentialID, Name: p.Name, Evidence: p.Evidence}
 		}
-		if err := tx.AddApproval(c.ID, a); err != nil {
-			return err
-		}
-		c.Approvals = append(c.Approvals, a)
-		details := map[string]any{"digest": c.Digest, "received": int64(len(c.Approvals)), "required": int64(c.ApprovalsRequired)}
-		if comment != "" {
-			details["comment"] = comment
-		}
-		if u.SSO() {
-			details["operator_name"], details["operator_email"] = u.Shown(), u.Email
-		}
+		details := map[string]any{}
 		if a.Passkey != nil {
 			details["method"] = "passkey"
 			details["passkey"] = map[string]any{"credential_id": base64.RawURLEncoding.EncodeToString(a.Passkey.CredentialID),
 				"name": a.Passkey.Name}
 			details["evidence"] = evidence
 		}
-		if err := tx.Append(s.entry(audit.KindApproved, c, operator, channel, details)); err != nil {
+		if err := s.addApproval(tx, c, u, a, details, pre, emit); err != nil {
 			return err
-		}
-		if len(c.Approvals) >= c.ApprovalsRequired {
-			if err := s.mint(tx, c, now, pre); err != nil {
-				return err
-			}
-			emit(Event{Kind: audit.KindGranted, Call: c})
-		} else {
-			emit(Event{Kind: audit.KindApproved, Call: c})
 		}
 		out = c
 		return nil
 	})
 	return out, err
+}
+
+// checkApproval is every check a person's approval of c makes on the call
+// as stored, in the decision's transaction, whatever the way it is given
+// (one call or a batch): the digest the person was shown is the call's,
+// the stored envelope is what the digest covers, the tool is defined as it
+// was, no freeze covers the call, and u may approve it (mayApprove,
+// notApprovedAsAnother). What the approval must carry besides (a passkey,
+// typed text, a warning's acknowledgement) is checked by the caller.
+func (s *Service) checkApproval(tx Tx, c *Call, u account.User, digest string) error {
+	if digest != c.Digest {
+		return ErrDigestMismatch
+	}
+	if canonical.DigestOf(c.Envelope) != c.Digest {
+		// The stored envelope is not what the digest covers: the
+		// database was edited. Nothing about this call can be trusted.
+		return fmt.Errorf("%w: call %s", ErrIntegrity, c.ID)
+	}
+	if s.ToolChanged(c) {
+		return ErrToolChanged
+	}
+	if f, err := frozen(tx, c.Tool, c.Actor); err != nil {
+		return err
+	} else if f != nil {
+		return &FrozenError{Freeze: *f}
+	}
+	if err := mayApprove(c, u); err != nil {
+		return err
+	}
+	return notApprovedAsAnother(tx, c, u)
+}
+
+// addApproval records approval a of c by u, with its audit entry (details
+// added to the digest, the count and the comment), and mints the grant in
+// the same transaction when a is the last approval c needs.
+func (s *Service) addApproval(tx Tx, c *Call, u account.User, a Approval, details map[string]any, pre *presigned, emit func(Event)) error {
+	if err := tx.AddApproval(c.ID, a); err != nil {
+		return err
+	}
+	c.Approvals = append(c.Approvals, a)
+	details["digest"], details["received"], details["required"] = c.Digest, int64(len(c.Approvals)), int64(c.ApprovalsRequired)
+	if a.Comment != "" {
+		details["comment"] = a.Comment
+	}
+	if u.SSO() {
+		details["operator_name"], details["operator_email"] = u.Shown(), u.Email
+	}
+	if err := tx.Append(s.entry(audit.KindApproved, c, a.Operator, a.Channel, details)); err != nil {
+		return err
+	}
+	if len(c.Approvals) >= c.ApprovalsRequired {
+		if err := s.mint(tx, c, a.At, pre); err != nil {
+			return err
+		}
+		emit(Event{Kind: audit.KindGranted, Call: c})
+	} else {
+		emit(Event{Kind: audit.KindApproved, Call: c})
+	}
+	return nil
 }
 
 // mayDecide is the rule of who may decide, checked inside the decision's

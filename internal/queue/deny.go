@@ -25,22 +25,35 @@ func (s *Service) Deny(ctx context.Context, operator, channel, id, reason string
 		if err != nil {
 			return err
 		}
-		now := s.now()
-		c.Status = StatusDenied
-		c.DecidedAt = now
-		c.Denial = &Denial{By: operator, Channel: channel, Reason: reason, At: now}
-		if err := tx.UpdateCall(c); err != nil {
+		if err := s.deny(tx, c, operator, channel, reason, nil, emit); err != nil {
 			return err
 		}
-		if err := tx.Append(s.entry(audit.KindDenied, c, operator, channel, map[string]any{
-			"digest": c.Digest, "reason": reason})); err != nil {
-			return err
-		}
-		emit(Event{Kind: audit.KindDenied, Call: c})
 		out = c
 		return nil
 	})
 	return out, err
+}
+
+// deny ends pending call c with operator's reason, with its audit entry
+// (details added to the digest and the reason), in the decision's
+// transaction.
+func (s *Service) deny(tx Tx, c *Call, operator, channel, reason string, details map[string]any, emit func(Event)) error {
+	now := s.now()
+	c.Status = StatusDenied
+	c.DecidedAt = now
+	c.Denial = &Denial{By: operator, Channel: channel, Reason: reason, At: now}
+	if err := tx.UpdateCall(c); err != nil {
+		return err
+	}
+	if details == nil {
+		details = map[string]any{}
+	}
+	details["digest"], details["reason"] = c.Digest, reason
+	if err := tx.Append(s.entry(audit.KindDenied, c, operator, channel, details)); err != nil {
+		return err
+	}
+	emit(Event{Kind: audit.KindDenied, Call: c})
+	return nil
 }
 
 // Cancel withdraws one of the principal's pending calls.

@@ -128,6 +128,18 @@
       h.appendChild(copy);
     }
     h.appendChild(document.createTextNode(" · each is decided on its own"));
+    if (members[0].querySelector('input[data-testid="card-select"]')) {
+      var pick = document.createElement("label");
+      pick.className = "group-pick";
+      var box = document.createElement("input");
+      box.type = "checkbox";
+      box.setAttribute("data-testid", "group-select");
+      box.setAttribute("data-group-select", key);
+      pick.appendChild(box);
+      pick.appendChild(document.createTextNode(" select all in this group"));
+      h.appendChild(document.createTextNode(" "));
+      h.appendChild(pick);
+    }
     return h;
   }
   function orderQueue() {
@@ -172,6 +184,54 @@
       var base = links[l].getAttribute("href").split("?")[0];
       links[l].setAttribute("href", query ? base + "?" + query : base);
     }
+  }
+
+  // Batch review: each card's box belongs to the batch form
+  // (form="batch-form"), whose button says how many are ticked; a group's
+  // heading ticks or clears its whole group; x ticks the focused card.
+  // Nothing here decides: the form opens the review page.
+  function batchBoxes(group) {
+    var sel = '#queue-list article[data-call]' + (group !== undefined ? '[data-group="' + group + '"]' : "") +
+      ' input[data-testid="card-select"]';
+    return Array.prototype.slice.call(document.querySelectorAll(sel));
+  }
+  function updateBatch() {
+    var form = document.getElementById("batch-form");
+    if (!form) return;
+    var boxes = batchBoxes(), n = 0;
+    for (var i = 0; i < boxes.length; i++) if (boxes[i].checked) n++;
+    var max = parseInt(form.getAttribute("data-max"), 10) || 50;
+    var count = form.querySelector('[data-testid="batch-count"]');
+    if (count) count.textContent = n > max ? n + " selected (at most " + max + ")" : n + " selected";
+    var btn = form.querySelector('[data-testid="batch-review"]');
+    if (btn) btn.disabled = n === 0 || n > max;
+    var heads = document.querySelectorAll("#queue-list [data-group-select]");
+    for (var h = 0; h < heads.length; h++) {
+      var members = batchBoxes(heads[h].getAttribute("data-group-select")), on = 0;
+      for (var m = 0; m < members.length; m++) if (members[m].checked) on++;
+      heads[h].checked = members.length > 0 && on === members.length;
+      heads[h].indeterminate = on > 0 && on < members.length;
+    }
+  }
+  function onBatchChange(e) {
+    var t = e.target;
+    if (!t || !t.getAttribute) return;
+    var group = t.getAttribute("data-group-select");
+    if (group !== null) {
+      var members = batchBoxes(group);
+      for (var i = 0; i < members.length; i++) members[i].checked = t.checked;
+    } else if (t.getAttribute("data-testid") !== "card-select") {
+      return;
+    }
+    updateBatch();
+  }
+  function toggleRow() {
+    var cur = document.querySelector("#queue-list article.selected") ||
+      (document.activeElement && document.activeElement.closest && document.activeElement.closest("article[data-call]"));
+    var box = cur && cur.querySelector('input[data-testid="card-select"]');
+    if (!box) return;
+    box.checked = !box.checked;
+    updateBatch();
   }
 
   // Keys: j/k move between cards, o opens one, a goes to Approve (it still
@@ -226,7 +286,7 @@
   function onKey(e) {
     if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
     var t = e.target;
-    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) {
+    if (t && (t.isContentEditable || (/^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== "checkbox"))) {
       if (e.key === "Escape") t.blur();
       return;
     }
@@ -234,6 +294,7 @@
       case "j": select(1); break;
       case "k": select(-1); break;
       case "o": openSelected(); break;
+      case "x": toggleRow(); break;
       case "a": goApprove(); break;
       case "d": goDeny(); break;
       case "?": toggleKeys(); break;
@@ -350,7 +411,9 @@
   }
   function fieldKey(el, root) {
     var owner = el.parentNode && el.parentNode.closest ? el.parentNode.closest("[id]") : null;
-    var form = el.form || el.closest("form");
+    // A field outside its form (form="ID") has no form while it is in a
+    // fragment not yet on the page; its key names the form all the same.
+    var form = el.form || (el.getAttribute("form") && document.getElementById(el.getAttribute("form"))) || el.closest("form");
     var box = el.type === "checkbox" || el.type === "radio";
     return [owner ? owner.id : (root && root.id) || "", form ? form.getAttribute("action") || "" : "",
       el.tagName, el.name || "#" + el.id, box ? el.value : ""].join("|");
@@ -417,7 +480,9 @@
     tick();
     orderQueue();
     countCards();
+    updateBatch();
     document.addEventListener("keydown", onKey);
+    document.addEventListener("change", onBatchChange);
     document.addEventListener("submit", fillQuery, true);
     document.addEventListener("click", onCopy);
     collapseLong(document);
@@ -465,6 +530,6 @@
       carryFields(d.target, d.fragment);
     });
     body.addEventListener("htmx:oobAfterSwap", restoreFocus);
-    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); updateBatch(); });
   });
 })();

@@ -265,8 +265,10 @@ type Block struct {
 // QueueView is the queue page.
 type QueueView struct {
 	Page
-	Cards  []Card
-	Blocks []Block
+	// MaxBatch is how many calls one batch review may hold.
+	MaxBatch int
+	Cards    []Card
+	Blocks   []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
 	Message      string
@@ -325,6 +327,9 @@ type ArgNode struct {
 	// Length in characters and a "show all"; it is in the page whole.
 	Long   bool
 	Length int
+	// Differs marks, on a batch's review page, a value that is not the
+	// same in every call of the batch (or missing from some).
+	Differs bool
 }
 
 // Viewing is one person with a call's page open.
@@ -664,4 +669,61 @@ func toolDigests(s StatusView) string {
 		return "Made under definition " + made + "."
 	}
 	return "Made under definition " + made + "; this console's is " + shortDigest(s.ToolHere) + "."
+}
+
+// BatchView is the review page of several pending calls read together
+// before one decision on all of them.
+type BatchView struct {
+	Page
+	Calls []BatchCall
+	// Differs names the facts that are not the same in every call of the
+	// batch: tool, target, actor, audience.
+	Differs map[string]bool
+	// Gone are the selected calls that are not offered: no longer pending,
+	// or unknown.
+	Gone []BatchLine
+	CSRF string
+	// Presented is the page's presentation token, posted with the
+	// decision.
+	Presented string
+	Error     string
+	Reason    string
+}
+
+// LeftOut counts the calls a batch approval would leave out, as the page
+// can tell.
+func (v BatchView) LeftOut() int {
+	n := 0
+	for _, c := range v.Calls {
+		if c.Drops != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// BatchCall is one call on a batch's review page.
+type BatchCall struct {
+	CallView
+	Digest string
+	// Drops says why a batch approval will leave this call out ("" when
+	// it will not): it is decided on its own page.
+	Drops string
+}
+
+// BatchResultView says what a batch decision did.
+type BatchResultView struct {
+	Page
+	Denied  bool
+	Reason  string
+	Decided []BatchLine
+	Dropped []BatchLine
+}
+
+// BatchLine is one call in a batch's result: what it is and, for a call
+// that dropped out, why and what to do next.
+type BatchLine struct {
+	ID           string
+	Tool, Target Text
+	Why          string
 }
