@@ -144,7 +144,12 @@ func TestCovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(f func(*Call)) Call { c := base; c.Args = append(canonical.Object(nil), base.Args...); f(&c); return c }
+	call := func(f func(*Call)) Call {
+		c := base
+		c.Args = append(canonical.Object(nil), base.Args...)
+		f(&c)
+		return c
+	}
 	set := func(js string) func(*Call) { return func(c *Call) { c.Args = mustArgs(t, js) } }
 	tests := []struct {
 		name   string
