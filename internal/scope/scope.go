@@ -122,6 +122,8 @@ func Materialise(base Call, t *tools.Tool, c Choices, now time.Time) (*Scope, er
 	case base.Tool != t.Name || base.ToolDigest != t.DefinitionDigest:
 		return nil, fmt.Errorf("%w: the call is of %s under definition %s; the tool is %s under %s",
 			ErrToolMismatch, base.Tool, short(base.ToolDigest), t.Name, short(t.DefinitionDigest))
+	case t.Target == nil || !t.Target.MatchString(base.Target):
+		return nil, fmt.Errorf("%w: its target %q does not match the tool's pattern %s", ErrBaseOutside, base.Target, t.TargetPattern)
 	case c.Uses < 1 || c.Uses > a.MaxUses:
 		return nil, fmt.Errorf("%w: %d uses; %s allows 1 to %d", ErrUses, c.Uses, t.Name, a.MaxUses)
 	}
