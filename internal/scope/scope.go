@@ -89,7 +89,8 @@ type Scope struct {
 }
 
 // Member is an operator's choice for one varying args member: Max for an
-// integer, In for an enum. The zero value keeps the member equal.
+// integer, In for an enum, exactly one of them. A member without a choice
+// stays equal to the base call's.
 type Member struct {
 	Max *int64
 	In  []string
@@ -155,7 +156,10 @@ func Materialise(base Call, t *tools.Tool, c Choices, now time.Time) (*Scope, er
 		kind, schemaMax, hasMax, enum := t.VaryOf(ptr)
 		switch {
 		case kind == tools.VaryInteger && m.Max != nil && m.In == nil:
-			n, _ := v.(int64)
+			n, isInt := v.(int64)
+			if !isInt {
+				return nil, fmt.Errorf("%w: %s is not an integer in the base call", ErrBaseOutside, ptr)
+			}
 			if hasMax && *m.Max > schemaMax {
 				return nil, fmt.Errorf("%w: %s at most %d; the schema allows at most %d", ErrAboveMaximum, ptr, *m.Max, schemaMax)
 			}
