@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/store"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -175,6 +176,26 @@ var sentinels = []struct {
 		"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.", ""},
 	{store.ErrUnavailable, http.StatusServiceUnavailable, "unavailable",
 		"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.", ""},
+	{scope.ErrNoAllowance, http.StatusForbidden, "allowance_not_allowed",
+		"this tool does not allow allowances (its tools file entry has no allowance block); approve each call on its own", ""},
+	{scope.ErrPasskeyTool, http.StatusForbidden, "allowance_not_allowed",
+		"this tool's approvals can require a passkey, and such a tool is never covered by an allowance; approve each call on its own", ""},
+	{scope.ErrToolMismatch, http.StatusConflict, "tool_changed",
+		"the call was made under another definition of the tool; nothing was given. Reload the call: it can no longer be the base of an allowance", ""},
+	{scope.ErrUses, http.StatusBadRequest, "allowance_uses",
+		fmt.Sprintf("choose how many calls the allowance covers: at least 1 and at most the tool's max_uses (never above %d)", tools.MaxAllowanceUses), ""},
+	{scope.ErrUntil, http.StatusBadRequest, "allowance_until",
+		"choose when the allowance ends: after now and within the tool's max_for", ""},
+	{scope.ErrNotVariable, http.StatusBadRequest, "allowance_not_variable",
+		"only the members the tool lists under allowance: vary may differ, an integer by a maximum and an enum by a subset, and only when the base call has them; keep the others equal", ""},
+	{scope.ErrAboveMaximum, http.StatusBadRequest, "allowance_above_maximum",
+		"the maximum you typed is above what the tool's schema allows; type a smaller one", ""},
+	{scope.ErrNotInEnum, http.StatusBadRequest, "allowance_not_in_enum",
+		"choose values only from the member's enum in the tool's schema", ""},
+	{scope.ErrBaseOutside, http.StatusBadRequest, "allowance_excludes_base",
+		"the allowance would not cover the call it is given from: the maximum must be at least its value, the subset must hold its value, the prefix must start its target", ""},
+	{scope.ErrMalformed, http.StatusBadRequest, "invalid_scope",
+		"the scope is not a canonical scope as described in docs/allowances.md; send the scope exactly as the console wrote it", ""},
 }
 
 // Of maps any error to the API's status, code and message; an error

@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/store"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -47,6 +48,11 @@ var examples = map[string]error{
 	"queue.ErrFilter": queue.ErrFilter, "queue.ErrToolChanged": queue.ErrToolChanged,
 	"queue.ErrFreezeScope": queue.ErrFreezeScope, "queue.ErrFreezeReason": queue.ErrFreezeReason,
 	"queue.ErrNotAdmin": queue.ErrNotAdmin,
+
+	"scope.ErrNoAllowance": scope.ErrNoAllowance, "scope.ErrPasskeyTool": scope.ErrPasskeyTool,
+	"scope.ErrToolMismatch": scope.ErrToolMismatch, "scope.ErrUses": scope.ErrUses, "scope.ErrUntil": scope.ErrUntil,
+	"scope.ErrNotVariable": scope.ErrNotVariable, "scope.ErrAboveMaximum": scope.ErrAboveMaximum,
+	"scope.ErrNotInEnum": scope.ErrNotInEnum, "scope.ErrBaseOutside": scope.ErrBaseOutside, "scope.ErrMalformed": scope.ErrMalformed,
 
 	"queue.SamePersonError":   &queue.SamePersonError{Operator: "bob", Other: "oidc:idp/bob"},
 	"queue.OwnerError":        &queue.OwnerError{Operator: "bob", Owner: "bob"},
@@ -95,7 +101,7 @@ var examples = map[string]error{
 // not list, or that Of answers as an unknown internal error: every refusal
 // has its own code, status and message, the same on every transport.
 func TestEveryDomainErrorHasARow(t *testing.T) {
-	found := exportedErrors(t, "queue", "account", "grant", "tools", "store")
+	found := exportedErrors(t, "queue", "account", "grant", "tools", "store", "scope")
 	if len(found) < 60 {
 		t.Fatalf("found only %d exported errors: is the walk reading the right folders?", len(found))
 	}

@@ -188,6 +188,9 @@ type Tool struct {
 	// Approvers says who may approve the tool's calls (approvers: {roles,
 	// groups}); empty lets every operator who may decide approve.
 	Approvers Approvers
+	// Allowance is the tool's opt-in to allowances; nil when operators may
+	// not give one (the default).
+	Allowance *Allowance
 	// Rules are the tool's rules in file order; the first that matches a
 	// call decides it. Compiled and checked by the policy package.
 	Rules []RuleSpec

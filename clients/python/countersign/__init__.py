@@ -25,18 +25,21 @@ Errors are exceptions carrying the API's code, message and problems
 (``e.to_dict()`` is the API's error shape, ready for a model when
 ``e.refusal``: a bad or revoked token, a 5xx or an unreachable console is
 the application's to handle, not the model's).
-``digest_of(envelope)`` recomputes a call's digest (RFC 8785 + SHA-256).
+``digest_of(envelope)`` recomputes a call's digest (RFC 8785 + SHA-256);
+``scope_digest(scope)`` an allowance's scope digest.
 """
 
 from ._async import AsyncClient
 from ._canonical import (
     DIGEST_PREFIX,
     MAX_SAFE_INTEGER,
+    SCOPE_DIGEST_PREFIX,
     canonical_bytes,
     canonical_envelope,
     digest_of,
     envelope,
     format_number,
+    scope_digest,
     valid_tool_name,
     without,
 )
@@ -87,7 +90,7 @@ __version__ = "1.0.0"
 
 __all__ = [
     "DIGEST_PREFIX", "MAX_SAFE_INTEGER", "canonical_bytes", "canonical_envelope", "digest_of", "envelope",
-    "format_number", "valid_tool_name", "without",
+    "format_number", "valid_tool_name", "without", "SCOPE_DIGEST_PREFIX", "scope_digest",
     "OUTCOME_FAILED", "OUTCOME_LEASE_EXPIRED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED",
     "STATUS_CANCELLED", "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
     "STATUS_REVOKED",

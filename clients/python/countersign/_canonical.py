@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 from ._errors import DigestError, Problem
 
 DIGEST_PREFIX = b"countersign/v1/call:"
+SCOPE_DIGEST_PREFIX = b"countersign/v1/scope:"
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_ARGS_DEPTH = 32
 MAX_TOOL_BYTES = 128
@@ -372,6 +373,17 @@ def digest_of(env: Mapping[str, Any], *, number_paths: NumberPaths = None) -> st
     console's problem codes and pointers, for anything the console refuses.
     """
     return hashlib.sha256(DIGEST_PREFIX + canonical_envelope(env, number_paths=number_paths)).hexdigest()
+
+
+def scope_digest(scope: Mapping[str, Any]) -> str:
+    """Return the digest of an allowance's scope (docs/allowances.md):
+    lowercase hex SHA-256 of ``countersign/v1/scope:`` followed by the
+    RFC 8785 bytes of the materialised scope, as the console shows it with
+    the scope in words. Raises DigestError for anything that is not JSON
+    the console accepts (fractions, integers beyond ±(2^53−1))."""
+    if not isinstance(scope, Mapping):
+        raise TypeError("a scope is a JSON object (a dict)")
+    return hashlib.sha256(SCOPE_DIGEST_PREFIX + canonical_bytes(scope)).hexdigest()
 
 
 def without(args: Mapping[str, Any], pointers: Iterable[str]) -> dict:

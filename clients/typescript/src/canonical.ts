@@ -17,6 +17,7 @@ import { DigestError, type Problem } from './errors.js';
 import type { JsonObject } from './types.js';
 
 export const DIGEST_PREFIX = 'countersign/v1/call:';
+export const SCOPE_DIGEST_PREFIX = 'countersign/v1/scope:';
 export const MAX_ARGS_DEPTH = 32;
 export const MAX_TOOL_BYTES = 128;
 export const MAX_TARGET_BYTES = 512;
@@ -289,6 +290,17 @@ export function canonicalEnvelope(env: Envelope, options: CanonicalOptions = {})
  * the console's codes and pointers, for anything the console refuses. */
 export function digestOf(env: Envelope, options: CanonicalOptions = {}): string {
   return createHash('sha256').update(DIGEST_PREFIX + canonicalEnvelope(env, options), 'utf8').digest('hex');
+}
+
+/** The digest of an allowance's scope (docs/allowances.md): lowercase hex
+ * SHA-256 of `countersign/v1/scope:` and the RFC 8785 bytes of the
+ * materialised scope, as the console shows it with the scope in words.
+ * Throws DigestError for anything that is not JSON the console accepts. */
+export function scopeDigest(scope: JsonObject): string {
+  if (scope === null || typeof scope !== 'object' || Array.isArray(scope)) {
+    throw new TypeError('a scope is a JSON object');
+  }
+  return createHash('sha256').update(SCOPE_DIGEST_PREFIX + canonicalize(scope), 'utf8').digest('hex');
 }
 
 /** A copy of args without the members the JSON Pointers (relative to args,

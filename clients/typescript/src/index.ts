@@ -13,10 +13,12 @@ export { Client, decided, specOf, DEFAULT_MAX_OUTAGE_MS, DEFAULT_POLL_WAIT_MS, D
 export type { ClientOptions, VerifyOptions, WaitOptions } from './client.js';
 export {
   DIGEST_PREFIX,
+  SCOPE_DIGEST_PREFIX,
   canonicalEnvelope,
   canonicalize,
   digestOf,
   envelope,
+  scopeDigest,
   validToolName,
   without,
 } from './canonical.js';
