@@ -40,6 +40,11 @@ type Store interface {
 	Blocks(ctx context.Context) ([]Block, error)
 	// Freezes lists the freezes in force, oldest first.
 	Freezes(ctx context.Context) ([]Freeze, error)
+	// Allowances lists allowances, newest first (AllowanceFilter).
+	Allowances(ctx context.Context, f AllowanceFilter) ([]*Allowance, error)
+	// Allowance reads one allowance; ErrAllowanceNotFound when there is
+	// none.
+	Allowance(ctx context.Context, id string) (*Allowance, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return
@@ -101,6 +106,36 @@ type Tx interface {
 	// LastRollback returns when the latest rollback was accepted (zero when
 	// none was): grants issued at or before then are refused.
 	LastRollback() (time.Time, error)
+	// InsertAllowance stores a new allowance (nothing used, not ended).
+	InsertAllowance(a *Allowance) error
+	// Allowance reads one allowance; ErrAllowanceNotFound when there is
+	// none.
+	Allowance(id string) (*Allowance, error)
+	// AllowancesFor lists the allowances of actor, audience and tool that
+	// have not ended, oldest first, at most limit.
+	AllowancesFor(actor, audience, tool string, limit int) ([]*Allowance, error)
+	// LiveAllowances counts the allowances live at now (not ended, until
+	// after now, uses left) of tool and of giver, stopping at limit each.
+	LiveAllowances(tool, giver string, now time.Time, limit int) (ofTool, ofGiver int, err error)
+	// SetConfirmers replaces the confirmers of an allowance that has not
+	// ended; ErrAllowanceNotFound when there is no such allowance, or it
+	// has ended.
+	SetConfirmers(id string, confirmers []string) error
+	// UseAllowance counts one use of the allowance for the call, and
+	// records it, only if the allowance has not ended, is still before
+	// its until at u.At, has a use left and (u.Once) has not approved
+	// u.Digest before. It reports whether it did; false changes nothing.
+	// The count is checked by the statement that makes it, so no number
+	// of concurrent transactions, processes or replicas counts more than
+	// the allowance's uses.
+	UseAllowance(u AllowanceUse) (bool, error)
+	// EndAllowance ends an allowance that has not ended yet, with the
+	// reason, by whom and when; it reports false, and changes nothing,
+	// when it had ended already.
+	EndAllowance(id, reason, by string, at time.Time) (bool, error)
+	// AllowanceCalls lists the ids of the calls the allowance approved, in
+	// the order of its uses.
+	AllowanceCalls(id string) ([]string, error)
 	// AfterCommit registers fn to run once the transaction has committed,
 	// before Update returns, and not at all if it does not commit. The
 	// functions of successive commits run in the order of the commits,
