@@ -176,6 +176,18 @@ var sentinels = []struct {
 		"the console's database went back to an older state while running; nothing is acknowledged. An administrator must restore the newer database or accept the rollback.", ""},
 	{store.ErrUnavailable, http.StatusServiceUnavailable, "unavailable",
 		"the console cannot write to its database right now (disk full or read-only); nothing was changed. Retry later.", ""},
+	{queue.ErrAllowanceNotFound, http.StatusNotFound, "allowance_not_found", "no allowance has that id; console allowance list shows them", ""},
+	{queue.ErrScopeMismatch, http.StatusConflict, "scope_mismatch",
+		"the allowance you were shown is not the one the call and the tool make now (the call, the tool or your choices changed); nothing was given. Reload the call, read the allowance's words again and give it again", ""},
+	{queue.ErrAllowancesPerTool, http.StatusTooManyRequests, "allowances_per_tool",
+		fmt.Sprintf("this tool has as many live allowances as it may (%d by default); nothing was given. Revoke one that is no longer needed (console allowance list), or approve the call on its own", queue.DefaultMaxAllowancesPerTool), ""},
+	{queue.ErrAllowancesPerGiver, http.StatusTooManyRequests, "allowances_per_giver",
+		fmt.Sprintf("you have given as many live allowances as you may (%d by default); nothing was given. Revoke one of yours that is no longer needed (console allowance list), or approve the call on its own", queue.DefaultMaxAllowancesPerGiver), ""},
+	{queue.ErrAllowanceConfirmed, http.StatusConflict, "allowance_confirmed", "the allowance has every confirmer it needs already; nothing was changed", ""},
+	{queue.ErrAlreadyConfirmer, http.StatusConflict, "already_confirmed", "you are a confirmer of this allowance already; it needs another person", ""},
+	{queue.ErrMayNotRevoke, http.StatusForbidden, "may_not_revoke",
+		"only the allowance's giver, an operator allowed to approve its tool, or an admin may revoke it; ask one of them", ""},
+	{queue.ErrAllowanceEnded, http.StatusConflict, "allowance_ended", "the allowance has ended; it approves nothing more", ""},
 	{scope.ErrNoAllowance, http.StatusForbidden, "allowance_not_allowed",
 		"this tool does not allow allowances (its tools file entry has no allowance block); approve each call on its own", ""},
 	{scope.ErrPasskeyTool, http.StatusForbidden, "allowance_not_allowed",
@@ -218,6 +230,7 @@ func Of(err error) *Error {
 		fe *queue.FilterError
 		ie *queue.IntegrityError
 		ce *queue.ConfirmationError
+		ea *queue.AllowanceEndedError
 		in *account.InputError
 		sh *account.ShadowError
 		fn *queue.NameError
@@ -276,6 +289,8 @@ func Of(err error) *Error {
 	case errors.As(err, &ce):
 		return New(http.StatusConflict, "confirmation_mismatch",
 			"to approve, type %s exactly as shown (%q) in the call page's field, or pass it with --confirm to console approve; nothing was approved", ce.Describe, ce.Want)
+	case errors.As(err, &ea):
+		return New(http.StatusConflict, "allowance_ended", "allowance %s has ended (%s); it approves nothing more", ea.ID, endedWhy(ea.Reason))
 	case errors.As(err, &fe):
 		return New(http.StatusBadRequest, "bad_filter", "invalid history filter: %s", fe.Reason)
 	case errors.As(err, &in):
@@ -325,4 +340,21 @@ func proposalError(pe *queue.ProposalError) *Error {
 		}
 	}
 	return ae
+}
+
+// endedWhy says why an allowance ended, for people.
+func endedWhy(reason string) string {
+	switch reason {
+	case queue.EndRevoked:
+		return "revoked"
+	case queue.EndToolChanged:
+		return "the tool's definition changed"
+	case queue.EndConfirmerDisabled:
+		return "a confirmer was disabled or can no longer approve the tool"
+	case queue.EndExpired:
+		return "its time ran out"
+	case queue.EndUsedUp:
+		return "it approved every call it could"
+	}
+	return "ended"
 }

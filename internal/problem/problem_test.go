@@ -47,7 +47,12 @@ var examples = map[string]error{
 	"queue.ErrNotAnApprover": queue.ErrNotAnApprover, "queue.ErrWarningNotAcknowledged": queue.ErrWarningNotAcknowledged,
 	"queue.ErrFilter": queue.ErrFilter, "queue.ErrToolChanged": queue.ErrToolChanged,
 	"queue.ErrFreezeScope": queue.ErrFreezeScope, "queue.ErrFreezeReason": queue.ErrFreezeReason,
-	"queue.ErrNotAdmin": queue.ErrNotAdmin,
+	"queue.ErrNotAdmin":          queue.ErrNotAdmin,
+	"queue.ErrAllowanceNotFound": queue.ErrAllowanceNotFound, "queue.ErrScopeMismatch": queue.ErrScopeMismatch,
+	"queue.ErrAllowancesPerTool": queue.ErrAllowancesPerTool, "queue.ErrAllowancesPerGiver": queue.ErrAllowancesPerGiver,
+	"queue.ErrAllowanceConfirmed": queue.ErrAllowanceConfirmed, "queue.ErrAlreadyConfirmer": queue.ErrAlreadyConfirmer,
+	"queue.ErrMayNotRevoke": queue.ErrMayNotRevoke, "queue.ErrAllowanceEnded": queue.ErrAllowanceEnded,
+	"queue.AllowanceEndedError": &queue.AllowanceEndedError{ID: "alw_1", Reason: queue.EndRevoked},
 
 	"scope.ErrNoAllowance": scope.ErrNoAllowance, "scope.ErrPasskeyTool": scope.ErrPasskeyTool,
 	"scope.ErrToolMismatch": scope.ErrToolMismatch, "scope.ErrUses": scope.ErrUses, "scope.ErrUntil": scope.ErrUntil,

@@ -2,12 +2,67 @@ package queue
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
 
-// ErrAllowanceNotFound is an allowance id nothing is stored under.
-var ErrAllowanceNotFound = errors.New("queue: allowance not found")
+// Bounds of allowances (invariant 19): live allowances per tool and per
+// giver.
+const (
+	DefaultMaxAllowancesPerTool  = 20
+	DefaultMaxAllowancesPerGiver = 20
+)
+
+// ChannelAllowance is the channel of an approval an allowance gave in its
+// confirmers' names; Approval.Method reports it as "allowance".
+const ChannelAllowance = "allowance"
+
+// Audit kinds of allowances.
+const (
+	KindAllowanceGiven     = "allowance_given"
+	KindAllowanceConfirmed = "allowance_confirmed"
+	KindAllowanceRevoked   = "allowance_revoked"
+	KindAllowanceEnded     = "allowance_ended"
+)
+
+// Refusals of giving, confirming and revoking allowances.
+var (
+	// ErrAllowanceNotFound is an allowance id nothing is stored under.
+	ErrAllowanceNotFound = errors.New("queue: allowance not found")
+	// ErrScopeMismatch is a scope digest that is not the digest of the
+	// scope as made now from the stored call and the tool (or of the
+	// allowance being confirmed): the person was shown something else.
+	ErrScopeMismatch = errors.New("queue: the scope differs from the one you were shown; nothing was given")
+	// ErrAllowancesPerTool and ErrAllowancesPerGiver refuse an allowance
+	// beyond the live ones a tool, or a giver, may have.
+	ErrAllowancesPerTool  = errors.New("queue: the tool has as many live allowances as it may")
+	ErrAllowancesPerGiver = errors.New("queue: the operator has given as many live allowances as they may")
+	// ErrAllowanceConfirmed is a confirmation of an allowance that has
+	// every confirmer it needs.
+	ErrAllowanceConfirmed = errors.New("queue: the allowance has every confirmer it needs")
+	// ErrAlreadyConfirmer is a confirmation by one of the allowance's
+	// confirmers.
+	ErrAlreadyConfirmer = errors.New("queue: the operator is a confirmer of this allowance already")
+	// ErrMayNotRevoke is a revocation by someone who is neither the
+	// allowance's giver, nor allowed to approve its tool, nor an admin.
+	ErrMayNotRevoke = errors.New("queue: only the allowance's giver, an operator allowed to approve its tool, or an admin revokes it")
+	// ErrAllowanceEnded is the refusal of an allowance that has ended.
+	ErrAllowanceEnded = errors.New("queue: the allowance has ended")
+)
+
+// AllowanceEndedError is ErrAllowanceEnded with why it ended.
+type AllowanceEndedError struct {
+	ID     string
+	Reason string // EndRevoked, ...
+}
+
+func (e *AllowanceEndedError) Error() string {
+	return fmt.Sprintf("queue: allowance %s has ended (%s)", e.ID, e.Reason)
+}
+
+// Unwrap makes an *AllowanceEndedError an ErrAllowanceEnded.
+func (e *AllowanceEndedError) Unwrap() error { return ErrAllowanceEnded }
 
 // Allowance is an operator's bounded, standing approval of calls like one
 // pending call (its base call): up to Uses calls that its scope covers,
@@ -70,6 +125,24 @@ func (a *Allowance) Confirmed() bool { return len(a.Confirmers) >= a.ConfirmersN
 // is live (it counts against the bounds) but covers nothing yet.
 func (a *Allowance) Live(now time.Time) bool {
 	return !a.Ended() && now.Before(a.Until) && a.Used < a.Uses
+}
+
+// State says where the allowance is at now, for lists: "waiting" for
+// confirmers, "live", or why it ended (EndRevoked, ...; an allowance past
+// its until, or with no use left, that has not been seen since is
+// "expired" or "used_up").
+func (a *Allowance) State(now time.Time) string {
+	switch {
+	case a.Ended():
+		return a.EndReason
+	case a.Used >= a.Uses:
+		return EndUsedUp
+	case !now.Before(a.Until):
+		return EndExpired
+	case !a.Confirmed():
+		return "waiting"
+	}
+	return "live"
 }
 
 // Left is how many uses the allowance has left.

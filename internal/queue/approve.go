@@ -170,6 +170,15 @@ func (s *Service) checkApproval(tx Tx, c *Call, u account.User, digest string) e
 // added to the digest, the count and the comment), and mints the grant in
 // the same transaction when a is the last approval c needs.
 func (s *Service) addApproval(tx Tx, c *Call, u account.User, a Approval, details map[string]any, pre *presigned, emit func(Event)) error {
+	if err := s.recordApproval(tx, c, u, a, details); err != nil {
+		return err
+	}
+	return s.mintIfComplete(tx, c, a.At, pre, emit)
+}
+
+// recordApproval stores approval a of c by u with its audit entry
+// (details added to the digest, the count and the comment).
+func (s *Service) recordApproval(tx Tx, c *Call, u account.User, a Approval, details map[string]any) error {
 	if err := tx.AddApproval(c.ID, a); err != nil {
 		return err
 	}
@@ -181,11 +190,14 @@ func (s *Service) addApproval(tx Tx, c *Call, u account.User, a Approval, detail
 	if u.SSO() {
 		details["operator_name"], details["operator_email"] = u.Shown(), u.Email
 	}
-	if err := tx.Append(s.entry(audit.KindApproved, c, a.Operator, a.Channel, details)); err != nil {
-		return err
-	}
+	return tx.Append(s.entry(audit.KindApproved, c, a.Operator, a.Channel, details))
+}
+
+// mintIfComplete mints c's grant at now when c has the approvals it
+// requires, and emits the change.
+func (s *Service) mintIfComplete(tx Tx, c *Call, now time.Time, pre *presigned, emit func(Event)) error {
 	if len(c.Approvals) >= c.ApprovalsRequired {
-		if err := s.mint(tx, c, a.At, pre); err != nil {
+		if err := s.mint(tx, c, now, pre); err != nil {
 			return err
 		}
 		emit(Event{Kind: audit.KindGranted, Call: c})

@@ -43,6 +43,10 @@ type Event struct {
 	Reason string
 	// Freeze is set for frozen and unfrozen.
 	Freeze *Freeze
+	// Allowance is set for the changes of an allowance (KindAllowanceGiven,
+	// KindAllowanceConfirmed, KindAllowanceRevoked, KindAllowanceEnded):
+	// the allowance after the change.
+	Allowance *Allowance
 	// Remote marks a change another server committed to the shared store
 	// (a replica), published here by Apply: waiters wake and pages update
 	// as for a local change, but it was not made here (metrics count only
@@ -73,6 +77,12 @@ type Config struct {
 	// for a decision (default DefaultMaxPendingPerToken); one more is
 	// refused with ErrTooManyPending and stored nowhere.
 	MaxPendingPerToken int
+	// MaxAllowancesPerTool and MaxAllowancesPerGiver bound the live
+	// allowances of one tool and of one giver (defaults
+	// DefaultMaxAllowancesPerTool, DefaultMaxAllowancesPerGiver); one more
+	// is refused.
+	MaxAllowancesPerTool  int
+	MaxAllowancesPerGiver int
 }
 
 // Service applies the queue's rules. It is safe for concurrent use; the
@@ -82,12 +92,15 @@ type Service struct {
 	maxBlocks int
 	// maxPending bounds the pending calls of one token (Config.MaxPendingPerToken).
 	maxPending int
-	tools      *tools.Registry
-	policy     *policy.Policy
-	signer     Signer
-	now        func() time.Time
-	log        *slog.Logger
-	notify     Notifier
+	// maxAllowancesTool and maxAllowancesGiver bound live allowances
+	// (Config.MaxAllowancesPerTool, Config.MaxAllowancesPerGiver).
+	maxAllowancesTool, maxAllowancesGiver int
+	tools                                 *tools.Registry
+	policy                                *policy.Policy
+	signer                                Signer
+	now                                   func() time.Time
+	log                                   *slog.Logger
+	notify                                Notifier
 
 	waiters waiters
 
@@ -119,12 +132,14 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
-		maxBlocks:  cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
-		maxPending: cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
-		waiters:    waiters{m: map[string]map[chan *Call]struct{}{}},
-		kick:       make(chan struct{}, 1),
-		leaseKick:  make(chan struct{}, 1),
-		stopping:   make(chan struct{}),
+		maxBlocks:          cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
+		maxPending:         cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
+		maxAllowancesTool:  cmp.Or(max(cfg.MaxAllowancesPerTool, 0), DefaultMaxAllowancesPerTool),
+		maxAllowancesGiver: cmp.Or(max(cfg.MaxAllowancesPerGiver, 0), DefaultMaxAllowancesPerGiver),
+		waiters:            waiters{m: map[string]map[chan *Call]struct{}{}},
+		kick:               make(chan struct{}, 1),
+		leaseKick:          make(chan struct{}, 1),
+		stopping:           make(chan struct{}),
 	}
 }
 
@@ -183,6 +198,9 @@ func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) e
 		err := fn(tx, func(ev Event) {
 			if ev.Call != nil {
 				ev.Call = ev.Call.Clone()
+			}
+			if ev.Allowance != nil {
+				ev.Allowance = ev.Allowance.Clone()
 			}
 			events = append(events, ev)
 		})

@@ -133,8 +133,8 @@ type Tx interface {
 	// reason, by whom and when; it reports false, and changes nothing,
 	// when it had ended already.
 	EndAllowance(id, reason, by string, at time.Time) (bool, error)
-	// AllowanceCalls lists the ids of the calls the allowance approved, in
-	// the order of its uses.
+	// AllowanceCalls lists the ids of the calls the allowance approved, by
+	// the time of their use, then by id.
 	AllowanceCalls(id string) ([]string, error)
 	// AfterCommit registers fn to run once the transaction has committed,
 	// before Update returns, and not at all if it does not commit. The

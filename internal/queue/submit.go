@@ -196,7 +196,10 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		}
 		result, created = c, true
 		emit(Event{Kind: audit.KindSubmitted, Call: c})
-		return s.applyRule(tx, c, decision, pre, emit)
+		if err := s.applyRule(tx, c, decision, pre, emit); err != nil {
+			return err
+		}
+		return s.coverByAllowance(tx, c, t, decision, emit)
 	})
 	var denied *PolicyDeniedError
 	if errors.As(err, &denied) {

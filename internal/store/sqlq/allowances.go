@@ -179,8 +179,8 @@ func EndAllowance(ctx context.Context, q Querier, id, reason, by string, at time
 	return n == 1, nil
 }
 
-// AllowanceCalls lists the calls an allowance approved, in the order of its
-// uses.
+// AllowanceCalls lists the calls an allowance approved, by the time of
+// their use, then by id.
 func AllowanceCalls(ctx context.Context, q Querier, id string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT call_id FROM allowance_uses WHERE allowance_id = ? ORDER BY used_at, call_id`, id)
 	if err != nil {

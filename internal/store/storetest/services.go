@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
@@ -73,6 +74,11 @@ type world struct {
 	tools  *tools.Registry
 	// maxPending is the queue's MaxPendingPerToken (0: the default).
 	maxPending int
+	// policy, when set, decides calls by its rules (tools is then its
+	// registry); maxAllowancesTool and maxAllowancesGiver are the queue's
+	// bounds of live allowances (0: the defaults).
+	policy                                *policy.Policy
+	maxAllowancesTool, maxAllowancesGiver int
 }
 
 // newWorld seeds the operators the cases decide as (alice, bob, op0 to
@@ -114,6 +120,17 @@ type handle struct {
 // open returns the next handle: the one Run opened, then new ones.
 func (w *world) open(t *testing.T) *handle {
 	t.Helper()
+	return w.openWith(t, w.policy)
+}
+
+// openWith is open with the rules and tools of pol (nil: w's tools, no
+// rules), as a console started with another tools file would run.
+func (w *world) openWith(t *testing.T, pol *policy.Policy) *handle {
+	t.Helper()
+	reg := w.tools
+	if pol != nil {
+		reg = pol.Registry()
+	}
 	var s Stores
 	if w.first != nil {
 		s, w.first = *w.first, nil
@@ -123,8 +140,9 @@ func (w *world) open(t *testing.T) *handle {
 		}
 		s = w.reopen(t)
 	}
-	q := queue.NewService(queue.Config{Store: s.Queue, Tools: w.tools, Signer: w.keys, Now: w.clock.Now,
-		MaxPendingPerToken: w.maxPending, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	q := queue.NewService(queue.Config{Store: s.Queue, Tools: reg, Policy: pol, Signer: w.keys, Now: w.clock.Now,
+		MaxPendingPerToken: w.maxPending, MaxAllowancesPerTool: w.maxAllowancesTool, MaxAllowancesPerGiver: w.maxAllowancesGiver,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return &handle{Stores: s, q: q, a: account.NewService(s.Accounts, w.clock.Now)}
 }
 
