@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // uses them (docs/allowances.md), on every engine.
 
 // allowanceToolsYAML opts payments.refund (one approval; an ask rule
-// raises large refunds to two), releases.deploy (two approvals) and
+// raises large refunds to two, a rule denies 4343 and the evaluation of
+// another fails on 4242), releases.deploy (two approvals) and
 // ops.restart (admins only) into allowances; ops.note is not opted in.
 const allowanceToolsYAML = `tools:
   payments.refund:
@@ -47,6 +49,13 @@ const allowanceToolsYAML = `tools:
         when: args.amount_minor > 100000
         then: ask
         approvals: 2
+      - id: no-4343
+        when: args.amount_minor == 4343
+        then: deny
+        reason: not that amount
+      - id: fails-on-4242
+        when: args.amount_minor == 4242 && 1 / (args.amount_minor - 4242) > 0
+        then: ask
   releases.deploy:
     description: Deploy a release
     audience: deploy-host
@@ -498,4 +507,210 @@ var _ = add("allowances/revoking ends it and revokes every unredeemed grant it m
 		t.Errorf("another admin revokes: %v", err)
 	}
 	mustVerify(t, h.Audit, 10)
+})
+
+// givenRefunds is a world with alice's allowance of uses refunds: any
+// invoice, up to 200000 minor units (the ask rule raises calls above
+// 100000 to two approvals), from a base call of 1299.
+func givenRefunds(t *testing.T, s Stores, uses int) (*world, *handle, *queue.Allowance) {
+	t.Helper()
+	w := newAllowanceWorld(t, s)
+	h := w.open(t)
+	base := mustSubmit(t, h, payer, refundOf(1, 1299, "n"))
+	return w, h, mustGive(t, w, h, "alice", base, refundChoices(w, uses, 200000))
+}
+
+// mustWait submits a call and fails unless it waits for people, with no
+// approval.
+func mustWait(t *testing.T, h *handle, who queue.Principal, body []byte) *queue.Call {
+	t.Helper()
+	c := mustSubmit(t, h, who, body)
+	if c.Status != queue.StatusPending || len(c.Approvals) != 0 {
+		t.Fatalf("%s: %s with %d approvals, want pending with none", body, c.Status, len(c.Approvals))
+	}
+	return c
+}
+
+// mustCover submits a call and fails unless the allowance approved it.
+func mustCover(t *testing.T, h *handle, who queue.Principal, body []byte, a *queue.Allowance) *queue.Call {
+	t.Helper()
+	c := mustSubmit(t, h, who, body)
+	if c.Status != queue.StatusApproved || c.Grant == "" || len(c.Approvals) == 0 {
+		t.Fatalf("%s: %s with %d approvals, want approved by allowance %s", body, c.Status, len(c.Approvals), a.ID)
+	}
+	for _, e := range mustTimeline(t, h, c.ID) {
+		if e.Kind == audit.KindApproved && (detail(e, "method") != "allowance" || detail(e, "allowance") != a.ID ||
+			detail(e, "scope_digest") != a.ScopeDigest || e.Channel != queue.ChannelAllowance) {
+			t.Fatalf("approved entry of a covered call: %+v", e)
+		}
+	}
+	return c
+}
+
+func mustTimeline(t *testing.T, h *handle, id string) []audit.Entry {
+	t.Helper()
+	tl, err := h.Audit.Timeline(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+// mustState reads the allowance and checks how many uses it made and how
+// it ended ("" for not ended).
+func mustState(t *testing.T, h *handle, id string, used int, ended string) *queue.Allowance {
+	t.Helper()
+	a, err := h.q.Allowance(context.Background(), id)
+	if err != nil || a.Used != used || a.EndReason != ended || a.Ended() != (ended != "") {
+		t.Fatalf("allowance %s: used %d, ended %q (%v); want used %d, ended %q", id, a.Used, a.EndReason, err, used, ended)
+	}
+	return a
+}
+
+var _ = add("allowances/use: a covered call is approved in the submission's transaction, one use each", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	_, h, a := givenRefunds(t, s, 3)
+	c := mustCover(t, h, payer, refundOf(2, 150, "n"), a)
+	if got, err := h.Queue.Call(ctx, c.ID); err != nil || got.Status != queue.StatusApproved || got.GrantJTI != c.GrantJTI ||
+		len(got.Approvals) != 1 || got.Approvals[0].Operator != "alice" || got.Approvals[0].Channel != queue.ChannelAllowance {
+		t.Fatalf("covered call reads back %+v, %v", got, err)
+	}
+	kinds := []string{}
+	for _, e := range mustTimeline(t, h, c.ID) {
+		kinds = append(kinds, e.Kind)
+	}
+	if want := []string{"submitted", "approved", "granted"}; !slices.Equal(kinds, want) {
+		t.Errorf("covered call's timeline %v, want %v", kinds, want)
+	}
+	mustState(t, h, a.ID, 1, "")
+	if r, err := h.q.Redeem(ctx, payer, []byte(fmt.Sprintf(`{"grant":%q,"call":{"tool":"payments.refund","target":%q,"args":{"amount_minor":150,"currency":"EUR","notes":"n"}}}`,
+		c.Grant, c.Target))); err != nil || !r.Accepted {
+		t.Fatalf("redeeming the covered call: %+v, %v", r, err)
+	}
+	// Outside the scope: another currency, an amount above the maximum, a
+	// target the prefix does not start.
+	mustWait(t, h, payer, []byte(`{"tool":"payments.refund","target":"invoice:INV-3","args":{"amount_minor":150,"currency":"USD"}}`))
+	mustWait(t, h, payer, refundOf(4, 200001, "n"))
+	mustState(t, h, a.ID, 1, "")
+})
+
+var _ = add("allowances/use: exactly its uses, then it ends used_up", func(t *testing.T, s Stores) {
+	_, h, a := givenRefunds(t, s, 3)
+	for i := range 3 {
+		mustCover(t, h, payer, refundOf(uint32(10+i), 100, "n"), a)
+	}
+	mustState(t, h, a.ID, 3, queue.EndUsedUp)
+	mustWait(t, h, payer, refundOf(20, 100, "n"))
+	ended := entriesOf(t, h, queue.KindAllowanceEnded)
+	if len(ended) != 1 || detail(ended[0], "reason") != queue.EndUsedUp || detail(ended[0], "allowance") != a.ID {
+		t.Fatalf("allowance_ended entries %+v, want one used_up", ended)
+	}
+})
+
+var _ = add("allowances/use: an ask rule raising a call to two approvals is not covered by one confirmer", func(t *testing.T, s Stores) {
+	_, h, a := givenRefunds(t, s, 5)
+	c := mustWait(t, h, payer, refundOf(30, 150000, "n"))
+	if c.ApprovalsRequired != 2 {
+		t.Fatalf("the ask rule made the call need %d approvals, want 2", c.ApprovalsRequired)
+	}
+	mustState(t, h, a.ID, 0, "")
+	mustCover(t, h, payer, refundOf(31, 100000, "n"), a)
+})
+
+var _ = add("allowances/use: a call whose token names the giver as owner is not covered", func(t *testing.T, s Stores) {
+	_, h, a := givenRefunds(t, s, 5)
+	mustWait(t, h, tokenOf(payer, "tok-owned", "alice"), refundOf(40, 100, "n"))
+	mustWait(t, h, tokenOf(payer, "tok-owned-by-team", "ALICE"), refundOf(41, 100, "n"))
+	mustState(t, h, a.ID, 0, "")
+	mustCover(t, h, tokenOf(payer, "tok-other", "bob"), refundOf(42, 100, "n"), a)
+})
+
+var _ = add("allowances/use: a disabled giver covers nothing, and the allowance ends", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	_, h, a := givenRefunds(t, s, 5)
+	mustCover(t, h, payer, refundOf(50, 100, "n"), a)
+	if err := h.a.DisableUser(ctx, "alice", "admin", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, h, payer, refundOf(51, 100, "n"))
+	mustState(t, h, a.ID, 1, queue.EndConfirmerDisabled)
+	ended := entriesOf(t, h, queue.KindAllowanceEnded)
+	if len(ended) != 1 || detail(ended[0], "confirmer") != "alice" || detail(ended[0], "why") != "disabled" {
+		t.Fatalf("allowance_ended entries %+v, want one naming alice, disabled", ended)
+	}
+})
+
+var _ = add("allowances/use: a changed tool covers nothing, and the allowance ends tool_changed", func(t *testing.T, s Stores) {
+	w, h, a := givenRefunds(t, s, 5)
+	changed, err := policy.Parse([]byte(strings.Replace(allowanceToolsYAML, "grant_ttl: 60s", "grant_ttl: 61s", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := w.openWith(t, changed)
+	mustWait(t, other, payer, refundOf(60, 100, "n"))
+	mustState(t, h, a.ID, 0, queue.EndToolChanged)
+	// Ended: a console still on the old file covers nothing either.
+	mustWait(t, h, payer, refundOf(61, 100, "n"))
+})
+
+var _ = add("allowances/use: a rule that denies, a rule that fails, a deception warning: not covered", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	_, h, a := givenRefunds(t, s, 5)
+	c, _, err := h.q.Submit(ctx, payer, refundOf(70, 4343, "n"))
+	var denied *queue.PolicyDeniedError
+	if !errors.As(err, &denied) || c.Status != queue.StatusDenied || len(c.Approvals) != 0 {
+		t.Fatalf("a call a rule denies: %v, %v; want denied by the rule", c, err)
+	}
+	if f := mustWait(t, h, payer, refundOf(71, 4242, "n")); f.ApprovalsRequired != 1 {
+		t.Fatalf("the failing rule made the call need %d approvals; the case needs 1", f.ApprovalsRequired)
+	}
+	mustWait(t, h, payer, refundOf(72, 100, "zero\u200bwidth"))
+	mustState(t, h, a.ID, 0, "")
+	mustCover(t, h, payer, refundOf(73, 100, "plain"), a)
+})
+
+var _ = add("allowances/use: a freeze suspends it without ending it", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	_, h, a := givenRefunds(t, s, 5)
+	if _, err := h.q.Freeze(ctx, "bob", audit.ChannelWeb, "payments.refund", "", "incident"); err != nil {
+		t.Fatal(err)
+	}
+	var fz *queue.FrozenError
+	if c, _, err := h.q.Submit(ctx, payer, refundOf(80, 100, "n")); !errors.As(err, &fz) || c != nil {
+		t.Fatalf("a call while frozen: %v, %v; want frozen", c, err)
+	}
+	mustState(t, h, a.ID, 0, "")
+	if _, err := h.q.Unfreeze(ctx, "admin", audit.ChannelWeb, "payments.refund", ""); err != nil {
+		t.Fatal(err)
+	}
+	mustCover(t, h, payer, refundOf(81, 100, "n"), a)
+})
+
+var _ = add("allowances/use: past its until it covers nothing and ends expired", func(t *testing.T, s Stores) {
+	w, h, a := givenRefunds(t, s, 5)
+	w.clock.Set(a.Until.Add(-time.Millisecond))
+	mustCover(t, h, payer, refundOf(90, 100, "n"), a)
+	w.clock.Set(a.Until)
+	mustWait(t, h, payer, refundOf(91, 100, "n"))
+	mustState(t, h, a.ID, 1, queue.EndExpired)
+})
+
+var _ = add("allowances/use: once per call, and the identical call again when the giver chose it", func(t *testing.T, s Stores) {
+	w, h, a := givenRefunds(t, s, 5)
+	mustCover(t, h, tokenOf(payer, "tok-1"), refundOf(100, 100, "n"), a)
+	mustWait(t, h, tokenOf(payer, "tok-2"), refundOf(100, 100, "n"))
+	// The base call's own digest was approved once, when it was given.
+	mustWait(t, h, tokenOf(payer, "tok-3"), refundOf(1, 1299, "n"))
+	mustState(t, h, a.ID, 1, "")
+
+	base := mustSubmit(t, h, deployer, deploy("web"))
+	ch := scope.Choices{Uses: 3, Until: w.clock.Now().Add(time.Minute), TargetPrefix: "service:", RepeatCalls: true}
+	r := mustGive(t, w, h, "alice", base, ch)
+	if _, err := h.q.ConfirmAllowance(context.Background(), queue.ConfirmInput{Operator: "bob", Channel: audit.ChannelWeb,
+		AllowanceID: r.ID, ScopeDigest: r.ScopeDigest}); err != nil {
+		t.Fatal(err)
+	}
+	mustCover(t, h, tokenOf(deployer, "tok-1"), deploy("api"), r)
+	mustCover(t, h, tokenOf(deployer, "tok-2"), deploy("api"), r)
+	mustState(t, h, r.ID, 2, "")
 })
