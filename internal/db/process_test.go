@@ -19,7 +19,7 @@ import (
 // runs itself again with roleEnv set, and TestMain runs that role instead
 // of the tests.
 const (
-	roleEnv = "COUNTERSIGN_LEDGER_ROLE" // "redeem-once" or "redeem-loop"
+	roleEnv = "COUNTERSIGN_LEDGER_ROLE" // "redeem-once", "redeem-loop", "group-loop" or "allowance-submit"
 	dbEnv   = "COUNTERSIGN_LEDGER_DB"
 	keysEnv = "COUNTERSIGN_LEDGER_KEYS"
 	bodyEnv = "COUNTERSIGN_LEDGER_BODY" // file holding a redemption request
@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childRedeemLoop())
 	case "group-loop":
 		os.Exit(childGroupLoop())
+	case "allowance-submit":
+		os.Exit(childAllowanceSubmit())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s %q\n", roleEnv, role)
 		os.Exit(2)

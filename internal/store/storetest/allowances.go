@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -713,4 +714,161 @@ var _ = add("allowances/use: once per call, and the identical call again when th
 	mustCover(t, h, tokenOf(deployer, "tok-1"), deploy("api"), r)
 	mustCover(t, h, tokenOf(deployer, "tok-2"), deploy("api"), r)
 	mustState(t, h, r.ID, 2, "")
+})
+
+// Races. Uses are counted in the approving transaction, so that no number
+// of submissions at once, on any number of handles (processes on one
+// SQLite file, replicas on one PostgreSQL database), approves more than
+// the allowance's uses; and a revocation takes effect at its commit.
+
+var _ = add("allowances/race: 64 submissions at once on two handles inside an allowance of 10: exactly 10 approved", func(t *testing.T, s Stores) {
+	const submissions, uses = 64, 10
+	ctx := context.Background()
+	w, h, a := givenRefunds(t, s, uses)
+	hs := []*handle{h, w.open(t)}
+	var mu sync.Mutex
+	approved := map[string]bool{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range submissions {
+		wg.Go(func() {
+			<-start
+			c, _, err := hs[i%2].q.Submit(ctx, payer, refundOf(uint32(1000+i), 100, "n"))
+			if err != nil {
+				t.Errorf("Submit: %v", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch c.Status {
+			case queue.StatusApproved:
+				approved[c.ID] = true
+			case queue.StatusPending:
+			default:
+				t.Errorf("call %s: %s", c.ID, c.Status)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(approved) != uses {
+		t.Fatalf("%d calls approved, want exactly %d", len(approved), uses)
+	}
+	got := mustState(t, hs[1], a.ID, uses, queue.EndUsedUp)
+	var used []string
+	update(t, hs[1].Stores, func(tx queue.Tx) error {
+		var err error
+		used, err = tx.AllowanceCalls(got.ID)
+		return err
+	})
+	byAllowance := []string{}
+	for _, e := range auditEntries(t, hs[0].Stores) {
+		if e.Kind == audit.KindApproved && detail(e, "allowance") == a.ID {
+			byAllowance = append(byAllowance, e.CallID)
+		}
+	}
+	var want []string
+	for id := range approved {
+		want = append(want, id)
+	}
+	if !sameSet(used, want) || !sameSet(byAllowance, want) {
+		t.Fatalf("uses %v and approved entries %v, want the approved calls %v", used, byAllowance, want)
+	}
+	mustVerify(t, hs[0].Audit, int64(submissions+uses*2))
+})
+
+var _ = add("allowances/race: revocation against uses and redemptions on two handles: nothing after its commit", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w, h, a := givenRefunds(t, s, 100)
+	hs := []*handle{h, w.open(t)}
+	const agents, perAgent = 8, 12
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	revokedAt := make(chan struct{})
+	for g := range agents {
+		wg.Go(func() {
+			<-start
+			for i := range perAgent {
+				hd := hs[(g+i)%2]
+				c, _, err := hd.q.Submit(ctx, payer, refundOf(uint32(10000+g*100+i), 100, "n"))
+				if err != nil {
+					t.Errorf("Submit: %v", err)
+					return
+				}
+				if c.Status == queue.StatusApproved {
+					// Redeem at once, as an agent would, on the other handle.
+					if _, err := hs[(g+i+1)%2].q.Redeem(ctx, payer, []byte(fmt.Sprintf(
+						`{"grant":%q,"call":{"tool":"payments.refund","target":%q,"args":{"amount_minor":100,"currency":"EUR","notes":"n"}}}`,
+						c.Grant, c.Target))); err != nil {
+						t.Errorf("Redeem: %v", err)
+					}
+				}
+				if g == 0 && i == perAgent/3 {
+					if _, err := hd.q.RevokeAllowance(ctx, queue.RevokeInput{Operator: "bob", Channel: audit.ChannelWeb,
+						AllowanceID: a.ID, Reason: "stop"}); err != nil {
+						t.Errorf("RevokeAllowance: %v", err)
+					}
+					close(revokedAt)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	<-revokedAt
+	entries := auditEntries(t, hs[0].Stores)
+	var revokeSeq int64
+	for _, e := range entries {
+		if e.Kind == queue.KindAllowanceRevoked {
+			revokeSeq = e.Seq
+		}
+	}
+	if revokeSeq == 0 {
+		t.Fatal("no allowance_revoked entry")
+	}
+	covered := map[string]bool{}
+	redeemedBefore := map[string]bool{}
+	for _, e := range entries {
+		switch {
+		case e.Kind == audit.KindApproved && detail(e, "allowance") == a.ID:
+			covered[e.CallID] = true
+			if e.Seq > revokeSeq {
+				t.Errorf("call %s approved by the allowance at entry %d, after its revocation at %d", e.CallID, e.Seq, revokeSeq)
+			}
+		case e.Kind == audit.KindRedeemed && covered[e.CallID]:
+			if e.Seq > revokeSeq {
+				t.Errorf("call %s redeemed at entry %d, after the revocation at %d", e.CallID, e.Seq, revokeSeq)
+			}
+			redeemedBefore[e.CallID] = true
+		}
+	}
+	if len(covered) == 0 {
+		t.Fatal("the allowance approved nothing before its revocation; the race raced nothing")
+	}
+	t.Logf("%d calls covered before the revocation, %d of them redeemed before it", len(covered), len(redeemedBefore))
+	// Every covered call was either redeemed before the revocation, or
+	// its grant is revoked and refused now.
+	for id := range covered {
+		c, err := hs[1].Queue.Call(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if redeemedBefore[id] {
+			if c.Status != queue.StatusRedeemed {
+				t.Errorf("call %s redeemed before the revocation is %s", id, c.Shown())
+			}
+			continue
+		}
+		if c.Revoked == nil {
+			t.Errorf("covered call %s, unredeemed at the revocation, has no revoked grant (%s)", id, c.Shown())
+		}
+		r, err := hs[0].q.Redeem(ctx, payer, []byte(fmt.Sprintf(
+			`{"grant":%q,"call":{"tool":"payments.refund","target":%q,"args":{"amount_minor":100,"currency":"EUR","notes":"n"}}}`,
+			c.Grant, c.Target)))
+		if err != nil || r.Accepted {
+			t.Errorf("redeeming %s after the revocation: %+v, %v; want refused", id, r, err)
+		}
+	}
+	mustState(t, hs[0], a.ID, len(covered), queue.EndRevoked)
+	mustVerify(t, hs[1].Audit, int64(len(entries)))
 })
