@@ -179,7 +179,7 @@ func TestEveryHelpExitsZero(t *testing.T) {
 		"tools": {"lint"}, "policy": {"test", "replay"}, "keys": {"init", "list", "rotate", "jwks", "trust"},
 		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable"},
 		"call":  {"submit", "get", "wait", "redeem", "outcome", "heartbeat", "cancel"},
-		"audit": {"verify", "export", "checkpoint", "accept-rollback"},
+		"audit": {"verify", "export", "checkpoint", "accept-rollback"}, "allowance": {"list", "revoke"},
 	}
 	for name := range commands() {
 		lines := [][]string{{name}}

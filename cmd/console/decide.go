@@ -113,6 +113,9 @@ func decide(ctx context.Context, e *env, data, url, toolsFile string, req contro
 func handOver(ctx context.Context, data, url, toolsFile string, req control.Request) (control.Response, error) {
 	resp, err := decideViaSocket(ctx, controlPath(data), req)
 	if errors.Is(err, errNoServer) {
+		if req.Action == control.ActionRevokeAllowance {
+			return revokeAllowanceDirect(ctx, data, url, toolsFile, req)
+		}
 		resp, err = decideDirect(ctx, data, url, toolsFile, req)
 	}
 	return resp, err

@@ -55,6 +55,7 @@ func commands() map[string]command {
 		"approve":    {"approve a call as an operator", cmdApprove},
 		"deny":       {"deny a call as an operator", cmdDeny},
 		"unblock":    {"lift the retry block on an agent's proposals for a tool (operator)", cmdUnblock},
+		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
 		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},

@@ -1,6 +1,7 @@
 // Package control is the control socket: it lets `console approve|deny`
-// hand a decision to a running server, and `console unblock` lift a retry
-// block ("clear"), so that waiters and open pages see it at once. It is a
+// hand a decision to a running server, `console unblock` lift a retry
+// block ("clear") and `console allowance revoke` revoke an allowance
+// ("revoke_allowance"), so that waiters and open pages see it at once. It is a
 // Unix socket in the data directory that only the owner can open; whoever
 // can open it can already write the database file.
 // Answers have the API's error shape (problem.Of).
@@ -27,7 +28,8 @@ import (
 
 // Request is a decision handed over the control socket.
 type Request struct {
-	Action   string `json:"action"` // approve, deny, clear
+	Action string `json:"action"` // approve, deny, clear, revoke_allowance
+	// ID is the call's id, or the allowance's for revoke_allowance.
 	ID       string `json:"id,omitempty"`
 	Operator string `json:"operator"`
 	Digest   string `json:"digest,omitempty"`
@@ -40,11 +42,47 @@ type Request struct {
 	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
 }
 
+// ActionRevokeAllowance revokes the allowance Request.ID, with
+// Request.Reason, in the name of Request.Operator.
+const ActionRevokeAllowance = "revoke_allowance"
+
 // Response is the control socket's answer: the call (its people named as
-// stored), or an error in the API's shape.
+// stored), the allowance, or an error in the API's shape.
 type Response struct {
-	Call  *wire.Call  `json:"call,omitempty"`
-	Error *wire.Error `json:"error,omitempty"`
+	Call      *wire.Call  `json:"call,omitempty"`
+	Allowance *Allowance  `json:"allowance,omitempty"`
+	Error     *wire.Error `json:"error,omitempty"`
+}
+
+// Allowance is an allowance as the control socket and the command line
+// show it.
+type Allowance struct {
+	ID               string    `json:"id"`
+	State            string    `json:"state"` // waiting, live, or why it ended
+	Actor            string    `json:"actor"`
+	Audience         string    `json:"audience"`
+	Tool             string    `json:"tool"`
+	Uses             int       `json:"uses"`
+	Used             int       `json:"used"`
+	OncePerCall      bool      `json:"once_per_call"`
+	Until            time.Time `json:"until"`
+	Giver            string    `json:"giver"`
+	Confirmers       []string  `json:"confirmers"`
+	ConfirmersNeeded int       `json:"confirmers_needed"`
+	ScopeDigest      string    `json:"scope_digest"`
+	BaseCall         string    `json:"base_call"`
+	GivenAt          time.Time `json:"given_at"`
+	EndedAt          time.Time `json:"ended_at,omitzero"`
+	EndReason        string    `json:"end_reason,omitempty"`
+	EndedBy          string    `json:"ended_by,omitempty"`
+}
+
+// AllowanceOf is a as shown at now.
+func AllowanceOf(a *queue.Allowance, now time.Time) Allowance {
+	return Allowance{ID: a.ID, State: a.State(now), Actor: a.Actor, Audience: a.Audience, Tool: a.Tool, Uses: a.Uses, Used: a.Used,
+		OncePerCall: a.OncePerCall, Until: a.Until, Giver: a.Giver, Confirmers: append([]string{}, a.Confirmers...),
+		ConfirmersNeeded: a.ConfirmersNeeded, ScopeDigest: a.ScopeDigest, BaseCall: a.BaseCall, GivenAt: a.GivenAt,
+		EndedAt: a.EndedAt, EndReason: a.EndReason, EndedBy: a.EndedBy}
 }
 
 // Listen opens the control socket at path, replacing a stale socket file
@@ -80,6 +118,11 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			write(w, nil, &problem.Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
+			return
+		}
+		if req.Action == ActionRevokeAllowance {
+			a, err := RevokeAllowance(r.Context(), q, req)
+			writeResponse(w, Response{}, a, err)
 			return
 		}
 		call, err := Decide(r.Context(), q, req)
@@ -120,17 +163,34 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 	case "clear":
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny or clear"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear or revoke_allowance"}
+}
+
+// RevokeAllowance revokes an allowance in the name of req.Operator, with
+// req.Reason, recording the cli channel. Like Decide, it runs behind the
+// control socket and directly on the database when no server is running;
+// the queue checks who may, inside the revocation's transaction.
+func RevokeAllowance(ctx context.Context, q *queue.Service, req Request) (*queue.Allowance, error) {
+	return q.RevokeAllowance(ctx, queue.RevokeInput{Operator: req.Operator, Channel: audit.ChannelCLI, AllowanceID: req.ID, Reason: req.Reason})
 }
 
 func write(w http.ResponseWriter, call *queue.Call, err error) {
 	var resp Response
-	status := http.StatusOK
 	if call != nil && err == nil {
 		var v wire.Call
 		if v, err = answer.CallAsStored(call); err == nil {
 			resp.Call = &v
 		}
+	}
+	writeResponse(w, resp, nil, err)
+}
+
+// writeResponse writes resp, with the allowance a or the error err.
+func writeResponse(w http.ResponseWriter, resp Response, a *queue.Allowance, err error) {
+	status := http.StatusOK
+	if a != nil && err == nil {
+		v := AllowanceOf(a, time.Now())
+		resp.Allowance = &v
 	}
 	if err != nil {
 		pe := problem.Of(err)
