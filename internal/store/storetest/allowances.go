@@ -162,20 +162,6 @@ func mustGive(t *testing.T, w *world, h *handle, operator string, base *queue.Ca
 	return a
 }
 
-// kindsOf counts the entries of each kind in a call's timeline.
-func kindsOf(t *testing.T, h *handle, callID string) map[string]int {
-	t.Helper()
-	tl, err := h.Audit.Timeline(context.Background(), callID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, e := range tl {
-		out[e.Kind]++
-	}
-	return out
-}
-
 // entriesOf returns the entries of kind in the whole trail.
 func entriesOf(t *testing.T, h *handle, kind string) []audit.Entry {
 	t.Helper()
@@ -460,7 +446,7 @@ var _ = add("allowances/revoking ends it and revokes every unredeemed grant it m
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.EndReason != queue.EndRevoked || got.EndedBy != "bob" || got.Ended() != true {
+	if got.EndReason != queue.EndRevoked || got.EndedBy != "bob" || !got.Ended() {
 		t.Fatalf("revoked allowance: %+v", got)
 	}
 	// At once, on the other handle: the unredeemed grants are refused,
