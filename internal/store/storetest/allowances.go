@@ -223,10 +223,23 @@ var _ = add("allowances/giving one approves its base call and stores exactly the
 		t.Fatalf("after the refusals the base call is %s with %d approvals; want pending, none", got.Status, len(got.Approvals))
 	}
 
+	var events []queue.Event
+	var mu sync.Mutex
+	h.q.Subscribe(func(ev queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	})
 	a, c, err := h.q.GiveAllowance(ctx, in)
 	if err != nil {
 		t.Fatalf("GiveAllowance: %v", err)
 	}
+	mu.Lock()
+	if len(events) != 2 || events[0].Kind != queue.KindAllowanceGiven || events[0].Allowance == nil || events[0].Allowance.ID != a.ID ||
+		events[1].Kind != audit.KindGranted || events[1].Call == nil || events[1].Call.ID != base.ID {
+		t.Errorf("events published by giving: %+v, want allowance_given with the allowance, then granted with the call", events)
+	}
+	mu.Unlock()
 	if c.Status != queue.StatusApproved || c.Grant == "" || len(c.Approvals) != 1 || c.Approvals[0].Operator != "alice" {
 		t.Fatalf("base call after giving: %s, %d approvals; want approved by alice", c.Status, len(c.Approvals))
 	}
@@ -441,6 +454,13 @@ var _ = add("allowances/revoking ends it and revokes every unredeemed grant it m
 	if _, err := h.q.RevokeAllowance(ctx, queue.RevokeInput{Operator: "bob", Channel: audit.ChannelWeb, AllowanceID: a.ID}); !errors.Is(err, queue.ErrReasonRequired) {
 		t.Errorf("revoked without a reason: %v, want ErrReasonRequired", err)
 	}
+	var events []queue.Event
+	var mu sync.Mutex
+	other.q.Subscribe(func(ev queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	})
 	// bob is no giver, but the tool lets every operator approve it.
 	got, err := other.q.RevokeAllowance(ctx, queue.RevokeInput{Operator: "bob", Channel: audit.ChannelWeb, AllowanceID: a.ID, Reason: "wrong customer"})
 	if err != nil {
@@ -449,6 +469,16 @@ var _ = add("allowances/revoking ends it and revokes every unredeemed grant it m
 	if got.EndReason != queue.EndRevoked || got.EndedBy != "bob" || !got.Ended() {
 		t.Fatalf("revoked allowance: %+v", got)
 	}
+	mu.Lock()
+	var kinds []string
+	for _, ev := range events {
+		kinds = append(kinds, ev.Kind)
+	}
+	if want := []string{audit.KindRevoked, audit.KindRevoked, queue.KindAllowanceRevoked}; !slices.Equal(kinds, want) ||
+		events[2].Allowance == nil || events[2].Allowance.EndReason != queue.EndRevoked {
+		t.Errorf("events published by the revocation: %v, want %v with the allowance last", kinds, want)
+	}
+	mu.Unlock()
 	// At once, on the other handle: the unredeemed grants are refused,
 	// the redeemed call stays as it was, and nothing more is covered.
 	for i, c := range covered {
