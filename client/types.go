@@ -74,8 +74,16 @@ type (
 	// Approvals counts the approvals a call needs and has, and lists them.
 	Approvals = wire.Approvals
 	// Approval is one approval of a call: who gave it, through which
-	// channel, how (Method*) and when.
+	// channel, how (Method*), whether a person saw the call (Human*), the
+	// digest approved and when.
 	Approval = wire.Approval
+	// Presented is the page that presented a call to its approver.
+	Presented = wire.Presented
+	// Lineage is a call from proposal to outcome, each step with its
+	// digest, who and when.
+	Lineage = wire.Lineage
+	// Step is one step of a Lineage.
+	Step = wire.Step
 	// Decision is a denial: who (an operator as people see them, or
 	// policy:RULE), why, and when.
 	Decision = wire.Decision
@@ -98,14 +106,27 @@ type (
 	Check = wire.Check
 )
 
-// How an approval was given: on the call's page, signed with the
-// operator's passkey, with `console approve`, or by a rule of the tools
-// file.
+// How an approval was given (Approval.Method): on the call's page, signed
+// with the operator's passkey, on a batch review page, with `console
+// approve`, by a rule of the tools file, or by an allowance an operator
+// gave.
 const (
-	MethodClick   = "click"
-	MethodPasskey = "passkey"
-	MethodCommand = "command"
-	MethodPolicy  = "policy"
+	MethodClick     = "click"
+	MethodPasskey   = "passkey"
+	MethodBatch     = "batch"
+	MethodCommand   = "command"
+	MethodPolicy    = "policy"
+	MethodAllowance = "allowance"
+)
+
+// Whether a person saw the call before approving it (Approval.Human): on a
+// page whose presentation the console checked; no person (a rule, an
+// allowance); or a person's name without proof of what they saw (a
+// command).
+const (
+	HumanTrue       = "true"
+	HumanFalse      = "false"
+	HumanUnattested = "unattested"
 )
 
 // Outcome statuses accepted by ReportOutcome.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"io"
 	"log/slog"
 	"net"
@@ -108,7 +109,18 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 		d.Close()
 		return nil, err
 	}
-	qc := queue.Config{Store: d.queue, Policy: pol, Signer: keys, Logger: log}
+	// Decision pages carry a presentation token under a secret every
+	// replica of this database shares (internal/present).
+	secret, err := accountsOf(d).ConsoleSecret(context.Background(), "presentation", 32)
+	var shown *present.Key
+	if err == nil {
+		shown, err = present.NewKey(secret)
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("presentation key: %w", err)
+	}
+	qc := queue.Config{Store: d.queue, Policy: pol, Signer: keys, Logger: log, Presentations: shown}
 	if n != nil {
 		qc.Notifier = n.router
 	}

@@ -44,6 +44,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -707,7 +708,13 @@ func login(ctx context.Context, base, name, password string) (*webSession, error
 }
 
 func (s *webSession) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
+	return s.getFrom(ctx, s.base, path)
+}
+
+// getFrom reads a page from base, which may be another replica than the
+// one the session logged in on.
+func (s *webSession) getFrom(ctx context.Context, base, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -746,8 +753,22 @@ func (s *webSession) postTo(ctx context.Context, base, path string, form url.Val
 	return res.StatusCode, nil
 }
 
+// presentedField is the approve form's presentation token on a call's
+// page.
+var presentedField = regexp.MustCompile(`name="presented" value="([^"]*)"`)
+
+// approve approves as an operator does: the call's page is read, and its
+// approve form posted with the page's presentation token.
 func (s *webSession) approve(ctx context.Context, base, id, digest string) error {
-	code, err := s.postTo(ctx, base, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}})
+	page, err := s.getFrom(ctx, base, "/calls/"+id)
+	if err != nil {
+		return errors.New("call_page")
+	}
+	var shown string
+	if m := presentedField.FindStringSubmatch(page); m != nil {
+		shown = html.UnescapeString(m[1])
+	}
+	code, err := s.postTo(ctx, base, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}, "presented": {shown}})
 	if err != nil {
 		return errors.New("transport")
 	}

@@ -81,6 +81,7 @@ func Call(c *queue.Call, name func(string) string) (wire.Call, error) {
 	if r := c.Resolution; r != nil {
 		v.Resolution = &wire.Resolution{Verdict: r.Verdict, By: name(r.By), Note: r.Note, Evidence: r.Evidence, At: at(r.At)}
 	}
+	v.Lineage = lineage(c, &v, name)
 	return v, nil
 }
 
@@ -94,9 +95,45 @@ func approvals(c *queue.Call, name func(string) string) wire.Approvals {
 	}
 	v.Given = make([]wire.Approval, len(c.Approvals))
 	for i, a := range c.Approvals {
-		v.Given[i] = wire.Approval{By: name(a.Operator), Channel: a.Channel, Method: a.Method(), At: at(a.At)}
+		v.Given[i] = wire.Approval{By: name(a.Operator), Channel: a.Channel, Method: a.Method, Human: a.Human(),
+			Digest: a.Digest, Via: a.Via, Presented: presented(a.Presented), At: at(a.At)}
 	}
 	return v
+}
+
+func presented(p *queue.Presented) *wire.Presented {
+	if p == nil {
+		return nil
+	}
+	return &wire.Presented{Page: p.Page, At: at(p.At)}
+}
+
+// lineage is c's history from proposal to outcome (wire.Lineage), built
+// from the call as stored: v is its call object so far, with the outcome
+// and resolution.
+func lineage(c *queue.Call, v *wire.Call, name func(string) string) wire.Lineage {
+	l := wire.Lineage{
+		Proposed:   wire.Step{Digest: c.Digest, By: c.Actor, Token: c.SubmittedBy, At: at(c.CreatedAt)},
+		Outcome:    v.Outcome,
+		Resolution: v.Resolution,
+	}
+	for _, a := range c.Approvals {
+		if p := a.Presented; p != nil {
+			l.Presented = append(l.Presented, wire.Step{Digest: a.Digest, By: name(a.Operator), Page: p.Page, At: at(p.At)})
+		}
+		l.Decided = append(l.Decided, wire.Step{Digest: a.Digest, By: name(a.Operator), Verdict: "approved",
+			Method: a.Method, Human: a.Human(), Via: a.Via, At: at(a.At)})
+	}
+	if d := c.Denial; d != nil {
+		l.Decided = append(l.Decided, wire.Step{By: name(d.By), Verdict: "denied", At: at(d.At)})
+	}
+	if c.Status == queue.StatusRedeemed {
+		// A redemption is accepted only when the digest recomputed from
+		// the call the executor presented is the grant's, and the grant's
+		// is the call's: what was redeemed is c.Digest.
+		l.Redeemed = &wire.Step{Digest: c.Digest, By: c.Actor, Token: c.RedeemedBy, At: at(c.RedeemedAt)}
+	}
+	return l
 }
 
 // Lease is the answer to a heartbeat: the redeemed call's lease.

@@ -83,7 +83,63 @@ func mapCall(c *queue.Call, name func(string) string) map[string]any {
 		}
 		v["resolution"] = res
 	}
+	v["lineage"] = mapLineage(c, v, name)
 	return v
+}
+
+func mapLineage(c *queue.Call, v map[string]any, name func(string) string) map[string]any {
+	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	proposed := map[string]any{"by": c.Actor, "at": ts(c.CreatedAt)}
+	if c.Digest != "" {
+		proposed["digest"] = c.Digest
+	}
+	if c.SubmittedBy != "" {
+		proposed["token"] = c.SubmittedBy
+	}
+	l := map[string]any{"proposed": proposed}
+	var shown, decided []map[string]any
+	for _, a := range c.Approvals {
+		if p := a.Presented; p != nil {
+			shown = append(shown, map[string]any{"digest": a.Digest, "by": name(a.Operator), "page": p.Page, "at": ts(p.At)})
+		}
+		d := map[string]any{"digest": a.Digest, "by": name(a.Operator), "verdict": "approved", "method": a.Method,
+			"human": a.Human(), "at": ts(a.At)}
+		if a.Via != "" {
+			d["via"] = a.Via
+		}
+		if a.Digest == "" {
+			delete(d, "digest")
+		}
+		if a.Method == "" {
+			delete(d, "method")
+		}
+		decided = append(decided, d)
+	}
+	if c.Denial != nil {
+		decided = append(decided, map[string]any{"by": name(c.Denial.By), "verdict": "denied", "at": ts(c.Denial.At)})
+	}
+	if shown != nil {
+		l["presented"] = shown
+	}
+	if decided != nil {
+		l["decided"] = decided
+	}
+	if c.Status == queue.StatusRedeemed {
+		r := map[string]any{"by": c.Actor, "at": ts(c.RedeemedAt)}
+		if c.Digest != "" {
+			r["digest"] = c.Digest
+		}
+		if c.RedeemedBy != "" {
+			r["token"] = c.RedeemedBy
+		}
+		l["redeemed"] = r
+	}
+	for _, k := range []string{"outcome", "resolution"} {
+		if x, ok := v[k]; ok {
+			l[k] = x
+		}
+	}
+	return l
 }
 
 func mapApprovals(c *queue.Call, name func(string) string) map[string]any {
@@ -91,10 +147,17 @@ func mapApprovals(c *queue.Call, name func(string) string) map[string]any {
 	if len(c.Approvals) == 0 {
 		return v
 	}
-	given := make([]map[string]string, len(c.Approvals))
+	given := make([]map[string]any, len(c.Approvals))
 	for i, a := range c.Approvals {
-		given[i] = map[string]string{"by": name(a.Operator), "channel": a.Channel, "method": a.Method(),
-			"at": a.At.UTC().Format(time.RFC3339Nano)}
+		g := map[string]any{"by": name(a.Operator), "channel": a.Channel, "method": a.Method,
+			"human": a.Human(), "digest": a.Digest, "at": a.At.UTC().Format(time.RFC3339Nano)}
+		if a.Via != "" {
+			g["via"] = a.Via
+		}
+		if p := a.Presented; p != nil {
+			g["presented"] = map[string]string{"page": p.Page, "at": p.At.UTC().Format(time.RFC3339Nano)}
+		}
+		given[i] = g
 	}
 	v["given"] = given
 	return v
@@ -183,10 +246,15 @@ func identityCalls(t *testing.T) map[string]*queue.Call {
 	owned.Rationale = "charged twice"
 	owned.Owners = []string{"olga", "oidc:idp.example.com/00u-olga", "team:payments"}
 	owned.Approvals = []queue.Approval{
-		{Operator: "alice", Channel: audit.ChannelWeb, At: t0.Add(time.Second), Comment: "looks right"},
-		{Operator: "bob", Channel: audit.ChannelWeb, At: t0.Add(2 * time.Second), Passkey: &queue.ApprovalPasskey{Name: "laptop", Evidence: []byte(`{}`)}},
-		{Operator: "carol", Channel: audit.ChannelCLI, At: t0.Add(3*time.Second + 1)},
-		{Operator: "policy:small", Channel: queue.ChannelPolicy, At: t0.Add(4 * time.Second), Comment: "rule <b>"},
+		{Operator: "alice", Channel: audit.ChannelWeb, At: t0.Add(time.Second), Comment: "looks right", Method: queue.MethodClick,
+			Digest: "d1", Presented: &queue.Presented{Page: "call", At: t0.Add(time.Second / 2)}},
+		{Operator: "bob", Channel: audit.ChannelWeb, At: t0.Add(2 * time.Second), Passkey: &queue.ApprovalPasskey{Name: "laptop", Evidence: []byte(`{}`)},
+			Method: queue.MethodPasskey, Digest: "d1", Presented: &queue.Presented{Page: "call", At: t0}},
+		{Operator: "carol", Channel: audit.ChannelCLI, At: t0.Add(3*time.Second + 1), Method: queue.MethodCommand, Digest: "d1"},
+		{Operator: "policy:small", Channel: queue.ChannelPolicy, At: t0.Add(4 * time.Second), Comment: "rule <b>", Method: queue.MethodPolicy, Digest: "d1"},
+		{Operator: "dave", Channel: queue.ChannelAllowance, At: t0.Add(5 * time.Second), Method: queue.MethodAllowance, Via: "alw_1", Digest: "d1"},
+		{Operator: "erin", Channel: audit.ChannelWeb, At: t0.Add(6 * time.Second), Method: queue.MethodBatch, Via: "batch_1", Digest: "d1",
+			Presented: &queue.Presented{Page: "batch", At: t0.Add(5 * time.Second)}},
 	}
 	calls["owners, approvals, comments"] = owned
 
@@ -291,10 +359,11 @@ func TestCallTimesWriteTheMapsBytes(t *testing.T) {
 		}
 		c := &queue.Call{ID: "call_x", Status: queue.StatusApproved, ApprovalsRequired: 1,
 			CreatedAt: instant("created"), DecideBy: instant("decide"), Grant: "a.b.c", GrantExpiresAt: instant("grant"),
-			Approvals: []queue.Approval{{Operator: "alice", Channel: "web", At: instant("approval"), Comment: "c"}},
-			Denial:    &queue.Denial{By: "bob", At: instant("denial")},
-			Revoked:   &queue.Revocation{By: "bob", At: instant("revoked")},
-			Outcome:   &queue.Outcome{Status: "failed", At: instant("outcome")}}
+			Approvals: []queue.Approval{{Operator: "alice", Channel: "web", At: instant("approval"), Comment: "c",
+				Method: "click", Digest: "d", Presented: &queue.Presented{Page: "call", At: instant("presented")}}},
+			Denial:  &queue.Denial{By: "bob", At: instant("denial")},
+			Revoked: &queue.Revocation{By: "bob", At: instant("revoked")},
+			Outcome: &queue.Outcome{Status: "failed", At: instant("outcome")}}
 		got, err := Call(c, func(s string) string { return s })
 		if err != nil {
 			rt.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/countersign/countersign/internal/present"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -84,10 +86,11 @@ func (c *Console) renderBatch(ec echo.Context, status int, ids []string, refusal
 	return c.render(ec, status, templates.BatchPage(bv))
 }
 
-// presentBatch is the presentation token of a batch's review page, posted
-// back with its decision. None is made yet: the decision record verifies
-// and records it once presentation tokens exist.
-func (c *Console) presentBatch(_ *viewer, _ []*queue.Call) string { return "" }
+// presentBatch is the presentation token of a batch's review page over
+// every call it shows, posted back with its decision.
+func (c *Console) presentBatch(v *viewer, calls []*queue.Call) string {
+	return c.q.Present(present.PageBatch, v.user.Name, calls...)
+}
 
 // once is ids without repeats, in their first order.
 func once(ids []string) []string {

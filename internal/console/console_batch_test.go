@@ -1,12 +1,15 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -126,9 +129,11 @@ func TestBatchReview(t *testing.T) {
 	}
 }
 
-// TestBatchApproveAll: approving all approves each call that passes,
-// and the call with a deception warning and the one whose digest went
-// stale drop out, named on the result page with what to do next.
+// TestBatchApproveAll: approving all approves each call that passes, as
+// a batch approval with the review page presented; the call with a
+// deception warning and the one decided meanwhile drop out, named on the
+// result page with what to do next; a form whose digests the page did not
+// show decides nothing.
 func TestBatchApproveAll(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
@@ -148,12 +153,29 @@ func TestBatchApproveAll(t *testing.T) {
 		t.Error("the review page shows the hidden character raw, or without the call's deception warning")
 	}
 	f := batchForm(t, review, "batch-approve-form")
-	// The page showed a digest the stored call no longer has.
+	// A form whose digests are not the ones the page showed decides
+	// nothing: the page's presentation token covers every call and digest.
 	stale := calls[3]
-	for i, id := range f["id"] {
+	forged := url.Values{}
+	for k, v := range f {
+		forged[k] = slices.Clone(v)
+	}
+	for i, id := range forged["id"] {
 		if id == stale.ID {
-			f["digest"][i] = strings.Repeat("0", 64)
+			forged["digest"][i] = strings.Repeat("0", 64)
 		}
+	}
+	if p := b.post("/batch/approve", forged); p.status != http.StatusConflict || !strings.Contains(p.find("batch-error").Text(), "reload the page") {
+		t.Errorf("a batch with a digest the page did not show: %d %q, want 409 saying to reload", p.status, p.find("batch-error").Text())
+	}
+	for _, c := range all {
+		if got := mustCall(t, e, c.ID); got.Status != queue.StatusPending || len(got.Approvals) != 0 {
+			t.Fatalf("after a refused batch %s is %s with %d approvals", c.ID, got.Status, len(got.Approvals))
+		}
+	}
+	// One call is decided by someone else after the page was shown.
+	if _, err := e.q.Deny(context.Background(), "adam", audit.ChannelCLI, stale.ID, "not now"); err != nil {
+		t.Fatal(err)
 	}
 	p := b.post("/batch/approve", f)
 	if p.status != http.StatusOK {
@@ -166,18 +188,24 @@ func TestBatchApproveAll(t *testing.T) {
 	p.find("batch-dropped-item").Each(func(_ int, s *goquerySelection) {
 		dropped[s.AttrOr("data-call", "")] = s.Find(`[data-testid="batch-dropped-why"]`).Text()
 	})
-	if !strings.Contains(dropped[tricky.ID], "decide it on its own") || !strings.Contains(dropped[stale.ID], "reload the call") || len(dropped) != 2 {
+	if !strings.Contains(dropped[tricky.ID], "decide it on its own") || !strings.Contains(dropped[stale.ID], "decided meanwhile") || len(dropped) != 2 {
 		t.Errorf("dropped: %v", dropped)
 	}
 	for _, c := range calls[:3] {
-		if got := mustCall(t, e, c.ID); got.Status != queue.StatusApproved || got.Grant == "" || got.Approvals[0].Operator != "olivia" {
+		got := mustCall(t, e, c.ID)
+		if got.Status != queue.StatusApproved || got.Grant == "" || got.Approvals[0].Operator != "olivia" {
 			t.Errorf("%s is %s", c.ID, got.Status)
+			continue
+		}
+		if a := got.Approvals[0]; a.Method != queue.MethodBatch || a.Human() != queue.HumanTrue || a.Presented == nil || a.Presented.Page != "batch" || a.Via == "" {
+			t.Errorf("%s: approval %+v, want a batch approval with the review page presented", c.ID, a)
 		}
 	}
-	for _, c := range []*queue.Call{tricky, stale} {
-		if got := mustCall(t, e, c.ID); got.Status != queue.StatusPending || len(got.Approvals) != 0 {
-			t.Errorf("dropped %s is %s with %d approvals", c.ID, got.Status, len(got.Approvals))
-		}
+	if got := mustCall(t, e, tricky.ID); got.Status != queue.StatusPending || len(got.Approvals) != 0 {
+		t.Errorf("dropped %s is %s with %d approvals", tricky.ID, got.Status, len(got.Approvals))
+	}
+	if got := mustCall(t, e, stale.ID); got.Status != queue.StatusDenied || len(got.Approvals) != 0 {
+		t.Errorf("the call denied meanwhile is %s with %d approvals", got.Status, len(got.Approvals))
 	}
 	// Posting again: every call is decided or still dropped; nothing twice.
 	p = b.post("/batch/approve", f)

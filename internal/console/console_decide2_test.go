@@ -25,7 +25,7 @@ func (b *consoleBrowser) approveForm(id string, extra url.Values) *htmlPage {
 	if err != nil {
 		b.e.t.Fatal(err)
 	}
-	form := url.Values{"csrf": {b.csrf()}, "digest": {call.Digest}}
+	form := url.Values{"csrf": {b.csrf()}, "digest": {call.Digest}, "presented": {b.presented(id)}}
 	for k, v := range extra {
 		form[k] = v
 	}

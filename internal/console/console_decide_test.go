@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 )
 
@@ -60,11 +61,39 @@ func TestApproveNeedsCSRF(t *testing.T) {
 			}
 		})
 	}
-	if p := b.post(path, url.Values{"csrf": {tok}, "digest": {call.Digest}}); p.status != http.StatusSeeOther {
+	// With the session's token but without the page's presentation
+	// token, or with another call's, nothing is approved.
+	other := e.submit("agent:billing-bot", "payments-host", batchRefund(4242, 100, "another"))
+	for name, shown := range map[string]string{"no page": "", "another call's page": b.presented(other.ID)} {
+		p := b.post(path, url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {shown}})
+		if p.status != http.StatusConflict || !strings.Contains(p.find("error-message").Text()+p.body, "reload the page") {
+			t.Errorf("approve from %s = %d, want 409 saying to reload the page", name, p.status)
+		}
+		if c := mustCall(t, e, call.ID); c.Status != queue.StatusPending || len(c.Approvals) != 0 {
+			t.Errorf("approve from %s: the call is %s with %d approvals", name, c.Status, len(c.Approvals))
+		}
+	}
+	if p := b.post(path, url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {b.presented(call.ID)}}); p.status != http.StatusSeeOther {
 		t.Fatalf("a proper approve = %d, want 303", p.status)
 	}
 	if c := mustCall(t, e, call.ID); c.Status != queue.StatusApproved || c.Approvals[0].Operator != "olivia" || c.Approvals[0].Channel != "web" {
 		t.Errorf("after approve: %s, approvals %+v", c.Status, c.Approvals)
+	}
+	// The click is recorded with the page that presented the call; a
+	// command's approval is said to be unattested on the call's page.
+	if a := mustCall(t, e, call.ID).Approvals[0]; a.Method != queue.MethodClick || a.Human() != queue.HumanTrue || a.Presented == nil {
+		t.Errorf("the click's record: %+v", a)
+	}
+	p := b.get("/calls/" + call.ID)
+	if strings.TrimSpace(p.find("approval-how").Text()) != "by click" || p.find("approval-unattested").Length() != 0 {
+		t.Errorf("the click reads %q, unattested %d", p.find("approval-how").Text(), p.find("approval-unattested").Length())
+	}
+	cmd := e.submit("agent:billing-bot", "payments-host", batchRefund(4343, 100, "by command"))
+	if _, err := e.q.Approve(context.Background(), "adam", audit.ChannelCLI, cmd.ID, cmd.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/calls/" + cmd.ID); !strings.Contains(p.find("approval-how").Text(), "from the command line") || p.find("approval-unattested").Length() != 1 {
+		t.Errorf("a command's approval reads %q, unattested %d", p.find("approval-how").Text(), p.find("approval-unattested").Length())
 	}
 }
 
@@ -77,7 +106,7 @@ func TestStaleDigestRefused(t *testing.T) {
 	b.login("olivia", rolePassword)
 	tok := b.csrf()
 	for _, digest := range []string{other.Digest, "", strings.ToUpper(call.Digest), call.Digest[:63]} {
-		p := b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {digest}})
+		p := b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {digest}, "presented": {b.presented(call.ID)}})
 		if p.status != http.StatusConflict {
 			t.Errorf("approve with digest %q = %d, want 409", digest, p.status)
 		}
@@ -104,7 +133,7 @@ func TestOwnCallRefused(t *testing.T) {
 	if p.find("own-call").Length() != 1 || p.find("approve-form").Length() != 0 {
 		t.Error("the call page offers an approval of one's own call")
 	}
-	p = b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {b.csrf()}, "digest": {call.Digest}})
+	p = b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {b.csrf()}, "digest": {call.Digest}, "presented": {b.presented(call.ID)}})
 	if p.status != http.StatusForbidden {
 		t.Errorf("approving one's own call = %d, want 403", p.status)
 	}
@@ -127,7 +156,7 @@ func TestQuorumNeedsTwoOperators(t *testing.T) {
 	olivia := e.browser()
 	olivia.login("olivia", rolePassword)
 	tok := olivia.csrf()
-	p := olivia.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}})
+	p := olivia.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {olivia.presented(call.ID)}})
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("first approval = %d", p.status)
 	}
@@ -147,7 +176,7 @@ func TestQuorumNeedsTwoOperators(t *testing.T) {
 	if p.find("decision-notice").Length() != 1 {
 		t.Error("no confirmation after approving")
 	}
-	p = olivia.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}})
+	p = olivia.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {olivia.presented(call.ID)}})
 	if p.status != http.StatusConflict || !strings.Contains(p.find("decision-error").Text(), "already approved") {
 		t.Errorf("second approval by the same operator = %d %q, want 409 already approved", p.status, p.find("decision-error").Text())
 	}
@@ -156,7 +185,7 @@ func TestQuorumNeedsTwoOperators(t *testing.T) {
 	}
 	otto := e.browser()
 	otto.login("otto", rolePassword)
-	p = otto.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {otto.csrf()}, "digest": {call.Digest}})
+	p = otto.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {otto.csrf()}, "digest": {call.Digest}, "presented": {otto.presented(call.ID)}})
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("second operator's approval = %d", p.status)
 	}
@@ -209,7 +238,7 @@ func TestDenyNeedsReason(t *testing.T) {
 		strings.TrimSpace(p.find("denied-by").Text()) != "olivia" {
 		t.Errorf("denied page: %q by %q reason %q", p.find("status-value").Text(), p.find("denied-by").Text(), p.find("deny-reason-shown").Text())
 	}
-	p = b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}})
+	p = b.post("/calls/"+call.ID+"/approve", url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {b.presented(call.ID)}})
 	if p.status != http.StatusConflict || !strings.Contains(p.find("decision-error").Text(), "no longer pending") {
 		t.Errorf("approve after deny = %d %q, want 409 no longer pending", p.status, p.find("decision-error").Text())
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"io"
 	"log/slog"
 	"net"
@@ -119,7 +120,12 @@ func newConsoleEnvWith(tb testing.TB, server func(*envConfig), adjust ...func(*C
 // (pol may be nil).
 func newConsoleEnvTools(tb testing.TB, reg *tools.Registry, pol *policy.Policy, adjustServer func(*envConfig), adjust ...func(*Config)) *consoleEnv {
 	tb.Helper()
-	k := sqlitekit.NewQueue(tb, sqlitekit.WithTools(reg), sqlitekit.WithPolicy(pol), sqlitekit.WithClock(newConsoleClock()))
+	shown, err := present.NewKey([]byte("console tests' presentation key!"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k := sqlitekit.NewQueue(tb, sqlitekit.WithTools(reg), sqlitekit.WithPolicy(pol), sqlitekit.WithClock(newConsoleClock()),
+		sqlitekit.WithConfig(func(cfg *queue.Config) { cfg.Presentations = shown }))
 	clock, d, keys, q := k.Clock, k.DB, k.Keys, k.Service
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -289,6 +295,14 @@ func (b *consoleBrowser) tryLogin(name, pw string) *htmlPage {
 }
 
 // csrf reads the session's form token from a page.
+// presented is the presentation token the call's page gives this
+// browser's operator in its approve form ("" when it shows none).
+func (b *consoleBrowser) presented(id string) string {
+	b.e.t.Helper()
+	v, _ := b.get("/calls/" + id).doc.Find(`[data-testid="approve-presented"]`).Attr("value")
+	return v
+}
+
 func (b *consoleBrowser) csrf() string {
 	b.e.t.Helper()
 	p := b.get("/")

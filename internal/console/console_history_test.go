@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"io"
 	"log/slog"
 	"net"
@@ -67,7 +68,7 @@ func (e *consoleEnv) approve(op, channel string, c *queue.Call) *queue.Call {
 	testkit.SeedUsers(e.t, e.db.Accounts(), account.RoleOperator, op)
 	// As an operator who typed what the tool asks and read any warning.
 	out, err := e.q.ApproveWith(context.Background(), queue.ApproveInput{Operator: op, Channel: channel, CallID: c.ID, Digest: c.Digest,
-		Confirm: c.Target, AcceptWarnings: true})
+		Confirm: c.Target, AcceptWarnings: true, Presented: e.q.Present(present.PageCall, op, c)})
 	if err != nil {
 		e.t.Fatalf("approve %s as %s: %v", c.ID, op, err)
 	}

@@ -131,6 +131,7 @@ func (c *Console) finishPasskeyApproval(ec echo.Context) error {
 	}
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID, Digest: call.Digest,
 		Comment: form.Get("comment"), Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1",
+		Presented: form.Get("presented"),
 		Passkey: &queue.PasskeyProof{Operator: v.user.Name, CredentialID: ap.Credential.ID,
 			Name: ap.Credential.Name, CountBefore: before, CountAfter: ap.Evidence.SignCount, Record: record, Evidence: evidence},
 		Seen: call}

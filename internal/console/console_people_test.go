@@ -92,7 +92,7 @@ func TestOwnersCannotApproveAndAreShown(t *testing.T) {
 		t.Errorf("owners shown = %q", got)
 	}
 	// Posting the approval anyway is refused by the queue's rule.
-	r := owen.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {owen.csrf()}, "digest": {c.Digest}})
+	r := owen.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {owen.csrf()}, "digest": {c.Digest}, "presented": {owen.presented(c.ID)}})
 	if r.status != http.StatusForbidden || !strings.Contains(r.find("decision-error").Text(), "you own the agent") {
 		t.Errorf("the owner's approve = %d %q", r.status, r.find("decision-error").Text())
 	}
@@ -110,7 +110,7 @@ func TestApproversConditionShownAndEnforced(t *testing.T) {
 	if p.find("not-an-approver").Length() != 1 || p.find("approve").Length() != 0 || p.find("deny-form").Length() != 1 {
 		t.Errorf("an operator outside the condition is offered approving, or not denying")
 	}
-	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}})
+	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}, "presented": {olivia.presented(c.ID)}})
 	if r.status != http.StatusForbidden || !strings.Contains(r.find("decision-error").Text(), "only role admin may approve") {
 		t.Errorf("approve outside the condition = %d %q", r.status, r.find("decision-error").Text())
 	}
@@ -119,7 +119,7 @@ func TestApproversConditionShownAndEnforced(t *testing.T) {
 	if p := adele.get("/calls/" + c.ID); p.find("approve").Length() != 1 {
 		t.Fatal("an admin is not offered approving")
 	}
-	r = adele.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {adele.csrf()}, "digest": {c.Digest}})
+	r = adele.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {adele.csrf()}, "digest": {c.Digest}, "presented": {adele.presented(c.ID)}})
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("the admin's approve = %d %q", r.status, r.find("decision-error").Text())
 	}
@@ -143,7 +143,7 @@ func TestPasskeyRequiredRefusesAClick(t *testing.T) {
 		t.Errorf("the call page of a passkey-only tool: required %d, click button %d, needed %d",
 			p.find("passkey-required").Length(), p.find("approve").Length(), p.find("passkey-needed").Length())
 	}
-	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}})
+	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}, "presented": {olivia.presented(c.ID)}})
 	if r.status != http.StatusForbidden || !strings.Contains(r.find("decision-error").Text(), "must be approved with a passkey") {
 		t.Errorf("a click on a passkey-only call = %d %q", r.status, r.find("decision-error").Text())
 	}
@@ -214,13 +214,13 @@ func TestTokenCreatorOwnsTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := adele.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {adele.csrf()}, "digest": {c.Digest}})
+	p := adele.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {adele.csrf()}, "digest": {c.Digest}, "presented": {adele.presented(c.ID)}})
 	if p.status != http.StatusForbidden {
 		t.Errorf("the creator's approval = %d, want 403 owner", p.status)
 	}
 	ada := e.browser()
 	ada.login("ada", rolePassword)
-	if p := ada.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {ada.csrf()}, "digest": {c.Digest}}); p.status != http.StatusSeeOther {
+	if p := ada.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {ada.csrf()}, "digest": {c.Digest}, "presented": {ada.presented(c.ID)}}); p.status != http.StatusSeeOther {
 		t.Errorf("another admin's approval = %d, want 303", p.status)
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/countersign/countersign/internal/present"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -133,7 +134,7 @@ func TestStatusPageWithoutLogin(t *testing.T) {
 
 	// Approved: the state follows, the grant never shows.
 	approved, err := q.ApproveWith(context.Background(), queue.ApproveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: c.ID,
-		Digest: c.Digest, AcceptWarnings: true})
+		Digest: c.Digest, AcceptWarnings: true, Presented: q.Present(present.PageCall, "alice", c)})
 	if err != nil {
 		t.Fatal(err)
 	}

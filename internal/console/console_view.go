@@ -14,6 +14,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/countersign/countersign/internal/present"
+
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
@@ -224,7 +226,7 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		}
 	}
 	for _, a := range call.Approvals {
-		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method(), At: a.At, Comment: optText(a.Comment)}
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment)}
 		if a.Passkey != nil {
 			name := reveal.Of(a.Passkey.Name)
 			ta.Passkey = &name
@@ -261,6 +263,7 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		s.ViewerMayApprove = call.Approvers.Allows(string(v.user.Role), v.user.Groups)
 		if call.Status == queue.StatusPending {
 			s.ViewerPasskeys = c.viewerPasskeys(v)
+			s.Presented = c.q.Present(present.PageCall, v.user.Name, call)
 		}
 	}
 	if call.Status == queue.StatusPending {

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -118,7 +119,8 @@ func TestWSPushesCommittedChanges(t *testing.T) {
 		t.Fatalf("call socket's first message = %.300q, want the status block with decide controls", callFirst)
 	}
 
-	if _, err := e.q.Approve(context.Background(), "olivia", audit.ChannelWeb, call.ID, call.Digest); err != nil {
+	if _, err := e.q.ApproveWith(context.Background(), queue.ApproveInput{Operator: "olivia", Channel: audit.ChannelWeb,
+		CallID: call.ID, Digest: call.Digest, Presented: e.q.Present(present.PageCall, "olivia", call)}); err != nil {
 		t.Fatal(err)
 	}
 	msg := wsReadUntil(t, opConn, call.ID)
@@ -136,7 +138,8 @@ func TestWSPushesCommittedChanges(t *testing.T) {
 		t.Error("the pushed decide form does not carry the viewer's own CSRF token")
 	}
 
-	if _, err := e.q.Approve(context.Background(), "otto", audit.ChannelWeb, call.ID, call.Digest); err != nil {
+	if _, err := e.q.ApproveWith(context.Background(), queue.ApproveInput{Operator: "otto", Channel: audit.ChannelWeb,
+		CallID: call.ID, Digest: call.Digest, Presented: e.q.Present(present.PageCall, "otto", call)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, conn := range []*websocket.Conn{opConn, audConn} {

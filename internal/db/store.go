@@ -130,6 +130,7 @@ type querier interface {
 // loadCall reads with one statement.
 var callReadColumns = qualified + `,
 	(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
+		'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
 		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name,
 		'evidence', a.evidence)) FROM approvals a WHERE a.call_id = c.id),
 	(SELECT json_object('jti', r.jti, 'by', r.revoked_by, 'channel', r.channel, 'reason', r.reason, 'at', r.revoked_at)
@@ -323,8 +324,15 @@ func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
 		pkName = sql.NullString{String: a.Passkey.Name, Valid: true}
 		evidence = sql.NullString{String: string(a.Passkey.Evidence), Valid: true}
 	}
-	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence)
-		VALUES (?,?,?,?,?,?,?,?)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence)
+	var page sql.NullString
+	var pageAt sql.NullInt64
+	if p := a.Presented; p != nil {
+		page, pageAt = sql.NullString{String: p.Page, Valid: true}, sql.NullInt64{Int64: ms(p.At), Valid: true}
+	}
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence,
+		method, digest, via, presented_page, presented_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
+		a.Method, a.Digest, a.Via, page, pageAt)
 	if err != nil {
 		return fmt.Errorf("db: add approval to %s: %w", callID, err)
 	}

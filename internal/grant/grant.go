@@ -117,6 +117,9 @@ type Result struct {
 	Checks []Check `json:"checks"`
 	Reason string  `json:"reason,omitempty"`
 	Claims *Claims `json:"-"`
+	// Digest is the digest recomputed from the call presented and the
+	// redeeming context, once the checks reached it.
+	Digest string `json:"-"`
 }
 
 // NewResult returns a Result with every check not reached.

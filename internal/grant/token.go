@@ -188,6 +188,7 @@ func (k *Keyring) Verify(token string, ctx Context, call Presented, now time.Tim
 	}
 	digest, err := canonical.Envelope{Actor: ctx.Actor, Audience: ctx.Audience,
 		Tool: call.Tool, Target: call.Target, Args: call.Args}.Digest()
+	r.Digest = digest
 	if !step(&r, StepDigest, err == nil && digest == c.Digest, ReasonDigestMismatch) {
 		return r
 	}

@@ -167,7 +167,8 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence
+	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence,
+		method, digest, via, presented_page, presented_at
 		FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err))
@@ -177,11 +178,16 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 		var a queue.Approval
 		var at int64
 		var pkID []byte
-		var pkName, evidence *string
-		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence); err != nil {
+		var pkName, evidence, page *string
+		var pageAt *int64
+		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence,
+			&a.Method, &a.Digest, &a.Via, &page, &pageAt); err != nil {
 			return nil, classify(fmt.Errorf("pgstore: scan approval: %w", err))
 		}
 		a.At = time.UnixMilli(at).UTC()
+		if page != nil && pageAt != nil {
+			a.Presented = &queue.Presented{Page: *page, At: time.UnixMilli(*pageAt).UTC()}
+		}
 		if pkID != nil {
 			a.Passkey = &queue.ApprovalPasskey{CredentialID: pkID, Name: deref(pkName), Evidence: []byte(deref(evidence))}
 		}
@@ -294,8 +300,16 @@ func (t *txn) AddApproval(callID string, a queue.Approval) error {
 		ev := string(a.Passkey.Evidence)
 		evidence = &ev
 	}
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence); err != nil {
+	var page *string
+	var pageAt *int64
+	if p := a.Presented; p != nil {
+		at := ms(p.At)
+		page, pageAt = &p.Page, &at
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence,
+		method, digest, via, presented_page, presented_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
+		a.Method, a.Digest, a.Via, page, pageAt); err != nil {
 		return fmt.Errorf("pgstore: add approval to %s: %w", callID, err)
 	}
 	return nil

@@ -99,6 +99,8 @@ var sentinels = []struct {
 		"this call's tool asks for its target or a word to be typed, so it is not approved in a batch; open it and decide it on its own", ""},
 	{queue.ErrBatchPasskey, http.StatusConflict, "batch_passkey",
 		"this call must be approved with a passkey, so it is not approved in a batch; open it and use Approve with a passkey", ""},
+	{queue.ErrPresentation, http.StatusConflict, "presentation_invalid",
+		"this decision does not come from a page that showed the call as it is now, or the page is older than the call's decision window; nothing was decided: reload the page, read it and decide again", ""},
 	{queue.ErrPasskeyChanged, http.StatusConflict, "passkey_changed",
 		"your passkey was removed, or used for another approval at the same moment; nothing was approved: try again", ""},
 	{queue.ErrFreezeReason, http.StatusBadRequest, "reason_required",

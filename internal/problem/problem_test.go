@@ -44,6 +44,7 @@ var examples = map[string]error{
 	"queue.ErrPasskeyChanged": queue.ErrPasskeyChanged, "queue.ErrOwner": queue.ErrOwner,
 	"queue.ErrBatchEmpty": queue.ErrBatchEmpty, "queue.ErrBatchTooLarge": queue.ErrBatchTooLarge, "queue.ErrBatchDuplicate": queue.ErrBatchDuplicate,
 	"queue.ErrBatchWarning": queue.ErrBatchWarning, "queue.ErrBatchConfirm": queue.ErrBatchConfirm, "queue.ErrBatchPasskey": queue.ErrBatchPasskey,
+	"queue.ErrPresentation":  queue.ErrPresentation,
 	"queue.ErrNotAnApprover": queue.ErrNotAnApprover, "queue.ErrWarningNotAcknowledged": queue.ErrWarningNotAcknowledged,
 	"queue.ErrFilter": queue.ErrFilter, "queue.ErrToolChanged": queue.ErrToolChanged,
 	"queue.ErrFreezeScope": queue.ErrFreezeScope, "queue.ErrFreezeReason": queue.ErrFreezeReason,

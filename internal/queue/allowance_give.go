@@ -28,11 +28,12 @@ type GiveInput struct {
 	// have exactly this digest.
 	ScopeDigest string
 	Choices     scope.Choices
-	// Comment, Confirm and AcceptWarnings are those of the base call's
-	// approval (ApproveInput).
+	// Comment, Confirm, AcceptWarnings and Presented are those of the
+	// base call's approval (ApproveInput).
 	Comment        string
 	Confirm        string
 	AcceptWarnings bool
+	Presented      string
 }
 
 // GiveAllowance gives an allowance from a pending call, in one
@@ -77,6 +78,10 @@ func (s *Service) GiveAllowance(ctx context.Context, in GiveInput) (*Allowance, 
 		}
 		t, _ := s.tools.Tool(c.Tool) // checkApproval found it unchanged
 		now := s.now()
+		seen, err := s.presentedCall(in.Channel, in.Presented, u.Name, c, now)
+		if err != nil {
+			return err
+		}
 		sc, err := scope.Materialise(scopeCall(c), t, in.Choices, now)
 		if err != nil {
 			return err
@@ -107,7 +112,8 @@ func (s *Service) GiveAllowance(ctx context.Context, in GiveInput) (*Allowance, 
 			return err
 		}
 		emit(Event{Kind: KindAllowanceGiven, Allowance: a})
-		if err := s.addApproval(tx, c, u, Approval{Operator: u.Name, Channel: in.Channel, At: now, Comment: comment},
+		if err := s.addApproval(tx, c, u, Approval{Operator: u.Name, Channel: in.Channel, At: now, Comment: comment,
+			Method: methodOf(in.Channel, false), Digest: c.Digest, Presented: seen},
 			map[string]any{"allowance_given": a.ID}, nil, emit); err != nil {
 			return err
 		}
@@ -161,6 +167,7 @@ type ConfirmInput struct {
 	CallDigest     string
 	Confirm        string
 	AcceptWarnings bool
+	Presented      string
 }
 
 // ConfirmAllowance adds the operator as a confirmer of an allowance that
@@ -231,6 +238,12 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 			}
 		}
 		now := s.now()
+		var shown *Presented
+		if approveBase {
+			if shown, err = s.presentedCall(in.Channel, in.Presented, u.Name, base, now); err != nil {
+				return err
+			}
+		}
 		a.Confirmers = append(a.Confirmers, u.Name)
 		if err := tx.SetConfirmers(a.ID, a.Confirmers); err != nil {
 			return err
@@ -242,7 +255,8 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 		}
 		emit(Event{Kind: KindAllowanceConfirmed, Allowance: a})
 		if approveBase {
-			if err := s.addApproval(tx, base, u, Approval{Operator: u.Name, Channel: in.Channel, At: now},
+			if err := s.addApproval(tx, base, u, Approval{Operator: u.Name, Channel: in.Channel, At: now,
+				Method: methodOf(in.Channel, false), Digest: base.Digest, Presented: shown},
 				map[string]any{"allowance_confirmed": a.ID}, nil, emit); err != nil {
 				return err
 			}

@@ -85,9 +85,10 @@ func (s *Service) tryAllowance(tx Tx, a *Allowance, c *Call, t *tools.Tool, emit
 	}
 	a.Used++
 	for _, u := range users {
-		details := map[string]any{"method": "allowance", "allowance": a.ID, "scope_digest": a.ScopeDigest,
+		details := map[string]any{"allowance": a.ID, "scope_digest": a.ScopeDigest,
 			"giver": a.Giver, "uses_left": int64(a.Left())}
-		if err := s.recordApproval(tx, c, u, Approval{Operator: u.Name, Channel: ChannelAllowance, At: now}, details); err != nil {
+		if err := s.recordApproval(tx, c, u, Approval{Operator: u.Name, Channel: ChannelAllowance, At: now,
+			Method: MethodAllowance, Via: a.ID, Digest: c.Digest}, details); err != nil {
 			return false, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/present"
 )
 
 // Approve records operator's approval of call id, bound to the digest the
@@ -39,6 +40,10 @@ type ApproveInput struct {
 	// whatever the channel (see Confirmation).
 	Confirm        string
 	AcceptWarnings bool
+	// Presented is the presentation token of the call's page, which a
+	// decision through the browser must carry (Config.Presentations); the
+	// decision's transaction checks it and records what was presented.
+	Presented string
 	// Seen is the call as the approver's channel read it before deciding,
 	// if it did. It is a hint, never trusted: when this approval looks like
 	// the last one the call needs, the grant is signed before the write
@@ -113,7 +118,12 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 			return err
 		}
 		now := s.now()
-		a := Approval{Operator: operator, Channel: channel, At: now, Comment: comment}
+		shown, err := s.presentedCall(channel, in.Presented, operator, c, now)
+		if err != nil {
+			return err
+		}
+		a := Approval{Operator: operator, Channel: channel, At: now, Comment: comment, Digest: digest,
+			Method: methodOf(channel, in.Passkey != nil), Presented: shown}
 		if p := in.Passkey; p != nil {
 			if err := tx.UsePasskey(operator, p.CredentialID, p.CountBefore, p.CountAfter, p.Record, now); err != nil {
 				return err
@@ -122,7 +132,6 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		}
 		details := map[string]any{}
 		if a.Passkey != nil {
-			details["method"] = "passkey"
 			details["passkey"] = map[string]any{"credential_id": base64.RawURLEncoding.EncodeToString(a.Passkey.CredentialID),
 				"name": a.Passkey.Name}
 			details["evidence"] = evidence
@@ -134,6 +143,86 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		return nil
 	})
 	return out, err
+}
+
+// methodOf is how an approval through channel was given: with a passkey,
+// a click in the browser, a command; for a channel none of them names, the
+// channel itself.
+func methodOf(channel string, passkey bool) string {
+	switch {
+	case passkey:
+		return MethodPasskey
+	case channel == audit.ChannelWeb:
+		return MethodClick
+	case channel == audit.ChannelCLI:
+		return MethodCommand
+	}
+	return channel
+}
+
+// ErrPresentation refuses a decision that does not come from a page that
+// showed its deciders exactly these calls and digests, recently enough:
+// the page's presentation token is missing, is another page's, or was
+// rendered before the call's decision window.
+var ErrPresentation = errors.New("queue: the decision does not come from a page that showed these calls as they are; reload the page and decide again")
+
+// presented checks the presentation token of a decision through channel
+// by operator on the page kind page that showed items, and returns what
+// was presented: nil for a decision that carries none from a channel
+// other than the browser. A decision through the browser must carry one
+// when the service checks them (Config.Presentations). The token's age
+// is checked against each call's decision window by shownInTime.
+func (s *Service) presented(channel, token, page, operator string, items []present.Item, now time.Time) (*Presented, error) {
+	if token == "" && (channel != audit.ChannelWeb || s.present == nil) {
+		return nil, nil
+	}
+	if s.present == nil {
+		return nil, fmt.Errorf("%w: this console checks no presentation tokens", ErrPresentation)
+	}
+	shown, err := s.present.Check(token, page, operator, items, now, maxPresentedAge)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%w)", ErrPresentation, err)
+	}
+	return &Presented{Page: shown.Page, At: shown.At}, nil
+}
+
+// presentedCall is presented for a decision on c's own page, with the
+// presentation's age checked against c's decision window.
+func (s *Service) presentedCall(channel, token, operator string, c *Call, now time.Time) (*Presented, error) {
+	shown, err := s.presented(channel, token, present.PageCall, operator, []present.Item{{CallID: c.ID, Digest: c.Digest}}, now)
+	if err != nil {
+		return nil, err
+	}
+	return shown, shownInTime(shown, c, now)
+}
+
+// Present is the presentation token of a decision page of kind page
+// (present.PageCall, present.PageBatch) rendered now for viewer, showing
+// calls with their digests; "" when the service checks no presentations.
+// The page carries it in its decision form; nothing is stored.
+func (s *Service) Present(page, viewer string, calls ...*Call) string {
+	if s.present == nil {
+		return ""
+	}
+	items := make([]present.Item, len(calls))
+	for i, c := range calls {
+		items[i] = present.Item{CallID: c.ID, Digest: c.Digest}
+	}
+	return s.present.Token(present.Shown{Page: page, Viewer: viewer, At: s.now(), Items: items})
+}
+
+// maxPresentedAge bounds a presentation's age before the call's own
+// decision window does (shownInTime).
+const maxPresentedAge = 7 * 24 * time.Hour
+
+// shownInTime refuses a presentation of c older than c's decision window:
+// a page left open longer than the call could wait shows what it showed
+// then, and is reloaded before deciding.
+func shownInTime(p *Presented, c *Call, now time.Time) error {
+	if p == nil || now.Sub(p.At) <= c.DecideBy.Sub(c.CreatedAt) {
+		return nil
+	}
+	return fmt.Errorf("%w (%w: rendered %s)", ErrPresentation, present.ErrStale, p.At.UTC().Format(time.RFC3339))
 }
 
 // checkApproval is every check a person's approval of c makes on the call
@@ -184,6 +273,10 @@ func (s *Service) recordApproval(tx Tx, c *Call, u account.User, a Approval, det
 	}
 	c.Approvals = append(c.Approvals, a)
 	details["digest"], details["received"], details["required"] = c.Digest, int64(len(c.Approvals)), int64(c.ApprovalsRequired)
+	details["method"], details["human"] = a.Method, a.Human()
+	if p := a.Presented; p != nil {
+		details["presented"] = map[string]any{"page": p.Page, "at": p.At.UTC().Format(time.RFC3339Nano)}
+	}
 	if a.Comment != "" {
 		details["comment"] = a.Comment
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/present"
 )
 
 // MaxBatch is how many calls one batch decision may name.
@@ -48,9 +49,9 @@ type BatchInput struct {
 	// Reason is the one reason of a batch denial, which every agent
 	// receives.
 	Reason string
-	// Presented is the presentation token of the page that showed the
-	// batch. It is not checked yet: the decision record verifies it and
-	// records what was presented.
+	// Presented is the presentation token of the review page that showed
+	// the batch: every item, with its digest. A batch approval through the
+	// browser must carry it (Config.Presentations).
 	Presented string
 }
 
@@ -92,8 +93,15 @@ func (s *Service) ApproveBatch(ctx context.Context, in BatchInput) (*BatchResult
 			return err
 		}
 		now := s.now()
+		shown, err := s.presented(in.Channel, in.Presented, present.PageBatch, in.Operator, batchItems(in.Items), now)
+		if err != nil {
+			return err
+		}
 		for _, it := range in.Items {
 			c, err := s.batchApprovable(tx, u, it, emit)
+			if err == nil {
+				err = shownInTime(shown, c, now)
+			}
 			if err != nil {
 				if !dropsOut(err) {
 					return err
@@ -101,8 +109,8 @@ func (s *Service) ApproveBatch(ctx context.Context, in BatchInput) (*BatchResult
 				res.Dropped = append(res.Dropped, BatchDrop{CallID: it.CallID, Err: err})
 				continue
 			}
-			a := Approval{Operator: u.Name, Channel: in.Channel, At: now}
-			details := map[string]any{"method": "batch", "batch": res.ID, "batch_size": int64(len(in.Items))}
+			a := Approval{Operator: u.Name, Channel: in.Channel, At: now, Method: MethodBatch, Digest: it.Digest, Via: res.ID, Presented: shown}
+			details := map[string]any{"batch": res.ID, "batch_size": int64(len(in.Items))}
 			if err := s.addApproval(tx, c, u, a, details, nil, emit); err != nil {
 				return err
 			}
@@ -114,6 +122,15 @@ func (s *Service) ApproveBatch(ctx context.Context, in BatchInput) (*BatchResult
 		return nil, err
 	}
 	return res, nil
+}
+
+// batchItems is what a batch's review page presented.
+func batchItems(items []BatchItem) []present.Item {
+	out := make([]present.Item, len(items))
+	for i, it := range items {
+		out[i] = present.Item{CallID: it.CallID, Digest: it.Digest}
+	}
+	return out
 }
 
 // batchApprovable reads the call of it and checks that u's approval of it
@@ -246,7 +263,9 @@ func (s *Service) loadPendingInBatch(tx Tx, id string, emit func(Event)) (*Call,
 
 // dropsOut reports whether err refuses one call of a batch (the call drops
 // out and the rest proceed) rather than the whole batch (a fault of the
-// store, or an operator who may not decide).
+// store, an operator who may not decide, or a page that did not show the
+// batch). A call the page showed longer ago than its decision window drops
+// out (ErrPresentation).
 func dropsOut(err error) bool {
 	var (
 		np *NotPendingError
@@ -258,6 +277,7 @@ func dropsOut(err error) bool {
 	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrIntegrity) ||
 		errors.Is(err, ErrToolChanged) || errors.Is(err, ErrOwnCall) || errors.Is(err, ErrAlreadyApproved) ||
 		errors.Is(err, ErrBatchWarning) || errors.Is(err, ErrBatchConfirm) || errors.Is(err, ErrBatchPasskey) ||
+		errors.Is(err, ErrPresentation) ||
 		errors.As(err, &np) || errors.As(err, &fz) || errors.As(err, &ow) || errors.As(err, &ap) || errors.As(err, &sp)
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
-	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -177,11 +176,28 @@ func (c *Call) Unresolved() bool {
 		(c.Outcome.Status == OutcomeUnknown || c.Outcome.Status == OutcomeLeaseExpired)
 }
 
-// Approval is one operator's approval of a call.
+// Approval is one approval of a call: the decision record. Who approved
+// and through which channel, how (Method), what made it when it was not a
+// single decision (Via), what page presented the call, and the digest
+// approved. Human follows from these.
 type Approval struct {
 	Operator string
 	Channel  string
 	At       time.Time
+	// Method is how the approval was given: MethodClick, MethodPasskey,
+	// MethodBatch, MethodCommand, MethodPolicy or MethodAllowance.
+	Method string
+	// Digest is the digest the approver posted: the call's, or the
+	// approval would have been refused.
+	Digest string
+	// Via names what made the approval besides its approver: the batch of
+	// a batch approval, the allowance of an allowance's; "" for a single
+	// decision.
+	Via string
+	// Presented is what the page the approval was given on showed, checked
+	// from the page's presentation token in the decision's transaction;
+	// nil when no page was presented (a command, a rule).
+	Presented *Presented
 	// Comment is the operator's optional note, "" for none; the agent
 	// receives it with the call.
 	Comment string
@@ -189,30 +205,51 @@ type Approval struct {
 	Passkey *ApprovalPasskey
 }
 
+// Presented is what a decision page showed its viewer: its kind
+// (present.PageCall, present.PageBatch) and when it was rendered. The
+// viewer is the approver and the digest shown the approval's.
+type Presented struct {
+	Page string
+	At   time.Time
+}
+
 // How an approval was given (Approval.Method). The agent API's call object
 // and the call's page say the same.
 const (
 	MethodPasskey = "passkey" // signed with the operator's passkey over the call's id and digest
 	MethodClick   = "click"   // a click on the call's page
+	MethodBatch   = "batch"   // one click approving each call of a batch review page on its own
 	MethodCommand = "command" // console approve, directly or through the control socket
 	MethodPolicy  = "policy"  // a rule of the tools file (the approver is policy:RULE)
+	// MethodAllowance: a standing approval a person gave (Approval.Via
+	// names it; the approver is the person whose approval it carries).
+	MethodAllowance = "allowance"
 )
 
-// Method says how the approval was given: MethodPasskey, MethodClick,
-// MethodCommand or MethodPolicy; for a channel none of them names, the
-// channel itself.
-func (a Approval) Method() string {
+// Whether a person saw the call before it was approved (Approval.Human).
+const (
+	// HumanTrue: a logged-in person approved on a rendered page, and the
+	// page's presentation token proved what it showed.
+	HumanTrue = "true"
+	// HumanFalse: a rule or an allowance approved, naming itself (and the
+	// allowance its giver); no person saw this call.
+	HumanFalse = "false"
+	// HumanUnattested: a person's name is on it, but nothing proves what
+	// they were shown (a command).
+	HumanUnattested = "unattested"
+)
+
+// Human says whether a person saw the call before approving it: true only
+// with a checked presentation, false for a rule's approval, unattested
+// otherwise.
+func (a Approval) Human() string {
 	switch {
-	case a.Passkey != nil:
-		return MethodPasskey
-	case a.Channel == audit.ChannelWeb:
-		return MethodClick
-	case a.Channel == audit.ChannelCLI:
-		return MethodCommand
-	case a.Channel == ChannelPolicy:
-		return MethodPolicy
+	case a.Presented != nil:
+		return HumanTrue
+	case a.Method == MethodPolicy, a.Method == MethodAllowance:
+		return HumanFalse
 	}
-	return a.Channel
+	return HumanUnattested
 }
 
 // ApprovalPasskey is how an approval was signed: the passkey, by the name

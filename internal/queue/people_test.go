@@ -220,8 +220,8 @@ func TestPasskeyRequired(t *testing.T) {
 		if a.Passkey == nil || a.Passkey.Name != "laptop" || string(a.Passkey.CredentialID) != string(key) || !strings.Contains(string(a.Passkey.Evidence), c.ID) {
 			t.Errorf("stored approval = %+v", a)
 		}
-		if a.Method() != queue.MethodPasskey {
-			t.Errorf("stored approval's method = %q, want %q", a.Method(), queue.MethodPasskey)
+		if a.Method != queue.MethodPasskey {
+			t.Errorf("stored approval's method = %q, want %q", a.Method, queue.MethodPasskey)
 		}
 		pks, _ := e.db.Accounts().Passkeys(ctx, "alice")
 		if pks[0].SignCount != 6 || pks[0].LastUsedAt.IsZero() {

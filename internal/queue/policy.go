@@ -138,13 +138,14 @@ func (s *Service) applyRule(tx Tx, c *Call, d policy.Decision, pre *presigned, e
 	}
 	switch d.Action {
 	case policy.Approve:
-		a := Approval{Operator: by, Channel: ChannelPolicy, At: now}
+		a := Approval{Operator: by, Channel: ChannelPolicy, At: now, Method: MethodPolicy, Digest: c.Digest}
 		if err := tx.AddApproval(c.ID, a); err != nil {
 			return err
 		}
 		c.Approvals = append(c.Approvals, a)
 		c.ApprovalsRequired = 1
 		details["received"], details["required"] = int64(1), int64(1)
+		details["method"], details["human"] = a.Method, a.Human()
 		if err := tx.Append(s.entry(audit.KindApproved, c, by, ChannelPolicy, details)); err != nil {
 			return err
 		}

@@ -149,7 +149,7 @@ func TestRuleApprovesAndTheGrantRedeems(t *testing.T) {
 	if err != nil || got.Status != queue.StatusApproved || got.Grant != c.Grant {
 		t.Fatalf("Wait = %v %v", got, err)
 	}
-	if len(got.Approvals) != 1 || got.Approvals[0].Operator != "policy:small-refunds" || got.Approvals[0].Method() != queue.MethodPolicy {
+	if len(got.Approvals) != 1 || got.Approvals[0].Operator != "policy:small-refunds" || got.Approvals[0].Method != queue.MethodPolicy {
 		t.Errorf("approvals = %+v, want one by policy:small-refunds with method %q", got.Approvals, queue.MethodPolicy)
 	}
 	r, err := e.q.Redeem(ctx, agent, exactBody(c))

@@ -204,6 +204,9 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 			return err
 		}
 		details["jti"] = res.Claims.JTI
+		// What was redeemed: the digest recomputed from the call the
+		// executor presented (equal to the grant's, or it was refused).
+		details["digest"] = res.Digest
 		details["token"] = who.TokenID
 		details["lease_until"] = formatTime(c.LeaseUntil)
 		if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/tools"
 )
 
@@ -64,8 +65,12 @@ type Config struct {
 	// call goes to people.
 	Policy *policy.Policy
 	Signer Signer
-	Now    func() time.Time
-	Logger *slog.Logger
+	// Presentations checks the presentation tokens of decision pages;
+	// with it, every decision through the browser must carry the token of
+	// the page that showed the call (ApproveInput.Presented).
+	Presentations *present.Key
+	Now           func() time.Time
+	Logger        *slog.Logger
 	// Notifier, when set, turns each change into outbox notices written by
 	// the change's own transaction.
 	Notifier Notifier
@@ -98,6 +103,7 @@ type Service struct {
 	tools                                 *tools.Registry
 	policy                                *policy.Policy
 	signer                                Signer
+	present                               *present.Key
 	now                                   func() time.Time
 	log                                   *slog.Logger
 	notify                                Notifier
@@ -131,7 +137,7 @@ func NewService(cfg Config) *Service {
 		cfg.Tools = cfg.Policy.Registry()
 	}
 	return &Service{
-		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
+		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, present: cfg.Presentations, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
 		maxBlocks:          cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
 		maxPending:         cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
 		maxAllowancesTool:  cmp.Or(max(cfg.MaxAllowancesPerTool, 0), DefaultMaxAllowancesPerTool),

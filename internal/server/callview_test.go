@@ -19,10 +19,11 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 	c := &queue.Call{ID: "call_x", Status: queue.StatusPending, ApprovalsRequired: 4,
 		Owners: []string{"olga", "team:payments"},
 		Approvals: []queue.Approval{
-			{Operator: "alice", Channel: audit.ChannelWeb, At: at},
-			{Operator: "bob", Channel: audit.ChannelWeb, At: at.Add(time.Second), Passkey: &queue.ApprovalPasskey{Name: "laptop", Evidence: []byte(`{}`)}},
-			{Operator: "carol", Channel: audit.ChannelCLI, At: at.Add(2 * time.Second), Comment: "ok"},
-			{Operator: "policy:small-refunds", Channel: queue.ChannelPolicy, At: at.Add(3 * time.Second)},
+			{Operator: "alice", Channel: audit.ChannelWeb, At: at, Method: queue.MethodClick, Digest: "d"},
+			{Operator: "bob", Channel: audit.ChannelWeb, At: at.Add(time.Second), Passkey: &queue.ApprovalPasskey{Name: "laptop", Evidence: []byte(`{}`)},
+				Method: queue.MethodPasskey, Digest: "d"},
+			{Operator: "carol", Channel: audit.ChannelCLI, At: at.Add(2 * time.Second), Comment: "ok", Method: queue.MethodCommand, Digest: "d"},
+			{Operator: "policy:small-refunds", Channel: queue.ChannelPolicy, At: at.Add(3 * time.Second), Method: queue.MethodPolicy, Digest: "d"},
 		}}
 	var got struct {
 		Approvals struct {
@@ -36,10 +37,10 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []map[string]string{
-		{"by": "alice", "channel": "web", "method": "click", "at": "2030-01-02T03:04:05.6Z"},
-		{"by": "bob", "channel": "web", "method": "passkey", "at": "2030-01-02T03:04:06.6Z"},
-		{"by": "carol", "channel": "cli", "method": "command", "at": "2030-01-02T03:04:07.6Z"},
-		{"by": "policy:small-refunds", "channel": "policy", "method": "policy", "at": "2030-01-02T03:04:08.6Z"},
+		{"by": "alice", "channel": "web", "method": "click", "human": "unattested", "digest": "d", "at": "2030-01-02T03:04:05.6Z"},
+		{"by": "bob", "channel": "web", "method": "passkey", "human": "unattested", "digest": "d", "at": "2030-01-02T03:04:06.6Z"},
+		{"by": "carol", "channel": "cli", "method": "command", "human": "unattested", "digest": "d", "at": "2030-01-02T03:04:07.6Z"},
+		{"by": "policy:small-refunds", "channel": "policy", "method": "policy", "human": "false", "digest": "d", "at": "2030-01-02T03:04:08.6Z"},
 	}
 	if got.Approvals.Required != 4 || got.Approvals.Received != 4 || len(got.Approvals.Given) != len(want) {
 		t.Fatalf("approvals = %+v, want 4 of 4 with %d given", got.Approvals, len(want))

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"io"
 	"log/slog"
 	"mime"
@@ -460,7 +461,11 @@ func startOpenAPIStack(t *testing.T, opts ...openAPIOption) *openAPIStack {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice")
-	qcfg := queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log}
+	shown, err := present.NewKey([]byte("the API tests' presentation key."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qcfg := queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log, Presentations: shown}
 	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI}
 	for _, o := range opts {
 		o(&qcfg, &scfg)
@@ -827,8 +832,14 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Errorf("a pending call's approvals = %v, want no given", ap)
 	}
 	mineID, _ := mine.json["id"].(string)
-	if _, err := st.queue.Approve(ctx, "alice", audit.ChannelWeb, mineID, mine.json["digest"].(string)); err != nil {
+	// Alice approves it on a batch review page, which presented it.
+	mineCall, err := st.queue.Call(ctx, mineID)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if res, err := st.queue.ApproveBatch(ctx, queue.BatchInput{Operator: "alice", Channel: audit.ChannelWeb,
+		Items: []queue.BatchItem{{CallID: mineID, Digest: mineCall.Digest}}, Presented: st.queue.Present(present.PageBatch, "alice", mineCall)}); err != nil || len(res.Decided) != 1 {
+		t.Fatalf("batch approval: %+v, %v", res, err)
 	}
 	if _, err := st.queue.Approve(ctx, "bob", audit.ChannelCLI, mineID, mine.json["digest"].(string)); err != nil {
 		t.Fatal(err)
@@ -844,15 +855,20 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 			t.Errorf("approval at %v: %v", m["at"], err)
 		}
 	}
-	if want := []string{"alice web click", "bob cli command"}; twice.json["status"] != "approved" || fmt.Sprint(given) != fmt.Sprint(want) {
+	if want := []string{"alice web batch", "bob cli command"}; twice.json["status"] != "approved" || fmt.Sprint(given) != fmt.Sprint(want) {
 		t.Errorf("status %v, approvals given %q; want approved, %q", twice.json["status"], given, want)
 	}
 
 	// An approval with a comment: the agent receives it.
 	commented := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(6)}, http.StatusCreated)
 	commentedID, _ := commented.json["id"].(string)
+	commentedCall, err := st.queue.Call(ctx, commentedID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.queue.ApproveWith(ctx, queue.ApproveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: commentedID,
-		Digest: commented.json["digest"].(string), Comment: "refund only the duplicate"}); err != nil {
+		Digest: commented.json["digest"].(string), Comment: "refund only the duplicate",
+		Presented: st.queue.Present(present.PageCall, "alice", commentedCall)}); err != nil {
 		t.Fatal(err)
 	}
 	if c := check(docRequest{op: get, path: "/api/v1/calls/" + commentedID, token: token}, http.StatusOK); c.json["comments"] == nil {
@@ -959,7 +975,8 @@ func TestOpenAPIDescriptionRefusesDrift(t *testing.T) {
 	// The schemas are closed: a member the description does not name fails.
 	good := `{"id":"call_abcdefghijklmnopqrstuvwx","status":"pending","actor":"a","audience":"b","tool":"payments.refund",
 		"target":"invoice:INV-1","args":{},"digest":"` + strings.Repeat("ab", 32) + `","created_at":"2025-01-02T03:04:05.123Z",
-		"decide_by":"2025-01-02T03:19:05.123Z","approvals":{"required":1,"received":0}}`
+		"decide_by":"2025-01-02T03:19:05.123Z","approvals":{"required":1,"received":0},
+		"lineage":{"proposed":{"by":"a","at":"2025-01-02T03:04:05.123Z"}}}`
 	tests := []struct {
 		name string
 		body string
@@ -970,6 +987,9 @@ func TestOpenAPIDescriptionRefusesDrift(t *testing.T) {
 		{"an unknown status", strings.Replace(good, `"pending"`, `"parked"`, 1), false},
 		{"a grant without its expiry", strings.Replace(good, `"status"`, `"grant":"a.b.c","status"`, 1), false},
 		{"a bad time", strings.Replace(good, `2025-01-02T03:04:05.123Z`, `yesterday`, 1), false},
+		{"no lineage", strings.Replace(good, `,
+		"lineage":{"proposed":{"by":"a","at":"2025-01-02T03:04:05.123Z"}}`, ``, 1), false},
+		{"an unknown method's human", strings.Replace(good, `"by":"a","at"`, `"by":"a","human":"maybe","at"`, 1), false},
 	}
 	o := doc.ops["GET /api/v1/calls/{id}"]
 	if o == nil {

@@ -77,19 +77,27 @@ func DecodePeople(c *queue.Call, owners, approvers string) error {
 // them: the time in Unix milliseconds, the passkey's credential id in hex
 // (either case), null without a passkey.
 type approvalJSON struct {
-	Operator    string  `json:"operator"`
-	Channel     string  `json:"channel"`
-	At          int64   `json:"at"`
-	Comment     string  `json:"comment"`
-	PasskeyID   *string `json:"passkey_id"`
-	PasskeyName *string `json:"passkey_name"`
+	Operator string `json:"operator"`
+	Channel  string `json:"channel"`
+	At       int64  `json:"at"`
+	Comment  string `json:"comment"`
+	Method   string `json:"method"`
+	Digest   string `json:"digest"`
+	Via      string `json:"via"`
+	// PresentedPage and PresentedAt (Unix milliseconds) are the page that
+	// presented the call, null when none did.
+	PresentedPage *string `json:"presented_page"`
+	PresentedAt   *int64  `json:"presented_at"`
+	PasskeyID     *string `json:"passkey_id"`
+	PasskeyName   *string `json:"passkey_name"`
 	// Evidence is the passkey's evidence, when the query aggregated it
 	// (a read of one call does; the history's pages leave it out).
 	Evidence *string `json:"evidence"`
 }
 
 // DecodeApprovals reads the JSON array of a call's approvals that a history
-// query aggregated ({"operator","channel","at","comment","passkey_id",
+// query aggregated ({"operator","channel","at","comment","method",
+// "digest","via","presented_page","presented_at","passkey_id",
 // "passkey_name"} each, in the order given). A passkey's evidence is left
 // out: it is in the audit entry.
 func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
@@ -102,7 +110,11 @@ func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	}
 	out := make([]queue.Approval, len(as))
 	for i, a := range as {
-		out[i] = queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment}
+		out[i] = queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment,
+			Method: a.Method, Digest: a.Digest, Via: a.Via}
+		if a.PresentedPage != nil && a.PresentedAt != nil {
+			out[i].Presented = &queue.Presented{Page: *a.PresentedPage, At: time.UnixMilli(*a.PresentedAt).UTC()}
+		}
 		if a.PasskeyID != nil {
 			id, err := hex.DecodeString(*a.PasskeyID)
 			if err != nil {

@@ -79,6 +79,8 @@ type Call struct {
 	// lease ends (or ended): with no outcome reported by then, the outcome
 	// becomes lease_expired.
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Lineage is the call's history from proposal to outcome.
+	Lineage Lineage `json:"lineage"`
 	// Outcome is set once the executor reported what happened, or once its
 	// lease ran out (status lease_expired).
 	Outcome *Outcome `json:"outcome,omitempty"`
@@ -111,16 +113,71 @@ type Approvals struct {
 	Required int        `json:"required"`
 }
 
-// Approval is one approval of a call.
+// Approval is one approval of a call: the decision record.
 type Approval struct {
 	At time.Time `json:"at"`
-	// By is the operator, named as in Decision.By, or policy:RULE.
+	// By is the operator, named as in Decision.By, or policy:RULE; for an
+	// allowance's approval, the person whose approval it carries.
 	By string `json:"by"`
-	// Channel is where it came from: web, cli or policy.
+	// Channel is where it came from: web, cli, policy or allowance.
 	Channel string `json:"channel"`
-	// Method is how it was given: click, passkey, command, policy, or the
-	// name of another channel it came through.
+	// Digest is the digest the approval was given for: always the call's.
+	Digest string `json:"digest"`
+	// Human says whether a person saw the call before approving it:
+	// "true" (a logged-in person on a page whose presentation was
+	// checked), "false" (a rule or an allowance) or "unattested" (a
+	// command: a person's name, but nothing proves what they saw).
+	Human string `json:"human"`
+	// Method is how it was given: click, passkey, batch, command, policy
+	// or allowance.
 	Method string `json:"method"`
+	// Presented is the page that showed the call to the approver, when one
+	// did.
+	Presented *Presented `json:"presented,omitempty"`
+	// Via names what made the approval besides its approver: the batch
+	// (method batch) or the allowance (method allowance).
+	Via string `json:"via,omitempty"`
+}
+
+// Presented is a page that showed a call to its approver: its kind (call,
+// or batch for a batch review) and when it was rendered.
+type Presented struct {
+	At   time.Time `json:"at"`
+	Page string    `json:"page"`
+}
+
+// Lineage is a call's history from proposal to outcome, each step with
+// the digest it concerned, who and when: the digest proposed, the pages
+// that presented it, each decision, the redemption, the outcome and its
+// resolution. Every approval's digest and the redeemed digest equal the
+// proposed one; a redemption of anything else is refused.
+type Lineage struct {
+	// Decided is each approval in the order given, or the denial.
+	Decided []Step   `json:"decided,omitempty"`
+	Outcome *Outcome `json:"outcome,omitempty"`
+	// Presented is each page that presented the call to an approver.
+	Presented []Step `json:"presented,omitempty"`
+	Proposed  Step   `json:"proposed"`
+	// Redeemed is the accepted redemption: the digest recomputed from the
+	// call the executor presented, with its token.
+	Redeemed   *Step       `json:"redeemed,omitempty"`
+	Resolution *Resolution `json:"resolution,omitempty"`
+}
+
+// Step is one step of a call's lineage. Proposed and Redeemed name the
+// API token (Token) of the agent (By); a decision names its method and
+// whether a person saw the call (Human), or Verdict "denied"; a
+// presentation names its page.
+type Step struct {
+	At      time.Time `json:"at"`
+	By      string    `json:"by"`
+	Digest  string    `json:"digest,omitempty"`
+	Human   string    `json:"human,omitempty"`
+	Method  string    `json:"method,omitempty"`
+	Page    string    `json:"page,omitempty"`
+	Token   string    `json:"token,omitempty"`
+	Verdict string    `json:"verdict,omitempty"`
+	Via     string    `json:"via,omitempty"`
 }
 
 // Decision is a denial: who, why, and when.

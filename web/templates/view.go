@@ -342,8 +342,11 @@ type Viewing struct {
 type Approval struct {
 	By Text
 	// Method is how it was given (queue.Approval.Method): passkey, click,
-	// command, policy, or the channel it came through.
-	Method  string
+	// batch, command, policy, allowance.
+	Method string
+	// Human is whether a person saw the call (queue.Approval.Human): true,
+	// false or unattested.
+	Human   string
 	At      time.Time
 	Comment *Text // the operator's note, nil for none
 	// Passkey is the name of the passkey that signed the approval, nil for
@@ -364,8 +367,8 @@ func (s StatusView) WhoCan() string {
 	return who
 }
 
-// How says how the approval was given: "with a passkey", "by click",
-// "from the command line", "by rule".
+// How says how the approval was given: "with a passkey", "by click", "in
+// a batch review", "from the command line", "by rule", "by an allowance".
 func (a Approval) How() string {
 	switch a.Method {
 	case "passkey":
@@ -376,6 +379,10 @@ func (a Approval) How() string {
 		return "from the command line"
 	case "policy":
 		return "by rule"
+	case "batch":
+		return "in a batch review"
+	case "allowance":
+		return "by an allowance"
 	}
 	return "through " + a.Method
 }
@@ -454,6 +461,9 @@ type StatusView struct {
 	ApprovedByViewer bool
 	OwnCall          bool
 	CSRF             string
+	// Presented is the page's presentation token, posted with an
+	// approval: what the page showed, to whom, and when.
+	Presented string
 
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string

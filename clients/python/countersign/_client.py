@@ -61,8 +61,24 @@ def _time(s: Optional[str]) -> Optional[datetime]:
 
 METHOD_CLICK = "click"
 METHOD_PASSKEY = "passkey"
+METHOD_BATCH = "batch"
 METHOD_COMMAND = "command"
 METHOD_POLICY = "policy"
+METHOD_ALLOWANCE = "allowance"
+
+#: Whether a person saw the call before approving it (``Approval.human``).
+HUMAN_TRUE = "true"
+HUMAN_FALSE = "false"
+HUMAN_UNATTESTED = "unattested"
+
+
+@dataclass(frozen=True)
+class Presented:
+    """The page that presented a call to its approver: ``page`` is call or
+    batch, ``at`` when it was rendered."""
+
+    page: str
+    at: Optional[datetime]
 
 
 @dataclass(frozen=True)
@@ -71,15 +87,31 @@ class Approval:
     them: a local account's name, a single-sign-on operator's provider user
     name, else display name, else ``(single sign-on user)``, never an
     ``oidc:HOST/SUB`` principal; or ``policy:`` and the rule's id), through
-    which channel (web, cli, policy), and how:
+    which channel (web, cli, policy, allowance), and how:
     ``method`` is click (on the call's page), passkey (signed with the
-    operator's passkey), command (``console approve``) or policy (a rule of
-    the tools file); another value is the channel's name."""
+    operator's passkey), batch (on a batch review page), command
+    (``console approve``), policy (a rule of the tools file) or allowance
+    (a standing approval an operator gave; ``via`` names it, as it names a
+    batch). ``human`` says whether a person saw the call: "true" when the
+    page that presented it (``presented``) was checked, "false" for a rule
+    or an allowance, "unattested" for a command. ``digest`` is the digest
+    approved: always the call's."""
 
     by: str
     channel: str
     method: str
     at: Optional[datetime]
+    human: str = ""
+    digest: str = ""
+    via: str = ""
+    presented: Optional[Presented] = None
+
+    @classmethod
+    def from_json(cls, g: dict) -> "Approval":
+        p = g.get("presented")
+        return cls(g.get("by", ""), g.get("channel", ""), g.get("method", ""), _time(g.get("at")),
+                   human=g.get("human", ""), digest=g.get("digest", ""), via=g.get("via", ""),
+                   presented=Presented(p.get("page", ""), _time(p.get("at"))) if isinstance(p, dict) else None)
 
 
 @dataclass(frozen=True)
@@ -146,6 +178,43 @@ class Resolution:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of a call's lineage: who, when and the digest it concerned;
+    ``token`` for the proposal and the redemption (the API token's id), the
+    ``verdict``, ``method``, ``human`` and ``via`` of a decision, the
+    ``page`` of a presentation."""
+
+    by: str
+    at: Optional[datetime]
+    digest: str = ""
+    token: str = ""
+    verdict: str = ""
+    method: str = ""
+    human: str = ""
+    via: str = ""
+    page: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Step":
+        return cls(d.get("by", ""), _time(d.get("at")), digest=d.get("digest", ""), token=d.get("token", ""),
+                   verdict=d.get("verdict", ""), method=d.get("method", ""), human=d.get("human", ""),
+                   via=d.get("via", ""), page=d.get("page", ""))
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A call from proposal to outcome: every approval's digest and the
+    redeemed digest are the proposed one."""
+
+    proposed: Step
+    presented: tuple = ()
+    decided: tuple = ()
+    redeemed: Optional[Step] = None
+    outcome: Optional[Outcome] = None
+    resolution: Optional[Resolution] = None
+
+
+@dataclass(frozen=True)
 class Lease:
     """A heartbeat's answer: the executor's lease now ends at
     ``lease_until``; one heartbeat extends it by at most ``extend_max``
@@ -193,6 +262,8 @@ class Call:
     lease_until: Optional[datetime] = None
     #: Set once a person resolved an unknown or expired outcome.
     resolution: Optional[Resolution] = None
+    #: The call from proposal to outcome.
+    lineage: Optional[Lineage] = None
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -226,22 +297,47 @@ class Call:
             tool=d.get("tool", ""), target=d.get("target", ""), args=d.get("args") or {},
             digest=d.get("digest", ""), created_at=_time(d.get("created_at")), decide_by=_time(d.get("decide_by")),
             approvals=Approvals(int(ap.get("required", 0)), int(ap.get("received", 0)),
-                                tuple(Approval(g.get("by", ""), g.get("channel", ""), g.get("method", ""), _time(g.get("at")))
-                                      for g in (ap.get("given") or []) if isinstance(g, dict))),
+                                tuple(Approval.from_json(g) for g in (ap.get("given") or []) if isinstance(g, dict))),
             owners=tuple(o for o in (d.get("owners") or []) if isinstance(o, str)),
             rationale=d.get("rationale", ""), grant=d.get("grant", ""),
             grant_expires_at=_time(d.get("grant_expires_at")),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
             revocation=Revocation(rev.get("by", ""), rev.get("reason", ""), _time(rev.get("at")))
             if isinstance(rev, dict) else None,
-            outcome=Outcome(out.get("status", ""), out.get("detail", ""), _time(out.get("at"))) if out else None,
+            outcome=_outcome(out),
             redeemed_at=_time(d.get("redeemed_at")), lease_until=_time(d.get("lease_until")),
-            resolution=Resolution(res.get("verdict", ""), res.get("by", ""), res.get("note", ""), _time(res.get("at")),
-                                  res.get("evidence", "")) if isinstance(res, dict) else None,
+            resolution=_resolution(res),
+            lineage=_lineage(d.get("lineage")),
             comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
                            for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,
         )
+
+
+def _outcome(out: Any) -> Optional[Outcome]:
+    if not isinstance(out, dict):
+        return None
+    return Outcome(out.get("status", ""), out.get("detail", ""), _time(out.get("at")))
+
+
+def _resolution(res: Any) -> Optional[Resolution]:
+    if not isinstance(res, dict):
+        return None
+    return Resolution(res.get("verdict", ""), res.get("by", ""), res.get("note", ""), _time(res.get("at")),
+                      res.get("evidence", ""))
+
+
+def _lineage(d: Any) -> Optional[Lineage]:
+    if not isinstance(d, dict) or not isinstance(d.get("proposed"), dict):
+        return None
+
+    def steps(name: str) -> tuple:
+        return tuple(Step.from_json(s) for s in (d.get(name) or []) if isinstance(s, dict))
+
+    red = d.get("redeemed")
+    return Lineage(Step.from_json(d["proposed"]), presented=steps("presented"), decided=steps("decided"),
+                   redeemed=Step.from_json(red) if isinstance(red, dict) else None,
+                   outcome=_outcome(d.get("outcome")), resolution=_resolution(d.get("resolution")))
 
 
 @dataclass(frozen=True)

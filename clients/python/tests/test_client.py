@@ -105,6 +105,9 @@ class WholeLoop(unittest.TestCase):
         self.assertEqual([(a.by, a.channel, a.method) for a in approved.approvals.given],
                          [(OPERATOR, "cli", countersign.METHOD_COMMAND)])
         self.assertIsNotNone(approved.approvals.given[0].at)
+        # A command names a person but proves nothing of what they saw.
+        given = approved.approvals.given[0]
+        self.assertEqual((given.human, given.digest, given.presented), (countersign.HUMAN_UNATTESTED, call.digest, None))
         self.assertEqual(approved.owners, ())
 
         # Another call than the approved one is refused and consumes nothing.
@@ -134,6 +137,13 @@ class WholeLoop(unittest.TestCase):
 
         got = c.get(call.id)
         self.assertEqual((got.status, got.grant, got.outcome.status), ("redeemed", "", "succeeded"))
+        # The lineage: what was proposed, approved and redeemed is one digest.
+        lin = got.lineage
+        self.assertEqual([lin.proposed.digest] + [d.digest for d in lin.decided] + [lin.redeemed.digest], [call.digest] * 3)
+        self.assertEqual((lin.decided[0].by, lin.decided[0].method, lin.decided[0].human, lin.decided[0].verdict),
+                         (OPERATOR, countersign.METHOD_COMMAND, countersign.HUMAN_UNATTESTED, "approved"))
+        self.assertTrue(lin.proposed.token.startswith("tok_") and lin.redeemed.token == lin.proposed.token, lin)
+        self.assertEqual(lin.outcome.status, "succeeded")
 
     def test_cancel_and_not_found(self):
         c = new_client()

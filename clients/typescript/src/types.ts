@@ -55,9 +55,22 @@ export interface Approvals {
 }
 
 /** How an approval was given: on the call's page, signed with the
- * operator's passkey, with `console approve`, or by a rule of the tools
- * file. Another value is the name of the channel it came through. */
-export type ApprovalMethod = 'click' | 'passkey' | 'command' | 'policy' | (string & {});
+ * operator's passkey, on a batch review page, with `console approve`, by a
+ * rule of the tools file, or by an allowance an operator gave. */
+export type ApprovalMethod = 'click' | 'passkey' | 'batch' | 'command' | 'policy' | 'allowance' | (string & {});
+
+/** Whether a person saw the call before approving it: 'true' on a page
+ * whose presentation the console checked, 'false' for a rule or an
+ * allowance, 'unattested' for a command (a person's name, no proof of what
+ * they saw). */
+export type Human = 'true' | 'false' | 'unattested';
+
+/** The page that presented a call to its approver, and when it was
+ * rendered. */
+export interface Presented {
+  page: 'call' | 'batch';
+  at: string;
+}
 
 /** One approval of a call. */
 export interface GivenApproval {
@@ -66,10 +79,42 @@ export interface GivenApproval {
    * "(single sign-on user)"; never an oidc:HOST/SUB principal), or policy:
    * and the rule's id. */
   by: string;
-  /** Where it came from: web, cli or policy. */
+  /** Where it came from: web, cli, policy or allowance. */
   channel: string;
   method: ApprovalMethod;
+  human: Human;
+  /** The digest approved: always the call's. */
+  digest: string;
+  /** The batch or allowance that made the approval, when one did. */
+  via?: string;
+  presented?: Presented;
   at: string;
+}
+
+/** One step of a call's lineage: who, when and the digest it concerned;
+ * the API token's id for the proposal and the redemption, the verdict,
+ * method and human of a decision, the page of a presentation. */
+export interface Step {
+  by: string;
+  at: string;
+  digest?: string;
+  token?: string;
+  verdict?: 'approved' | 'denied';
+  method?: ApprovalMethod;
+  human?: Human;
+  via?: string;
+  page?: 'call' | 'batch';
+}
+
+/** A call from proposal to outcome: every approval's digest and the
+ * redeemed digest are the proposed one. */
+export interface Lineage {
+  proposed: Step;
+  presented?: Step[];
+  decided?: Step[];
+  redeemed?: Step;
+  outcome?: Outcome;
+  resolution?: Resolution;
 }
 
 /** An operator's denial: who, why, when. */
@@ -141,6 +186,8 @@ export interface Call {
   lease_until?: string;
   /** Set once a person resolved an unknown or expired outcome. */
   resolution?: Resolution;
+  /** The call from proposal to outcome. */
+  lineage: Lineage;
 }
 
 /** A person's finding about a call whose outcome was unknown or whose

@@ -105,6 +105,9 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.equal(approved.approvals.received, 1);
   assert.deepEqual(approved.approvals.given?.map((a) => [a.by, a.channel, a.method]), [[OPERATOR, 'cli', 'command']]);
   assert.ok(!Number.isNaN(Date.parse(approved.approvals.given?.[0]?.at ?? '')));
+  // A command names a person but proves nothing of what they saw.
+  const given = approved.approvals.given?.[0];
+  assert.deepEqual([given?.human, given?.digest, given?.presented], ['unattested', call.digest, undefined]);
   assert.equal(approved.owners, undefined);
 
   // Another call than the approved one is refused and consumes nothing.
@@ -132,6 +135,13 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.deepEqual([e.code, e.status], ['outcome_already_reported', 409]);
   const got = await c.get(call.id);
   assert.deepEqual([got.status, got.grant, got.outcome?.status], ['redeemed', undefined, 'succeeded']);
+  // The lineage: what was proposed, approved and redeemed is one digest.
+  const lin = got.lineage;
+  assert.deepEqual([lin.proposed.digest, ...(lin.decided ?? []).map((d) => d.digest), lin.redeemed?.digest], [call.digest, call.digest, call.digest]);
+  const decided = lin.decided?.[0];
+  assert.deepEqual([decided?.by, decided?.method, decided?.human, decided?.verdict], [OPERATOR, 'command', 'unattested', 'approved']);
+  assert.ok(lin.proposed.token?.startsWith('tok_') && lin.redeemed?.token === lin.proposed.token);
+  assert.equal(lin.outcome?.status, 'succeeded');
 });
 
 test('a redemption refused by a freeze throws frozen, an operational error', async () => {

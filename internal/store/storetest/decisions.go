@@ -41,10 +41,11 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 	c := newCall("agent:a", "pay.refund", t0)
 	c.RequirePasskey = true
 	insert(t, s, c)
-	byCommand := queue.Approval{Operator: "bob", Channel: "cli", At: t0.Add(time.Second)}
-	signed := queue.Approval{Operator: "alice", Channel: "web", At: t0.Add(2 * time.Second), Passkey: &queue.ApprovalPasskey{
-		CredentialID: []byte{0, 1, 2, 0xff}, Name: "YubiKey 5C",
-		Evidence: []byte(`{"call_id":"x","format":"countersign.passkey-approval.v1","sign_count":7}`)}}
+	byCommand := queue.Approval{Operator: "bob", Channel: "cli", At: t0.Add(time.Second), Method: queue.MethodCommand, Digest: c.Digest}
+	signed := queue.Approval{Operator: "alice", Channel: "web", At: t0.Add(2 * time.Second), Method: queue.MethodPasskey, Digest: c.Digest,
+		Via: "batch_x", Presented: &queue.Presented{Page: "call", At: t0.Add(time.Second + time.Millisecond)}, Passkey: &queue.ApprovalPasskey{
+			CredentialID: []byte{0, 1, 2, 0xff}, Name: "YubiKey 5C",
+			Evidence: []byte(`{"call_id":"x","format":"countersign.passkey-approval.v1","sign_count":7}`)}}
 	update(t, s, func(tx queueTx) error {
 		if err := tx.AddApproval(c.ID, byCommand); err != nil {
 			return err
@@ -58,17 +59,9 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 	if !reflect.DeepEqual(got.Approvals, []queue.Approval{byCommand, signed}) {
 		t.Errorf("approvals = %+v; want %+v", got.Approvals, []queue.Approval{byCommand, signed})
 	}
-	// The agent API and the call's page say how each was given from what
-	// the store kept.
-	methods := func(as []queue.Approval) []string {
-		var m []string
-		for _, a := range as {
-			m = append(m, a.Method())
-		}
-		return m
-	}
-	if m := methods(got.Approvals); !reflect.DeepEqual(m, []string{queue.MethodCommand, queue.MethodPasskey}) {
-		t.Errorf("methods = %q; want command, passkey", m)
+	// Whether a person saw the call follows from what the store kept.
+	if h := []string{got.Approvals[0].Human(), got.Approvals[1].Human()}; !reflect.DeepEqual(h, []string{queue.HumanUnattested, queue.HumanTrue}) {
+		t.Errorf("human = %q; want unattested, true", h)
 	}
 	// History lists say which passkey, without the evidence.
 	page, _, err := s.History.History(ctx, queue.HistoryFilter{Limit: 10})
@@ -81,8 +74,13 @@ var _ = add("calls/an approval signed by a passkey", func(t *testing.T, s Stores
 	if p := page[0].Approvals[1].Passkey; p == nil || p.Name != "YubiKey 5C" || !reflect.DeepEqual(p.CredentialID, signed.Passkey.CredentialID) {
 		t.Errorf("the signed approval in history = %+v", p)
 	}
-	if m := methods(page[0].Approvals); !reflect.DeepEqual(m, []string{queue.MethodCommand, queue.MethodPasskey}) {
-		t.Errorf("methods in history = %q; want command, passkey", m)
+	// History lists keep the decision record: method, digest, via and
+	// the presentation.
+	for i, want := range []queue.Approval{byCommand, signed} {
+		got := page[0].Approvals[i]
+		if got.Method != want.Method || got.Digest != want.Digest || got.Via != want.Via || !reflect.DeepEqual(got.Presented, want.Presented) {
+			t.Errorf("approval %d in history = %+v; want method %s, digest, via %q, presented %+v", i, got, want.Method, want.Via, want.Presented)
+		}
 	}
 })
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/countersign/countersign/internal/present"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -79,6 +80,9 @@ type world struct {
 	// bounds of live allowances (0: the defaults).
 	policy                                *policy.Policy
 	maxAllowancesTool, maxAllowancesGiver int
+	// present, when set, is the key of the decision pages' presentation
+	// tokens, which approvals through the browser must then carry.
+	present *present.Key
 }
 
 // newWorld seeds the operators the cases decide as (alice, bob, op0 to
@@ -142,7 +146,7 @@ func (w *world) openWith(t *testing.T, pol *policy.Policy) *handle {
 	}
 	q := queue.NewService(queue.Config{Store: s.Queue, Tools: reg, Policy: pol, Signer: w.keys, Now: w.clock.Now,
 		MaxPendingPerToken: w.maxPending, MaxAllowancesPerTool: w.maxAllowancesTool, MaxAllowancesPerGiver: w.maxAllowancesGiver,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Presentations: w.present, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return &handle{Stores: s, q: q, a: account.NewService(s.Accounts, w.clock.Now)}
 }
 
