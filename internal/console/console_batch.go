@@ -5,11 +5,10 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/countersign/countersign/internal/present"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"

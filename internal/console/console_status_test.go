@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"github.com/countersign/countersign/internal/present"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/mcp/catalog"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
 )

@@ -14,10 +14,9 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/countersign/countersign/internal/present"
-
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/tools"
@@ -226,7 +225,11 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		}
 	}
 	for _, a := range call.Approvals {
-		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment)}
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment),
+			Via: a.Via}
+		if a.Method == queue.MethodAllowance {
+			ta.Left = c.allowanceLeft(a.Via, now)
+		}
 		if a.Passkey != nil {
 			name := reveal.Of(a.Passkey.Name)
 			ta.Passkey = &name
@@ -271,6 +274,9 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		if reg := c.q.Tools(); reg != nil {
 			if t, ok := reg.Tool(call.Tool); ok {
 				s.DenyReasons = t.DenyReasons
+				if s.CanDecide && s.ViewerMayApprove && !s.OwnCall && s.OwnedByViewer == "" {
+					s.Offer = allowanceOffer(call, t)
+				}
 				if t.Confirm != nil {
 					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(call.Target)))
 				}
@@ -278,6 +284,25 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 		}
 	}
 	return s
+}
+
+// allowanceLeft says what the allowance id has left now: "3 of 10 left,
+// until 14:30 UTC", or how it ended; "" when it cannot be read.
+func (c *Console) allowanceLeft(id string, now time.Time) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	a, err := c.q.Allowance(ctx, id)
+	if err != nil {
+		return ""
+	}
+	switch st := a.State(now); st {
+	case "live":
+	case "waiting":
+		return "waiting for its confirmers"
+	default:
+		return "ended: " + strings.ReplaceAll(st, "_", " ")
+	}
+	return fmt.Sprintf("%d of %d left, until %s", a.Left(), a.Uses, a.Until.UTC().Format("15:04 UTC"))
 }
 
 // callView builds a call's page from what its digest covers: the stored

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/countersign/countersign/internal/present"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
 )
 

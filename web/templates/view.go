@@ -346,9 +346,13 @@ type Approval struct {
 	Method string
 	// Human is whether a person saw the call (queue.Approval.Human): true,
 	// false or unattested.
-	Human   string
-	At      time.Time
-	Comment *Text // the operator's note, nil for none
+	Human string
+	// Via is the allowance (alw_…) or batch that made the approval; Left
+	// says, for an allowance, what it has left now ("3 of 10 left, until
+	// 14:30").
+	Via, Left string
+	At        time.Time
+	Comment   *Text // the operator's note, nil for none
 	// Passkey is the name of the passkey that signed the approval, nil for
 	// an approval by click, from the command line or by rule.
 	Passkey *Text
@@ -464,6 +468,8 @@ type StatusView struct {
 	// Presented is the page's presentation token, posted with an
 	// approval: what the page showed, to whom, and when.
 	Presented string
+	// Offer, when set, offers "Approve this and more like it".
+	Offer *AllowanceOffer
 
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
@@ -736,4 +742,138 @@ type BatchLine struct {
 	ID           string
 	Tool, Target Text
 	Why          string
+}
+
+// AllowanceOffer is what a pending call's page offers under "Approve this
+// and more like it": the tool's ceilings and what may vary.
+type AllowanceOffer struct {
+	CallID  string
+	MaxUses int
+	// MaxMinutes is the longest an allowance may live, in minutes.
+	MaxMinutes int
+	// Target is the base call's target; VaryTarget is set when the tool
+	// lets the target vary (equal, or a literal prefix).
+	Target     string
+	VaryTarget bool
+	Members    []OfferMember
+}
+
+// OfferMember is one args member an allowance may let vary: an integer up
+// to a maximum the operator types (at most SchemaMax when HasMax), or an
+// enum within a subset of Enum.
+type OfferMember struct {
+	Pointer   string
+	Integer   bool
+	SchemaMax int64
+	HasMax    bool
+	Enum      []string
+	// Base is the base call's value as text.
+	Base string
+}
+
+// AllowanceChoice is what an operator chose, as the forms carry it.
+type AllowanceChoice struct {
+	Uses         string
+	Minutes      string
+	Until        string // RFC 3339, fixed once the scope was shown
+	TargetPrefix string
+	Max          map[string]string   // pointer → typed maximum
+	In           map[string][]string // pointer → chosen values
+	Repeat       bool
+}
+
+// AllowanceReviewView is the review step of giving an allowance: the call
+// whole, the scope in words and its digest, and the forms to change the
+// choices or approve and give.
+type AllowanceReviewView struct {
+	Page
+	Call   CallView
+	Digest string
+	Offer  AllowanceOffer
+	Choice AllowanceChoice
+	// Words and ScopeDigest are set when the choices make a scope.
+	Words, ScopeDigest string
+	CSRF, Presented    string
+	Error              string
+	// Confirm, ConfirmExpected and Warned are the call's approve form's.
+	Confirm, ConfirmExpected string
+	Warned                   bool
+	Comment                  string
+}
+
+// AllowanceLine is one allowance as pages list it.
+type AllowanceLine struct {
+	ID, Tool, Actor, Words, ScopeDigest, Giver string
+	Confirmers                                 []string
+	ConfirmersNeeded, Uses, Used, Left         int
+	Until, GivenAt, EndedAt                    time.Time
+	State, EndReason, EndedBy, BaseCall        string
+}
+
+// AllowancesView lists allowances, live first.
+type AllowancesView struct {
+	Page
+	Live, Ended []AllowanceLine
+	CSRF        string
+	Notice      string
+	Error       string
+}
+
+// AllowanceView is one allowance's page: what it covers, and the forms
+// to confirm it (with its base call's approval) or revoke it.
+type AllowanceView struct {
+	Page
+	A AllowanceLine
+	// Base is the base call, shown whole when a confirmer also approves
+	// it; nil when it is not pending or not shown.
+	Base       *CallView
+	BaseDigest string
+	// CanConfirm is set when the viewer may add their confirmation.
+	CanConfirm, CanRevoke bool
+	CSRF, Presented       string
+	Notice, Error         string
+}
+
+// targetPrefix is the target prefix field's value: what was typed, else
+// the base call's whole target.
+func targetPrefix(o AllowanceOffer, ch AllowanceChoice) string {
+	if ch.TargetPrefix != "" {
+		return ch.TargetPrefix
+	}
+	return o.Target
+}
+
+// stateWords says an allowance's state (queue.Allowance.State) or why it
+// ended, in words.
+func stateWords(state string) string {
+	switch state {
+	case "live":
+		return "live"
+	case "waiting":
+		return "waiting for its confirmers"
+	case "used_up":
+		return "ended: used up"
+	case "expired":
+		return "ended: its time is up"
+	case "revoked":
+		return "ended: revoked"
+	case "tool_changed":
+		return "ended: its tool's definition changed"
+	case "confirmer_disabled":
+		return "ended: a confirmer may no longer approve"
+	}
+	return state
+}
+
+// joinNames lists names with commas.
+func joinNames(names []string) string { return strings.Join(names, ", ") }
+
+// integerHint says what an integer member's maximum may be: the base
+// call's value, the schema's maximum, and that empty keeps it equal.
+func integerHint(m OfferMember) string {
+	h := "this call: " + m.Base
+	if m.HasMax {
+		h += "; the schema allows at most " + strconv.FormatInt(m.SchemaMax, 10)
+	}
+	return h + "; leave it empty to keep it equal"
 }

@@ -1,0 +1,340 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/present"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
+	"github.com/countersign/countersign/internal/scope"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/web/templates"
+)
+
+// Allowances in the browser (docs/allowances.md): a pending call's page
+// offers "Approve this and more like it"; GET /calls/:id/allowance shows
+// the call whole with the scope the choices make, in words and with its
+// digest, and POST /calls/:id/allowance approves the call and gives the
+// allowance bound to that digest and the page's presentation token.
+// /allowances lists them; /allowances/:id shows one, to confirm or revoke.
+
+func (c *Console) routesAllowances(e *echo.Echo, post func(string, echo.HandlerFunc, ...echo.MiddlewareFunc)) {
+	e.GET("/calls/:id/allowance", c.allowanceReview, c.requireSession, c.requireDecider)
+	post("/calls/:id/allowance", c.giveAllowance, c.requireDecider)
+	e.GET("/allowances", c.allowancesPage, c.requireSession, c.requireDecider)
+	e.GET("/allowances/:id", c.allowancePage, c.requireSession, c.requireDecider)
+	post("/allowances/:id/confirm", c.confirmAllowance, c.requireDecider)
+	post("/allowances/:id/revoke", c.revokeAllowance, c.requireDecider)
+}
+
+// allowanceOffer is what call's page offers under "Approve this and more
+// like it", nil when its tool does not opt in or asks for a passkey.
+func allowanceOffer(call *queue.Call, t *tools.Tool) *templates.AllowanceOffer {
+	a := t.Allowance
+	if a == nil || t.AsksPasskey() || call.RequirePasskey || t.DefinitionDigest != call.ToolDigest {
+		return nil
+	}
+	o := &templates.AllowanceOffer{CallID: call.ID, MaxUses: a.MaxUses, MaxMinutes: int(a.MaxFor / time.Minute),
+		Target: call.Target, VaryTarget: a.Varies(tools.VaryTarget)}
+	args := t.Bound(call.Args)
+	for _, ptr := range a.Vary {
+		if ptr == tools.VaryTarget {
+			continue
+		}
+		v, ok := canonical.Lookup(args, ptr)
+		if !ok {
+			continue // absent from the base call: it stays absent
+		}
+		kind, schemaMax, hasMax, enum := t.VaryOf(ptr)
+		m := templates.OfferMember{Pointer: ptr, SchemaMax: schemaMax, HasMax: hasMax, Base: fmt.Sprint(v)}
+		switch kind {
+		case tools.VaryInteger:
+			m.Integer = true
+		case tools.VaryEnum:
+			m.Enum = enum
+		default:
+			continue
+		}
+		o.Members = append(o.Members, m)
+	}
+	return o
+}
+
+// choiceOf reads the operator's choices from a form (the offer's or the
+// review's), as typed.
+func choiceOf(form url.Values, o *templates.AllowanceOffer) templates.AllowanceChoice {
+	ch := templates.AllowanceChoice{Uses: strings.TrimSpace(form.Get("uses")), Minutes: strings.TrimSpace(form.Get("minutes")),
+		Until: form.Get("until"), TargetPrefix: form.Get("target_prefix"), Repeat: form.Get("repeat") == "1",
+		Max: map[string]string{}, In: map[string][]string{}}
+	for _, m := range o.Members {
+		if m.Integer {
+			if v := strings.TrimSpace(form.Get("max:" + m.Pointer)); v != "" {
+				ch.Max[m.Pointer] = v
+			}
+		} else if vs := form["in:"+m.Pointer]; len(vs) > 0 {
+			ch.In[m.Pointer] = vs
+		}
+	}
+	return ch
+}
+
+// errChoice is a choice that is not a number where one is asked.
+var errChoice = errors.New("console: a choice is not a whole number")
+
+// choices turns what the operator typed into scope.Choices at now: the
+// until is fixed from the minutes once, then carried as it was shown.
+func choices(ch *templates.AllowanceChoice, o *templates.AllowanceOffer, now time.Time) (scope.Choices, error) {
+	var out scope.Choices
+	n, err := strconv.Atoi(ch.Uses)
+	if err != nil {
+		return out, fmt.Errorf("%w: how many calls (1 to %d)", errChoice, o.MaxUses)
+	}
+	out.Uses = n
+	if ch.Until != "" {
+		if out.Until, err = time.Parse(time.RFC3339, ch.Until); err != nil {
+			return out, fmt.Errorf("%w: until", errChoice)
+		}
+	} else {
+		m, err := strconv.Atoi(ch.Minutes)
+		if err != nil {
+			return out, fmt.Errorf("%w: for how many minutes (1 to %d)", errChoice, o.MaxMinutes)
+		}
+		out.Until = now.Add(time.Duration(m) * time.Minute).UTC().Truncate(time.Second)
+		ch.Until = out.Until.Format(time.RFC3339)
+	}
+	if ch.TargetPrefix != o.Target {
+		out.TargetPrefix = ch.TargetPrefix
+	}
+	out.RepeatCalls = ch.Repeat
+	out.Members = map[string]scope.Member{}
+	for ptr, v := range ch.Max {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("%w: the maximum of %s", errChoice, ptr)
+		}
+		out.Members[ptr] = scope.Member{Max: &n}
+	}
+	for ptr, in := range ch.In {
+		out.Members[ptr] = scope.Member{In: slices.Clone(in)}
+	}
+	return out, nil
+}
+
+func (c *Console) allowanceReview(ec echo.Context) error {
+	return c.renderAllowanceReview(ec, http.StatusOK, ec.QueryParams(), nil)
+}
+
+// renderAllowanceReview shows the review step for the call of the route
+// with the choices in form, and refusal if any: the call whole, the scope
+// in words and its digest, and the give form when the choices make a
+// scope.
+func (c *Console) renderAllowanceReview(ec echo.Context, status int, form url.Values, refusal error) error {
+	v, ctx := viewerOf(ec), ec.Request().Context()
+	call, err := c.q.Call(ctx, ec.Param("id"))
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	t, ok := c.q.Tools().Tool(call.Tool)
+	var offer *templates.AllowanceOffer
+	if ok {
+		offer = allowanceOffer(call, t)
+	}
+	if offer == nil || call.Status != queue.StatusPending {
+		return c.refused(ec, call.ID, problemNoAllowance(call), form)
+	}
+	cv, err := c.callContent(call)
+	if err != nil {
+		return err
+	}
+	rv := templates.AllowanceReviewView{Page: c.page(v, "Approve this and more like it", "queue", "", now), Call: cv,
+		Digest: call.Digest, Offer: *offer, Choice: choiceOf(form, offer), CSRF: v.csrf, Comment: form.Get("comment"),
+		Warned: queue.Deceptive(call)}
+	if t.Confirm != nil {
+		rv.Confirm, rv.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(call.Target)))
+	}
+	ch, err := choices(&rv.Choice, offer, now)
+	if err == nil {
+		var sc *scope.Scope
+		if sc, err = scope.Materialise(scopeCall(call), t, ch, now); err == nil {
+			rv.Words, rv.ScopeDigest = scope.Words(sc, t, nil), sc.Digest()
+			rv.Presented = c.q.Present(present.PageCall, v.user.Name, call)
+		}
+	}
+	if refusal == nil {
+		refusal = err
+	}
+	if refusal != nil {
+		if errors.Is(refusal, errChoice) {
+			rv.Error = strings.TrimPrefix(refusal.Error(), "console: ") + ": type it again"
+		} else {
+			ae := server.ErrorOf(refusal)
+			if ae.Status >= 500 {
+				return refusal
+			}
+			rv.Error = ae.Message
+			if status == http.StatusOK && ec.Request().Method == http.MethodPost {
+				status = ae.Status
+			}
+		}
+	}
+	return c.render(ec, status, templates.AllowanceReviewPage(rv))
+}
+
+// problemNoAllowance is the refusal of an allowance from call: not
+// pending, or its tool does not offer one.
+func problemNoAllowance(call *queue.Call) error {
+	if call.Status != queue.StatusPending {
+		return &queue.NotPendingError{Status: call.Status}
+	}
+	return fmt.Errorf("%w: %s", scope.ErrNoAllowance, call.Tool)
+}
+
+func scopeCall(c *queue.Call) scope.Call {
+	return scope.Call{Actor: c.Actor, Audience: c.Audience, Tool: c.Tool, Target: c.Target, ToolDigest: c.ToolDigest, Args: c.Args}
+}
+
+func (c *Console) giveAllowance(ec echo.Context) error {
+	v, form, ctx := viewerOf(ec), ec.Request().PostForm, ec.Request().Context()
+	call, err := c.q.Call(ctx, ec.Param("id"))
+	if err != nil {
+		return err
+	}
+	t, ok := c.q.Tools().Tool(call.Tool)
+	var offer *templates.AllowanceOffer
+	if ok {
+		offer = allowanceOffer(call, t)
+	}
+	if offer == nil {
+		return c.refused(ec, call.ID, problemNoAllowance(call), form)
+	}
+	choice := choiceOf(form, offer)
+	if choice.Until == "" {
+		return c.renderAllowanceReview(ec, http.StatusBadRequest, form, fmt.Errorf("%w: until", errChoice))
+	}
+	ch, err := choices(&choice, offer, c.now())
+	if err != nil {
+		return c.renderAllowanceReview(ec, http.StatusBadRequest, form, err)
+	}
+	a, _, err := c.q.GiveAllowance(ctx, queue.GiveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID,
+		Digest: strings.TrimSpace(form.Get("digest")), ScopeDigest: form.Get("scope_digest"), Choices: ch,
+		Comment: form.Get("comment"), Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1",
+		Presented: form.Get("presented")})
+	if err != nil {
+		return c.renderAllowanceReview(ec, http.StatusOK, form, err)
+	}
+	return ec.Redirect(http.StatusSeeOther, "/allowances/"+a.ID+"?notice=given")
+}
+
+// allowanceLine is a as pages list it, its scope in words.
+func (c *Console) allowanceLine(a *queue.Allowance, now time.Time) templates.AllowanceLine {
+	l := templates.AllowanceLine{ID: a.ID, Tool: a.Tool, Actor: a.Actor, ScopeDigest: a.ScopeDigest, Giver: c.shownName(a.Giver),
+		ConfirmersNeeded: a.ConfirmersNeeded, Uses: a.Uses, Used: a.Used, Left: a.Left(), Until: a.Until, GivenAt: a.GivenAt,
+		EndedAt: a.EndedAt, State: a.State(now), EndReason: a.EndReason, EndedBy: a.EndedBy, BaseCall: a.BaseCall}
+	for _, name := range a.Confirmers {
+		l.Confirmers = append(l.Confirmers, c.shownName(name))
+	}
+	l.Words = "(its tool is no longer defined here: it covers nothing)"
+	if t, ok := c.q.Tools().Tool(a.Tool); ok {
+		if sc, err := scope.Parse(a.Scope); err == nil && sc.Digest() == a.ScopeDigest {
+			l.Words = scope.Words(sc, t, nil)
+		} else {
+			l.Words = "(its stored scope does not match its digest: it covers nothing)"
+		}
+	}
+	return l
+}
+
+var allowanceNotices = map[string]string{
+	"given":     "Approved, and the allowance is given: calls it covers are approved as they arrive.",
+	"confirmed": "Your confirmation is recorded.",
+	"revoked":   "Revoked: it approves nothing more, and the grants it minted that were not redeemed are revoked.",
+}
+
+func (c *Console) allowancesPage(ec echo.Context) error {
+	v, ctx, now := viewerOf(ec), ec.Request().Context(), c.now()
+	list, err := c.q.Allowances(ctx, queue.AllowanceFilter{})
+	if err != nil {
+		return err
+	}
+	av := templates.AllowancesView{Page: c.page(v, "Allowances", "allowances", "", now), CSRF: v.csrf,
+		Notice: allowanceNotices[ec.QueryParam("notice")]}
+	for _, a := range list {
+		l := c.allowanceLine(a, now)
+		if a.Live(now) {
+			av.Live = append(av.Live, l)
+		} else {
+			av.Ended = append(av.Ended, l)
+		}
+	}
+	return c.render(ec, http.StatusOK, templates.AllowancesPage(av))
+}
+
+func (c *Console) allowancePage(ec echo.Context) error {
+	return c.renderAllowance(ec, http.StatusOK, nil)
+}
+
+// renderAllowance shows the allowance of the route, with refusal if any.
+func (c *Console) renderAllowance(ec echo.Context, status int, refusal error) error {
+	v, ctx, now := viewerOf(ec), ec.Request().Context(), c.now()
+	a, err := c.q.Allowance(ctx, ec.Param("id"))
+	if err != nil {
+		return err
+	}
+	av := templates.AllowanceView{Page: c.page(v, "Allowance "+a.ID, "allowances", "", now), A: c.allowanceLine(a, now),
+		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], CanRevoke: !a.Ended()}
+	if a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
+		av.CanConfirm = true
+		if base, err := c.q.Call(ctx, a.BaseCall); err == nil && base.Status == queue.StatusPending && !base.ApprovedBy(v.user.Name) {
+			if cv, err := c.callContent(base); err == nil {
+				av.Base, av.BaseDigest = &cv, base.Digest
+				av.Presented = c.q.Present(present.PageCall, v.user.Name, base)
+			}
+		}
+	}
+	if refusal != nil {
+		ae := server.ErrorOf(refusal)
+		if ae.Status >= 500 {
+			return refusal
+		}
+		av.Error = ae.Message
+		if status == http.StatusOK {
+			status = ae.Status
+		}
+	}
+	return c.render(ec, status, templates.AllowancePage(av))
+}
+
+func (c *Console) confirmAllowance(ec echo.Context) error {
+	v, form, ctx := viewerOf(ec), ec.Request().PostForm, ec.Request().Context()
+	id := ec.Param("id")
+	_, err := c.q.ConfirmAllowance(ctx, queue.ConfirmInput{Operator: v.user.Name, Channel: audit.ChannelWeb, AllowanceID: id,
+		ScopeDigest: form.Get("scope_digest"), CallDigest: strings.TrimSpace(form.Get("digest")), Confirm: form.Get("confirm"),
+		AcceptWarnings: form.Get("ack_warnings") == "1", Presented: form.Get("presented")})
+	if err != nil {
+		return c.renderAllowance(ec, http.StatusOK, err)
+	}
+	return ec.Redirect(http.StatusSeeOther, "/allowances/"+id+"?notice=confirmed")
+}
+
+func (c *Console) revokeAllowance(ec echo.Context) error {
+	v, form, ctx := viewerOf(ec), ec.Request().PostForm, ec.Request().Context()
+	id := ec.Param("id")
+	if _, err := c.q.RevokeAllowance(ctx, queue.RevokeInput{Operator: v.user.Name, Channel: audit.ChannelWeb, AllowanceID: id,
+		Reason: form.Get("reason")}); err != nil {
+		return c.renderAllowance(ec, http.StatusOK, err)
+	}
+	return ec.Redirect(http.StatusSeeOther, "/allowances/"+id+"?notice=revoked")
+}
