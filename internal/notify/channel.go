@@ -273,6 +273,13 @@ func heading(ev Event) string {
 		return "Resolved"
 	case ToolReviewNeeded:
 		return "Tool needs review"
+	case AllowanceGiven:
+		if a := d.Allowance; a != nil {
+			return fmt.Sprintf("Allowance given by %s: up to %d calls until %s", inert(shown(a.Giver, a.GiverName)), a.Uses, deadlineOf(a.Until))
+		}
+		return "Allowance given"
+	case AllowanceEnded:
+		return "Allowance ended: " + endedWords(d.Reason)
 	}
 	return visible(ev.Type)
 }
@@ -281,12 +288,32 @@ func heading(ev Event) string {
 func title(ev Event) string { return heading(ev) + ": " + visible(ev.Data.Tool) }
 
 // deadline formats decide_by for people.
-func deadline(d Data) string {
-	t, err := time.Parse(time.RFC3339Nano, d.DecideBy)
+func deadline(d Data) string { return deadlineOf(d.DecideBy) }
+
+// deadlineOf formats an RFC 3339 time for people.
+func deadlineOf(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return d.DecideBy
+		return s
 	}
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// endedWords says why an allowance ended (allowance.ended's reason).
+func endedWords(reason string) string {
+	switch reason {
+	case "used_up":
+		return "used up"
+	case "expired":
+		return "its time is up"
+	case "revoked":
+		return "revoked"
+	case "tool_changed":
+		return "its tool's definition changed"
+	case "confirmer_disabled":
+		return "a confirmer may no longer approve"
+	}
+	return visible(reason)
 }
 
 // decisionLine says who decided and why, for events that end a wait,

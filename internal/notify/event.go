@@ -43,11 +43,16 @@ const (
 	CallEscalated    = "call.escalated" // still pending after the tool's escalate_after
 	CallReminder     = "call.reminder"  // still pending shortly before decide_by
 	ToolReviewNeeded = "tool.review_needed"
+	// AllowanceGiven: an operator gave an allowance (docs/allowances.md);
+	// AllowanceEnded: one ended (used up, expired, revoked, its tool
+	// changed, a confirmer may no longer approve), data.reason says which.
+	AllowanceGiven = "allowance.given"
+	AllowanceEnded = "allowance.ended"
 )
 
 // Kinds lists every event type, in the order of a call's life.
 var Kinds = []string{CallSubmitted, CallEscalated, CallReminder, CallApproved, CallDenied, CallExpired,
-	CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded}
+	CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded, AllowanceGiven, AllowanceEnded}
 
 func knownKind(k string) bool {
 	for _, x := range Kinds {
@@ -105,11 +110,33 @@ type Data struct {
 	// EscalatedAfter is set on call.escalated: how long the call had waited,
 	// in seconds.
 	EscalatedAfter int64 `json:"escalated_after,omitempty"`
-	// Reason says why a tool needs review.
+	// Reason says why a tool needs review, or why an allowance ended
+	// (used_up, expired, revoked, tool_changed, confirmer_disabled).
 	Reason string `json:"reason,omitempty"`
+	// Allowance is set on allowance events: which, what it covers, who
+	// gave and confirmed it, and how much of it is used.
+	Allowance *Allowance `json:"allowance,omitempty"`
 	// Args are the call's arguments as canonical JSON, present only on
 	// channels configured with include_args.
 	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Allowance is an allowance as events describe it. Giver and Confirmers
+// identify people as Approvals.By does; GiverName is how people see the
+// giver (see Named).
+type Allowance struct {
+	ID          string   `json:"id"`
+	ScopeDigest string   `json:"scope_digest"`
+	Giver       string   `json:"giver"`
+	GiverName   string   `json:"giver_name,omitempty"`
+	Confirmers  []string `json:"confirmers"`
+	Uses        int      `json:"uses"`
+	Used        int      `json:"used"`
+	// Until is when it ends, whatever is left (RFC 3339).
+	Until string `json:"until"`
+	// EndedBy is who ended it: a person, or console when it ended by
+	// itself; empty on allowance.given.
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // Approvals counts a call's approvals.
@@ -172,6 +199,9 @@ func (ev *Event) Named(name func(string) string) bool {
 	}
 	if d.Resolution != nil {
 		d.Resolution.ByName, set = name(d.Resolution.By), true
+	}
+	if d.Allowance != nil {
+		d.Allowance.GiverName, set = name(d.Allowance.Giver), true
 	}
 	return set
 }

@@ -78,6 +78,9 @@ func kindOf(queueKind string) string {
 // escalation, each delivered only if the call is still pending when it
 // comes due.
 func (r *Router) Notices(ev queue.Event) []queue.Notice {
+	if ev.Allowance != nil {
+		return r.allowanceNotices(ev)
+	}
 	kind := kindOf(ev.Kind)
 	if kind == "" || ev.Call == nil {
 		return nil
@@ -113,6 +116,44 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 			}
 			out = r.add(out, CallReminder, to, c, remindAt, remindAt, true, 0)
 		}
+	}
+	return out
+}
+
+// allowanceNotices returns the rows announcing that an allowance was given
+// or ended, to the channels of its tool's route. A confirmation announces
+// nothing: the allowance was announced when given.
+func (r *Router) allowanceNotices(ev queue.Event) []queue.Notice {
+	a := ev.Allowance
+	var kind, reason string
+	at := a.GivenAt
+	switch ev.Kind {
+	case queue.KindAllowanceGiven:
+		kind = AllowanceGiven
+	case queue.KindAllowanceEnded, queue.KindAllowanceRevoked:
+		kind, reason, at = AllowanceEnded, a.EndReason, a.EndedAt
+	default:
+		return nil
+	}
+	rt := r.Route(a.Tool)
+	if rt == nil {
+		return nil
+	}
+	id := r.newID()
+	var out []queue.Notice
+	var body []byte
+	for _, name := range rt.Notify {
+		ch := r.cfg.Channels[name]
+		if ch == nil || !ch.Wants(kind) {
+			continue
+		}
+		if body == nil {
+			body, _ = json.Marshal(Event{ID: id, Type: kind, Timestamp: formatTime(at), Data: Data{
+				Tool: a.Tool, Actor: a.Actor, Audience: a.Audience, Reason: reason, URL: r.publicURL + "/allowances/" + a.ID,
+				Allowance: &Allowance{ID: a.ID, ScopeDigest: a.ScopeDigest, Giver: a.Giver, Confirmers: a.Confirmers,
+					Uses: a.Uses, Used: a.Used, Until: formatTime(a.Until), EndedBy: a.EndedBy}}})
+		}
+		out = append(out, queue.Notice{EventID: id, Kind: kind, Channel: name, Body: body, At: at, DueAt: at})
 	}
 	return out
 }

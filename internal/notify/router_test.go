@@ -242,3 +242,52 @@ func TestRouterAnnouncesLeaseExpiryAndResolution(t *testing.T) {
 		t.Fatalf("resolution %v at %s, want %v", body.Data.Resolution, ns[0].At, w)
 	}
 }
+
+// TestRouterAnnouncesAllowances: giving an allowance and its end reach the
+// channels of its tool's route that want them, with the allowance, its
+// link and why it ended; a confirmation announces nothing.
+func TestRouterAnnouncesAllowances(t *testing.T) {
+	cfg := mustConfig(t, routedConfig, map[string]string{"S": newSecret(t)})
+	r := notify.NewRouter(cfg, "http://127.0.0.1:8080")
+	a := &queue.Allowance{ID: "alw_1", Actor: "agent:billing", Audience: "payments-host", Tool: "payments.refund",
+		ScopeDigest: strings.Repeat("ab", 32), Uses: 5, Used: 0, Until: t0.Add(time.Hour), Giver: "oidc:idp.example.com/00u-1",
+		Confirmers: []string{"oidc:idp.example.com/00u-1"}, ConfirmersNeeded: 1, GivenAt: t0}
+	given := r.Notices(queue.Event{Kind: queue.KindAllowanceGiven, Allowance: a})
+	if got := notices(given); got != "allowance.given@hook" {
+		t.Fatalf("given: %q, want the route's channel that takes every event (ops lists its events)", got)
+	}
+	var ev notify.Event
+	if err := json.Unmarshal(given[0].Body, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != notify.AllowanceGiven || ev.Data.Allowance == nil || ev.Data.Allowance.ID != "alw_1" || ev.Data.Allowance.Uses != 5 ||
+		ev.Data.URL != "https://cs.example.com/allowances/alw_1" || ev.Data.Tool != "payments.refund" || ev.Timestamp == "" {
+		t.Errorf("given: %+v %+v", ev, ev.Data.Allowance)
+	}
+	if ev.Named(notify.HidePrincipals); ev.Data.Allowance.GiverName != "(single sign-on user)" {
+		t.Errorf("the giver is shown as %q", ev.Data.Allowance.GiverName)
+	}
+	if got := r.Notices(queue.Event{Kind: queue.KindAllowanceConfirmed, Allowance: a}); len(got) != 0 {
+		t.Errorf("a confirmation announced %q", notices(got))
+	}
+	ended := a.Clone()
+	ended.EndedAt, ended.EndReason, ended.EndedBy, ended.Used = t0.Add(time.Minute), queue.EndRevoked, "bob", 2
+	for _, kind := range []string{queue.KindAllowanceRevoked, queue.KindAllowanceEnded} {
+		ns := r.Notices(queue.Event{Kind: kind, Allowance: ended})
+		if notices(ns) != "allowance.ended@hook" {
+			t.Fatalf("%s: %q", kind, notices(ns))
+		}
+		var ev notify.Event
+		if err := json.Unmarshal(ns[0].Body, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Data.Reason != "revoked" || ev.Data.Allowance.EndedBy != "bob" || ev.Data.Allowance.Used != 2 || !ns[0].At.Equal(ended.EndedAt) {
+			t.Errorf("%s: %+v %+v", kind, ev.Data, ev.Data.Allowance)
+		}
+	}
+	other := a.Clone()
+	other.Tool = "weather.search"
+	if got := r.Notices(queue.Event{Kind: queue.KindAllowanceGiven, Allowance: other}); len(got) != 0 {
+		t.Errorf("a tool no route names: %q", notices(got))
+	}
+}
