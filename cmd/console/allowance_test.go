@@ -142,3 +142,44 @@ func TestAllowanceListAndRevoke(t *testing.T) {
 		t.Fatalf("the covered call's grant after console allowance revoke: %+v, %v", c.Revoked, err)
 	}
 }
+
+// TestPolicyReplayScope: policy replay --scope reports the past calls an
+// allowance's scope, or a scope in a file, covers, and refuses an
+// allowance that does not exist.
+func TestPolicyReplayScope(t *testing.T) {
+	data, a, covered := allowanceData(t)
+	code, stdout, stderr := runConsole(t, "", "policy", "replay", "--scope", a.ID, "--data", data, "--since", "1h")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"scope " + a.ScopeDigest, "it covers 2 of the 2 calls of payments.refund", "it allows 5 uses",
+		a.BaseCall, covered.ID, "EUR 50.00"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "scope.json")
+	narrow := strings.Replace(string(a.Scope), `"max":5000`, `"max":1000`, 1)
+	if narrow == string(a.Scope) {
+		t.Fatalf("the scope has no max of 5000: %s", a.Scope)
+	}
+	if err := os.WriteFile(file, []byte(narrow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runConsole(t, "", "policy", "replay", "--scope", file, "--data", data, "--json")
+	var got struct {
+		Covered, Calls int64
+		Listed         []struct {
+			CallID string `json:"call_id"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %s %s", code, err, stdout, stderr)
+	}
+	if got.Covered != 1 || got.Calls != 2 || len(got.Listed) != 1 || got.Listed[0].CallID != a.BaseCall {
+		t.Errorf("a scope up to EUR 10.00 covers %+v, want only the base call", got)
+	}
+	if code, _, stderr := runConsole(t, "", "policy", "replay", "--scope", "alw_nope", "--data", data); code != 1 || !strings.Contains(stderr, "allowance") {
+		t.Errorf("an unknown allowance: exit %d, %s", code, stderr)
+	}
+}

@@ -5,16 +5,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
 
 	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/replay"
+	"github.com/countersign/countersign/internal/scope"
 )
 
 const policyReplayUsage = `usage: console policy replay --tools NEW.yaml [--since 7d] [--data DIR] [--json]
+       console policy replay --scope FILE|ALLOWANCE [--tools FILE] [--since 7d] [--data DIR] [--json]
 
 Replays the calls in history through the rules of a candidate tools file,
 each with now set to the time it was submitted, and reports per tool how many
@@ -23,6 +27,13 @@ back), then lists every call that a person denied, or whose execution was
 reported failed, which the new rules would approve. Calls the new file would
 refuse outright (the tool is gone, its audience or schema changed) count as
 "refused".
+
+With --scope it reports instead which past calls an allowance's scope would
+have covered: the scope of a given allowance (alw_...) or a scope in a JSON
+file (the spelling docs/allowances.md gives), judged against its tool as the
+tools file (--tools, or the data directory's) defines it now. It judges the
+calls' shape only: rules, freezes, owners and the confirmers' standing are
+not replayed.
 
 It only reads: the database is opened read-only, so it can run beside a
 running server. --since is a duration back from now (7d, 36h, 90m) or an
@@ -38,7 +49,8 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 		fmt.Fprint(e.stderr, policyReplayUsage)
 		fs.PrintDefaults()
 	}
-	toolsFile := fs.String("tools", "", "the candidate tools file (required)")
+	toolsFile := fs.String("tools", "", "the candidate tools file (required without --scope)")
+	scopeArg := fs.String("scope", "", "an allowance id (alw_...) or a scope JSON file: report which past calls it covers")
 	sinceFlag := fs.String("since", "7d", "how far back: a duration such as 7d or 36h, or an RFC 3339 time")
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
@@ -50,8 +62,8 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 		}
 		return 2
 	}
-	if *toolsFile == "" || len(pos) > 0 {
-		fmt.Fprintln(e.stderr, "console policy replay: --tools FILE is required, and nothing else")
+	if (*toolsFile == "" && *scopeArg == "") || len(pos) > 0 {
+		fmt.Fprintln(e.stderr, "console policy replay: --tools FILE or --scope is required, and nothing else")
 		fs.Usage()
 		return 2
 	}
@@ -59,6 +71,9 @@ func cmdPolicyReplay(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console policy replay: %v\n", err)
 		return 2
+	}
+	if *scopeArg != "" {
+		return replayScope(ctx, e, *scopeArg, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, since, *asJSON)
 	}
 	pol, err := policy.Load(*toolsFile)
 	if err != nil {
@@ -166,4 +181,65 @@ func shown(s string) string {
 		}
 	}
 	return s
+}
+
+// replayScope reports which past calls since since the scope named by arg
+// (an allowance id, or a scope JSON file) would have covered.
+func replayScope(ctx context.Context, e *env, arg, data, url, toolsFile string, since time.Time, asJSON bool) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(e.stderr, "console policy replay: "+format+"\n", a...)
+		return code
+	}
+	d, err := openReadOnly(ctx, data, url)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	defer d.Close()
+	var raw []byte
+	if strings.HasPrefix(arg, "alw_") {
+		a, err := queue.NewService(queue.Config{Store: d.queue}).Allowance(ctx, arg)
+		if err != nil {
+			return fail(1, "%s", refusal(err))
+		}
+		raw = a.Scope
+	} else if raw, err = os.ReadFile(arg); err != nil {
+		return fail(2, "%v", err)
+	}
+	sc, err := scope.Parse(raw)
+	if err != nil {
+		return fail(2, "%s: %v", arg, err)
+	}
+	pol, _, err := loadPolicy(data, toolsFile)
+	if err != nil {
+		return fail(1, "the tools file is refused:\n%v", err)
+	}
+	t, ok := pol.Registry().Tool(sc.Tool)
+	if !ok {
+		return fail(1, "the tools file defines no tool %s: the scope covers nothing", sc.Tool)
+	}
+	cov, err := replay.Cover(ctx, d, sc, t, since)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	if asJSON {
+		calls := []map[string]string{}
+		for _, c := range cov.Listed {
+			calls = append(calls, map[string]string{"call_id": c.CallID, "created_at": c.CreatedAt.UTC().Format(time.RFC3339),
+				"actor": c.Actor, "target": c.Target, "status": string(c.Status), "before": string(c.Before)})
+		}
+		writeJSON(e.stdout, map[string]any{"scope_digest": cov.ScopeDigest, "tool": cov.Tool, "since": cov.Since.UTC().Format(time.RFC3339),
+			"calls": cov.Calls, "covered": cov.Covered, "distinct": cov.Distinct, "uses": cov.Uses, "listed": calls})
+		return 0
+	}
+	fmt.Fprintf(e.stdout, "scope %s: %s\n", cov.ScopeDigest, shown(scope.Words(sc, t, nil)))
+	fmt.Fprintf(e.stdout, "it covers %d of the %d calls of %s since %s (%d distinct); it allows %d uses\n",
+		cov.Covered, cov.Calls, cov.Tool, cov.Since.UTC().Format(time.RFC3339), cov.Distinct, cov.Uses)
+	for _, c := range cov.Listed {
+		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s  %s (%s)\n", c.CallID, c.CreatedAt.UTC().Format(time.RFC3339), shown(c.Actor),
+			shown(c.Target), c.Status, c.Before)
+	}
+	if cov.Covered > int64(len(cov.Listed)) {
+		fmt.Fprintf(e.stdout, "  ... and %d more\n", cov.Covered-int64(len(cov.Listed)))
+	}
+	return 0
 }
