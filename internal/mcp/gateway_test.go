@@ -27,6 +27,7 @@ import (
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/testkit/sqlitekit"
 	"github.com/countersign/countersign/internal/tools"
@@ -1009,5 +1010,56 @@ func TestAQuarantinedUpstreamServesNothing(t *testing.T) {
 	}
 	if e.calls.Load() != 0 {
 		t.Errorf("the upstream ran %d calls", e.calls.Load())
+	}
+}
+
+// allowanceTools opts the mirrored add into allowances letting a vary.
+const allowanceTools = `mcp:
+  demo:
+    command: [mcp-demo]
+    tools:
+      add:
+        allowance: {max_uses: 3, max_for: 1h, vary: [/a]}
+`
+
+// TestAllowanceCoversMirroredTools: once an operator gives an allowance
+// from a pending call of a mirrored tool, a call it covers runs at once
+// through the gateway, approved by the allowance; one outside it still
+// waits for a person.
+func TestAllowanceCoversMirroredTools(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: allowanceTools})
+	cs := e.client(nil, "")
+	if st := status(t, callRaw(t, cs, "add", `{"a":2,"b":3}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("the first call: %v", st)
+	}
+	base := e.lastCall()
+	tool, ok := e.q.Tools().Tool(base.Tool)
+	if !ok || tool.Allowance == nil {
+		t.Fatalf("the mirrored tool %s has no allowance", base.Tool)
+	}
+	max := int64(50)
+	ch := scope.Choices{Uses: 3, Until: e.clock.Now().Add(30 * time.Minute), Members: map[string]scope.Member{"/a": {Max: &max}}}
+	sc, err := scope.Materialise(scope.Call{Actor: base.Actor, Audience: base.Audience, Tool: base.Tool, Target: base.Target,
+		ToolDigest: base.ToolDigest, Args: base.Args}, tool, ch, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.q.GiveAllowance(context.Background(), queue.GiveInput{Operator: "alice", Channel: "cli", CallID: base.ID,
+		Digest: base.Digest, ScopeDigest: sc.Digest(), Choices: ch}); err != nil {
+		t.Fatal(err)
+	}
+	res := callRaw(t, cs, "add", `{"a":40,"b":3}`)
+	if res.IsError || text(res) != "43" {
+		t.Fatalf("a covered call: %s %v", text(res), res.StructuredContent)
+	}
+	c := e.lastCall()
+	if c.Status != queue.StatusRedeemed || len(c.Approvals) != 1 || c.Approvals[0].Method != queue.MethodAllowance {
+		t.Fatalf("the covered call: %s %+v", c.Status, c.Approvals)
+	}
+	if st := status(t, callRaw(t, cs, "add", `{"a":40,"b":4}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("b may not vary, yet: %v", st)
+	}
+	if st := status(t, callRaw(t, cs, "add", `{"a":51,"b":3}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("a above the maximum, yet: %v", st)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/countersign/countersign/internal/canonical"
 )
 
 // Hard bounds of a tool's allowance block. A tools file may lower them,
@@ -118,6 +120,19 @@ func (t *Tool) AsksPasskey() bool {
 	return false
 }
 
+// varyProblem says why the args member at ptr of a schema may not vary in
+// an allowance, "" when it may.
+func varyProblem(args *schema, ptr string) string {
+	sub, err := resolve(args, ptr)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", ptr, err)
+	}
+	if kind, _, _, _ := varyKind(sub); kind == VaryNone {
+		return fmt.Sprintf("%s is %s; only integers (bounded by a maximum) and string enums (bounded by a subset) may vary", ptr, describeVary(sub))
+	}
+	return ""
+}
+
 // allowance reads and lints a tool's allowance block.
 func (l *linter) allowance(n *yaml.Node, t *Tool) *Allowance {
 	const path = "allowance"
@@ -186,6 +201,14 @@ func (l *linter) vary(n *yaml.Node, t *Tool) []string {
 		}
 		if !strings.HasPrefix(s, "/") {
 			l.add(c, t.Name, p, "%s is neither target nor a JSON Pointer into args such as /amount_minor", displayName(s))
+			continue
+		}
+		if t.args == nil {
+			// A mirrored MCP tool: its schema is the upstream's, known
+			// once listed; Mirror checks the member then.
+			if _, err := canonical.SplitPointer(s); err != nil {
+				l.add(c, t.Name, p, "%s: %v", s, err)
+			}
 			continue
 		}
 		sub, err := resolve(t.args, s)

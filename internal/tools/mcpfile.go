@@ -57,6 +57,10 @@ type MCPOverride struct {
 	// when the tool is first decided on.
 	AutoApprove bool
 	Rules       []RuleSpec
+	// Allowance opts the tool into allowances (docs/allowances.md); its
+	// varying members are checked against the upstream's schema by
+	// Mirror.
+	Allowance *Allowance
 }
 
 // Upstreams returns the MCP servers of the tools file, in file order.
@@ -67,7 +71,7 @@ func (r *Registry) Upstreams() []Upstream {
 var (
 	upstreamFields = []string{"command", "env", "dir", "url", "headers", "tools"}
 	headerFields   = []string{"env", "file", "prefix"}
-	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target", "auto_approve", "rules"}
+	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target", "auto_approve", "rules", "allowance"}
 )
 
 // mcpSection reads the mcp: mapping from upstream name to upstream.
@@ -246,6 +250,8 @@ func (l *linter) override(n *yaml.Node, path string) MCPOverride {
 			}
 		case "rules":
 			o.Rules = l.rules(f.val, path)
+		case "allowance":
+			o.Allowance = l.allowance(f.val, &Tool{Name: path})
 		default:
 			l.add(f.keyNode, "", path, "unknown field %s (fields: %s)", displayName(f.key), strings.Join(overrideFields, ", "))
 		}

@@ -192,6 +192,17 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 		t.TargetPattern = regexp.QuoteMeta(target)
 	}
 	t.Target = regexp.MustCompile(`^(?:` + t.TargetPattern + `)$`)
+	if a := o.Allowance; a != nil && args != nil {
+		for _, ptr := range a.Vary {
+			if ptr == VaryTarget {
+				continue
+			}
+			if p := varyProblem(args, ptr); p != "" {
+				c.quarantine("", "the tools file's allowance: "+p)
+			}
+		}
+		t.Allowance = a
+	}
 	if len(c.reasons) > 0 {
 		q.Reasons = c.reasons
 		return nil, q
@@ -202,7 +213,17 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 		return nil, q
 	}
 	m.Annotations, _ = canonical.Encode(annotations) // read by the same parser: it encodes
-	overrides := canonical.Object{{Name: "approvals", Value: int64(t.Approvals)}}
+	var overrides canonical.Object
+	if a := o.Allowance; a != nil {
+		vary := make([]any, len(a.Vary))
+		for i, v := range a.Vary {
+			vary[i] = v
+		}
+		overrides = append(overrides, canonical.Member{Name: "allowance", Value: canonical.Object{
+			{Name: "max_for_s", Value: int64(a.MaxFor / time.Second)}, {Name: "max_uses", Value: int64(a.MaxUses)},
+			{Name: "vary", Value: vary}}})
+	}
+	overrides = append(overrides, canonical.Member{Name: "approvals", Value: int64(t.Approvals)})
 	// Named only when set, so that definitions pinned before these fields
 	// existed keep their digests. Members in RFC 8785 order.
 	if o.AutoApprove {

@@ -422,3 +422,31 @@ func TestMirrorEnumAtTheBound(t *testing.T) {
 		t.Fatalf("9999 is in the enum: %v", problems)
 	}
 }
+
+// TestMirroredAllowance: a mirrored tool's allowance is part of its
+// definition, and names members that may vary in the upstream's schema;
+// anything else quarantines the tool.
+func TestMirroredAllowance(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"a":{"type":"integer"},"name":{"type":"string"}},"required":["a"]}`)
+	plain, err := Mirror(MirrorSpec{Server: "demo", Name: "add", InputSchema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Allowance{MaxUses: 3, MaxFor: time.Hour, Vary: []string{"/a"}}
+	opted, err := Mirror(MirrorSpec{Server: "demo", Name: "add", InputSchema: schema, Override: MCPOverride{Allowance: a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opted.Allowance != a || plain.Allowance != nil || opted.DefinitionDigest == plain.DefinitionDigest ||
+		!strings.Contains(string(opted.Mirror.Definition), `"allowance":{"max_for_s":3600,"max_uses":3,"vary":["/a"]}`) {
+		t.Errorf("opted in: allowance %v, definition %s", opted.Allowance, opted.Mirror.Definition)
+	}
+	for _, vary := range []string{"/name", "/missing"} {
+		_, err := Mirror(MirrorSpec{Server: "demo", Name: "add", InputSchema: schema,
+			Override: MCPOverride{Allowance: &Allowance{MaxUses: 3, MaxFor: time.Hour, Vary: []string{vary}}}})
+		var q *QuarantineError
+		if !errors.As(err, &q) || !strings.Contains(q.Error(), "allowance") {
+			t.Errorf("vary %s: %v, want a quarantine naming the allowance", vary, err)
+		}
+	}
+}
