@@ -14,7 +14,6 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
-	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/scope"
@@ -170,7 +169,7 @@ func (c *Console) renderAllowanceReview(ec echo.Context, status int, form url.Va
 		var sc *scope.Scope
 		if sc, err = scope.Materialise(scopeCall(call), t, ch, now); err == nil {
 			rv.Words, rv.ScopeDigest = scope.Words(sc, t, nil), sc.Digest()
-			rv.Presented = c.q.Present(present.PageCall, v.user.Name, call)
+			rv.Presented = c.q.PresentAllowance(v.user.Name, call, rv.ScopeDigest)
 		}
 	}
 	if refusal == nil {
@@ -300,7 +299,7 @@ func (c *Console) renderAllowance(ec echo.Context, status int, refusal error) er
 		if base, err := c.q.Call(ctx, a.BaseCall); err == nil && base.Status == queue.StatusPending && !base.ApprovedBy(v.user.Name) {
 			if cv, err := c.callContent(base); err == nil {
 				av.Base, av.BaseDigest = &cv, base.Digest
-				av.Presented = c.q.Present(present.PageCall, v.user.Name, base)
+				av.Presented = c.q.PresentAllowance(v.user.Name, base, a.ScopeDigest)
 			}
 		}
 	}

@@ -62,9 +62,10 @@ func TestAllowanceFromTheCallPage(t *testing.T) {
 
 	// Another scope digest, or no page token: nothing is given.
 	for name, edit := range map[string]func(url.Values){
-		"another scope digest": func(v url.Values) { v.Set("scope_digest", strings.Repeat("0", 64)) },
-		"no page token":        func(v url.Values) { v.Del("presented") },
-		"a larger maximum":     func(v url.Values) { v.Set("max:/amount_minor", "9000") },
+		"another scope digest":  func(v url.Values) { v.Set("scope_digest", strings.Repeat("0", 64)) },
+		"no page token":         func(v url.Values) { v.Del("presented") },
+		"the call page's token": func(v url.Values) { v.Set("presented", b.presented(base.ID)) },
+		"a larger maximum":      func(v url.Values) { v.Set("max:/amount_minor", "9000") },
 	} {
 		bad := url.Values{}
 		for k, v := range f {

@@ -28,7 +28,14 @@ import (
 const (
 	PageCall  = "call"  // one call's page (a click or a passkey)
 	PageBatch = "batch" // the review page of a batch of calls
+	// PageAllowance is the page that gives or confirms an allowance: its
+	// base call and the scope (ScopeItem) it showed.
+	PageAllowance = "allowance"
 )
+
+// ScopeItem is the item of an allowance's scope on a PageAllowance page:
+// the scope digest shown.
+func ScopeItem(scopeDigest string) Item { return Item{CallID: "scope", Digest: scopeDigest} }
 
 // Item is one call a page showed and the digest it showed for it.
 type Item struct {

@@ -78,7 +78,7 @@ func (s *Service) GiveAllowance(ctx context.Context, in GiveInput) (*Allowance, 
 		}
 		t, _ := s.tools.Tool(c.Tool) // checkApproval found it unchanged
 		now := s.now()
-		seen, err := s.presentedCall(in.Channel, in.Presented, u.Name, c, now)
+		seen, err := s.presentedAllowance(in.Channel, in.Presented, u.Name, c, in.ScopeDigest, now)
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 		now := s.now()
 		var shown *Presented
 		if approveBase {
-			if shown, err = s.presentedCall(in.Channel, in.Presented, u.Name, base, now); err != nil {
+			if shown, err = s.presentedAllowance(in.Channel, in.Presented, u.Name, base, a.ScopeDigest, now); err != nil {
 				return err
 			}
 		}

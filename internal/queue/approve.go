@@ -211,6 +211,29 @@ func (s *Service) Present(page, viewer string, calls ...*Call) string {
 	return s.present.Token(present.Shown{Page: page, Viewer: viewer, At: s.now(), Items: items})
 }
 
+// PresentAllowance is the presentation token of a page that shows base and
+// the scope of an allowance from it (present.PageAllowance), for viewer;
+// "" when the service checks no presentations.
+func (s *Service) PresentAllowance(viewer string, base *Call, scopeDigest string) string {
+	if s.present == nil {
+		return ""
+	}
+	return s.present.Token(present.Shown{Page: present.PageAllowance, Viewer: viewer, At: s.now(),
+		Items: []present.Item{{CallID: base.ID, Digest: base.Digest}, present.ScopeItem(scopeDigest)}})
+}
+
+// presentedAllowance is presented for a decision on the page that showed
+// c and the scope scopeDigest of an allowance from it, with the
+// presentation's age checked against c's decision window.
+func (s *Service) presentedAllowance(channel, token, operator string, c *Call, scopeDigest string, now time.Time) (*Presented, error) {
+	shown, err := s.presented(channel, token, present.PageAllowance, operator,
+		[]present.Item{{CallID: c.ID, Digest: c.Digest}, present.ScopeItem(scopeDigest)}, now)
+	if err != nil {
+		return nil, err
+	}
+	return shown, shownInTime(shown, c, now)
+}
+
 // maxPresentedAge bounds a presentation's age before the call's own
 // decision window does (shownInTime).
 const maxPresentedAge = 7 * 24 * time.Hour

@@ -139,8 +139,9 @@ type Approval struct {
 	Via string `json:"via,omitempty"`
 }
 
-// Presented is a page that showed a call to its approver: its kind (call,
-// or batch for a batch review) and when it was rendered.
+// Presented is a page that showed a call to its approver: its kind (call;
+// batch for a batch review; allowance for the page that gave or confirmed
+// an allowance, which showed its scope too) and when it was rendered.
 type Presented struct {
 	At   time.Time `json:"at"`
 	Page string    `json:"page"`

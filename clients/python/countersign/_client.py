@@ -74,8 +74,9 @@ HUMAN_UNATTESTED = "unattested"
 
 @dataclass(frozen=True)
 class Presented:
-    """The page that presented a call to its approver: ``page`` is call or
-    batch, ``at`` when it was rendered."""
+    """The page that presented a call to its approver: ``page`` is call,
+    batch or allowance (the page that gave or confirmed an allowance), ``at``
+    when it was rendered."""
 
     page: str
     at: Optional[datetime]

@@ -68,7 +68,7 @@ export type Human = 'true' | 'false' | 'unattested';
 /** The page that presented a call to its approver, and when it was
  * rendered. */
 export interface Presented {
-  page: 'call' | 'batch';
+  page: 'call' | 'batch' | 'allowance';
   at: string;
 }
 
@@ -103,7 +103,7 @@ export interface Step {
   method?: ApprovalMethod;
   human?: Human;
   via?: string;
-  page?: 'call' | 'batch';
+  page?: 'call' | 'batch' | 'allowance';
 }
 
 /** A call from proposal to outcome: every approval's digest and the

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -137,11 +138,18 @@ var _ = add("lineage/every way of approving records what ran", func(t *testing.T
 	ch := scope.Choices{Uses: 2, Until: w.clock.Now().Add(30 * time.Minute), TargetPrefix: "invoice:INV-",
 		Members: map[string]scope.Member{"/amount_minor": {Max: &max}}}
 	in := giveIn(t, w, h, "alice", base, ch)
+	// The base call's own page does not do: the page that gives must have
+	// shown the scope too.
 	in.Presented = page(present.PageCall, "alice", base)
+	if _, _, err := h.q.GiveAllowance(ctx, in); !errors.Is(err, queue.ErrPresentation) {
+		t.Fatalf("GiveAllowance from the call's page alone: %v, want ErrPresentation", err)
+	}
+	in.Presented = w.present.Token(present.Shown{Page: present.PageAllowance, Viewer: "alice", At: w.clock.Now(),
+		Items: []present.Item{{CallID: base.ID, Digest: base.Digest}, present.ScopeItem(in.ScopeDigest)}})
 	if _, _, err := h.q.GiveAllowance(ctx, in); err != nil {
 		t.Fatalf("GiveAllowance: %v", err)
 	}
-	paths = append(paths, path{queue.MethodClick, queue.HumanTrue, present.PageCall, base})
+	paths = append(paths, path{queue.MethodClick, queue.HumanTrue, present.PageAllowance, base})
 	paths = append(paths, path{queue.MethodAllowance, queue.HumanFalse, "", refund(1700)})
 
 	for _, p := range paths {
