@@ -136,17 +136,21 @@ func TestCoveredSubmissionCost(t *testing.T) {
 			e.db.TraceStatements(nil)
 		}
 	}
-	var covered, ruled int64
-	const rounds = 20
+	// Medians: a statement of the console's own sweeps that lands during
+	// one submission does not count against it.
+	var covered, ruled []int64
+	const rounds = 21
 	for i := range rounds {
 		_, c := submit(true, 2*i)
 		_, r := submit(false, 2*i+1)
-		covered, ruled = covered+c, ruled+r
+		covered, ruled = append(covered, c), append(ruled, r)
 	}
-	perCovered, perRuled := float64(covered)/rounds, float64(ruled)/rounds
-	t.Logf("statements per submission: covered %.2f, approved by a rule %.2f", perCovered, perRuled)
+	slices.Sort(covered)
+	slices.Sort(ruled)
+	perCovered, perRuled := covered[rounds/2], ruled[rounds/2]
+	t.Logf("statements per submission (median of %d): covered %d, approved by a rule %d", rounds, perCovered, perRuled)
 	if perCovered > perRuled+maxCoveredExtraStatements {
-		t.Errorf("a covered submission ran %.2f statements, more than %.2f + %d", perCovered, perRuled, maxCoveredExtraStatements)
+		t.Errorf("a covered submission ran %d statements, more than %d + %d", perCovered, perRuled, maxCoveredExtraStatements)
 	}
 }
 
