@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +134,63 @@ func TestBrowserAllowance(t *testing.T) {
 		t.Fatalf("after the revocation a refund is %s", next.Status)
 	}
 	op.do("the next refund waits for a person", waitShort, chromedp.WaitVisible(cardSel(next.ID)))
+}
+
+// twoApproverRefunds is a refund tool that needs two approvers and opts
+// into allowances.
+const twoApproverRefunds = `tools:
+  payments.refund:
+    description: Refund an invoice
+    audience: payments-host
+    target: '^invoice:INV-[0-9]+$'
+    approvals: 2
+    args:
+      type: object
+      additionalProperties: false
+      required: [amount_minor, currency, reason_code]
+      properties:
+        amount_minor: {type: integer, minimum: 1, maximum: 5000000}
+        currency: {type: string, enum: [USD, EUR]}
+        reason_code: {type: string, enum: [duplicate, fraud, requested]}
+    allowance: {max_uses: 20, max_for: 1h, vary: [target, /amount_minor]}
+`
+
+// TestBrowserAllowanceOfferSurvivesAPush: what an operator chose in the
+// open "Approve this and more like it" form stays, open and filled in,
+// when another operator's approval re-renders the call's status live.
+func TestBrowserAllowanceOfferSurvivesAPush(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(twoApproverRefunds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--tools", file)
+	alice := s.addUser("alice", "operator")
+	s.addUser("bob", "operator")
+	payments := client.New(s.url, s.token("agent:billing-bot", "payments-host"), client.WithPollWait(30*time.Second))
+	call := submit(t, ctx, payments, refund("INV-6200", 1200))
+	if call.Approvals.Required != 2 {
+		t.Fatalf("the refund needs %d approvals, want 2 (the tools file was not the test's)", call.Approvals.Required)
+	}
+	b := startBrowser(t, ctx)
+	op := b.window(t, "alice")
+	op.login(s.url, alice)
+	op.navigate(s.url + "/calls/" + call.ID)
+	op.waitLive()
+	op.do("open the offer and choose", waitShort,
+		chromedp.Click(chromedp.CSS(`[data-testid="allowance-offer"] summary`)),
+		chromedp.WaitVisible(testID("allowance-uses")),
+		chromedp.SetValue(testID("allowance-uses"), "7"))
+	if r, err := controlApprove(ctx, s.data, call.ID, "bob", call.Digest); err != nil || r.status != 200 {
+		t.Fatalf("bob approves: %v %d %s", err, r.status, r.raw)
+	}
+	op.waitFor("the status shows 1 of 2", `(() => { const d = document.querySelector('[data-testid="approval-by"]'); return !!d && d.textContent.includes("bob"); })()`)
+	if open := eval[bool](op, `document.querySelector('[data-testid="allowance-offer"]').open`); !open {
+		t.Error("the offer closed when the status was pushed")
+	}
+	if got := eval[string](op, `document.querySelector('[data-testid="allowance-uses"]').value`); got != "7" {
+		t.Errorf("how many reads %q after the push, want what was typed: 7", got)
+	}
 }

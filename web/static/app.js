@@ -439,6 +439,12 @@
       carriedFocus = { key: fieldKey(active, oldRoot), start: null, end: null };
       try { carriedFocus.start = active.selectionStart; carriedFocus.end = active.selectionEnd; } catch (e) { /* no selection on this type */ }
     }
+    // A section the person opened (details with an id) stays open.
+    var opened = oldRoot.querySelectorAll("details[open][id]");
+    for (i = 0; i < opened.length; i++) {
+      var again = newRoot.querySelector("details#" + CSS.escape(opened[i].id));
+      if (again) again.open = true;
+    }
     var next = newRoot.querySelectorAll("input, textarea, select");
     for (i = 0; i < next.length; i++) {
       var el = next[i];

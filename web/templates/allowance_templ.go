@@ -31,7 +31,7 @@ func allowanceOfferForm(o AllowanceOffer) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<details class=\"allowance-offer\" data-testid=\"allowance-offer\"><summary>Approve this and more like it…</summary><form method=\"get\" action=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<details class=\"allowance-offer\" id=\"allowance-offer\" data-testid=\"allowance-offer\"><summary>Approve this and more like it…</summary><form method=\"get\" action=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
