@@ -161,3 +161,35 @@ func TestAllowanceReviewRefusals(t *testing.T) {
 		t.Error("a tool without an allowance block offers one")
 	}
 }
+
+// TestFrozenCallPage: while a freeze stops a pending call, its page says
+// which freeze, why, who set it and since when, offers no approval (nor an
+// allowance) and still lets the call be denied; lifted, approval is back.
+func TestFrozenCallPage(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	call := e.submit("agent:billing-bot", "payments-host", allowanceRefund(9001, 1200))
+	if _, err := e.q.Freeze(t.Context(), "adam", "cli", "payments.refund", "", "refunds double-paid since 09:00"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/calls/" + call.ID)
+	frozen := p.find("frozen-call").Text()
+	if !strings.Contains(frozen, "refunds double-paid since 09:00") || !strings.Contains(frozen, "adam") || !strings.Contains(frozen, "payments.refund") {
+		t.Errorf("the frozen call's page says %q", frozen)
+	}
+	if p.find("approve").Length() != 0 || p.find("allowance-offer").Length() != 0 || p.find("deny-form").Length() != 1 {
+		t.Errorf("frozen: approve %d, offer %d, deny %d; want only deny", p.find("approve").Length(), p.find("allowance-offer").Length(), p.find("deny-form").Length())
+	}
+	other := e.submit("agent:other", "files-host", `{"tool":"files.delete","target":"file:/srv/shared/tmp/x","args":{"reason":"old"}}`)
+	if p := b.get("/calls/" + other.ID); p.find("frozen-call").Length() != 0 {
+		t.Error("a call of another tool reads as frozen")
+	}
+	if _, err := e.q.Unfreeze(t.Context(), "adam", "cli", "payments.refund", ""); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/calls/" + call.ID); p.find("frozen-call").Length() != 0 || p.find("approve").Length() != 1 {
+		t.Errorf("after the freeze was lifted: frozen %d, approve %d", p.find("frozen-call").Length(), p.find("approve").Length())
+	}
+}

@@ -72,15 +72,33 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 }
 
 func (c *Console) page(v *viewer, title, nav, ws string, now time.Time) templates.Page {
+	var fz []queue.Freeze
+	var err error
+	if v != nil {
+		fz, err = c.freezes()
+	}
+	return c.pageWith(v, title, nav, ws, now, fz, err)
+}
+
+// freezes reads the freezes in force, for a page.
+func (c *Console) freezes() ([]queue.Freeze, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	fz, err := c.q.Freezes(ctx)
+	if err != nil {
+		c.log.Warn("read the freezes in force for a page", slog.Any("error", err))
+	}
+	return fz, err
+}
+
+// pageWith is page with the freezes in force already read (err when they
+// could not be).
+func (c *Console) pageWith(v *viewer, title, nav, ws string, now time.Time, fz []queue.Freeze, err error) templates.Page {
 	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
 	if v != nil {
 		p.Viewer = v.templ()
 		// Every page of a logged-in person says what is frozen.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		fz, err := c.q.Freezes(ctx)
 		if err != nil {
-			c.log.Warn("read freezes for the banner", slog.Any("error", err))
 			p.FreezesUnknown = true
 		}
 		for _, f := range fz {
@@ -209,6 +227,15 @@ func optText(s string) *templates.Text {
 }
 
 func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templates.StatusView {
+	var fz []queue.Freeze
+	if call.Status == queue.StatusPending && v.user.Role.CanDecide() {
+		fz, _ = c.freezes()
+	}
+	return c.statusViewWith(call, v, now, fz)
+}
+
+// statusViewWith is statusView with the freezes in force already read.
+func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz []queue.Freeze) templates.StatusView {
 	s := templates.StatusView{
 		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
@@ -269,6 +296,11 @@ func (c *Console) statusView(call *queue.Call, v *viewer, now time.Time) templat
 			s.Presented = c.q.Present(present.PageCall, v.user.Name, call)
 		}
 	}
+	if call.Status == queue.StatusPending && s.CanDecide {
+		if f := queue.FreezeOf(fz, call.Tool, call.Actor); f != nil {
+			s.Frozen = &templates.FrozenView{Scope: f.Scope(), Reason: f.Reason, By: c.shownName(f.By), At: f.At}
+		}
+	}
 	if call.Status == queue.StatusPending {
 		s.Warned = queue.Deceptive(call)
 		if reg := c.q.Tools(); reg != nil {
@@ -317,8 +349,9 @@ func (c *Console) callView(call *queue.Call, v *viewer, now time.Time) (template
 	if err != nil {
 		return templates.CallView{}, err
 	}
-	cv.Page = c.page(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now)
-	cv.Status = c.statusView(call, v, now)
+	fz, err := c.freezes()
+	cv.Page = c.pageWith(v, "Call "+call.ID, "queue", "/ws?call="+call.ID, now, fz, err)
+	cv.Status = c.statusViewWith(call, v, now, fz)
 	return cv, nil
 }
 

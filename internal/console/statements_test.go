@@ -32,8 +32,9 @@ import (
 const maxStatementsPerFlow = 31
 
 // maxStatementsPerPage budgets the call's page an approver reads before
-// approving (its session, account, call, freezes and live counts).
-const maxStatementsPerPage = 7
+// approving (its session, account, call, the freezes in force, read once
+// for the banner and the decision, and live counts).
+const maxStatementsPerPage = 6
 
 // wholeFlows starts a console on a real SQLite file with an operator
 // logged in and an agent's token, and returns flow, which runs one whole
@@ -81,16 +82,18 @@ func wholeFlows(tb testing.TB) (e *consoleEnv, flow func(n int), page *int64) {
 		call := api(http.MethodPost, "/api/v1/calls", fmt.Appendf(nil,
 			`{"tool":"weather.search","target":"weather:forecast","args":{"city":"flow %d"}}`, n), http.StatusCreated)
 		id, digest := call["id"].(string), call["digest"].(string)
+		// The operator reads the call's page (counted apart, before the
+		// agent's long-poll starts, so that none of its reads lands here),
+		// and approves on it as cmd/loadgen does: the form with no Accept
+		// header.
+		read := e.db.Statements()
+		shown := b.presented(id)
+		*page += int64(e.db.Statements() - read)
 		waited := make(chan map[string]any, 1)
 		go func() { waited <- api(http.MethodGet, "/api/v1/calls/"+id+"?wait=30s", nil, http.StatusOK) }()
 		for e.q.Waiting() < 1 {
 			time.Sleep(100 * time.Microsecond)
 		}
-		// As cmd/loadgen approves: the call's page, then its form with no
-		// Accept header.
-		read := e.db.Statements()
-		shown := b.presented(id)
-		*page += int64(e.db.Statements() - read)
 		if p := b.post("/calls/"+id+"/approve", url.Values{"csrf": {csrf}, "digest": {digest}, "presented": {shown}}, "Accept", ""); p.status != http.StatusSeeOther {
 			tb.Fatalf("approve: status %d", p.status)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -99,6 +100,32 @@ func (s *Service) ToolChanged(c *Call) bool {
 }
 
 // frozen returns the freeze that stops c, if any.
+// FreezeOf returns the freeze among fz (the freezes in force, as Freezes
+// reads them) that stops calls of tool by actor, as a decision's
+// transaction finds it: the oldest whose tool is tool or every tool and
+// whose actor is actor or every actor, else the oldest of the tool's MCP
+// server; nil when none does. Pages use it to say so before anyone clicks;
+// the transaction decides.
+func FreezeOf(fz []Freeze, tool, actor string) *Freeze {
+	match := func(t string) *Freeze {
+		var out *Freeze
+		for i := range fz {
+			f := &fz[i]
+			if (f.Tool == "" || f.Tool == t) && (f.Actor == "" || f.Actor == actor) && (out == nil || f.ID < out.ID) {
+				out = f
+			}
+		}
+		return out
+	}
+	if f := match(tool); f != nil {
+		return f
+	}
+	if server, _, ok := canonical.SplitMirrored(tool); ok {
+		return match(server + ServerWildcard)
+	}
+	return nil
+}
+
 func frozen(tx Tx, tool, actor string) (*Freeze, error) {
 	f, err := tx.Frozen(tool, actor)
 	if errors.Is(err, ErrNotFound) {

@@ -470,6 +470,9 @@ type StatusView struct {
 	Presented string
 	// Offer, when set, offers "Approve this and more like it".
 	Offer *AllowanceOffer
+	// Frozen, when set, is the freeze that stops this pending call: no
+	// approval is offered while it lasts.
+	Frozen *FrozenView
 
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
@@ -876,4 +879,11 @@ func integerHint(m OfferMember) string {
 		h += "; the schema allows at most " + strconv.FormatInt(m.SchemaMax, 10)
 	}
 	return h + "; leave it empty to keep it equal"
+}
+
+// FrozenView is a freeze as a call's page names it: what it matches, why,
+// who set it and since when.
+type FrozenView struct {
+	Scope, Reason, By string
+	At                time.Time
 }
