@@ -32,8 +32,10 @@ import (
 func (c *Console) routesAllowances(e *echo.Echo, post func(string, echo.HandlerFunc, ...echo.MiddlewareFunc)) {
 	e.GET("/calls/:id/allowance", c.allowanceReview, c.requireSession, c.requireDecider)
 	post("/calls/:id/allowance", c.giveAllowance, c.requireDecider)
-	e.GET("/allowances", c.allowancesPage, c.requireSession, c.requireDecider)
-	e.GET("/allowances/:id", c.allowancePage, c.requireSession, c.requireDecider)
+	// Anyone logged in reads them (auditors included); deciding takes a
+	// decider.
+	e.GET("/allowances", c.allowancesPage, c.requireSession)
+	e.GET("/allowances/:id", c.allowancePage, c.requireSession)
 	post("/allowances/:id/confirm", c.confirmAllowance, c.requireDecider)
 	post("/allowances/:id/revoke", c.revokeAllowance, c.requireDecider)
 }
@@ -293,8 +295,8 @@ func (c *Console) renderAllowance(ec echo.Context, status int, refusal error) er
 		return err
 	}
 	av := templates.AllowanceView{Page: c.page(v, "Allowance "+a.ID, "allowances", "", now), A: c.allowanceLine(a, now),
-		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], CanRevoke: !a.Ended()}
-	if a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
+		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], CanRevoke: !a.Ended() && v.user.Role.CanDecide()}
+	if v.user.Role.CanDecide() && a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
 		av.CanConfirm = true
 		if base, err := c.q.Call(ctx, a.BaseCall); err == nil && base.Status == queue.StatusPending && !base.ApprovedBy(v.user.Name) {
 			if cv, err := c.callContent(base); err == nil {

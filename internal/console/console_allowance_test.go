@@ -110,6 +110,16 @@ func TestAllowanceFromTheCallPage(t *testing.T) {
 	}
 
 	id := strings.TrimPrefix(strings.Split(p.header.Get("Location"), "?")[0], "/allowances/")
+	// An auditor reads it, and may neither confirm nor revoke it.
+	aud := e.browser()
+	aud.login("aude", rolePassword)
+	if ap := aud.get("/allowances/" + id); ap.status != http.StatusOK || ap.find("allowance-words").Length() != 1 ||
+		ap.find("allowance-revoke-form").Length() != 0 || ap.find("allowance-confirm-form").Length() != 0 {
+		t.Errorf("an auditor's view of the allowance: %d, revoke form %d", ap.status, ap.find("allowance-revoke-form").Length())
+	}
+	if r := aud.post("/allowances/"+id+"/revoke", url.Values{"csrf": {aud.csrf()}, "reason": {"audit"}}); r.status != http.StatusForbidden {
+		t.Errorf("an auditor's revocation: %d, want 403", r.status)
+	}
 	if r := b.post("/allowances/"+id+"/revoke", url.Values{"csrf": {b.csrf()}}); r.find("allowance-error").Length() != 1 {
 		t.Errorf("a revocation without a reason: %d", r.status)
 	}
@@ -150,6 +160,9 @@ func TestAllowanceReviewRefusals(t *testing.T) {
 	}
 	aud := e.browser()
 	aud.login("aude", rolePassword)
+	if p := aud.get("/allowances"); p.status != http.StatusOK {
+		t.Errorf("an auditor's allowances page: %d", p.status)
+	}
 	if p := aud.get("/calls/" + base.ID + "/allowance?uses=2&minutes=30"); p.status != http.StatusForbidden {
 		t.Errorf("an auditor's review: %d", p.status)
 	}
