@@ -103,8 +103,11 @@ func (s *Service) DisableUser(ctx context.Context, name, by, channel string) err
 // CreateSession records a new password login of user.
 func (s *Service) CreateSession(ctx context.Context, idHash, user, csrf string, now time.Time) error {
 	return s.store.Update(ctx, func(tx Tx) error {
-		return tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, Method: MethodPassword,
-			CreatedAt: now, LastSeen: now})
+		if err := tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, Method: MethodPassword,
+			CreatedAt: now, LastSeen: now}); err != nil {
+			return err
+		}
+		return tx.RecordLogin(user, now)
 	})
 }
 

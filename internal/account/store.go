@@ -64,6 +64,10 @@ type Tx interface {
 
 	// InsertSession stores a new session of s.User.Name.
 	InsertSession(s Session) error
+	// RecordLogin records that user logged in at at (the admin page's
+	// "Last login"); a single-sign-on login records it with the account's
+	// update.
+	RecordLogin(user string, at time.Time) error
 	// TouchSession moves a live session's last-seen time forward (never
 	// back).
 	TouchSession(idHash string, at time.Time) error

@@ -312,6 +312,13 @@ func (t *storeTx) InsertSession(s account.Session) error {
 	return nil
 }
 
+func (t *storeTx) RecordLogin(user string, at time.Time) error {
+	if _, err := t.tx.ExecContext(t.ctx, `UPDATE users SET last_login_at = ? WHERE name = ?`, ms(at), user); err != nil {
+		return fmt.Errorf("db: record the login of %s: %w", user, err)
+	}
+	return nil
+}
+
 func (t *storeTx) TouchSession(idHash string, at time.Time) error {
 	_, err := t.tx.ExecContext(t.ctx, `UPDATE sessions SET last_seen = MAX(last_seen, ?) WHERE id_hash = ? AND revoked_at IS NULL`,
 		ms(at), idHash)

@@ -226,6 +226,13 @@ func (t *txn) InsertSession(s account.Session) error {
 	return nil
 }
 
+func (t *txn) RecordLogin(user string, at time.Time) error {
+	if _, err := t.tx.Exec(t.ctx, `UPDATE users SET last_login_at = $1 WHERE name = $2`, ms(at), user); err != nil {
+		return fmt.Errorf("pgstore: record the login of %s: %w", user, err)
+	}
+	return nil
+}
+
 func (t *txn) TouchSession(idHash string, at time.Time) error {
 	_, err := t.tx.Exec(t.ctx, `UPDATE sessions SET last_seen = GREATEST(last_seen, $1) WHERE id_hash = $2 AND revoked_at IS NULL`,
 		ms(at), idHash)

@@ -211,3 +211,26 @@ var _ = add("accounts/console secrets", func(t *testing.T, s Stores) {
 		t.Error("a second InsertSecret of one name succeeded; a secret never changes once set")
 	}
 })
+
+var _ = add("accounts/a password login is recorded as the account's last login", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	addUser(t, s, "alice", account.RoleOperator)
+	addUser(t, s, "bob", account.RoleOperator)
+	a := account.NewService(s.Accounts, func() time.Time { return t0 })
+	at := t0.Add(90 * time.Minute)
+	if err := a.CreateSession(ctx, "h-alice", "alice", "csrf", at); err != nil {
+		t.Fatal(err)
+	}
+	users, err := a.Users(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		switch {
+		case u.Name == "alice" && !u.LastLoginAt.Equal(at):
+			t.Errorf("alice's last login = %v, want %v", u.LastLoginAt, at)
+		case u.Name == "bob" && !u.LastLoginAt.IsZero():
+			t.Errorf("bob never logged in, last login %v", u.LastLoginAt)
+		}
+	}
+})
