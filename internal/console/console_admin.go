@@ -157,7 +157,11 @@ func (c *Console) endSessions(ec echo.Context) error {
 		return err
 	}
 	c.hub.endUser(name)
-	msg := "Ended " + strconv.FormatInt(n, 10) + " session(s) of " + reveal.String(name) + "."
+	sessions := " sessions of "
+	if n == 1 {
+		sessions = " session of "
+	}
+	msg := "Ended " + strconv.FormatInt(n, 10) + sessions + reveal.String(name) + "."
 	if name == v.user.Name {
 		msg += " Yours too: log in again."
 	}

@@ -325,7 +325,7 @@ func TestAdminEndsASingleSignOnUsersSessions(t *testing.T) {
 		t.Fatalf("admin row = %q", row.Text())
 	}
 	p := admin.post("/admin/users/end-sessions", url.Values{"csrf": {admin.csrf()}, "name": {e.principal("00u-g")}})
-	if p.status != http.StatusOK || !strings.Contains(p.find("admin-notice").Text(), "Ended 1 session") {
+	if p.status != http.StatusOK || !strings.Contains(p.find("admin-notice").Text(), "Ended 1 session of ") {
 		t.Fatalf("end sessions = %d %q", p.status, p.find("admin-notice").Text())
 	}
 	expectSessionEnded(t, conn)
