@@ -298,10 +298,10 @@ func (c *Console) renderAllowance(ec echo.Context, status int, refusal error) er
 		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], CanRevoke: !a.Ended() && v.user.Role.CanDecide()}
 	if v.user.Role.CanDecide() && a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
 		av.CanConfirm = true
+		av.Presented = c.q.PresentConfirm(v.user.Name, a)
 		if base, err := c.q.Call(ctx, a.BaseCall); err == nil && base.Status == queue.StatusPending && !base.ApprovedBy(v.user.Name) {
 			if cv, err := c.callContent(base); err == nil {
 				av.Base, av.BaseDigest = &cv, base.Digest
-				av.Presented = c.q.PresentAllowance(v.user.Name, base, a.ScopeDigest)
 			}
 		}
 	}

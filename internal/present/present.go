@@ -37,6 +37,11 @@ const (
 // the scope digest shown.
 func ScopeItem(scopeDigest string) Item { return Item{CallID: "scope", Digest: scopeDigest} }
 
+// AllowanceItem is the item of an allowance already given, on the page
+// that confirms it: a token of the page that gives one (which has no such
+// item) never confirms, nor the other way round.
+func AllowanceItem(id string) Item { return Item{CallID: "allowance", Digest: id} }
+
 // Item is one call a page showed and the digest it showed for it.
 type Item struct {
 	CallID, Digest string

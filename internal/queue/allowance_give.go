@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/tools"
 )
@@ -237,10 +238,16 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 				return err
 			}
 		}
+		// A confirmation through the browser always comes from the
+		// allowance's page, whose token covers its base call, its scope and
+		// the allowance; the base call's approval records it.
 		now := s.now()
-		var shown *Presented
+		shown, err := s.presented(in.Channel, in.Presented, present.PageAllowance, u.Name, confirmItems(a), now)
+		if err != nil {
+			return err
+		}
 		if approveBase {
-			if shown, err = s.presentedAllowance(in.Channel, in.Presented, u.Name, base, a.ScopeDigest, now); err != nil {
+			if err := shownInTime(shown, base, now); err != nil {
 				return err
 			}
 		}
@@ -250,6 +257,9 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 		}
 		details := s.allowanceDetails(a)
 		details["confirmed"] = a.Confirmed()
+		if shown != nil {
+			details["presented"] = map[string]any{"page": shown.Page, "at": shown.At.UTC().Format(time.RFC3339Nano)}
+		}
 		if err := tx.Append(s.entry(KindAllowanceConfirmed, base, u.Name, in.Channel, details)); err != nil {
 			return err
 		}

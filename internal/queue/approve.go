@@ -222,6 +222,20 @@ func (s *Service) PresentAllowance(viewer string, base *Call, scopeDigest string
 		Items: []present.Item{{CallID: base.ID, Digest: base.Digest}, present.ScopeItem(scopeDigest)}})
 }
 
+// PresentConfirm is the presentation token of the page that confirms
+// allowance a (present.PageAllowance): its base call, its scope and the
+// allowance itself; "" when the service checks no presentations.
+func (s *Service) PresentConfirm(viewer string, a *Allowance) string {
+	if s.present == nil {
+		return ""
+	}
+	return s.present.Token(present.Shown{Page: present.PageAllowance, Viewer: viewer, At: s.now(), Items: confirmItems(a)})
+}
+
+func confirmItems(a *Allowance) []present.Item {
+	return []present.Item{{CallID: a.BaseCall, Digest: a.BaseDigest}, present.ScopeItem(a.ScopeDigest), present.AllowanceItem(a.ID)}
+}
+
 // presentedAllowance is presented for a decision on the page that showed
 // c and the scope scopeDigest of an allowance from it, with the
 // presentation's age checked against c's decision window.

@@ -242,3 +242,49 @@ func redemptionOf(t *testing.T, c *queue.Call, target string, args json.Marshale
 	}
 	return b
 }
+
+var _ = add("lineage/an allowance is confirmed through the browser only from its own page", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newAllowanceWorld(t, s)
+	var err error
+	if w.present, err = present.NewKey([]byte(strings.Repeat("p", 32))); err != nil {
+		t.Fatal(err)
+	}
+	h := w.open(t)
+	base := mustSubmit(t, h, deployer, deploy("web")) // two approvals: two confirmers
+	ch := scope.Choices{Uses: 3, Until: w.clock.Now().Add(20 * time.Minute), TargetPrefix: "service:"}
+	in := giveIn(t, w, h, "alice", base, ch)
+	givePage := w.present.Token(present.Shown{Page: present.PageAllowance, Viewer: "alice", At: w.clock.Now(),
+		Items: []present.Item{{CallID: base.ID, Digest: base.Digest}, present.ScopeItem(in.ScopeDigest)}})
+	in.Presented = givePage
+	a, _, err := h.q.GiveAllowance(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirm := queue.ConfirmInput{Operator: "bob", Channel: audit.ChannelWeb, AllowanceID: a.ID, ScopeDigest: a.ScopeDigest}
+	bobsGivePage := w.present.Token(present.Shown{Page: present.PageAllowance, Viewer: "bob", At: w.clock.Now(),
+		Items: []present.Item{{CallID: base.ID, Digest: base.Digest}, present.ScopeItem(in.ScopeDigest)}})
+	for name, tok := range map[string]string{"no token": "", "the page that gives one": bobsGivePage, "alice's page": h.q.PresentConfirm("alice", a)} {
+		c := confirm
+		c.Presented = tok
+		if _, err := h.q.ConfirmAllowance(ctx, c); !errors.Is(err, queue.ErrPresentation) {
+			t.Errorf("confirm with %s: %v, want ErrPresentation", name, err)
+		}
+	}
+	if got, _ := h.q.Allowance(ctx, a.ID); got.Confirmed() {
+		t.Fatal("refused confirmations confirmed it")
+	}
+	confirm.Presented = h.q.PresentConfirm("bob", a)
+	if got, err := h.q.ConfirmAllowance(ctx, confirm); err != nil || !got.Confirmed() {
+		t.Fatalf("confirm from its page: %+v, %v", got, err)
+	}
+	var seen bool
+	for _, e := range entriesOf(t, h, queue.KindAllowanceConfirmed) {
+		if p, ok := detail(e, "presented").(map[string]any); ok && p["page"] == present.PageAllowance {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Error("the allowance_confirmed entry does not record the page")
+	}
+})
