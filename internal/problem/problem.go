@@ -186,6 +186,8 @@ var sentinels = []struct {
 	{queue.ErrAllowancesPerGiver, http.StatusTooManyRequests, "allowances_per_giver",
 		fmt.Sprintf("you have given as many live allowances as you may (%d by default); nothing was given. Revoke one of yours that is no longer needed (console allowance list), or approve the call on its own", queue.DefaultMaxAllowancesPerGiver), ""},
 	{queue.ErrAllowanceConfirmed, http.StatusConflict, "allowance_confirmed", "the allowance has every confirmer it needs already; nothing was changed", ""},
+	{queue.ErrBaseDenied, http.StatusConflict, "allowance_base_denied",
+		"the call this allowance was given from was denied, so the allowance cannot be confirmed; revoke it, and give a new one from a call you would approve", ""},
 	{queue.ErrAlreadyConfirmer, http.StatusConflict, "already_confirmed", "you are a confirmer of this allowance already; it needs another person", ""},
 	{queue.ErrMayNotRevoke, http.StatusForbidden, "may_not_revoke",
 		"only the allowance's giver, an operator allowed to approve its tool, or an admin may revoke it; ask one of them", ""},

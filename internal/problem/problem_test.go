@@ -51,7 +51,7 @@ var examples = map[string]error{
 	"queue.ErrNotAdmin":          queue.ErrNotAdmin,
 	"queue.ErrAllowanceNotFound": queue.ErrAllowanceNotFound, "queue.ErrScopeMismatch": queue.ErrScopeMismatch,
 	"queue.ErrAllowancesPerTool": queue.ErrAllowancesPerTool, "queue.ErrAllowancesPerGiver": queue.ErrAllowancesPerGiver,
-	"queue.ErrAllowanceConfirmed": queue.ErrAllowanceConfirmed, "queue.ErrAlreadyConfirmer": queue.ErrAlreadyConfirmer,
+	"queue.ErrAllowanceConfirmed": queue.ErrAllowanceConfirmed, "queue.ErrBaseDenied": queue.ErrBaseDenied, "queue.ErrAlreadyConfirmer": queue.ErrAlreadyConfirmer,
 	"queue.ErrMayNotRevoke": queue.ErrMayNotRevoke, "queue.ErrAllowanceEnded": queue.ErrAllowanceEnded,
 	"queue.AllowanceEndedError": &queue.AllowanceEndedError{ID: "alw_1", Reason: queue.EndRevoked},
 

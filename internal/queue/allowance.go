@@ -47,6 +47,9 @@ var (
 	// ErrMayNotRevoke is a revocation by someone who is neither the
 	// allowance's giver, nor allowed to approve its tool, nor an admin.
 	ErrMayNotRevoke = errors.New("queue: only the allowance's giver, an operator allowed to approve its tool, or an admin revokes it")
+	// ErrBaseDenied refuses to confirm an allowance whose base call a
+	// person denied: what they refused is not approved more widely.
+	ErrBaseDenied = errors.New("queue: the allowance's base call was denied; it cannot be confirmed")
 	// ErrAllowanceEnded is the refusal of an allowance that has ended.
 	ErrAllowanceEnded = errors.New("queue: the allowance has ended")
 )

@@ -224,6 +224,9 @@ func (s *Service) ConfirmAllowance(ctx context.Context, in ConfirmInput) (*Allow
 		if err := mayConfirm(base, u); err != nil {
 			return err
 		}
+		if base.Status == StatusDenied {
+			return ErrBaseDenied
+		}
 		// The base call's approval is checked before anything is written:
 		// a refusal of it refuses the confirmation too.
 		approveBase := in.CallDigest != "" && base.Status == StatusPending && !base.ApprovedBy(u.Name)

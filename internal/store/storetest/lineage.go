@@ -288,3 +288,21 @@ var _ = add("lineage/an allowance is confirmed through the browser only from its
 		t.Error("the allowance_confirmed entry does not record the page")
 	}
 })
+
+var _ = add("allowances/one from a call a person denied is never confirmed", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newAllowanceWorld(t, s)
+	h := w.open(t)
+	base := mustSubmit(t, h, deployer, deploy("web")) // two approvals: two confirmers
+	a := mustGive(t, w, h, "alice", base, scope.Choices{Uses: 3, Until: w.clock.Now().Add(20 * time.Minute), TargetPrefix: "service:"})
+	if _, err := h.q.Deny(ctx, "bob", audit.ChannelCLI, base.ID, "this deploy must not happen"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.q.ConfirmAllowance(ctx, queue.ConfirmInput{Operator: "op1", Channel: audit.ChannelCLI, AllowanceID: a.ID, ScopeDigest: a.ScopeDigest})
+	if !errors.Is(err, queue.ErrBaseDenied) {
+		t.Fatalf("confirming an allowance of a denied call: %v, want ErrBaseDenied", err)
+	}
+	if c := mustSubmit(t, h, tokenOf(deployer, "tok-after"), deploy("api")); c.Status != queue.StatusPending {
+		t.Errorf("a deploy like the denied one is %s", c.Status)
+	}
+})
