@@ -11,7 +11,7 @@ import (
 // giver.
 const (
 	DefaultMaxAllowancesPerTool  = 20
-	DefaultMaxAllowancesPerGiver = 20
+	DefaultMaxAllowancesPerGiver = 5
 )
 
 // ChannelAllowance is the channel of an approval an allowance gave in its

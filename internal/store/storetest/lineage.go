@@ -306,3 +306,30 @@ var _ = add("allowances/one from a call a person denied is never confirmed", fun
 		t.Errorf("a deploy like the denied one is %s", c.Status)
 	}
 })
+
+var _ = add("allowances/one giver never fills a tool's bound", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newAllowanceWorld(t, s)
+	h := w.open(t)
+	if queue.DefaultMaxAllowancesPerGiver >= queue.DefaultMaxAllowancesPerTool {
+		t.Fatalf("a giver's bound %d does not leave room under a tool's %d", queue.DefaultMaxAllowancesPerGiver, queue.DefaultMaxAllowancesPerTool)
+	}
+	// Each base call asks more than every earlier allowance allows, so
+	// none of them covers it.
+	give := func(who string, i int) error {
+		amount := int64(4000 + 1000*i)
+		_, _, err := h.q.GiveAllowance(ctx, giveIn(t, w, h, who, mustSubmit(t, h, payer, refundOf(uint32(700+i), amount, "n")), refundChoices(w, 2, amount)))
+		return err
+	}
+	for i := range queue.DefaultMaxAllowancesPerGiver {
+		if err := give("alice", i); err != nil {
+			t.Fatalf("alice's allowance %d: %v", i+1, err)
+		}
+	}
+	if err := give("alice", queue.DefaultMaxAllowancesPerGiver); !errors.Is(err, queue.ErrAllowancesPerGiver) {
+		t.Fatalf("alice's allowance beyond her bound: %v, want ErrAllowancesPerGiver", err)
+	}
+	if err := give("bob", queue.DefaultMaxAllowancesPerGiver+1); err != nil {
+		t.Errorf("bob's allowance while alice is at her bound: %v", err)
+	}
+})
