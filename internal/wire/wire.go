@@ -159,8 +159,10 @@ type Lineage struct {
 	// Presented is each page that presented the call to an approver.
 	Presented []Step `json:"presented,omitempty"`
 	Proposed  Step   `json:"proposed"`
-	// Redeemed is the accepted redemption: the digest recomputed from the
-	// call the executor presented, with its token.
+	// Redeemed is the accepted redemption, with its token: the call's
+	// digest, which the digest recomputed from the call the executor
+	// presented had to equal for the redemption to be accepted (the
+	// `redeemed` audit entry records the recomputed one).
 	Redeemed   *Step       `json:"redeemed,omitempty"`
 	Resolution *Resolution `json:"resolution,omitempty"`
 }
