@@ -239,11 +239,12 @@ func (c *Console) giveAllowance(ec echo.Context) error {
 	return ec.Redirect(http.StatusSeeOther, "/allowances/"+a.ID+"?notice=given")
 }
 
-// allowanceLine is a as pages list it, its scope in words.
-func (c *Console) allowanceLine(a *queue.Allowance, now time.Time) templates.AllowanceLine {
+// allowanceLine is a as pages show it to v, its scope in words.
+func (c *Console) allowanceLine(a *queue.Allowance, v *viewer, now time.Time) templates.AllowanceLine {
 	l := templates.AllowanceLine{ID: a.ID, Tool: a.Tool, Actor: a.Actor, ScopeDigest: a.ScopeDigest, Giver: c.shownName(a.Giver),
 		ConfirmersNeeded: a.ConfirmersNeeded, Uses: a.Uses, Used: a.Used, Left: a.Left(), Until: a.Until, GivenAt: a.GivenAt,
-		EndedAt: a.EndedAt, State: a.State(now), EndReason: a.EndReason, EndedBy: a.EndedBy, BaseCall: a.BaseCall}
+		EndedAt: a.EndedAt, State: a.State(now), EndReason: a.EndReason, EndedBy: a.EndedBy, BaseCall: a.BaseCall,
+		CanRevoke: c.mayRevoke(a, v)}
 	for _, name := range a.Confirmers {
 		l.Confirmers = append(l.Confirmers, c.shownName(name))
 	}
@@ -256,6 +257,20 @@ func (c *Console) allowanceLine(a *queue.Allowance, now time.Time) templates.All
 		}
 	}
 	return l
+}
+
+// mayRevoke says whether v is offered the revocation of a: its giver, an
+// admin, or an operator the tool's reviewer condition allows, while it has
+// not ended (queue.Service.RevokeAllowance decides, and checks again).
+func (c *Console) mayRevoke(a *queue.Allowance, v *viewer) bool {
+	switch {
+	case a.Ended() || !v.user.Role.CanDecide():
+		return false
+	case v.user.Name == a.Giver || v.user.Role.CanAdminister():
+		return true
+	}
+	t, ok := c.q.Tools().Tool(a.Tool)
+	return ok && t.Approvers.Allows(string(v.user.Role), v.user.Groups)
 }
 
 var allowanceNotices = map[string]string{
@@ -273,7 +288,7 @@ func (c *Console) allowancesPage(ec echo.Context) error {
 	av := templates.AllowancesView{Page: c.page(v, "Allowances", "allowances", "", now), CSRF: v.csrf,
 		Notice: allowanceNotices[ec.QueryParam("notice")]}
 	for _, a := range list {
-		l := c.allowanceLine(a, now)
+		l := c.allowanceLine(a, v, now)
 		if a.Live(now) {
 			av.Live = append(av.Live, l)
 		} else {
@@ -284,18 +299,19 @@ func (c *Console) allowancesPage(ec echo.Context) error {
 }
 
 func (c *Console) allowancePage(ec echo.Context) error {
-	return c.renderAllowance(ec, http.StatusOK, nil)
+	return c.renderAllowance(ec, http.StatusOK, nil, nil)
 }
 
-// renderAllowance shows the allowance of the route, with refusal if any.
-func (c *Console) renderAllowance(ec echo.Context, status int, refusal error) error {
+// renderAllowance shows the allowance of the route, with refusal if any
+// and what was typed in form.
+func (c *Console) renderAllowance(ec echo.Context, status int, form url.Values, refusal error) error {
 	v, ctx, now := viewerOf(ec), ec.Request().Context(), c.now()
 	a, err := c.q.Allowance(ctx, ec.Param("id"))
 	if err != nil {
 		return err
 	}
-	av := templates.AllowanceView{Page: c.page(v, "Allowance "+a.ID, "allowances", "", now), A: c.allowanceLine(a, now),
-		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], CanRevoke: !a.Ended() && v.user.Role.CanDecide()}
+	av := templates.AllowanceView{Page: c.page(v, "Allowance "+a.ID, "allowances", "", now), A: c.allowanceLine(a, v, now),
+		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], Reason: form.Get("reason")}
 	if v.user.Role.CanDecide() && a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
 		av.CanConfirm = true
 		av.Presented = c.q.PresentConfirm(v.user.Name, a)
@@ -325,7 +341,7 @@ func (c *Console) confirmAllowance(ec echo.Context) error {
 		ScopeDigest: form.Get("scope_digest"), CallDigest: strings.TrimSpace(form.Get("digest")), Confirm: form.Get("confirm"),
 		AcceptWarnings: form.Get("ack_warnings") == "1", Presented: form.Get("presented")})
 	if err != nil {
-		return c.renderAllowance(ec, http.StatusOK, err)
+		return c.renderAllowance(ec, http.StatusOK, form, err)
 	}
 	return ec.Redirect(http.StatusSeeOther, "/allowances/"+id+"?notice=confirmed")
 }
@@ -335,7 +351,7 @@ func (c *Console) revokeAllowance(ec echo.Context) error {
 	id := ec.Param("id")
 	if _, err := c.q.RevokeAllowance(ctx, queue.RevokeInput{Operator: v.user.Name, Channel: audit.ChannelWeb, AllowanceID: id,
 		Reason: form.Get("reason")}); err != nil {
-		return c.renderAllowance(ec, http.StatusOK, err)
+		return c.renderAllowance(ec, http.StatusOK, form, err)
 	}
 	return ec.Redirect(http.StatusSeeOther, "/allowances/"+id+"?notice=revoked")
 }

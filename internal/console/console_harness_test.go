@@ -120,12 +120,25 @@ func newConsoleEnvWith(tb testing.TB, server func(*envConfig), adjust ...func(*C
 // (pol may be nil).
 func newConsoleEnvTools(tb testing.TB, reg *tools.Registry, pol *policy.Policy, adjustServer func(*envConfig), adjust ...func(*Config)) *consoleEnv {
 	tb.Helper()
+	return newConsoleEnvQueueConfig(tb, reg, pol, nil, adjustServer, adjust...)
+}
+
+// newConsoleEnvQueueConfig is newConsoleEnvTools with the queue's Config
+// adjusted too (adjustQueue may be nil).
+func newConsoleEnvQueueConfig(tb testing.TB, reg *tools.Registry, pol *policy.Policy, adjustQueue func(*queue.Config),
+	adjustServer func(*envConfig), adjust ...func(*Config)) *consoleEnv {
+	tb.Helper()
 	shown, err := present.NewKey([]byte("console tests' presentation key!"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	k := sqlitekit.NewQueue(tb, sqlitekit.WithTools(reg), sqlitekit.WithPolicy(pol), sqlitekit.WithClock(newConsoleClock()),
-		sqlitekit.WithConfig(func(cfg *queue.Config) { cfg.Presentations = shown }))
+		sqlitekit.WithConfig(func(cfg *queue.Config) {
+			cfg.Presentations = shown
+			if adjustQueue != nil {
+				adjustQueue(cfg)
+			}
+		}))
 	clock, d, keys, q := k.Clock, k.DB, k.Keys, k.Service
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -811,7 +811,12 @@ type AllowanceLine struct {
 	ConfirmersNeeded, Uses, Used, Left         int
 	Until, GivenAt, EndedAt                    time.Time
 	State, EndReason, EndedBy, BaseCall        string
+	// CanRevoke is set when the viewer may revoke it (it has not ended).
+	CanRevoke bool
 }
+
+// Ended reports whether the allowance has ended.
+func (a AllowanceLine) Ended() bool { return !a.EndedAt.IsZero() }
 
 // AllowancesView lists allowances, live first.
 type AllowancesView struct {
@@ -832,9 +837,11 @@ type AllowanceView struct {
 	Base       *CallView
 	BaseDigest string
 	// CanConfirm is set when the viewer may add their confirmation.
-	CanConfirm, CanRevoke bool
-	CSRF, Presented       string
-	Notice, Error         string
+	CanConfirm      bool
+	CSRF, Presented string
+	Notice, Error   string
+	// Reason is the revocation's reason as typed before a refusal.
+	Reason string
 }
 
 // targetPrefix is the target prefix field's value: what was typed, else
