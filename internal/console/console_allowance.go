@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -236,7 +237,11 @@ func (c *Console) giveAllowance(ec echo.Context) error {
 	if err != nil {
 		return c.renderAllowanceReview(ec, http.StatusOK, form, err)
 	}
-	return ec.Redirect(http.StatusSeeOther, "/allowances/"+a.ID+"?notice=given")
+	notice := "given"
+	if !a.Confirmed() {
+		notice = "waiting"
+	}
+	return ec.Redirect(http.StatusSeeOther, "/allowances/"+a.ID+"?notice="+notice)
 }
 
 // allowanceLine is a as pages show it to v, its scope in words.
@@ -274,7 +279,9 @@ func (c *Console) mayRevoke(a *queue.Allowance, v *viewer) bool {
 }
 
 var allowanceNotices = map[string]string{
-	"given":     "Approved, and the allowance is given: calls it covers are approved as they arrive.",
+	"given": "Approved, and the allowance is given: calls it covers are approved as they arrive.",
+	"waiting": "Your approval of the call is recorded, and the allowance is given; it covers nothing until the people its calls need have confirmed it " +
+		"on this page: send them its link.",
 	"confirmed": "Your confirmation is recorded.",
 	"revoked":   "Revoked: it approves nothing more, and the grants it minted that were not redeemed are revoked.",
 }
@@ -312,13 +319,9 @@ func (c *Console) renderAllowance(ec echo.Context, status int, form url.Values, 
 	}
 	av := templates.AllowanceView{Page: c.page(v, "Allowance "+a.ID, "allowances", "", now), A: c.allowanceLine(a, v, now),
 		CSRF: v.csrf, Notice: allowanceNotices[ec.QueryParam("notice")], Reason: form.Get("reason")}
-	if v.user.Role.CanDecide() && a.Live(now) && !a.Confirmed() && !slices.Contains(a.Confirmers, v.user.Name) {
-		av.CanConfirm = true
-		av.Presented = c.q.PresentConfirm(v.user.Name, a)
-		if base, err := c.q.Call(ctx, a.BaseCall); err == nil && base.Status == queue.StatusPending && !base.ApprovedBy(v.user.Name) {
-			if cv, err := c.callContent(base); err == nil {
-				av.Base, av.BaseDigest = &cv, base.Digest
-			}
+	if a.Live(now) && !a.Confirmed() {
+		if err := c.confirmView(ctx, &av, a, v); err != nil {
+			return err
 		}
 	}
 	if refusal != nil {
@@ -332,6 +335,48 @@ func (c *Console) renderAllowance(ec echo.Context, status int, form url.Values, 
 		}
 	}
 	return c.render(ec, status, templates.AllowancePage(av))
+}
+
+// confirmView fills av's confirmation of a, which waits for confirmers:
+// the form, with the base call whole when the confirmation also approves
+// it (still pending, and not approved by v yet), and what the call asks
+// to be typed; or why v may not confirm it.
+func (c *Console) confirmView(ctx context.Context, av *templates.AllowanceView, a *queue.Allowance, v *viewer) error {
+	base, err := c.q.Call(ctx, a.BaseCall)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !v.user.Role.CanDecide():
+		av.NoConfirm = "Operators and admins confirm allowances; your role reads them."
+		return nil
+	case base.Status == queue.StatusDenied:
+		av.NoConfirm = "Its base call was denied, so nobody can confirm it; revoke it, and give a new one from a call you would approve."
+		return nil
+	case slices.Contains(a.Confirmers, v.user.Name):
+		av.NoConfirm = "You are one of its confirmers; another person must confirm it."
+		return nil
+	case base.ProposedBy(v.user) || base.OwnedBy(v.user) != "" || !base.Approvers.Allows(string(v.user.Role), v.user.Groups):
+		av.NoConfirm = "Only a person who may approve its base call confirms it (" + base.Approvers.Describe() +
+			", neither the agent nor one of its owners)."
+		return nil
+	}
+	// The confirmation carries the page's token, which covers the base
+	// call, the scope and the allowance, whether or not it approves the
+	// base call too.
+	av.CanConfirm, av.Presented = true, c.q.PresentConfirm(v.user.Name, a)
+	if base.Status != queue.StatusPending || base.ApprovedBy(v.user.Name) {
+		return nil
+	}
+	cv, err := c.callContent(base)
+	if err != nil {
+		return err
+	}
+	av.Base, av.BaseDigest = &cv, base.Digest
+	if t, ok := c.q.Tools().Tool(base.Tool); ok && t.Confirm != nil {
+		av.Confirm, av.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(base.Target)))
+	}
+	return nil
 }
 
 func (c *Console) confirmAllowance(ec echo.Context) error {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,6 +37,7 @@ const allowanceTools = `tools:
     audience: payments-host
     target: '^supplier:[a-z]+$'
     approvals: 2
+    confirm: {word: PAYOUT}
     allowance: {max_uses: 10, max_for: 1h, vary: [/amount_minor]}
     args:
       type: object
@@ -205,3 +207,142 @@ func TestAllowancesList(t *testing.T) {
 		t.Error("the navigation does not link the allowances for an auditor or an admin")
 	}
 }
+
+// payout is a payout of amount cents to supplier.
+func payout(supplier string, amount int) string {
+	return `{"tool":"payments.payout","target":"supplier:` + supplier + `","args":{"amount_minor":` + strconv.Itoa(amount) + `}}`
+}
+
+// confirmForm is the hidden fields of the confirm form on allowance id's
+// page in b.
+func confirmForm(t *testing.T, b *consoleBrowser, id string) (*htmlPage, url.Values) {
+	t.Helper()
+	p := b.get("/allowances/" + id)
+	form := p.find("allowance-confirm-form")
+	if form.Length() != 1 {
+		t.Fatalf("no confirm form: %d %q", p.status, p.find("allowance-no-confirm").Text())
+	}
+	f := url.Values{}
+	form.Find("input[type=hidden]").Each(func(_ int, s *goquerySelection) {
+		f.Add(s.AttrOr("name", ""), s.AttrOr("value", ""))
+	})
+	return p, f
+}
+
+// TestAllowanceConfirm: an allowance of a tool that needs two approvals
+// waits for a second person, who sees on its page the scope in words and
+// its digest and the base call whole, types what the call asks, and
+// confirms on the page's token, approving the base call too; from then
+// on a covered call arrives approved in both names. Another scope digest,
+// no token, another page's token, no typed word, the giver, someone who
+// may not approve the calls, or one confirmation too many confirm
+// nothing.
+func TestAllowanceConfirm(t *testing.T) {
+	e := newAllowanceEnv(t, nil)
+	base := e.submit("agent:billing-bot", "payments-host", payout("acme", 5000))
+	olivia, oscar, adam, aude := e.browser(), e.browser(), e.browser(), e.browser()
+	for b, name := range map[*consoleBrowser]string{olivia: "olivia", oscar: "oscar", adam: "adam", aude: "aude"} {
+		b.login(name, rolePassword)
+	}
+	_, f := giveForm(t, olivia, base, url.Values{"uses": {"3"}, "minutes": {"30"}, "max:/amount_minor": {"9000"}})
+	f.Set("confirm", "PAYOUT")
+	p := olivia.post("/calls/"+base.ID+"/allowance", f)
+	if p.status != http.StatusSeeOther || !strings.HasSuffix(p.header.Get("Location"), "?notice=waiting") {
+		t.Fatalf("give: %d %q %q", p.status, p.header.Get("Location"), p.find("allowance-error").Text())
+	}
+	id := strings.TrimPrefix(strings.Split(p.header.Get("Location"), "?")[0], "/allowances/")
+	if got := mustCall(t, e, base.ID); got.Status != queue.StatusPending || len(got.Approvals) != 1 {
+		t.Fatalf("the base call after the give: %s, %d approvals", got.Status, len(got.Approvals))
+	}
+	if c := e.submit("agent:billing-bot", "payments-host", payout("acme", 6000)); c.Status != queue.StatusPending || len(c.Approvals) != 0 {
+		t.Errorf("an allowance waiting for its second confirmer approved a call: %s", c.Status)
+	}
+	gp := olivia.get(p.header.Get("Location"))
+	if gp.find("allowance-notice").Length() != 1 || gp.find("allowance-confirm-form").Length() != 0 || gp.find("allowance-no-confirm").Length() != 1 {
+		t.Errorf("the giver's page: notice %q, confirm forms %d", gp.find("allowance-notice").Text(), gp.find("allowance-confirm-form").Length())
+	}
+	if got := strings.TrimSpace(gp.find("allowance-state").Text()); got != "waiting for its confirmers" {
+		t.Errorf("the state reads %q", got)
+	}
+
+	page, cf := confirmForm(t, oscar, id)
+	stored, _ := e.q.Allowance(context.Background(), id)
+	if got := strings.TrimSpace(page.find("allowance-scope-digest").Text()); got != stored.ScopeDigest {
+		t.Errorf("the confirmer is shown scope digest %q, the allowance's is %s", got, stored.ScopeDigest)
+	}
+	if words := page.find("allowance-words").Text(); !strings.Contains(words, "up to 3 payments.payout calls") || !strings.Contains(words, "9000") {
+		t.Errorf("the confirmer is shown the words %q", words)
+	}
+	if ungroup(page.find("allowance-base").Find(`[data-testid="digest"]`).Text()) != base.Digest || cf.Get("digest") != base.Digest {
+		t.Error("the confirmer is not shown the base call's digest, or the form does not carry it")
+	}
+	if page.find("allowance-confirm-form").Find(`[data-testid="confirm-input"]`).Length() != 1 {
+		t.Fatal("the confirm form does not ask for the word the base call's approval needs")
+	}
+	cf.Set("confirm", "PAYOUT")
+	for name, edit := range map[string]func(url.Values){
+		"another scope digest":  func(v url.Values) { v.Set("scope_digest", strings.Repeat("0", 64)) },
+		"no page token":         func(v url.Values) { v.Del("presented") },
+		"the call page's token": func(v url.Values) { v.Set("presented", oscar.presented(base.ID)) },
+		"no typed word":         func(v url.Values) { v.Del("confirm") },
+		"another call digest":   func(v url.Values) { v.Set("digest", strings.Repeat("a", 64)) },
+	} {
+		bad := url.Values{}
+		for k, v := range cf {
+			bad[k] = append([]string(nil), v...)
+		}
+		edit(bad)
+		if p := oscar.post("/allowances/"+id+"/confirm", bad); p.status < 400 || p.find("allowance-error").Length() != 1 {
+			t.Errorf("%s: %d, error %q", name, p.status, p.find("allowance-error").Text())
+		}
+	}
+	if a, _ := e.q.Allowance(context.Background(), id); len(a.Confirmers) != 1 {
+		t.Fatalf("refused confirmations added confirmers: %v", a.Confirmers)
+	}
+	if got := mustCall(t, e, base.ID); len(got.Approvals) != 1 {
+		t.Fatalf("refused confirmations approved the base call: %d approvals", len(got.Approvals))
+	}
+	if p := olivia.post("/allowances/"+id+"/confirm", url.Values{"csrf": {olivia.csrf()}, "scope_digest": {stored.ScopeDigest}}); p.status != http.StatusConflict {
+		t.Errorf("the giver confirms: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	if p := aude.get("/allowances/" + id); p.status != http.StatusOK || p.find("allowance-confirm-form").Length() != 0 || p.find("allowance-no-confirm").Length() != 1 {
+		t.Errorf("an auditor opens the waiting allowance: %d, confirm forms %d", p.status, p.find("allowance-confirm-form").Length())
+	}
+	if p := aude.post("/allowances/"+id+"/confirm", url.Values{"csrf": {aude.csrf()}, "scope_digest": {stored.ScopeDigest}}); p.status != http.StatusForbidden {
+		t.Errorf("an auditor confirms: %d", p.status)
+	}
+	noCSRF := url.Values{}
+	for k, v := range cf {
+		if k != "csrf" {
+			noCSRF[k] = v
+		}
+	}
+	if p := oscar.post("/allowances/"+id+"/confirm", noCSRF); p.status != http.StatusForbidden {
+		t.Errorf("a confirmation without the CSRF token: %d", p.status)
+	}
+
+	if p := oscar.post("/allowances/"+id+"/confirm", cf); p.status != http.StatusSeeOther {
+		t.Fatalf("confirm: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	got := mustCall(t, e, base.ID)
+	if got.Status != queue.StatusApproved || len(got.Approvals) != 2 || got.Approvals[1].Operator != "oscar" || got.Approvals[1].Presented == nil {
+		t.Fatalf("the base call after the confirmation: %s %+v", got.Status, got.Approvals)
+	}
+	if p := oscar.get("/allowances/" + id); strings.TrimSpace(p.find("allowance-state").Text()) != "live" ||
+		!strings.Contains(p.find("allowance-confirmers").Text(), "olivia, oscar (2 of 2 needed)") {
+		t.Errorf("after the confirmation: %q, %q", p.find("allowance-state").Text(), p.find("allowance-confirmers").Text())
+	}
+	covered := e.submit("agent:billing-bot", "payments-host", payout("acme", 7000))
+	if covered.Status != queue.StatusApproved || len(covered.Approvals) != 2 {
+		t.Fatalf("a covered payout: %s, %d approvals", covered.Status, len(covered.Approvals))
+	}
+	if p := adam.get("/allowances/" + id); p.find("allowance-confirm-form").Length() != 0 {
+		t.Error("a confirmed allowance offers a third confirmation")
+	}
+	if p := adam.post("/allowances/"+id+"/confirm", url.Values{"csrf": {adam.csrf()}, "scope_digest": {stored.ScopeDigest}}); p.status != http.StatusConflict {
+		t.Errorf("a third confirmation: %d %q", p.status, p.find("allowance-error").Text())
+	}
+}
+
+// ungroup removes the spaces that group a digest for reading.
+func ungroup(s string) string { return strings.Join(strings.Fields(s), "") }

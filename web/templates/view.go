@@ -836,9 +836,14 @@ type AllowanceView struct {
 	// it; nil when it is not pending or not shown.
 	Base       *CallView
 	BaseDigest string
-	// CanConfirm is set when the viewer may add their confirmation.
-	CanConfirm      bool
-	CSRF, Presented string
+	// CanConfirm is set when the viewer may add their confirmation;
+	// NoConfirm says why not, while it waits for confirmers.
+	CanConfirm bool
+	NoConfirm  string
+	// Confirm and ConfirmExpected are what the base call's approval asks
+	// to be typed, when the confirmation also approves it.
+	Confirm, ConfirmExpected string
+	CSRF, Presented          string
 	Notice, Error   string
 	// Reason is the revocation's reason as typed before a refusal.
 	Reason string
