@@ -844,7 +844,7 @@ type AllowanceView struct {
 	// to be typed, when the confirmation also approves it.
 	Confirm, ConfirmExpected string
 	CSRF, Presented          string
-	Notice, Error   string
+	Notice, Error            string
 	// Reason is the revocation's reason as typed before a refusal.
 	Reason string
 }
