@@ -157,6 +157,9 @@ func (c *Console) renderAllowanceReview(ec echo.Context, status int, form url.Va
 	if offer == nil || call.Status != queue.StatusPending {
 		return c.refused(ec, call.ID, problemNoAllowance(call), form)
 	}
+	if err := mayGive(call, v); err != nil {
+		return c.refused(ec, call.ID, err, form)
+	}
 	cv, err := c.callContent(call)
 	if err != nil {
 		return err
@@ -187,12 +190,32 @@ func (c *Console) renderAllowanceReview(ec echo.Context, status int, form url.Va
 				return refusal
 			}
 			rv.Error = ae.Message
+			rv.ErrorList = ae.Code == "allowances_per_tool" || ae.Code == "allowances_per_giver"
 			if status == http.StatusOK && ec.Request().Method == http.MethodPost {
 				status = ae.Status
 			}
 		}
 	}
 	return c.render(ec, status, templates.AllowanceReviewPage(rv))
+}
+
+// mayGive refuses the review of an allowance to a viewer who could not
+// approve its base call, as the call's page offers it only to who can:
+// the call is theirs, they own its agent, the tool's reviewer condition
+// leaves them out, or they approved it already. The give checks all of it
+// again (queue.Service.GiveAllowance).
+func mayGive(call *queue.Call, v *viewer) error {
+	switch {
+	case call.ProposedBy(v.user):
+		return queue.ErrOwnCall
+	case call.OwnedBy(v.user) != "":
+		return &queue.OwnerError{Operator: v.user.Name, Owner: call.OwnedBy(v.user)}
+	case !call.Approvers.Allows(string(v.user.Role), v.user.Groups):
+		return &queue.ApproversError{Operator: v.user.Name, Who: call.Approvers.Describe()}
+	case call.ApprovedBy(v.user.Name):
+		return queue.ErrAlreadyApproved
+	}
+	return nil
 }
 
 // problemNoAllowance is the refusal of an allowance from call: not

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/policy"
@@ -32,6 +33,7 @@ const allowanceTools = `tools:
       properties:
         amount_minor: {type: integer, minimum: 1, maximum: 5000000}
         currency: {type: string, enum: [USD, EUR]}
+        memo: {type: string, maxLength: 200}
   payments.payout:
     description: Pay a supplier
     audience: payments-host
@@ -346,3 +348,156 @@ func TestAllowanceConfirm(t *testing.T) {
 
 // ungroup removes the spaces that group a digest for reading.
 func ungroup(s string) string { return strings.Join(strings.Fields(s), "") }
+
+// refundOf is a refund of amount cents of invoice n, with memo when it is
+// not "".
+func refundOf(n, amount int, memo string) string {
+	m := ""
+	if memo != "" {
+		m = `,"memo":"` + memo + `"`
+	}
+	return `{"tool":"payments.refund","target":"invoice:INV-` + strconv.Itoa(n) + `","args":{"amount_minor":` + strconv.Itoa(amount) + `,"currency":"USD"` + m + `}}`
+}
+
+// TestAllowanceGiveRefusals: the review step is refused, on the call's
+// page with why, to whom may not approve the call; a give without the
+// session's CSRF token, with another call digest, without the word the
+// call asks to be typed or the acknowledgement of its warning, for a call
+// decided meanwhile, or beyond the live allowances a giver or a tool may
+// have gives nothing and shows the review again with what to do, the
+// choices kept.
+func TestAllowanceGiveRefusals(t *testing.T) {
+	e := newAllowanceEnv(t, func(cfg *queue.Config) { cfg.MaxAllowancesPerGiver, cfg.MaxAllowancesPerTool = 1, 2 })
+	olivia, oscar, adam := e.browser(), e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	oscar.login("oscar", rolePassword)
+	adam.login("adam", rolePassword)
+	choices := url.Values{"uses": {"4"}, "minutes": {"25"}, "max:/amount_minor": {"3000"}, "target_prefix": {"invoice:INV-6"}}
+	nothingGiven := func(what string) {
+		t.Helper()
+		if list, _ := e.q.Allowances(context.Background(), queue.AllowanceFilter{}); len(list) != 0 {
+			t.Fatalf("%s gave %d allowances", what, len(list))
+		}
+	}
+
+	rotate := e.submit("agent:ops-bot", "vault-host", `{"tool":"keys.rotate","target":"key:signing","args":{"why":"leak"}}`)
+	own := e.submit("olivia", "payments-host", refundOf(6001, 100, ""))
+	twice := e.submit("agent:billing-bot", "payments-host", payout("acme", 100))
+	if p := olivia.post("/calls/"+twice.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {twice.Digest},
+		"presented": {olivia.presented(twice.ID)}, "confirm": {"PAYOUT"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("olivia approves the payout: %d %q", p.status, p.find("decision-error").Text())
+	}
+	for name, tc := range map[string]struct {
+		call   *queue.Call
+		status int
+		says   string
+	}{
+		"not an approver": {rotate, http.StatusForbidden, "admin"},
+		"their own call":  {own, http.StatusForbidden, "own name"},
+		"approved it":     {twice, http.StatusConflict, "already approved"},
+	} {
+		p := olivia.get("/calls/" + tc.call.ID + "/allowance?" + url.Values{"uses": {"2"}, "minutes": {"10"}}.Encode())
+		if p.status != tc.status || !strings.Contains(p.find("decision-error").Text(), tc.says) || p.find("allowance-give-form").Length() != 0 {
+			t.Errorf("%s: %d %q, give forms %d", name, p.status, p.find("decision-error").Text(), p.find("allowance-give-form").Length())
+		}
+		if olivia.get("/calls/"+tc.call.ID).find("allowance-offer").Length() != 0 {
+			t.Errorf("%s: the call's page offers an allowance", name)
+		}
+	}
+
+	// Refusals of the give itself show the review again with the choices.
+	base := e.submit("agent:billing-bot", "payments-host", refundOf(6100, 1200, ""))
+	_, f := giveForm(t, olivia, base, choices)
+	kept := func(name string, p *htmlPage, chosen url.Values) {
+		t.Helper()
+		if p.find("allowance-error").Length() != 1 {
+			t.Errorf("%s: %d, no error shown", name, p.status)
+			return
+		}
+		change := p.find("allowance-change-form")
+		for field := range chosen {
+			want := chosen.Get(field)
+			if field == "minutes" {
+				continue // fixed as an until by the review
+			}
+			if got := change.Find(`input[name="`+field+`"]`).AttrOr("value", ""); got != want {
+				t.Errorf("%s: the choice %s reads %q after the refusal, want %q", name, field, got, want)
+			}
+		}
+	}
+	for name, edit := range map[string]func(url.Values){
+		"another call digest": func(v url.Values) { v.Set("digest", strings.Repeat("b", 64)) },
+		"a longer until":      func(v url.Values) { v.Set("until", e.clock.Now().Add(50*time.Minute).UTC().Format(time.RFC3339)) },
+		"more uses":           func(v url.Values) { v.Set("uses", "5") },
+	} {
+		bad := url.Values{}
+		for k, v := range f {
+			bad[k] = append([]string(nil), v...)
+		}
+		edit(bad)
+		p := olivia.post("/calls/"+base.ID+"/allowance", bad)
+		if p.status < 400 {
+			t.Errorf("%s: %d", name, p.status)
+		}
+		if name == "another call digest" {
+			kept(name, p, choices)
+		}
+	}
+	noCSRF := url.Values{}
+	for k, v := range f {
+		if k != "csrf" {
+			noCSRF[k] = v
+		}
+	}
+	if p := olivia.post("/calls/"+base.ID+"/allowance", noCSRF); p.status != http.StatusForbidden {
+		t.Errorf("a give without the CSRF token: %d", p.status)
+	}
+	nothingGiven("refused gives")
+
+	// What the call asks to be typed, and the warning's acknowledgement.
+	_, rf := giveForm(t, adam, rotate, url.Values{"uses": {"2"}, "minutes": {"10"}})
+	if p := adam.post("/calls/"+rotate.ID+"/allowance", rf); p.status != http.StatusConflict || p.find("allowance-error").Length() != 1 {
+		t.Errorf("a give without the typed target: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	sly := e.submit("agent:billing-bot", "payments-host", refundOf(6200, 1200, "dup\u200bcharge"))
+	review, sf := giveForm(t, oscar, sly, url.Values{"uses": {"2"}, "minutes": {"10"}})
+	if review.find("allowance-give-form").Find(`[data-testid="ack-warnings"]`).Length() != 1 || review.find("deception-warning").Length() == 0 {
+		t.Errorf("the review of a call with a hidden character does not warn and ask for the acknowledgement")
+	}
+	if p := oscar.post("/calls/"+sly.ID+"/allowance", sf); p.status != http.StatusConflict || p.find("allowance-error").Length() != 1 {
+		t.Errorf("a give without the acknowledgement: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	nothingGiven("gives without what the call asks")
+
+	// A call decided meanwhile: its page says so.
+	if p := oscar.post("/calls/"+base.ID+"/approve", url.Values{"csrf": {oscar.csrf()}, "digest": {base.Digest},
+		"presented": {oscar.presented(base.ID)}}); p.status != http.StatusSeeOther {
+		t.Fatalf("oscar approves the refund: %d", p.status)
+	}
+	if p := olivia.post("/calls/"+base.ID+"/allowance", f); p.status != http.StatusConflict || !strings.Contains(p.find("decision-error").Text(), "no longer pending") {
+		t.Errorf("a give for a call approved meanwhile: %d %q", p.status, p.find("decision-error").Text())
+	}
+	nothingGiven("a give for a decided call")
+
+	// Bounds: one live allowance per giver, two per tool. Each covers
+	// its own invoice only.
+	choices = url.Values{"uses": {"4"}, "minutes": {"25"}, "max:/amount_minor": {"3000"}}
+	first := e.submit("agent:billing-bot", "payments-host", refundOf(6300, 1200, ""))
+	give(t, olivia, first, choices, nil)
+	second := e.submit("agent:billing-bot", "payments-host", refundOf(6301, 1200, ""))
+	_, f2 := giveForm(t, olivia, second, choices)
+	p := olivia.post("/calls/"+second.ID+"/allowance", f2)
+	if p.status != http.StatusTooManyRequests || p.find("allowance-error-list").Length() != 1 {
+		t.Errorf("a second allowance of one giver: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	kept("a second allowance of one giver", p, choices)
+	give(t, oscar, second, choices, nil)
+	third := e.submit("agent:billing-bot", "payments-host", refundOf(6302, 1200, ""))
+	_, f3 := giveForm(t, adam, third, choices)
+	if p := adam.post("/calls/"+third.ID+"/allowance", f3); p.status != http.StatusTooManyRequests || !strings.Contains(p.find("allowance-error").Text(), "this tool") {
+		t.Errorf("a third allowance of one tool: %d %q", p.status, p.find("allowance-error").Text())
+	}
+	if got := mustCall(t, e, third.ID); got.Status != queue.StatusPending {
+		t.Errorf("a refused give approved its call: %s", got.Status)
+	}
+}

@@ -798,6 +798,9 @@ type AllowanceReviewView struct {
 	Words, ScopeDigest string
 	CSRF, Presented    string
 	Error              string
+	// ErrorList is set when the error is a bound of live allowances: the
+	// page links the list, where one may be revoked.
+	ErrorList bool
 	// Confirm, ConfirmExpected and Warned are the call's approve form's.
 	Confirm, ConfirmExpected string
 	Warned                   bool
