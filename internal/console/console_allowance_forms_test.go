@@ -501,3 +501,88 @@ func TestAllowanceGiveRefusals(t *testing.T) {
 		t.Errorf("a refused give approved its call: %s", got.Status)
 	}
 }
+
+// TestCoveredOnTheQueue: a call an allowance approves arrives on the
+// queue pages live, under "Approved by allowances", approved, linked to
+// the allowance with what it has left and in whose name; a page rendered
+// later reads it from the history, a filter that leaves it out leaves out
+// its card, and a revocation of the allowance turns it revoked live. A
+// call a person approved is not there, and one approved more than an
+// hour ago is gone.
+func TestCoveredOnTheQueue(t *testing.T) {
+	e := newAllowanceEnv(t, nil)
+	olivia, aude := e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	aude.login("aude", rolePassword)
+	base := e.submit("agent:billing-bot", "payments-host", refundOf(7000, 1200, ""))
+	id := give(t, olivia, base, url.Values{"uses": {"3"}, "minutes": {"30"}, "target_prefix": {"invoice:INV-7"}, "max:/amount_minor": {"5000"}}, nil)
+
+	conn, first := olivia.mustDial("/ws")
+	if doc := fragmentDoc(t, first); doc.Find(`#covered-list`).Length() != 1 || doc.Find(`[data-testid="covered-card"]`).Length() != 0 {
+		t.Fatalf("the queue's first message: %s", first)
+	}
+	covered := e.submit("agent:billing-bot", "payments-host", refundOf(7001, 4000, ""))
+	if covered.Status != queue.StatusApproved {
+		t.Fatalf("the refund inside the allowance is %s", covered.Status)
+	}
+	msg := wsReadUntil(t, conn, `data-covered="`+covered.ID+`"`)
+	doc := fragmentDoc(t, msg)
+	if got := doc.Find(`[hx-swap-oob="afterbegin:#covered-list"]`).Length(); got != 1 {
+		t.Errorf("the covered card is not put into the list: %s", msg)
+	}
+	check := func(where string, s *goquerySelection, status, left string) {
+		t.Helper()
+		if s.Length() != 1 {
+			t.Fatalf("%s: %d covered cards of %s", where, s.Length(), covered.ID)
+		}
+		if got := strings.TrimSpace(s.Find(`[data-testid="covered-status"]`).Text()); got != status {
+			t.Errorf("%s: status %q, want %q", where, got, status)
+		}
+		if href := s.Find(`[data-testid="covered-allowance"]`).AttrOr("href", ""); href != "/allowances/"+id {
+			t.Errorf("%s: the allowance link is %q", where, href)
+		}
+		if got := s.Find(`[data-testid="covered-left"]`).Text(); !strings.HasPrefix(got, left) {
+			t.Errorf("%s: what the allowance has left reads %q, want %q", where, got, left)
+		}
+		if by := s.Find(`[data-testid="covered-by"]`).Text(); !strings.Contains(by, "in the name of") || !strings.Contains(by, "olivia") {
+			t.Errorf("%s: %q", where, by)
+		}
+		if s.Find(`[data-testid="card-select"], form`).Length() != 0 {
+			t.Errorf("%s: a covered card has something to decide", where)
+		}
+	}
+	check("the push", doc.Find(`[data-testid="covered-card"]`), "approved", "2 of 3 left, until ")
+
+	sel := `[data-testid="covered-card"][data-covered="` + covered.ID + `"]`
+	for name, b := range map[string]*consoleBrowser{"an operator": olivia, "an auditor": aude} {
+		p := b.get("/")
+		check(name+"'s queue page", p.doc.Find(sel), "approved", "2 of 3 left")
+		if p.find("call-card").Length() != 0 {
+			t.Errorf("%s's queue lists %d pending calls", name, p.find("call-card").Length())
+		}
+	}
+	if p := olivia.get("/?tool=keys.rotate"); p.doc.Find(sel).Length() != 0 {
+		t.Error("a queue filtered to another tool shows the covered refund")
+	}
+
+	// A refund a person approves is not on the list.
+	outside := e.submit("agent:billing-bot", "payments-host", refundOf(8001, 100, ""))
+	if p := olivia.post("/calls/"+outside.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {outside.Digest},
+		"presented": {olivia.presented(outside.ID)}}); p.status != http.StatusSeeOther {
+		t.Fatalf("approve: %d", p.status)
+	}
+	if n := olivia.get("/").find("covered-card").Length(); n != 1 {
+		t.Errorf("the list holds %d cards after a person approved a call, want 1", n)
+	}
+
+	if p := olivia.post("/allowances/"+id+"/revoke", url.Values{"csrf": {olivia.csrf()}, "reason": {"enough"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("revoke: %d", p.status)
+	}
+	msg = wsReadUntil(t, conn, `data-covered="`+covered.ID+`"`)
+	check("the push after the revocation", fragmentDoc(t, msg).Find(`[data-testid="covered-card"]`), "revoked", "ended: revoked")
+
+	e.clock.Advance(coveredShownFor + time.Minute)
+	if n := olivia.get("/").find("covered-card").Length(); n != 0 {
+		t.Errorf("a call approved more than %v ago is still listed", coveredShownFor)
+	}
+}

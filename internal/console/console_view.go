@@ -68,6 +68,10 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	for _, b := range blocks {
 		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
 	}
+	qv.CoveredMax, qv.CoveredFor = maxCoveredShown, "hour"
+	if qv.Covered, err = c.coveredCards(ctx, now, qq); err != nil {
+		return templates.QueueView{}, err
+	}
 	return qv, nil
 }
 
@@ -255,7 +259,9 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment),
 			Via: a.Via}
 		if a.Method == queue.MethodAllowance {
-			ta.Left = c.allowanceLeft(a.Via, now)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ta.Left = c.allowanceLeft(ctx, a.Via, now)
+			cancel()
 		}
 		if a.Passkey != nil {
 			name := reveal.Of(a.Passkey.Name)
@@ -316,25 +322,6 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		}
 	}
 	return s
-}
-
-// allowanceLeft says what the allowance id has left now: "3 of 10 left,
-// until 14:30 UTC", or how it ended; "" when it cannot be read.
-func (c *Console) allowanceLeft(id string, now time.Time) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	a, err := c.q.Allowance(ctx, id)
-	if err != nil {
-		return ""
-	}
-	switch st := a.State(now); st {
-	case "live":
-	case "waiting":
-		return "waiting for its confirmers"
-	default:
-		return "ended: " + strings.ReplaceAll(st, "_", " ")
-	}
-	return fmt.Sprintf("%d of %d left, until %s", a.Left(), a.Uses, a.Until.UTC().Format("15:04 UTC"))
 }
 
 // callView builds a call's page from what its digest covers: the stored

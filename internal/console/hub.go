@@ -465,6 +465,9 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 		// nothing a change makes to a call changes what the filter reads.
 		return "", nil
 	}
+	if coveredVia(call) != "" {
+		return c.coveredFragment(ev, call, now)
+	}
 	// An owner's card is highlighted: the fragment depends on the viewer.
 	owned := call.OwnedBy(v.user) != ""
 	switch {

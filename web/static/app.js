@@ -388,6 +388,30 @@
     }
   }
 
+  // The calls allowances approved stay newest first and at most data-max
+  // of them; every card of one allowance says what the most recently
+  // rendered of them says it has left.
+  function orderCovered() {
+    var list = document.getElementById("covered-list");
+    if (!list) return;
+    var cards = Array.prototype.slice.call(list.querySelectorAll("article[data-covered]"));
+    cards.sort(function (a, b) { return Number(b.getAttribute("data-at")) - Number(a.getAttribute("data-at")); });
+    var max = Number(list.getAttribute("data-max")) || cards.length;
+    for (var i = 0; i < cards.length; i++) {
+      if (i < max) list.appendChild(cards[i]);
+      else list.removeChild(cards[i]);
+    }
+    var newest = {}, lefts = list.querySelectorAll("[data-allowance-left]"), j, id;
+    for (j = 0; j < lefts.length; j++) {
+      id = lefts[j].getAttribute("data-allowance-left");
+      if (!newest[id] || Number(lefts[j].getAttribute("data-left-at")) > Number(newest[id].getAttribute("data-left-at"))) newest[id] = lefts[j];
+    }
+    for (j = 0; j < lefts.length; j++) {
+      id = lefts[j].getAttribute("data-allowance-left");
+      if (newest[id] !== lefts[j]) lefts[j].textContent = newest[id].textContent;
+    }
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -485,6 +509,7 @@
     arm(document);
     tick();
     orderQueue();
+    orderCovered();
     countCards();
     updateBatch();
     document.addEventListener("keydown", onKey);
@@ -513,7 +538,7 @@
     body.addEventListener("htmx:oobBeforeSwap", function (e) {
       var d = e.detail || {};
       var frag = d.fragment, target = d.target;
-      if (!frag || !target || !target.id || ["queue-list", "blocks-list", "unresolved-list"].indexOf(target.id) < 0) return;
+      if (!frag || !target || !target.id || ["queue-list", "blocks-list", "unresolved-list", "covered-list"].indexOf(target.id) < 0) return;
       var kids = frag.children || [];
       for (var i = 0; i < kids.length; i++) {
         // The list itself, replaced whole by a resync, is not a copy; what
@@ -532,10 +557,10 @@
       if (!d.target || !d.fragment) return;
       // An insert into a list carries the fields of the card it replaces
       // (above); a part replaced whole carries its own.
-      if (["queue-list", "blocks-list", "unresolved-list"].indexOf(d.target.id) >= 0) return;
+      if (["queue-list", "blocks-list", "unresolved-list", "covered-list"].indexOf(d.target.id) >= 0) return;
       carryFields(d.target, d.fragment);
     });
     body.addEventListener("htmx:oobAfterSwap", restoreFocus);
-    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); presence(); scrollableTables(); countCards(); updateBatch(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); orderCovered(); presence(); scrollableTables(); countCards(); updateBatch(); });
   });
 })();

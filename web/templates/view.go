@@ -284,7 +284,38 @@ type QueueView struct {
 	Filtered bool
 	// Tools are the tool names the filter offers.
 	Tools []string
+	// Covered are the calls allowances approved lately, newest first;
+	// CoveredMax how many the page keeps, CoveredFor for how long.
+	Covered    []CoveredCard
+	CoveredMax int
+	CoveredFor string
 }
+
+// CoveredCard is a call an allowance approved as it arrived, on the
+// queue page: never a decision to make, a record to read.
+type CoveredCard struct {
+	ID                  string
+	Tool, Target, Actor Text
+	Summary             []SummaryItem
+	// Integrity and Deceptive are the card's checks (Card).
+	Integrity string
+	Deceptive bool
+	// Status is the call's status as shown (approved, redeemed, revoked
+	// …); At when it was approved.
+	Status string
+	At     time.Time
+	Now    time.Time
+	// Allowance approved it in the names of By; Left says what the
+	// allowance had left when the card was rendered ("3 of 10 left, until
+	// 14:30 UTC", or how it ended), at LeftAt.
+	Allowance string
+	By        []Text
+	Left      string
+	LeftAt    time.Time
+}
+
+// DOMID is the element id of the covered card.
+func (c CoveredCard) DOMID() string { return "covered-" + c.ID }
 
 // ConnectHelp tells a fresh install how an agent connects.
 type ConnectHelp struct {
