@@ -102,8 +102,10 @@ func TestAllowanceFromTheCallPage(t *testing.T) {
 		t.Fatalf("inside the scope: %s; above its maximum: %s", covered.Status, outside.Status)
 	}
 	cp := b.get("/calls/" + covered.ID)
-	if cp.find("approval-allowance").Length() != 1 || !strings.Contains(cp.find("approval-allowance-left").Text(), "1 of 2 left") {
-		t.Errorf("the covered call's page: %q %q", cp.find("approval-how").Text(), cp.find("approval-allowance-left").Text())
+	how := strings.Join(strings.Fields(cp.find("approval-how").Text()), " ")
+	if cp.find("approval-allowance").Length() != 1 || !strings.HasPrefix(how, "covered by allowance alw_") ||
+		!strings.Contains(cp.find("approval-allowance-left").Text(), "1 of 2 left, until ") {
+		t.Errorf("the covered call's page: %q %q", how, cp.find("approval-allowance-left").Text())
 	}
 	if list := b.get("/allowances"); list.find("allowance").Length() != 1 {
 		t.Errorf("the allowances page lists %d", list.find("allowance").Length())

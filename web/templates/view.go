@@ -403,7 +403,7 @@ func (s StatusView) WhoCan() string {
 }
 
 // How says how the approval was given: "with a passkey", "by click", "in
-// a batch review", "from the command line", "by rule", "by an allowance".
+// a batch review", "from the command line", "by rule", "covered by allowance".
 func (a Approval) How() string {
 	switch a.Method {
 	case "passkey":
@@ -417,7 +417,7 @@ func (a Approval) How() string {
 	case "batch":
 		return "in a batch review"
 	case "allowance":
-		return "by an allowance"
+		return "covered by allowance"
 	}
 	return "through " + a.Method
 }
