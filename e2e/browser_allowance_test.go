@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +16,35 @@ import (
 
 // TestBrowserAllowance gives an allowance in Chromium from a pending
 // refund's page: the choices, the review step with the scope in words and
-// its digest, then "Approve and give". Later refunds inside the scope never
-// reach the queue (they arrive approved, each with its own approval in the
-// operator's name); one above the maximum does, live. Revoking it on its
-// page makes the next refund wait for a person again.
+// its digest, then "Approve and give". Another operator watches the queue
+// meanwhile: later refunds inside the scope arrive there live, approved,
+// under "Approved by allowances" (each with its own approval in the
+// giver's name, and never as a pending card), with what the allowance has
+// left; one above the maximum arrives as a pending card. Revoking the
+// allowance on its page turns its unredeemed calls revoked on the watching
+// queue, live, and the next refund waits there for a person.
 func TestBrowserAllowance(t *testing.T) {
 	requireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	s := startServer(t, "")
 	alice := s.addUser("alice", "operator")
+	bob := s.addUser("bob", "operator")
 	payments := client.New(s.url, s.token("agent:billing-bot", "payments-host"), client.WithPollWait(30*time.Second))
 	base := submit(t, ctx, payments, refund("INV-6100", 1200))
 
 	b := startBrowser(t, ctx)
+	watch := b.window(t, "bob")
+	log := watch.captureConsole()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bob's browser console: %q", log.matching(""))
+		}
+	})
+	watch.login(s.url, bob)
+	watch.openQueue(s.url)
+	watch.mark()
+
 	op := b.window(t, "alice")
 	op.login(s.url, alice)
 	op.navigate(s.url + "/calls/" + base.ID)
@@ -40,7 +56,17 @@ func TestBrowserAllowance(t *testing.T) {
 		chromedp.SetValue(testID("allowance-uses"), "3"),
 		chromedp.SetValue(testID("allowance-target-prefix"), "invoice:INV-61"),
 		chromedp.SetValue(chromedp.CSS(`[data-testid="allowance-max"][data-pointer="/amount_minor"]`), "5000"))
-	op.screenshot("allowance-offer-1280")
+	for _, w := range sizes {
+		op.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
+		// The status column scrolls on its own beside the call: show the
+		// whole offer in it.
+		eval[bool](op, `(() => { const o = document.querySelector('[data-testid="allowance-offer"]'); o.scrollIntoView({block: "start"}); return true; })()`)
+		if problems := eval[[]string](op, layoutProblemsJS); len(problems) > 0 {
+			t.Errorf("the call page with the offer at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
+		}
+		op.screenshot("allowance-offer-" + w.name)
+	}
+	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 	op.do("review", waitShort, chromedp.Click(chromedp.CSS(`[data-testid="allowance-offer-form"] [data-testid="allowance-review"]`)),
 		chromedp.WaitVisible(testID("allowance-scope")))
 	words := op.text(testID("allowance-words"))
@@ -52,10 +78,7 @@ func TestBrowserAllowance(t *testing.T) {
 	if got := ungroup(op.text(chromedp.CSS(`[data-testid="allowance-base"] [data-testid="digest"]`))); got != base.Digest {
 		t.Errorf("the review shows digest %s, the agent was given %s", got, base.Digest)
 	}
-	for _, w := range []struct {
-		name          string
-		width, height int64
-	}{{"1280", 1280, 900}, {"390", 390, 844}} {
+	for _, w := range sizes {
 		op.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
 		if problems := eval[[]string](op, layoutProblemsJS); len(problems) > 0 {
 			t.Errorf("the review page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
@@ -72,26 +95,63 @@ func TestBrowserAllowance(t *testing.T) {
 		t.Fatalf("the base call: %v %v", got, err)
 	}
 
-	op.openQueue(s.url)
-	op.mark()
+	// Bob's queue: the covered refunds arrive approved, the one above the
+	// maximum arrives pending.
 	covered, err := payments.Submit(ctx, refund("INV-6101", 4000))
 	if err != nil {
 		t.Fatal(err)
 	}
-	above := submit(t, ctx, payments, refund("INV-6102", 9000))
 	if covered.Status != "approved" || len(covered.Approvals.Given) != 1 || covered.Approvals.Given[0].Method != client.MethodAllowance ||
 		covered.Approvals.Given[0].By != "alice" || covered.Approvals.Given[0].Human != client.HumanFalse {
 		t.Fatalf("the covered refund: %s %+v", covered.Status, covered.Approvals)
 	}
-	op.do("the refund above the maximum arrives", waitShort, chromedp.WaitVisible(cardSel(above.ID)))
-	if n := eval[int](op, `document.querySelectorAll('article[data-call="`+covered.ID+`"]').length`); n != 0 {
-		t.Error("the covered refund is on the queue")
+	watch.do("the covered refund arrives approved", waitShort, chromedp.WaitVisible(coveredSel(covered.ID)))
+	if got := watch.text(chromedp.CSS(coveredSel(covered.ID) + ` [data-testid="covered-status"]`)); got != "approved" {
+		t.Errorf("the covered card's status reads %q", got)
 	}
-	op.checkMarked()
+	if got := watch.text(chromedp.CSS(coveredSel(covered.ID) + ` [data-testid="covered-left"]`)); !strings.HasPrefix(got, "2 of 3 left, until ") {
+		t.Errorf("the covered card says the allowance has %q", got)
+	}
+	second, err := payments.Submit(ctx, refund("INV-6104", 2500))
+	if err != nil || second.Status != "approved" {
+		t.Fatalf("the second covered refund: %+v %v", second, err)
+	}
+	watch.do("the second covered refund arrives", waitShort, chromedp.WaitVisible(coveredSel(second.ID)))
+	if got := eval[[]string](watch, `Array.from(document.querySelectorAll('#covered-list [data-testid="covered-card"]')).map(a => a.dataset.covered)`); !slices.Equal(got, []string{second.ID, covered.ID}) {
+		t.Errorf("the covered cards read %q, want the newest first: %q", got, []string{second.ID, covered.ID})
+	}
+	if got := watch.texts(testID("covered-left")); len(got) != 2 || !strings.HasPrefix(got[0], "1 of 3 left") || got[0] != got[1] {
+		t.Errorf("the covered cards say the allowance has %q, want 1 of 3 left on each", got)
+	}
+	above := submit(t, ctx, payments, refund("INV-6102", 9000))
+	watch.do("the refund above the maximum arrives pending", waitShort, chromedp.WaitVisible(cardSel(above.ID)))
+	if n := eval[int](watch, `document.querySelectorAll('#queue-list article[data-call="`+covered.ID+`"], #queue-list article[data-call="`+second.ID+`"]').length`); n != 0 {
+		t.Errorf("a covered refund is among the pending calls: %s", eval[string](watch, `document.getElementById('queue-list').outerHTML`))
+	}
+	// The agent redeems the first covered refund: its card says so.
+	got, err := payments.Get(ctx, covered.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if red, err := payments.Redeem(ctx, got.Grant, got.Spec()); err != nil || !red.Accepted {
+		t.Fatalf("redeem the covered refund: %+v %v", red, err)
+	}
+	watch.do("the covered refund is redeemed", waitShort,
+		chromedp.WaitVisible(chromedp.CSS(coveredSel(covered.ID)+` [data-testid="covered-status"].redeemed`)))
+	watch.checkMarked()
+	for _, w := range sizes {
+		watch.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
+		if problems := eval[[]string](watch, layoutProblemsJS); len(problems) > 0 {
+			t.Errorf("the queue with covered calls at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
+		}
+		watch.screenshot("allowance-queue-" + w.name)
+	}
+	watch.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 
 	op.navigate(s.url + "/calls/" + covered.ID)
 	op.do("the covered call's page", waitShort, chromedp.WaitVisible(testID("approval-allowance")))
-	if got := op.text(testID("approval-allowance-left")); !strings.Contains(got, "2 of 3 left") {
+	if got := strings.Join(strings.Fields(op.text(testID("approval-how"))), " "); !strings.HasPrefix(got, "covered by allowance alw_") ||
+		!strings.Contains(got, "1 of 3 left") {
 		t.Errorf("the covered call's page says %q", got)
 	}
 	if problems := eval[[]string](op, layoutProblemsJS); len(problems) > 0 {
@@ -106,10 +166,10 @@ func TestBrowserAllowance(t *testing.T) {
 
 	op.navigate(s.url + "/allowances")
 	op.do("the allowances page", waitShort, chromedp.WaitVisible(testID("allowance")))
-	for _, w := range []struct {
-		name          string
-		width, height int64
-	}{{"1280", 1280, 900}, {"390", 390, 844}} {
+	if got := op.text(chromedp.CSS(`[data-testid="allowance"] [data-testid="allowance-uses-left"]`)); got != "2 of 3 used, 1 left" {
+		t.Errorf("the allowance's card says %q", got)
+	}
+	for _, w := range sizes {
 		op.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
 		if problems := eval[[]string](op, layoutProblemsJS); len(problems) > 0 {
 			t.Errorf("the allowances page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
@@ -125,16 +185,47 @@ func TestBrowserAllowance(t *testing.T) {
 	if got := op.text(testID("allowance-state")); got != "ended: revoked" {
 		t.Errorf("after revoking, the state reads %q", got)
 	}
-	if got, err := payments.Get(ctx, covered.ID); err != nil || got.Status != "revoked" {
-		t.Errorf("the covered refund's unredeemed grant: %v %v", got.Status, err)
+	if got, err := payments.Get(ctx, second.ID); err != nil || got.Status != "revoked" {
+		t.Errorf("the unredeemed covered refund: %v %v", got.Status, err)
 	}
-	op.openQueue(s.url)
+
+	// Bob's queue, live: the unredeemed covered refund is revoked, the
+	// redeemed one stays redeemed, both say the allowance ended; the next
+	// refund waits for a person.
+	watch.do("the unredeemed covered refund turns revoked", waitShort,
+		chromedp.WaitVisible(chromedp.CSS(coveredSel(second.ID)+` [data-testid="covered-status"].revoked`)))
+	if got := watch.text(chromedp.CSS(coveredSel(covered.ID) + ` [data-testid="covered-status"]`)); got != "redeemed" {
+		t.Errorf("the redeemed covered refund reads %q after the revocation", got)
+	}
+	if got := watch.texts(testID("covered-left")); len(got) != 2 || got[0] != "ended: revoked" || got[1] != "ended: revoked" {
+		t.Errorf("after the revocation the covered cards say %q", got)
+	}
 	next := submit(t, ctx, payments, refund("INV-6103", 100))
 	if next.Status != "pending" {
 		t.Fatalf("after the revocation a refund is %s", next.Status)
 	}
-	op.do("the next refund waits for a person", waitShort, chromedp.WaitVisible(cardSel(next.ID)))
+	watch.do("the next refund waits for a person", waitShort, chromedp.WaitVisible(cardSel(next.ID)))
+	watch.checkMarked()
+	eval[int](watch, `1`)
+	if errs := log.matching("oobErrorNoTarget"); len(errs) > 0 {
+		t.Errorf("htmx:oobErrorNoTarget on the watching queue, %d times: %q", len(errs), errs)
+	}
+	for _, kind := range []string{"error: ", "exception: "} {
+		if errs := log.matching(kind); len(errs) > 0 {
+			t.Errorf("console errors on the watching queue: %q", errs)
+		}
+	}
 }
+
+// sizes are the two window sizes screenshots are taken at.
+var sizes = []struct {
+	name          string
+	width, height int64
+}{{"1280", 1280, 900}, {"390", 390, 844}}
+
+// coveredSel selects the card of a call an allowance approved, on the
+// queue.
+func coveredSel(id string) string { return `article[data-covered="` + id + `"]` }
 
 // twoApproverRefunds is a refund tool that needs two approvers and opts
 // into allowances.

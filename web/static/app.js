@@ -545,6 +545,10 @@
         // was typed in it is carried over.
         if (kids[i].id === target.id) carryFields(target, kids[i]);
         if (!kids[i].id || kids[i].id === target.id) continue;
+        // A call an allowance approved at its submission may have been
+        // pushed as pending a moment before: its pending card goes.
+        var pending = kids[i].getAttribute("data-covered") && document.getElementById("call-" + kids[i].getAttribute("data-covered"));
+        if (pending && pending.parentNode) pending.parentNode.removeChild(pending);
         var old = document.getElementById(kids[i].id);
         if (old && old !== kids[i] && old.parentNode) {
           carryFields(old, kids[i]);

@@ -683,7 +683,7 @@ func CoveredItem(c CoveredCard) templ.Component {
 			}
 		}
 		if len(c.By) > 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, ", in the name of ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "· in the name of ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
