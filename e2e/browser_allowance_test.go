@@ -65,6 +65,7 @@ func TestBrowserAllowance(t *testing.T) {
 			t.Errorf("the call page with the offer at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		op.screenshot("allowance-offer-" + w.name)
+		accessible(t, op, "the call page with the offer at "+w.name)
 	}
 	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 	op.do("review", waitShort, chromedp.Click(chromedp.CSS(`[data-testid="allowance-offer-form"] [data-testid="allowance-review"]`)),
@@ -84,6 +85,7 @@ func TestBrowserAllowance(t *testing.T) {
 			t.Errorf("the review page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		op.screenshot("allowance-review-" + w.name)
+		accessible(t, op, "the review at "+w.name)
 	}
 	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 	op.do("give", waitShort, chromedp.WaitEnabled(testID("allowance-give")), chromedp.Click(testID("allowance-give")),
@@ -145,6 +147,7 @@ func TestBrowserAllowance(t *testing.T) {
 			t.Errorf("the queue with covered calls at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		watch.screenshot("allowance-queue-" + w.name)
+		accessible(t, watch, "the queue with covered calls at "+w.name)
 	}
 	watch.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 
@@ -175,6 +178,7 @@ func TestBrowserAllowance(t *testing.T) {
 			t.Errorf("the allowances page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		op.screenshot("allowances-" + w.name)
+		accessible(t, op, "the allowances at "+w.name)
 	}
 	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 	op.do("open it", waitShort, chromedp.Click(chromedp.CSS(`[data-testid="allowance"] h3 a`)), chromedp.WaitVisible(testID("allowance-revoke-form")))
@@ -185,6 +189,7 @@ func TestBrowserAllowance(t *testing.T) {
 	if got := op.text(testID("allowance-state")); got != "ended: revoked" {
 		t.Errorf("after revoking, the state reads %q", got)
 	}
+	accessible(t, op, "an ended allowance's page")
 	if got, err := payments.Get(ctx, second.ID); err != nil || got.Status != "revoked" {
 		t.Errorf("the unredeemed covered refund: %v %v", got.Status, err)
 	}
@@ -215,6 +220,19 @@ func TestBrowserAllowance(t *testing.T) {
 			t.Errorf("console errors on the watching queue: %q", errs)
 		}
 	}
+}
+
+// accessible runs axe-core on the page tb shows, as
+// TestBrowserAccessibility does on the other page types, in a subtest
+// (skipped without axe-core, except where every test must run).
+func accessible(t *testing.T, tb *tab, name string) {
+	t.Helper()
+	t.Run("accessibility of "+name, func(st *testing.T) {
+		axe := axeSource(st)
+		if violations := runAxe(tb.with(st), axe); len(violations) > 0 {
+			st.Errorf("%d accessibility violations:\n  %s", len(violations), strings.Join(violations, "\n  "))
+		}
+	})
 }
 
 // sizes are the two window sizes screenshots are taken at.
