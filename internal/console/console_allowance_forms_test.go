@@ -585,3 +585,22 @@ func TestCoveredOnTheQueue(t *testing.T) {
 		t.Errorf("a call approved more than %v ago is still listed", coveredShownFor)
 	}
 }
+
+// TestAllowanceBaseDeniedIsNotOffered: an allowance waiting for its second
+// confirmer whose base call a person denied offers nobody its
+// confirmation, and says why.
+func TestAllowanceBaseDeniedIsNotOffered(t *testing.T) {
+	e := newAllowanceEnv(t, nil)
+	base := e.submit("agent:billing-bot", "payments-host", payout("acme", 5000))
+	olivia, oscar := e.browser(), e.browser()
+	olivia.login("olivia", rolePassword)
+	oscar.login("oscar", rolePassword)
+	id := give(t, olivia, base, url.Values{"uses": {"2"}, "minutes": {"30"}}, url.Values{"confirm": {"PAYOUT"}})
+	if p := oscar.post("/calls/"+base.ID+"/deny", url.Values{"csrf": {oscar.csrf()}, "reason": {"not this supplier"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("deny: %d %q", p.status, p.find("decision-error").Text())
+	}
+	p := oscar.get("/allowances/" + id)
+	if p.find("allowance-confirm-form").Length() != 0 || !strings.Contains(p.find("allowance-no-confirm").Text(), "denied") {
+		t.Errorf("the allowance of a denied call: confirm forms %d, %q", p.find("allowance-confirm-form").Length(), p.find("allowance-no-confirm").Text())
+	}
+}
