@@ -1,10 +1,14 @@
 package queue
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/tools"
@@ -16,13 +20,13 @@ import (
 const maxOpenAllowancesRead = 64
 
 // coverByAllowance approves c, just stored as pending in tx and decided by
-// no rule, when an allowance of its actor, audience and tool covers it
+// no rule (bound is the arguments of its hashed envelope), when an allowance of its actor, audience and tool covers it
 // (docs/allowances.md): one approval per confirmer (channel allowance),
 // the use counted, and the grant minted, all in the submission's
 // transaction. Anything that is not plainly covered leaves the call
 // pending for people, without partial credit. A tool without an
 // allowance block costs nothing here: not a statement is run.
-func (s *Service) coverByAllowance(tx Tx, c *Call, t *tools.Tool, d policy.Decision, emit func(Event)) error {
+func (s *Service) coverByAllowance(tx Tx, c *Call, bound canonical.Object, t *tools.Tool, d policy.Decision, emit func(Event)) error {
 	// A rule's evaluation error, a passkey, and (below) a deception
 	// warning each mean "not covered"; a rule that approved or denied
 	// decided the call already.
@@ -33,7 +37,7 @@ func (s *Service) coverByAllowance(tx Tx, c *Call, t *tools.Tool, d policy.Decis
 	if err != nil || len(open) == 0 {
 		return err
 	}
-	if Deceptive(c) {
+	if DeceptiveWith(c, bound) {
 		return nil
 	}
 	for _, a := range open {
@@ -60,8 +64,8 @@ func (s *Service) tryAllowance(tx Tx, a *Allowance, c *Call, t *tools.Tool, emit
 	if a.OncePerCall && c.Digest == a.BaseDigest {
 		return false, nil // the base call was approved once, when the allowance was given
 	}
-	sc, err := scope.Parse(a.Scope)
-	if err != nil || sc.Digest() != a.ScopeDigest {
+	sc, err := s.scopes.parse(a)
+	if err != nil {
 		// The stored scope is not what was given: the database was
 		// edited. Nothing is approved by it.
 		s.log.Error("allowance scope does not match its digest; it covers nothing", slog.String("allowance", a.ID), slog.Any("error", err))
@@ -140,4 +144,49 @@ func (s *Service) confirmersNow(tx Tx, a *Allowance, c *Call, emit func(Event)) 
 		users = append(users, u)
 	}
 	return users, false, nil
+}
+
+// scopeCache keeps the scopes of allowances as parsed and checked against
+// their digests, so that a submission an allowance covers neither parses
+// its scope again nor hashes it: an entry is used only for the very bytes
+// it was made from, which are immutable once given (the store refuses to
+// change an allowance's scope), and an edited row is parsed and checked
+// afresh. It holds at most maxCachedScopes entries and starts over when
+// full.
+type scopeCache struct {
+	mu sync.Mutex
+	m  map[string]cachedScope
+}
+
+type cachedScope struct {
+	raw    []byte
+	digest string
+	scope  *scope.Scope
+}
+
+const maxCachedScopes = 256
+
+// parse returns a's scope, or an error when its stored bytes do not parse
+// or do not hash to its scope digest.
+func (c *scopeCache) parse(a *Allowance) (*scope.Scope, error) {
+	c.mu.Lock()
+	e, ok := c.m[a.ID]
+	c.mu.Unlock()
+	if ok && e.digest == a.ScopeDigest && bytes.Equal(e.raw, a.Scope) {
+		return e.scope, nil
+	}
+	sc, err := scope.Parse(a.Scope)
+	if err != nil {
+		return nil, err
+	}
+	if d := sc.Digest(); d != a.ScopeDigest {
+		return nil, fmt.Errorf("scope digest %s, stored %s", d, a.ScopeDigest)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedScopes {
+		c.m = make(map[string]cachedScope)
+	}
+	c.m[a.ID] = cachedScope{raw: bytes.Clone(a.Scope), digest: a.ScopeDigest, scope: sc}
+	return sc, nil
 }

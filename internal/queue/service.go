@@ -107,6 +107,7 @@ type Service struct {
 	now                                   func() time.Time
 	log                                   *slog.Logger
 	notify                                Notifier
+	scopes                                scopeCache
 
 	waiters waiters
 
