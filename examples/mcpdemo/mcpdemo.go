@@ -32,7 +32,7 @@ type Options struct {
 // Schemas of the tools, as a server written in any language would send
 // them: raw JSON Schema.
 const (
-	addSchema = `{"type":"object","properties":{"a":{"type":"integer","description":"First addend"},` +
+	addSchema = `{"type":"object","properties":{"a":{"type":"integer","minimum":0,"description":"First addend"},` +
 		`"b":{"type":"integer","description":"Second addend"}},"required":["a","b"],"additionalProperties":false}`
 	scaleSchema = `{"type":"object","properties":{"value":{"type":"number"},"factor":{"type":"number","exclusiveMinimum":0}},` +
 		`"required":["value","factor"]}`

@@ -100,7 +100,11 @@ func coveredSubmissions(tb testing.TB) (*consoleEnv, func(covered bool, n int) (
 	max := int64(5000000)
 	ch := scope.Choices{Uses: 1000, Until: e.clock.Now().Add(time.Hour), TargetPrefix: "invoice:INV-",
 		Members: map[string]scope.Member{"/amount_minor": {Max: &max}}}
-	sc, err := scope.Materialise(scopeCall(c), t, ch, e.clock.Now())
+	base, err := queue.ScopeCall(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc, err := scope.Materialise(base, t, ch, e.clock.Now())
 	if err != nil {
 		tb.Fatal(err)
 	}

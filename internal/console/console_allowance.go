@@ -172,8 +172,12 @@ func (c *Console) renderAllowanceReview(ec echo.Context, status int, form url.Va
 	}
 	ch, err := choices(&rv.Choice, offer, now)
 	if err == nil {
+		var base scope.Call
 		var sc *scope.Scope
-		if sc, err = scope.Materialise(scopeCall(call), t, ch, now); err == nil {
+		if base, err = queue.ScopeCall(call); err == nil {
+			sc, err = scope.Materialise(base, t, ch, now)
+		}
+		if err == nil {
 			rv.Words, rv.ScopeDigest = scope.Words(sc, t, nil), sc.Digest()
 			rv.Presented = c.q.PresentAllowance(v.user.Name, call, rv.ScopeDigest)
 		}
@@ -225,10 +229,6 @@ func problemNoAllowance(call *queue.Call) error {
 		return &queue.NotPendingError{Status: call.Status}
 	}
 	return fmt.Errorf("%w: %s", scope.ErrNoAllowance, call.Tool)
-}
-
-func scopeCall(c *queue.Call) scope.Call {
-	return scope.Call{Actor: c.Actor, Audience: c.Audience, Tool: c.Tool, Target: c.Target, ToolDigest: c.ToolDigest, Args: c.Args}
 }
 
 func (c *Console) giveAllowance(ec echo.Context) error {

@@ -83,7 +83,11 @@ func (s *Service) GiveAllowance(ctx context.Context, in GiveInput) (*Allowance, 
 		if err != nil {
 			return err
 		}
-		sc, err := scope.Materialise(scopeCall(c), t, in.Choices, now)
+		shape, err := ScopeCall(c)
+		if err != nil {
+			return err
+		}
+		sc, err := scope.Materialise(shape, t, in.Choices, now)
 		if err != nil {
 			return err
 		}
@@ -128,8 +132,22 @@ func (s *Service) GiveAllowance(ctx context.Context, in GiveInput) (*Allowance, 
 }
 
 // scopeCall is c as a scope sees it.
-func scopeCall(c *Call) scope.Call {
-	return scope.Call{Actor: c.Actor, Audience: c.Audience, Tool: c.Tool, Target: c.Target, ToolDigest: c.ToolDigest, Args: c.Args}
+// ScopeCall is c as an allowance's scope sees it: the actor, audience,
+// tool, target and arguments of its hashed envelope, what its digest
+// covers, never the columns stored beside it. An IntegrityError when the
+// envelope does not hash to the digest or does not parse.
+func ScopeCall(c *Call) (scope.Call, error) {
+	env, err := HashedEnvelope(c)
+	if err != nil {
+		return scope.Call{}, err
+	}
+	return envelopeScopeCall(c, env), nil
+}
+
+// envelopeScopeCall is ScopeCall with c's hashed envelope in hand.
+func envelopeScopeCall(c *Call, env canonical.Envelope) scope.Call {
+	return scope.Call{Actor: env.Actor, Audience: env.Audience, Tool: env.Tool, Target: env.Target,
+		ToolDigest: c.ToolDigest, Args: env.Args}
 }
 
 // allowanceDetails are what every audit entry of an allowance says of it.

@@ -20,13 +20,13 @@ import (
 const maxOpenAllowancesRead = 64
 
 // coverByAllowance approves c, just stored as pending in tx and decided by
-// no rule (bound is the arguments of its hashed envelope), when an allowance of its actor, audience and tool covers it
+// no rule (env is its hashed envelope), when an allowance of its actor, audience and tool covers it
 // (docs/allowances.md): one approval per confirmer (channel allowance),
 // the use counted, and the grant minted, all in the submission's
 // transaction. Anything that is not plainly covered leaves the call
 // pending for people, without partial credit. A tool without an
 // allowance block costs nothing here: not a statement is run.
-func (s *Service) coverByAllowance(tx Tx, c *Call, bound canonical.Object, t *tools.Tool, d policy.Decision, emit func(Event)) error {
+func (s *Service) coverByAllowance(tx Tx, c *Call, env canonical.Envelope, t *tools.Tool, d policy.Decision, emit func(Event)) error {
 	// A rule's evaluation error, a passkey, and (below) a deception
 	// warning each mean "not covered"; a rule that approved or denied
 	// decided the call already.
@@ -37,11 +37,11 @@ func (s *Service) coverByAllowance(tx Tx, c *Call, bound canonical.Object, t *to
 	if err != nil || len(open) == 0 {
 		return err
 	}
-	if DeceptiveWith(c, bound) {
+	if DeceptiveWith(c, env.Args) {
 		return nil
 	}
 	for _, a := range open {
-		used, err := s.tryAllowance(tx, a, c, t, emit)
+		used, err := s.tryAllowance(tx, a, c, env, t, emit)
 		if err != nil || used {
 			return err
 		}
@@ -53,7 +53,7 @@ func (s *Service) coverByAllowance(tx Tx, c *Call, bound canonical.Object, t *to
 // did. An allowance found spent (its tool changed, its until passed, its
 // uses used) or with a confirmer who can no longer decide is ended on the
 // spot.
-func (s *Service) tryAllowance(tx Tx, a *Allowance, c *Call, t *tools.Tool, emit func(Event)) (bool, error) {
+func (s *Service) tryAllowance(tx Tx, a *Allowance, c *Call, env canonical.Envelope, t *tools.Tool, emit func(Event)) (bool, error) {
 	now := s.now()
 	if reason := s.spent(a, now); reason != "" {
 		return false, s.endAllowance(tx, a, reason, nil, emit)
@@ -71,7 +71,7 @@ func (s *Service) tryAllowance(tx Tx, a *Allowance, c *Call, t *tools.Tool, emit
 		s.log.Error("allowance scope does not match its digest; it covers nothing", slog.String("allowance", a.ID), slog.Any("error", err))
 		return false, nil
 	}
-	if ok, _ := scope.Covers(sc, t, scopeCall(c)); !ok {
+	if ok, _ := scope.Covers(sc, t, envelopeScopeCall(c, env)); !ok {
 		return false, nil
 	}
 	if t.Confirm != nil && t.Confirm.Target && sc.Target.Prefix {

@@ -199,7 +199,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err := s.applyRule(tx, c, decision, pre, emit); err != nil {
 			return err
 		}
-		return s.coverByAllowance(tx, c, env.Args, t, decision, emit)
+		return s.coverByAllowance(tx, c, env, t, decision, emit)
 	})
 	var denied *PolicyDeniedError
 	if errors.As(err, &denied) {

@@ -29,7 +29,7 @@ const refundFile = `tools:
           type: object
           additionalProperties: false
           properties:
-            n: {type: integer, maximum: 100}
+            n: {type: integer, minimum: 0, maximum: 100}
             tag: {type: string}
     display: {money: {amount: /amount_minor, currency: /currency}}
     informational: [/memo]

@@ -66,6 +66,11 @@ func (t *Tool) VaryOf(ptr string) (kind VaryKind, maximum int64, hasMax bool, en
 func varyKind(s *schema) (VaryKind, int64, bool, []string) {
 	switch {
 	case s.types == typeInteger && len(s.enum) == 0:
+		if s.minimum == nil && s.exclusiveMinimum == nil {
+			// A scope bounds an integer by a maximum only: the schema's
+			// minimum is its floor, and without one there is none.
+			return VaryNone, 0, false, nil
+		}
 		switch {
 		case s.maximum != nil && s.exclusiveMaximum != nil:
 			m := min(int64(*s.maximum), int64(*s.exclusiveMaximum)-1)
@@ -128,7 +133,7 @@ func varyProblem(args *schema, ptr string) string {
 		return fmt.Sprintf("%s: %v", ptr, err)
 	}
 	if kind, _, _, _ := varyKind(sub); kind == VaryNone {
-		return fmt.Sprintf("%s is %s; only integers (bounded by a maximum) and string enums (bounded by a subset) may vary", ptr, describeVary(sub))
+		return varyRefusal(ptr, sub)
 	}
 	return ""
 }
@@ -225,10 +230,18 @@ func (l *linter) vary(n *yaml.Node, t *Tool) []string {
 			continue
 		}
 		if kind, _, _, _ := varyKind(sub); kind == VaryNone {
-			l.add(c, t.Name, p, "%s is %s; only integers (bounded by a maximum) and string enums (bounded by a subset) may vary", s, describeVary(sub))
+			l.add(c, t.Name, p, "%s", varyRefusal(s, sub))
 		}
 	}
 	return out
+}
+
+// varyRefusal says why the member at ptr, of schema s, may not vary.
+func varyRefusal(ptr string, s *schema) string {
+	if s.types == typeInteger && len(s.enum) == 0 {
+		return fmt.Sprintf("%s is an integer without a minimum; an allowance bounds it by a maximum only, so the schema must say how low it may go (minimum: 1, for instance)", ptr)
+	}
+	return fmt.Sprintf("%s is %s; only integers (with a minimum, bounded by a maximum) and string enums (bounded by a subset) may vary", ptr, describeVary(s))
 }
 
 func describeVary(s *schema) string {

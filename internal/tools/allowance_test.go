@@ -18,12 +18,13 @@ const refundArgs = `    args:
         reason: {type: string, enum: [duplicate, fraud, other]}
         note: {type: string}
         flag: {type: boolean}
+        count: {type: integer, maximum: 50}
         lines: {type: array, items: {type: integer}}
         kind: {const: refund}
         meta:
           type: object
           additionalProperties: false
-          properties: {n: {type: integer}}
+          properties: {n: {type: integer, minimum: 0}}
     display: {money: {amount: /amount_minor, currency: /currency}}
     informational: [/note]
 `
@@ -65,7 +66,8 @@ func TestAllowanceLintRefusals(t *testing.T) {
 	}{
 		{"unknown pointer", "    allowance: {max_uses: 5, max_for: 1h, vary: [/amount]}\n", "allowance/vary/0", "amount is not a declared property of args", 0},
 		{"not a pointer", "    allowance: {max_uses: 5, max_for: 1h, vary: [amount_minor]}\n", "allowance/vary/0", "neither target nor a JSON Pointer", 0},
-		{"free string", "    allowance: {max_uses: 5, max_for: 1h, vary: [/meta]}\n", "allowance/vary/0", "only integers (bounded by a maximum) and string enums", 0},
+		{"free string", "    allowance: {max_uses: 5, max_for: 1h, vary: [/meta]}\n", "allowance/vary/0", "only integers (with a minimum, bounded by a maximum) and string enums", 0},
+		{"no minimum", "    allowance: {max_uses: 5, max_for: 1h, vary: [/count]}\n", "allowance/vary/0", "/count is an integer without a minimum", 0},
 		{"boolean", "    allowance: {max_uses: 5, max_for: 1h, vary: [/flag]}\n", "allowance/vary/0", "/flag is a boolean", 0},
 		{"array", "    allowance: {max_uses: 5, max_for: 1h, vary: [/lines]}\n", "allowance/vary/0", "/lines is an array", 0},
 		{"const", "    allowance: {max_uses: 5, max_for: 1h, vary: [/kind]}\n", "allowance/vary/0", "/kind is a constant", 0},

@@ -427,7 +427,7 @@ func TestMirrorEnumAtTheBound(t *testing.T) {
 // definition, and names members that may vary in the upstream's schema;
 // anything else quarantines the tool.
 func TestMirroredAllowance(t *testing.T) {
-	schema := []byte(`{"type":"object","properties":{"a":{"type":"integer"},"name":{"type":"string"}},"required":["a"]}`)
+	schema := []byte(`{"type":"object","properties":{"a":{"type":"integer","minimum":0},"b":{"type":"integer"},"name":{"type":"string"}},"required":["a"]}`)
 	plain, err := Mirror(MirrorSpec{Server: "demo", Name: "add", InputSchema: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -441,7 +441,7 @@ func TestMirroredAllowance(t *testing.T) {
 		!strings.Contains(string(opted.Mirror.Definition), `"allowance":{"max_for_s":3600,"max_uses":3,"vary":["/a"]}`) {
 		t.Errorf("opted in: allowance %v, definition %s", opted.Allowance, opted.Mirror.Definition)
 	}
-	for _, vary := range []string{"/name", "/missing"} {
+	for _, vary := range []string{"/name", "/missing", "/b"} {
 		_, err := Mirror(MirrorSpec{Server: "demo", Name: "add", InputSchema: schema,
 			Override: MCPOverride{Allowance: &Allowance{MaxUses: 3, MaxFor: time.Hour, Vary: []string{vary}}}})
 		var q *QuarantineError
