@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"syscall"
 	"time"
@@ -134,7 +135,7 @@ func cmdCall(ctx context.Context, e *env, args []string) int {
 		opts = append(opts, client.WithPollWait(*poll))
 	}
 	c := client.New(f.url, f.token, opts...)
-	out := &callOutput{e: e, sub: sub}
+	out := &callOutput{e: e, sub: sub, url: f.url}
 
 	switch sub {
 	case "submit":
@@ -237,6 +238,7 @@ func callRedeem(ctx context.Context, c *client.Client, out *callOutput, pos []st
 type callOutput struct {
 	e   *env
 	sub string
+	url string // the console it talks to, named when it refuses the token
 }
 
 func (o *callOutput) call(call *client.Call, err error) int {
@@ -264,6 +266,14 @@ func (o *callOutput) redemption(r *client.Redemption, err error) int {
 func (o *callOutput) fail(err error) int {
 	if ae, ok := client.AsError(err); ok && len(ae.Raw) > 0 && json.Valid(ae.Raw) {
 		o.print(ae.Raw)
+		if ae.Status == http.StatusUnauthorized {
+			// The token is another console's, revoked or mistyped; say
+			// which console refused it, since the address came from a
+			// flag or the environment the reader may not have in view.
+			fmt.Fprintf(o.e.stderr, "console call %s: %d %s from %s: that console does not accept this token (check --url or COUNTERSIGN_URL, and --token or COUNTERSIGN_TOKEN; an admin of that console creates one with 'console token create')\n",
+				o.sub, ae.Status, ae.Code, o.url)
+			return exitAPIError
+		}
 		fmt.Fprintf(o.e.stderr, "console call %s: %d %s\n", o.sub, ae.Status, ae.Code)
 		return exitAPIError
 	}

@@ -87,6 +87,14 @@ func TestCallCommandsWholeLoop(t *testing.T) {
 	}
 	env := map[string]string{"COUNTERSIGN_URL": url, "COUNTERSIGN_TOKEN": strings.TrimSpace(secret)}
 
+	// A token the console does not know: the message names the console
+	// that refused it and says where a token comes from.
+	stranger := map[string]string{"COUNTERSIGN_URL": url, "COUNTERSIGN_TOKEN": "cst_not_a_token_of_this_console"}
+	code, _, stderr = callRun(t, stranger, "", "call", "get", "call_x")
+	if code != 1 || !strings.Contains(stderr, "401") || !strings.Contains(stderr, "from "+url+":") || !strings.Contains(stderr, "console token create") {
+		t.Fatalf("get with an unknown token: exit %d, stderr %q; want 1 naming %s", code, stderr, url)
+	}
+
 	// The body is sent byte for byte: a duplicate member reaches the strict
 	// parser instead of being merged away by a re-encoding.
 	dup := writeCallFile(t, "dup.json", `{"tool":"payments.refund","target":"invoice:INV-7","args":{"amount_minor":1,"amount_minor":100000,"currency":"USD","reason_code":"fraud"}}`)
