@@ -184,6 +184,14 @@ func TestCallPageShowsEverything(t *testing.T) {
 	if notes.Find(`[data-testid="not-bound"]`).Length() != 1 {
 		t.Error("the informational notes are not labelled not bound")
 	}
+	// "not bound" explains itself on hover and to a screen reader.
+	if title, _ := notes.Find(`[data-testid="not-bound"]`).Attr("title"); !strings.Contains(title, "without a new approval") ||
+		!strings.Contains(notes.Find(`[data-testid="not-bound-why"]`).Text(), "left out of the digest") {
+		t.Errorf("not bound does not explain itself: title %q", title)
+	}
+	if got := p.find("digest-binds").Text(); got != "The agent can run exactly this call; any change needs a new approval." {
+		t.Errorf("the line under the digest = %q", got)
+	}
 	if p.doc.Find(`[data-pointer="/currency"] [data-testid="not-bound"]`).Length() != 0 {
 		t.Error("a bound member is labelled not bound")
 	}
