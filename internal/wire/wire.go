@@ -39,6 +39,17 @@ const (
 	StatusRevoked Status = "revoked"
 )
 
+// GrantState is what became of an approved call's grant.
+type GrantState string
+
+// Grant states.
+const (
+	GrantLive     GrantState = "live"
+	GrantExpired  GrantState = "expired"
+	GrantRevoked  GrantState = "revoked"
+	GrantRedeemed GrantState = "redeemed"
+)
+
 // Decided reports whether an operator (or the clock) has settled the call:
 // any status but pending.
 func (s Status) Decided() bool { return s != StatusPending }
@@ -74,7 +85,13 @@ type Call struct {
 	// it expires.
 	Grant          string    `json:"grant,omitempty"`
 	GrantExpiresAt time.Time `json:"grant_expires_at,omitzero"`
-	ID             string    `json:"id"`
+	// GrantState is, for a call that was approved, what became of its
+	// grant when the answer was made: live (it can still be redeemed),
+	// expired (it ran out unredeemed: the status stays approved, but the
+	// call can run only if proposed again), revoked or redeemed. Absent for
+	// a call that was never approved.
+	GrantState GrantState `json:"grant_state,omitempty"`
+	ID         string     `json:"id"`
 	// LeaseUntil is, once the grant was redeemed, when the executor's
 	// lease ends (or ended): with no outcome reported by then, the outcome
 	// becomes lease_expired.
