@@ -24,8 +24,9 @@ import (
 type Status string
 
 // Call statuses. Every status but StatusPending and StatusApproved is
-// terminal; an approved call moves only to redeemed or revoked (or its grant
-// expires).
+// terminal; an approved call moves only to redeemed or revoked. An approved
+// call whose grant ran out unredeemed stays approved, with grant_state
+// expired.
 const (
 	StatusPending   Status = "pending"
 	StatusApproved  Status = "approved"
