@@ -152,7 +152,7 @@ func (c *Console) publicStatus(ctx context.Context, call *queue.Call, now time.T
 		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
-		RedeemedAt: call.RedeemedAt, LeaseUntil: call.LeaseUntil, Now: now, Rule: call.DecidedByRule(),
+		RedeemedAt: call.RedeemedAt, LeaseUntil: call.LeaseUntil, Now: now, Rule: call.DecidedByRule(), GrantState: call.GrantState(now),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	if s.ToolChanged {

@@ -1,0 +1,58 @@
+package console
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// TestApprovedCallWhoseGrantExpired: an approved call whose grant ran out
+// unredeemed reads "approved — grant expired unredeemed" on its page, its
+// status page and its history row, from the second the grant expires,
+// never plain "approved"; while the grant lives it reads approved.
+func TestApprovedCallWhoseGrantExpired(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	ctx := context.Background()
+	call := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	approved, err := e.q.Approve(ctx, "adam", audit.ChannelCLI, call.ID, call.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	status := e.browser()
+	row := func() *goquery.Selection {
+		t.Helper()
+		r := b.get("/history").doc.Find(`[data-testid="history-row"][data-call="` + call.ID + `"]`)
+		if r.Length() != 1 {
+			t.Fatalf("the history shows %d rows of %s, want 1", r.Length(), call.ID)
+		}
+		return r
+	}
+	check := func(when, want, label string) {
+		t.Helper()
+		p := b.get("/calls/" + call.ID)
+		if got := p.find("status-value").Text(); got != want {
+			t.Errorf("%s: the call page's status reads %q, want %q", when, got, want)
+		}
+		if got := p.find("grant-expires").Prev().Text(); got != label {
+			t.Errorf("%s: the grant's expiry is labelled %q, want %q", when, got, label)
+		}
+		if got := status.get(e.c.links.Path(call.ID)).find("status-value").Text(); got != want {
+			t.Errorf("%s: the status page reads %q, want %q", when, got, want)
+		}
+		if got := row().Find(`[data-testid="row-status"]`).Text(); got != want {
+			t.Errorf("%s: the history row reads %q, want %q", when, got, want)
+		}
+	}
+	check("while the grant lives", "approved", "Grant expires")
+	e.clock.Advance(approved.GrantExpiresAt.Sub(e.clock.Now()) - time.Second)
+	check("a second before the grant expires", "approved", "Grant expires")
+	e.clock.Advance(time.Second)
+	check("once the grant expired", "approved — grant expired unredeemed", "Grant expired")
+}
