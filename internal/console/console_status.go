@@ -120,7 +120,7 @@ func (c *Console) statusPage(ec echo.Context) error {
 	v := templates.CallStatusView{CallView: cv, ConsoleURL: c.absolute(ec, "/calls/"+url.PathEscape(call.ID))}
 	v.Page = templates.Page{Title: "Status of call " + call.ID, Now: now}
 	v.Status = c.publicStatus(ec.Request().Context(), call, now)
-	if live(call) {
+	if live(call) && call.GrantState(now) != queue.GrantExpired {
 		v.Page.Refresh = int(statusRefresh / time.Second)
 	}
 	ec.Response().Header().Set("X-Robots-Tag", "noindex, nofollow")

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +56,39 @@ func TestApprovedCallWhoseGrantExpired(t *testing.T) {
 	check("a second before the grant expires", "approved", "Grant expires")
 	e.clock.Advance(time.Second)
 	check("once the grant expired", "approved — grant expired unredeemed", "Grant expired")
+}
+
+// TestStatusPageSaysReissueBeforeTheGrantRunsOut: the status page of an
+// approved call tells the agent's user to re-issue the call before its
+// grant runs out, and once it ran out, that the call must be proposed
+// again; the page stops reloading itself, as nothing more can change.
+func TestStatusPageSaysReissueBeforeTheGrantRunsOut(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	ctx := context.Background()
+	call := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	if got := e.browser().get(e.c.links.Path(call.ID)).find("status-next").Length(); got != 0 {
+		t.Errorf("a pending call's status page shows %d re-issue notes, want none", got)
+	}
+	approved, err := e.q.Approve(ctx, "adam", audit.ChannelCLI, call.ID, call.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.browser().get(e.c.links.Path(call.ID))
+	if got := p.find("status-next").Text(); !strings.Contains(got, "Re-issue the identical call before its grant runs out") ||
+		!strings.Contains(got, approved.GrantExpiresAt.UTC().Format("15:04:05")) {
+		t.Errorf("a live grant's status page says %q", got)
+	}
+	if p.doc.Find(`meta[http-equiv="refresh"]`).Length() != 1 {
+		t.Error("the status page of a live grant does not reload itself")
+	}
+	e.clock.Advance(approved.GrantExpiresAt.Sub(e.clock.Now()))
+	p = e.browser().get(e.c.links.Path(call.ID))
+	if got := p.find("status-next").Text(); !strings.Contains(got, "The grant ran out before the call was re-issued") ||
+		!strings.Contains(got, "propose it again") {
+		t.Errorf("an expired grant's status page says %q", got)
+	}
+	if p.doc.Find(`meta[http-equiv="refresh"]`).Length() != 0 {
+		t.Error("the status page of an expired grant still reloads itself")
+	}
 }
