@@ -97,8 +97,8 @@ func TestWholeLoop(t *testing.T) {
 		t.Fatalf("Wait: %v", r.err)
 	}
 	approved := r.call
-	if approved.Status != client.StatusApproved || approved.Grant == "" || approved.GrantExpiresAt.IsZero() {
-		t.Fatalf("Wait: Status=%q Grant=%q GrantExpiresAt=%v, want approved with a grant", approved.Status, approved.Grant, approved.GrantExpiresAt)
+	if approved.Status != client.StatusApproved || approved.Grant == "" || approved.GrantExpiresAt.IsZero() || approved.GrantState != client.GrantLive {
+		t.Fatalf("Wait: Status=%q Grant=%q GrantExpiresAt=%v GrantState=%q, want approved with a live grant", approved.Status, approved.Grant, approved.GrantExpiresAt, approved.GrantState)
 	}
 	if got := approved.Approvals.Received; got != 1 {
 		t.Errorf("Approvals.Received=%d, want 1", got)
@@ -185,8 +185,8 @@ func TestWholeLoop(t *testing.T) {
 		t.Fatalf("Get: %v", err)
 	}
 	if got.Status != client.StatusRedeemed || got.Grant != "" || got.Outcome == nil || got.RedeemedAt.IsZero() ||
-		got.LeaseUntil.IsZero() || got.Outcome.At.IsZero() {
-		t.Errorf("Get: Status=%q Grant=%q Outcome=%+v, want redeemed, no grant, the outcome", got.Status, got.Grant, got.Outcome)
+		got.LeaseUntil.IsZero() || got.Outcome.At.IsZero() || got.GrantState != client.GrantRedeemed {
+		t.Errorf("Get: Status=%q Grant=%q GrantState=%q Outcome=%+v, want redeemed, no grant, the outcome", got.Status, got.Grant, got.GrantState, got.Outcome)
 	}
 }
 

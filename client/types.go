@@ -10,8 +10,9 @@ import (
 type Status = wire.Status
 
 // Call statuses. Every status but StatusPending and StatusApproved is
-// terminal; an approved call moves only to redeemed or revoked (or its grant
-// expires).
+// terminal; an approved call moves only to redeemed or revoked. An approved
+// call whose grant ran out unredeemed stays approved, with Call.GrantState
+// GrantExpired.
 const (
 	StatusPending   = wire.StatusPending
 	StatusApproved  = wire.StatusApproved
@@ -23,6 +24,18 @@ const (
 	// before it was redeemed (see Call.Revocation): redeeming it is refused
 	// (revoked).
 	StatusRevoked = wire.StatusRevoked
+)
+
+// GrantState is what became of an approved call's grant (Call.GrantState).
+type GrantState = wire.GrantState
+
+// Grant states: live (it can still be redeemed), expired (it ran out
+// unredeemed: the call runs only if proposed again), revoked, redeemed.
+const (
+	GrantLive     = wire.GrantLive
+	GrantExpired  = wire.GrantExpired
+	GrantRevoked  = wire.GrantRevoked
+	GrantRedeemed = wire.GrantRedeemed
 )
 
 // Proposal is what an agent asks to run.

@@ -197,7 +197,7 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 	call, err := control.Decide(ctx, q, req)
 	if err == nil && call != nil {
 		var v wire.Call
-		if v, err = answer.CallAsStored(call); err == nil {
+		if v, err = answer.CallAsStored(call, time.Now()); err == nil {
 			out.Call = &v
 		}
 	}

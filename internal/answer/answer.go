@@ -27,13 +27,14 @@ func second(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
 // single-sign-on operator by their principal), for operators' own tools:
 // the command line and the control socket. Agents receive Call with the
 // names people see.
-func CallAsStored(c *queue.Call) (wire.Call, error) {
-	return Call(c, func(name string) string { return name })
+func CallAsStored(c *queue.Call, now time.Time) (wire.Call, error) {
+	return Call(c, func(name string) string { return name }, now)
 }
 
-// Call is the call object with each person named by name. It fails only
-// when the stored arguments cannot be written as JSON.
-func Call(c *queue.Call, name func(string) string) (wire.Call, error) {
+// Call is the call object at now (which judges whether an approved call's
+// grant is still live) with each person named by name. It fails only when
+// the stored arguments cannot be written as JSON.
+func Call(c *queue.Call, name func(string) string, now time.Time) (wire.Call, error) {
 	args, err := c.Args.MarshalJSON()
 	if err != nil {
 		return wire.Call{}, fmt.Errorf("answer: call %s: args: %w", c.ID, err)
@@ -64,6 +65,7 @@ func Call(c *queue.Call, name func(string) string) (wire.Call, error) {
 		v.Grant = c.Grant
 		v.GrantExpiresAt = second(c.GrantExpiresAt)
 	}
+	v.GrantState = wire.GrantState(c.GrantState(now))
 	if r := c.Revoked; r != nil {
 		v.Revocation = &wire.Revocation{By: name(r.By), Reason: r.Reason, At: at(r.At)}
 	}

@@ -22,6 +22,9 @@ import (
 // mapCall, mapRedemption and mapLease are those builders, kept as the
 // reference: the typed answers must write the very same bytes.
 
+// mapNow is the instant mapCall judges grant_state at.
+var mapNow = time.Date(2026, 3, 2, 14, 10, 0, 0, time.UTC)
+
 func mapCall(c *queue.Call, name func(string) string) map[string]any {
 	v := map[string]any{
 		"id":         c.ID,
@@ -54,6 +57,16 @@ func mapCall(c *queue.Call, name func(string) string) map[string]any {
 	if c.Shown() == queue.StatusApproved {
 		v["grant"] = c.Grant
 		v["grant_expires_at"] = c.GrantExpiresAt.UTC().Format(time.RFC3339)
+	}
+	switch {
+	case c.Status == queue.StatusRedeemed:
+		v["grant_state"] = "redeemed"
+	case c.Status == queue.StatusApproved && c.Revoked != nil:
+		v["grant_state"] = "revoked"
+	case c.Status == queue.StatusApproved && mapNow.Unix() >= c.GrantExpiresAt.Unix():
+		v["grant_state"] = "expired"
+	case c.Status == queue.StatusApproved:
+		v["grant_state"] = "live"
 	}
 	if c.Revoked != nil {
 		v["revocation"] = map[string]string{"by": name(c.Revoked.By), "reason": c.Revoked.Reason,
@@ -329,12 +342,12 @@ func TestCallWritesTheMapsBytes(t *testing.T) {
 		return n
 	}
 	for name, c := range identityCalls(t) {
-		got, err := Call(c, public)
+		got, err := Call(c, public, mapNow)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		sameBytes(t, name, mapCall(c, public), got)
-		stored, err := CallAsStored(c)
+		stored, err := CallAsStored(c, mapNow)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +377,7 @@ func TestCallTimesWriteTheMapsBytes(t *testing.T) {
 			Denial:  &queue.Denial{By: "bob", At: instant("denial")},
 			Revoked: &queue.Revocation{By: "bob", At: instant("revoked")},
 			Outcome: &queue.Outcome{Status: "failed", At: instant("outcome")}}
-		got, err := Call(c, func(s string) string { return s })
+		got, err := Call(c, func(s string) string { return s }, mapNow)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -377,7 +390,7 @@ func TestCallTimesWriteTheMapsBytes(t *testing.T) {
 			rt.Fatalf("map:  %s\nwire: %s", old, typed)
 		}
 		c.Status, c.RedeemedAt, c.LeaseUntil = queue.StatusRedeemed, instant("redeemed"), instant("lease")
-		got, _ = Call(c, func(s string) string { return s })
+		got, _ = Call(c, func(s string) string { return s }, mapNow)
 		old, _ = json.Marshal(mapCall(c, func(s string) string { return s }))
 		if typed, _ = json.Marshal(got); !bytes.Equal(old, typed) {
 			rt.Fatalf("map:  %s\nwire: %s", old, typed)

@@ -232,7 +232,7 @@ func (h *historyPages) list(ec echo.Context) error {
 		return err
 	}
 	for _, call := range calls {
-		hv.Rows = append(hv.Rows, h.row(call))
+		hv.Rows = append(hv.Rows, h.row(call, now))
 	}
 	page := hq.values(false)
 	if hq.limit > 0 {
@@ -283,7 +283,7 @@ func auditExportLink(hq historyQuery) (link, scope string) {
 // still warns, and a record whose envelope or actor, tool or target no
 // longer matches its digest is marked, as its card would show STOP,
 // rather than listed as if its columns were what was hashed.
-func (h *historyPages) row(call *queue.Call) templates.HistoryRow {
+func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow {
 	var bound canonical.Object
 	env, err := queue.HashedEnvelope(call)
 	if err == nil {
@@ -293,7 +293,7 @@ func (h *historyPages) row(call *queue.Call) templates.HistoryRow {
 		ID: call.ID, URL: historyPath + "/calls/" + url.PathEscape(call.ID), CreatedAt: call.CreatedAt,
 		Status: string(call.Status), Actor: reveal.Of(call.Actor), Tool: reveal.Of(call.Tool), Target: reveal.Of(call.Target),
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, Digest: call.Digest,
-		Deceptive: queue.DeceptiveWith(call, bound), Integrity: err != nil,
+		Deceptive: queue.DeceptiveWith(call, bound), Integrity: err != nil, GrantState: call.GrantState(now),
 	}
 	if call.Outcome != nil {
 		r.Outcome = call.Outcome.Status

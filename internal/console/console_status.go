@@ -120,7 +120,7 @@ func (c *Console) statusPage(ec echo.Context) error {
 	v := templates.CallStatusView{CallView: cv, ConsoleURL: c.absolute(ec, "/calls/"+url.PathEscape(call.ID))}
 	v.Page = templates.Page{Title: "Status of call " + call.ID, Now: now}
 	v.Status = c.publicStatus(ec.Request().Context(), call, now)
-	if live(call) {
+	if live(call) && call.GrantState(now) != queue.GrantExpired {
 		v.Page.Refresh = int(statusRefresh / time.Second)
 	}
 	ec.Response().Header().Set("X-Robots-Tag", "noindex, nofollow")
@@ -152,7 +152,7 @@ func (c *Console) publicStatus(ctx context.Context, call *queue.Call, now time.T
 		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
-		RedeemedAt: call.RedeemedAt, LeaseUntil: call.LeaseUntil, Now: now, Rule: call.DecidedByRule(),
+		RedeemedAt: call.RedeemedAt, LeaseUntil: call.LeaseUntil, Now: now, Rule: call.DecidedByRule(), GrantState: call.GrantState(now),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	if s.ToolChanged {

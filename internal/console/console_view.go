@@ -244,7 +244,7 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		CallID: call.ID, Status: string(call.Shown()), Digest: call.Digest,
 		Required: call.ApprovalsRequired, Received: len(call.Approvals),
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
-		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(),
+		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(), GrantState: call.GrantState(now),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
 	}
 	if s.ToolChanged {

@@ -77,12 +77,12 @@ func TestHistoryRowWarnsFromEnvelope(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, card := hp.row(call), e.c.cardView(call, false, false, now)
+		r, card := hp.row(call, now), e.c.cardView(call, false, false, now)
 		if !reflect.DeepEqual([]any{r.Actor, r.Tool, r.Target, r.Deceptive}, []any{card.Actor, card.Tool, card.Target, card.Deceptive}) {
 			t.Errorf("%s: row shows %v %v %v deceptive=%v; a card shows %v %v %v deceptive=%v", id,
 				r.Actor, r.Tool, r.Target, r.Deceptive, card.Actor, card.Tool, card.Target, card.Deceptive)
 		}
-		rowAllocs := testing.AllocsPerRun(20, func() { hp.row(call) })
+		rowAllocs := testing.AllocsPerRun(20, func() { hp.row(call, now) })
 		cardAllocs := testing.AllocsPerRun(20, func() { e.c.cardView(call, false, false, now) })
 		if rowAllocs >= cardAllocs {
 			t.Errorf("%s: a history row allocates %.0f times, a card's view %.0f: the row still builds a card", id, rowAllocs, cardAllocs)
@@ -99,10 +99,10 @@ func BenchmarkHistoryRow(b *testing.B) {
 	if err != nil || len(calls) != 1 {
 		b.Fatalf("PendingCalls = %d calls, %v", len(calls), err)
 	}
-	hp, call := &historyPages{c: e.c}, calls[0]
+	hp, call, now := &historyPages{c: e.c}, calls[0], e.clock.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		hp.row(call)
+		hp.row(call, now)
 	}
 }

@@ -92,7 +92,7 @@ func TestRevokeGrantFromCallPage(t *testing.T) {
 // mustStored is the call object as operators' tools see it.
 func mustStored(t testing.TB, c *queue.Call) wire.Call {
 	t.Helper()
-	v, err := answer.CallAsStored(c)
+	v, err := answer.CallAsStored(c, c.CreatedAt)
 	if err != nil {
 		t.Fatal(err)
 	}

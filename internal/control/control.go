@@ -178,7 +178,7 @@ func write(w http.ResponseWriter, call *queue.Call, err error) {
 	var resp Response
 	if call != nil && err == nil {
 		var v wire.Call
-		if v, err = answer.CallAsStored(call); err == nil {
+		if v, err = answer.CallAsStored(call, time.Now()); err == nil {
 			resp.Call = &v
 		}
 	}

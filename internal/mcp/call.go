@@ -98,7 +98,7 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 			return nil, sdk.URLElicitationRequiredError([]*sdk.ElicitParams{{
 				Mode: "url", URL: g.statusURL(c.ID), ElicitationID: c.ID,
 				Message: fmt.Sprintf("Countersign is holding this call of %s for an operator's approval (digest %s). "+
-					"Open the page to follow it; the call runs once it is approved and re-issued.", name, groups(c.Digest)),
+					"Open the page to follow it; the call runs once it is approved and re-issued, before its grant runs out (%d seconds after the approval).", name, groups(c.Digest), int(c.GrantLife()/time.Second)),
 			}})
 		}
 		return g.pendingResult(name, c), nil
@@ -371,8 +371,9 @@ func toolError(status, text string, fields map[string]any) *sdk.CallToolResult {
 func (g *Gateway) pendingResult(name string, c *queue.Call) *sdk.CallToolResult {
 	url := g.statusURL(c.ID)
 	return toolError(StatusApprovalPending, fmt.Sprintf("This call of %s is waiting for an operator's approval in Countersign (call %s, %d of %d approvals, decide by %s). "+
-		"Nothing has run. Re-issue exactly the same call, with the same arguments, to wait again; it runs once approved. Its status page: %s",
-		name, c.ID, len(c.Approvals), c.ApprovalsRequired, c.DecideBy.UTC().Format(time.RFC3339), url),
+		"Nothing has run. Re-issue exactly the same call, with the same arguments, to wait again; it runs once approved. "+
+		"Once it is approved, re-issue it before its grant runs out, %d seconds after the approval: after that the approval can no longer be used and the call needs a new one. Its status page: %s",
+		name, c.ID, len(c.Approvals), c.ApprovalsRequired, c.DecideBy.UTC().Format(time.RFC3339), int(c.GrantLife()/time.Second), url),
 		map[string]any{"call_id": c.ID, "approval_url": url, "decide_by": c.DecideBy.UTC().Format(time.RFC3339), "digest": c.Digest})
 }
 
@@ -427,7 +428,8 @@ func redemptionRefused(name string, c *queue.Call, r *queue.Redemption) *sdk.Cal
 		}
 		return toolError(StatusFrozen, msg+" Ask a person before trying again.", fields)
 	case grant.ReasonExpired:
-		return toolError(StatusExpired, fmt.Sprintf("The approval of the call of %s expired before it was used; re-issue the call to propose it again.", name), fields)
+		return toolError(StatusExpired, fmt.Sprintf("The approval of the call of %s expired before it was used, so it did not run. Re-issue the call to propose it again; once it is approved, re-issue it before its new grant runs out, %d seconds after the approval.",
+			name, int(c.GrantLife()/time.Second)), fields)
 	}
 	return toolError("redemption_refused", fmt.Sprintf("Countersign refused to run the call of %s (%s); nothing ran.", name, r.Reason), fields)
 }

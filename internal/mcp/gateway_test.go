@@ -699,7 +699,7 @@ func TestHoldTimesOutAndTheReCallFindsTheCall(t *testing.T) {
 		st["approval_url"] != statusURL(c.ID) || st["decide_by"] != c.DecideBy.UTC().Format(time.RFC3339) {
 		t.Fatalf("after the hold: %s %v (call %s)", text(res), st, c.ID)
 	}
-	if !strings.Contains(text(res), "Re-issue exactly the same call") {
+	if !strings.Contains(text(res), "Re-issue exactly the same call") || !strings.Contains(text(res), fmt.Sprintf("re-issue it before its grant runs out, %d seconds after the approval", int(c.GrantLife()/time.Second))) {
 		t.Errorf("the text does not say to re-issue the call: %s", text(res))
 	}
 	mu.Lock()

@@ -442,12 +442,18 @@ func checkEvidence(in ApproveInput) (any, error) {
 	return v, nil
 }
 
+// GrantLife is how long the grant approving c mints lives: its tool's
+// grant_ttl, at most grant.MaxTTL.
+func (c *Call) GrantLife() time.Duration {
+	if c.GrantTTL <= 0 || c.GrantTTL > grant.MaxTTL {
+		return grant.MaxTTL
+	}
+	return c.GrantTTL
+}
+
 // grantClaims are the claims of the grant that approving c at now mints.
 func grantClaims(c *Call, now time.Time) grant.Claims {
-	ttl := c.GrantTTL
-	if ttl <= 0 || ttl > grant.MaxTTL {
-		ttl = grant.MaxTTL
-	}
+	ttl := c.GrantLife()
 	return grant.Claims{
 		Subject: c.Actor, Audience: c.Audience, JTI: grant.NewJTI(),
 		IssuedAt: now.Unix(), ExpiresAt: now.Unix() + int64(ttl/time.Second),

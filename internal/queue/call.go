@@ -136,6 +136,39 @@ func (c *Call) Shown() Status {
 	return c.Status
 }
 
+// Grant states: what became of the grant of a call that was approved.
+const (
+	// GrantLive is a grant that can still be redeemed.
+	GrantLive = "live"
+	// GrantExpired is a grant that ran out unredeemed: the call stays
+	// approved in the store, but it can no longer run; only a new proposal
+	// of the call can.
+	GrantExpired = "expired"
+	// GrantRevoked is a grant an operator revoked before it was redeemed.
+	GrantRevoked = "revoked"
+	// GrantRedeemed is a grant that was redeemed: the call ran (or runs).
+	GrantRedeemed = "redeemed"
+)
+
+// GrantState is what became of the call's grant at now: live, expired,
+// revoked or redeemed; "" for a call that was never approved (pending,
+// denied, expired undecided, or cancelled). A grant is expired from the
+// second its expiry names, as redemption judges it (grant.CheckTime).
+func (c *Call) GrantState(now time.Time) string {
+	switch c.Shown() {
+	case StatusRedeemed:
+		return GrantRedeemed
+	case StatusRevoked:
+		return GrantRevoked
+	case StatusApproved:
+		if now.Unix() >= c.GrantExpiresAt.Unix() {
+			return GrantExpired
+		}
+		return GrantLive
+	}
+	return ""
+}
+
 // Outcome statuses. The executor reports succeeded, failed or unknown;
 // lease_expired is set by the console when nobody reported in time, and a
 // report that arrives later replaces it.

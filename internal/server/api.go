@@ -289,7 +289,7 @@ func problemCount(n int) string {
 // single-sign-on principal (account.PublicNames). The status page follows
 // the same rule.
 func (s *Server) answerCall(c echo.Context, status int, call *queue.Call) error {
-	v, err := answer.Call(call, s.cfg.Accounts.PublicNames(c.Request().Context()))
+	v, err := answer.Call(call, s.cfg.Accounts.PublicNames(c.Request().Context()), s.now())
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func TestCallViewApprovalsAndOwners(t *testing.T) {
 // mustStored is the call object as operators' tools see it.
 func mustStored(t testing.TB, c *queue.Call) wire.Call {
 	t.Helper()
-	v, err := answer.CallAsStored(c)
+	v, err := answer.CallAsStored(c, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

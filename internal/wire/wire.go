@@ -24,8 +24,9 @@ import (
 type Status string
 
 // Call statuses. Every status but StatusPending and StatusApproved is
-// terminal; an approved call moves only to redeemed or revoked (or its grant
-// expires).
+// terminal; an approved call moves only to redeemed or revoked. An approved
+// call whose grant ran out unredeemed stays approved, with grant_state
+// expired.
 const (
 	StatusPending   Status = "pending"
 	StatusApproved  Status = "approved"
@@ -37,6 +38,17 @@ const (
 	// before it was redeemed (see Call.Revocation): redeeming it is refused
 	// (revoked).
 	StatusRevoked Status = "revoked"
+)
+
+// GrantState is what became of an approved call's grant.
+type GrantState string
+
+// Grant states.
+const (
+	GrantLive     GrantState = "live"
+	GrantExpired  GrantState = "expired"
+	GrantRevoked  GrantState = "revoked"
+	GrantRedeemed GrantState = "redeemed"
 )
 
 // Decided reports whether an operator (or the clock) has settled the call:
@@ -74,7 +86,13 @@ type Call struct {
 	// it expires.
 	Grant          string    `json:"grant,omitempty"`
 	GrantExpiresAt time.Time `json:"grant_expires_at,omitzero"`
-	ID             string    `json:"id"`
+	// GrantState is, for a call that was approved, what became of its
+	// grant when the answer was made: live (it can still be redeemed),
+	// expired (it ran out unredeemed: the status stays approved, but the
+	// call can run only if proposed again), revoked or redeemed. Absent for
+	// a call that was never approved.
+	GrantState GrantState `json:"grant_state,omitempty"`
+	ID         string     `json:"id"`
 	// LeaseUntil is, once the grant was redeemed, when the executor's
 	// lease ends (or ended): with no outcome reported by then, the outcome
 	// becomes lease_expired.

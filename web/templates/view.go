@@ -425,11 +425,14 @@ func (a Approval) How() string {
 // StatusView is the part of a call's page that changes: status, approvals,
 // decision, grant, and the decide controls.
 type StatusView struct {
-	CallID   string
-	Status   string
-	Digest   string
-	Required int
-	Received int
+	CallID string
+	Status string
+	// GrantState is what became of an approved call's grant (live,
+	// expired, revoked, redeemed; "" for a call never approved).
+	GrantState string
+	Digest     string
+	Required   int
+	Received   int
 
 	// Tool and Target are shown beside the passkey button (browsers show
 	// nothing of the call in their own prompt).
@@ -932,4 +935,14 @@ func integerHint(m OfferMember) string {
 type FrozenView struct {
 	Scope, Reason, By string
 	At                time.Time
+}
+
+// StatusLabel is how a call's status reads to people. An approved call
+// whose grant ran out unredeemed reads "approved — grant expired
+// unredeemed": it stays approved in the record, but it can no longer run.
+func StatusLabel(status, grantState string) string {
+	if status == "approved" && grantState == "expired" {
+		return "approved — grant expired unredeemed"
+	}
+	return status
 }

@@ -44,6 +44,10 @@ from ._canonical import (
     without,
 )
 from ._client import (
+    GRANT_EXPIRED,
+    GRANT_LIVE,
+    GRANT_REDEEMED,
+    GRANT_REVOKED,
     OUTCOME_FAILED,
     OUTCOME_LEASE_EXPIRED,
     OUTCOME_SUCCEEDED,
@@ -101,7 +105,7 @@ __all__ = [
     "format_number", "valid_tool_name", "without", "SCOPE_DIGEST_PREFIX", "scope_digest",
     "OUTCOME_FAILED", "OUTCOME_LEASE_EXPIRED", "OUTCOME_SUCCEEDED", "OUTCOME_UNKNOWN", "STATUS_APPROVED",
     "STATUS_CANCELLED", "STATUS_DENIED", "STATUS_EXPIRED", "STATUS_PENDING", "STATUS_REDEEMED",
-    "STATUS_REVOKED",
+    "STATUS_REVOKED", "GRANT_EXPIRED", "GRANT_LIVE", "GRANT_REDEEMED", "GRANT_REVOKED",
     "VERDICT_EXECUTED", "VERDICT_NOT_EXECUTED", "METHOD_CLICK", "METHOD_COMMAND", "METHOD_PASSKEY", "METHOD_POLICY",
     "METHOD_BATCH", "METHOD_ALLOWANCE", "HUMAN_TRUE", "HUMAN_FALSE", "HUMAN_UNATTESTED",
     "Approval", "Approvals", "AsyncClient", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome",

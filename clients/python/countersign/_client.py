@@ -34,6 +34,14 @@ STATUS_REDEEMED = "redeemed"
 #: (see ``Call.revocation``): redeeming it is refused (revoked).
 STATUS_REVOKED = "revoked"
 
+#: What became of an approved call's grant (``Call.grant_state``): live (it
+#: can still be redeemed), expired (it ran out unredeemed; the status stays
+#: approved, but the call runs only if proposed again), revoked, redeemed.
+GRANT_LIVE = "live"
+GRANT_EXPIRED = "expired"
+GRANT_REVOKED = "revoked"
+GRANT_REDEEMED = "redeemed"
+
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_FAILED = "failed"
 OUTCOME_UNKNOWN = "unknown"
@@ -250,6 +258,10 @@ class Call:
     owners: tuple = ()
     grant: str = ""
     grant_expires_at: Optional[datetime] = None
+    #: Once the call was approved, what became of its grant when the console
+    #: answered (GRANT_LIVE, GRANT_EXPIRED, GRANT_REVOKED, GRANT_REDEEMED);
+    #: "" for a call never approved.
+    grant_state: str = ""
     decision: Optional[Decision] = None
     #: Set when an operator revoked the grant before it was redeemed
     #: (status revoked).
@@ -301,7 +313,7 @@ class Call:
                                 tuple(Approval.from_json(g) for g in (ap.get("given") or []) if isinstance(g, dict))),
             owners=tuple(o for o in (d.get("owners") or []) if isinstance(o, str)),
             rationale=d.get("rationale", ""), grant=d.get("grant", ""),
-            grant_expires_at=_time(d.get("grant_expires_at")),
+            grant_expires_at=_time(d.get("grant_expires_at")), grant_state=d.get("grant_state", ""),
             decision=Decision(dec.get("by", ""), dec.get("reason", ""), _time(dec.get("at"))) if dec else None,
             revocation=Revocation(rev.get("by", ""), rev.get("reason", ""), _time(rev.get("at")))
             if isinstance(rev, dict) else None,

@@ -74,7 +74,7 @@ class WholeLoop(unittest.TestCase):
         call = c.submit("payments.refund", "invoice:INV-1042", dict(REFUND, notes="charged twice"),
                         rationale="the customer was charged twice")
         self.assertTrue(call.created)
-        self.assertEqual(call.status, "pending")
+        self.assertEqual((call.status, call.grant_state), ("pending", ""))
         self.assertRegex(call.digest, r"^[0-9a-f]{64}$")
         self.assertEqual(call.audience, "payments-host")
         self.assertEqual(call.approvals, countersign.Approvals(required=1, received=0))
@@ -101,6 +101,7 @@ class WholeLoop(unittest.TestCase):
         self.assertEqual(approved.status, "approved")
         self.assertTrue(approved.grant)
         self.assertIsNotNone(approved.grant_expires_at)
+        self.assertEqual(approved.grant_state, countersign.GRANT_LIVE)
         self.assertEqual(approved.approvals.received, 1)
         self.assertEqual([(a.by, a.channel, a.method) for a in approved.approvals.given],
                          [(OPERATOR, "cli", countersign.METHOD_COMMAND)])
@@ -137,6 +138,7 @@ class WholeLoop(unittest.TestCase):
 
         got = c.get(call.id)
         self.assertEqual((got.status, got.grant, got.outcome.status), ("redeemed", "", "succeeded"))
+        self.assertEqual(got.grant_state, countersign.GRANT_REDEEMED)
         # The lineage: what was proposed, approved and redeemed is one digest.
         lin = got.lineage
         self.assertEqual([lin.proposed.digest] + [d.digest for d in lin.decided] + [lin.redeemed.digest], [call.digest] * 3)
@@ -227,6 +229,7 @@ class Decisions(unittest.TestCase):
         console.revoke_grant(call.id, "wrong invoice: INV-501 was refunded by hand")
         revoked = c.get(call.id)
         self.assertEqual(revoked.status, countersign.STATUS_REVOKED)
+        self.assertEqual(revoked.grant_state, countersign.GRANT_REVOKED)
         self.assertIsInstance(revoked.revocation, countersign.Revocation)
         self.assertEqual((revoked.revocation.by, revoked.revocation.reason),
                          (OPERATOR, "wrong invoice: INV-501 was refunded by hand"))

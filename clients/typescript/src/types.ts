@@ -11,6 +11,11 @@ export type JsonObject = { [name: string]: JsonValue };
  * operator revokes its grant before it is redeemed (see Call.revocation). */
 export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked';
 
+/** What became of an approved call's grant: live (it can still be
+ * redeemed), expired (it ran out unredeemed; the status stays approved, but
+ * the call runs only if proposed again), revoked or redeemed. */
+export type GrantState = 'live' | 'expired' | 'revoked' | 'redeemed';
+
 /** The outcome statuses an executor reports. */
 export type OutcomeStatus = 'succeeded' | 'failed' | 'unknown';
 
@@ -170,6 +175,9 @@ export interface Call {
   /** The signed single-use grant, while approved and not yet redeemed. */
   grant?: string;
   grant_expires_at?: string;
+  /** Once the call was approved, what became of its grant when the console
+   * answered; absent for a call never approved. */
+  grant_state?: GrantState;
   /** Set when an operator denied the call. */
   decision?: Decision;
   /** Set when an operator revoked the grant before it was redeemed (status

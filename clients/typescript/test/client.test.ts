@@ -16,6 +16,7 @@ import {
   gated,
   specOf,
   without,
+  type GrantState,
   type JsonObject,
   type Revocation,
   type Status,
@@ -80,7 +81,7 @@ test('submit, wait, redeem, report the outcome', async () => {
   const c = newClient();
   const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-1042', args: { ...REFUND, notes: 'charged twice' }, rationale: 'charged twice' });
   assert.equal(call.created, true);
-  assert.equal(call.status, 'pending');
+  assert.deepEqual([call.status, call.grant_state], ['pending', undefined]);
   assert.match(call.digest, /^[0-9a-f]{64}$/);
   assert.equal(call.audience, 'payments-host');
   assert.deepEqual(call.approvals, { required: 1, received: 0 });
@@ -102,6 +103,8 @@ test('submit, wait, redeem, report the outcome', async () => {
   const approved = await within(waited, 30_000, 'wait');
   assert.equal(approved.status, 'approved');
   assert.ok(approved.grant && approved.grant_expires_at);
+  const live: GrantState = 'live';
+  assert.equal(approved.grant_state, live);
   assert.equal(approved.approvals.received, 1);
   assert.deepEqual(approved.approvals.given?.map((a) => [a.by, a.channel, a.method]), [[OPERATOR, 'cli', 'command']]);
   assert.ok(!Number.isNaN(Date.parse(approved.approvals.given?.[0]?.at ?? '')));
@@ -135,6 +138,7 @@ test('submit, wait, redeem, report the outcome', async () => {
   assert.deepEqual([e.code, e.status], ['outcome_already_reported', 409]);
   const got = await c.get(call.id);
   assert.deepEqual([got.status, got.grant, got.outcome?.status], ['redeemed', undefined, 'succeeded']);
+  assert.equal(got.grant_state, 'redeemed');
   // The lineage: what was proposed, approved and redeemed is one digest.
   const lin = got.lineage;
   assert.deepEqual([lin.proposed.digest, ...(lin.decided ?? []).map((d) => d.digest), lin.redeemed?.digest], [call.digest, call.digest, call.digest]);
@@ -220,6 +224,7 @@ test('a revoked grant: the call is revoked, with who, why and when, and the gran
   const revoked = await c.get(call.id);
   const status: Status = 'revoked';
   assert.equal(revoked.status, status);
+  assert.equal(revoked.grant_state, 'revoked');
   const r: Revocation | undefined = revoked.revocation;
   assert.deepEqual([r?.by, r?.reason], [OPERATOR, 'wrong invoice: INV-501 was refunded by hand']);
   assert.ok(r && !Number.isNaN(Date.parse(r.at)), `revocation.at=${r?.at}`);

@@ -189,7 +189,7 @@ var _ = add("lineage/every way of approving records what ran", func(t *testing.T
 			t.Fatalf("%s: the exact redemption: %+v, %v", c.ID, r, err)
 		}
 		c, _ = h.q.Call(ctx, c.ID)
-		v, err := answer.CallAsStored(c)
+		v, err := answer.CallAsStored(c, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
