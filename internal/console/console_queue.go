@@ -28,9 +28,10 @@ const (
 	sortOldest   = "oldest"   // the longest waiting first
 	sortNewest   = "newest"   // the most recent first
 	sortTool     = "tool"     // by tool name, then by deadline
+	sortRisk     = "risk"     // the tool's declared risk, highest first, then by deadline
 )
 
-var queueSorts = []string{sortDeadline, sortOldest, sortNewest, sortTool}
+var queueSorts = []string{sortDeadline, sortOldest, sortNewest, sortTool, sortRisk}
 
 // summaryCut is how many characters of a value a card shows before it cuts
 // it; the call page shows every value whole.
@@ -43,6 +44,8 @@ type queueQuery struct {
 	Actor  string // case-insensitive part of the actor
 	Target string // case-insensitive part of the target
 	Warn   bool   // only calls with deceptive characters
+	Risk   string // only calls of tools declaring this risk
+	Effect string // only calls of tools declaring this effect
 }
 
 // parseQueueQuery reads a queue URL's query. Nothing in it is refused: an
@@ -65,6 +68,12 @@ func parseQueueQuery(q url.Values) queueQuery {
 	if !slices.Contains(queueSorts, qq.Sort) {
 		qq.Sort = sortDeadline
 	}
+	if r := get("risk"); tools.RiskRank(r) > 0 {
+		qq.Risk = r
+	}
+	if e := get("effect"); slices.Contains(tools.Effects, e) {
+		qq.Effect = e
+	}
 	return qq
 }
 
@@ -74,7 +83,7 @@ func (qq queueQuery) values() url.Values {
 	if qq.Sort != sortDeadline {
 		v.Set("sort", qq.Sort)
 	}
-	for k, s := range map[string]string{"tool": qq.Tool, "actor": qq.Actor, "target": qq.Target} {
+	for k, s := range map[string]string{"tool": qq.Tool, "actor": qq.Actor, "target": qq.Target, "risk": qq.Risk, "effect": qq.Effect} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -87,14 +96,21 @@ func (qq queueQuery) values() url.Values {
 
 // filtered reports whether anything but the sort is set.
 func (qq queueQuery) filtered() bool {
-	return qq.Tool != "" || qq.Actor != "" || qq.Target != "" || qq.Warn
+	return qq.Tool != "" || qq.Actor != "" || qq.Target != "" || qq.Warn || qq.Risk != "" || qq.Effect != ""
 }
 
 // matches reports whether the filter lets the call through; deceptive is
-// whether the call carries a deception warning.
-func (qq queueQuery) matches(c *queue.Call, deceptive bool) bool {
+// whether the call carries a deception warning, reg the tools that say
+// each tool's risk and effects (nil when none are loaded).
+func (qq queueQuery) matches(c *queue.Call, deceptive bool, reg *tools.Registry) bool {
 	if qq.Tool != "" && c.Tool != qq.Tool {
 		return false
+	}
+	if qq.Risk != "" || qq.Effect != "" {
+		risk, effects := riskOf(reg, c.Tool)
+		if qq.Risk != "" && risk != qq.Risk || qq.Effect != "" && !slices.Contains(effects, qq.Effect) {
+			return false
+		}
 	}
 	if qq.Actor != "" && !containsFold(c.Actor, qq.Actor) {
 		return false
@@ -103,6 +119,18 @@ func (qq queueQuery) matches(c *queue.Call, deceptive bool) bool {
 		return false
 	}
 	return !qq.Warn || deceptive
+}
+
+// riskOf is the risk and effects the tool declares.
+func riskOf(reg *tools.Registry, tool string) (string, []string) {
+	if reg == nil {
+		return "", nil
+	}
+	t, ok := reg.Tool(tool)
+	if !ok {
+		return "", nil
+	}
+	return t.Risk, t.Effects
 }
 
 func containsFold(s, part string) bool {
@@ -121,6 +149,10 @@ func sortCards(cards []templates.Card, sort string) {
 			return b.CreatedAt.Compare(a.CreatedAt)
 		case sortTool:
 			if c := strings.Compare(a.RawTool, b.RawTool); c != 0 {
+				return c
+			}
+		case sortRisk:
+			if c := tools.RiskRank(b.Risk) - tools.RiskRank(a.Risk); c != 0 {
 				return c
 			}
 		}

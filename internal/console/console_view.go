@@ -49,14 +49,14 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 		ws += "?" + query
 	}
 	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), MaxBatch: queue.MaxBatch, Query: query, Filtered: qq.filtered(),
-		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn}}
+		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn, Risk: qq.Risk, Effect: qq.Effect}}
 	if reg := c.q.Tools(); reg != nil {
 		qv.Tools = reg.Names()
 	}
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
 		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)
-		if qq.matches(call, card.Deceptive) {
+		if qq.matches(call, card.Deceptive, c.q.Tools()) {
 			qv.Cards = append(qv.Cards, card)
 		}
 	}
@@ -153,6 +153,7 @@ func (c *Console) cardView(call *queue.Call, canDecide, owned bool, now time.Tim
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
 		Group: groupKey(call), Owned: owned,
 	}
+	card.Risk, card.Effects = riskOf(c.q.Tools(), call.Tool)
 	// The summary is read from what the digest covers, checked as the call
 	// page checks it: an edit of the stored copy of the arguments does not
 	// change what the card says, and a record that no longer matches its
