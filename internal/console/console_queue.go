@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/canonical"
@@ -46,6 +47,28 @@ type queueQuery struct {
 	Warn   bool   // only calls with deceptive characters
 	Risk   string // only calls of tools declaring this risk
 	Effect string // only calls of tools declaring this effect
+	List   bool   // the list view: one line per call, a page at a time
+	After  string // the list view's page key: "" for the first page
+}
+
+// listPageSize is how many calls one page of the list view reads and
+// shows.
+const listPageSize = 50
+
+// pageKey reads the list view's page key, "MILLIS.ID"; the zero key (the
+// first page) when it is absent or malformed.
+func pageKey(s string) queue.PageKey {
+	ms, id, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || !strings.HasPrefix(id, "call_") {
+		return queue.PageKey{}
+	}
+	return queue.PageKey{DecideBy: time.UnixMilli(n).UTC(), ID: id}
+}
+
+// pageKeyString is the key of the page after call.
+func pageKeyString(call *queue.Call) string {
+	return strconv.FormatInt(call.DecideBy.UnixMilli(), 10) + "." + call.ID
 }
 
 // parseQueueQuery reads a queue URL's query. Nothing in it is refused: an
@@ -74,6 +97,12 @@ func parseQueueQuery(q url.Values) queueQuery {
 	if e := get("effect"); slices.Contains(tools.Effects, e) {
 		qq.Effect = e
 	}
+	if get("view") == "list" {
+		qq.List = true
+		if k := get("after"); pageKey(k).ID != "" {
+			qq.After = k
+		}
+	}
 	return qq
 }
 
@@ -90,6 +119,12 @@ func (qq queueQuery) values() url.Values {
 	}
 	if qq.Warn {
 		v.Set("warn", "1")
+	}
+	if qq.List {
+		v.Set("view", "list")
+		if qq.After != "" {
+			v.Set("after", qq.After)
+		}
 	}
 	return v
 }

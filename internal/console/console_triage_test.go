@@ -222,3 +222,50 @@ func TestCutText(t *testing.T) {
 		t.Errorf("short text cut: %d %v", n, cut)
 	}
 }
+
+// The list view shows one page of pending calls by deadline, one line per
+// call with its selection box for a batch review and no decision button,
+// and links to the next page, which starts where the first ended.
+func TestQueueListViewPages(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	const n = listPageSize + 5
+	var ids []string
+	for i := 0; i < n; i++ {
+		c := e.submit(fmt.Sprintf("agent:bot-%d", i%5), "search-host",
+			fmt.Sprintf(`{"tool":"search.query","target":"index:tickets","args":{"query":"q%d","limit":20}}`, i))
+		ids = append(ids, c.ID)
+		e.clock.Advance(time.Second)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/?view=list")
+	if p.find("rows-view").Length() != 1 {
+		t.Fatal("the list view is not a list")
+	}
+	first := cardIDs(p)
+	if !slices.Equal(first, ids[:listPageSize]) {
+		t.Errorf("page 1 = %d calls %v, want the %d soonest deadlines in order", len(first), first, listPageSize)
+	}
+	if p.find("card-select").Length() != listPageSize {
+		t.Errorf("%d selection boxes on page 1, want one a row", p.find("card-select").Length())
+	}
+	if p.find("approve").Length() != 0 {
+		t.Error("a row offers Approve")
+	}
+	next, ok := p.find("next-page").Attr("href")
+	if !ok || !strings.Contains(next, "view=list") {
+		t.Fatalf("next page link %q", next)
+	}
+	p = b.get(next)
+	if got := cardIDs(p); !slices.Equal(got, ids[listPageSize:]) {
+		t.Errorf("page 2 = %v, want %v", got, ids[listPageSize:])
+	}
+	if p.find("next-page").Length() != 0 {
+		t.Error("the last page links to a next one")
+	}
+	// A malformed key is the first page.
+	if got := cardIDs(b.get("/?view=list&after=nonsense")); !slices.Equal(got, first) {
+		t.Errorf("a malformed key shows %d calls", len(got))
+	}
+}

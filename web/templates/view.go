@@ -316,6 +316,12 @@ type QueueView struct {
 	Covered    []CoveredCard
 	CoveredMax int
 	CoveredFor string
+	// List is set for the list view: one line per call, a page at a time
+	// by deadline; NextPage is the address of the page after it ("" on
+	// the last), ListURL and CardsURL switch between the views.
+	List              bool
+	NextPage          string
+	ListURL, CardsURL string
 }
 
 // CoveredCard is a call an allowance approved as it arrived, on the
