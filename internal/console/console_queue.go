@@ -97,7 +97,7 @@ func parseQueueQuery(q url.Values) queueQuery {
 	if e := get("effect"); slices.Contains(tools.Effects, e) {
 		qq.Effect = e
 	}
-	if get("view") == "list" {
+	if get("layout") == "list" {
 		qq.List = true
 		if k := get("after"); pageKey(k).ID != "" {
 			qq.After = k
@@ -121,7 +121,7 @@ func (qq queueQuery) values() url.Values {
 		v.Set("warn", "1")
 	}
 	if qq.List {
-		v.Set("view", "list")
+		v.Set("layout", "list")
 		if qq.After != "" {
 			v.Set("after", qq.After)
 		}

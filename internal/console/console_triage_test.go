@@ -239,7 +239,7 @@ func TestQueueListViewPages(t *testing.T) {
 	}
 	b := e.browser()
 	b.login("olivia", rolePassword)
-	p := b.get("/?view=list")
+	p := b.get("/?layout=list")
 	if p.find("rows-view").Length() != 1 {
 		t.Fatal("the list view is not a list")
 	}
@@ -254,7 +254,7 @@ func TestQueueListViewPages(t *testing.T) {
 		t.Error("a row offers Approve")
 	}
 	next, ok := p.find("next-page").Attr("href")
-	if !ok || !strings.Contains(next, "view=list") {
+	if !ok || !strings.Contains(next, "layout=list") {
 		t.Fatalf("next page link %q", next)
 	}
 	p = b.get(next)
@@ -265,7 +265,7 @@ func TestQueueListViewPages(t *testing.T) {
 		t.Error("the last page links to a next one")
 	}
 	// A malformed key is the first page.
-	if got := cardIDs(b.get("/?view=list&after=nonsense")); !slices.Equal(got, first) {
+	if got := cardIDs(b.get("/?layout=list&after=nonsense")); !slices.Equal(got, first) {
 		t.Errorf("a malformed key shows %d calls", len(got))
 	}
 }
