@@ -207,6 +207,8 @@ func TestBrowserAccessibility(t *testing.T) {
 		{"login", anon, "/login"},
 		{"queue", op, "/"},
 		{"queue filtered", op, "/?tool=releases.deploy&sort=oldest"},
+		{"list view", op, "/?layout=list"},
+		{"list view by risk", op, "/?layout=list&risk=medium"},
 		{"call", op, "/calls/" + ids.deploy},
 		{"call with warnings", op, "/calls/" + ids.mail},
 		{"call with a long value", op, "/calls/" + ids.long},

@@ -125,6 +125,16 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 		qc.Notifier = n.router
 	}
 	q := queue.NewService(qc)
+	if n != nil {
+		n.router.SetRisk(func(tool string) (string, []string) {
+			if reg := q.Tools(); reg != nil {
+				if t, ok := reg.Tool(tool); ok {
+					return t.Risk, t.Effects
+				}
+			}
+			return "", nil
+		})
+	}
 	// Every decision from here on names this tools file: record which
 	// file is in force, with each tool's definition digest.
 	if err := q.RecordTools(context.Background(), "console", toolsAt); err != nil {

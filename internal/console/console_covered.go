@@ -52,7 +52,7 @@ func (c *Console) coveredCards(ctx context.Context, now time.Time, qq queueQuery
 		}
 		seen[call.ID] = true
 		card := c.coveredCard(ctx, call, now, left)
-		if qq.matches(call, card.Deceptive) {
+		if qq.matches(call, card.Deceptive, c.q.Tools()) {
 			out = append(out, card)
 		}
 	}

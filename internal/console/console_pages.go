@@ -113,7 +113,7 @@ func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *vie
 			continue
 		}
 		card := c.cardView(call, true, false, now)
-		if qq.matches(call, card.Deceptive) {
+		if qq.matches(call, card.Deceptive, c.q.Tools()) {
 			cards = append(cards, card)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/canonical"
@@ -28,9 +29,10 @@ const (
 	sortOldest   = "oldest"   // the longest waiting first
 	sortNewest   = "newest"   // the most recent first
 	sortTool     = "tool"     // by tool name, then by deadline
+	sortRisk     = "risk"     // the tool's declared risk, highest first, then by deadline
 )
 
-var queueSorts = []string{sortDeadline, sortOldest, sortNewest, sortTool}
+var queueSorts = []string{sortDeadline, sortOldest, sortNewest, sortTool, sortRisk}
 
 // summaryCut is how many characters of a value a card shows before it cuts
 // it; the call page shows every value whole.
@@ -43,6 +45,30 @@ type queueQuery struct {
 	Actor  string // case-insensitive part of the actor
 	Target string // case-insensitive part of the target
 	Warn   bool   // only calls with deceptive characters
+	Risk   string // only calls of tools declaring this risk
+	Effect string // only calls of tools declaring this effect
+	List   bool   // the list view: one line per call, a page at a time
+	After  string // the list view's page key: "" for the first page
+}
+
+// listPageSize is how many calls one page of the list view reads and
+// shows.
+const listPageSize = 50
+
+// pageKey reads the list view's page key, "MILLIS.ID"; the zero key (the
+// first page) when it is absent or malformed.
+func pageKey(s string) queue.PageKey {
+	ms, id, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || !strings.HasPrefix(id, "call_") {
+		return queue.PageKey{}
+	}
+	return queue.PageKey{DecideBy: time.UnixMilli(n).UTC(), ID: id}
+}
+
+// pageKeyString is the key of the page after call.
+func pageKeyString(call *queue.Call) string {
+	return strconv.FormatInt(call.DecideBy.UnixMilli(), 10) + "." + call.ID
 }
 
 // parseQueueQuery reads a queue URL's query. Nothing in it is refused: an
@@ -65,6 +91,18 @@ func parseQueueQuery(q url.Values) queueQuery {
 	if !slices.Contains(queueSorts, qq.Sort) {
 		qq.Sort = sortDeadline
 	}
+	if r := get("risk"); tools.RiskRank(r) > 0 {
+		qq.Risk = r
+	}
+	if e := get("effect"); slices.Contains(tools.Effects, e) {
+		qq.Effect = e
+	}
+	if get("layout") == "list" {
+		qq.List = true
+		if k := get("after"); pageKey(k).ID != "" {
+			qq.After = k
+		}
+	}
 	return qq
 }
 
@@ -74,7 +112,7 @@ func (qq queueQuery) values() url.Values {
 	if qq.Sort != sortDeadline {
 		v.Set("sort", qq.Sort)
 	}
-	for k, s := range map[string]string{"tool": qq.Tool, "actor": qq.Actor, "target": qq.Target} {
+	for k, s := range map[string]string{"tool": qq.Tool, "actor": qq.Actor, "target": qq.Target, "risk": qq.Risk, "effect": qq.Effect} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -82,19 +120,32 @@ func (qq queueQuery) values() url.Values {
 	if qq.Warn {
 		v.Set("warn", "1")
 	}
+	if qq.List {
+		v.Set("layout", "list")
+		if qq.After != "" {
+			v.Set("after", qq.After)
+		}
+	}
 	return v
 }
 
 // filtered reports whether anything but the sort is set.
 func (qq queueQuery) filtered() bool {
-	return qq.Tool != "" || qq.Actor != "" || qq.Target != "" || qq.Warn
+	return qq.Tool != "" || qq.Actor != "" || qq.Target != "" || qq.Warn || qq.Risk != "" || qq.Effect != ""
 }
 
 // matches reports whether the filter lets the call through; deceptive is
-// whether the call carries a deception warning.
-func (qq queueQuery) matches(c *queue.Call, deceptive bool) bool {
+// whether the call carries a deception warning, reg the tools that say
+// each tool's risk and effects (nil when none are loaded).
+func (qq queueQuery) matches(c *queue.Call, deceptive bool, reg *tools.Registry) bool {
 	if qq.Tool != "" && c.Tool != qq.Tool {
 		return false
+	}
+	if qq.Risk != "" || qq.Effect != "" {
+		risk, effects := riskOf(reg, c.Tool)
+		if qq.Risk != "" && risk != qq.Risk || qq.Effect != "" && !slices.Contains(effects, qq.Effect) {
+			return false
+		}
 	}
 	if qq.Actor != "" && !containsFold(c.Actor, qq.Actor) {
 		return false
@@ -103,6 +154,18 @@ func (qq queueQuery) matches(c *queue.Call, deceptive bool) bool {
 		return false
 	}
 	return !qq.Warn || deceptive
+}
+
+// riskOf is the risk and effects the tool declares.
+func riskOf(reg *tools.Registry, tool string) (string, []string) {
+	if reg == nil {
+		return "", nil
+	}
+	t, ok := reg.Tool(tool)
+	if !ok {
+		return "", nil
+	}
+	return t.Risk, t.Effects
 }
 
 func containsFold(s, part string) bool {
@@ -121,6 +184,10 @@ func sortCards(cards []templates.Card, sort string) {
 			return b.CreatedAt.Compare(a.CreatedAt)
 		case sortTool:
 			if c := strings.Compare(a.RawTool, b.RawTool); c != 0 {
+				return c
+			}
+		case sortRisk:
+			if c := tools.RiskRank(b.Risk) - tools.RiskRank(a.Risk); c != 0 {
 				return c
 			}
 		}

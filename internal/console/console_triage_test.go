@@ -68,13 +68,21 @@ func TestQueueSortFilterGroup(t *testing.T) {
 		{"?target=exports/old", []string{files.ID}},
 		{"?warn=1", []string{mail.ID}},
 		{"?tool=payments.refund&actor=deployer", nil},
+		// Risk as the tools file declares it: high first, then by deadline.
+		{"?sort=risk", []string{files.ID, refund.ID, mail.ID, deploy1.ID, deploy2.ID, search.ID}},
+		{"?risk=medium", []string{refund.ID, mail.ID, deploy1.ID, deploy2.ID}},
+		{"?risk=high", []string{files.ID}},
+		{"?risk=severe", []string{search.ID, files.ID, refund.ID, mail.ID, deploy1.ID, deploy2.ID}},
+		{"?effect=money", []string{refund.ID}},
+		{"?effect=read-only", []string{search.ID}},
+		{"?effect=production&risk=low", nil},
 	}
 	for _, c := range cases {
 		p := b.get("/" + c.query)
 		if got := cardIDs(p); !slices.Equal(got, c.want) {
 			t.Errorf("GET /%s: cards %v, want %v", c.query, got, c.want)
 		}
-		if ws, _ := p.find("live").Attr("ws-connect"); c.query != "" && c.query != "?sort=deadline" && c.query != "?sort=nonsense" && !strings.HasPrefix(ws, "/ws?") {
+		if ws, _ := p.find("live").Attr("ws-connect"); c.query != "" && c.query != "?sort=deadline" && c.query != "?sort=nonsense" && c.query != "?risk=severe" && !strings.HasPrefix(ws, "/ws?") {
 			t.Errorf("GET /%s: the socket %q does not carry the filter", c.query, ws)
 		}
 	}
@@ -84,6 +92,18 @@ func TestQueueSortFilterGroup(t *testing.T) {
 	gr, _ := p.doc.Find(`[data-call="` + refund.ID + `"]`).Attr("data-group")
 	if g1 == "" || g1 != g2 || g1 == gr {
 		t.Errorf("groups %q %q %q: the two deploys share one, the refund has its own", g1, g2, gr)
+	}
+	// Each card shows the risk and effects its tool declares.
+	p = b.get("/")
+	files1 := p.doc.Find(`[data-call="` + files.ID + `"]`)
+	if got := files1.Find(`[data-testid="risk"]`).Text(); got != "high risk" {
+		t.Errorf("files card risk %q, want high risk", got)
+	}
+	if got := files1.Find(`[data-testid="effect"]`).Text(); got != "destructive" {
+		t.Errorf("files card effects %q, want destructive", got)
+	}
+	if r, _ := files1.Attr("data-risk"); r != "3" {
+		t.Errorf("files card data-risk %q, want 3 for the page's script", r)
 	}
 	// The form shows the filter as typed.
 	p = b.get("/?tool=releases.deploy&target=check&warn=1&sort=tool")
@@ -200,5 +220,52 @@ func TestCutText(t *testing.T) {
 	}
 	if _, n, cut := cutText(reveal.Of("short"), 60); cut || n != 5 {
 		t.Errorf("short text cut: %d %v", n, cut)
+	}
+}
+
+// The list view shows one page of pending calls by deadline, one line per
+// call with its selection box for a batch review and no decision button,
+// and links to the next page, which starts where the first ended.
+func TestQueueListViewPages(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	const n = listPageSize + 5
+	var ids []string
+	for i := 0; i < n; i++ {
+		c := e.submit(fmt.Sprintf("agent:bot-%d", i%5), "search-host",
+			fmt.Sprintf(`{"tool":"search.query","target":"index:tickets","args":{"query":"q%d","limit":20}}`, i))
+		ids = append(ids, c.ID)
+		e.clock.Advance(time.Second)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/?layout=list")
+	if p.find("rows-view").Length() != 1 {
+		t.Fatal("the list view is not a list")
+	}
+	first := cardIDs(p)
+	if !slices.Equal(first, ids[:listPageSize]) {
+		t.Errorf("page 1 = %d calls %v, want the %d soonest deadlines in order", len(first), first, listPageSize)
+	}
+	if p.find("card-select").Length() != listPageSize {
+		t.Errorf("%d selection boxes on page 1, want one a row", p.find("card-select").Length())
+	}
+	if p.find("approve").Length() != 0 {
+		t.Error("a row offers Approve")
+	}
+	next, ok := p.find("next-page").Attr("href")
+	if !ok || !strings.Contains(next, "layout=list") {
+		t.Fatalf("next page link %q", next)
+	}
+	p = b.get(next)
+	if got := cardIDs(p); !slices.Equal(got, ids[listPageSize:]) {
+		t.Errorf("page 2 = %v, want %v", got, ids[listPageSize:])
+	}
+	if p.find("next-page").Length() != 0 {
+		t.Error("the last page links to a next one")
+	}
+	// A malformed key is the first page.
+	if got := cardIDs(b.get("/?layout=list&after=nonsense")); !slices.Equal(got, first) {
+		t.Errorf("a malformed key shows %d calls", len(got))
 	}
 }

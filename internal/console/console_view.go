@@ -35,8 +35,22 @@ const (
 // queueView reads the pending calls the query lets through, in its
 // order, and the retry blocks.
 func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
-	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
-	if err != nil {
+	var calls []*queue.Call
+	var err error
+	next := ""
+	if qq.List {
+		// The list view reads one page by deadline, through the pending
+		// index from the page's key: the rows read are those shown.
+		if calls, err = c.q.PendingPage(ctx, pageKey(qq.After), listPageSize+1); err != nil {
+			return templates.QueueView{}, err
+		}
+		if len(calls) > listPageSize {
+			calls = calls[:listPageSize]
+			nq := qq
+			nq.After = pageKeyString(calls[len(calls)-1])
+			next = "/?" + nq.values().Encode()
+		}
+	} else if calls, err = c.q.PendingCalls(ctx, maxQueueCards); err != nil {
 		return templates.QueueView{}, err
 	}
 	blocks, err := c.q.Blocks(ctx)
@@ -49,18 +63,24 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 		ws += "?" + query
 	}
 	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), MaxBatch: queue.MaxBatch, Query: query, Filtered: qq.filtered(),
-		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn}}
+		Filter: templates.QueueFilter{Sort: qq.Sort, Tool: qq.Tool, Actor: qq.Actor, Target: qq.Target, Warn: qq.Warn, Risk: qq.Risk, Effect: qq.Effect}}
 	if reg := c.q.Tools(); reg != nil {
 		qv.Tools = reg.Names()
 	}
+	lq, cq := qq, qq
+	lq.List, lq.After, cq.List, cq.After = true, "", false, ""
+	qv.List, qv.NextPage = qq.List, next
+	qv.ListURL, qv.CardsURL = "/?"+lq.values().Encode(), "/?"+cq.values().Encode()
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
 		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)
-		if qq.matches(call, card.Deceptive) {
+		if qq.matches(call, card.Deceptive, c.q.Tools()) {
 			qv.Cards = append(qv.Cards, card)
 		}
 	}
-	sortCards(qv.Cards, qq.Sort)
+	if !qq.List {
+		sortCards(qv.Cards, qq.Sort)
+	}
 	if len(blocks) > maxQueueBlocks {
 		qv.BlocksHidden = len(blocks) - maxQueueBlocks
 		blocks = blocks[:maxQueueBlocks]
@@ -153,6 +173,7 @@ func (c *Console) cardView(call *queue.Call, canDecide, owned bool, now time.Tim
 		Received: len(call.Approvals), Required: call.ApprovalsRequired, CanDecide: canDecide, Now: now,
 		Group: groupKey(call), Owned: owned,
 	}
+	card.Risk, card.Effects = riskOf(c.q.Tools(), call.Tool)
 	// The summary is read from what the digest covers, checked as the call
 	// page checks it: an edit of the stored copy of the arguments does not
 	// change what the card says, and a record that no longer matches its

@@ -460,7 +460,7 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 	decide := v.user.Role.CanDecide()
 	// The deception check reads every argument; only a filter on warnings
 	// needs it.
-	if cl.queue.filtered() && !cl.queue.matches(call, cl.queue.Warn && queue.Deceptive(call)) {
+	if cl.queue.filtered() && !cl.queue.matches(call, cl.queue.Warn && queue.Deceptive(call), c.q.Tools()) {
 		// The page never showed this call: its filter keeps it out, and
 		// nothing a change makes to a call changes what the filter reads.
 		return "", nil

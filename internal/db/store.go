@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -614,6 +615,58 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' ORDER BY a.at, a.operator`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
+	}
+	defer arows.Close()
+	for arows.Next() {
+		var id string
+		var a queue.Approval
+		var at int64
+		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
+			return nil, fmt.Errorf("db: scan approval: %w", err)
+		}
+		a.At = time.UnixMilli(at).UTC()
+		if c, ok := byID[id]; ok {
+			c.Approvals = append(c.Approvals, a)
+		}
+	}
+	return calls, classify(arows.Err())
+}
+
+// PendingPage lists one page of pending calls by deadline then id, read
+// through the pending index from the key on, then the approvals of that
+// page's calls only.
+func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) ([]*queue.Call, error) {
+	from := int64(math.MinInt64)
+	if after.ID != "" {
+		from = ms(after.DecideBy)
+	}
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls INDEXED BY calls_pending
+		WHERE status = 'pending' AND decide_by >= ? AND (decide_by > ? OR id > ?) ORDER BY decide_by, id LIMIT ?`,
+		from, from, after.ID, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: a page of pending calls: %w", err))
+	}
+	var calls []*queue.Call
+	byID := map[string]*queue.Call{}
+	var ids []any
+	for rows.Next() {
+		c, err := scanCall(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		calls = append(calls, c)
+		byID[c.ID] = c
+		ids = append(ids, c.ID)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(calls) == 0 {
+		return calls, classify(err)
+	}
+	arows, err := s.sql.QueryContext(ctx, `SELECT call_id, operator, channel, at, comment FROM approvals
+		WHERE call_id IN (?`+strings.Repeat(",?", len(ids)-1)+`) ORDER BY at, operator`, ids...)
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: approvals of a page of pending calls: %w", err))
 	}
 	defer arows.Close()
 	for arows.Next() {

@@ -149,6 +149,9 @@ func mailView(ev Event) mailData {
 	if d.ID != "" {
 		v.Rows = []mailRow{{"Tool", visible(d.Tool)}, {"Target", inert(d.Target)}, {"Actor", inert(d.Actor)},
 			{"Digest", d.Digest}, {"Decide by", deadline(d)}, {"Status", d.Status}, {"Call", d.ID}}
+		if line := d.RiskLine(); line != "" {
+			v.Rows = append(v.Rows[:1], append([]mailRow{{"Risk", line}}, v.Rows[1:]...)...)
+		}
 	} else {
 		v.Rows = []mailRow{{"Tool", visible(d.Tool)}}
 		v.Action = "Review the tool in Countersign"

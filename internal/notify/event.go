@@ -92,7 +92,11 @@ type Data struct {
 	Actor    string `json:"actor,omitempty"`
 	Audience string `json:"audience,omitempty"`
 	Digest   string `json:"digest,omitempty"`
-	Status   string `json:"status,omitempty"`
+	// Risk and Effects are what the tools file declares for the call's
+	// tool (risk low, medium or high); absent when it declares none.
+	Risk    string   `json:"risk,omitempty"`
+	Effects []string `json:"effects,omitempty"`
+	Status  string   `json:"status,omitempty"`
 	// CreatedAt and DecideBy are RFC 3339 times.
 	CreatedAt string `json:"created_at,omitempty"`
 	DecideBy  string `json:"decide_by,omitempty"`
@@ -119,6 +123,19 @@ type Data struct {
 	// Args are the call's arguments as canonical JSON, present only on
 	// channels configured with include_args.
 	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// RiskLine is the risk and effects for people ("high risk · destructive"),
+// empty when the tool declares none.
+func (d Data) RiskLine() string {
+	var parts []string
+	if d.Risk != "" {
+		parts = append(parts, visible(d.Risk)+" risk")
+	}
+	for _, e := range d.Effects {
+		parts = append(parts, visible(e))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Allowance is an allowance as events describe it. Giver and Confirmers

@@ -164,6 +164,9 @@ type PushPayload struct {
 func pushPayload(ev Event) PushPayload {
 	d := ev.Data
 	parts := []string{}
+	if line := d.RiskLine(); line != "" {
+		parts = append(parts, line)
+	}
 	if d.Target != "" {
 		parts = append(parts, inert(d.Target))
 	}

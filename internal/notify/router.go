@@ -18,7 +18,12 @@ type Router struct {
 	cfg       *Config
 	publicURL string
 	newID     func() string
+	riskOf    func(tool string) (risk string, effects []string)
 }
+
+// SetRisk names where events read a tool's declared risk and effects;
+// set before the router is used.
+func (r *Router) SetRisk(f func(tool string) (risk string, effects []string)) { r.riskOf = f }
 
 // NewRouter routes by cfg. Links point at cfg.PublicURL, or at publicURL
 // when the configuration names none.
@@ -210,6 +215,9 @@ func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.
 		Status: string(c.Status), CreatedAt: formatTime(c.CreatedAt), DecideBy: formatTime(c.DecideBy),
 		URL:       r.CallURL(c.ID),
 		Approvals: &Approvals{Required: c.ApprovalsRequired, Received: len(c.Approvals)},
+	}
+	if r.riskOf != nil {
+		d.Risk, d.Effects = r.riskOf(c.Tool)
 	}
 	for _, a := range c.Approvals {
 		d.Approvals.By = append(d.Approvals.By, a.Operator)

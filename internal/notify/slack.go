@@ -97,6 +97,9 @@ func blocks(ev Event) []slack.Block {
 	}
 	out := []slack.Block{slack.NewHeaderBlock(plain(heading(ev)))}
 	fields := []*slack.TextBlockObject{plain("Tool: " + visible(d.Tool))}
+	if line := d.RiskLine(); line != "" {
+		fields = append(fields, plain("Risk: "+line))
+	}
 	if d.ID != "" {
 		fields = append(fields, plain("Target: "+inert(d.Target)), plain("Actor: "+inert(d.Actor)),
 			plain("Digest: "+d.DigestGroup()+"…"), plain("Decide by: "+deadline(d)))

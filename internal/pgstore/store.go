@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -513,6 +514,30 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 		WHERE c.status = 'pending' ORDER BY c.seq DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: pending calls: %w", err))
+	}
+	defer rows.Close()
+	var calls []*queue.Call
+	for rows.Next() {
+		c, err := scanCallWithApprovals(rows)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, classify(rows.Err())
+}
+
+// PendingPage lists one page of pending calls by deadline then id, read
+// through the pending index from the key on, with their approvals.
+func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) ([]*queue.Call, error) {
+	from := int64(math.MinInt64)
+	if after.ID != "" {
+		from = ms(after.DecideBy)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
+		WHERE c.status = 'pending' AND (c.decide_by, c.id) > ($1, $2) ORDER BY c.decide_by, c.id LIMIT $3`, from, after.ID, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: a page of pending calls: %w", err))
 	}
 	defer rows.Close()
 	var calls []*queue.Call

@@ -7,6 +7,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // TestConfirmationIsCheckedInTheDecision: the text a tool asks to be typed
@@ -62,5 +63,27 @@ func TestConfirmationIsCheckedInTheDecision(t *testing.T) {
 		AcceptWarnings: true})
 	if err != nil || c.Status != queue.StatusApproved {
 		t.Fatalf("approve with the warning acknowledged: %v; want approved", err)
+	}
+}
+
+// A high-risk tool that names no confirmation asks for the call's target;
+// confirm: none lets a press be enough.
+func TestHighRiskAsksForTheTarget(t *testing.T) {
+	const file = "tools:\n  ops.purge:\n    description: Purge a cache\n    audience: ops-host\n    target: '^cache:[a-z]+$'\n    risk: high\n    effects: [destructive]\n    args: {type: object, additionalProperties: false, properties: {}}\n" +
+		"  ops.peek:\n    description: Peek at a cache\n    audience: ops-host\n    target: '^cache:[a-z]+$'\n    risk: high\n    confirm: none\n    args: {type: object, additionalProperties: false, properties: {}}\n"
+	reg, err := tools.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	purge := &queue.Call{Tool: "ops.purge", Target: "cache:edge"}
+	var ce *queue.ConfirmationError
+	if err := queue.Confirmation(reg, purge, "", false); !errors.As(err, &ce) || ce.Want != "cache:edge" {
+		t.Errorf("a high-risk call approved without typing: %v, want a ConfirmationError asking for cache:edge", err)
+	}
+	if err := queue.Confirmation(reg, purge, "cache:edge", false); err != nil {
+		t.Errorf("the typed target is refused: %v", err)
+	}
+	if err := queue.Confirmation(reg, &queue.Call{Tool: "ops.peek", Target: "cache:edge"}, "", false); err != nil {
+		t.Errorf("confirm: none still asks: %v", err)
 	}
 }

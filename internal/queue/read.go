@@ -23,6 +23,22 @@ func (s *Service) Call(ctx context.Context, id string) (*Call, error) {
 	return s.store.Call(ctx, id)
 }
 
+// PageKey is where a page of pending calls starts: after the call with
+// this deadline and id. The zero key starts at the first call.
+type PageKey struct {
+	DecideBy time.Time
+	ID       string
+}
+
+// KeyOf is the key of the page that starts after call.
+func KeyOf(call *Call) PageKey { return PageKey{DecideBy: call.DecideBy, ID: call.ID} }
+
+// PendingPage lists at most limit pending calls after the key, soonest
+// deadline first (ties by id).
+func (s *Service) PendingPage(ctx context.Context, after PageKey, limit int) ([]*Call, error) {
+	return s.store.PendingPage(ctx, after, limit)
+}
+
 // PendingCalls lists at most limit pending calls, newest first, for the
 // console's queue.
 func (s *Service) PendingCalls(ctx context.Context, limit int) ([]*Call, error) {

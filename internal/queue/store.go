@@ -36,6 +36,10 @@ type Store interface {
 	CountUnresolved(ctx context.Context) (int, error)
 	// PendingCalls lists pending calls, newest first.
 	PendingCalls(ctx context.Context, limit int) ([]*Call, error)
+	// PendingPage lists at most limit pending calls after the key, by
+	// deadline then id, with their approvals: one page of a queue that
+	// reads only the rows it shows, however many are pending.
+	PendingPage(ctx context.Context, after PageKey, limit int) ([]*Call, error)
 	// Blocks lists the (actor, tool) pairs blocked by the retry cap.
 	Blocks(ctx context.Context) ([]Block, error)
 	// Freezes lists the freezes in force, oldest first.

@@ -28,6 +28,83 @@ const (
 // ConfirmTarget is the confirm value that asks for the call's target.
 const ConfirmTarget = "target"
 
+// ConfirmNone is the confirm value that lets a high-risk tool's calls be
+// approved without typing; any other high-risk tool asks for the target.
+const ConfirmNone = "none"
+
+// Risk levels a tool may declare.
+const (
+	RiskLow    = "low"
+	RiskMedium = "medium"
+	RiskHigh   = "high"
+)
+
+// Effects a tool may declare; EffectReadOnly excludes every other.
+var Effects = []string{"money", "destructive", "external", "production", EffectReadOnly}
+
+// EffectReadOnly is the effect of a tool that changes nothing.
+const EffectReadOnly = "read-only"
+
+// RiskRank orders risk levels for sorting: high first; 0 when undeclared.
+func RiskRank(risk string) int {
+	switch risk {
+	case RiskHigh:
+		return 3
+	case RiskMedium:
+		return 2
+	case RiskLow:
+		return 1
+	}
+	return 0
+}
+
+// risk reads `risk: low|medium|high`.
+func (l *linter) risk(n *yaml.Node, t *Tool) string {
+	s, ok := l.str(n, t.Name, "risk")
+	if !ok {
+		return ""
+	}
+	if RiskRank(s) == 0 {
+		l.add(n, t.Name, "risk", "must be %s, %s or %s, not %s", RiskLow, RiskMedium, RiskHigh, displayName(s))
+		return ""
+	}
+	return s
+}
+
+// effects reads `effects: [money, destructive]`.
+func (l *linter) effects(n *yaml.Node, t *Tool) []string {
+	if n.Kind != yaml.SequenceNode {
+		l.add(n, t.Name, "effects", "must be a list of %s", strings.Join(Effects, ", "))
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range n.Content {
+		s, ok := l.str(e, t.Name, "effects")
+		if !ok {
+			continue
+		}
+		known := false
+		for _, k := range Effects {
+			known = known || k == s
+		}
+		switch {
+		case !known:
+			l.add(e, t.Name, "effects", "unknown effect %s (effects: %s)", displayName(s), strings.Join(Effects, ", "))
+		case seen[s]:
+			l.add(e, t.Name, "effects", "%s is listed twice", s)
+		default:
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	if seen[EffectReadOnly] && len(out) > 1 {
+		l.add(n, t.Name, "effects", "%s cannot be listed with other effects", EffectReadOnly)
+		return nil
+	}
+	return out
+}
+
 // Confirm is what an operator must type before approving a call of the
 // tool, as GitHub asks for a repository's name before deleting it.
 type Confirm struct {
@@ -80,7 +157,7 @@ func (l *linter) confirm(n *yaml.Node, t *Tool) *Confirm {
 			return nil
 		}
 		if s != ConfirmTarget {
-			l.add(n, t.Name, "confirm", "must be %s or {word: WORD}, not %s", ConfirmTarget, displayName(s))
+			l.add(n, t.Name, "confirm", "must be %s, %s or {word: WORD}, not %s", ConfirmTarget, ConfirmNone, displayName(s))
 			return nil
 		}
 		return &Confirm{Target: true}

@@ -376,7 +376,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"allowance", "approvals", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "grant_ttl", "informational", "outcome_within", "rules", "summary", "target"}
+var toolFields = []string{"allowance", "approvals", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "decide_within", "deny_reasons", "description", "display", "effects", "grant_ttl", "informational", "outcome_within", "risk", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -492,8 +492,22 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	if f := fields["allowance"]; f != nil && t.args != nil && t.args.types == typeObject {
 		t.Allowance = l.allowance(f, t)
 	}
+	if f := fields["risk"]; f != nil {
+		t.Risk = l.risk(f, t)
+	}
+	if f := fields["effects"]; f != nil {
+		t.Effects = l.effects(f, t)
+	}
+	confirmNone := false
 	if f := fields["confirm"]; f != nil {
-		t.Confirm = l.confirm(f, t)
+		if f.Kind == yaml.ScalarNode && f.Value == ConfirmNone {
+			confirmNone = true
+		} else {
+			t.Confirm = l.confirm(f, t)
+		}
+	}
+	if t.Risk == RiskHigh && t.Confirm == nil && !confirmNone {
+		t.Confirm = &Confirm{Target: true}
 	}
 	if f := fields["deny_reasons"]; f != nil {
 		t.DenyReasons = l.denyReasons(f, t)

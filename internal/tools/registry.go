@@ -178,6 +178,12 @@ type Tool struct {
 	Confirm *Confirm
 	// DenyReasons are preset reasons offered beside free text when denying.
 	DenyReasons []string
+	// Risk is how much harm a wrong approval can do: low, medium or high;
+	// empty when the tools file does not say.
+	Risk string
+	// Effects name what a call of the tool does in the world (money,
+	// destructive, external, production, read-only), in the file's order.
+	Effects []string
 	// AutoApprove is true when the tool opts in to approval by rule
 	// (auto_approve: allowed).
 	AutoApprove bool

@@ -99,6 +99,10 @@
     return function (a, b) {
       if (sort === "oldest") return cardNum(a, "data-created") - cardNum(b, "data-created");
       if (sort === "newest") return cardNum(b, "data-created") - cardNum(a, "data-created");
+      if (sort === "risk") {
+        var ra = cardNum(b, "data-risk") - cardNum(a, "data-risk");
+        if (ra !== 0) return ra;
+      }
       if (sort === "tool") {
         var ta = a.getAttribute("data-tool") || "", tb = b.getAttribute("data-tool") || "";
         if (ta !== tb) return ta < tb ? -1 : 1;

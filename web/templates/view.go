@@ -182,11 +182,15 @@ type ErrorView struct {
 
 // Card is a pending call on the queue page.
 type Card struct {
-	ID        string
-	Tool      Text
-	Target    Text
-	Actor     Text
-	RawTool   string // the tool's name, for sorting by tool
+	ID      string
+	Tool    Text
+	Target  Text
+	Actor   Text
+	RawTool string // the tool's name, for sorting by tool
+	// Risk and Effects are what the call's tool declares (risk empty and
+	// no effects when it declares none).
+	Risk      string
+	Effects   []string
 	CreatedAt time.Time
 	DecideBy  time.Time
 	Received  int
@@ -228,6 +232,28 @@ type SummaryItem struct {
 type QueueFilter struct {
 	Sort, Tool, Actor, Target string
 	Warn                      bool
+	// Risk and Effect keep only calls of tools declaring that risk or
+	// that effect.
+	Risk, Effect string
+}
+
+// Risks and Effects are what the filter offers.
+var (
+	Risks   = []string{"high", "medium", "low"}
+	Effects = []string{"money", "destructive", "external", "production", "read-only"}
+)
+
+// RiskRank is the risk's place in the risk sort: high first.
+func RiskRank(risk string) string {
+	switch risk {
+	case "high":
+		return "3"
+	case "medium":
+		return "2"
+	case "low":
+		return "1"
+	}
+	return "0"
 }
 
 // QueueSort is one way to order the queue.
@@ -237,6 +263,7 @@ type QueueSort struct{ Value, Label string }
 var QueueSorts = []QueueSort{
 	{"deadline", "deadline, soonest first"}, {"oldest", "waiting longest first"},
 	{"newest", "newest first"}, {"tool", "tool, then deadline"},
+	{"risk", "risk, highest first"},
 }
 
 // Millis is t in milliseconds since 1970, for the page's script.
@@ -289,6 +316,12 @@ type QueueView struct {
 	Covered    []CoveredCard
 	CoveredMax int
 	CoveredFor string
+	// List is set for the list view: one line per call, a page at a time
+	// by deadline; NextPage is the address of the page after it ("" on
+	// the last), ListURL and CardsURL switch between the views.
+	List              bool
+	NextPage          string
+	ListURL, CardsURL string
 }
 
 // CoveredCard is a call an allowance approved as it arrived, on the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,5 +256,64 @@ var _ = add("calls/pending, due and the next deadline", func(t *testing.T, s Sto
 	}
 	if !reflect.DeepEqual(ids, []string{late.ID, early.ID}) {
 		t.Errorf("PendingCalls = %v; want the pending calls newest first [%s %s]", ids, late.ID, early.ID)
+	}
+})
+
+// A page of pending calls starts after its key, by deadline then id, so a
+// queue of any length is read one page at a time, each call exactly once,
+// with its approvals.
+var _ = add("calls/pending pages by deadline", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	var want []*queue.Call
+	for i, d := range []time.Duration{3, 1, 2, 2, 2, 5} {
+		c := newCall("agent:a", "t.x", t0.Add(time.Duration(i)*time.Second))
+		c.DecideBy = t0.Add(d * time.Minute)
+		insert(t, s, c)
+		want = append(want, c)
+	}
+	decided := newCall("agent:a", "t.x", t0)
+	decided.DecideBy = t0.Add(time.Minute)
+	insert(t, s, decided)
+	update(t, s, func(tx queue.Tx) error {
+		decided.Status = queue.StatusDenied
+		return tx.UpdateCall(decided)
+	})
+	approvedID := want[3].ID
+	update(t, s, func(tx queue.Tx) error {
+		return tx.AddApproval(approvedID, queue.Approval{Operator: "alice", Channel: "console", At: t0.Add(time.Second)})
+	})
+	slices.SortFunc(want, func(a, b *queue.Call) int {
+		if c := a.DecideBy.Compare(b.DecideBy); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	var got []string
+	key := queue.PageKey{}
+	for pages := 0; pages < 10; pages++ {
+		page, err := s.Queue.PendingPage(ctx, key, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 2 {
+			t.Fatalf("a page of 2 holds %d calls", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, c := range page {
+			got = append(got, c.ID)
+			if approved := c.ID == approvedID; approved != (len(c.Approvals) == 1) {
+				t.Errorf("%s has %d approvals in its page", c.ID, len(c.Approvals))
+			}
+		}
+		key = queue.KeyOf(page[len(page)-1])
+	}
+	var ids []string
+	for _, c := range want {
+		ids = append(ids, c.ID)
+	}
+	if !reflect.DeepEqual(got, ids) {
+		t.Errorf("pages = %v; want every pending call once by deadline then id %v", got, ids)
 	}
 })
