@@ -41,6 +41,10 @@ const (
 	KindUserDisabled      = "user_disabled"
 	KindUserUpdated       = "user_updated"
 	KindSessionsEnded     = "sessions_ended"
+	// KindPasswordSet records a local account's password set by the
+	// account itself, or by an admin (then it must be changed at the next
+	// login and the account's sessions end).
+	KindPasswordSet = "password_set"
 	KindPasskeyAdded      = "passkey_registered"
 	KindPasskeyRemoved    = "passkey_removed"
 	KindTokenCreated      = "token_created"

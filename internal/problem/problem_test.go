@@ -87,7 +87,7 @@ var examples = map[string]error{
 	"account.ErrSessionNotFound": account.ErrSessionNotFound, "account.ErrTokenNotFound": account.ErrTokenNotFound,
 	"account.ErrTokenContext": account.ErrTokenContext, "account.ErrTokenName": account.ErrTokenName,
 	"account.ErrSecretNotFound": account.ErrSecretNotFound, "account.ErrPasskeyNotFound": account.ErrPasskeyNotFound,
-	"account.ErrPasskeyTaken": account.ErrPasskeyTaken,
+	"account.ErrPasskeyTaken": account.ErrPasskeyTaken, "account.ErrSSOPassword": account.ErrSSOPassword,
 	"account.InputError":      &account.InputError{Field: "name", Message: "bad name"},
 	"account.ShadowError":     &account.ShadowError{Name: "alice", Holder: "alice", Local: true},
 
