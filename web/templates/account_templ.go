@@ -469,7 +469,22 @@ func PasswordPage(v PasswordView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 46, "\"> <label>Current password <input name=\"current\" type=\"password\" required maxlength=\"1024\" autocomplete=\"current-password\" data-testid=\"password-current\"></label> <label>New password (at least 10 characters) <input name=\"new\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\" data-testid=\"password-new\"></label> <label>New password again <input name=\"repeat\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\" data-testid=\"password-repeat\"></label> <button type=\"submit\" class=\"primary\" data-testid=\"password-submit\">Change password</button></form>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 46, "\"> <label>")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			if v.Forced {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 47, "The password set for you ")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+			} else {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "Current password ")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 49, "<input name=\"current\" type=\"password\" required maxlength=\"1024\" autocomplete=\"current-password\" data-testid=\"password-current\"></label> <label>New password (at least 10 characters) <input name=\"new\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\" data-testid=\"password-new\"></label> <label>New password again <input name=\"repeat\" type=\"password\" required minlength=\"10\" maxlength=\"1024\" autocomplete=\"new-password\" data-testid=\"password-repeat\"></label> <button type=\"submit\" class=\"primary\" data-testid=\"password-submit\">Change password</button></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
