@@ -2,8 +2,10 @@ package console
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -62,8 +64,23 @@ func (c *Console) changePassword(ec echo.Context) error {
 	form := ec.Request().PostForm
 	current, next, repeat := form.Get("current"), form.Get("new"), form.Get("repeat")
 	ctx := ec.Request().Context()
+	// The current password is checked under the login throttle: a session
+	// left open must not become a way to guess it.
+	res, wait, err := c.accounts.ReserveLogin(ctx, account.LoginAttempt{Name: v.user.Name,
+		Device: c.knownDevice(ec.Request(), v.user.Name), Address: ec.RealIP()})
+	if errors.Is(err, account.ErrThrottleFull) || (err == nil && wait > 0) {
+		secs := int((wait + time.Second - 1) / time.Second)
+		ec.Response().Header().Set("Retry-After", fmt.Sprint(secs))
+		return c.renderPassword(ec, http.StatusTooManyRequests, fmt.Sprintf("Too many wrong passwords. Try again in %d s.", secs))
+	}
+	if err != nil {
+		return err
+	}
 	if !c.checkPassword(ctx, v.user.PasswordHash, current) {
 		return c.renderPassword(ec, http.StatusForbidden, "The current password is wrong. Type the password you logged in with.")
+	}
+	if err := c.accounts.LoginSucceeded(ctx, res); err != nil {
+		return err
 	}
 	if next != repeat {
 		return c.renderPassword(ec, http.StatusBadRequest, "The two new passwords differ. Type the same one twice.")

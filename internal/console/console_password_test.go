@@ -132,3 +132,35 @@ func TestChangeOwnPassword(t *testing.T) {
 	}
 	e.browser().login("olivia", mine)
 }
+
+// TestChangePasswordThrottled: the current password on the change page is
+// checked under the login throttle, so an open session cannot be used to
+// guess it; the right password is refused too while the wait lasts.
+func TestChangePasswordThrottled(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("olivia", account.RoleOperator, rolePassword)
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	csrf := b.csrf()
+	const mine = "another fine password"
+	throttled := false
+	for i := range 20 {
+		p := b.post(passwordPath, url.Values{"csrf": {csrf}, "current": {"guess number " + string(rune('a'+i))}, "new": {mine}, "repeat": {mine}})
+		if p.status == http.StatusTooManyRequests {
+			throttled = p.header.Get("Retry-After") != "" && p.find("password-error").Text() != ""
+			break
+		}
+		if p.status != http.StatusForbidden {
+			t.Fatalf("wrong guess %d = %d, want 403 or 429", i, p.status)
+		}
+	}
+	if !throttled {
+		t.Fatal("20 wrong current passwords were never throttled")
+	}
+	if p := b.post(passwordPath, url.Values{"csrf": {csrf}, "current": {rolePassword}, "new": {mine}, "repeat": {mine}}); p.status != http.StatusTooManyRequests {
+		t.Errorf("the right password while throttled = %d, want 429", p.status)
+	}
+	if u, _ := accountsOf(e.db).UserByName(context.Background(), "olivia"); account.Verify(u.PasswordHash, rolePassword) != nil {
+		t.Errorf("the password changed while throttled")
+	}
+}
