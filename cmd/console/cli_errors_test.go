@@ -177,7 +177,7 @@ func TestServeFlagMistakes(t *testing.T) {
 func TestEveryHelpExitsZero(t *testing.T) {
 	subs := map[string][]string{
 		"tools": {"lint"}, "policy": {"test", "replay"}, "keys": {"init", "list", "rotate", "jwks", "trust"},
-		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable"},
+		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable", "passwd"},
 		"call":  {"submit", "get", "wait", "redeem", "outcome", "heartbeat", "cancel"},
 		"audit": {"verify", "export", "checkpoint", "accept-rollback"}, "allowance": {"list", "revoke"},
 	}

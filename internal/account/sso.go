@@ -291,3 +291,37 @@ func (s *Service) EndSessions(ctx context.Context, name, by, channel string) (in
 	})
 	return ended, err
 }
+
+// SetPassword replaces a local account's password, audited as done by by
+// through channel, and returns how many sessions it ended. Set by the
+// account itself (self), the password is simply its new one. Set by
+// anyone else, the account must choose its own at its next login and
+// every session it has ends in the same transaction. A single-sign-on
+// account is refused with ErrSSOPassword.
+func (s *Service) SetPassword(ctx context.Context, name, passwordHash string, self bool, by, channel string) (int64, error) {
+	if _, _, _, err := ParseHash(passwordHash); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	var ended int64
+	err := s.store.Update(ctx, func(tx Tx) error {
+		u, err := tx.User(name)
+		if err != nil {
+			return err
+		}
+		if u.SSO() {
+			return ErrSSOPassword
+		}
+		if err := tx.SetPassword(name, passwordHash, !self); err != nil {
+			return err
+		}
+		if !self {
+			if ended, err = tx.RevokeUserSessions(name, "password_reset", now); err != nil {
+				return err
+			}
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: audit.KindPasswordSet,
+			Principal: by, Channel: channel, Details: map[string]any{"user": name, "must_change": !self, "sessions_ended": ended}})
+	})
+	return ended, err
+}

@@ -58,6 +58,10 @@ type Tx interface {
 	// DisableUser marks an enabled user disabled: ErrUserNotFound when
 	// there is no such user, ErrUserDisabled when it already is.
 	DisableUser(name string, at time.Time) error
+	// SetPassword replaces a local account's password hash and sets or
+	// clears its must-change mark: ErrUserNotFound when there is no such
+	// account.
+	SetPassword(name, hash string, mustChange bool) error
 	// RevokeUserSessions ends every live session of user and returns how
 	// many it ended.
 	RevokeUserSessions(user, reason string, at time.Time) (int64, error)

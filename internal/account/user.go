@@ -43,6 +43,10 @@ type User struct {
 	// Handle is the account's WebAuthn user handle, nil until its first
 	// passkey is registered.
 	Handle []byte
+	// MustChangePassword marks a local account whose password an
+	// administrator set: after its next password login it may do nothing
+	// but choose its own.
+	MustChangePassword bool
 }
 
 // Disabled reports whether the account was disabled.
@@ -124,4 +128,7 @@ var (
 	ErrSecretNotFound  = errors.New("account: no such console secret")
 	ErrPasskeyNotFound = errors.New("account: no such passkey")
 	ErrPasskeyTaken    = errors.New("account: that passkey is already registered")
+	// ErrSSOPassword refuses a password for a single-sign-on account: it
+	// has none here; its provider checks who it is.
+	ErrSSOPassword = errors.New("account: a single-sign-on account has no password here; its identity provider sets and resets it")
 )

@@ -41,13 +41,17 @@ const (
 	KindUserDisabled      = "user_disabled"
 	KindUserUpdated       = "user_updated"
 	KindSessionsEnded     = "sessions_ended"
-	KindPasskeyAdded      = "passkey_registered"
-	KindPasskeyRemoved    = "passkey_removed"
-	KindTokenCreated      = "token_created"
-	KindTokenRevoked      = "token_revoked"
-	KindKeyRotated        = "key_rotated"
-	KindKeyPrepared       = "key_prepared"
-	KindPruned            = "pruned"
+	// KindPasswordSet records a local account's password set by the
+	// account itself, or by an admin (then it must be changed at the next
+	// login and the account's sessions end).
+	KindPasswordSet    = "password_set"
+	KindPasskeyAdded   = "passkey_registered"
+	KindPasskeyRemoved = "passkey_removed"
+	KindTokenCreated   = "token_created"
+	KindTokenRevoked   = "token_revoked"
+	KindKeyRotated     = "key_rotated"
+	KindKeyPrepared    = "key_prepared"
+	KindPruned         = "pruned"
 	// KindPushSubscribed and KindPushUnsubscribed record a browser's Web
 	// Push subscription added (or its keys renewed) and removed.
 	KindPushSubscribed   = "push_subscribed"

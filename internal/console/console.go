@@ -309,6 +309,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	e.GET("/ws", c.serveWS, c.requireSession)
 	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
 	e.GET("/account", c.accountPage, c.requireSession)
+	e.GET(passwordPath, c.passwordPage, c.requireSession)
 	c.routesHistory(e.Group(historyPath, c.requireSession))
 	c.routesNotify(e)
 	c.routesMCP(e)
@@ -317,6 +318,7 @@ func (c *Console) Routes(e *echo.Echo) {
 		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)
 	}
 	post("/logout", c.logout)
+	post(passwordPath, c.changePassword)
 	post("/account/reauth", c.reauth)
 	post("/account/passkeys/begin", c.beginRegistration)
 	post("/account/passkeys/finish", c.finishRegistration)

@@ -87,6 +87,8 @@ func (c *Console) accountPage(ec echo.Context) error {
 	switch ec.QueryParam("notice") {
 	case "registered":
 		msg = "Your passkey is registered. You can approve calls with it."
+	case "password":
+		msg = "Your password is changed."
 	}
 	return c.renderAccount(ec, http.StatusOK, msg, "")
 }

@@ -208,6 +208,9 @@ func (c *Console) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		if err := c.mustChangeFirst(ec, viewerOf(ec)); err != nil {
+			return err
+		}
 		return next(ec)
 	}
 }

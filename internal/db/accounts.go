@@ -197,6 +197,21 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 
 func (t *storeTx) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
 
+func (t *storeTx) SetPassword(name, hash string, mustChange bool) error {
+	must := 0
+	if mustChange {
+		must = 1
+	}
+	res, err := t.tx.ExecContext(t.ctx, `UPDATE users SET password_hash = ?, must_change_password = ? WHERE name = ?`, hash, must, name)
+	if err != nil {
+		return fmt.Errorf("db: set password: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
+	}
+	return nil
+}
+
 func (t *storeTx) InsertUser(u account.User) error {
 	kind := u.Kind
 	if kind == "" {

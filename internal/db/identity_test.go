@@ -324,3 +324,33 @@ func TestLoginOIDCReservedNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSetPasswordRefusesSingleSignOn: a single-sign-on account has no
+// password here, whoever asks; nothing is written or audited.
+func TestSetPasswordRefusesSingleSignOn(t *testing.T) {
+	ctx := context.Background()
+	f := newSSOFixture(t)
+	u, sid, err := f.login(t, ssoLogin("00u8", "hana", account.RoleOperator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := account.Hash("a long enough password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(auditRows(t, f.d))
+	for _, self := range []bool{true, false} {
+		if _, err := f.svc.SetPassword(ctx, u.Name, hash, self, "alice", audit.ChannelWeb); !errors.Is(err, account.ErrSSOPassword) {
+			t.Errorf("SetPassword of a single-sign-on account (self %v) = %v, want ErrSSOPassword", self, err)
+		}
+	}
+	if got, _ := f.svc.UserByName(ctx, u.Name); got.PasswordHash != "" || got.MustChangePassword {
+		t.Errorf("single-sign-on account after a refused password = %+v", got)
+	}
+	if s, _ := f.svc.Session(ctx, sid); s.Revoked() {
+		t.Errorf("a refused password ended the session: %+v", s)
+	}
+	if n := len(auditRows(t, f.d)); n != before {
+		t.Errorf("a refused password was audited: %d rows, want %d", n, before)
+	}
+}

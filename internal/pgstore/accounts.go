@@ -187,6 +187,21 @@ func (t *txn) InsertUser(u account.User) error {
 	return nil
 }
 
+func (t *txn) SetPassword(name, hash string, mustChange bool) error {
+	must := 0
+	if mustChange {
+		must = 1
+	}
+	tag, err := t.tx.Exec(t.ctx, `UPDATE users SET password_hash = $1, must_change_password = $2 WHERE name = $3`, hash, must, name)
+	if err != nil {
+		return fmt.Errorf("pgstore: set password: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w: %s", account.ErrUserNotFound, name)
+	}
+	return nil
+}
+
 func (t *txn) DisableUser(name string, at time.Time) error {
 	tag, err := t.tx.Exec(t.ctx, `UPDATE users SET disabled_at = $1 WHERE name = $2 AND disabled_at IS NULL`, ms(at), name)
 	if err != nil {

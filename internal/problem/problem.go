@@ -158,6 +158,7 @@ var sentinels = []struct {
 	{account.ErrTokenName, http.StatusBadRequest, "invalid_token", "a token's actor and audience follow the account name rule: printable ASCII without spaces, at most 64 bytes", ""},
 	{account.ErrPasskeyNotFound, http.StatusNotFound, "passkey_not_found", "no such passkey on this account; reload the account page", ""},
 	{account.ErrPasskeyTaken, http.StatusConflict, "passkey_taken", "that passkey is registered already", ""},
+	{account.ErrSSOPassword, http.StatusConflict, "sso_account", "a single-sign-on account has no password here: its identity provider sets and resets it", ""},
 	{account.ErrReservedName, http.StatusBadRequest, "reserved_name", "that name is reserved; choose another", ""},
 	{account.ErrUnknownRole, http.StatusBadRequest, "unknown_role", "the role must be operator, auditor or admin", ""},
 	{account.ErrBadName, http.StatusBadRequest, "invalid_name", "", ""},

@@ -87,9 +87,9 @@ var examples = map[string]error{
 	"account.ErrSessionNotFound": account.ErrSessionNotFound, "account.ErrTokenNotFound": account.ErrTokenNotFound,
 	"account.ErrTokenContext": account.ErrTokenContext, "account.ErrTokenName": account.ErrTokenName,
 	"account.ErrSecretNotFound": account.ErrSecretNotFound, "account.ErrPasskeyNotFound": account.ErrPasskeyNotFound,
-	"account.ErrPasskeyTaken": account.ErrPasskeyTaken,
-	"account.InputError":      &account.InputError{Field: "name", Message: "bad name"},
-	"account.ShadowError":     &account.ShadowError{Name: "alice", Holder: "alice", Local: true},
+	"account.ErrPasskeyTaken": account.ErrPasskeyTaken, "account.ErrSSOPassword": account.ErrSSOPassword,
+	"account.InputError":  &account.InputError{Field: "name", Message: "bad name"},
+	"account.ShadowError": &account.ShadowError{Name: "alice", Holder: "alice", Local: true},
 
 	"grant.ErrNoNextKey": grant.ErrNoNextKey, "grant.ErrNextKeyPrepared": grant.ErrNextKeyPrepared,
 	"grant.ErrNoKeyring": grant.ErrNoKeyring, "grant.ErrKeyringExists": grant.ErrKeyringExists,

@@ -173,6 +173,15 @@ type AccountView struct {
 	Error    string
 }
 
+// PasswordView is the page where a local account changes its password.
+// Forced is set when an administrator set the password: the account may
+// do nothing else until it has chosen its own.
+type PasswordView struct {
+	Page
+	Forced bool
+	Error  string
+}
+
 // ErrorView is an error page.
 type ErrorView struct {
 	Page

@@ -14,13 +14,13 @@ import (
 
 // UserColumns are a user's columns, in the order UserDest scans them.
 const UserColumns = `name, role, password_hash, created_at, disabled_at, kind, COALESCE(issuer, ''), COALESCE(subject, ''),
-	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle`
+	short_name, display_name, email, groups, last_login_at, no_role_since, webauthn_handle, must_change_password`
 
 // UserColumnsOf is UserColumns of the users table under alias a.
 func UserColumnsOf(a string) string {
 	return strings.NewReplacer("$", a+".").Replace(`$name, $role, $password_hash, $created_at, $disabled_at, $kind,
 	COALESCE($issuer, ''), COALESCE($subject, ''), $short_name, $display_name, $email, $groups, $last_login_at,
-	$no_role_since, $webauthn_handle`)
+	$no_role_since, $webauthn_handle, $must_change_password`)
 }
 
 // UserDest is where a row of UserColumns is scanned, before User reads it
@@ -34,12 +34,13 @@ type UserDest struct {
 	created                     int64
 	disabled, lastLogin, noRole sql.NullInt64
 	handle                      []byte
+	mustChange                  int64
 }
 
 // Dest returns the scan destinations of UserColumns.
 func (d *UserDest) Dest() []any {
 	return []any{&d.u.Name, &d.role, &d.u.PasswordHash, &d.created, &d.disabled, &d.kind, &d.u.Issuer, &d.u.Subject,
-		&d.u.ShortName, &d.display, &d.email, &d.groups, &d.lastLogin, &d.noRole, &d.handle}
+		&d.u.ShortName, &d.display, &d.email, &d.groups, &d.lastLogin, &d.noRole, &d.handle, &d.mustChange}
 }
 
 // User is the scanned row as an account.User.
@@ -58,6 +59,7 @@ func (d *UserDest) User() (account.User, error) {
 	if len(d.handle) > 0 {
 		u.Handle = d.handle
 	}
+	u.MustChangePassword = d.mustChange != 0
 	return u, nil
 }
 

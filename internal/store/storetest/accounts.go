@@ -27,6 +27,36 @@ func addUser(t *testing.T, s Stores, name string, role account.Role) account.Use
 	return u
 }
 
+// A password set replaces the hash and sets or clears the must-change
+// mark, which reads back on the user and on its sessions.
+var _ = add("accounts/set password", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	addUser(t, s, "alice", account.RoleOperator)
+	const other = "$argon2id$v=19$m=64,t=1,p=1$b3RoZXJzYWx0b3RoZXI$0N6TpYgHaAKN1dFqWZq7N0N6TpYgHaAKN1dFqWZq7N0"
+	accountUpdate(t, s, func(tx account.Tx) error {
+		return tx.InsertSession(account.Session{IDHash: "s1", User: account.User{Name: "alice"}, CSRF: "c", Method: account.MethodPassword, CreatedAt: t0, LastSeen: t0})
+	})
+	for _, must := range []bool{true, false, true} {
+		accountUpdate(t, s, func(tx account.Tx) error { return tx.SetPassword("alice", other, must) })
+		got, err := s.Accounts.User(ctx, "alice")
+		if err != nil || got.PasswordHash != other || got.MustChangePassword != must {
+			t.Errorf("User after SetPassword(must change %v) = %+v, %v", must, got, err)
+		}
+		sess, err := s.Accounts.Session(ctx, "s1")
+		if err != nil || sess.User.MustChangePassword != must {
+			t.Errorf("Session's user after SetPassword(must change %v) = %+v, %v", must, sess.User, err)
+		}
+	}
+	err := s.Accounts.Update(ctx, func(tx account.Tx) error { return tx.SetPassword("nobody", other, false) })
+	if !errors.Is(err, account.ErrUserNotFound) {
+		t.Errorf("SetPassword of an unknown name: %v, want account.ErrUserNotFound", err)
+	}
+	addUser(t, s, "bob", account.RoleOperator)
+	if got, err := s.Accounts.User(ctx, "bob"); err != nil || got.MustChangePassword {
+		t.Errorf("a new account must change its password: %+v", got)
+	}
+})
+
 var _ = add("accounts/users", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	bob := addUser(t, s, "bob", account.RoleAuditor)
