@@ -30,7 +30,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	withUsage(fs, e, `usage: console demo [--addr HOST:PORT] [--data DIR] [--every 8s] [flags]
 
 Runs the real server on a fresh temporary data directory with the example
-tools, prints four logins (shown once) and the MCP client settings, and runs
+tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600) and the MCP client settings, and runs
 a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
 serve besides its own.`)
 	var f serveFlags
@@ -110,6 +110,11 @@ serve besides its own.`)
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
+	loginsFile, err := writeDemoLogins(data, logins)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
 	url := "http://" + ln.Addr().String()
 	f.mcp.dial = demoUpstreams()
 	ctx, cancel := context.WithCancel(ctx)
@@ -122,6 +127,9 @@ serve besides its own.`)
 		fmt.Fprintf(e.stdout, "Data directory: %s\n\nLogins (shown once):\n", data)
 		for _, l := range logins {
 			fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
+		}
+		if loginsFile != "" {
+			fmt.Fprintf(e.stdout, "The logins are also in %s (readable only by you).\n", loginsFile)
 		}
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
@@ -188,6 +196,49 @@ func demoUsers(ctx context.Context, d *account.Service) ([]demoLogin, error) {
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// demoLoginsFile is where the demo keeps the logins it made, in its data
+// directory, so they do not scroll away with the agent's output.
+const demoLoginsFile = "demo-logins"
+
+// writeDemoLogins writes the logins to DATA/demo-logins, readable only by
+// the owner, and returns its path. When no account is new (a reused --data)
+// nothing is written and the file of the run that made them stays.
+func writeDemoLogins(data string, logins []demoLogin) (string, error) {
+	var b strings.Builder
+	made := false
+	for _, l := range logins {
+		if strings.HasPrefix(l.password, "(") {
+			continue
+		}
+		made = true
+		fmt.Fprintf(&b, "%s %s %s\n", l.name, l.role, l.password)
+	}
+	path := filepath.Join(data, demoLoginsFile)
+	if !made {
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		return "", nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	// A file left by an earlier run may be readable by others: close it to them first.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	return path, nil
 }
 
 // demoAgents are the actors of the demo, one per tool audience.
