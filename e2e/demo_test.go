@@ -71,5 +71,21 @@ func TestDemoStopsCleanly(t *testing.T) {
 		if _, err := os.Stat(dir + "/tools.yaml"); err != nil {
 			t.Errorf("the --data directory lost its files: %v", err)
 		}
+		fi, err := os.Stat(dir + "/demo-logins")
+		if err != nil {
+			t.Fatalf("the demo kept no logins file: %v", err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("demo-logins has mode %o, want 600", perm)
+		}
+		b, _ := os.ReadFile(dir + "/demo-logins")
+		for _, name := range []string{"alice", "bob", "audrey", "admin"} {
+			if !strings.Contains(string(b), name+" ") {
+				t.Errorf("demo-logins lacks %s:\n%s", name, b)
+			}
+		}
+		if !strings.Contains(s.logs.String(), dir+"/demo-logins") {
+			t.Errorf("the banner does not say where the logins are kept:\n%s", s.logs.String())
+		}
 	})
 }
