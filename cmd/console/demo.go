@@ -30,7 +30,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	withUsage(fs, e, `usage: console demo [--addr HOST:PORT] [--data DIR] [--every 8s] [flags]
 
 Runs the real server on a fresh temporary data directory with the example
-tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600) and the MCP client settings, and runs
+tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600), an agent token to export, and the MCP client settings, and runs
 a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
 serve besides its own.`)
 	var f serveFlags
@@ -110,6 +110,16 @@ serve besides its own.`)
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
+	// A token for the reader's own agent, as docs/agents.md's step 1 makes
+	// one: same actor and audience, so its answers read as the guide shows.
+	_, readerToken, err := a.accounts.CreateToken(ctx, demoReaderActor, demoReaderAudience, "your agent (demo)", "demo", audit.ChannelCLI)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C while starting: a clean stop
+		}
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
 	loginsFile, err := writeDemoLogins(data, logins)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
@@ -131,6 +141,8 @@ serve besides its own.`)
 		if loginsFile != "" {
 			fmt.Fprintf(e.stdout, "The logins are also in %s (readable only by you).\n", loginsFile)
 		}
+		fmt.Fprintf(e.stdout, "\nAn agent token for you (%s on %s, shown once); paste this, then follow docs/agents.md from step 1:\n", demoReaderActor, demoReaderAudience)
+		fmt.Fprintf(e.stdout, "  export COUNTERSIGN_URL=%s COUNTERSIGN_TOKEN=%s\n", url, readerToken)
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
 		}
@@ -197,6 +209,12 @@ func demoUsers(ctx context.Context, d *account.Service) ([]demoLogin, error) {
 	}
 	return out, nil
 }
+
+// The reader's agent token is the one docs/agents.md's step 1 creates.
+const (
+	demoReaderActor    = "agent:billing-bot"
+	demoReaderAudience = "payments-host"
+)
 
 // demoLoginsFile is where the demo keeps the logins it made, in its data
 // directory, so they do not scroll away with the agent's output.
