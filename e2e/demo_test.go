@@ -131,3 +131,26 @@ func checkReaderToken(t *testing.T, s *server) {
 		t.Errorf("the guide's first call with the printed token: %d %s", resp.StatusCode, got)
 	}
 }
+
+// The demo agent lets about 20 calls wait undecided, then stops proposing,
+// however fast it is told to propose.
+func TestDemoKeepsQueueReadable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts the demo")
+	}
+	s := startProcess(t, "", "demo", "--addr", "127.0.0.1:0", "--every", "10ms")
+	proposed := func() int { return strings.Count(s.logs.String(), "agent  proposed ") }
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(s.logs.String(), "calls wait for a decision") {
+			break
+		}
+	}
+	if !strings.Contains(s.logs.String(), "calls wait for a decision") {
+		t.Fatalf("the demo agent never paused; %d proposed:\n%s", proposed(), s.logs.String())
+	}
+	// Fifty more ticks of the agent's clock: none proposes.
+	time.Sleep(500 * time.Millisecond)
+	if n := proposed(); n != 20 {
+		t.Errorf("%d calls proposed and none decided, want 20", n)
+	}
+}

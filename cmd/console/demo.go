@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/countersign/countersign/client"
@@ -324,6 +325,10 @@ var demoScript = []demoProposal{
 	}},
 }
 
+// demoPendingCap is how many undecided calls the demo agent lets wait at
+// once: a queue a newcomer can read, not one that grows while they do.
+const demoPendingCap = 20
+
 // runDemoAgent proposes the script in a loop, and a burst of invalid
 // proposals that trips the retry cap, until ctx ends.
 func runDemoAgent(ctx context.Context, url string, tokens map[string]string, every time.Duration, out io.Writer) {
@@ -339,6 +344,8 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var waiting atomic.Int64 // proposed calls not yet decided
+	paused := false
 	propose := func(n int, p demoProposal) {
 		c := clients[p.audience]
 		prop := p.proposal(n)
@@ -350,9 +357,11 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 			return
 		}
 		say("proposed %-16s %-40s %s", call.Tool, call.Target, call.ID)
+		waiting.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer waiting.Add(-1)
 			finishDemoCall(ctx, c, call, say)
 		}()
 	}
@@ -369,6 +378,14 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 			return
 		case <-t.C:
 		}
+		if waiting.Load() >= demoPendingCap {
+			if !paused {
+				say("%d calls wait for a decision; proposing again once some are decided", demoPendingCap)
+				paused = true
+			}
+			continue
+		}
+		paused = false
 		propose(n, demoScript[n%len(demoScript)])
 		if n%(3*len(demoScript)) == 0 {
 			invalidBurst(ctx, clients["weather-host"], say)
