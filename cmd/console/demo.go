@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/countersign/countersign/client"
@@ -30,7 +31,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	withUsage(fs, e, `usage: console demo [--addr HOST:PORT] [--data DIR] [--every 8s] [flags]
 
 Runs the real server on a fresh temporary data directory with the example
-tools, prints four logins (shown once) and the MCP client settings, and runs
+tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600), an agent token to export, and the MCP client settings, and runs
 a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
 serve besides its own.`)
 	var f serveFlags
@@ -110,6 +111,21 @@ serve besides its own.`)
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
+	// A token for the reader's own agent, as docs/agents.md's step 1 makes
+	// one: same actor and audience, so its answers read as the guide shows.
+	_, readerToken, err := a.accounts.CreateToken(ctx, demoReaderActor, demoReaderAudience, "your agent (demo)", "demo", audit.ChannelCLI)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C while starting: a clean stop
+		}
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
+	loginsFile, err := writeDemoLogins(data, logins)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+		return 1
+	}
 	url := "http://" + ln.Addr().String()
 	f.mcp.dial = demoUpstreams()
 	ctx, cancel := context.WithCancel(ctx)
@@ -123,6 +139,11 @@ serve besides its own.`)
 		for _, l := range logins {
 			fmt.Fprintf(e.stdout, "  %-7s %-8s %s\n", l.name, l.role, l.password)
 		}
+		if loginsFile != "" {
+			fmt.Fprintf(e.stdout, "The logins are also in %s (readable only by you).\n", loginsFile)
+		}
+		fmt.Fprintf(e.stdout, "\nAn agent token for you (%s on %s, shown once); paste this, then follow docs/agents.md from step 1:\n", demoReaderActor, demoReaderAudience)
+		fmt.Fprintf(e.stdout, "  export COUNTERSIGN_URL=%s COUNTERSIGN_TOKEN=%s\n", url, readerToken)
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
 		}
@@ -190,6 +211,55 @@ func demoUsers(ctx context.Context, d *account.Service) ([]demoLogin, error) {
 	return out, nil
 }
 
+// The reader's agent token is the one docs/agents.md's step 1 creates.
+const (
+	demoReaderActor    = "agent:billing-bot"
+	demoReaderAudience = "payments-host"
+)
+
+// demoLoginsFile is where the demo keeps the logins it made, in its data
+// directory, so they do not scroll away with the agent's output.
+const demoLoginsFile = "demo-logins"
+
+// writeDemoLogins writes the logins to DATA/demo-logins, readable only by
+// the owner, and returns its path. When no account is new (a reused --data)
+// nothing is written and the file of the run that made them stays.
+func writeDemoLogins(data string, logins []demoLogin) (string, error) {
+	var b strings.Builder
+	made := false
+	for _, l := range logins {
+		if strings.HasPrefix(l.password, "(") {
+			continue
+		}
+		made = true
+		fmt.Fprintf(&b, "%s %s %s\n", l.name, l.role, l.password)
+	}
+	path := filepath.Join(data, demoLoginsFile)
+	if !made {
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		return "", nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	// A file left by an earlier run may be readable by others: close it to them first.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("save the demo logins: %w", err)
+	}
+	return path, nil
+}
+
 // demoAgents are the actors of the demo, one per tool audience.
 var demoAgents = map[string]string{
 	"payments-host": "agent:billing-bot",
@@ -255,6 +325,10 @@ var demoScript = []demoProposal{
 	}},
 }
 
+// demoPendingCap is how many undecided calls the demo agent lets wait at
+// once: a queue a newcomer can read, not one that grows while they do.
+const demoPendingCap = 20
+
 // runDemoAgent proposes the script in a loop, and a burst of invalid
 // proposals that trips the retry cap, until ctx ends.
 func runDemoAgent(ctx context.Context, url string, tokens map[string]string, every time.Duration, out io.Writer) {
@@ -270,6 +344,8 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var waiting atomic.Int64 // proposed calls not yet decided
+	paused := false
 	propose := func(n int, p demoProposal) {
 		c := clients[p.audience]
 		prop := p.proposal(n)
@@ -281,9 +357,11 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 			return
 		}
 		say("proposed %-16s %-40s %s", call.Tool, call.Target, call.ID)
+		waiting.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer waiting.Add(-1)
 			finishDemoCall(ctx, c, call, say)
 		}()
 	}
@@ -300,6 +378,14 @@ func runDemoAgent(ctx context.Context, url string, tokens map[string]string, eve
 			return
 		case <-t.C:
 		}
+		if waiting.Load() >= demoPendingCap {
+			if !paused {
+				say("%d calls wait for a decision; proposing again once some are decided", demoPendingCap)
+				paused = true
+			}
+			continue
+		}
+		paused = false
 		propose(n, demoScript[n%len(demoScript)])
 		if n%(3*len(demoScript)) == 0 {
 			invalidBurst(ctx, clients["weather-host"], say)
