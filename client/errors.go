@@ -33,6 +33,9 @@ type Error struct {
 	CallID string `json:"call_id,omitempty"`
 	// Hint says what a person can do about it (retry_limit).
 	Hint string `json:"hint,omitempty"`
+	// CounteredBy is the counter-proposal to accept or decline
+	// (previously_countered).
+	CounteredBy string `json:"countered_by,omitempty"`
 	// Raw is the response body.
 	Raw json.RawMessage `json:"-"`
 }

@@ -23,6 +23,10 @@ const (
 	// before it was redeemed (see Call.Revocation): redeeming it is refused
 	// (revoked).
 	StatusRevoked = wire.StatusRevoked
+	// StatusCountered is a call an operator answered with an edited call,
+	// its counter-proposal (Call.CounteredBy): accept the counter
+	// (Client.Accept) or cancel it to decline.
+	StatusCountered = wire.StatusCountered
 )
 
 // Proposal is what an agent asks to run.

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -928,6 +929,45 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	largeID, _ := denial["call_id"].(string)
 	if c := checkOn(ruled, docRequest{op: get, path: "/api/v1/calls/" + largeID, token: billing}, http.StatusOK); c.json["decided_by_rule"] != "too-large" {
 		t.Errorf("a call a rule denied: %s", c.body)
+	}
+
+	// A counter-proposal: an operator edits a pending call; the original
+	// answers countered with the counter, the agent accepts the counter
+	// and gets its grant, and the same call again is previously_countered.
+	countering := startOpenAPIStack(t, func(q *queue.Config, _ *server.Config) {
+		data, err := os.ReadFile("../../examples/tools.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		withCounter := strings.Replace(string(data), "    informational: [/notes]\n",
+			"    informational: [/notes]\n    counter: {edit: [/amount_minor]}\n", 1)
+		reg, err := tools.Parse([]byte(withCounter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Tools = reg
+	})
+	agentTok := countering.token(t, "agent:billing-bot", "payments-host")
+	asked := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusCreated)
+	askedID, _ := asked.json["id"].(string)
+	counter, err := countering.queue.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: askedID,
+		Digest: asked.json["digest"].(string), Edits: map[string]json.RawMessage{"/amount_minor": json.RawMessage("4000")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkOn(countering, docRequest{op: get, path: "/api/v1/calls/" + askedID + "?wait=1s", token: agentTok}, http.StatusOK); c.json["status"] != "countered" ||
+		mapAt(t, c.json, "countered_by")["id"] != counter.ID {
+		t.Errorf("a countered call: %s", c.body)
+	}
+	const accept = "POST /api/v1/calls/{id}/accept"
+	checkOn(countering, docRequest{op: accept, path: "/api/v1/calls/" + askedID + "/accept", token: agentTok}, http.StatusConflict)
+	if c := checkOn(countering, docRequest{op: accept, path: "/api/v1/calls/" + counter.ID + "/accept", token: agentTok}, http.StatusOK); c.json["status"] != "approved" ||
+		c.json["grant"] == nil || c.json["countered_from"] != askedID || c.json["accepted_at"] == nil ||
+		mapAt(t, mapAt(t, c.json, "lineage"), "proposed")["edited_by"] != "alice" {
+		t.Errorf("an accepted counter: %s", c.body)
+	}
+	if r := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusConflict); mapAt(t, r.json, "error")["countered_by"] != counter.ID {
+		t.Errorf("the countered call again: %s", r.body)
 	}
 
 	// A replica that does not hear the others is degraded.
