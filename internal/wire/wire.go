@@ -49,6 +49,8 @@ func (s Status) Decided() bool { return s != StatusPending }
 
 // Call is the API's call object.
 type Call struct {
+	// AcceptedAt is, on a counter-proposal, when its agent accepted it.
+	AcceptedAt time.Time `json:"accepted_at,omitzero"`
 	// Actor is the agent, from its token.
 	Actor     string    `json:"actor"`
 	Approvals Approvals `json:"approvals"`
@@ -62,8 +64,6 @@ type Call struct {
 	// Comments are the notes operators left with their approvals, in the
 	// order of the approvals.
 	Comments []Comment `json:"comments,omitempty"`
-	// AcceptedAt is, on a counter-proposal, when its agent accepted it.
-	AcceptedAt time.Time `json:"accepted_at,omitzero"`
 	// CounteredBy is set on a countered call: the counter-proposal an
 	// operator made of it, to accept or decline.
 	CounteredBy *Counter `json:"countered_by,omitempty"`
