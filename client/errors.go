@@ -168,13 +168,16 @@ func StatusCode(err error) int {
 // not be read carries the problem code itself (malformed_json,
 // duplicate_key, float_not_allowed, ...) as its error code.
 const (
-	CodeInvalidArguments     = "invalid_arguments"
-	CodeUnknownTool          = "unknown_tool"
-	CodeTooLarge             = "too_large"
-	CodeDeniedByPolicy       = "denied_by_policy"
-	CodeTooManyWaits         = "too_many_waits"
-	CodeAudienceNotAllowed   = "audience_not_allowed"
-	CodePreviouslyDenied     = "previously_denied"
+	CodeInvalidArguments   = "invalid_arguments"
+	CodeUnknownTool        = "unknown_tool"
+	CodeTooLarge           = "too_large"
+	CodeDeniedByPolicy     = "denied_by_policy"
+	CodeTooManyWaits       = "too_many_waits"
+	CodeAudienceNotAllowed = "audience_not_allowed"
+	CodePreviouslyDenied   = "previously_denied"
+	// CodePreviouslyCountered: an operator answered this exact call with
+	// an edited one; Error.CounteredBy names it, to Accept or Cancel.
+	CodePreviouslyCountered  = "previously_countered"
 	CodeRetryLimit           = "retry_limit"
 	CodeUnauthorized         = "unauthorized"
 	CodeNotFound             = "not_found"

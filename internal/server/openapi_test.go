@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -934,19 +933,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	// A counter-proposal: an operator edits a pending call; the original
 	// answers countered with the counter, the agent accepts the counter
 	// and gets its grant, and the same call again is previously_countered.
-	countering := startOpenAPIStack(t, func(q *queue.Config, _ *server.Config) {
-		data, err := os.ReadFile("../../examples/tools.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		withCounter := strings.Replace(string(data), "    informational: [/notes]\n",
-			"    informational: [/notes]\n    counter: {edit: [/amount_minor]}\n", 1)
-		reg, err := tools.Parse([]byte(withCounter))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q.Tools = reg
-	})
+	countering := startOpenAPIStack(t)
 	agentTok := countering.token(t, "agent:billing-bot", "payments-host")
 	asked := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusCreated)
 	askedID, _ := asked.json["id"].(string)
