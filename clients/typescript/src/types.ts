@@ -9,7 +9,7 @@ export type JsonObject = { [name: string]: JsonValue };
 /** Where a call is in its life. Every status but pending and approved is
  * terminal; an approved call moves only to redeemed, or to revoked when an
  * operator revokes its grant before it is redeemed (see Call.revocation). */
-export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked';
+export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked' | 'countered';
 
 /** The outcome statuses an executor reports. */
 export type OutcomeStatus = 'succeeded' | 'failed' | 'unknown';
