@@ -103,6 +103,11 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 			}
 		}
 	}
+	if c.Status == queue.StatusCountered && t.Counter != nil && t.Counter.Forward {
+		if res := g.forwardCounter(ctx, log, agent, t, name, c); res != nil {
+			return res, nil
+		}
+	}
 	switch c.Status {
 	case queue.StatusPending:
 		if caps := req.ClientCapabilities(); caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil {
@@ -444,6 +449,23 @@ func (g *Gateway) counteredResult(ctx context.Context, name, origID, counterID s
 	return toolError(StatusCountered, fmt.Sprintf("An operator did not approve this call of %s as it was and proposed an edited one instead: %s. "+
 		"This call did not run and will not. To run the edited call, call %s again with exactly these arguments: %s",
 		name, strings.Join(changed, "; "), name, args), fields)
+}
+
+// forwardCounter runs the counter-proposal of countered call c itself, for
+// a tool whose counter block says forward: it accepts the counter and,
+// when its approvals are complete, redeems and forwards it, the result
+// starting with what the operator changed. nil when the counter cannot
+// run now (it waits for another person): the model is then told of it.
+func (g *Gateway) forwardCounter(ctx context.Context, log *slog.Logger, agent Agent, t *tools.Tool, name string, c *queue.Call) *sdk.CallToolResult {
+	counter, err := g.cfg.Queue.Accept(ctx, agent.principal(), c.CounteredBy)
+	if err != nil || counter.Status != queue.StatusApproved {
+		return nil
+	}
+	res := g.redeemAndForward(ctx, log, agent, t, canonical.Proposal{Tool: counter.Tool, Target: counter.Target, Args: counter.Args}, counter)
+	note := fmt.Sprintf("An operator changed this call before approving it: %s. What ran is the edited call (%s), not the one you made.",
+		strings.Join(CounterChanges(c, counter), "; "), counter.ID)
+	res.Content = append([]sdk.Content{&sdk.TextContent{Text: note}}, res.Content...)
+	return res
 }
 
 // CounterChanges says, one phrase per member, what the operator changed

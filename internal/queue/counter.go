@@ -187,6 +187,32 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 	return d, nil
 }
 
+// Narrows reports whether every change of the draft narrows the call: an
+// integer the schema bounds below, lowered, or a string enum moved to
+// another of its listed values. A changed target never narrows.
+func (d *CounterDraft) Narrows() bool {
+	for _, k := range d.Changed {
+		if k == tools.CounterTarget {
+			return false
+		}
+		kind, _, _, _ := d.tool.VaryOf(k)
+		switch kind {
+		case tools.VaryEnum:
+		case tools.VaryInteger:
+			was, _ := canonical.Lookup(d.Original.Args, k)
+			now, _ := canonical.Lookup(d.Args, k)
+			w, ok1 := was.(int64)
+			n, ok2 := now.(int64)
+			if !ok1 || !ok2 || n >= w {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func editPath(k string) string {
 	if k == tools.CounterTarget {
 		return "/target"
@@ -306,6 +332,12 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 		if d.rule.Action == policy.Ask {
 			c.ApprovalsRequired = max(c.ApprovalsRequired, d.rule.Approvals)
 			c.RequirePasskey = c.RequirePasskey || d.rule.RequirePasskey
+		}
+		if t.Counter.Forward && !d.Narrows() {
+			// The MCP gateway runs a forwarded counter itself: an edit
+			// that does not only narrow the call needs a person other
+			// than its editor.
+			c.ApprovalsRequired = max(c.ApprovalsRequired, 2)
 		}
 		if d.rule.Rule != nil && len(d.rule.Rule.Notify) > 0 {
 			c.Notify = append([]string(nil), d.rule.Rule.Notify...)
