@@ -381,6 +381,19 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Call, error) {
 	return resp.call(http.StatusOK)
 }
 
+// Accept accepts a counter-proposal: a call an operator made by editing
+// one of this token's pending calls (that call's Status is
+// StatusCountered and its CounteredBy names the counter). The answer is
+// the counter, approved with its grant when its approvals are complete;
+// else Wait for it. Decline a counter with Cancel.
+func (c *Client) Accept(ctx context.Context, id string) (*Call, error) {
+	resp, err := c.do(ctx, http.MethodPost, callPath(id)+"/accept", nil, c.requestTimeout, true)
+	if err != nil {
+		return nil, err
+	}
+	return resp.call(http.StatusOK)
+}
+
 // Keys returns the console's JSON Web Key Set (RFC 7517): the Ed25519 keys
 // that may still verify a live grant.
 func (c *Client) Keys(ctx context.Context) (json.RawMessage, error) {

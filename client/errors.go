@@ -33,6 +33,9 @@ type Error struct {
 	CallID string `json:"call_id,omitempty"`
 	// Hint says what a person can do about it (retry_limit).
 	Hint string `json:"hint,omitempty"`
+	// CounteredBy is the counter-proposal to accept or decline
+	// (previously_countered).
+	CounteredBy string `json:"countered_by,omitempty"`
 	// Raw is the response body.
 	Raw json.RawMessage `json:"-"`
 }
@@ -165,13 +168,16 @@ func StatusCode(err error) int {
 // not be read carries the problem code itself (malformed_json,
 // duplicate_key, float_not_allowed, ...) as its error code.
 const (
-	CodeInvalidArguments     = "invalid_arguments"
-	CodeUnknownTool          = "unknown_tool"
-	CodeTooLarge             = "too_large"
-	CodeDeniedByPolicy       = "denied_by_policy"
-	CodeTooManyWaits         = "too_many_waits"
-	CodeAudienceNotAllowed   = "audience_not_allowed"
-	CodePreviouslyDenied     = "previously_denied"
+	CodeInvalidArguments   = "invalid_arguments"
+	CodeUnknownTool        = "unknown_tool"
+	CodeTooLarge           = "too_large"
+	CodeDeniedByPolicy     = "denied_by_policy"
+	CodeTooManyWaits       = "too_many_waits"
+	CodeAudienceNotAllowed = "audience_not_allowed"
+	CodePreviouslyDenied   = "previously_denied"
+	// CodePreviouslyCountered: an operator answered this exact call with
+	// an edited one; Error.CounteredBy names it, to Accept or Cancel.
+	CodePreviouslyCountered  = "previously_countered"
 	CodeRetryLimit           = "retry_limit"
 	CodeUnauthorized         = "unauthorized"
 	CodeNotFound             = "not_found"

@@ -24,6 +24,10 @@ const (
 	// before it was redeemed (see Call.Revocation): redeeming it is refused
 	// (revoked).
 	StatusRevoked = wire.StatusRevoked
+	// StatusCountered is a call an operator answered with an edited call,
+	// its counter-proposal (Call.CounteredBy): accept the counter
+	// (Client.Accept) or cancel it to decline.
+	StatusCountered = wire.StatusCountered
 )
 
 // GrantState is what became of an approved call's grant (Call.GrantState).

@@ -5,6 +5,7 @@
 package answer
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -40,18 +41,22 @@ func Call(c *queue.Call, name func(string) string, now time.Time) (wire.Call, er
 		return wire.Call{}, fmt.Errorf("answer: call %s: args: %w", c.ID, err)
 	}
 	v := wire.Call{
-		ID:        c.ID,
-		Status:    wire.Status(c.Shown()),
-		Actor:     c.Actor,
-		Audience:  c.Audience,
-		Tool:      c.Tool,
-		Target:    c.Target,
-		Args:      args,
-		Digest:    c.Digest,
-		CreatedAt: at(c.CreatedAt),
-		DecideBy:  at(c.DecideBy),
-		Approvals: approvals(c, name),
-		Rationale: c.Rationale,
+		ID:            c.ID,
+		Status:        wire.Status(c.Shown()),
+		Actor:         c.Actor,
+		Audience:      c.Audience,
+		Tool:          c.Tool,
+		Target:        c.Target,
+		Args:          args,
+		Digest:        c.Digest,
+		CreatedAt:     at(c.CreatedAt),
+		DecideBy:      at(c.DecideBy),
+		Approvals:     approvals(c, name),
+		Rationale:     c.Rationale,
+		CounteredFrom: c.CounteredFrom,
+	}
+	if !c.AcceptedAt.IsZero() {
+		v.AcceptedAt = at(c.AcceptedAt)
 	}
 	if len(c.Owners) > 0 {
 		v.Owners = account.PublicOwners(c.Owners, name)
@@ -87,6 +92,12 @@ func Call(c *queue.Call, name func(string) string, now time.Time) (wire.Call, er
 	return v, nil
 }
 
+// Countered sets v.CounteredBy, on the call object of a countered call,
+// from its counter-proposal.
+func Countered(v *wire.Call, counter *queue.Call) {
+	v.CounteredBy = &wire.Counter{ID: counter.ID, Envelope: json.RawMessage(counter.Envelope), Digest: counter.Digest}
+}
+
 // approvals is the call object's approvals: how many the call needs and
 // has, and who gave each, through which channel and how (a click, a
 // passkey, a command, a rule).
@@ -118,6 +129,9 @@ func lineage(c *queue.Call, v *wire.Call, name func(string) string) wire.Lineage
 		Proposed:   wire.Step{Digest: c.Digest, By: c.Actor, Token: c.SubmittedBy, At: at(c.CreatedAt)},
 		Outcome:    v.Outcome,
 		Resolution: v.Resolution,
+	}
+	if c.EditedBy != "" {
+		l.Proposed.EditedBy = name(c.EditedBy)
 	}
 	for _, a := range c.Approvals {
 		if p := a.Presented; p != nil {
@@ -209,7 +223,7 @@ func Error(e *problem.Error) wire.ErrorBody {
 
 // ErrorOf is e in the API's error shape.
 func ErrorOf(e *problem.Error) wire.Error {
-	out := wire.Error{Code: e.Code, Message: e.Message, Reason: e.Reason, CallID: e.CallID, Hint: e.Hint}
+	out := wire.Error{Code: e.Code, Message: e.Message, Reason: e.Reason, CallID: e.CallID, Hint: e.Hint, CounteredBy: e.CounteredBy}
 	if e.Problems != nil {
 		out.Problems = make([]wire.Problem, len(e.Problems))
 		for i, p := range e.Problems {

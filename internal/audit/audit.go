@@ -21,12 +21,16 @@ import (
 
 // Kinds of entries.
 const (
-	KindSubmitted         = "submitted"
-	KindRejected          = "rejected"
-	KindApproved          = "approved"
-	KindDenied            = "denied"
-	KindExpired           = "expired"
-	KindCancelled         = "cancelled"
+	KindSubmitted = "submitted"
+	KindRejected  = "rejected"
+	KindApproved  = "approved"
+	KindDenied    = "denied"
+	KindExpired   = "expired"
+	KindCancelled = "cancelled"
+	// KindCountered ends a call an operator answered with an edited call;
+	// KindCounterAccepted records its agent accepting that counter.
+	KindCountered         = "countered"
+	KindCounterAccepted   = "counter_accepted"
 	KindRevoked           = "revoked"
 	KindGranted           = "granted"
 	KindRedeemed          = "redeemed"

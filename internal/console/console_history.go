@@ -43,7 +43,7 @@ const (
 
 // historyStatuses and historyChannels are the values the filter offers.
 var (
-	historyStatuses = []string{"pending", "approved", "denied", "expired", "cancelled", "redeemed"}
+	historyStatuses = []string{"pending", "approved", "denied", "expired", "cancelled", "countered", "redeemed"}
 	historyChannels = []string{audit.ChannelWeb, audit.ChannelCLI, audit.ChannelAPI}
 )
 

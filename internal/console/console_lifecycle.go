@@ -184,6 +184,7 @@ func conclusion(call *queue.Call, now time.Time, redeemedSeq, lastSeq int64, ref
 			queue.StatusExpired:   "it expired without a decision, so no grant was minted",
 			queue.StatusCancelled: "the agent cancelled it before a decision, so no grant was minted",
 			queue.StatusApproved:  "its grant expired unredeemed",
+			queue.StatusCountered: "an operator answered it with an edited call (" + call.CounteredBy + "), so it can never run",
 		}[call.Status]
 		st := notRedeemed(why, refused)
 		if call.Status == queue.StatusApproved {

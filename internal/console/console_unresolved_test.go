@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -289,6 +290,17 @@ func TestTimelineLifecycle(t *testing.T) {
 	}
 	if title := p.doc.Find(`[data-kind="not_redeemed"] [data-testid="life-title"]`).Text(); !strings.Contains(title, "No redemption was accepted") {
 		t.Errorf("denied call: %q", title)
+	}
+	// A countered call says it can never run, naming its counter.
+	countered := e.submit("agent:billing", "payments-host", `{"tool":"payments.refund","target":"invoice:INV-4","args":{"amount_minor":900,"currency":"USD","reason_code":"duplicate"}}`)
+	counter, err := e.q.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: countered.ID,
+		Digest: countered.Digest, Edits: map[string]json.RawMessage{"/amount_minor": json.RawMessage("90")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds, p = steps(countered.ID)
+	if why := p.doc.Find(`[data-kind="not_redeemed"] [data-label="Why"]`).Text(); !strings.Contains(why, "answered it with an edited call ("+counter.ID+")") {
+		t.Errorf("countered call: %v %q", kinds, why)
 	}
 	// A revoked grant: the redemption tried after it is refused, and the
 	// call says no redemption was accepted.

@@ -11,6 +11,7 @@
 package db
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -247,6 +248,18 @@ func (d *DB) applyMigration(ctx context.Context, version int, name string) error
 	}
 	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 		return fmt.Errorf("db: migration %s: %w", filepath.Base(name), err)
+	}
+	if bytes.Contains(body, []byte("PRAGMA writable_schema = ON")) {
+		// A migration that rewrote a recorded definition (loosening a
+		// CHECK constraint) bumps the schema version, so that every
+		// connection, this one included, parses the schema again.
+		var v int64
+		if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&v); err != nil {
+			return fmt.Errorf("db: migration %s: read schema version: %w", filepath.Base(name), err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA schema_version = %d`, v+1)); err != nil {
+			return fmt.Errorf("db: migration %s: bump schema version: %w", filepath.Base(name), err)
+		}
 	}
 	if version == 1 {
 		var id [16]byte

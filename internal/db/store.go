@@ -58,7 +58,8 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
+	countered_by, countered_from, edited_by, accepted_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -70,11 +71,14 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
 	var notify, owners, approvers string
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence, submittedBy sql.NullString
+	var counteredBy, counteredFrom, editedBy sql.NullString
+	var acceptedAt sql.NullInt64
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
-		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy)
+		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy,
+		&counteredBy, &counteredFrom, &editedBy, &acceptedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -111,6 +115,8 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
 	c.RedeemedBy = redeemedBy.String
 	c.SubmittedBy = submittedBy.String
+	c.CounteredBy, c.CounteredFrom, c.EditedBy = counteredBy.String, counteredFrom.String, editedBy.String
+	c.AcceptedAt = fromMS(acceptedAt)
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution.Valid {
 		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
@@ -233,11 +239,12 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey, submitted_by)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		owners, approvers, require_passkey, submitted_by, countered_from, edited_by)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
 		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","),
-		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy)
+		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy,
+		sql.NullString{String: c.CounteredFrom, Valid: c.CounteredFrom != ""}, sql.NullString{String: c.EditedBy, Valid: c.EditedBy != ""})
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}
@@ -249,7 +256,8 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 // mutableValues.
 var mutableColumns = []string{"status", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_token", "grant_jti",
 	"grant_kid", "grant_expires_at", "redeemed_at", "outcome_status", "outcome_detail", "outcome_at", "redeemed_by", "lease_until",
-	"resolution", "resolved_by", "resolved_channel", "resolution_note", "resolution_evidence", "resolved_at"}
+	"resolution", "resolved_by", "resolved_channel", "resolution_note", "resolution_evidence", "resolved_at",
+	"countered_by", "accepted_at"}
 
 // mutableValues are c's values of mutableColumns, as bound to the update.
 // Each is comparable with ==.
@@ -280,7 +288,8 @@ func mutableValues(c *queue.Call) []any {
 	}
 	return []any{string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
 		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
-		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt}
+		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt,
+		nullStr(c.CounteredBy), nullMS(c.AcceptedAt)}
 }
 
 // UpdateCall writes the call's mutable columns. A call read by this

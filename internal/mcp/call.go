@@ -24,10 +24,13 @@ import (
 
 // Statuses of the structuredContent of the gateway's own tool results.
 const (
-	StatusApprovalPending   = "approval_pending"
-	StatusDenied            = "denied"
-	StatusExpired           = "expired"
-	StatusCancelled         = "cancelled"
+	StatusApprovalPending = "approval_pending"
+	StatusDenied          = "denied"
+	StatusExpired         = "expired"
+	StatusCancelled       = "cancelled"
+	// StatusCountered: an operator answered the call with an edited one;
+	// the result names its arguments, to call instead.
+	StatusCountered         = "countered"
 	StatusInvalidArguments  = "invalid_arguments"
 	StatusUnderReview       = "tool_under_review"
 	StatusToolChanged       = "tool_changed"
@@ -66,6 +69,15 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	}
 	p, perr := parseCall(t, req.Params.Arguments)
 	c, _, err := g.cfg.Queue.SubmitProposal(ctx, agent.principal(), p, perr)
+	if err == nil && c.CounteredFrom != "" && c.AcceptedAt.IsZero() && c.Status == queue.StatusPending {
+		// Calling a counter-proposal's arguments is accepting it: its
+		// grant is minted once its approvals are complete.
+		c, err = g.cfg.Queue.Accept(ctx, agent.principal(), c.ID)
+	}
+	var ce *queue.CounteredError
+	if errors.As(err, &ce) {
+		return g.counteredResult(ctx, name, ce.CallID, ce.CounterID), nil
+	}
 	if err != nil {
 		return g.submitError(full, c, err), nil
 	}
@@ -89,6 +101,11 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 			if res := g.recheck(ctx, log, agent, c); res != nil {
 				return res, nil
 			}
+		}
+	}
+	if c.Status == queue.StatusCountered && t.Counter != nil && t.Counter.Forward {
+		if res := g.forwardCounter(ctx, log, agent, t, name, c); res != nil {
+			return res, nil
 		}
 	}
 	switch c.Status {
@@ -394,6 +411,8 @@ func (g *Gateway) tooManyWaits(name string, c *queue.Call, max int) *sdk.CallToo
 func (g *Gateway) decidedResult(ctx context.Context, name string, c *queue.Call) *sdk.CallToolResult {
 	fields := map[string]any{"call_id": c.ID, "digest": c.Digest}
 	switch c.Status {
+	case queue.StatusCountered:
+		return g.counteredResult(ctx, name, c.ID, c.CounteredBy)
 	case queue.StatusDenied:
 		reason, by := "", ""
 		if c.Denial != nil {
@@ -409,6 +428,77 @@ func (g *Gateway) decidedResult(ctx context.Context, name string, c *queue.Call)
 		return toolError(StatusAlreadyRun, fmt.Sprintf("The identical call of %s was already run by another request, which received its result.", name), fields)
 	}
 	return toolError(string(c.Status), fmt.Sprintf("The call of %s is %s.", name, c.Status), fields)
+}
+
+// counteredResult answers a call an operator countered: it did not run,
+// and the model is told what the operator changed and the exact
+// arguments to call the tool with instead (which accepts the counter).
+func (g *Gateway) counteredResult(ctx context.Context, name, origID, counterID string) *sdk.CallToolResult {
+	fields := map[string]any{"call_id": origID, "countered_by": counterID, "code": "countered"}
+	orig, err1 := g.cfg.Queue.Call(ctx, origID)
+	counter, err2 := g.cfg.Queue.Call(ctx, counterID)
+	if err1 != nil || err2 != nil {
+		return toolError(StatusCountered, fmt.Sprintf("An operator answered this call of %s with an edited one (call %s); it did not run. "+
+			"Countersign cannot show the edited call right now; retry later.", name, counterID), fields)
+	}
+	args, err := counter.Args.MarshalJSON()
+	if err != nil {
+		args = []byte("{}")
+	}
+	changed := CounterChanges(orig, counter)
+	fields["counter_digest"], fields["counter_args"], fields["changed"] = counter.Digest, json.RawMessage(args), changed
+	return toolError(StatusCountered, fmt.Sprintf("An operator did not approve this call of %s as it was and proposed an edited one instead: %s. "+
+		"This call did not run and will not. To run the edited call, call %s again with exactly these arguments: %s",
+		name, strings.Join(changed, "; "), name, args), fields)
+}
+
+// forwardCounter runs the counter-proposal of countered call c itself, for
+// a tool whose counter block says forward: it accepts the counter and,
+// when its approvals are complete, redeems and forwards it, the result
+// starting with what the operator changed. nil when the counter cannot
+// run now (it waits for another person): the model is then told of it.
+func (g *Gateway) forwardCounter(ctx context.Context, log *slog.Logger, agent Agent, t *tools.Tool, name string, c *queue.Call) *sdk.CallToolResult {
+	counter, err := g.cfg.Queue.Accept(ctx, agent.principal(), c.CounteredBy)
+	if err != nil || counter.Status != queue.StatusApproved {
+		return nil
+	}
+	res := g.redeemAndForward(ctx, log, agent, t, canonical.Proposal{Tool: counter.Tool, Target: counter.Target, Args: counter.Args}, counter)
+	note := fmt.Sprintf("An operator changed this call before approving it: %s. What ran is the edited call (%s), not the one you made.",
+		strings.Join(CounterChanges(c, counter), "; "), counter.ID)
+	res.Content = append([]sdk.Content{&sdk.TextContent{Text: note}}, res.Content...)
+	return res
+}
+
+// CounterChanges says, one phrase per member, what the operator changed
+// from orig to its counter-proposal: the target and each argument whose
+// value differs, added or removed.
+func CounterChanges(orig, counter *queue.Call) []string {
+	var out []string
+	if orig.Target != counter.Target {
+		out = append(out, fmt.Sprintf("target %q changed to %q", orig.Target, counter.Target))
+	}
+	enc := func(v any) string {
+		b, err := canonical.Encode(v)
+		if err != nil {
+			return "?"
+		}
+		return string(b)
+	}
+	for _, m := range counter.Args {
+		was, ok := orig.Args.Get(m.Name)
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s set to %s", m.Name, enc(m.Value)))
+		case enc(was) != enc(m.Value):
+			out = append(out, fmt.Sprintf("%s changed from %s to %s", m.Name, enc(was), enc(m.Value)))
+		}
+	}
+	for _, m := range orig.Args {
+		if _, ok := counter.Args.Get(m.Name); !ok {
+			out = append(out, fmt.Sprintf("%s removed (was %s)", m.Name, enc(m.Value)))
+		}
+	}
+	return out
 }
 
 // redemptionRefused answers a grant that could not be redeemed.

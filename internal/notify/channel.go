@@ -257,6 +257,8 @@ func heading(ev Event) string {
 		return "Expired without a decision"
 	case CallCancelled:
 		return "Withdrawn by the agent"
+	case CallCountered:
+		return "Countered: an operator proposed an edited call"
 	case CallRedeemed:
 		return "Redeemed"
 	case CallOutcome:

@@ -32,6 +32,9 @@ const (
 	CallDenied    = "call.denied"
 	CallExpired   = "call.expired"
 	CallCancelled = "call.cancelled"
+	// CallCountered: an operator answered the call with an edited one, its
+	// counter-proposal (data.countered_by), which waits for the agent.
+	CallCountered = "call.countered"
 	CallRedeemed  = "call.redeemed"
 	CallOutcome   = "call.outcome"
 	// CallLeaseExpired: the executor neither reported an outcome nor sent a
@@ -52,7 +55,7 @@ const (
 
 // Kinds lists every event type, in the order of a call's life.
 var Kinds = []string{CallSubmitted, CallEscalated, CallReminder, CallApproved, CallDenied, CallExpired,
-	CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded, AllowanceGiven, AllowanceEnded}
+	CallCancelled, CallCountered, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded, AllowanceGiven, AllowanceEnded}
 
 func knownKind(k string) bool {
 	for _, x := range Kinds {
@@ -67,7 +70,7 @@ func knownKind(k string) bool {
 // decision, so a message announcing the call can be updated.
 func Decided(kind string) bool {
 	switch kind {
-	case CallApproved, CallDenied, CallExpired, CallCancelled, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved:
+	case CallApproved, CallDenied, CallExpired, CallCancelled, CallCountered, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved:
 		return true
 	}
 	return false
@@ -108,6 +111,8 @@ type Data struct {
 	Outcome   *Outcome   `json:"outcome,omitempty"`
 	// Resolution is set on call.resolved: what the person found.
 	Resolution *Resolution `json:"resolution,omitempty"`
+	// CounteredBy is set on call.countered: the id of the counter-proposal.
+	CounteredBy string `json:"countered_by,omitempty"`
 	// LeaseUntil is set on call.lease_expired: when the executor's lease
 	// ended (RFC 3339).
 	LeaseUntil string `json:"lease_until,omitempty"`

@@ -65,6 +65,8 @@ func kindOf(queueKind string) string {
 		return CallExpired
 	case audit.KindCancelled:
 		return CallCancelled
+	case audit.KindCountered:
+		return CallCountered
 	case audit.KindRedeemed:
 		return CallRedeemed
 	case audit.KindOutcome:
@@ -229,6 +231,9 @@ func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.
 		d.Decision = &Decision{By: "console", Reason: "no decision before decide_by"}
 	case c.Status == queue.StatusCancelled:
 		d.Decision = &Decision{By: c.Actor, Reason: "withdrawn by the agent"}
+	}
+	if c.Status == queue.StatusCountered {
+		d.CounteredBy = c.CounteredBy
 	}
 	if c.Outcome != nil {
 		d.Outcome = &Outcome{Status: c.Outcome.Status, Detail: c.Outcome.Detail}

@@ -133,6 +133,8 @@ channels:
 	outcome.Outcome = &queue.Outcome{Status: "failed", Detail: "card declined", At: t0.Add(2 * time.Second)}
 	cancelled := c.Clone()
 	cancelled.Status, cancelled.DecidedAt = queue.StatusCancelled, t0
+	countered := c.Clone()
+	countered.Status, countered.DecidedAt, countered.CounteredBy = queue.StatusCountered, t0.Add(3*time.Second), "call_counter"
 	cases := []struct {
 		ev   queue.Event
 		want string
@@ -141,6 +143,7 @@ channels:
 		{queue.Event{Kind: audit.KindRedeemed, Call: redeemed}, "call.redeemed@hook"},
 		{queue.Event{Kind: audit.KindOutcome, Call: outcome}, "call.outcome@hook"},
 		{queue.Event{Kind: audit.KindCancelled, Call: cancelled}, "call.cancelled@hook"},
+		{queue.Event{Kind: audit.KindCountered, Call: countered}, "call.countered@hook"},
 		{queue.Event{Kind: audit.KindRedemptionRefused, Call: c, Reason: "replayed"}, ""},
 		{queue.Event{Kind: audit.KindRetryBlocked, Block: &queue.Block{Actor: "a", Tool: "t"}}, ""},
 	}
@@ -154,6 +157,12 @@ channels:
 	json.Unmarshal(ns[0].Body, &ev)
 	if ev.Data.Outcome == nil || ev.Data.Outcome.Status != "failed" || ev.Data.Outcome.Detail != "card declined" || !ns[0].At.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("outcome %+v at %s", ev.Data, ns[0].At)
+	}
+	ns = r.Notices(queue.Event{Kind: audit.KindCountered, Call: countered})
+	ev = notify.Event{}
+	json.Unmarshal(ns[0].Body, &ev)
+	if ev.Data.CounteredBy != "call_counter" || ev.Data.Status != "countered" || !ns[0].At.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("countered %+v at %s", ev.Data, ns[0].At)
 	}
 	// With no routes section, every channel hears of every tool.
 	if got := notices(r.Notices(submitted(testCall("call_b", t0)))); got != "call.submitted@hook" {

@@ -70,14 +70,16 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by`
+	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
+	countered_by, countered_from, edited_by, accepted_at`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
 	c.approvals_required, c.grant_ttl_ms, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
 	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify,
 	c.outcome_within_ms, c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
-	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey, c.submitted_by`
+	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey, c.submitted_by,
+	c.countered_by, c.countered_from, c.edited_by, c.accepted_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -95,11 +97,13 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var leaseUntil, resolvedAt *int64
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence, submittedBy *string
 	var resolutionNote []byte
+	var counteredBy, counteredFrom, editedBy *string
+	var acceptedAt *int64
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt,
-		&owners, &approvers, &c.RequirePasskey, &submittedBy}
+		&owners, &approvers, &c.RequirePasskey, &submittedBy, &counteredBy, &counteredFrom, &editedBy, &acceptedAt}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -141,6 +145,8 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
 	c.RedeemedBy = deref(redeemedBy)
 	c.SubmittedBy = deref(submittedBy)
+	c.CounteredBy, c.CounteredFrom, c.EditedBy = deref(counteredBy), deref(counteredFrom), deref(editedBy)
+	c.AcceptedAt = fromMS(acceptedAt)
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution != nil {
 		c.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
@@ -243,11 +249,12 @@ func (t *txn) InsertCall(c *queue.Call) error {
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey, submitted_by)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21) RETURNING seq`,
+		owners, approvers, require_passkey, submitted_by, countered_from, edited_by)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
 		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
-		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy).Scan(&c.Seq)
+		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy,
+		nullStr(c.CounteredFrom), nullStr(c.EditedBy)).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}
@@ -279,11 +286,13 @@ func (t *txn) UpdateCall(c *queue.Call) error {
 	tag, err := t.tx.Exec(t.ctx, `UPDATE calls SET status = $1, decided_at = $2, denied_by = $3, denied_channel = $4,
 		deny_reason = $5, grant_token = $6, grant_jti = $7, grant_kid = $8, grant_expires_at = $9, redeemed_at = $10,
 		outcome_status = $11, outcome_detail = $12, outcome_at = $13, redeemed_by = $14, lease_until = $15, resolution = $16,
-		resolved_by = $17, resolved_channel = $18, resolution_note = $19, resolution_evidence = $20, resolved_at = $21
+		resolved_by = $17, resolved_channel = $18, resolution_note = $19, resolution_evidence = $20, resolved_at = $21,
+		countered_by = $23, accepted_at = $24
 		WHERE id = $22`,
 		string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
 		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
-		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt, c.ID)
+		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt, c.ID,
+		nullStr(c.CounteredBy), nullMS(c.AcceptedAt))
 	if err != nil {
 		return fmt.Errorf("pgstore: update call %s: %w", c.ID, err)
 	}

@@ -31,7 +31,14 @@ const (
 	// PageAllowance is the page that gives or confirms an allowance: its
 	// base call and the scope (ScopeItem) it showed.
 	PageAllowance = "allowance"
+	// PageCounter is the review page of a counter-proposal: the call it
+	// answers and the edited call's digest (CounterItem).
+	PageCounter = "counter"
 )
+
+// CounterItem is the edited call of a counter-proposal on a PageCounter
+// page: the new digest shown.
+func CounterItem(digest string) Item { return Item{CallID: "counter", Digest: digest} }
 
 // ScopeItem is the item of an allowance's scope on a PageAllowance page:
 // the scope digest shown.

@@ -32,6 +32,9 @@ type Error struct {
 	Reason string `json:"reason,omitempty"`
 	CallID string `json:"call_id,omitempty"`
 	Hint   string `json:"hint,omitempty"`
+	// CounteredBy is, for previously_countered, the id of the
+	// counter-proposal to accept or decline instead.
+	CounteredBy string `json:"countered_by,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -43,6 +46,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Cod
 // 5xx.
 var refusalCodes = map[string]bool{
 	"frozen": true, "denied_by_policy": true, "previously_denied": true, "retry_limit": true,
+	"previously_countered": true, "counter_denied_by_policy": true,
 	"audience_not_allowed": true,
 }
 
@@ -136,6 +140,14 @@ var sentinels = []struct {
 	{queue.ErrNotPending, http.StatusConflict, "not_pending", "the call is no longer pending; reload it to see its state", ""},
 	{queue.ErrPreviouslyDenied, http.StatusConflict, "previously_denied",
 		"an operator denied this exact call recently; change the call or ask a person before trying again", ""},
+	{queue.ErrPreviouslyCountered, http.StatusConflict, "previously_countered",
+		"an operator answered this exact call with an edited one; accept or decline that counter-proposal instead of proposing it again", ""},
+	{queue.ErrNotCounterable, http.StatusConflict, "not_counterable",
+		"this tool's calls cannot be countered, or not in that member: its tools file entry lists what an operator may edit (counter: edit); approve or deny the call instead", ""},
+	{queue.ErrCounterUnchanged, http.StatusBadRequest, "counter_unchanged",
+		"the edit changes nothing the digest covers; change a value, or approve or deny the call as it is", ""},
+	{queue.ErrNotCounter, http.StatusConflict, "not_a_counter",
+		"only a counter-proposal (a call with countered_from) is accepted; this call is an ordinary one: redeem its grant once approved", ""},
 	{queue.ErrAudienceNotAllow, http.StatusForbidden, "audience_not_allowed",
 		"the tool's audience is not this token's audience; use a token made for the tool's audience", ""},
 	{queue.ErrNotAnApprover, http.StatusForbidden, "not_an_approver", "the tool names who may approve its calls, and you are not one of them; ask one of them", ""},
@@ -225,6 +237,8 @@ func Of(err error) *Error {
 		fz *queue.FrozenError
 		pe *queue.ProposalError
 		de *queue.DeniedError
+		cd *queue.CounteredError
+		cp *queue.CounterDeniedError
 		ad *queue.AudienceError
 		np *queue.NotPendingError
 		nd *queue.DeciderError
@@ -258,6 +272,13 @@ func Of(err error) *Error {
 		return &Error{Status: http.StatusConflict, Code: "previously_denied", CallID: de.CallID, Reason: de.Reason,
 			Message: fmt.Sprintf("an operator denied this exact call at %s: %s. Change the call or ask a person before trying again.",
 				de.At.UTC().Format(time.RFC3339), de.Reason)}
+	case errors.As(err, &cd):
+		return &Error{Status: http.StatusConflict, Code: "previously_countered", CallID: cd.CallID, CounteredBy: cd.CounterID,
+			Message: fmt.Sprintf("an operator answered this exact call at %s with an edited one, %s. Accept it (POST /api/v1/calls/%s/accept) or decline it (cancel) instead of proposing this call again.",
+				cd.At.UTC().Format(time.RFC3339), cd.CounterID, cd.CounterID)}
+	case errors.As(err, &cp):
+		return &Error{Status: http.StatusForbidden, Code: "counter_denied_by_policy", Reason: cp.Reason,
+			Message: fmt.Sprintf("rule %s denies the edited call: %s. Nothing was changed; the call stays pending. Edit it otherwise, or approve or deny it as it is.", cp.Rule, cp.Reason)}
 	case errors.As(err, &ad):
 		return New(http.StatusForbidden, "audience_not_allowed", "%s", ad.Message())
 	case errors.As(err, &np):

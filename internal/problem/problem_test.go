@@ -33,6 +33,8 @@ var examples = map[string]error{
 	"queue.ErrNotRedeemed": queue.ErrNotRedeemed, "queue.ErrOutcomeReported": queue.ErrOutcomeReported,
 	"queue.ErrInvalidOutcome": queue.ErrInvalidOutcome, "queue.ErrRetryLimit": queue.ErrRetryLimit,
 	"queue.ErrNotBlocked": queue.ErrNotBlocked, "queue.ErrPreviouslyDenied": queue.ErrPreviouslyDenied,
+	"queue.ErrPreviouslyCountered": queue.ErrPreviouslyCountered, "queue.ErrNotCounterable": queue.ErrNotCounterable,
+	"queue.ErrCounterUnchanged": queue.ErrCounterUnchanged, "queue.ErrNotCounter": queue.ErrNotCounter,
 	"queue.ErrOperatorRequired": queue.ErrOperatorRequired, "queue.ErrIntegrity": queue.ErrIntegrity,
 	"queue.ErrNotApproved": queue.ErrNotApproved, "queue.ErrNotADecider": queue.ErrNotADecider,
 	"queue.ErrNotAnAdmin": queue.ErrNotAnAdmin, "queue.ErrCommentTooLong": queue.ErrCommentTooLong,
@@ -60,21 +62,23 @@ var examples = map[string]error{
 	"scope.ErrNotVariable": scope.ErrNotVariable, "scope.ErrAboveMaximum": scope.ErrAboveMaximum,
 	"scope.ErrNotInEnum": scope.ErrNotInEnum, "scope.ErrBaseOutside": scope.ErrBaseOutside, "scope.ErrMalformed": scope.ErrMalformed,
 
-	"queue.SamePersonError":   &queue.SamePersonError{Operator: "bob", Other: "oidc:idp/bob"},
-	"queue.OwnerError":        &queue.OwnerError{Operator: "bob", Owner: "bob"},
-	"queue.ApproversError":    &queue.ApproversError{Operator: "bob", Who: "payments-leads"},
-	"queue.DeciderError":      &queue.DeciderError{Operator: "bob"},
-	"queue.AdminError":        &queue.AdminError{Operator: "bob"},
-	"queue.NotPendingError":   &queue.NotPendingError{Status: queue.StatusApproved},
-	"queue.AudienceError":     &queue.AudienceError{Tool: "payments.refund", ToolAudience: "payments-host", TokenAudience: "deploy-host"},
-	"queue.ProposalError":     &queue.ProposalError{Kind: queue.KindInvalidArguments, Problems: canonical.Problems{{Code: "unknown_field", Path: "/args/x"}}},
-	"queue.DeniedError":       &queue.DeniedError{CallID: "call_1", Reason: "no", At: time.Unix(0, 0)},
-	"queue.ConfirmationError": &queue.ConfirmationError{Describe: "the target", Want: "service:checkout"},
-	"queue.FilterError":       &queue.FilterError{Reason: "bad date"},
-	"queue.IntegrityError":    &queue.IntegrityError{ID: "call_1", What: "edited"},
-	"queue.FrozenError":       &queue.FrozenError{Freeze: queue.Freeze{Tool: "payments.refund", Reason: "incident"}},
-	"queue.PolicyDeniedError": &queue.PolicyDeniedError{CallID: "call_1", Rule: "no-prod", Reason: "no"},
-	"queue.NameError":         &queue.NameError{Field: "tool", Name: "Payments.Refund", Near: []string{"payments.refund"}},
+	"queue.SamePersonError":    &queue.SamePersonError{Operator: "bob", Other: "oidc:idp/bob"},
+	"queue.OwnerError":         &queue.OwnerError{Operator: "bob", Owner: "bob"},
+	"queue.ApproversError":     &queue.ApproversError{Operator: "bob", Who: "payments-leads"},
+	"queue.DeciderError":       &queue.DeciderError{Operator: "bob"},
+	"queue.AdminError":         &queue.AdminError{Operator: "bob"},
+	"queue.NotPendingError":    &queue.NotPendingError{Status: queue.StatusApproved},
+	"queue.AudienceError":      &queue.AudienceError{Tool: "payments.refund", ToolAudience: "payments-host", TokenAudience: "deploy-host"},
+	"queue.ProposalError":      &queue.ProposalError{Kind: queue.KindInvalidArguments, Problems: canonical.Problems{{Code: "unknown_field", Path: "/args/x"}}},
+	"queue.DeniedError":        &queue.DeniedError{CallID: "call_1", Reason: "no", At: time.Unix(0, 0)},
+	"queue.CounteredError":     &queue.CounteredError{CallID: "call_1", CounterID: "call_2", At: time.Unix(0, 0)},
+	"queue.CounterDeniedError": &queue.CounterDeniedError{Rule: "no-fraud", Reason: "no"},
+	"queue.ConfirmationError":  &queue.ConfirmationError{Describe: "the target", Want: "service:checkout"},
+	"queue.FilterError":        &queue.FilterError{Reason: "bad date"},
+	"queue.IntegrityError":     &queue.IntegrityError{ID: "call_1", What: "edited"},
+	"queue.FrozenError":        &queue.FrozenError{Freeze: queue.Freeze{Tool: "payments.refund", Reason: "incident"}},
+	"queue.PolicyDeniedError":  &queue.PolicyDeniedError{CallID: "call_1", Rule: "no-prod", Reason: "no"},
+	"queue.NameError":          &queue.NameError{Field: "tool", Name: "Payments.Refund", Near: []string{"payments.refund"}},
 
 	"account.ErrTooManyPasskeys": account.ErrTooManyPasskeys, "account.ErrMismatch": account.ErrMismatch,
 	"account.ErrMalformedHash": account.ErrMalformedHash, "account.ErrWeakPassword": account.ErrWeakPassword,
@@ -209,4 +213,13 @@ func exportedErrors(t *testing.T, pkgs ...string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// A resubmitted countered call is answered with the counter to use.
+func TestPreviouslyCounteredNamesTheCounter(t *testing.T) {
+	e := Of(fmt.Errorf("wrapped: %w", &queue.CounteredError{CallID: "call_1", CounterID: "call_2", At: time.Unix(0, 0)}))
+	if e.Status != 409 || e.Code != "previously_countered" || e.CallID != "call_1" || e.CounteredBy != "call_2" ||
+		!strings.Contains(e.Message, "/api/v1/calls/call_2/accept") || !e.Refusal() {
+		t.Fatalf("Of = %+v", e)
+	}
 }

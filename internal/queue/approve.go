@@ -326,6 +326,11 @@ func (s *Service) recordApproval(tx Tx, c *Call, u account.User, a Approval, det
 // mintIfComplete mints c's grant at now when c has the approvals it
 // requires, and emits the change.
 func (s *Service) mintIfComplete(tx Tx, c *Call, now time.Time, pre *presigned, emit func(Event)) error {
+	if len(c.Approvals) >= c.ApprovalsRequired && c.awaitsAccept() {
+		// A counter-proposal's grant waits for its agent to accept it.
+		emit(Event{Kind: audit.KindApproved, Call: c})
+		return nil
+	}
 	if len(c.Approvals) >= c.ApprovalsRequired {
 		if err := s.mint(tx, c, now, pre); err != nil {
 			return err

@@ -29,6 +29,10 @@ const (
 	StatusExpired   Status = "expired"
 	StatusCancelled Status = "cancelled"
 	StatusRedeemed  Status = "redeemed"
+	// StatusCountered ends a call an operator answered with an edited
+	// call, its counter (Call.CounteredBy); it can never be approved or
+	// redeemed.
+	StatusCountered Status = "countered"
 )
 
 // Terminal reports whether no decision can change the status any more.
@@ -111,6 +115,15 @@ type Call struct {
 	// redeemed: the stored status stays approved, the grant is refused at
 	// redemption, and the call is shown as revoked.
 	Revoked *Revocation
+
+	// CounteredBy is, on a countered call, the id of its counter.
+	CounteredBy string
+	// CounteredFrom is, on a counter, the id of the call it answers, and
+	// EditedBy the operator who edited it.
+	CounteredFrom, EditedBy string
+	// AcceptedAt is when the submitting agent accepted a counter; its
+	// grant is minted only after that.
+	AcceptedAt time.Time
 }
 
 // Revocation is an operator's revocation of an approved call's grant.
@@ -257,6 +270,9 @@ const (
 	// MethodAllowance: a standing approval a person gave (Approval.Via
 	// names it; the approver is the person whose approval it carries).
 	MethodAllowance = "allowance"
+	// MethodCounter: the approval of the operator who edited a call into
+	// its counter-proposal, given on the counter's review page.
+	MethodCounter = "counter"
 )
 
 // Whether a person saw the call before it was approved (Approval.Human).

@@ -100,7 +100,7 @@ var OutcomeFilters = []string{OutcomeFilterUnresolved, OutcomeFilterOpen, Outcom
 	OutcomeFilterUnknown, OutcomeFilterLeaseExpired, OutcomeFilterResolved, OutcomeFilterExecuted, OutcomeFilterNotExecuted}
 
 var statuses = map[Status]bool{StatusPending: true, StatusApproved: true, StatusDenied: true, StatusExpired: true,
-	StatusCancelled: true, StatusRedeemed: true}
+	StatusCancelled: true, StatusRedeemed: true, StatusCountered: true}
 
 // Check validates the filter's status and digest prefix; a store checks the
 // cursor itself.

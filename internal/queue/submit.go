@@ -134,6 +134,12 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 			// (tool_changed), so a new one is made.
 			result = prev
 			return nil
+		case prev.Status == StatusCountered && prev.SubmittedBy == who.TokenID && now.Sub(prev.DecidedAt) < CounteredMemory:
+			if err := tx.Append(s.entry(audit.KindRejected, prev, who.Actor, audit.ChannelAPI, map[string]any{
+				"tool": p.Tool, "codes": []string{"previously_countered"}, "digest": c.Digest, "counter": prev.CounteredBy})); err != nil {
+				return err
+			}
+			return commitAnd(&CounteredError{CallID: prev.ID, CounterID: prev.CounteredBy, At: prev.DecidedAt})
 		case prev.Status == StatusDenied && now.Sub(prev.DecidedAt) < DeniedMemory:
 			reason := ""
 			if prev.Denial != nil {

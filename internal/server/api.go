@@ -38,6 +38,7 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	api.POST("/calls", s.submit)
 	api.GET("/calls/:id", s.getCall)
 	api.DELETE("/calls/:id", s.cancelCall)
+	api.POST("/calls/:id/accept", s.acceptCounter)
 	api.POST("/calls/:id/outcome", s.outcome)
 	api.POST("/calls/:id/heartbeat", s.heartbeat)
 	api.POST("/redeem", s.redeem)
@@ -203,6 +204,16 @@ func (s *Server) cancelCall(c echo.Context) error {
 	return s.answerCall(c, http.StatusOK, call)
 }
 
+// acceptCounter is the agent accepting a counter-proposal of one of its
+// calls: its grant is minted once its approvals are complete.
+func (s *Server) acceptCounter(c echo.Context) error {
+	call, err := s.cfg.Queue.Accept(c.Request().Context(), principal(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return s.answerCall(c, http.StatusOK, call)
+}
+
 func (s *Server) outcome(c echo.Context) error {
 	body, err := readJSON(c)
 	if err != nil {
@@ -292,6 +303,15 @@ func (s *Server) answerCall(c echo.Context, status int, call *queue.Call) error 
 	v, err := answer.Call(call, s.cfg.Accounts.PublicNames(c.Request().Context()), s.now())
 	if err != nil {
 		return err
+	}
+	if call.CounteredBy != "" {
+		// The counter shares the original's submitting token: the agent
+		// that sees the original sees it.
+		counter, err := s.cfg.Queue.Call(c.Request().Context(), call.CounteredBy)
+		if err != nil {
+			return err
+		}
+		answer.Countered(&v, counter)
 	}
 	return c.JSON(status, v)
 }

@@ -930,6 +930,33 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Errorf("a call a rule denied: %s", c.body)
 	}
 
+	// A counter-proposal: an operator edits a pending call; the original
+	// answers countered with the counter, the agent accepts the counter
+	// and gets its grant, and the same call again is previously_countered.
+	countering := startOpenAPIStack(t)
+	agentTok := countering.token(t, "agent:billing-bot", "payments-host")
+	asked := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusCreated)
+	askedID, _ := asked.json["id"].(string)
+	counter, err := countering.queue.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: askedID,
+		Digest: asked.json["digest"].(string), Edits: map[string]json.RawMessage{"/amount_minor": json.RawMessage("4000")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkOn(countering, docRequest{op: get, path: "/api/v1/calls/" + askedID + "?wait=1s", token: agentTok}, http.StatusOK); c.json["status"] != "countered" ||
+		mapAt(t, c.json, "countered_by")["id"] != counter.ID {
+		t.Errorf("a countered call: %s", c.body)
+	}
+	const accept = "POST /api/v1/calls/{id}/accept"
+	checkOn(countering, docRequest{op: accept, path: "/api/v1/calls/" + askedID + "/accept", token: agentTok}, http.StatusConflict)
+	if c := checkOn(countering, docRequest{op: accept, path: "/api/v1/calls/" + counter.ID + "/accept", token: agentTok}, http.StatusOK); c.json["status"] != "approved" ||
+		c.json["grant"] == nil || c.json["countered_from"] != askedID || c.json["accepted_at"] == nil ||
+		mapAt(t, mapAt(t, c.json, "lineage"), "proposed")["edited_by"] != "alice" {
+		t.Errorf("an accepted counter: %s", c.body)
+	}
+	if r := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusConflict); mapAt(t, r.json, "error")["countered_by"] != counter.ID {
+		t.Errorf("the countered call again: %s", r.body)
+	}
+
 	// A replica that does not hear the others is degraded.
 	deaf := startOpenAPIStack(t, func(_ *queue.Config, s *server.Config) { s.Live = disconnected{} })
 	checkOn(deaf, docRequest{op: "GET /healthz", path: "/healthz"}, http.StatusServiceUnavailable)

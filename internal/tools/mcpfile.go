@@ -61,6 +61,10 @@ type MCPOverride struct {
 	// varying members are checked against the upstream's schema by
 	// Mirror.
 	Allowance *Allowance
+	// Counter opts the tool into counter-proposals (docs/counters.md); its
+	// editable members are checked against the upstream's schema by
+	// Mirror.
+	Counter *Counter
 }
 
 // Upstreams returns the MCP servers of the tools file, in file order.
@@ -71,7 +75,7 @@ func (r *Registry) Upstreams() []Upstream {
 var (
 	upstreamFields = []string{"command", "env", "dir", "url", "headers", "tools"}
 	headerFields   = []string{"env", "file", "prefix"}
-	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target", "auto_approve", "rules", "allowance"}
+	overrideFields = []string{"approvals", "grant_ttl", "decide_within", "outcome_within", "target", "auto_approve", "rules", "allowance", "counter"}
 )
 
 // mcpSection reads the mcp: mapping from upstream name to upstream.
@@ -252,6 +256,8 @@ func (l *linter) override(n *yaml.Node, path string) MCPOverride {
 			o.Rules = l.rules(f.val, path)
 		case "allowance":
 			o.Allowance = l.allowance(f.val, &Tool{Name: path})
+		case "counter":
+			o.Counter = l.counter(f.val, &Tool{Name: path})
 		default:
 			l.add(f.keyNode, "", path, "unknown field %s (fields: %s)", displayName(f.key), strings.Join(overrideFields, ", "))
 		}

@@ -203,6 +203,17 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 		}
 		t.Allowance = a
 	}
+	if ct := o.Counter; ct != nil && args != nil {
+		for _, ptr := range ct.Edit {
+			if ptr == CounterTarget {
+				continue
+			}
+			if _, err := resolve(args, ptr); err != nil {
+				c.quarantine("", fmt.Sprintf("the tools file's counter: %s: %v", ptr, err))
+			}
+		}
+		t.Counter = ct
+	}
 	if len(c.reasons) > 0 {
 		q.Reasons = c.reasons
 		return nil, q
@@ -228,6 +239,14 @@ func Mirror(spec MirrorSpec) (*Tool, error) {
 	// existed keep their digests. Members in RFC 8785 order.
 	if o.AutoApprove {
 		overrides = append(overrides, canonical.Member{Name: "auto_approve", Value: true})
+	}
+	if ct := o.Counter; ct != nil {
+		edit := make([]any, len(ct.Edit))
+		for i, v := range ct.Edit {
+			edit[i] = v
+		}
+		overrides = append(overrides, canonical.Member{Name: "counter", Value: canonical.Object{
+			{Name: "edit", Value: edit}, {Name: "forward", Value: ct.Forward}}})
 	}
 	overrides = append(overrides,
 		canonical.Member{Name: "decide_within_s", Value: int64(t.DecideWithin / time.Second)},

@@ -197,6 +197,9 @@ type Tool struct {
 	// Allowance is the tool's opt-in to allowances; nil when operators may
 	// not give one (the default).
 	Allowance *Allowance
+	// Counter is the tool's opt-in to counter-proposals; nil when
+	// operators may not counter its calls (the default).
+	Counter *Counter
 	// Rules are the tool's rules in file order; the first that matches a
 	// call decides it. Compiled and checked by the policy package.
 	Rules []RuleSpec

@@ -38,6 +38,10 @@ const (
 	// before it was redeemed (see Call.Revocation): redeeming it is refused
 	// (revoked).
 	StatusRevoked Status = "revoked"
+	// StatusCountered is a call an operator answered with an edited call
+	// (see Call.CounteredBy): it can never be redeemed. Accept the counter
+	// to run the edited call, or cancel it to decline.
+	StatusCountered Status = "countered"
 )
 
 // GrantState is what became of an approved call's grant.
@@ -57,6 +61,8 @@ func (s Status) Decided() bool { return s != StatusPending }
 
 // Call is the API's call object.
 type Call struct {
+	// AcceptedAt is, on a counter-proposal, when its agent accepted it.
+	AcceptedAt time.Time `json:"accepted_at,omitzero"`
 	// Actor is the agent, from its token.
 	Actor     string    `json:"actor"`
 	Approvals Approvals `json:"approvals"`
@@ -69,8 +75,14 @@ type Call struct {
 	Audience string `json:"audience"`
 	// Comments are the notes operators left with their approvals, in the
 	// order of the approvals.
-	Comments  []Comment `json:"comments,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Comments []Comment `json:"comments,omitempty"`
+	// CounteredBy is set on a countered call: the counter-proposal an
+	// operator made of it, to accept or decline.
+	CounteredBy *Counter `json:"countered_by,omitempty"`
+	// CounteredFrom is, on a counter-proposal, the id of the call it
+	// answers.
+	CounteredFrom string    `json:"countered_from,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
 	// DecideBy is when a pending call expires.
 	DecideBy time.Time `json:"decide_by"`
 	// DecidedByRule is the id of the rule of the tools file that approved
@@ -121,6 +133,15 @@ type Call struct {
 	Status     Status      `json:"status"`
 	Target     string      `json:"target"`
 	Tool       string      `json:"tool"`
+}
+
+// Counter is the counter-proposal of a countered call: its id, its
+// canonical envelope (actor, audience, tool, target and the edited args)
+// and the envelope's digest.
+type Counter struct {
+	Digest   string          `json:"digest"`
+	Envelope json.RawMessage `json:"envelope"`
+	ID       string          `json:"id"`
 }
 
 // Approvals counts the approvals a call needs and has, and lists them.
@@ -190,15 +211,18 @@ type Lineage struct {
 // whether a person saw the call (Human), or Verdict "denied"; a
 // presentation names its page.
 type Step struct {
-	At      time.Time `json:"at"`
-	By      string    `json:"by"`
-	Digest  string    `json:"digest,omitempty"`
-	Human   string    `json:"human,omitempty"`
-	Method  string    `json:"method,omitempty"`
-	Page    string    `json:"page,omitempty"`
-	Token   string    `json:"token,omitempty"`
-	Verdict string    `json:"verdict,omitempty"`
-	Via     string    `json:"via,omitempty"`
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Digest string    `json:"digest,omitempty"`
+	// EditedBy is, on a counter-proposal's proposed step, the operator
+	// who edited the call it answers.
+	EditedBy string `json:"edited_by,omitempty"`
+	Human    string `json:"human,omitempty"`
+	Method   string `json:"method,omitempty"`
+	Page     string `json:"page,omitempty"`
+	Token    string `json:"token,omitempty"`
+	Verdict  string `json:"verdict,omitempty"`
+	Via      string `json:"via,omitempty"`
 }
 
 // Decision is a denial: who, why, and when.
@@ -345,6 +369,9 @@ type Error struct {
 	CallID string `json:"call_id,omitempty"`
 	// Hint says what a person can do about it (retry_limit).
 	Hint string `json:"hint,omitempty"`
+	// CounteredBy is the counter-proposal to accept or decline
+	// (previously_countered).
+	CounteredBy string `json:"countered_by,omitempty"`
 }
 
 // Problem is one thing wrong with a proposal: a problem code, the JSON

@@ -33,6 +33,9 @@ STATUS_REDEEMED = "redeemed"
 #: An approved call whose grant an operator revoked before it was redeemed
 #: (see ``Call.revocation``): redeeming it is refused (revoked).
 STATUS_REVOKED = "revoked"
+#: A call an operator answered with an edited one, its counter-proposal
+#: (see ``Call.countered_by``): accept the counter or cancel it to decline.
+STATUS_COUNTERED = "countered"
 
 #: What became of an approved call's grant (``Call.grant_state``): live (it
 #: can still be redeemed), expired (it ran out unredeemed; the status stays
@@ -277,6 +280,11 @@ class Call:
     resolution: Optional[Resolution] = None
     #: The call from proposal to outcome.
     lineage: Optional[Lineage] = None
+    #: Set on a countered call: the counter-proposal, a dict with its id,
+    #: envelope (the edited call) and digest. Accept it with accept(id).
+    countered_by: Optional[dict] = None
+    #: On a counter-proposal: the id of the call it answers.
+    countered_from: str = ""
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -321,6 +329,8 @@ class Call:
             redeemed_at=_time(d.get("redeemed_at")), lease_until=_time(d.get("lease_until")),
             resolution=_resolution(res),
             lineage=_lineage(d.get("lineage")),
+            countered_by=d.get("countered_by") if isinstance(d.get("countered_by"), dict) else None,
+            countered_from=d.get("countered_from", "") if isinstance(d.get("countered_from"), str) else "",
             comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
                            for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,
@@ -591,6 +601,13 @@ class Client:
         except (ValueError, KeyError, TypeError):
             raise CountersignError("unexpected_response", "the heartbeat's answer is not a lease: "
                                    + data.decode("utf-8", "replace")[:200], status=status, raw=data) from None
+
+    def accept(self, call_id: str) -> Call:
+        """Accept a counter-proposal (a countered call's ``countered_by``):
+        the counter, approved with its grant once its approvals are
+        complete; else wait for it. Decline a counter with cancel."""
+        status, data = self._do("POST", _call_path(call_id) + "/accept")
+        return _call(status, data, (200,))
 
     def cancel(self, call_id: str) -> Call:
         """Withdraw a pending call (409 not_pending otherwise)."""

@@ -46,7 +46,7 @@ class CountersignError(Exception):
 
     def __init__(self, code: str, message: str, problems: Optional[list[Problem]] = None, *,
                  status: Optional[int] = None, reason: Optional[str] = None, call_id: Optional[str] = None,
-                 hint: Optional[str] = None, raw: Any = None):
+                 hint: Optional[str] = None, raw: Any = None, countered_by: Optional[str] = None):
         self.code = code
         self.message = message
         self.problems = list(problems or [])
@@ -54,6 +54,8 @@ class CountersignError(Exception):
         self.reason = reason
         self.call_id = call_id
         self.hint = hint
+        #: previously_countered: the counter-proposal to accept or decline.
+        self.countered_by = countered_by
         self.raw = raw
         super().__init__(self._text())
 
@@ -119,7 +121,7 @@ class CountersignError(Exception):
         problems = [Problem(p.get("code", ""), p.get("path", ""), p.get("message", ""))
                     for p in e.get("problems") or [] if isinstance(p, dict)]
         return cls(code, e.get("message", ""), problems, status=status, reason=e.get("reason"),
-                   call_id=e.get("call_id"), hint=e.get("hint"), raw=body)
+                   call_id=e.get("call_id"), hint=e.get("hint"), raw=body, countered_by=e.get("countered_by"))
 
 
 class ConsoleUnreachable(CountersignError):

@@ -9,7 +9,7 @@ export type JsonObject = { [name: string]: JsonValue };
 /** Where a call is in its life. Every status but pending and approved is
  * terminal; an approved call moves only to redeemed, or to revoked when an
  * operator revokes its grant before it is redeemed (see Call.revocation). */
-export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked';
+export type Status = 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled' | 'redeemed' | 'revoked' | 'countered';
 
 /** What became of an approved call's grant: live (it can still be
  * redeemed), expired (it ran out unredeemed; the status stays approved, but
