@@ -273,6 +273,15 @@ export class Client {
     return readCall(status, data, [200]);
   }
 
+  /** Accepts a counter-proposal: the call an operator made in answer to a
+   * countered one (its `countered_by.id`). The counter's grant is minted
+   * once its approvals are complete; wait for it as for any call. A call
+   * that is not a counter-proposal is refused (409 not_a_counter). */
+  async accept(id: string, signal?: AbortSignal): Promise<Call> {
+    const [status, data] = await this.do('POST', `${callPath(id)}/accept`, undefined, { signal });
+    return readCall(status, data, [200]);
+  }
+
   /** The console's JSON Web Key Set: the Ed25519 keys that may still verify a live grant. */
   async keys(signal?: AbortSignal): Promise<KeySet> {
     const [status, data] = await this.do('GET', '/api/v1/keys', undefined, { signal, auth: false });

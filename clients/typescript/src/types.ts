@@ -150,6 +150,14 @@ export interface Outcome {
 }
 
 /** The API's call object (times are RFC 3339 strings). */
+/** The counter-proposal a countered call names: the edited call's id,
+ * envelope and digest. */
+export interface CounteredBy {
+  id: string;
+  envelope: { v: number; actor: string; audience: string; tool: string; target: string; args: Record<string, unknown> };
+  digest: string;
+}
+
 export interface Call {
   id: string;
   status: Status;
@@ -178,6 +186,13 @@ export interface Call {
   /** Once the call was approved, what became of its grant when the console
    * answered; absent for a call never approved. */
   grant_state?: GrantState;
+  /** On a call an operator countered (status `countered`): the edited call
+   * to accept (Client.accept) or decline (Client.cancel). */
+  countered_by?: CounteredBy;
+  /** On a counter-proposal: the id of the call it answers. */
+  countered_from?: string;
+  /** On a counter-proposal: when its agent accepted it. */
+  accepted_at?: string;
   /** Set when an operator denied the call. */
   decision?: Decision;
   /** Set when an operator revoked the grant before it was redeemed (status

@@ -182,8 +182,10 @@ test("the call names its agent's owners", async () => {
 test('cancel, another actor, a bad token, an unreachable console, the key set', async () => {
   const c = newClient();
   const call = await c.submit({ tool: 'payments.refund', target: 'invoice:INV-7', args: REFUND });
+  let e = await rejects(c.accept(call.id));
+  assert.deepEqual([e.code, e.status], ['not_a_counter', 409]);
   assert.equal((await c.cancel(call.id)).status, 'cancelled');
-  let e = await rejects(c.cancel(call.id));
+  e = await rejects(c.cancel(call.id));
   assert.deepEqual([e.code, e.status], ['not_pending', 409]);
   assert.equal((await c.wait(call.id)).status, 'cancelled');
   e = await rejects(newClient().get(call.id));
