@@ -358,6 +358,10 @@ func TestHistoryTimeline(t *testing.T) {
 
 	b := e.browser()
 	b.login("aude", rolePassword)
+	// The call's page says the outcome and the agent's detail as one phrase.
+	if cp := b.get("/calls/" + call.ID); strings.Join(strings.Fields(cp.find("outcome").Text()), " ") != "succeeded: refund re-1042 issued" {
+		t.Errorf("the call page's outcome reads %q", cp.find("outcome").Text())
+	}
 	p := b.get("/history/calls/" + call.ID)
 	if p.status != http.StatusOK {
 		t.Fatalf("GET timeline = %d", p.status)

@@ -189,7 +189,7 @@ func TestCallPageShowsEverything(t *testing.T) {
 		!strings.Contains(notes.Find(`[data-testid="not-bound-why"]`).Text(), "left out of the digest") {
 		t.Errorf("not bound does not explain itself: title %q", title)
 	}
-	if got := p.find("digest-binds").Text(); got != "The agent can run exactly this call; any change needs a new approval." {
+	if got := p.find("digest-binds").Text(); got != "An approval lets the agent run exactly this call; any change needs a new approval." {
 		t.Errorf("the line under the digest = %q", got)
 	}
 	if p.doc.Find(`[data-pointer="/currency"] [data-testid="not-bound"]`).Length() != 0 {
