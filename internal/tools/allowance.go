@@ -132,7 +132,7 @@ func varyProblem(args *schema, ptr string) string {
 	if err != nil {
 		return fmt.Sprintf("%s: %v", ptr, err)
 	}
-	if kind, _, _, _ := varyKind(sub); kind == VaryNone {
+	if !varies(sub) {
 		return varyRefusal(ptr, sub)
 	}
 	return ""
@@ -184,9 +184,37 @@ func (l *linter) allowance(n *yaml.Node, t *Tool) *Allowance {
 }
 
 func (l *linter) vary(n *yaml.Node, t *Tool) []string {
-	const path = "allowance/vary"
-	if n.Kind != yaml.SequenceNode {
-		l.add(n, t.Name, path, "must be a list of target and JSON Pointers into args, such as [target, /amount_minor]")
+	return l.pointerList(n, t, "allowance/vary", false, "an allowance cannot bound it",
+		func(c *yaml.Node, p, ptr string, sub *schema) {
+			switch {
+			case t.Money != nil && ptr == t.Money.Currency:
+				l.add(c, t.Name, p, "%s is the currency of the money display: a money amount may vary only while its currency is fixed", ptr)
+			case !varies(sub):
+				l.add(c, t.Name, p, "%s", varyRefusal(ptr, sub))
+			}
+		})
+}
+
+// varies reports whether a member of schema s may vary in an allowance.
+func varies(s *schema) bool {
+	kind, _, _, _ := varyKind(s)
+	return kind != VaryNone
+}
+
+// pointerList reads a list of target and JSON Pointers into args, each
+// named once (an allowance's vary, a counter-proposal's edit; nonEmpty
+// when the list may not be empty). Each pointer must name a member the
+// schema declares (for a mirrored tool, whose schema is the upstream's,
+// be well formed: Mirror checks the member once listed) that the digest
+// binds (unbound ends the refusal of an informational one). check judges
+// each such member further.
+func (l *linter) pointerList(n *yaml.Node, t *Tool, path string, nonEmpty bool, unbound string, check func(c *yaml.Node, p, ptr string, sub *schema)) []string {
+	if n.Kind != yaml.SequenceNode || nonEmpty && len(n.Content) == 0 {
+		article := "a"
+		if nonEmpty {
+			article = "a non-empty"
+		}
+		l.add(n, t.Name, path, "must be %s list of target and JSON Pointers into args, such as [target, /amount_minor]", article)
 		return nil
 	}
 	var out []string
@@ -201,7 +229,7 @@ func (l *linter) vary(n *yaml.Node, t *Tool) []string {
 			continue
 		}
 		out = append(out, s)
-		if s == VaryTarget {
+		if s == VaryTarget { // CounterTarget too: both name the target
 			continue
 		}
 		if !strings.HasPrefix(s, "/") {
@@ -209,8 +237,6 @@ func (l *linter) vary(n *yaml.Node, t *Tool) []string {
 			continue
 		}
 		if t.args == nil {
-			// A mirrored MCP tool: its schema is the upstream's, known
-			// once listed; Mirror checks the member then.
 			if _, err := canonical.SplitPointer(s); err != nil {
 				l.add(c, t.Name, p, "%s: %v", s, err)
 			}
@@ -222,15 +248,11 @@ func (l *linter) vary(n *yaml.Node, t *Tool) []string {
 			continue
 		}
 		if t.IsInformational(s) {
-			l.add(c, t.Name, p, "%s is informational: the digest does not bind it, so an allowance cannot bound it", s)
+			l.add(c, t.Name, p, "%s is informational: the digest does not bind it, so %s", s, unbound)
 			continue
 		}
-		if t.Money != nil && s == t.Money.Currency {
-			l.add(c, t.Name, p, "%s is the currency of the money display: a money amount may vary only while its currency is fixed", s)
-			continue
-		}
-		if kind, _, _, _ := varyKind(sub); kind == VaryNone {
-			l.add(c, t.Name, p, "%s", varyRefusal(s, sub))
+		if check != nil {
+			check(c, p, s, sub)
 		}
 	}
 	return out

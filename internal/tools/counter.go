@@ -1,13 +1,6 @@
 package tools
 
-import (
-	"fmt"
-	"strings"
-
-	"go.yaml.in/yaml/v3"
-
-	"github.com/countersign/countersign/internal/canonical"
-)
+import "go.yaml.in/yaml/v3"
 
 // CounterTarget is the edit entry that lets an operator change a call's
 // target in a counter-proposal.
@@ -59,45 +52,5 @@ func (l *linter) counter(n *yaml.Node, t *Tool) *Counter {
 }
 
 func (l *linter) counterEdit(n *yaml.Node, t *Tool) []string {
-	const path = "counter/edit"
-	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.add(n, t.Name, path, "must be a non-empty list of target and JSON Pointers into args, such as [target, /amount_minor]")
-		return nil
-	}
-	var out []string
-	for i, c := range n.Content {
-		p := fmt.Sprintf("%s/%d", path, i)
-		s, ok := l.str(c, t.Name, p)
-		if !ok {
-			continue
-		}
-		if contains(out, s) {
-			l.add(c, t.Name, p, "%s is listed twice", displayName(s))
-			continue
-		}
-		out = append(out, s)
-		if s == CounterTarget {
-			continue
-		}
-		if !strings.HasPrefix(s, "/") {
-			l.add(c, t.Name, p, "%s is neither target nor a JSON Pointer into args such as /amount_minor", displayName(s))
-			continue
-		}
-		if t.args == nil {
-			// A mirrored MCP tool: its schema is the upstream's, known
-			// once listed.
-			if _, err := canonical.SplitPointer(s); err != nil {
-				l.add(c, t.Name, p, "%s: %v", s, err)
-			}
-			continue
-		}
-		if _, err := resolve(t.args, s); err != nil {
-			l.add(c, t.Name, p, "%s: %v", s, err)
-			continue
-		}
-		if t.IsInformational(s) {
-			l.add(c, t.Name, p, "%s is informational: the digest does not bind it, so an edit of it changes nothing the operator approves", s)
-		}
-	}
-	return out
+	return l.pointerList(n, t, "counter/edit", true, "an edit of it changes nothing the operator approves", nil)
 }
