@@ -625,20 +625,7 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
 	}
-	defer arows.Close()
-	for arows.Next() {
-		var id string
-		var a queue.Approval
-		var at int64
-		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
-			return nil, fmt.Errorf("db: scan approval: %w", err)
-		}
-		a.At = time.UnixMilli(at).UTC()
-		if c, ok := byID[id]; ok {
-			c.Approvals = append(c.Approvals, a)
-		}
-	}
-	return calls, classify(arows.Err())
+	return calls, scanApprovals(arows, byID)
 }
 
 // PendingPage lists one page of pending calls by deadline then id, read
@@ -677,20 +664,26 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of a page of pending calls: %w", err))
 	}
-	defer arows.Close()
-	for arows.Next() {
+	return calls, scanApprovals(arows, byID)
+}
+
+// scanApprovals adds the approvals rows holds (call_id, operator, channel,
+// at, comment) to the calls of byID they belong to, and closes rows.
+func scanApprovals(rows *sql.Rows, byID map[string]*queue.Call) error {
+	defer rows.Close()
+	for rows.Next() {
 		var id string
 		var a queue.Approval
 		var at int64
-		if err := arows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
-			return nil, fmt.Errorf("db: scan approval: %w", err)
+		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
+			return fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()
 		if c, ok := byID[id]; ok {
 			c.Approvals = append(c.Approvals, a)
 		}
 	}
-	return calls, classify(arows.Err())
+	return classify(rows.Err())
 }
 
 // Blocks lists (actor, tool) pairs blocked by the retry cap.
