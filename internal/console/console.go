@@ -331,6 +331,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
 	c.routesBatch(e, post)
 	c.routesAllowances(e, post)
+	c.routesCounter(e, post)
 	c.routesUnresolved(e, post)
 	post("/admin/users", c.addUser, c.requireAdmin)
 	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)

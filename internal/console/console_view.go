@@ -335,6 +335,7 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 				s.DenyReasons = t.DenyReasons
 				if s.CanDecide && s.ViewerMayApprove && !s.OwnCall && s.OwnedByViewer == "" {
 					s.Offer = allowanceOffer(call, t)
+					s.Counter = counterOffer(call, t)
 				}
 				if t.Confirm != nil {
 					s.Confirm, s.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(call.Target)))

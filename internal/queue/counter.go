@@ -458,3 +458,15 @@ func (s *Service) Accept(ctx context.Context, who Principal, id string) (*Call, 
 	})
 	return out, err
 }
+
+// PresentCounter is the presentation token of the review page of a
+// counter-proposal of orig (present.PageCounter): the original with its
+// digest and the edited call's digest, for viewer; "" when the service
+// checks no presentations.
+func (s *Service) PresentCounter(viewer string, orig *Call, counterDigest string) string {
+	if s.present == nil {
+		return ""
+	}
+	return s.present.Token(present.Shown{Page: present.PageCounter, Viewer: viewer, At: s.now(),
+		Items: []present.Item{{CallID: orig.ID, Digest: orig.Digest}, present.CounterItem(counterDigest)}})
+}

@@ -54,3 +54,11 @@ func (l *linter) counter(n *yaml.Node, t *Tool) *Counter {
 func (l *linter) counterEdit(n *yaml.Node, t *Tool) []string {
 	return l.pointerList(n, t, "counter/edit", true, "an edit of it changes nothing the operator approves", nil)
 }
+
+// TakesString reports whether the args member at ptr admits only strings:
+// a form edits it as text, where any other member's new value is typed as
+// JSON.
+func (t *Tool) TakesString(ptr string) bool {
+	s, err := resolve(t.args, ptr)
+	return err == nil && s.valueTypes() == typeString
+}

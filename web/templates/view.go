@@ -546,6 +546,8 @@ type StatusView struct {
 	Presented string
 	// Offer, when set, offers "Approve this and more like it".
 	Offer *AllowanceOffer
+	// Counter, when set, offers "Approve with an edit".
+	Counter *CounterOffer
 	// Frozen, when set, is the freeze that stops this pending call: no
 	// approval is offered while it lasts.
 	Frozen *FrozenView
