@@ -151,7 +151,7 @@ func (c *Console) renderCounter(ec echo.Context, status int, form url.Values, re
 			}
 		default:
 			view.Changes = counterChanges(call, d)
-			view.NewDigest = d.Digest
+			view.NewDigest, view.NewDigestGroups = d.Digest, groupsOfFour(d.Digest)
 			view.Presented = c.q.PresentCounter(v.user.Name, call, d.Digest)
 			view.Forwarded = t.Counter.Forward && !d.Narrows()
 		}

@@ -118,7 +118,7 @@ func TestCounterFromTheCallPage(t *testing.T) {
 	if want := "target: invoice:INV-4100 → invoice:INV-4101 | /amount_minor: 40000 → 4000"; strings.Join(changes, " | ") != want {
 		t.Errorf("the diff reads %q, want %q", strings.Join(changes, " | "), want)
 	}
-	shown := fields(review.find("counter-digest").Text())
+	shown := strings.Join(strings.Fields(review.find("counter-digest").Text()), "")
 	if !hexDigest.MatchString(shown) || shown == orig.Digest {
 		t.Fatalf("the review shows new digest %q (original %s)", shown, orig.Digest)
 	}

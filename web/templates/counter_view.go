@@ -60,7 +60,10 @@ type CounterView struct {
 	// call: the review.
 	Changes   []CounterChange
 	NewDigest string
-	Digest    string
+	// NewDigestGroups is NewDigest in groups of four, as pages show a
+	// digest.
+	NewDigestGroups []string
+	Digest          string
 	CSRF      string
 	Presented string
 	// Forwarded is set when the edit needs a second person's approval
