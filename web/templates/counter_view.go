@@ -64,8 +64,8 @@ type CounterView struct {
 	// digest.
 	NewDigestGroups []string
 	Digest          string
-	CSRF      string
-	Presented string
+	CSRF            string
+	Presented       string
 	// Forwarded is set when the edit needs a second person's approval
 	// because the MCP gateway would run it unseen and it does not only
 	// narrow the call.
