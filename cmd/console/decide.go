@@ -184,9 +184,9 @@ func decideDirect(ctx context.Context, data, url, toolsFile string, req control.
 	// An approval is checked against the tool's current definition, so it
 	// needs the tools file; a denial does not.
 	var pol *policy.Policy
-	if req.Action == "approve" {
+	if req.Action == "approve" || req.Action == control.ActionCounter {
 		if pol, _, err = loadPolicy(data, toolsFile); err != nil {
-			return out, fmt.Errorf("approving without a running server needs the tools file in force: %w", err)
+			return out, fmt.Errorf("%s without a running server needs the tools file in force: %w", req.Action, err)
 		}
 	}
 	cfg := queue.Config{Store: d.queue, Policy: pol}

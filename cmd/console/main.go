@@ -54,6 +54,7 @@ func commands() map[string]command {
 		"user":       {"user add|list|disable: console accounts", cmdUser},
 		"approve":    {"approve a call as an operator", cmdApprove},
 		"deny":       {"deny a call as an operator", cmdDeny},
+		"counter":    {"approve a call with an edit, as an operator", cmdCounter},
 		"unblock":    {"lift the retry block on an agent's proposals for a tool (operator)", cmdUnblock},
 		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},

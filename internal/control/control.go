@@ -1,5 +1,6 @@
 // Package control is the control socket: it lets `console approve|deny`
-// hand a decision to a running server, `console unblock` lift a retry
+// hand a decision to a running server, `console counter` answer a call with
+// an edited one ("counter"), `console unblock` lift a retry
 // block ("clear") and `console allowance revoke` revoke an allowance
 // ("revoke_allowance"), so that waiters and open pages see it at once. It is a
 // Unix socket in the data directory that only the owner can open; whoever
@@ -28,7 +29,7 @@ import (
 
 // Request is a decision handed over the control socket.
 type Request struct {
-	Action string `json:"action"` // approve, deny, clear, revoke_allowance
+	Action string `json:"action"` // approve, deny, clear, revoke_allowance, counter
 	// ID is the call's id, or the allowance's for revoke_allowance.
 	ID       string `json:"id,omitempty"`
 	Operator string `json:"operator"`
@@ -40,7 +41,15 @@ type Request struct {
 	// approve; AcceptWarnings acknowledges a call's deception warning.
 	Confirm        string `json:"confirm,omitempty"`
 	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
+	// Edits is a counter's edit: "target" or a JSON Pointer into args,
+	// to its new value as JSON.
+	Edits map[string]json.RawMessage `json:"edits,omitempty"`
 }
+
+// ActionCounter answers the pending call Request.ID (whose digest the
+// operator checked, Request.Digest) with its edit, Request.Edits: the
+// counter-proposal is stored with the operator's approval.
+const ActionCounter = "counter"
 
 // ActionRevokeAllowance revokes the allowance Request.ID, with
 // Request.Reason, in the name of Request.Operator.
@@ -162,8 +171,11 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		return q.Deny(ctx, req.Operator, audit.ChannelCLI, req.ID, req.Reason)
 	case "clear":
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
+	case ActionCounter:
+		return q.Counter(ctx, queue.CounterInput{Operator: req.Operator, Channel: audit.ChannelCLI, CallID: req.ID,
+			Digest: req.Digest, Edits: req.Edits})
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear or revoke_allowance"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or counter"}
 }
 
 // RevokeAllowance revokes an allowance in the name of req.Operator, with
