@@ -116,6 +116,10 @@ class AsyncClient:
             stop.set()
             raise
 
+    async def accept(self, call_id: str) -> Call:
+        """See Client.accept."""
+        return await start("accept-" + call_id, self.sync.accept, call_id)
+
     async def redeem(self, grant: str, call: CallLike) -> Redemption:
         """See Client.redeem."""
         return await start("redeem", self.sync.redeem, grant, call)

@@ -285,6 +285,8 @@ class Call:
     countered_by: Optional[dict] = None
     #: On a counter-proposal: the id of the call it answers.
     countered_from: str = ""
+    #: On a counter-proposal: when its agent accepted it.
+    accepted_at: Optional[datetime] = None
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -331,6 +333,7 @@ class Call:
             lineage=_lineage(d.get("lineage")),
             countered_by=d.get("countered_by") if isinstance(d.get("countered_by"), dict) else None,
             countered_from=d.get("countered_from", "") if isinstance(d.get("countered_from"), str) else "",
+            accepted_at=_time(d.get("accepted_at")),
             comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
                            for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,

@@ -33,7 +33,7 @@ class Problem:
 # a rule of the tools file, an operator's earlier denial, the block after
 # three refusals in a row, a body too large. Beside them, a proposal whose
 # content the console refused (its problems listed) is a refusal too.
-_REFUSAL_CODES = frozenset({"denied_by_policy", "previously_denied", "retry_limit", "too_large"})
+_REFUSAL_CODES = frozenset({"denied_by_policy", "previously_denied", "retry_limit", "too_large", "previously_countered"})
 
 # The reasons a rejected grant is the model's to act on (RedemptionRejected).
 _REFUSED_GRANT_REASONS = frozenset({"tool_mismatch", "target_mismatch", "digest_mismatch", "expired",
@@ -153,27 +153,65 @@ class DigestMismatch(CountersignError):
 
 class NotApproved(CountersignError):
     """The call ended without a grant: ``code`` is its status (denied,
-    expired, cancelled). ``call`` is the call as the console returned it;
-    for a denial, ``reason`` and ``by`` say who refused it and why."""
+    expired, cancelled, countered). ``call`` is the call as the console
+    returned it; for a denial, ``reason`` and ``by`` say who refused it and
+    why. For a call an operator answered with an edited one (countered),
+    ``counter`` is that edited call (its id, envelope and digest) and
+    ``changes`` says, one phrase per member, what the operator changed; the
+    call did not run."""
 
     def __init__(self, call: Any):
         self.call = call
         self.by: Optional[str] = None
+        self.counter: Optional[dict] = None
+        self.changes: list[str] = []
         status = call.status
+        cb = getattr(call, "countered_by", None)
         if status == "denied" and call.decision:
             self.by = call.decision.by
             reason = call.decision.reason
             message = f"{self.by} denied {call.tool} on {call.target}: {reason}"
         elif status == "expired":
             reason, message = None, f"nobody decided {call.tool} on {call.target} before {call.decide_by}; propose it again if it is still needed"
+        elif status == "countered" and isinstance(cb, dict):
+            self.counter, self.changes = cb, counter_changes(call, cb)
+            env = cb.get("envelope") or {}
+            message = (f"an operator did not approve {call.tool} on {call.target} as it was and proposed an edited call "
+                       f"instead: {'; '.join(self.changes)}. This call did not run and will not. To run the edited call, "
+                       f"call the tool again with exactly these arguments: "
+                       f"{json.dumps(env.get('args', {}), separators=(',', ':'), ensure_ascii=False)}")
+            if env.get("target", call.target) != call.target:
+                message += f" (target {env.get('target')})"
+            reason = None
         else:
             reason, message = None, f"{call.tool} on {call.target} is {status}"
         super().__init__(status, message, reason=reason, call_id=call.id)
 
     @property
     def refusal(self) -> bool:
-        """Always: the call was denied, expired or cancelled."""
+        """Always: the call was denied, expired, cancelled or countered."""
         return True
+
+
+def counter_changes(call: Any, counter: dict) -> list[str]:
+    """What an operator changed from call to its counter-proposal (a
+    countered call's ``countered_by``), one phrase per member: the target,
+    and each top-level argument changed, set or removed (values as JSON)."""
+    env = counter.get("envelope") or {}
+    out: list[str] = []
+    enc = lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)  # noqa: E731
+    if env.get("target", call.target) != call.target:
+        out.append(f"target {json.dumps(call.target)} changed to {json.dumps(env.get('target'))}")
+    was, now = call.args or {}, env.get("args") or {}
+    for k, v in now.items():
+        if k not in was:
+            out.append(f"{k} set to {enc(v)}")
+        elif enc(was[k]) != enc(v):
+            out.append(f"{k} changed from {enc(was[k])} to {enc(v)}")
+    for k, v in was.items():
+        if k not in now:
+            out.append(f"{k} removed (was {enc(v)})")
+    return out
 
 
 class WaitTimeout(CountersignError):

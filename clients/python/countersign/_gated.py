@@ -31,7 +31,7 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
           rationale: Union[None, str, Callable[[dict], Optional[str]]] = None, client: Any = None,
           timeout: Optional[float] = None, verify_digest: bool = False, informational: Iterable[str] = (),
           number_paths: NumberPaths = None, heartbeat: bool = True, heartbeat_every: Optional[float] = None,
-          max_heartbeat: float = DEFAULT_MAX_HEARTBEAT) -> Callable[[F], F]:
+          max_heartbeat: float = DEFAULT_MAX_HEARTBEAT, accept_counter: bool = False) -> Callable[[F], F]:
     """Gate a function behind an operator's approval.
 
     Each call of the decorated function proposes ``tool`` with the
@@ -78,6 +78,14 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
     coroutine, generator or other awaitable is reported ``unknown`` and
     raises TypeError (a coroutine or generator is closed unrun): gate the
     async function itself.
+
+    When an operator answers the call with an edited one (a
+    counter-proposal), NotApproved is raised with code ``countered``,
+    carrying the counter and what changed (``counter``, ``changes``), and
+    nothing runs, unless ``accept_counter=True``: then the counter is
+    accepted, waited for, redeemed, and the function runs with the edited
+    arguments (a resubmission refused as previously_countered accepts the
+    counter it names too). Proposing exactly a counter's call accepts it.
 
     ``client`` is a Client or an AsyncClient; it defaults to
     Client.from_env() (COUNTERSIGN_URL, COUNTERSIGN_TOKEN), read at each
@@ -131,11 +139,22 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
             async def async_wrapper(*a: Any, **kw: Any) -> Any:
                 c = client if isinstance(client, AsyncClient) else AsyncClient.from_client(_sync_client(client))
                 args, tgt, why = plan(a, kw)
-                call = await c.submit(tool, tgt, args, rationale=why)
-                if verify_digest:
+                try:
+                    call, proposed = await c.submit(tool, tgt, args, rationale=why), True
+                except CountersignError as e:
+                    if not (accept_counter and e.code == "previously_countered" and e.countered_by):
+                        raise
+                    call, proposed = await c.accept(e.countered_by), False
+                if verify_digest and proposed:
                     c.verify_digest(call, args=args, informational=informational, number_paths=number_paths)
+                if call.countered_from and call.accepted_at is None and call.status == "pending":
+                    call = await c.accept(call.id)
                 if not call.decided:
                     call = await c.wait(call.id, timeout=timeout)
+                if call.status == "countered" and call.countered_by and accept_counter:
+                    call = await c.accept(call.countered_by["id"])
+                    if not call.decided:
+                        call = await c.wait(call.id, timeout=timeout)
                 if call.status != "approved":
                     raise NotApproved(call)
                 redemption = await _redeem(c, call)
@@ -165,11 +184,22 @@ def gated(tool: str, *, target: Union[str, Callable[[dict], str]],
                              _name(fn))
             c = _sync_client(client)
             args, tgt, why = plan(a, kw)
-            call = c.submit(tool, tgt, args, rationale=why)
-            if verify_digest:
+            try:
+                call, proposed = c.submit(tool, tgt, args, rationale=why), True
+            except CountersignError as e:
+                if not (accept_counter and e.code == "previously_countered" and e.countered_by):
+                    raise
+                call, proposed = c.accept(e.countered_by), False
+            if verify_digest and proposed:
                 c.verify_digest(call, args=args, informational=informational, number_paths=number_paths)
+            if call.countered_from and call.accepted_at is None and call.status == "pending":
+                call = c.accept(call.id)
             if not call.decided:
                 call = c.wait(call.id, timeout=timeout)
+            if call.status == "countered" and call.countered_by and accept_counter:
+                call = c.accept(call.countered_by["id"])
+                if not call.decided:
+                    call = c.wait(call.id, timeout=timeout)
             if call.status != "approved":
                 raise NotApproved(call)
             redemption = c.redeem(call.grant, call)

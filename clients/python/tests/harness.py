@@ -168,6 +168,14 @@ class Console:
         return json.loads(run_console("approve", call_id, "--as", OPERATOR, "--digest", digest,
                                       "--data", self.data).stdout)
 
+    def counter(self, call_id: str, digest: str, **sets: str) -> dict:
+        """Answer a pending call with an edited one (`console counter`):
+        sets maps an args member to its new value as JSON. Returns the
+        counter-proposal."""
+        flags = [f for k, v in sets.items() for f in ("--set", f"/{k}={v}")]
+        return json.loads(run_console("counter", call_id, "--as", OPERATOR, "--digest", digest, *flags,
+                                      "--data", self.data).stdout)
+
     def deny(self, call_id: str, reason: str) -> dict:
         return json.loads(run_console("deny", call_id, "--as", OPERATOR, "--reason", reason,
                                       "--data", self.data).stdout)

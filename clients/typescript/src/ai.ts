@@ -13,7 +13,11 @@
  *
  * The wrapped execute submits the call, waits for the decision, redeems the
  * grant and runs the original execute with the redeemed arguments,
- * reporting the outcome. When the operator denies the call (or nobody
+ * reporting the outcome. When an operator answers the call with an edited
+ * one (a counter-proposal), the result is a refusal (countersign:
+ * 'countered') stating what the operator changed and the edited call's
+ * arguments; the model runs it by calling the tool with exactly those
+ * (with acceptCounter the edited call runs at once instead). When the operator denies the call (or nobody
  * decides in time, or the console refuses the proposal) the tool's result
  * is a refusal the model can read, with the operator's reason; the
  * original execute never runs.
@@ -38,7 +42,7 @@ import type { JsonObject } from './types.js';
 
 /** The tool result when the call did not run. */
 export interface GateRefusal {
-  countersign: 'denied' | 'expired' | 'cancelled' | 'refused' | 'redemption_rejected';
+  countersign: 'denied' | 'expired' | 'cancelled' | 'countered' | 'refused' | 'redemption_rejected';
   /** What happened, in words for the model. */
   message: string;
   call_id?: string;
@@ -47,6 +51,11 @@ export interface GateRefusal {
   by?: string;
   /** The console's error, for a refused proposal: code and every problem. */
   error?: ErrorBody['error'];
+  /** For a call an operator countered: what the operator changed, one
+   * phrase per member, and the edited call (calling the tool with exactly
+   * its arguments accepts and runs it once approved). */
+  changed?: string[];
+  counter?: { call_id: string; digest: string; target: string; args: Record<string, unknown> };
 }
 
 /** Whether a tool result is a refusal of Countersign. */
@@ -63,6 +72,10 @@ export function refusalOf(e: unknown): GateRefusal | undefined {
     const r: GateRefusal = { countersign: e.code as GateRefusal['countersign'], message: e.message, call_id: e.call.id };
     if (e.reason) r.reason = e.reason;
     if (e.by) r.by = e.by;
+    if (e.counter) {
+      r.changed = e.changes;
+      r.counter = { call_id: e.counter.id, digest: e.counter.digest, target: e.counter.envelope.target, args: e.counter.envelope.args };
+    }
     return r;
   }
   if (e instanceof RedemptionRejectedError && e.refusal)

@@ -6,7 +6,7 @@
  * or revoked token, a 5xx, the console unreachable) is the application's.
  */
 
-import type { Call, Redemption } from './types.js';
+import type { Call, CounteredBy, JsonObject, Redemption } from './types.js';
 
 /** One thing wrong with a proposal: a problem code, the JSON Pointer of the
  * offending value from the proposal's root, and a sentence. */
@@ -28,6 +28,8 @@ export interface ErrorBody {
     call_id?: string;
     /** What a person can do about it (retry_limit). */
     hint?: string;
+    /** The counter-proposal to accept or decline (previously_countered). */
+    countered_by?: string;
   };
 }
 
@@ -38,13 +40,14 @@ export interface CountersignErrorFields {
   callId?: string;
   hint?: string;
   raw?: string;
+  counteredBy?: string;
 }
 
 /** The console's answers that refuse the call itself, whatever their
  * status: a rule of the tools file, an operator's earlier denial, the
  * block after three refusals in a row. Beside them, a proposal whose
  * content the console refused (its problems listed) is a refusal too. */
-const REFUSAL_CODES = new Set(['denied_by_policy', 'previously_denied', 'retry_limit', 'too_large']);
+const REFUSAL_CODES = new Set(['denied_by_policy', 'previously_denied', 'retry_limit', 'too_large', 'previously_countered']);
 
 /** An error answer of the console, or a refusal this client made in its
  * name. `status` is the HTTP status, undefined when nothing was sent. */
@@ -57,6 +60,8 @@ export class CountersignError extends Error {
   readonly hint: string | undefined;
   /** The response body, when there was one. */
   readonly raw: string | undefined;
+  /** The counter-proposal to accept or decline (previously_countered). */
+  readonly counteredBy: string | undefined;
 
   constructor(code: string, message: string, fields: CountersignErrorFields = {}) {
     super(message);
@@ -68,6 +73,7 @@ export class CountersignError extends Error {
     this.callId = fields.callId;
     this.hint = fields.hint;
     this.raw = fields.raw;
+    this.counteredBy = fields.counteredBy;
   }
 
   /**
@@ -103,6 +109,7 @@ export class CountersignError extends Error {
     if (this.reason) e.reason = this.reason;
     if (this.callId) e.call_id = this.callId;
     if (this.hint) e.hint = this.hint;
+    if (this.counteredBy) e.countered_by = this.counteredBy;
     return { error: e };
   }
 
@@ -127,7 +134,15 @@ export class CountersignError extends Error {
       return new CountersignError('unexpected_response', `HTTP ${status}: ${text.length > 200 ? text.slice(0, 200) + '…' : text}`, { status, raw: body });
     }
     const problems = (e.problems ?? []).map((p) => ({ code: String(p.code ?? ''), path: String(p.path ?? ''), message: String(p.message ?? '') }));
-    return new CountersignError(e.code, e.message ?? '', { problems, status, reason: e.reason, callId: e.call_id, hint: e.hint, raw: body });
+    return new CountersignError(e.code, e.message ?? '', {
+      problems,
+      status,
+      reason: e.reason,
+      callId: e.call_id,
+      hint: e.hint,
+      raw: body,
+      counteredBy: typeof e.countered_by === 'string' ? e.countered_by : undefined,
+    });
   }
 }
 
@@ -153,25 +168,39 @@ export class DigestMismatch extends CountersignError {
 }
 
 /** The call ended without a grant: `code` is its status (denied, expired,
- * cancelled). For a denial, `reason` and `by` say who refused it and why. */
+ * cancelled, countered). For a denial, `reason` and `by` say who refused it
+ * and why. For a call an operator answered with an edited one (countered),
+ * `counter` is that edited call and `changes` says, one phrase per member,
+ * what the operator changed; the call did not run. */
 export class NotApprovedError extends CountersignError {
   readonly call: Call;
   readonly by: string | undefined;
+  readonly counter: CounteredBy | undefined;
+  readonly changes: string[];
 
   constructor(call: Call) {
     let message: string;
     let reason: string | undefined;
+    const changes = call.status === 'countered' && call.countered_by ? counterChanges(call, call.countered_by) : [];
     if (call.status === 'denied' && call.decision) {
       reason = call.decision.reason;
       message = `${call.decision.by} denied ${call.tool} on ${call.target}: ${reason}`;
     } else if (call.status === 'expired') {
       message = `nobody decided ${call.tool} on ${call.target} before ${call.decide_by}; propose it again if it is still needed`;
+    } else if (call.status === 'countered' && call.countered_by) {
+      const cb = call.countered_by;
+      message =
+        `an operator did not approve ${call.tool} on ${call.target} as it was and proposed an edited call instead: ${changes.join('; ')}. ` +
+        `This call did not run and will not. To run the edited call, call the tool again with exactly these arguments: ${JSON.stringify(cb.envelope.args)}` +
+        (cb.envelope.target !== call.target ? ` (target ${cb.envelope.target})` : '');
     } else {
       message = `${call.tool} on ${call.target} is ${call.status}`;
     }
     super(call.status, message, { reason, callId: call.id });
     this.call = call;
     this.by = call.decision?.by;
+    this.counter = call.status === 'countered' ? call.countered_by : undefined;
+    this.changes = changes;
   }
 
   /** Always: the call was denied, expired or cancelled. */
@@ -221,4 +250,31 @@ function describe(cause: unknown): string {
     return code ? `${cause.message}: ${code}` : cause.message;
   }
   return String(cause);
+}
+
+/** What an operator changed from call to its counter-proposal cb, one
+ * phrase per member: the target, and each top-level argument changed, set
+ * or removed (values as JSON). */
+export function counterChanges(call: Call, cb: CounteredBy): string[] {
+  const out: string[] = [];
+  if (cb.envelope.target !== call.target) out.push(`target ${JSON.stringify(call.target)} changed to ${JSON.stringify(cb.envelope.target)}`);
+  const was = call.args as JsonObject;
+  const now = cb.envelope.args as JsonObject;
+  for (const [k, v] of Object.entries(now)) {
+    if (!(k in was)) out.push(`${k} set to ${JSON.stringify(v)}`);
+    else if (stable(was[k]) !== stable(v)) out.push(`${k} changed from ${JSON.stringify(was[k])} to ${JSON.stringify(v)}`);
+  }
+  for (const [k, v] of Object.entries(was)) if (!(k in now)) out.push(`${k} removed (was ${JSON.stringify(v)})`);
+  return out;
+}
+
+/** JSON with every object's members in name order, to compare values. */
+function stable(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(stable).join(',')}]`;
+  if (v !== null && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${stable((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v);
 }

@@ -42,17 +42,43 @@ export interface GateOptions<A extends JsonObject> extends LeaseOptions {
   informational?: readonly string[];
   /** The number paths of a tool mirrored from MCP, for verifyDigest. */
   numberPaths?: NumberPaths;
+  /** When an operator answers the call with an edited one (a
+   * counter-proposal), accept it and run the function with the edited
+   * arguments once it is approved. Default false: a countered call throws
+   * NotApprovedError (code countered) carrying the counter and what
+   * changed, and nothing runs. */
+  acceptCounter?: boolean;
 }
 
 /** Proposes the call and waits for its decision; returns the approved call
- * or throws NotApprovedError (denied, expired, cancelled). */
+ * or throws NotApprovedError (denied, expired, cancelled, countered).
+ *
+ * A counter-proposal is run only by choice: with acceptCounter, a call an
+ * operator countered (or one refused as previously_countered) is answered
+ * by accepting the counter and waiting for it, and the approved call
+ * returned is the edited one. Proposing exactly a counter's call (as a
+ * model does when told the counter's arguments) accepts it too. */
 export async function propose<A extends JsonObject>(options: GateOptions<A>, args: A, signal?: AbortSignal): Promise<Call> {
   const client = options.client ?? Client.fromEnv();
   const target = typeof options.target === 'function' ? options.target(args) : options.target;
   const rationale = typeof options.rationale === 'function' ? options.rationale(args) : options.rationale;
-  let call: Call = await client.submit({ tool: options.tool, target, args, ...(rationale ? { rationale } : {}) }, signal);
-  if (options.verifyDigest) client.verifyDigest(call, { args, informational: options.informational, numberPaths: options.numberPaths });
+  let call: Call;
+  let proposed = true;
+  try {
+    call = await client.submit({ tool: options.tool, target, args, ...(rationale ? { rationale } : {}) }, signal);
+  } catch (e) {
+    if (!(options.acceptCounter && e instanceof CountersignError && e.code === 'previously_countered' && e.counteredBy)) throw e;
+    call = await client.accept(e.counteredBy, signal);
+    proposed = false;
+  }
+  if (options.verifyDigest && proposed)
+    client.verifyDigest(call, { args, informational: options.informational, numberPaths: options.numberPaths });
+  if (call.countered_from && !call.accepted_at && call.status === 'pending') call = await client.accept(call.id, signal);
   if (!decided(call)) call = await client.wait(call.id, { timeoutMs: options.timeoutMs, signal });
+  if (call.status === 'countered' && call.countered_by && options.acceptCounter) {
+    call = await client.accept(call.countered_by.id, signal);
+    if (!decided(call)) call = await client.wait(call.id, { timeoutMs: options.timeoutMs, signal });
+  }
   if (call.status !== 'approved') throw new NotApprovedError(call);
   return call;
 }

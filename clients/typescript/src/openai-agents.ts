@@ -23,7 +23,10 @@
  * arguments it was called with. An approval made any other way (a forged or
  * replayed run state) finds no grant, and the tool does not run. A denial
  * rejects the interruption with the operator's reason as the message the
- * model reads.
+ * model reads; a counter-proposal rejects it with what the operator changed
+ * and the edited call's arguments (calling the tool with exactly those runs
+ * the edited call once approved), unless the guard's acceptCounter runs
+ * the edited call at once.
  *
  * A failure that is not a refusal of the call (the agent's token unknown or
  * revoked, a tool the console does not know, a 5xx, an unreachable console:
@@ -86,6 +89,7 @@ export function toolErrorMessage(_ctx: unknown, e: unknown): string {
 export function rejectionMessage(e: unknown): string {
   if (e instanceof NotApprovedError) {
     if (e.code === 'denied') return `Denied by ${e.by ?? 'an operator'}: ${e.reason ?? ''}`.trim();
+    if (e.code === 'countered') return `Countered: ${e.message}`;
     return `Not approved: ${e.message}`;
   }
   if (e instanceof CountersignError) return `Refused by Countersign: ${JSON.stringify(e.toJSON())}`;

@@ -97,6 +97,23 @@ test('denied: the model reads the operator reason, and the tool never runs', asy
   assert.match(prompts[1]!, /the customer confirmed this charge; no refund/, 'the model saw the reason');
 });
 
+test('countered: the model reads what the operator changed and the edited arguments; the tool never runs', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ai-counter'));
+  const ran: unknown[] = [];
+  const { model, prompts } = scriptedModel({ amount_minor: 40000, currency: 'USD', reason_code: 'duplicate' });
+  const done = generateText({ model, tools: { refund: refundTool(client, ran) }, prompt: 'Refund INV-1042', stopWhen: stepCountIs(3) });
+  const call = await client.nextSubmitted();
+  const counter = cs.counter(call.id, call.digest, { '/amount_minor': '4000' });
+  const result = await within(done, 30_000, 'generateText');
+  assert.equal(ran.length, 0);
+  const output = result.steps[0]!.toolResults[0]!.output;
+  assert.ok(isRefusal(output), JSON.stringify(output));
+  assert.equal(output.countersign, 'countered');
+  assert.deepEqual(output.changed, ['amount_minor changed from 40000 to 4000']);
+  assert.deepEqual([output.counter?.call_id, output.counter?.args], [counter.id, { amount_minor: 4000, currency: 'USD', reason_code: 'duplicate' }]);
+  assert.match(prompts[1]!, /amount_minor changed from 40000 to 4000/, 'the model was told what changed');
+});
+
 test('a refused proposal reaches the model with every problem', async () => {
   const client = new RecordingClient(cs.url, cs.token('agent:ai-3'));
   const ran: unknown[] = [];

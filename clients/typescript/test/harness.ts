@@ -136,6 +136,14 @@ export class Console {
     return JSON.parse(runConsole(['approve', id, '--as', OPERATOR, '--digest', digest, '--data', this.data]));
   }
 
+  /** Answers a pending call with an edited one (`console counter`):
+   * sets maps a JSON Pointer into args to its new value as JSON. Returns
+   * the counter-proposal. */
+  counter(id: string, digest: string, sets: Record<string, string>): { id: string; digest: string } {
+    const flags = Object.entries(sets).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
+    return JSON.parse(runConsole(['counter', id, '--as', OPERATOR, '--digest', digest, ...flags, '--data', this.data]));
+  }
+
   deny(id: string, reason: string): unknown {
     return JSON.parse(runConsole(['deny', id, '--as', OPERATOR, '--reason', reason, '--data', this.data]));
   }

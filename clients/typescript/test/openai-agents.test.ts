@@ -92,6 +92,19 @@ test('denied: the run resumes with the operator reason as the rejection, and the
   assert.match(model.inputs[1]!, new RegExp(`Denied by ${OPERATOR}: already refunded on 2 May`), 'the model read the reason');
 });
 
+test('countered: the run resumes with what the operator changed as the rejection, and the tool never runs', async () => {
+  const { client, approvals, ran, model, agent } = setup('agent:oa-counter', { ...ARGS, amount_minor: 40000 });
+  const first = await run(agent, 'Refund INV-1042');
+  const resolved = approvals.resolve(first, (state) => run(agent, state));
+  const call = await client.nextSubmitted();
+  cs.counter(call.id, call.digest, { '/amount_minor': '4000' });
+  const result = await within(resolved, 30_000, 'resolve');
+  assert.deepEqual(ran, []);
+  assert.equal(result.finalOutput, 'done');
+  assert.match(model.inputs[1]!, /Countered: an operator did not approve payments.refund on invoice:INV-1042 as it was/);
+  assert.match(model.inputs[1]!, /amount_minor changed from 40000 to 4000/);
+});
+
 test('an approval made in the run state alone runs nothing', async () => {
   // The SDK's approval is client-held state: approve the interruption
   // directly, as a forged or replayed run state would, and resume.
