@@ -103,7 +103,7 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	if kind != CallSubmitted && escalated(rt, c) {
 		channels = union(channels, rt.EscalateTo)
 	}
-	out = r.add(out, kind, channels, c, at, at, false, 0)
+	out = r.add(out, kind, channels, c, at, at, false, 0, ev.Editor)
 	if kind != CallSubmitted {
 		return out
 	}
@@ -111,7 +111,7 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	if rt.EscalateAfter > 0 {
 		escalateAt = c.CreatedAt.Add(rt.EscalateAfter)
 		if escalateAt.Before(c.DecideBy) {
-			out = r.add(out, CallEscalated, rt.EscalateTo, c, escalateAt, escalateAt, true, rt.EscalateAfter)
+			out = r.add(out, CallEscalated, rt.EscalateTo, c, escalateAt, escalateAt, true, rt.EscalateAfter, "")
 		}
 	}
 	if rt.RemindBefore > 0 {
@@ -121,7 +121,7 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 			if !escalateAt.IsZero() && escalateAt.Before(remindAt) {
 				to = union(to, rt.EscalateTo)
 			}
-			out = r.add(out, CallReminder, to, c, remindAt, remindAt, true, 0)
+			out = r.add(out, CallReminder, to, c, remindAt, remindAt, true, 0, "")
 		}
 	}
 	return out
@@ -188,9 +188,9 @@ func (r *Router) ToolReview(tool, reason, page string, at time.Time) []queue.Not
 }
 
 // add appends one event's rows, one per channel that wants it; the channels
-// share the event id.
+// share the event id. editor is who countered the call, for call.countered.
 func (r *Router) add(out []queue.Notice, kind string, channels []string, c *queue.Call, at, due time.Time,
-	whilePending bool, waited time.Duration) []queue.Notice {
+	whilePending bool, waited time.Duration, editor string) []queue.Notice {
 	id := r.newID()
 	var plain, withArgs []byte
 	for _, name := range channels {
@@ -203,7 +203,7 @@ func (r *Router) add(out []queue.Notice, kind string, channels []string, c *queu
 			body = &withArgs
 		}
 		if *body == nil {
-			*body = r.body(id, kind, c, at, waited, ch.IncludeArgs)
+			*body = r.body(id, kind, c, at, waited, ch.IncludeArgs, editor)
 		}
 		out = append(out, queue.Notice{EventID: id, Kind: kind, Channel: name, CallID: c.ID, Body: *body,
 			At: at, DueAt: due, WhilePending: whilePending})
@@ -211,7 +211,7 @@ func (r *Router) add(out []queue.Notice, kind string, channels []string, c *queu
 	return out
 }
 
-func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.Duration, args bool) []byte {
+func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.Duration, args bool, editor string) []byte {
 	d := Data{
 		ID: c.ID, Tool: c.Tool, Target: c.Target, Actor: c.Actor, Audience: c.Audience, Digest: c.Digest,
 		Status: string(c.Status), CreatedAt: formatTime(c.CreatedAt), DecideBy: formatTime(c.DecideBy),
@@ -234,6 +234,9 @@ func (r *Router) body(id, kind string, c *queue.Call, at time.Time, waited time.
 	}
 	if c.Status == queue.StatusCountered {
 		d.CounteredBy = c.CounteredBy
+		if editor != "" {
+			d.Decision = &Decision{By: editor, Reason: "answered it with an edited call, " + c.CounteredBy + ", for the agent to accept"}
+		}
 	}
 	if c.Outcome != nil {
 		d.Outcome = &Outcome{Status: c.Outcome.Status, Detail: c.Outcome.Detail}

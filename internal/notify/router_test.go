@@ -143,7 +143,7 @@ channels:
 		{queue.Event{Kind: audit.KindRedeemed, Call: redeemed}, "call.redeemed@hook"},
 		{queue.Event{Kind: audit.KindOutcome, Call: outcome}, "call.outcome@hook"},
 		{queue.Event{Kind: audit.KindCancelled, Call: cancelled}, "call.cancelled@hook"},
-		{queue.Event{Kind: audit.KindCountered, Call: countered}, "call.countered@hook"},
+		{queue.Event{Kind: audit.KindCountered, Call: countered, Editor: "alice"}, "call.countered@hook"},
 		{queue.Event{Kind: audit.KindRedemptionRefused, Call: c, Reason: "replayed"}, ""},
 		{queue.Event{Kind: audit.KindRetryBlocked, Block: &queue.Block{Actor: "a", Tool: "t"}}, ""},
 	}
@@ -158,11 +158,16 @@ channels:
 	if ev.Data.Outcome == nil || ev.Data.Outcome.Status != "failed" || ev.Data.Outcome.Detail != "card declined" || !ns[0].At.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("outcome %+v at %s", ev.Data, ns[0].At)
 	}
-	ns = r.Notices(queue.Event{Kind: audit.KindCountered, Call: countered})
+	ns = r.Notices(queue.Event{Kind: audit.KindCountered, Call: countered, Editor: "alice"})
 	ev = notify.Event{}
 	json.Unmarshal(ns[0].Body, &ev)
 	if ev.Data.CounteredBy != "call_counter" || ev.Data.Status != "countered" || !ns[0].At.Equal(t0.Add(3*time.Second)) {
 		t.Fatalf("countered %+v at %s", ev.Data, ns[0].At)
+	}
+	// call.countered names the editor as the one who decided, and the
+	// counter in the reason.
+	if d := ev.Data.Decision; d == nil || d.By != "alice" || !strings.Contains(d.Reason, "call_counter") {
+		t.Fatalf("countered names %+v as its decision, want alice and the counter", d)
 	}
 	// With no routes section, every channel hears of every tool.
 	if got := notices(r.Notices(submitted(testCall("call_b", t0)))); got != "call.submitted@hook" {

@@ -353,7 +353,7 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 			"digest": orig.Digest, "counter": c.ID, "counter_digest": c.Digest, "changed": stringsAny(d.Changed)})); err != nil {
 			return err
 		}
-		emit(Event{Kind: audit.KindCountered, Call: orig})
+		emit(Event{Kind: audit.KindCountered, Call: orig, Editor: in.Operator})
 		details := map[string]any{
 			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
 			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),

@@ -96,6 +96,12 @@ func TestCounterLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e := newCounterEnv(t)
 	orig := e.submit(t, "40000")
+	editors := make(chan string, 4)
+	e.q.Subscribe(func(ev queue.Event) {
+		if ev.Kind == audit.KindCountered {
+			editors <- ev.Call.ID + " " + ev.Editor
+		}
+	})
 	counter, err := e.q.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: orig.ID,
 		Digest: orig.Digest, Edits: edits("/amount_minor", "4000")})
 	if err != nil {
@@ -107,6 +113,14 @@ func TestCounterLifecycle(t *testing.T) {
 	}
 	if counter.Status != queue.StatusPending || counter.Grant != "" {
 		t.Fatalf("counter before accept: status %s grant %q; want pending without a grant", counter.Status, counter.Grant)
+	}
+	select {
+	case got := <-editors:
+		if got != orig.ID+" alice" {
+			t.Fatalf("the countered event: %q, want the original and its editor, alice", got)
+		}
+	default:
+		t.Fatal("no countered event was published")
 	}
 	if len(counter.Approvals) != 1 || counter.Approvals[0].Method != queue.MethodCounter || counter.Approvals[0].Operator != "alice" {
 		t.Fatalf("counter approvals = %+v, want alice's by counter", counter.Approvals)

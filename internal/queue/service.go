@@ -42,6 +42,9 @@ type Event struct {
 	Block *Block // for retry_blocked and retry_cleared
 	// Reason is set for redemption_refused.
 	Reason string
+	// Editor is set for countered: the operator who answered the call
+	// with an edited one.
+	Editor string
 	// Freeze is set for frozen and unfrozen.
 	Freeze *Freeze
 	// Allowance is set for the changes of an allowance (KindAllowanceGiven,
