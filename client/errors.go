@@ -75,12 +75,14 @@ func (e *Error) Is(target error) bool {
 
 // refusalCodes are the console's answers that refuse the call itself,
 // whatever their status: a rule of the tools file, an operator's earlier
-// denial, the block after three refusals in a row, a body too large. Beside
+// denial or counter-proposal, the block after three refusals in a row, a
+// body too large. Beside
 // them, a proposal whose content the console refused (its problems listed)
 // is a refusal too. The Python and TypeScript clients classify the same
 // way.
 var refusalCodes = map[string]bool{
 	CodeDeniedByPolicy: true, CodePreviouslyDenied: true, CodeRetryLimit: true, CodeTooLarge: true,
+	CodePreviouslyCountered: true,
 }
 
 // Refusal reports whether the console refused this call: something the
