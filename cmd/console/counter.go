@@ -17,7 +17,7 @@ type setFlags []string
 func (s *setFlags) String() string     { return strings.Join(*s, " ") }
 func (s *setFlags) Set(v string) error { *s = append(*s, v); return nil }
 
-const counterUsage = "usage: console counter CALL_ID --as OPERATOR --digest HEX --set /POINTER=JSON [--set target=TEXT]... [--data DIR] [--tools FILE]"
+const counterUsage = "usage: console counter CALL_ID --as OPERATOR --digest HEX --set /POINTER=JSON [--set target=TEXT]... [--confirm TEXT] [--accept-warnings] [--data DIR] [--tools FILE]"
 
 func cmdCounter(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("counter", flag.ContinueOnError)
@@ -31,13 +31,16 @@ a member the tool's counter block lists a new value: a JSON Pointer into
 args with the value as JSON (--set /amount_minor=4000, --set
 '/reason_code="requested"'), or target with the new target as text. The
 edit is checked as a proposal; the original ends countered, and the
-counter waits with your approval for its agent to accept it. It prints the
-counter.`)
+counter waits with your approval for its agent to accept it. Where the tool
+asks for the target (or a word) to be typed, --confirm gives the edited
+call's. It prints the counter.`)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
 	as := fs.String("as", "", "operator name (required)")
 	digest := fs.String("digest", "", "the digest of the call you checked (required)")
 	toolsFile := fs.String("tools", "", "the tools file in force, when no server is running (default DATA/tools.yaml)")
+	confirm := fs.String("confirm", "", "the edited call's target (or the word) when its tool asks for it to be typed (confirm: in the tools file)")
+	accept := fs.Bool("accept-warnings", false, "approve an edited call that contains hidden or look-alike characters, after reading them")
 	var sets setFlags
 	fs.Var(&sets, "set", "MEMBER=VALUE: a JSON Pointer into args and its new value as JSON, or target=TEXT (repeatable, at least one)")
 	pos, err := parseInterleaved(fs, args)
@@ -58,7 +61,7 @@ counter.`)
 		return 2
 	}
 	return decide(ctx, e, dataDir(e, *data), databaseURL(e, *dbURL), *toolsFile, control.Request{Action: control.ActionCounter,
-		ID: pos[0], Operator: *as, Digest: *digest, Edits: edits})
+		ID: pos[0], Operator: *as, Digest: *digest, Edits: edits, Confirm: *confirm, AcceptWarnings: *accept})
 }
 
 // parseSets reads --set flags: target=TEXT, or /POINTER=JSON.

@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/web/templates"
@@ -154,6 +155,10 @@ func (c *Console) renderCounter(ec echo.Context, status int, form url.Values, re
 			view.NewDigest, view.NewDigestGroups = d.Digest, groupsOfFour(d.Digest)
 			view.Presented = c.q.PresentCounter(v.user.Name, call, d.Digest)
 			view.Forwarded = t.Counter.Forward && !d.Narrows()
+			view.Warned = d.Deceptive()
+			if t.Confirm != nil {
+				view.Confirm, view.ConfirmExpected = t.Confirm.Describe(), t.Confirm.Expected(shownText(reveal.Of(d.Target)))
+			}
 		}
 	}
 	if refusal != nil {
@@ -205,7 +210,8 @@ func (c *Console) giveCounter(ec echo.Context) error {
 	}
 	edits, _ := counterEdits(form, offer)
 	out, err := c.q.Counter(ctx, queue.CounterInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID,
-		Digest: strings.TrimSpace(form.Get("digest")), Edits: edits, Presented: form.Get("presented")})
+		Digest: strings.TrimSpace(form.Get("digest")), Edits: edits, Presented: form.Get("presented"),
+		Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1"})
 	if err != nil {
 		return c.renderCounter(ec, http.StatusOK, form, err)
 	}

@@ -35,6 +35,13 @@ const counterConsoleTools = `tools:
     audience: payments-host
     target: '^card:[0-9]+$'
     args: {type: object, additionalProperties: false}
+  keys.rotate:
+    description: Rotate a signing key
+    audience: vault-host
+    target: '^key:[a-z-]+$'
+    confirm: target
+    counter: {edit: [target]}
+    args: {type: object, additionalProperties: false}
 `
 
 func newCounterConsoleEnv(t *testing.T) *consoleEnv {
@@ -191,5 +198,30 @@ func TestCounterOfferedOnlyWhereAllowed(t *testing.T) {
 	p := olivia.get("/calls/" + orig.ID + "/counter?" + url.Values{"set:/amount_minor": {"40000"}}.Encode())
 	if p.find("counter-approve-form").Length() != 0 || !strings.Contains(p.find("counter-error").Text(), "approve or deny") {
 		t.Errorf("an unchanged edit: %q", p.find("counter-error").Text())
+	}
+}
+
+// TestCounterAsksWhatTheToolAsks: where the tool asks for the target to be
+// typed, the review asks for the edited call's, and the counter is refused
+// without it.
+func TestCounterAsksWhatTheToolAsks(t *testing.T) {
+	e := newCounterConsoleEnv(t)
+	orig := e.submit("agent:ops-bot", "vault-host", `{"tool":"keys.rotate","target":"key:signing","args":{}}`)
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	review, f := counterForm(t, b, orig, url.Values{"set:target": {"key:backup"}})
+	if got := fields(review.find("counter-confirm-expected").Text()); got != "key:backup" {
+		t.Fatalf("the review asks for %q to be typed, want the edited call's target", got)
+	}
+	for _, typed := range []string{"", "key:signing"} {
+		f.Set("confirm", typed)
+		p := b.post("/calls/"+orig.ID+"/counter", f)
+		if p.status == http.StatusSeeOther || !strings.Contains(p.find("counter-error").Text(), "key:backup") {
+			t.Fatalf("approving with %q typed: %d %q", typed, p.status, p.find("counter-error").Text())
+		}
+	}
+	f.Set("confirm", "key:backup")
+	if p := b.post("/calls/"+orig.ID+"/counter", f); p.status != http.StatusSeeOther {
+		t.Fatalf("approving with the edited target typed: %d %q", p.status, p.find("counter-error").Text())
 	}
 }

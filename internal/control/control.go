@@ -173,7 +173,7 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	case ActionCounter:
 		return q.Counter(ctx, queue.CounterInput{Operator: req.Operator, Channel: audit.ChannelCLI, CallID: req.ID,
-			Digest: req.Digest, Edits: req.Edits})
+			Digest: req.Digest, Edits: req.Edits, Confirm: req.Confirm, AcceptWarnings: req.AcceptWarnings})
 	}
 	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or counter"}
 }

@@ -69,6 +69,12 @@ type CounterInput struct {
 	// Presented is the presentation token of the counter's review page
 	// (present.PageCounter), which showed the original and the new digest.
 	Presented string
+	// Confirm is what the editor typed where the tool asks for the target
+	// (or a word) to be typed, as the review showed the edited call, and
+	// AcceptWarnings acknowledges the edited call's deception warning: the
+	// editor's approval carries them as any person's does (Confirmation).
+	Confirm        string
+	AcceptWarnings bool
 }
 
 // CounterDraft is a checked, not yet stored counter-proposal: the edited
@@ -185,6 +191,14 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 		return nil, &CounterDeniedError{Rule: rule, Reason: reason}
 	}
 	return d, nil
+}
+
+// Deceptive reports whether the edited call carries a deception warning,
+// which the editor's approval must acknowledge.
+func (d *CounterDraft) Deceptive() bool {
+	o := d.Original
+	return Deceptive(&Call{ID: o.ID, Actor: o.Actor, Audience: o.Audience, Tool: d.Tool, Target: d.Target, Args: d.Args,
+		Rationale: o.Rationale, Envelope: d.Envelope, Digest: d.Digest})
 }
 
 // Narrows reports whether every change of the draft narrows the call: an
@@ -373,6 +387,9 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 		}
 		emit(Event{Kind: audit.KindSubmitted, Call: c})
 		if !c.RequirePasskey {
+			if err := Confirmation(s.Tools(), c, in.Confirm, in.AcceptWarnings); err != nil {
+				return err
+			}
 			a := Approval{Operator: in.Operator, Channel: in.Channel, At: now, Digest: c.Digest,
 				Method: MethodCounter, Presented: shown}
 			if err := s.addApproval(tx, c, u, a, map[string]any{}, nil, emit); err != nil {

@@ -42,6 +42,12 @@ const counterTools = `tools:
     audience: payments-host
     target: '.+'
     args: {type: object, additionalProperties: false}
+  keys.rotate:
+    audience: payments-host
+    target: '^key:[a-z]+$'
+    confirm: target
+    counter: {edit: [target]}
+    args: {type: object, additionalProperties: false}
 `
 
 type counterEnv struct {
@@ -259,5 +265,33 @@ func TestCounterRefusals(t *testing.T) {
 	}
 	if err := try("bob", edits("/amount_minor", "300")); !errors.Is(err, queue.ErrNotPending) {
 		t.Fatalf("countering an approved call: %v", err)
+	}
+}
+
+// TestCounterConfirmation: the editor's approval carries what the tool asks
+// every approval to: the edited call's target typed; the original's target,
+// or nothing, refuses the counter and the original stays pending.
+func TestCounterConfirmation(t *testing.T) {
+	ctx := context.Background()
+	e := newCounterEnv(t)
+	orig, _, err := e.q.Submit(ctx, payer, []byte(`{"tool":"keys.rotate","target":"key:alpha","args":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: orig.ID, Digest: orig.Digest,
+		Edits: edits("target", `"key:beta"`)}
+	for _, typed := range []string{"", "key:alpha"} {
+		in.Confirm = typed
+		var ce *queue.ConfirmationError
+		if _, err := e.q.Counter(ctx, in); !errors.As(err, &ce) || ce.Want != "key:beta" {
+			t.Fatalf("counter with %q typed: %v, want a confirmation error wanting key:beta", typed, err)
+		}
+		if got, _ := e.q.Call(ctx, orig.ID); got.Status != queue.StatusPending {
+			t.Fatalf("after a refused counter the original is %s", got.Status)
+		}
+	}
+	in.Confirm = "key:beta"
+	if c, err := e.q.Counter(ctx, in); err != nil || c.Target != "key:beta" || len(c.Approvals) != 1 {
+		t.Fatalf("counter with the edited target typed: %+v %v", c, err)
 	}
 }

@@ -70,6 +70,11 @@ type CounterView struct {
 	// because the MCP gateway would run it unseen and it does not only
 	// narrow the call.
 	Forwarded bool
+	// Confirm and ConfirmExpected are what the tool asks to be typed to
+	// approve the edited call, and Warned its deception warning, as on a
+	// call's approve form.
+	Confirm, ConfirmExpected string
+	Warned                   bool
 }
 
 // TypedValue is what the form shows for m: what was typed, else the
