@@ -163,3 +163,43 @@ func TestBrowserCounter(t *testing.T) {
 	op.do("the original's page", waitShort, chromedp.WaitVisible(statusIs("countered")))
 	op.screenshot("counter-original-1280")
 }
+
+// TestBrowserCounterFormSurvivesAPush: what an operator typed in the open
+// "Approve with an edit" form stays, open and filled in, when another
+// operator's approval re-renders the call's status live.
+func TestBrowserCounterFormSurvivesAPush(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(counterRefunds, "    counter:", "    approvals: 2\n    counter:", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--tools", file)
+	alice := s.addUser("alice", "operator")
+	s.addUser("bob", "operator")
+	payments := client.New(s.url, s.token("agent:billing-bot", "payments-host"))
+	call := submit(t, ctx, payments, refund("INV-6400", 40000))
+	if call.Approvals.Required != 2 {
+		t.Fatalf("the refund needs %d approvals, want 2 (the tools file was not the test's)", call.Approvals.Required)
+	}
+	b := startBrowser(t, ctx)
+	op := b.window(t, "alice")
+	op.login(s.url, alice)
+	op.navigate(s.url + "/calls/" + call.ID)
+	op.waitLive()
+	op.do("open the edit form and type", waitShort,
+		chromedp.Click(chromedp.CSS(`[data-testid="counter-offer"] summary`)),
+		chromedp.WaitVisible(counterInput("counter-offer-form", "/amount_minor")),
+		chromedp.SetValue(counterInput("counter-offer-form", "/amount_minor"), "4000"))
+	if r, err := controlApprove(ctx, s.data, call.ID, "bob", call.Digest); err != nil || r.status != 200 {
+		t.Fatalf("bob approves: %v %d %s", err, r.status, r.raw)
+	}
+	op.waitFor("the status shows bob's approval", `(() => { const d = document.querySelector('[data-testid="approval-by"]'); return !!d && d.textContent.includes("bob"); })()`)
+	if open := eval[bool](op, `document.querySelector('[data-testid="counter-offer"]').open`); !open {
+		t.Error("the edit form closed when the status was pushed")
+	}
+	if got := eval[string](op, `document.querySelector('[data-testid="counter-offer-form"] [data-pointer="/amount_minor"]').value`); got != "4000" {
+		t.Errorf("the amount reads %q after the push, want what was typed: 4000", got)
+	}
+}
