@@ -124,7 +124,7 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 		}
 		if !json.Valid(v) {
 			problems = append(problems, canonical.Problem{Code: "invalid_json", Path: editPath(k), Offset: -1,
-				Message: fmt.Sprintf("the new value of %s is not JSON", k)})
+				Message: fmt.Sprintf("the new value of %s is not JSON: type a number such as 4000, true or false, or text in double quotes", k)})
 			continue
 		}
 		if k == tools.CounterTarget {
@@ -138,9 +138,8 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 			problems = append(problems, canonical.Problem{Code: "invalid_pointer", Path: editPath(k), Offset: -1, Message: err.Error()})
 		}
 	}
-	if len(problems) > 0 {
-		return nil, &ProposalError{Kind: KindInvalidArguments, Tool: original.Tool, Problems: problems}
-	}
+	// An edit that could not be applied keeps the call's value, so that
+	// the rest of the edit is still checked and every problem is listed.
 	proposal := map[string]any{"tool": original.Tool, "target": target, "args": args}
 	if original.Rationale != "" {
 		proposal["rationale"] = original.Rationale
@@ -151,10 +150,10 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 	}
 	p, perr := canonical.ParseProposal(body)
 	if perr != nil {
-		return nil, &ProposalError{Kind: KindInvalidArguments, Tool: original.Tool, Problems: problemsOf(perr)}
+		return nil, &ProposalError{Kind: KindInvalidArguments, Tool: original.Tool, Problems: append(problems, problemsOf(perr)...)}
 	}
-	if _, problems := s.tools.Check(p); len(problems) > 0 {
-		return nil, &ProposalError{Kind: KindInvalidArguments, Tool: original.Tool, Problems: problems}
+	if _, more := s.tools.Check(p); len(problems)+len(more) > 0 {
+		return nil, &ProposalError{Kind: KindInvalidArguments, Tool: original.Tool, Problems: append(problems, more...)}
 	}
 	env := p.Envelope(original.Actor, original.Audience)
 	env.Args = t.Bound(p.Args)
