@@ -94,8 +94,8 @@ func counterEdits(form url.Values, o *templates.CounterOffer) (map[string]json.R
 	return edits, typed
 }
 
-// errNoCounter is the refusal of a counter-proposal of a call whose tool
-// offers none here.
+// problemNoCounter is the refusal of a counter-proposal of call: not
+// pending, or its tool offers none here.
 func problemNoCounter(call *queue.Call) error {
 	if call.Status != queue.StatusPending {
 		return &queue.NotPendingError{Status: call.Status}
