@@ -207,7 +207,7 @@ func (w *operatorPages) counter(id string, edits map[string]string) error {
 	if err != nil {
 		return err
 	}
-	if status != http.StatusSeeOther || !strings.HasSuffix(loc, "?notice=countered") {
+	if status != http.StatusSeeOther || !strings.HasSuffix(loc, "?notice=edited") {
 		return fmt.Errorf("approving the edit of %s: %d %q", id, status, loc)
 	}
 	return nil

@@ -215,5 +215,5 @@ func (c *Console) giveCounter(ec echo.Context) error {
 	if err != nil {
 		return c.renderCounter(ec, http.StatusOK, form, err)
 	}
-	return ec.Redirect(http.StatusSeeOther, "/calls/"+out.ID+"?notice=countered")
+	return ec.Redirect(http.StatusSeeOther, "/calls/"+out.ID+"?notice=edited")
 }

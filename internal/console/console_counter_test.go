@@ -149,10 +149,10 @@ func TestCounterFromTheCallPage(t *testing.T) {
 
 	res := b.post("/calls/"+orig.ID+"/counter", f)
 	loc := res.header.Get("Location")
-	if res.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/calls/") || !strings.HasSuffix(loc, "?notice=countered") {
+	if res.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/calls/") || !strings.HasSuffix(loc, "?notice=edited") {
 		t.Fatalf("approve the edit: %d %q %q", res.status, loc, res.find("counter-error").Text())
 	}
-	counterID := strings.TrimSuffix(strings.TrimPrefix(loc, "/calls/"), "?notice=countered")
+	counterID := strings.TrimSuffix(strings.TrimPrefix(loc, "/calls/"), "?notice=edited")
 	ctx := context.Background()
 	counter, err := e.q.Call(ctx, counterID)
 	if err != nil {

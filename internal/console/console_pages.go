@@ -21,12 +21,12 @@ import (
 // notices are the confirmations a redirect may ask a page to show; only
 // these fixed texts are ever shown.
 var notices = map[string]string{
-	"approved":  "You approved this call.",
-	"denied":    "You denied this call. The agent receives your reason.",
-	"resolved":  "You recorded the resolution. The agent sees it on the call.",
-	"cleared":   "The block was cleared; the agent may propose again.",
-	"revoked":   "You revoked the grant. The agent's redemption is refused, and it receives your reason.",
-	"countered": "You approved this edited call. The call it answers ended as countered; this one runs once the agent accepts it and its approvals are complete.",
+	"approved": "You approved this call.",
+	"denied":   "You denied this call. The agent receives your reason.",
+	"resolved": "You recorded the resolution. The agent sees it on the call.",
+	"cleared":  "The block was cleared; the agent may propose again.",
+	"revoked":  "You revoked the grant. The agent's redemption is refused, and it receives your reason.",
+	"edited":   "You approved this edited call. The call it answers ended as countered; this one runs once the agent accepts it and its approvals are complete.",
 }
 
 func (c *Console) queuePage(ec echo.Context) error {
