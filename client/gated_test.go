@@ -104,6 +104,18 @@ func TestGatedCounter(t *testing.T) {
 		t.Fatalf("the counter after it ran: %+v", got)
 	}
 
+	// Proposed again with AcceptCounter, a call countered a moment ago is
+	// refused as previously_countered: the counter it names runs.
+	done = gatedAsync(ctx, c, refund(60000), ran)
+	k = counterOf("6000")
+	if r := gatedResultOf(t, done); !errors.As(r.err, &ne) {
+		t.Fatalf("Gated on a countered call: %v", r.err)
+	}
+	r = gatedResultOf(t, gatedAsync(ctx, c, refund(60000), ran, client.AcceptCounter()))
+	if r.err != nil || r.call.ID != k.ID || !slices.Equal(ranAmounts(ran), []int64{6000}) {
+		t.Fatalf("Gated with AcceptCounter after previously_countered: %v", r.err)
+	}
+
 	done = gatedAsync(ctx, c, refund(50000), ran, client.AcceptCounter())
 	k = counterOf("5000")
 	r = gatedResultOf(t, done)

@@ -66,6 +66,20 @@ class GatedCounter(unittest.TestCase):
         done = c.get(counter["id"])
         self.assertEqual((done.status, done.outcome.status, done.countered_from), ("redeemed", "succeeded", call.id))
 
+    def test_accept_counter_after_previously_countered(self):
+        c = CountingClient(console.url, console.token("agent:py-counter-4"))
+        ran = []
+        result = in_thread(self.refund(c, ran), 40000, "USD", "duplicate")
+        call = c.next_submitted()
+        counter = console.counter(call.id, call.digest, amount_minor="4000")
+        with self.assertRaises(NotApproved):
+            result()
+        # Proposed again, the call is refused as previously_countered; opted
+        # in, the counter it names runs.
+        self.assertEqual(self.refund(c, ran, accept_counter=True)(40000, "USD", "duplicate"), "refunded 4000")
+        self.assertEqual(ran, [{"amount_minor": 4000, "currency": "USD", "reason_code": "duplicate"}])
+        self.assertEqual(c.get(counter["id"]).status, "redeemed")
+
     def test_accept_counter_async(self):
         c = CountingClient(console.url, console.token("agent:py-counter-3"))
         ran = []

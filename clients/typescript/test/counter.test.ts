@@ -65,3 +65,15 @@ test('countered, acceptCounter: the edited call is accepted, redeemed and run', 
   assert.equal(orig.status, 'countered');
   assert.deepEqual([edited.status, edited.outcome?.status, edited.countered_from], ['redeemed', 'succeeded', call.id]);
 });
+
+test('proposed again after a counter, acceptCounter runs the counter previously_countered names', async () => {
+  const client = new RecordingClient(cs.url, cs.token('agent:ts-counter-3'));
+  const ran: Refund[] = [];
+  const done = refund(client, ran)(ARGS);
+  const call = await client.nextSubmitted();
+  const counter = cs.counter(call.id, call.digest, { '/amount_minor': '4000' });
+  await within(done.then(() => assert.fail('ran'), () => undefined), 30_000, 'gated');
+  assert.equal(await within(refund(client, ran, true)(ARGS), 30_000, 'gated again'), 'refunded 4000');
+  assert.deepEqual(ran, [{ ...ARGS, amount_minor: 4000 }]);
+  assert.equal((await client.get(counter.id)).status, 'redeemed');
+});
