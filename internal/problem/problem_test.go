@@ -92,6 +92,9 @@ var examples = map[string]error{
 	"account.ErrTokenContext": account.ErrTokenContext, "account.ErrTokenName": account.ErrTokenName,
 	"account.ErrSecretNotFound": account.ErrSecretNotFound, "account.ErrPasskeyNotFound": account.ErrPasskeyNotFound,
 	"account.ErrPasskeyTaken": account.ErrPasskeyTaken, "account.ErrSSOPassword": account.ErrSSOPassword,
+	"account.ErrOperatorTokenScope": account.ErrOperatorTokenScope, "account.ErrOperatorTokenLife": account.ErrOperatorTokenLife,
+	"account.ErrOperatorTokenNote": account.ErrOperatorTokenNote, "account.ErrTooManyOperatorTokens": account.ErrTooManyOperatorTokens,
+	"account.ErrOperatorTokenNotFound": account.ErrOperatorTokenNotFound, "account.ErrOperatorTokenInvalid": account.ErrOperatorTokenInvalid,
 	"account.InputError":  &account.InputError{Field: "name", Message: "bad name"},
 	"account.ShadowError": &account.ShadowError{Name: "alice", Holder: "alice", Local: true},
 
