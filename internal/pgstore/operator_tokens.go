@@ -2,9 +2,9 @@ package pgstore
 
 import (
 	"context"
-	"github.com/jackc/pgx/v5"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
