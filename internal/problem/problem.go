@@ -92,7 +92,11 @@ var sentinels = []struct {
 	{queue.ErrOwnCall, http.StatusForbidden, "own_call", "you cannot approve a call proposed under your own name; ask another operator", ""},
 	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
 	{queue.ErrPasskeyRequired, http.StatusForbidden, "passkey_required",
-		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket and the command line cannot approve it)", ""},
+		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket, the command line and the operator API cannot approve it)", ""},
+	{queue.ErrNotApprovableFrom, http.StatusForbidden, "not_approvable_from",
+		"this tool's calls are not approved through this channel (approve_from in the tools file); open the call in the console", ""},
+	{queue.ErrListing, http.StatusConflict, "listing_required",
+		"an approval through the operator API names the listing token its call had in a queue listing made for you in the last 10 minutes; list the queue again and send the call's listing token with its digest", ""},
 	{queue.ErrBatchEmpty, http.StatusBadRequest, "batch_empty", "select at least one pending call on the queue, then review them", ""},
 	{queue.ErrBatchTooLarge, http.StatusBadRequest, "batch_too_large",
 		fmt.Sprintf("a batch decides at most %d calls; select fewer and review them in several batches", queue.MaxBatch), ""},
@@ -257,6 +261,7 @@ func Of(err error) *Error {
 		fe *queue.FilterError
 		ie *queue.IntegrityError
 		ce *queue.ConfirmationError
+		af *queue.NotApprovableFromError
 		ea *queue.AllowanceEndedError
 		in *account.InputError
 		sh *account.ShadowError
@@ -323,6 +328,9 @@ func Of(err error) *Error {
 	case errors.As(err, &ce):
 		return New(http.StatusConflict, "confirmation_mismatch",
 			"to approve, type %s exactly as shown (%q) in the call page's field, or pass it with --confirm to console approve; nothing was approved", ce.Describe, ce.Want)
+	case errors.As(err, &af):
+		return New(http.StatusForbidden, "not_approvable_from",
+			"%s's calls are approved only through %s (approve_from in the tools file), not through %s; open the call in the console", af.Tool, strings.Join(af.Allowed, ", "), af.Channel)
 	case errors.As(err, &ea):
 		return New(http.StatusConflict, "allowance_ended", "allowance %s has ended (%s); it approves nothing more", ea.ID, endedWhy(ea.Reason))
 	case errors.As(err, &fe):
