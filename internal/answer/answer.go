@@ -232,3 +232,16 @@ func ErrorOf(e *problem.Error) wire.Error {
 	}
 	return out
 }
+
+// Allowance is the allowance a as the operator API and the command line
+// show it at now.
+func Allowance(a *queue.Allowance, now time.Time) wire.Allowance {
+	v := wire.Allowance{ID: a.ID, State: a.State(now), Actor: a.Actor, Audience: a.Audience, Tool: a.Tool, Uses: a.Uses, Used: a.Used,
+		OncePerCall: a.OncePerCall, Until: at(a.Until), Giver: a.Giver, Confirmers: append([]string{}, a.Confirmers...),
+		ConfirmersNeeded: a.ConfirmersNeeded, ScopeDigest: a.ScopeDigest, BaseCall: a.BaseCall, GivenAt: at(a.GivenAt),
+		EndReason: a.EndReason, EndedBy: a.EndedBy}
+	if !a.EndedAt.IsZero() {
+		v.EndedAt = at(a.EndedAt)
+	}
+	return v
+}

@@ -83,6 +83,9 @@ type Config struct {
 	// Streamable HTTP); nil serves none. It authenticates its own agent
 	// tokens; the Host check and the security headers apply to it too.
 	MCP http.Handler
+	// OperatorAPI serves the operator API under /api/v1/operator, for
+	// people's operator tokens (docs/security.md); off unless set.
+	OperatorAPI bool
 }
 
 // Server is Countersign's HTTP front end.

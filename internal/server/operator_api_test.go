@@ -1,0 +1,378 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/present"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
+)
+
+// opTools: a tool any channel approves, one only the browser approves, one
+// that needs a passkey.
+const opTools = `tools:
+  ops.restart:
+    audience: ops-host
+    target: '^svc:[a-z]+$'
+    args: {type: object, additionalProperties: false, properties: {}}
+  ops.drop:
+    audience: ops-host
+    target: '^svc:[a-z]+$'
+    approve_from: [web]
+    args: {type: object, additionalProperties: false, properties: {}}
+  ops.wipe:
+    audience: ops-host
+    target: '^svc:[a-z]+$'
+    approve_with: passkey
+    args: {type: object, additionalProperties: false, properties: {}}
+`
+
+// replica is one console process over a shared SQLite file: its own
+// connections, queue and HTTP server on 127.0.0.1.
+type replica struct {
+	url      string
+	db       *db.DB
+	q        *queue.Service
+	accounts *account.Service
+}
+
+func startReplica(t *testing.T, dir string, now func() time.Time, operatorAPI bool) *replica {
+	t.Helper()
+	d, err := db.Open(filepath.Join(dir, "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := grant.OpenKeyring(filepath.Join(dir, "keys"), "countersign", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Parse([]byte(opTools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown, err := present.NewKey([]byte("the replicas' shared present key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: pol.Registry(), Policy: pol, Signer: keys, Logger: log, Presentations: shown, Now: now})
+	accounts := account.NewService(d.Accounts(), now)
+	srv, err := server.New(server.Config{Queue: q, Accounts: accounts, Audit: d, Ping: d.Ping, Keys: keys, Logger: log, Now: now,
+		OperatorAPI: operatorAPI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		q.Shutdown()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		d.Close()
+	})
+	return &replica{url: "http://" + ln.Addr().String(), db: d, q: q, accounts: accounts}
+}
+
+type opAnswer struct {
+	status int
+	code   string
+	json   map[string]any
+	body   string
+}
+
+func (r *replica) do(t *testing.T, method, path, token, body string) opAnswer {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, r.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	out := opAnswer{status: res.StatusCode, body: string(b)}
+	_ = json.Unmarshal(b, &out.json)
+	if e, ok := out.json["error"].(map[string]any); ok {
+		out.code, _ = e["code"].(string)
+	}
+	return out
+}
+
+func (r *replica) operatorToken(t *testing.T, person, scope string, life time.Duration) (account.OperatorToken, string) {
+	t.Helper()
+	tok, secret, err := r.accounts.CreateOperatorToken(context.Background(), account.OperatorTokenSpec{Person: person, Scope: scope, Life: life}, audit.ChannelWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, secret
+}
+
+func (r *replica) agentToken(t *testing.T, spec account.TokenSpec) string {
+	t.Helper()
+	_, secret, err := r.accounts.CreateTokenWith(context.Background(), spec, "admin", audit.ChannelCLI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+// listed finds a call in a queue listing and returns its listing token.
+func listed(t *testing.T, queueAnswer opAnswer, id string) (listing, digest string) {
+	t.Helper()
+	calls, _ := queueAnswer.json["calls"].([]any)
+	for _, c := range calls {
+		m := c.(map[string]any)
+		call := m["call"].(map[string]any)
+		if call["id"] == id {
+			if _, ok := call["grant"]; ok {
+				t.Errorf("a listing carries the grant: %v", call)
+			}
+			l, _ := m["listing"].(string)
+			return l, call["digest"].(string)
+		}
+	}
+	t.Fatalf("call %s is not in the listing %s", id, queueAnswer.body)
+	return "", ""
+}
+
+// An agent token never reaches the operator API, and an operator token
+// never reaches the agent API: it does not submit, read, cancel, accept,
+// redeem or report calls.
+func TestOperatorAndAgentTokensNeverCross(t *testing.T) {
+	clock := testkit.NewClock(time.Now())
+	r := startReplica(t, t.TempDir(), clock.Now, true)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice")
+	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host"})
+	_, op := r.operatorToken(t, "alice", account.ScopeDecide, time.Hour)
+	sub := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.restart","target":"svc:web","args":{}}`)
+	id, _ := sub.json["id"].(string)
+	if sub.status != http.StatusCreated {
+		t.Fatalf("submit: %d %s", sub.status, sub.body)
+	}
+	for _, rq := range [][3]string{
+		{"GET", "/api/v1/operator/queue", ""},
+		{"GET", "/api/v1/operator/calls/" + id, ""},
+		{"POST", "/api/v1/operator/calls/" + id + "/approve", `{"digest":"x","listing":"y"}`},
+		{"POST", "/api/v1/operator/calls/" + id + "/deny", `{"reason":"no"}`},
+		{"GET", "/api/v1/operator/allowances", ""},
+		{"POST", "/api/v1/operator/allowances/alw_x/revoke", `{"reason":"no"}`},
+	} {
+		if a := r.do(t, rq[0], rq[1], agent, rq[2]); a.status != http.StatusForbidden || a.code != "agent_token_refused" {
+			t.Errorf("an agent token on %s %s: %d %s", rq[0], rq[1], a.status, a.body)
+		}
+	}
+	for _, rq := range [][3]string{
+		{"POST", "/api/v1/calls", `{"tool":"ops.restart","target":"svc:db","args":{}}`},
+		{"GET", "/api/v1/calls/" + id, ""},
+		{"DELETE", "/api/v1/calls/" + id, ""},
+		{"POST", "/api/v1/calls/" + id + "/accept", ""},
+		{"POST", "/api/v1/calls/" + id + "/outcome", `{"status":"succeeded"}`},
+		{"POST", "/api/v1/calls/" + id + "/heartbeat", ""},
+		{"POST", "/api/v1/redeem", `{"grant":"a.b.c","call":{"tool":"ops.restart","target":"svc:web","args":{}}}`},
+	} {
+		if a := r.do(t, rq[0], rq[1], op, rq[2]); a.status != http.StatusForbidden || a.code != "operator_token_refused" {
+			t.Errorf("an operator token on %s %s: %d %s", rq[0], rq[1], a.status, a.body)
+		}
+	}
+	if c, err := r.q.Call(context.Background(), id); err != nil || c.Status != queue.StatusPending {
+		t.Errorf("the call after both doors were tried: %v %v", c, err)
+	}
+}
+
+// A read token lists and shows; deciding needs the decide scope. An
+// approval names the listing token its call had in a listing made for the
+// same person, and is recorded command over api, unattested.
+func TestOperatorAPIScopesAndListings(t *testing.T) {
+	clock := testkit.NewClock(time.Now())
+	r := startReplica(t, t.TempDir(), clock.Now, true)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice", "bob")
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleAuditor, "audrey")
+	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host"})
+	id, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.restart","target":"svc:web","args":{}}`).json["id"].(string)
+	other, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.drop","target":"svc:db","args":{}}`).json["id"].(string)
+	_, read := r.operatorToken(t, "alice", account.ScopeRead, time.Hour)
+	_, decide := r.operatorToken(t, "alice", account.ScopeDecide, time.Hour)
+	_, bobs := r.operatorToken(t, "bob", account.ScopeDecide, time.Hour)
+	_, audrey := r.operatorToken(t, "audrey", account.ScopeRead, time.Hour)
+
+	if a := r.do(t, "GET", "/api/v1/operator/queue", audrey, ""); a.status != http.StatusForbidden || a.code != "not_a_decider" {
+		t.Errorf("an auditor's token: %d %s", a.status, a.body)
+	}
+	q := r.do(t, "GET", "/api/v1/operator/queue", read, "")
+	if q.status != http.StatusOK {
+		t.Fatalf("queue: %d %s", q.status, q.body)
+	}
+	listing, digest := listed(t, q, id)
+	if filtered := r.do(t, "GET", "/api/v1/operator/queue?tool=ops.drop", read, ""); len(filtered.json["calls"].([]any)) != 1 {
+		t.Errorf("the queue of ops.drop: %s", filtered.body)
+	}
+	if a := r.do(t, "GET", "/api/v1/operator/calls/"+id, read, ""); a.status != http.StatusOK || a.json["listing"] == "" {
+		t.Errorf("show: %d %s", a.status, a.body)
+	}
+	approve := func(token, listing, digest string) opAnswer {
+		b, _ := json.Marshal(map[string]string{"digest": digest, "listing": listing})
+		return r.do(t, "POST", "/api/v1/operator/calls/"+id+"/approve", token, string(b))
+	}
+	if a := approve(read, listing, digest); a.status != http.StatusForbidden || a.code != "insufficient_scope" {
+		t.Errorf("approve with a read token: %d %s", a.status, a.body)
+	}
+	if a := r.do(t, "POST", "/api/v1/operator/calls/"+id+"/deny", read, `{"reason":"no"}`); a.status != http.StatusForbidden || a.code != "insufficient_scope" {
+		t.Errorf("deny with a read token: %d %s", a.status, a.body)
+	}
+	if a := approve(decide, "", digest); a.status != http.StatusBadRequest {
+		t.Errorf("approve without a listing: %d %s", a.status, a.body)
+	}
+	if a := approve(bobs, listing, digest); a.status != http.StatusConflict || a.code != "listing_required" {
+		t.Errorf("bob approving with alice's listing: %d %s", a.status, a.body)
+	}
+	otherListing, _ := listed(t, q, other)
+	if a := approve(decide, otherListing, digest); a.status != http.StatusConflict || a.code != "listing_required" {
+		t.Errorf("approve with another call's listing: %d %s", a.status, a.body)
+	}
+	if a := r.do(t, "POST", "/api/v1/operator/calls/"+id+"/approve", decide, `{"digest":"`+digest+`","listing":"`+listing+`","grant":"x"}`); a.status != http.StatusBadRequest || a.code != "malformed_json" {
+		t.Errorf("an unknown member: %d %s", a.status, a.body)
+	}
+	clock.Advance(queue.MaxListingAge + time.Second)
+	if a := approve(decide, listing, digest); a.status != http.StatusConflict || a.code != "listing_required" {
+		t.Errorf("approve with a stale listing: %d %s", a.status, a.body)
+	}
+	listing, _ = listed(t, r.do(t, "GET", "/api/v1/operator/queue", decide, ""), id)
+	a := approve(decide, listing, digest)
+	if a.status != http.StatusOK {
+		t.Fatalf("approve: %d %s", a.status, a.body)
+	}
+	call := a.json["call"].(map[string]any)
+	given := call["approvals"].(map[string]any)["given"].([]any)[0].(map[string]any)
+	if call["status"] != "approved" || given["method"] != "command" || given["channel"] != "api" || given["human"] != "unattested" || given["by"] != "alice" {
+		t.Errorf("the approval: %s", a.body)
+	}
+	if _, ok := call["grant"]; ok {
+		t.Errorf("the operator API handed out the grant: %s", a.body)
+	}
+}
+
+// A tool whose approve_from leaves out api, or that needs a passkey, is
+// never approved through the API; the own-call ban and the owners compare
+// the token's person with the call's actor and owners.
+func TestOperatorAPIRefusals(t *testing.T) {
+	clock := testkit.NewClock(time.Now())
+	r := startReplica(t, t.TempDir(), clock.Now, true)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice", "carol")
+	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host", Owners: []string{"carol"}})
+	own := r.agentToken(t, account.TokenSpec{Actor: "alice", Audience: "ops-host"})
+	_, alice := r.operatorToken(t, "alice", account.ScopeDecide, time.Hour)
+	_, carol := r.operatorToken(t, "carol", account.ScopeDecide, time.Hour)
+	submit := func(token, tool, target string) string {
+		a := r.do(t, "POST", "/api/v1/calls", token, `{"tool":"`+tool+`","target":"`+target+`","args":{}}`)
+		if a.status != http.StatusCreated {
+			t.Fatalf("submit: %d %s", a.status, a.body)
+		}
+		return a.json["id"].(string)
+	}
+	approve := func(token, id string) opAnswer {
+		listing, digest := listed(t, r.do(t, "GET", "/api/v1/operator/queue", token, ""), id)
+		b, _ := json.Marshal(map[string]string{"digest": digest, "listing": listing})
+		return r.do(t, "POST", "/api/v1/operator/calls/"+id+"/approve", token, string(b))
+	}
+	for _, c := range []struct {
+		name, token, id string
+		status          int
+		code            string
+	}{
+		{"approve_from: [web]", alice, submit(agent, "ops.drop", "svc:a"), http.StatusForbidden, "not_approvable_from"},
+		{"a passkey tool", alice, submit(agent, "ops.wipe", "svc:b"), http.StatusForbidden, "passkey_required"},
+		{"an owner of the agent", carol, submit(agent, "ops.restart", "svc:c"), http.StatusForbidden, "owner"},
+		{"one's own call", alice, submit(own, "ops.restart", "svc:d"), http.StatusForbidden, "own_call"},
+	} {
+		if a := approve(c.token, c.id); a.status != c.status || a.code != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, a.status, a.body, c.status, c.code)
+		}
+	}
+	q := r.do(t, "GET", "/api/v1/operator/queue?tool=ops.drop", alice, "")
+	first := q.json["calls"].([]any)[0].(map[string]any)
+	if from, _ := json.Marshal(first["approve_from"]); string(from) != `["web"]` {
+		t.Errorf("approve_from of ops.drop: %s", from)
+	}
+}
+
+// A revoked token is refused at its next request on every replica, an
+// expired one and a disabled account's at once; nothing is cached.
+func TestOperatorTokenRevokedOnEveryReplica(t *testing.T) {
+	dir := t.TempDir()
+	clock := testkit.NewClock(time.Now())
+	a := startReplica(t, dir, clock.Now, true)
+	b := startReplica(t, dir, clock.Now, true)
+	testkit.SeedUsers(t, a.db.Accounts(), account.RoleOperator, "alice", "bob")
+	tok, secret := a.operatorToken(t, "alice", account.ScopeRead, 2*time.Hour)
+	_, short := a.operatorToken(t, "alice", account.ScopeRead, time.Hour)
+	_, bobs := a.operatorToken(t, "bob", account.ScopeRead, 2*time.Hour)
+	for _, r := range []*replica{a, b} {
+		for _, s := range []string{secret, short, bobs} {
+			if got := r.do(t, "GET", "/api/v1/operator/queue", s, ""); got.status != http.StatusOK {
+				t.Fatalf("a live token: %d %s", got.status, got.body)
+			}
+		}
+	}
+	if err := b.accounts.RevokeOperatorToken(context.Background(), "alice", tok.ID, audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.accounts.DisableUser(context.Background(), "bob", "admin", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	for _, r := range []*replica{a, b} {
+		for name, s := range map[string]string{"revoked": secret, "expired": short, "disabled account's": bobs} {
+			if got := r.do(t, "GET", "/api/v1/operator/queue", s, ""); got.status != http.StatusUnauthorized {
+				t.Errorf("a %s token: %d %s", name, got.status, got.body)
+			}
+		}
+	}
+}
+
+// Without --operator-api nothing of the operator API is served.
+func TestOperatorAPIOff(t *testing.T) {
+	clock := testkit.NewClock(time.Now())
+	r := startReplica(t, t.TempDir(), clock.Now, false)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice")
+	_, secret := r.operatorToken(t, "alice", account.ScopeDecide, time.Hour)
+	for _, p := range []string{"/api/v1/operator/queue", "/api/v1/operator/allowances"} {
+		if a := r.do(t, "GET", p, secret, ""); a.status != http.StatusNotFound || a.code != "operator_api_off" {
+			t.Errorf("GET %s with the API off: %d %s", p, a.status, a.body)
+		}
+	}
+}
+
