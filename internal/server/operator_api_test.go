@@ -375,4 +375,3 @@ func TestOperatorAPIOff(t *testing.T) {
 		}
 	}
 }
-
