@@ -466,7 +466,8 @@ func startOpenAPIStack(t *testing.T, opts ...openAPIOption) *openAPIStack {
 		t.Fatal(err)
 	}
 	qcfg := queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log, Presentations: shown}
-	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI}
+	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI,
+		OperatorAPI: true}
 	for _, o := range opts {
 		o(&qcfg, &scfg)
 	}
@@ -978,6 +979,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(docRequest{op: checkpoint, path: "/api/v1/audit/checkpoint"}, http.StatusOK)
+
+	operatorFlow(t, st, check)
 
 	// Every member the answers' schemas declare was sent by some answer:
 	// the description names nothing the server does not write.

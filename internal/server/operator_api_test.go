@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/testkit"
 )
@@ -374,4 +375,80 @@ func TestOperatorAPIOff(t *testing.T) {
 			t.Errorf("GET %s with the API off: %d %s", p, a.status, a.body)
 		}
 	}
+}
+
+// operatorFlow exercises every operation of the operator API against the
+// description, on the stack of TestOpenAPIDescribesResponses (its tools
+// are examples/tools.yaml; alice is an operator there).
+func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) docResponse) {
+	t.Helper()
+	ctx := context.Background()
+	accounts := account.NewService(st.db.Accounts(), nil)
+	mint := func(scope string) string {
+		_, secret, err := accounts.CreateOperatorToken(ctx, account.OperatorTokenSpec{Person: "alice", Scope: scope, Life: time.Hour}, audit.ChannelWeb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	read, decide := mint(account.ScopeRead), mint(account.ScopeDecide)
+	agent := st.token(t, "agent:ops-doc", "payments-host")
+	submit := func(target string) (string, string) {
+		res := check(docRequest{op: "POST /api/v1/calls", path: "/api/v1/calls", token: agent,
+			body: `{"tool":"payments.refund","target":"` + target + `","args":{"amount_minor":100,"currency":"USD","reason_code":"duplicate"}}`}, http.StatusCreated)
+		return res.json["id"].(string), res.json["digest"].(string)
+	}
+	id, digest := submit("invoice:INV-7001")
+	denied, _ := submit("invoice:INV-7002")
+
+	const list, show, approve, deny = "GET /api/v1/operator/queue", "GET /api/v1/operator/calls/{id}",
+		"POST /api/v1/operator/calls/{id}/approve", "POST /api/v1/operator/calls/{id}/deny"
+	check(docRequest{op: list, path: "/api/v1/operator/queue"}, http.StatusUnauthorized)
+	check(docRequest{op: list, path: "/api/v1/operator/queue", token: agent}, http.StatusForbidden)
+	q := check(docRequest{op: list, path: "/api/v1/operator/queue?tool=payments.refund", token: read}, http.StatusOK)
+	var listing string
+	for _, c := range q.json["calls"].([]any) {
+		if m := c.(map[string]any); m["call"].(map[string]any)["id"] == id {
+			listing = m["listing"].(string)
+		}
+	}
+	check(docRequest{op: show, path: "/api/v1/operator/calls/" + id, token: read}, http.StatusOK)
+	check(docRequest{op: show, path: "/api/v1/operator/calls/call_aaaaaaaaaaaaaaaaaaaaaaaa", token: read}, http.StatusNotFound)
+	check(docRequest{op: approve, path: "/api/v1/operator/calls/" + id + "/approve", token: read,
+		body: `{"digest":"` + digest + `","listing":"` + listing + `"}`}, http.StatusForbidden)
+	check(docRequest{op: approve, path: "/api/v1/operator/calls/" + id + "/approve", token: decide, body: `{"digest":"` + digest + `"}`}, http.StatusBadRequest)
+	check(docRequest{op: approve, path: "/api/v1/operator/calls/" + id + "/approve", token: decide,
+		body: `{"digest":"` + digest + `","listing":"p1.listing.1.x"}`}, http.StatusConflict)
+	check(docRequest{op: approve, path: "/api/v1/operator/calls/" + id + "/approve", token: decide,
+		body: `{"digest":"` + digest + `","listing":"` + listing + `"}`}, http.StatusOK)
+	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":""}`}, http.StatusBadRequest)
+	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"not this one"}`}, http.StatusOK)
+	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
+
+	// An allowance, given in the browser, listed and revoked through the API.
+	baseID, _ := submit("invoice:INV-7003")
+	base, err := st.queue.Call(ctx, baseID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, _ := st.queue.Tools().Tool("payments.refund")
+	ch := scope.Choices{Uses: 3, Until: time.Now().Add(30 * time.Minute), TargetPrefix: "invoice:INV-70"}
+	sc, err := scope.Materialise(scope.Call{Actor: base.Actor, Audience: base.Audience, Tool: base.Tool, Target: base.Target,
+		ToolDigest: base.ToolDigest, Args: base.Args}, tool, ch, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := st.queue.GiveAllowance(ctx, queue.GiveInput{Operator: "alice", Channel: audit.ChannelWeb, CallID: base.ID,
+		Digest: base.Digest, ScopeDigest: sc.Digest(), Choices: ch, Presented: st.queue.PresentAllowance("alice", base, sc.Digest())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const allowances, revoke = "GET /api/v1/operator/allowances", "POST /api/v1/operator/allowances/{id}/revoke"
+	if l := check(docRequest{op: allowances, path: "/api/v1/operator/allowances?live=true", token: read}, http.StatusOK); len(l.json["allowances"].([]any)) != 1 {
+		t.Errorf("live allowances: %s", l.body)
+	}
+	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: read, body: `{"reason":"done"}`}, http.StatusForbidden)
+	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/alw_nothing/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusNotFound)
+	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusOK)
+	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
 }
