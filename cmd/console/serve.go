@@ -420,7 +420,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		Queue: a.queue, Accounts: a.accounts, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, Waits: waits, PublicURL: publicURL,
-		MCP: mcpHandler, OperatorAPI: f.operatorAPI,
+		MCP: mcpHandler, OperatorAPI: f.operatorAPI, Catalog: cat,
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
@@ -52,6 +54,22 @@ func (s *Server) routesOperator(e *echo.Echo) {
 	g.POST("/calls/:id/deny", s.opDeny, requireScope(account.ScopeDecide))
 	g.GET("/allowances", s.opAllowances)
 	g.POST("/allowances/:id/revoke", s.opRevokeAllowance, requireScope(account.ScopeDecide))
+	if s.cfg.Catalog != nil {
+		g.GET("/mcp/definitions", s.opMCPDefinitions, requireAdmin)
+		g.GET("/mcp/definition", s.opMCPDefinition)
+		g.POST("/mcp/review", s.opMCPReview, requireScope(account.ScopeDecide), requireAdmin)
+	}
+}
+
+// requireAdmin refuses a request whose token's person is not an admin now:
+// the review of MCP definitions is an admin's, as in the console.
+func requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !operatorOf(c).user.Role.CanAdminister() {
+			return problem.New(http.StatusForbidden, "not_an_admin", "only an enabled admin reviews MCP definitions; ask an admin")
+		}
+		return next(c)
+	}
 }
 
 // operatorBearer authenticates a person's operator token: looked up in
@@ -234,4 +252,81 @@ func (s *Server) opRevokeAllowance(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, answer.Allowance(a, s.now()))
+}
+
+// mcpDefinition is pin as the operator API shows it, with the definition
+// itself when full.
+func mcpDefinition(pin catalog.Pin, prev *catalog.Pin, full bool) wire.MCPDefinition {
+	v := wire.MCPDefinition{Server: pin.Server, Tool: pin.Tool, Digest: pin.Digest, Status: string(pin.Status),
+		FirstSeen: pin.FirstSeen.UTC(), Reasons: pin.Reasons, DecidedBy: pin.DecidedBy, Changed: prev != nil}
+	if !pin.DecidedAt.IsZero() {
+		v.DecidedAt = pin.DecidedAt.UTC()
+	}
+	if prev != nil {
+		v.PreviousDigest = prev.Digest
+	}
+	if full {
+		v.Definition = json.RawMessage(pin.Definition)
+		if !json.Valid(v.Definition) {
+			// A quarantined listing is kept as it was read; it is shown
+			// as a JSON string then.
+			v.Definition, _ = json.Marshal(string(pin.Definition))
+		}
+	}
+	return v
+}
+
+func (s *Server) opMCPDefinitions(c echo.Context) error {
+	out := wire.MCPDefinitions{Definitions: []wire.MCPDefinition{}}
+	for _, pendingFirst := range []bool{true, false} {
+		for _, server := range s.cfg.Catalog.Servers() {
+			for _, e := range s.cfg.Catalog.Entries(server) {
+				if (e.Status == catalog.Pending) != pendingFirst {
+					continue
+				}
+				out.Definitions = append(out.Definitions, mcpDefinition(e.Pin, e.Previous, false))
+			}
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) opMCPDefinition(c echo.Context) error {
+	pin, prev, err := s.cfg.Catalog.Definition(c.Request().Context(), c.QueryParam("server"), c.QueryParam("tool"), c.QueryParam("digest"))
+	if err != nil {
+		return mcpError(err)
+	}
+	return c.JSON(http.StatusOK, mcpDefinition(pin, prev, true))
+}
+
+// opMCPReview approves or rejects a pending definition as the token's
+// person, an admin; audited through the api channel.
+func (s *Server) opMCPReview(c echo.Context) error {
+	var in wire.MCPReview
+	if err := readOperatorJSON(c, &in); err != nil {
+		return err
+	}
+	if in.Decision != "approve" && in.Decision != "reject" {
+		return problem.New(http.StatusBadRequest, "bad_request", "decision must be approve or reject")
+	}
+	ctx := c.Request().Context()
+	if err := s.cfg.Catalog.ReviewVia(ctx, in.Server, in.Tool, in.Digest, operatorOf(c).user.Name, audit.ChannelAPI, in.Decision == "approve"); err != nil {
+		return mcpError(err)
+	}
+	pin, prev, err := s.cfg.Catalog.Definition(ctx, in.Server, in.Tool, in.Digest)
+	if err != nil {
+		return mcpError(err)
+	}
+	return c.JSON(http.StatusOK, mcpDefinition(pin, prev, true))
+}
+
+// mcpError answers the catalog's refusals in the API's shape.
+func mcpError(err error) error {
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return problem.New(http.StatusNotFound, "definition_not_found", "no pinned definition has that server, tool and digest; list them with GET /api/v1/operator/mcp/definitions")
+	case errors.Is(err, catalog.ErrNotPending):
+		return problem.New(http.StatusConflict, "already_reviewed", "this definition was already reviewed")
+	}
+	return err
 }

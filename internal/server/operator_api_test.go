@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,12 +18,14 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // opTools: a tool any channel approves, one only the browser approves, one
@@ -451,4 +455,86 @@ func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) do
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/alw_nothing/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusNotFound)
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusOK)
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
+}
+
+// mcpReviewFlow exercises the review of MCP definitions through the
+// operator API against the description, on a stack whose tools file has an
+// MCP upstream: a definition first listed awaits review, an admin's
+// decide token approves it, a changed one names the approved one.
+func mcpReviewFlow(t *testing.T, checkOn func(*openAPIStack, docRequest, int) docResponse) {
+	t.Helper()
+	ctx := context.Background()
+	st := startOpenAPIStack(t, func(q *queue.Config, _ *server.Config) {
+		src, err := os.ReadFile("../../examples/tools.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := tools.Parse(append(src, "\nmcp:\n  demo:\n    command: [mcp-demo]\n"...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Tools = reg
+	})
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleAdmin, "root")
+	accounts := account.NewService(st.db.Accounts(), nil)
+	mint := func(person, scope string) string {
+		_, secret, err := accounts.CreateOperatorToken(ctx, account.OperatorTokenSpec{Person: person, Scope: scope, Life: time.Hour}, audit.ChannelWeb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	root, rootRead, alice := mint("root", account.ScopeDecide), mint("root", account.ScopeRead), mint("alice", account.ScopeDecide)
+	const schema = `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
+	if err := st.cat.Apply(ctx, "demo", []catalog.Listed{{Name: "add", Description: "Adds.", InputSchema: []byte(schema)}}); err != nil {
+		t.Fatal(err)
+	}
+	const list, show, review = "GET /api/v1/operator/mcp/definitions", "GET /api/v1/operator/mcp/definition", "POST /api/v1/operator/mcp/review"
+	checkOn(st, docRequest{op: list, path: "/api/v1/operator/mcp/definitions", token: alice}, http.StatusForbidden)
+	l := checkOn(st, docRequest{op: list, path: "/api/v1/operator/mcp/definitions", token: rootRead}, http.StatusOK)
+	defs, _ := l.json["definitions"].([]any)
+	if len(defs) != 1 || defs[0].(map[string]any)["status"] != "pending" {
+		t.Fatalf("definitions: %s", l.body)
+	}
+	digest := defs[0].(map[string]any)["digest"].(string)
+	q := "/api/v1/operator/mcp/definition?server=demo&tool=add&digest=" + digest
+	checkOn(st, docRequest{op: show, path: q, token: alice}, http.StatusOK)
+	checkOn(st, docRequest{op: show, path: "/api/v1/operator/mcp/definition?server=demo&tool=add&digest=" + strings.Repeat("0", 64), token: alice}, http.StatusNotFound)
+	body := `{"server":"demo","tool":"add","digest":"` + digest + `","decision":"approve"}`
+	checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: rootRead, body: body}, http.StatusForbidden)
+	checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: alice, body: body}, http.StatusForbidden)
+	checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: root, body: strings.Replace(body, "approve", "maybe", 1)}, http.StatusBadRequest)
+	checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: root, body: strings.Replace(body, digest, strings.Repeat("0", 64), 1)}, http.StatusNotFound)
+	if r := checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: root, body: body}, http.StatusOK); r.json["status"] != "approved" || r.json["decided_by"] != "root" {
+		t.Errorf("the review: %s", r.body)
+	}
+	checkOn(st, docRequest{op: review, path: "/api/v1/operator/mcp/review", token: root, body: body}, http.StatusConflict)
+	if err := st.cat.Apply(ctx, "demo", []catalog.Listed{{Name: "add", Description: "Adds, now twice.", InputSchema: []byte(schema)},
+		{Name: "bad", Description: "Not an object.", InputSchema: []byte(`[]`)}}); err != nil {
+		t.Fatal(err)
+	}
+	l = checkOn(st, docRequest{op: list, path: "/api/v1/operator/mcp/definitions", token: root}, http.StatusOK)
+	var changed, bad map[string]any
+	for _, d := range l.json["definitions"].([]any) {
+		switch m := d.(map[string]any); m["tool"] {
+		case "add":
+			changed = m
+		case "bad":
+			bad = m
+		}
+	}
+	if changed["changed"] != true || changed["previous_digest"] != digest {
+		t.Errorf("a changed definition: %s", l.body)
+	}
+	if bad["status"] != "quarantined" || bad["reasons"] == nil {
+		t.Errorf("a definition that cannot be mirrored: %s", l.body)
+	}
+	checkOn(st, docRequest{op: show, path: "/api/v1/operator/mcp/definition?server=demo&tool=add&digest=" + changed["digest"].(string), token: root}, http.StatusOK)
+	var out bytes.Buffer
+	if _, err := st.db.ExportAudit(ctx, &out, audit.ExportOptions{Format: "jsonl"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"channel":"api","details":{"digest":"`+digest) {
+		t.Errorf("the review's audit entry does not record the api channel")
+	}
 }

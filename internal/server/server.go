@@ -25,6 +25,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -86,6 +87,9 @@ type Config struct {
 	// OperatorAPI serves the operator API under /api/v1/operator, for
 	// people's operator tokens (docs/security.md); off unless set.
 	OperatorAPI bool
+	// Catalog, when set with OperatorAPI, lets admins review MCP servers'
+	// tool definitions through the operator API.
+	Catalog *catalog.Catalog
 }
 
 // Server is Countersign's HTTP front end.

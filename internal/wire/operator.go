@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The operator API's shapes: what a person's operator token reads and
 // sends under /api/v1/operator.
@@ -76,4 +79,41 @@ type Allowance struct {
 // Allowances is a listing of allowances, newest first.
 type Allowances struct {
 	Allowances []Allowance `json:"allowances"`
+}
+
+// MCPDefinition is a pinned definition of an MCP server's tool as the
+// operator API shows it: the listing leaves out the definition itself.
+type MCPDefinition struct {
+	// Changed is true when an earlier definition of the tool was approved:
+	// PreviousDigest names it.
+	Changed   bool      `json:"changed"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	DecidedBy string    `json:"decided_by,omitempty"`
+	// Definition is the canonical JSON the digest covers (for a
+	// quarantined tool, the listing as read); only on one definition.
+	Definition     json.RawMessage `json:"definition,omitempty"`
+	Digest         string          `json:"digest"`
+	FirstSeen      time.Time       `json:"first_seen"`
+	PreviousDigest string          `json:"previous_digest,omitempty"`
+	// Reasons say why the definition awaits review or was quarantined.
+	Reasons []string `json:"reasons,omitempty"`
+	Server  string   `json:"server"`
+	// Status is pending, approved, rejected or quarantined.
+	Status string `json:"status"`
+	Tool   string `json:"tool"`
+}
+
+// MCPDefinitions lists the current definitions of every MCP server's
+// tools, those awaiting review first.
+type MCPDefinitions struct {
+	Definitions []MCPDefinition `json:"definitions"`
+}
+
+// MCPReview approves or rejects one pending definition.
+type MCPReview struct {
+	// Decision is approve or reject.
+	Decision string `json:"decision"`
+	Digest   string `json:"digest"`
+	Server   string `json:"server"`
+	Tool     string `json:"tool"`
 }
