@@ -52,6 +52,7 @@ func commands() map[string]command {
 		"keys":       {"keys init|list|rotate|jwks|trust: grant signing keys, and a cluster's trust file", cmdKeys},
 		"token":      {"token create|list|revoke: agent API tokens", cmdToken},
 		"user":       {"user add|list|disable: console accounts", cmdUser},
+		"queue":      {"list the calls waiting for a decision, with their digests", cmdQueue},
 		"approve":    {"approve a call as an operator", cmdApprove},
 		"deny":       {"deny a call as an operator", cmdDeny},
 		"unblock":    {"lift the retry block on an agent's proposals for a tool (operator)", cmdUnblock},

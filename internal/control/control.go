@@ -28,7 +28,7 @@ import (
 
 // Request is a decision handed over the control socket.
 type Request struct {
-	Action string `json:"action"` // approve, deny, clear, revoke_allowance
+	Action string `json:"action"` // approve, deny, clear, revoke_allowance, queue
 	// ID is the call's id, or the allowance's for revoke_allowance.
 	ID       string `json:"id,omitempty"`
 	Operator string `json:"operator"`
@@ -42,6 +42,13 @@ type Request struct {
 	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
 }
 
+// ActionQueue lists the pending calls (of Request.Tool when it is set),
+// newest first, at most MaxQueue of them.
+const ActionQueue = "queue"
+
+// MaxQueue bounds one listing of the queue.
+const MaxQueue = 500
+
 // ActionRevokeAllowance revokes the allowance Request.ID, with
 // Request.Reason, in the name of Request.Operator.
 const ActionRevokeAllowance = "revoke_allowance"
@@ -49,7 +56,11 @@ const ActionRevokeAllowance = "revoke_allowance"
 // Response is the control socket's answer: the call (its people named as
 // stored), the allowance, or an error in the API's shape.
 type Response struct {
-	Call      *wire.Call  `json:"call,omitempty"`
+	Call *wire.Call `json:"call,omitempty"`
+	// Calls are the pending calls of a queue listing; Truncated is true
+	// when more are pending than it holds.
+	Calls     []wire.Call `json:"calls,omitempty"`
+	Truncated bool        `json:"truncated,omitempty"`
 	Allowance *Allowance  `json:"allowance,omitempty"`
 	Error     *wire.Error `json:"error,omitempty"`
 }
@@ -120,6 +131,11 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 			write(w, nil, &problem.Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
 			return
 		}
+		if req.Action == ActionQueue {
+			resp, err := Queue(r.Context(), q, req)
+			writeResponse(w, resp, nil, err)
+			return
+		}
 		if req.Action == ActionRevokeAllowance {
 			a, err := RevokeAllowance(r.Context(), q, req)
 			writeResponse(w, Response{}, a, err)
@@ -163,7 +179,33 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 	case "clear":
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear or revoke_allowance"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or queue"}
+}
+
+// Queue lists the pending calls, of req.Tool when it is set, with their
+// people named as stored. Like Decide, it runs behind the control socket
+// and directly on the database when no server is running.
+func Queue(ctx context.Context, q *queue.Service, req Request) (Response, error) {
+	calls, err := q.PendingCalls(ctx, MaxQueue+1)
+	if err != nil {
+		return Response{}, err
+	}
+	out := Response{Calls: []wire.Call{}}
+	if len(calls) > MaxQueue {
+		calls, out.Truncated = calls[:MaxQueue], true
+	}
+	now := time.Now()
+	for _, c := range calls {
+		if req.Tool != "" && c.Tool != req.Tool {
+			continue
+		}
+		v, err := answer.CallAsStored(c, now)
+		if err != nil {
+			return Response{}, err
+		}
+		out.Calls = append(out.Calls, v)
+	}
+	return out, nil
 }
 
 // RevokeAllowance revokes an allowance in the name of req.Operator, with
