@@ -424,6 +424,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
+	cc.OperatorAPI = f.operatorAPI
 	if a.db.pg != nil {
 		// Other replicas' changes reach this one's pages and long-polls.
 		live, err := a.db.pg.Listen(ctx, a.queue.Apply, a.log)
