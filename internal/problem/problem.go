@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/scope"
@@ -93,6 +94,9 @@ var sentinels = []struct {
 	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
 	{queue.ErrPasskeyRequired, http.StatusForbidden, "passkey_required",
 		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket, the command line and the operator API cannot approve it)", ""},
+	{catalog.ErrNotFound, http.StatusNotFound, "definition_not_found",
+		"no pinned definition has that server, tool and digest; list them (console mcp list, or GET /api/v1/operator/mcp/definitions)", ""},
+	{catalog.ErrNotPending, http.StatusConflict, "already_reviewed", "this definition was already reviewed", ""},
 	{queue.ErrNotApprovableFrom, http.StatusForbidden, "not_approvable_from",
 		"this tool's calls are not approved through this channel (approve_from in the tools file); open the call in the console", ""},
 	{queue.ErrListing, http.StatusConflict, "listing_required",

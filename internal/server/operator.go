@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
@@ -254,49 +252,16 @@ func (s *Server) opRevokeAllowance(c echo.Context) error {
 	return c.JSON(http.StatusOK, answer.Allowance(a, s.now()))
 }
 
-// mcpDefinition is pin as the operator API shows it, with the definition
-// itself when full.
-func mcpDefinition(pin catalog.Pin, prev *catalog.Pin, full bool) wire.MCPDefinition {
-	v := wire.MCPDefinition{Server: pin.Server, Tool: pin.Tool, Digest: pin.Digest, Status: string(pin.Status),
-		FirstSeen: pin.FirstSeen.UTC(), Reasons: pin.Reasons, DecidedBy: pin.DecidedBy, Changed: prev != nil}
-	if !pin.DecidedAt.IsZero() {
-		v.DecidedAt = pin.DecidedAt.UTC()
-	}
-	if prev != nil {
-		v.PreviousDigest = prev.Digest
-	}
-	if full {
-		v.Definition = json.RawMessage(pin.Definition)
-		if !json.Valid(v.Definition) {
-			// A quarantined listing is kept as it was read; it is shown
-			// as a JSON string then.
-			v.Definition, _ = json.Marshal(string(pin.Definition))
-		}
-	}
-	return v
-}
-
 func (s *Server) opMCPDefinitions(c echo.Context) error {
-	out := wire.MCPDefinitions{Definitions: []wire.MCPDefinition{}}
-	for _, pendingFirst := range []bool{true, false} {
-		for _, server := range s.cfg.Catalog.Servers() {
-			for _, e := range s.cfg.Catalog.Entries(server) {
-				if (e.Status == catalog.Pending) != pendingFirst {
-					continue
-				}
-				out.Definitions = append(out.Definitions, mcpDefinition(e.Pin, e.Previous, false))
-			}
-		}
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, answer.MCPDefinitions(s.cfg.Catalog))
 }
 
 func (s *Server) opMCPDefinition(c echo.Context) error {
 	pin, prev, err := s.cfg.Catalog.Definition(c.Request().Context(), c.QueryParam("server"), c.QueryParam("tool"), c.QueryParam("digest"))
 	if err != nil {
-		return mcpError(err)
+		return err
 	}
-	return c.JSON(http.StatusOK, mcpDefinition(pin, prev, true))
+	return c.JSON(http.StatusOK, answer.MCPDefinition(pin, prev, true))
 }
 
 // opMCPReview approves or rejects a pending definition as the token's
@@ -311,22 +276,11 @@ func (s *Server) opMCPReview(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if err := s.cfg.Catalog.ReviewVia(ctx, in.Server, in.Tool, in.Digest, operatorOf(c).user.Name, audit.ChannelAPI, in.Decision == "approve"); err != nil {
-		return mcpError(err)
+		return err
 	}
 	pin, prev, err := s.cfg.Catalog.Definition(ctx, in.Server, in.Tool, in.Digest)
 	if err != nil {
-		return mcpError(err)
+		return err
 	}
-	return c.JSON(http.StatusOK, mcpDefinition(pin, prev, true))
-}
-
-// mcpError answers the catalog's refusals in the API's shape.
-func mcpError(err error) error {
-	switch {
-	case errors.Is(err, catalog.ErrNotFound):
-		return problem.New(http.StatusNotFound, "definition_not_found", "no pinned definition has that server, tool and digest; list them with GET /api/v1/operator/mcp/definitions")
-	case errors.Is(err, catalog.ErrNotPending):
-		return problem.New(http.StatusConflict, "already_reviewed", "this definition was already reviewed")
-	}
-	return err
+	return c.JSON(http.StatusOK, answer.MCPDefinition(pin, prev, true))
 }
