@@ -107,7 +107,8 @@ func printQueued(w io.Writer, c wire.Call) {
 
 // visible is JSON text s with every character that is not printable, or
 // is a format character (bidi controls, zero-width ones), written as a
-// JSON escape: what a terminal shows is what the digest covers.
+// JSON escape: what a terminal shows is what the digest covers. Newlines,
+// which JSON text has only between its values, are kept.
 func visible(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -115,7 +116,11 @@ func visible(s string) string {
 		case r > 0xffff && (!unicode.IsPrint(r) || unicode.Is(unicode.Cf, r)):
 			hi, lo := utf16.EncodeRune(r)
 			fmt.Fprintf(&b, "\\u%04x\\u%04x", hi, lo)
-		case !unicode.IsPrint(r) && r != ' ' || unicode.Is(unicode.Cf, r):
+		case r == '\n':
+			// JSON text holds no raw newline inside a string: this one is
+			// the layout of indented JSON.
+			b.WriteRune(r)
+		case !unicode.IsPrint(r) || unicode.Is(unicode.Cf, r):
 			fmt.Fprintf(&b, "\\u%04x", r)
 		default:
 			b.WriteRune(r)

@@ -489,7 +489,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := control.Serve(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
+		if err := control.ServeServices(ctx, ctl, control.Services{Queue: a.queue, Catalog: cat, Accounts: a.accounts}, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

@@ -19,8 +19,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/wire"
@@ -40,6 +42,10 @@ type Request struct {
 	// approve; AcceptWarnings acknowledges a call's deception warning.
 	Confirm        string `json:"confirm,omitempty"`
 	AcceptWarnings bool   `json:"accept_warnings,omitempty"`
+	// Server names an MCP server and Decision (approve or reject) a review
+	// of one of its definitions (Tool, Digest).
+	Server   string `json:"server,omitempty"`
+	Decision string `json:"decision,omitempty"`
 }
 
 // ActionQueue lists the pending calls (of Request.Tool when it is set),
@@ -48,6 +54,15 @@ const ActionQueue = "queue"
 
 // MaxQueue bounds one listing of the queue.
 const MaxQueue = 500
+
+// Actions on the MCP servers' tool definitions: list the current ones,
+// show one (Server, Tool, Digest), review one (with Decision, in the name
+// of Operator, an enabled admin).
+const (
+	ActionMCPList   = "mcp_list"
+	ActionMCPShow   = "mcp_show"
+	ActionMCPReview = "mcp_review"
+)
 
 // ActionRevokeAllowance revokes the allowance Request.ID, with
 // Request.Reason, in the name of Request.Operator.
@@ -61,6 +76,10 @@ type Response struct {
 	// when more are pending than it holds.
 	Calls     []wire.Call `json:"calls,omitempty"`
 	Truncated bool        `json:"truncated,omitempty"`
+	// Definitions are the MCP definitions of a listing; Definition the
+	// one shown or reviewed.
+	Definitions []wire.MCPDefinition `json:"definitions,omitempty"`
+	Definition  *wire.MCPDefinition  `json:"definition,omitempty"`
 	Allowance *Allowance  `json:"allowance,omitempty"`
 	Error     *wire.Error `json:"error,omitempty"`
 }
@@ -119,9 +138,24 @@ func Listen(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// Services are what the control socket hands its requests to: the queue,
+// and when the console mirrors MCP servers, their catalog and the
+// accounts that say who is an admin.
+type Services struct {
+	Queue    *queue.Service
+	Catalog  *catalog.Catalog
+	Accounts *account.Service
+}
+
 // Serve answers control requests on ln until ctx ends, then waits for the
 // requests in flight (at most 5 s) and returns.
 func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Logger) error {
+	return ServeServices(ctx, ln, Services{Queue: q}, log)
+}
+
+// ServeServices is Serve with the MCP servers' catalog.
+func ServeServices(ctx context.Context, ln net.Listener, svc Services, log *slog.Logger) error {
+	q := svc.Queue
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) {
 		var req Request
@@ -129,6 +163,12 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			write(w, nil, &problem.Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
+			return
+		}
+		switch req.Action {
+		case ActionMCPList, ActionMCPShow, ActionMCPReview:
+			resp, err := MCP(r.Context(), svc, req)
+			writeResponse(w, resp, nil, err)
 			return
 		}
 		if req.Action == ActionQueue {
@@ -180,6 +220,44 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	}
 	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or queue"}
+}
+
+// MCP lists, shows or reviews the MCP servers' tool definitions. A review
+// is in the name of req.Operator, who must be an enabled admin now, and is
+// audited through the cli channel. It needs the running server: only it
+// knows what each MCP server lists now.
+func MCP(ctx context.Context, svc Services, req Request) (Response, error) {
+	if svc.Catalog == nil {
+		return Response{}, &problem.Error{Status: http.StatusNotFound, Code: "no_mcp_servers", Message: "this console mirrors no MCP server (mcp: in the tools file)"}
+	}
+	switch req.Action {
+	case ActionMCPList:
+		return Response{Definitions: answer.MCPDefinitions(svc.Catalog).Definitions}, nil
+	case ActionMCPReview:
+		if req.Decision != "approve" && req.Decision != "reject" {
+			return Response{}, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "decision must be approve or reject"}
+		}
+		if svc.Accounts == nil {
+			return Response{}, errors.New("control: no accounts to check the reviewer")
+		}
+		u, err := svc.Accounts.UserByName(ctx, req.Operator)
+		if err != nil && !errors.Is(err, account.ErrUserNotFound) {
+			return Response{}, err
+		}
+		if err != nil || u.Disabled() || !u.Role.CanAdminister() {
+			return Response{}, &problem.Error{Status: http.StatusForbidden, Code: "not_an_admin",
+				Message: fmt.Sprintf("only an enabled admin reviews MCP definitions, and %q is not one; name an admin with --as", req.Operator)}
+		}
+		if err := svc.Catalog.ReviewVia(ctx, req.Server, req.Tool, req.Digest, u.Name, audit.ChannelCLI, req.Decision == "approve"); err != nil {
+			return Response{}, err
+		}
+	}
+	pin, prev, err := svc.Catalog.Definition(ctx, req.Server, req.Tool, req.Digest)
+	if err != nil {
+		return Response{}, err
+	}
+	v := answer.MCPDefinition(pin, prev, true)
+	return Response{Definition: &v}, nil
 }
 
 // Queue lists the pending calls, of req.Tool when it is set, with their
