@@ -80,8 +80,8 @@ type Response struct {
 	// one shown or reviewed.
 	Definitions []wire.MCPDefinition `json:"definitions,omitempty"`
 	Definition  *wire.MCPDefinition  `json:"definition,omitempty"`
-	Allowance *Allowance  `json:"allowance,omitempty"`
-	Error     *wire.Error `json:"error,omitempty"`
+	Allowance   *Allowance           `json:"allowance,omitempty"`
+	Error       *wire.Error          `json:"error,omitempty"`
 }
 
 // Allowance is an allowance as the control socket and the command line
