@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // TestOperatorTokensPage: a person makes their own operator token after a
@@ -95,5 +97,27 @@ func TestOperatorTokensPage(t *testing.T) {
 	// Without CSRF nothing is made.
 	if p := other.post("/account/tokens", url.Values{"scope": {"read"}, "days": {"1"}}); p.status == http.StatusOK {
 		t.Errorf("make without csrf: %d", p.status)
+	}
+}
+
+// TestApprovalThroughTheAPIShown: a call approved through the operator API
+// says so on its page, and that nothing proves a person read it.
+func TestApprovalThroughTheAPIShown(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("olivia", account.RoleOperator, rolePassword)
+	c := e.submit("agent:billing-bot", "payments-host",
+		`{"tool":"payments.refund","target":"invoice:INV-42","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}}`)
+	if _, err := e.q.ApproveWith(context.Background(), queue.ApproveInput{Operator: "olivia", Channel: audit.ChannelAPI, CallID: c.ID,
+		Digest: c.Digest, Listed: e.q.ListingToken("olivia", c)}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/calls/" + c.ID)
+	if how := strings.TrimSpace(p.find("approval-how").Text()); !strings.HasPrefix(how, "through the operator API") {
+		t.Errorf("the approval reads %q", how)
+	}
+	if p.find("approval-unattested").Length() != 1 {
+		t.Error("the page does not say nothing proves what the approver was shown")
 	}
 }
