@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,5 +159,43 @@ var _ = add("accounts/operator tokens", func(t *testing.T, s Stores) {
 	}
 	if strings.Contains(out.String(), secret) {
 		t.Error("the audit trail holds a secret")
+	}
+})
+
+// The bound of live operator tokens holds when one person's tokens are
+// made at once through two handles (two replicas): exactly
+// MaxOperatorTokensPerAccount of them are made.
+var _ = add("accounts/operator tokens raced to their bound", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	testkit.SeedUsers(t, s.Accounts, account.RoleOperator, "alice")
+	services := []*account.Service{account.NewService(s.Accounts, nil), account.NewService(s.Reopen(t).Accounts, nil)}
+	const tries = 12
+	errs := make(chan error, tries)
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := services[i%2].CreateOperatorToken(ctx, account.OperatorTokenSpec{Person: "alice", Scope: account.ScopeRead, Life: time.Hour}, audit.ChannelWeb)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	made := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			made++
+		case !errors.Is(err, account.ErrTooManyOperatorTokens):
+			t.Errorf("a refusal other than the bound: %v", err)
+		}
+	}
+	if made != account.MaxOperatorTokensPerAccount {
+		t.Errorf("%d tokens made at once, want %d", made, account.MaxOperatorTokensPerAccount)
+	}
+	list, err := services[1].OperatorTokens(ctx, "alice")
+	if err != nil || len(list) != account.MaxOperatorTokensPerAccount {
+		t.Errorf("alice holds %d tokens (%v), want %d", len(list), err, account.MaxOperatorTokensPerAccount)
 	}
 })
