@@ -80,6 +80,9 @@ var (
 	// ErrOperatorTokenNote is a note that is too long or holds control or
 	// invisible characters.
 	ErrOperatorTokenNote = errors.New("account: an operator token's note is short plain text")
+	// ErrOperatorTokenRole refuses a token to an account that is not an
+	// operator or admin: the operator API serves nobody else.
+	ErrOperatorTokenRole = errors.New("account: operator tokens are for operators and admins")
 	// ErrTooManyOperatorTokens refuses a token beyond
 	// MaxOperatorTokensPerAccount live ones.
 	ErrTooManyOperatorTokens = errors.New("account: this account holds as many live operator tokens as it may; revoke one first")
@@ -134,6 +137,9 @@ func (s *Service) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpe
 		}
 		if u.Disabled() {
 			return fmt.Errorf("%w: %s", ErrUserDisabled, u.Name)
+		}
+		if !u.Role.CanDecide() {
+			return ErrOperatorTokenRole
 		}
 		n, err := tx.LiveOperatorTokens(spec.Person, now)
 		if err != nil {

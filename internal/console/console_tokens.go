@@ -36,7 +36,7 @@ func (c *Console) renderTokens(ec echo.Context, status int, msg, errMsg string, 
 		return err
 	}
 	tv := templates.OperatorTokensView{Page: c.page(v, "Your operator tokens", "account", "", now), New: made,
-		Max: account.MaxOperatorTokensPerAccount, Fresh: c.fresh(v), FreshFor: span(FreshLogin), APIOn: c.cfg.OperatorAPI,
+		Max: account.MaxOperatorTokensPerAccount, Fresh: c.fresh(v), Decider: v.user.Role.CanDecide(), FreshFor: span(FreshLogin), APIOn: c.cfg.OperatorAPI,
 		Message: msg, Error: errMsg}
 	for _, t := range list {
 		row := templates.OperatorTokenRow{ID: t.ID, Scope: t.Scope, Note: reveal.String(t.Note), State: t.State(now),

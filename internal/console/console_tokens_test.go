@@ -94,6 +94,16 @@ func TestOperatorTokensPage(t *testing.T) {
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/login?next=/account/tokens" {
 		t.Errorf("reauth = %d → %q", p.status, p.header.Get("Location"))
 	}
+	// An auditor makes none.
+	e.addUser("audrey", account.RoleAuditor, rolePassword)
+	aud := e.browser()
+	aud.login("audrey", rolePassword)
+	if p := aud.get("/account/tokens"); p.find("optoken-not-decider").Length() != 1 || p.find("optoken-form").Length() != 0 {
+		t.Error("an auditor is offered the form")
+	}
+	if p := aud.post("/account/tokens", url.Values{"csrf": {aud.csrf()}, "scope": {"read"}, "days": {"1"}}); p.status != http.StatusForbidden {
+		t.Errorf("an auditor making a token: %d", p.status)
+	}
 	// Without CSRF nothing is made.
 	if p := other.post("/account/tokens", url.Values{"scope": {"read"}, "days": {"1"}}); p.status == http.StatusOK {
 		t.Errorf("make without csrf: %d", p.status)

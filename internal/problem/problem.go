@@ -181,6 +181,7 @@ var sentinels = []struct {
 	{account.ErrOperatorTokenScope, http.StatusBadRequest, "invalid_operator_token", "an operator token's scope is read or decide", ""},
 	{account.ErrOperatorTokenLife, http.StatusBadRequest, "invalid_operator_token", "an operator token lives from one hour to 30 days", ""},
 	{account.ErrOperatorTokenNote, http.StatusBadRequest, "invalid_operator_token", "a token's note is plain text of at most 200 bytes", ""},
+	{account.ErrOperatorTokenRole, http.StatusForbidden, "not_a_decider", "operator tokens are for operators and admins, and your account is neither; ask an admin", ""},
 	{account.ErrTooManyOperatorTokens, http.StatusConflict, "too_many_operator_tokens",
 		fmt.Sprintf("you hold %d live operator tokens, as many as an account may; revoke one first", account.MaxOperatorTokensPerAccount), ""},
 	{account.ErrOperatorTokenNotFound, http.StatusNotFound, "operator_token_not_found", "no live operator token of yours has that id: reload the account page", ""},

@@ -96,7 +96,7 @@ var examples = map[string]error{
 	"account.ErrPasskeyTaken": account.ErrPasskeyTaken, "account.ErrSSOPassword": account.ErrSSOPassword,
 	"account.ErrOperatorTokenScope": account.ErrOperatorTokenScope, "account.ErrOperatorTokenLife": account.ErrOperatorTokenLife,
 	"account.ErrOperatorTokenNote": account.ErrOperatorTokenNote, "account.ErrTooManyOperatorTokens": account.ErrTooManyOperatorTokens,
-	"account.ErrOperatorTokenNotFound": account.ErrOperatorTokenNotFound, "account.ErrOperatorTokenInvalid": account.ErrOperatorTokenInvalid,
+	"account.ErrOperatorTokenRole": account.ErrOperatorTokenRole, "account.ErrOperatorTokenNotFound": account.ErrOperatorTokenNotFound, "account.ErrOperatorTokenInvalid": account.ErrOperatorTokenInvalid,
 	"account.InputError":  &account.InputError{Field: "name", Message: "bad name"},
 	"account.ShadowError": &account.ShadowError{Name: "alice", Holder: "alice", Local: true},
 

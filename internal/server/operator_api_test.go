@@ -225,17 +225,26 @@ func TestOperatorAPIScopesAndListings(t *testing.T) {
 	clock := testkit.NewClock(time.Now())
 	r := startReplica(t, t.TempDir(), clock.Now, true)
 	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice", "bob")
-	testkit.SeedUsers(t, r.db.Accounts(), account.RoleAuditor, "audrey")
+	// A single-sign-on operator whose provider later makes them an auditor.
+	aud := account.User{Name: "oidc:idp.example.com/00u-aud", Role: account.RoleOperator, Kind: account.KindOIDC,
+		Issuer: "https://idp.example.com", Subject: "00u-aud", ShortName: "audrey", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	if err := r.db.Accounts().Update(context.Background(), func(tx account.Tx) error { return tx.InsertUser(aud) }); err != nil {
+		t.Fatal(err)
+	}
 	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host"})
 	id, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.restart","target":"svc:web","args":{}}`).json["id"].(string)
 	other, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.drop","target":"svc:db","args":{}}`).json["id"].(string)
 	_, read := r.operatorToken(t, "alice", account.ScopeRead, time.Hour)
 	_, decide := r.operatorToken(t, "alice", account.ScopeDecide, time.Hour)
 	_, bobs := r.operatorToken(t, "bob", account.ScopeDecide, time.Hour)
-	_, audrey := r.operatorToken(t, "audrey", account.ScopeRead, time.Hour)
+	_, audrey := r.operatorToken(t, aud.Name, account.ScopeRead, time.Hour)
+	aud.Role = account.RoleAuditor
+	if err := r.db.Accounts().Update(context.Background(), func(tx account.Tx) error { return tx.UpdateOIDCUser(aud) }); err != nil {
+		t.Fatal(err)
+	}
 
 	if a := r.do(t, "GET", "/api/v1/operator/queue", audrey, ""); a.status != http.StatusForbidden || a.code != "not_a_decider" {
-		t.Errorf("an auditor's token: %d %s", a.status, a.body)
+		t.Errorf("the token of an operator who is now an auditor: %d %s", a.status, a.body)
 	}
 	q := r.do(t, "GET", "/api/v1/operator/queue", read, "")
 	if q.status != http.StatusOK {

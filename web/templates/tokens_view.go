@@ -14,6 +14,9 @@ type OperatorTokensView struct {
 	// FreshFor says how recent.
 	Fresh    bool
 	FreshFor string
+	// Decider is false for an account that is neither an operator nor an
+	// admin: it makes no token.
+	Decider bool
 	// APIOn says whether this console serves the operator API now.
 	APIOn   bool
 	Message string

@@ -23,6 +23,7 @@ import (
 var _ = add("accounts/operator tokens", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	testkit.SeedUsers(t, s.Accounts, account.RoleOperator, "alice", "bob")
+	testkit.SeedUsers(t, s.Accounts, account.RoleAuditor, "audrey")
 	clock := testkit.NewClock(t0)
 	a := account.NewService(s.Accounts, clock.Now)
 	other := s.Reopen(t)
@@ -41,6 +42,7 @@ var _ = add("accounts/operator tokens", func(t *testing.T, s Stores) {
 		{"no life", account.OperatorTokenSpec{Person: "alice", Scope: account.ScopeRead}, account.ErrOperatorTokenLife},
 		{"a bidi control in the note", account.OperatorTokenSpec{Person: "alice", Scope: account.ScopeRead, Life: day, Note: "ci\u202e"}, account.ErrOperatorTokenNote},
 		{"nobody", account.OperatorTokenSpec{Person: "mallory", Scope: account.ScopeRead, Life: day}, account.ErrUserNotFound},
+		{"an auditor", account.OperatorTokenSpec{Person: "audrey", Scope: account.ScopeRead, Life: day}, account.ErrOperatorTokenRole},
 	} {
 		if _, _, err := a.CreateOperatorToken(ctx, c.spec, audit.ChannelWeb); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
