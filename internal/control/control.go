@@ -25,6 +25,8 @@ import (
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/scope"
+	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/internal/wire"
 )
 
@@ -46,7 +48,14 @@ type Request struct {
 	// of one of its definitions (Tool, Digest).
 	Server   string `json:"server,omitempty"`
 	Decision string `json:"decision,omitempty"`
+	// All and Giver filter a listing of allowances (with Tool).
+	All   bool   `json:"all,omitempty"`
+	Giver string `json:"giver,omitempty"`
 }
+
+// ActionAllowances lists allowances, newest first: those that have not
+// ended unless Request.All, of Request.Tool and Request.Giver when set.
+const ActionAllowances = "allowances"
 
 // ActionQueue lists the pending calls (of Request.Tool when it is set),
 // newest first, at most MaxQueue of them.
@@ -81,6 +90,7 @@ type Response struct {
 	Definitions []wire.MCPDefinition `json:"definitions,omitempty"`
 	Definition  *wire.MCPDefinition  `json:"definition,omitempty"`
 	Allowance   *Allowance           `json:"allowance,omitempty"`
+	Allowances  []Allowance          `json:"allowances,omitempty"`
 	Error       *wire.Error          `json:"error,omitempty"`
 }
 
@@ -105,6 +115,9 @@ type Allowance struct {
 	EndedAt          time.Time `json:"ended_at,omitzero"`
 	EndReason        string    `json:"end_reason,omitempty"`
 	EndedBy          string    `json:"ended_by,omitempty"`
+	// Words say the scope as its giver read it, when the tools file in
+	// force defines its tool as it was given.
+	Words string `json:"words,omitempty"`
 }
 
 // AllowanceOf is a as shown at now.
@@ -168,6 +181,11 @@ func ServeServices(ctx context.Context, ln net.Listener, svc Services, log *slog
 		switch req.Action {
 		case ActionMCPList, ActionMCPShow, ActionMCPReview:
 			resp, err := MCP(r.Context(), svc, req)
+			writeResponse(w, resp, nil, err)
+			return
+		}
+		if req.Action == ActionAllowances {
+			resp, err := Allowances(r.Context(), q, req)
 			writeResponse(w, resp, nil, err)
 			return
 		}
@@ -258,6 +276,41 @@ func MCP(ctx context.Context, svc Services, req Request) (Response, error) {
 	}
 	v := answer.MCPDefinition(pin, prev, true)
 	return Response{Definition: &v}, nil
+}
+
+// Allowances lists allowances as req asks, each with its scope in words
+// when q's tools define its tool as it was given. Like Decide, it runs
+// behind the control socket and directly on the database.
+func Allowances(ctx context.Context, q *queue.Service, req Request) (Response, error) {
+	list, err := q.Allowances(ctx, queue.AllowanceFilter{Live: !req.All, Tool: req.Tool, Giver: req.Giver})
+	if err != nil {
+		return Response{}, err
+	}
+	now := time.Now()
+	out := Response{Allowances: []Allowance{}}
+	for _, a := range list {
+		v := AllowanceOf(a, now)
+		v.Words = AllowanceWords(a, q.Tools())
+		out.Allowances = append(out.Allowances, v)
+	}
+	return out, nil
+}
+
+// AllowanceWords says a's scope as its giver read it, or "" when reg does
+// not define its tool as it was given.
+func AllowanceWords(a *queue.Allowance, reg *tools.Registry) string {
+	if reg == nil {
+		return ""
+	}
+	t, ok := reg.Tool(a.Tool)
+	if !ok || t.DefinitionDigest != a.ToolDigest {
+		return ""
+	}
+	sc, err := scope.Parse(a.Scope)
+	if err != nil || sc.Digest() != a.ScopeDigest {
+		return ""
+	}
+	return scope.Words(sc, t, nil)
 }
 
 // Queue lists the pending calls, of req.Tool when it is set, with their
