@@ -237,7 +237,7 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 	case "clear":
 		return nil, q.ClearRetry(ctx, req.Operator, audit.ChannelCLI, req.Actor, req.Tool)
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or queue"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance, queue, allowances, mcp_list, mcp_show or mcp_review"}
 }
 
 // MCP lists, shows or reviews the MCP servers' tool definitions. A review
