@@ -161,8 +161,8 @@ func (s *Service) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpe
 	return t, secret, nil
 }
 
-// OperatorTokens lists person's operator tokens, newest first, revoked and
-// expired ones included.
+// OperatorTokens lists person's newest 100 operator tokens, newest first,
+// revoked and expired ones included.
 func (s *Service) OperatorTokens(ctx context.Context, person string) ([]OperatorToken, error) {
 	return s.store.OperatorTokens(ctx, person)
 }

@@ -36,7 +36,9 @@ type Store interface {
 	// revoked or expired ones included: ErrOperatorTokenNotFound when
 	// there is none.
 	OperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
-	// OperatorTokens lists person's operator tokens, newest first.
+	// OperatorTokens lists person's newest 100 operator tokens, newest
+	// first (every live one is among them: at most
+	// MaxOperatorTokensPerAccount are live).
 	OperatorTokens(ctx context.Context, person string) ([]OperatorToken, error)
 	// LoginStrikes returns the failed logins kept for keys, by key; keys
 	// without any are left out.

@@ -37,7 +37,7 @@ func (a Accounts) OperatorTokenByHash(ctx context.Context, hash string) (account
 
 // OperatorTokens lists person's operator tokens, newest first.
 func (a Accounts) OperatorTokens(ctx context.Context, person string) ([]account.OperatorToken, error) {
-	rows, err := a.d.pool.Query(ctx, `SELECT `+operatorTokenColumns+` FROM operator_tokens WHERE person = $1 ORDER BY created_at DESC, id`, person)
+	rows, err := a.d.pool.Query(ctx, `SELECT `+operatorTokenColumns+` FROM operator_tokens WHERE person = $1 ORDER BY created_at DESC, id LIMIT 100`, person)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: list operator tokens: %w", err))
 	}
