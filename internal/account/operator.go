@@ -161,10 +161,10 @@ func (s *Service) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpe
 	return t, secret, nil
 }
 
-// OperatorTokens lists person's newest 100 operator tokens, newest first,
-// revoked and expired ones included.
+// OperatorTokens lists 100 of person's operator tokens: the live ones
+// first, then the revoked and expired ones, each newest first.
 func (s *Service) OperatorTokens(ctx context.Context, person string) ([]OperatorToken, error) {
-	return s.store.OperatorTokens(ctx, person)
+	return s.store.OperatorTokens(ctx, person, s.now())
 }
 
 // RevokeOperatorToken revokes one of person's live operator tokens;

@@ -36,10 +36,10 @@ type Store interface {
 	// revoked or expired ones included: ErrOperatorTokenNotFound when
 	// there is none.
 	OperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
-	// OperatorTokens lists person's newest 100 operator tokens, newest
-	// first (every live one is among them: at most
-	// MaxOperatorTokensPerAccount are live).
-	OperatorTokens(ctx context.Context, person string) ([]OperatorToken, error)
+	// OperatorTokens lists 100 of person's operator tokens: the live ones
+	// at now first (at most MaxOperatorTokensPerAccount), then the others,
+	// each group newest first.
+	OperatorTokens(ctx context.Context, person string, now time.Time) ([]OperatorToken, error)
 	// LoginStrikes returns the failed logins kept for keys, by key; keys
 	// without any are left out.
 	LoginStrikes(ctx context.Context, keys []string) (map[string]Strikes, error)

@@ -35,9 +35,11 @@ func (a Accounts) OperatorTokenByHash(ctx context.Context, hash string) (account
 	return t, nil
 }
 
-// OperatorTokens lists person's operator tokens, newest first.
-func (a Accounts) OperatorTokens(ctx context.Context, person string) ([]account.OperatorToken, error) {
-	rows, err := a.d.pool.Query(ctx, `SELECT `+operatorTokenColumns+` FROM operator_tokens WHERE person = $1 ORDER BY created_at DESC, id LIMIT 100`, person)
+// OperatorTokens lists person's newest 100 operator tokens, the live
+// ones first.
+func (a Accounts) OperatorTokens(ctx context.Context, person string, now time.Time) ([]account.OperatorToken, error) {
+	rows, err := a.d.pool.Query(ctx, `SELECT `+operatorTokenColumns+` FROM operator_tokens WHERE person = $1
+		ORDER BY (revoked_at IS NULL AND expires_at > $2) DESC, created_at DESC, id LIMIT 100`, person, ms(now))
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: list operator tokens: %w", err))
 	}
