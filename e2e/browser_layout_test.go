@@ -219,6 +219,7 @@ func TestBrowserAccessibility(t *testing.T) {
 		{"call-decided", op, "/calls/" + ids.decided},
 		{"timeline", op, "/history/calls/" + ids.decided},
 		{"account", op, "/account"},
+		{"operator tokens", op, "/account/tokens"},
 		{"error", op, "/calls/call_nonexistent"},
 		{"admin", ad, "/admin"},
 		{"deliveries", ad, "/admin/deliveries"},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,9 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/control"
 	"github.com/countersign/countersign/internal/queue"
-	"github.com/countersign/countersign/internal/scope"
 	"github.com/countersign/countersign/internal/server"
-	"github.com/countersign/countersign/internal/tools"
 )
 
 const allowanceUsage = `usage: console allowance list [--all] [--tool T] [--giver NAME] [--json] [--data DIR] [--tools FILE]
@@ -27,7 +26,8 @@ docs/allowances.md).
 list shows the allowances that have not ended (with --all, every one),
 newest first: what each covers in the words its giver read (when the
 tools file in force defines its tool as it was given), its uses, its time
-and its people. It reads the database directly.
+and its people. It asks the running server through its control socket
+(or reads the database when none runs).
 
 revoke ends an allowance and revokes every grant it minted that has not
 been redeemed, at once: agents get revoked when they redeem them. NAME
@@ -120,33 +120,27 @@ func revokeAllowanceDirect(ctx context.Context, data, url, toolsFile string, req
 }
 
 func allowanceList(ctx context.Context, e *env, data, url, toolsFile string, f queue.AllowanceFilter, asJSON bool) int {
-	d, err := openExisting(ctx, data, url)
+	req := control.Request{Action: control.ActionAllowances, All: !f.Live, Tool: f.Tool, Giver: f.Giver}
+	resp, err := decideViaSocket(ctx, controlPath(data), req)
+	if errors.Is(err, errNoServer) {
+		resp, err = allowancesDirect(ctx, data, url, toolsFile, req)
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console allowance list: %v\n", err)
 		return 1
 	}
-	defer d.Close()
-	var reg *tools.Registry
-	if pol, _, err := loadPolicy(data, toolsFile); err == nil {
-		reg = pol.Registry()
-	} else if toolsFile != "" {
-		fmt.Fprintf(e.stderr, "console allowance list: %v\n", err)
+	if resp.Error != nil {
+		fmt.Fprintf(e.stderr, "console allowance list: %s: %s\n", resp.Error.Code, resp.Error.Message)
 		return 1
 	}
-	list, err := queue.NewService(queue.Config{Store: d.queue}).Allowances(ctx, f)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "console allowance list: %s\n", refusal(err))
-		return 1
-	}
-	now := time.Now()
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
-		for _, a := range list {
-			enc.Encode(control.AllowanceOf(a, now))
+		for _, a := range resp.Allowances {
+			enc.Encode(a)
 		}
 		return 0
 	}
-	if len(list) == 0 {
+	if len(resp.Allowances) == 0 {
 		if f.Live {
 			fmt.Fprintln(e.stdout, "no allowance in force (--all lists those that ended)")
 		} else {
@@ -154,15 +148,38 @@ func allowanceList(ctx context.Context, e *env, data, url, toolsFile string, f q
 		}
 		return 0
 	}
-	for _, a := range list {
-		printAllowance(e.stdout, a, reg, now)
+	for _, a := range resp.Allowances {
+		printAllowance(e.stdout, a)
 	}
 	return 0
 }
 
+// allowancesDirect lists allowances from the database when no server
+// answers on the control socket, in words with the tools file when there
+// is one.
+func allowancesDirect(ctx context.Context, data, url, toolsFile string, req control.Request) (control.Response, error) {
+	d, err := openExisting(ctx, data, url)
+	if err != nil {
+		return control.Response{}, err
+	}
+	defer d.Close()
+	cfg := queue.Config{Store: d.queue}
+	if pol, _, err := loadPolicy(data, toolsFile); err == nil {
+		cfg.Policy = pol
+	} else if toolsFile != "" {
+		return control.Response{}, err
+	}
+	resp, err := control.Allowances(ctx, queue.NewService(cfg), req)
+	if err != nil {
+		e := answer.ErrorOf(server.ErrorOf(err))
+		return control.Response{Error: &e}, nil
+	}
+	return resp, nil
+}
+
 // printAllowance writes one allowance as a block of lines.
-func printAllowance(w io.Writer, a *queue.Allowance, reg *tools.Registry, now time.Time) {
-	fmt.Fprintf(w, "%s  %s  %s by %s for %s\n", a.ID, a.State(now), a.Tool, shown(a.Actor), shown(a.Audience))
+func printAllowance(w io.Writer, a control.Allowance) {
+	fmt.Fprintf(w, "%s  %s  %s by %s for %s\n", a.ID, a.State, a.Tool, shown(a.Actor), shown(a.Audience))
 	fmt.Fprintf(w, "  %d of %d used, until %s; given by %s at %s from call %s\n", a.Used, a.Uses,
 		a.Until.UTC().Format(time.RFC3339), shown(a.Giver), a.GivenAt.UTC().Format(time.RFC3339), a.BaseCall)
 	confirmers := make([]string, len(a.Confirmers))
@@ -170,28 +187,11 @@ func printAllowance(w io.Writer, a *queue.Allowance, reg *tools.Registry, now ti
 		confirmers[i] = shown(c)
 	}
 	fmt.Fprintf(w, "  confirmers %s (%d needed)\n", strings.Join(confirmers, ", "), a.ConfirmersNeeded)
-	if a.Ended() {
+	if !a.EndedAt.IsZero() {
 		fmt.Fprintf(w, "  ended %s at %s by %s\n", a.EndReason, a.EndedAt.UTC().Format(time.RFC3339), shown(a.EndedBy))
 	}
 	fmt.Fprintf(w, "  scope digest %s\n", a.ScopeDigest)
-	if words := allowanceWords(a, reg); words != "" {
-		fmt.Fprintf(w, "  %s\n", words)
+	if a.Words != "" {
+		fmt.Fprintf(w, "  %s\n", a.Words)
 	}
-}
-
-// allowanceWords says the allowance's scope as its giver read it, or ""
-// when reg does not define its tool as it was given.
-func allowanceWords(a *queue.Allowance, reg *tools.Registry) string {
-	if reg == nil {
-		return ""
-	}
-	t, ok := reg.Tool(a.Tool)
-	if !ok || t.DefinitionDigest != a.ToolDigest {
-		return ""
-	}
-	sc, err := scope.Parse(a.Scope)
-	if err != nil || sc.Digest() != a.ScopeDigest {
-		return ""
-	}
-	return scope.Words(sc, t, nil)
 }

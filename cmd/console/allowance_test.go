@@ -183,3 +183,41 @@ func TestPolicyReplayScope(t *testing.T) {
 		t.Errorf("an unknown allowance: exit %d, %s", code, stderr)
 	}
 }
+
+// TestAllowanceListThroughTheSocket: with a server running, console
+// allowance list asks it through the control socket (here in a directory
+// that holds no database, so only the socket can answer), in words with
+// the tools the server runs with.
+func TestAllowanceListThroughTheSocket(t *testing.T) {
+	data, a, _ := allowanceData(t)
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	reg, err := tools.Load(filepath.Join(data, "tools.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Logger: log})
+	served := t.TempDir()
+	ln, err := control.Listen(controlPath(served))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); control.Serve(ctx, ln, q, log) }()
+	defer func() { stop(); <-done }()
+	code, out, errs := userRun(t, "", "allowance", "list", "--data", served)
+	for _, want := range []string{a.ID + "  live  payments.refund", "1 of 5 used", `up to 5 payments.refund calls by agent:billing`} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("allowance list through the socket = %d %q %q, want %q", code, out, errs, want)
+		}
+	}
+	code, out, _ = userRun(t, "", "allowance", "list", "--json", "--giver", "bob", "--data", served)
+	if code != 0 || strings.TrimSpace(out) != "" {
+		t.Errorf("allowance list --giver bob = %d %q, want nothing", code, out)
+	}
+}

@@ -180,6 +180,7 @@ func TestEveryHelpExitsZero(t *testing.T) {
 		"token": {"create", "list", "revoke"}, "user": {"add", "list", "disable", "passwd"},
 		"call":  {"submit", "get", "wait", "redeem", "outcome", "heartbeat", "cancel"},
 		"audit": {"verify", "export", "checkpoint", "accept-rollback"}, "allowance": {"list", "revoke"},
+		"mcp": {"list", "show", "approve", "reject"},
 	}
 	for name := range commands() {
 		lines := [][]string{{name}}

@@ -62,17 +62,8 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *co
 	gw, err := mcp.NewGateway(mcp.GatewayConfig{
 		Queue: a.queue, Catalog: cat, Dial: dial, PublicURL: publicURL, HostChecked: true,
 		Hold: f.mcp.hold, Logger: a.log, Waits: waits, StatusURL: links.URL, MaxSessionsPerToken: f.mcp.maxSessions,
-		PublicNames: a.accounts.PublicNames,
-		Authenticate: func(ctx context.Context, secret string) (mcp.Agent, error) {
-			t, err := a.accounts.TokenBySecret(ctx, secret)
-			if errors.Is(err, account.ErrTokenNotFound) {
-				return mcp.Agent{}, mcp.ErrUnauthorized
-			}
-			if err != nil {
-				return mcp.Agent{}, err
-			}
-			return mcp.Agent{TokenID: t.ID, Principal: queue.Principal{Actor: t.Actor, Audience: t.Audience, Owners: t.Owners}}, nil
-		},
+		PublicNames:  a.accounts.PublicNames,
+		Authenticate: mcpAgent(a.accounts),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -155,4 +146,20 @@ func printMCPDemo(ctx context.Context, w io.Writer, a *app, data, url string) er
 	fmt.Fprintf(w, "  a client that launches stdio servers (build console with 'go build -o console ./cmd/console' and put it on PATH):\n    %s\n", stdioConfig)
 	fmt.Fprintf(w, "  or from a shell: console mcp-bridge --url %s --token-file %s\n", endpoint, tokenFile)
 	return nil
+}
+
+// mcpAgent authenticates the gateway's bearer tokens: agent tokens only. A
+// person's operator token, like an unknown or revoked token, is
+// unauthorized: it never submits or redeems calls.
+func mcpAgent(accounts *account.Service) func(context.Context, string) (mcp.Agent, error) {
+	return func(ctx context.Context, secret string) (mcp.Agent, error) {
+		t, err := accounts.TokenBySecret(ctx, secret)
+		if errors.Is(err, account.ErrTokenNotFound) {
+			return mcp.Agent{}, mcp.ErrUnauthorized
+		}
+		if err != nil {
+			return mcp.Agent{}, err
+		}
+		return mcp.Agent{TokenID: t.ID, Principal: queue.Principal{Actor: t.Actor, Audience: t.Audience, Owners: t.Owners}}, nil
+	}
 }

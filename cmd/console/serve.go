@@ -229,6 +229,7 @@ type serveFlags struct {
 	idle, absolute                  time.Duration
 	trustedProxies, allowedHost     listFlag
 	maxWaits                        int
+	operatorAPI                     bool
 	mcp                             mcpFlags
 	identity                        identityFlags
 	// ready, when set, runs once every setting has been checked and the
@@ -264,6 +265,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as browsers see it, e.g. https://approvals.example.com behind a TLS proxy (default http://ADDR); https turns on Secure __Host- cookies")
 	fs.StringVar(&f.pprof, "pprof", "", "serve Go's profiler on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.Var(&f.trustedProxies, "trusted-proxy", "CIDR network of a reverse proxy in front of the console (repeat or separate with commas); only requests from these have X-Forwarded-For read, right to left, for the client address that logins are throttled by")
+	fs.BoolVar(&f.operatorAPI, "operator-api", false, "serve the operator API under /api/v1/operator for people's own operator tokens (made on their account page); see docs/security.md for its threat model")
 	fs.Var(&f.allowedHost, "allowed-host", "another name (host or host:port) that requests may carry in Host besides the public URL's, IP addresses and localhost, e.g. a health checker's; other names are refused to shut out DNS rebinding")
 	fs.IntVar(&f.maxWaits, "max-waits-per-token", server.DefaultMaxWaitsPerToken, "how many long-polls and held MCP tools/call requests one API token may hold open at once; one more long-poll is answered 429 too_many_waits, one more MCP call a too_many_waits tool error")
 	fs.DurationVar(&f.idle, "session-idle", 30*time.Minute, "console session idle timeout")
@@ -418,10 +420,11 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		Queue: a.queue, Accounts: a.accounts, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, Waits: waits, PublicURL: publicURL,
-		MCP: mcpHandler,
+		MCP: mcpHandler, OperatorAPI: f.operatorAPI, Catalog: cat,
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
+	cc.OperatorAPI = f.operatorAPI
 	if a.db.pg != nil {
 		// Other replicas' changes reach this one's pages and long-polls.
 		live, err := a.db.pg.Listen(ctx, a.queue.Apply, a.log)
@@ -486,7 +489,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := control.Serve(ctx, ctl, a.queue, a.log); err != nil && ctx.Err() == nil {
+		if err := control.ServeServices(ctx, ctl, control.Services{Queue: a.queue, Catalog: cat, Accounts: a.accounts}, a.log); err != nil && ctx.Err() == nil {
 			a.log.Error("control socket", slog.Any("error", err))
 		}
 	}()

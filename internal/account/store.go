@@ -32,6 +32,14 @@ type Store interface {
 	Tokens(ctx context.Context) ([]Token, error)
 	// Passkeys lists a user's passkeys, oldest first.
 	Passkeys(ctx context.Context, user string) ([]Passkey, error)
+	// OperatorTokenByHash finds an operator token by its secret's hash,
+	// revoked or expired ones included: ErrOperatorTokenNotFound when
+	// there is none.
+	OperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
+	// OperatorTokens lists 100 of person's operator tokens: the live ones
+	// at now first (at most MaxOperatorTokensPerAccount), then the others,
+	// each group newest first.
+	OperatorTokens(ctx context.Context, person string, now time.Time) ([]OperatorToken, error)
 	// LoginStrikes returns the failed logins kept for keys, by key; keys
 	// without any are left out.
 	LoginStrikes(ctx context.Context, keys []string) (map[string]Strikes, error)
@@ -86,6 +94,16 @@ type Tx interface {
 	// RevokeToken revokes a live token: ErrTokenNotFound when there is no
 	// live token with that id.
 	RevokeToken(id string, at time.Time) error
+
+	// InsertOperatorToken stores an operator token with its secret's hash.
+	InsertOperatorToken(t OperatorToken, hash string) error
+	// LiveOperatorTokens counts person's operator tokens neither revoked
+	// nor expired at now.
+	LiveOperatorTokens(person string, now time.Time) (int, error)
+	// RevokeOperatorToken revokes one of person's live operator tokens:
+	// ErrOperatorTokenNotFound when person has no unrevoked token with
+	// that id.
+	RevokeOperatorToken(person, id string, at time.Time) error
 
 	// Passkeys lists a user's passkeys, oldest first.
 	Passkeys(user string) ([]Passkey, error)

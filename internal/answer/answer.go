@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/wire"
@@ -228,6 +229,59 @@ func ErrorOf(e *problem.Error) wire.Error {
 		out.Problems = make([]wire.Problem, len(e.Problems))
 		for i, p := range e.Problems {
 			out.Problems[i] = wire.Problem{Code: p.Code, Path: p.Path, Message: p.Message}
+		}
+	}
+	return out
+}
+
+// Allowance is the allowance a as the operator API and the command line
+// show it at now.
+func Allowance(a *queue.Allowance, now time.Time) wire.Allowance {
+	v := wire.Allowance{ID: a.ID, State: a.State(now), Actor: a.Actor, Audience: a.Audience, Tool: a.Tool, Uses: a.Uses, Used: a.Used,
+		OncePerCall: a.OncePerCall, Until: at(a.Until), Giver: a.Giver, Confirmers: append([]string{}, a.Confirmers...),
+		ConfirmersNeeded: a.ConfirmersNeeded, ScopeDigest: a.ScopeDigest, BaseCall: a.BaseCall, GivenAt: at(a.GivenAt),
+		EndReason: a.EndReason, EndedBy: a.EndedBy}
+	if !a.EndedAt.IsZero() {
+		v.EndedAt = at(a.EndedAt)
+	}
+	return v
+}
+
+// MCPDefinition is a pinned definition of an MCP server's tool as the
+// operator API and the command line show it; prev is the definition of the
+// tool approved before it, if any; full adds the definition's text.
+func MCPDefinition(pin catalog.Pin, prev *catalog.Pin, full bool) wire.MCPDefinition {
+	v := wire.MCPDefinition{Server: pin.Server, Tool: pin.Tool, Digest: pin.Digest, Status: string(pin.Status),
+		FirstSeen: at(pin.FirstSeen), Reasons: pin.Reasons, DecidedBy: pin.DecidedBy, Changed: prev != nil}
+	if !pin.DecidedAt.IsZero() {
+		v.DecidedAt = at(pin.DecidedAt)
+	}
+	if prev != nil {
+		v.PreviousDigest = prev.Digest
+	}
+	if full {
+		v.Definition = json.RawMessage(pin.Definition)
+		if !json.Valid(v.Definition) {
+			// A quarantined listing is kept as it was read; it is shown
+			// as a JSON string then.
+			v.Definition, _ = json.Marshal(string(pin.Definition))
+		}
+	}
+	return v
+}
+
+// MCPDefinitions lists the current definitions of every MCP server's
+// tools in cat, those awaiting review first.
+func MCPDefinitions(cat *catalog.Catalog) wire.MCPDefinitions {
+	out := wire.MCPDefinitions{Definitions: []wire.MCPDefinition{}}
+	for _, pendingFirst := range []bool{true, false} {
+		for _, server := range cat.Servers() {
+			for _, e := range cat.Entries(server) {
+				if (e.Status == catalog.Pending) != pendingFirst {
+					continue
+				}
+				out.Definitions = append(out.Definitions, MCPDefinition(e.Pin, e.Previous, false))
+			}
 		}
 	}
 	return out

@@ -65,6 +65,9 @@ const (
 	KindDeliveryRetried = "delivery_retried"
 	// KindRollbackAccepted records an older database accepted on purpose.
 	KindRollbackAccepted = "rollback_accepted"
+	// A person made or revoked one of their operator tokens.
+	KindOperatorTokenCreated = "operator_token_created"
+	KindOperatorTokenRevoked = "operator_token_revoked"
 )
 
 // Channels through which a change arrived.

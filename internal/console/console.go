@@ -64,6 +64,9 @@ type Config struct {
 	// cookie is Secure with the __Host- prefix, and its origin is accepted
 	// in Origin headers besides the request's own host.
 	PublicURL string
+	// OperatorAPI says whether the server serves the operator API, for the
+	// page where people make their operator tokens.
+	OperatorAPI bool
 	// SweepInterval is how often open sockets' sessions are checked for
 	// expiry and revocation made elsewhere (default 2 s). Logout and
 	// disabling through the console close sockets at once.
@@ -333,6 +336,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	c.routesAllowances(e, post)
 	c.routesCounter(e, post)
 	c.routesUnresolved(e, post)
+	c.routesTokens(e, post)
 	post("/admin/users", c.addUser, c.requireAdmin)
 	post("/admin/users/:name/disable", c.disableUser, c.requireAdmin)
 	post("/admin/users/end-sessions", c.endSessions, c.requireAdmin)

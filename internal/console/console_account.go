@@ -96,6 +96,12 @@ func (c *Console) accountPage(ec echo.Context) error {
 // reauth ends the session and sends the browser to log in again, back to
 // the account page: registering a passkey needs a fresh login.
 func (c *Console) reauth(ec echo.Context) error {
+	return c.reauthTo(ec, "/account")
+}
+
+// reauthTo ends the session and sends the browser to log in again, back
+// to next (a path of the console).
+func (c *Console) reauthTo(ec echo.Context, next string) error {
 	v := viewerOf(ec)
 	if err := c.accounts.RevokeSession(ec.Request().Context(), v.idHash, "reauth", c.now()); err != nil {
 		return err
@@ -105,9 +111,9 @@ func (c *Console) reauth(ec echo.Context) error {
 		return err
 	}
 	if v.method == account.MethodOIDC && c.cfg.SSO != nil {
-		return ec.Redirect(http.StatusSeeOther, ssoLoginPath+"?fresh=1&next=/account")
+		return ec.Redirect(http.StatusSeeOther, ssoLoginPath+"?fresh=1&next="+next)
 	}
-	return ec.Redirect(http.StatusSeeOther, "/login?next=/account")
+	return ec.Redirect(http.StatusSeeOther, "/login?next="+next)
 }
 
 // passkeyUser is the viewer as the passkey ceremonies see them: handle,

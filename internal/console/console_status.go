@@ -164,7 +164,7 @@ func (c *Console) publicStatus(ctx context.Context, call *queue.Call, now time.T
 		}
 	}
 	for _, a := range call.Approvals {
-		s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(name(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment)})
+		s.Approvals = append(s.Approvals, templates.Approval{By: reveal.Of(name(a.Operator)), Method: a.Method, Channel: a.Channel, Human: a.Human(), At: a.At, Comment: optText(a.Comment)})
 	}
 	// Who may approve, so that the agent's own user knows that its owners
 	// may not.

@@ -277,7 +277,7 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		}
 	}
 	for _, a := range call.Approvals {
-		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Human: a.Human(), At: a.At, Comment: optText(a.Comment),
+		ta := templates.Approval{By: reveal.Of(c.shownName(a.Operator)), Method: a.Method, Channel: a.Channel, Human: a.Human(), At: a.At, Comment: optText(a.Comment),
 			Via: a.Via}
 		if a.Method == queue.MethodAllowance {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

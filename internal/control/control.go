@@ -20,16 +20,20 @@ import (
 	"os"
 	"time"
 
+	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/scope"
+	"github.com/countersign/countersign/internal/tools"
 	"github.com/countersign/countersign/internal/wire"
 )
 
 // Request is a decision handed over the control socket.
 type Request struct {
-	Action string `json:"action"` // approve, deny, clear, revoke_allowance, counter
+	Action string `json:"action"` // approve, deny, clear, revoke_allowance, counter, queue, allowances, mcp_*
 	// ID is the call's id, or the allowance's for revoke_allowance.
 	ID       string `json:"id,omitempty"`
 	Operator string `json:"operator"`
@@ -44,12 +48,39 @@ type Request struct {
 	// Edits is a counter's edit: "target" or a JSON Pointer into args,
 	// to its new value as JSON.
 	Edits map[string]json.RawMessage `json:"edits,omitempty"`
+	// Server names an MCP server and Decision (approve or reject) a review
+	// of one of its definitions (Tool, Digest).
+	Server   string `json:"server,omitempty"`
+	Decision string `json:"decision,omitempty"`
+	// All and Giver filter a listing of allowances (with Tool).
+	All   bool   `json:"all,omitempty"`
+	Giver string `json:"giver,omitempty"`
 }
 
 // ActionCounter answers the pending call Request.ID (whose digest the
 // operator checked, Request.Digest) with its edit, Request.Edits: the
 // counter-proposal is stored with the operator's approval.
 const ActionCounter = "counter"
+
+// ActionAllowances lists allowances, newest first: those that have not
+// ended unless Request.All, of Request.Tool and Request.Giver when set.
+const ActionAllowances = "allowances"
+
+// ActionQueue lists the pending calls (of Request.Tool when it is set),
+// newest first, at most MaxQueue of them.
+const ActionQueue = "queue"
+
+// MaxQueue bounds one listing of the queue.
+const MaxQueue = 500
+
+// Actions on the MCP servers' tool definitions: list the current ones,
+// show one (Server, Tool, Digest), review one (with Decision, in the name
+// of Operator, an enabled admin).
+const (
+	ActionMCPList   = "mcp_list"
+	ActionMCPShow   = "mcp_show"
+	ActionMCPReview = "mcp_review"
+)
 
 // ActionRevokeAllowance revokes the allowance Request.ID, with
 // Request.Reason, in the name of Request.Operator.
@@ -58,9 +89,18 @@ const ActionRevokeAllowance = "revoke_allowance"
 // Response is the control socket's answer: the call (its people named as
 // stored), the allowance, or an error in the API's shape.
 type Response struct {
-	Call      *wire.Call  `json:"call,omitempty"`
-	Allowance *Allowance  `json:"allowance,omitempty"`
-	Error     *wire.Error `json:"error,omitempty"`
+	Call *wire.Call `json:"call,omitempty"`
+	// Calls are the pending calls of a queue listing; Truncated is true
+	// when more are pending than it holds.
+	Calls     []wire.Call `json:"calls,omitempty"`
+	Truncated bool        `json:"truncated,omitempty"`
+	// Definitions are the MCP definitions of a listing; Definition the
+	// one shown or reviewed.
+	Definitions []wire.MCPDefinition `json:"definitions,omitempty"`
+	Definition  *wire.MCPDefinition  `json:"definition,omitempty"`
+	Allowance   *Allowance           `json:"allowance,omitempty"`
+	Allowances  []Allowance          `json:"allowances,omitempty"`
+	Error       *wire.Error          `json:"error,omitempty"`
 }
 
 // Allowance is an allowance as the control socket and the command line
@@ -84,6 +124,9 @@ type Allowance struct {
 	EndedAt          time.Time `json:"ended_at,omitzero"`
 	EndReason        string    `json:"end_reason,omitempty"`
 	EndedBy          string    `json:"ended_by,omitempty"`
+	// Words say the scope as its giver read it, when the tools file in
+	// force defines its tool as it was given.
+	Words string `json:"words,omitempty"`
 }
 
 // AllowanceOf is a as shown at now.
@@ -117,9 +160,24 @@ func Listen(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// Services are what the control socket hands its requests to: the queue,
+// and when the console mirrors MCP servers, their catalog and the
+// accounts that say who is an admin.
+type Services struct {
+	Queue    *queue.Service
+	Catalog  *catalog.Catalog
+	Accounts *account.Service
+}
+
 // Serve answers control requests on ln until ctx ends, then waits for the
 // requests in flight (at most 5 s) and returns.
 func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Logger) error {
+	return ServeServices(ctx, ln, Services{Queue: q}, log)
+}
+
+// ServeServices is Serve with the MCP servers' catalog.
+func ServeServices(ctx context.Context, ln net.Listener, svc Services, log *slog.Logger) error {
+	q := svc.Queue
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) {
 		var req Request
@@ -127,6 +185,22 @@ func Serve(ctx context.Context, ln net.Listener, q *queue.Service, log *slog.Log
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			write(w, nil, &problem.Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: err.Error()})
+			return
+		}
+		switch req.Action {
+		case ActionMCPList, ActionMCPShow, ActionMCPReview:
+			resp, err := MCP(r.Context(), svc, req)
+			writeResponse(w, resp, nil, err)
+			return
+		}
+		if req.Action == ActionAllowances {
+			resp, err := Allowances(r.Context(), q, req)
+			writeResponse(w, resp, nil, err)
+			return
+		}
+		if req.Action == ActionQueue {
+			resp, err := Queue(r.Context(), q, req)
+			writeResponse(w, resp, nil, err)
 			return
 		}
 		if req.Action == ActionRevokeAllowance {
@@ -175,7 +249,106 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		return q.Counter(ctx, queue.CounterInput{Operator: req.Operator, Channel: audit.ChannelCLI, CallID: req.ID,
 			Digest: req.Digest, Edits: req.Edits, Confirm: req.Confirm, AcceptWarnings: req.AcceptWarnings})
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance or counter"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance, counter, queue, allowances, mcp_list, mcp_show or mcp_review"}
+}
+
+// MCP lists, shows or reviews the MCP servers' tool definitions. A review
+// is in the name of req.Operator, who must be an enabled admin now, and is
+// audited through the cli channel. It needs the running server: only it
+// knows what each MCP server lists now.
+func MCP(ctx context.Context, svc Services, req Request) (Response, error) {
+	if svc.Catalog == nil {
+		return Response{}, &problem.Error{Status: http.StatusNotFound, Code: "no_mcp_servers", Message: "this console mirrors no MCP server (mcp: in the tools file)"}
+	}
+	switch req.Action {
+	case ActionMCPList:
+		return Response{Definitions: answer.MCPDefinitions(svc.Catalog).Definitions}, nil
+	case ActionMCPReview:
+		if req.Decision != "approve" && req.Decision != "reject" {
+			return Response{}, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "decision must be approve or reject"}
+		}
+		if svc.Accounts == nil {
+			return Response{}, errors.New("control: no accounts to check the reviewer")
+		}
+		u, err := svc.Accounts.UserByName(ctx, req.Operator)
+		if err != nil && !errors.Is(err, account.ErrUserNotFound) {
+			return Response{}, err
+		}
+		if err != nil || u.Disabled() || !u.Role.CanAdminister() {
+			return Response{}, &problem.Error{Status: http.StatusForbidden, Code: "not_an_admin",
+				Message: fmt.Sprintf("only an enabled admin reviews MCP definitions, and %q is not one; name an admin with --as", req.Operator)}
+		}
+		if err := svc.Catalog.ReviewVia(ctx, req.Server, req.Tool, req.Digest, u.Name, audit.ChannelCLI, req.Decision == "approve"); err != nil {
+			return Response{}, err
+		}
+	}
+	pin, prev, err := svc.Catalog.Definition(ctx, req.Server, req.Tool, req.Digest)
+	if err != nil {
+		return Response{}, err
+	}
+	v := answer.MCPDefinition(pin, prev, true)
+	return Response{Definition: &v}, nil
+}
+
+// Allowances lists allowances as req asks, each with its scope in words
+// when q's tools define its tool as it was given. Like Decide, it runs
+// behind the control socket and directly on the database.
+func Allowances(ctx context.Context, q *queue.Service, req Request) (Response, error) {
+	list, err := q.Allowances(ctx, queue.AllowanceFilter{Live: !req.All, Tool: req.Tool, Giver: req.Giver})
+	if err != nil {
+		return Response{}, err
+	}
+	now := time.Now()
+	out := Response{Allowances: []Allowance{}}
+	for _, a := range list {
+		v := AllowanceOf(a, now)
+		v.Words = AllowanceWords(a, q.Tools())
+		out.Allowances = append(out.Allowances, v)
+	}
+	return out, nil
+}
+
+// AllowanceWords says a's scope as its giver read it, or "" when reg does
+// not define its tool as it was given.
+func AllowanceWords(a *queue.Allowance, reg *tools.Registry) string {
+	if reg == nil {
+		return ""
+	}
+	t, ok := reg.Tool(a.Tool)
+	if !ok || t.DefinitionDigest != a.ToolDigest {
+		return ""
+	}
+	sc, err := scope.Parse(a.Scope)
+	if err != nil || sc.Digest() != a.ScopeDigest {
+		return ""
+	}
+	return scope.Words(sc, t, nil)
+}
+
+// Queue lists the pending calls, of req.Tool when it is set, with their
+// people named as stored. Like Decide, it runs behind the control socket
+// and directly on the database when no server is running.
+func Queue(ctx context.Context, q *queue.Service, req Request) (Response, error) {
+	calls, err := q.PendingCalls(ctx, MaxQueue+1)
+	if err != nil {
+		return Response{}, err
+	}
+	out := Response{Calls: []wire.Call{}}
+	if len(calls) > MaxQueue {
+		calls, out.Truncated = calls[:MaxQueue], true
+	}
+	now := time.Now()
+	for _, c := range calls {
+		if req.Tool != "" && c.Tool != req.Tool {
+			continue
+		}
+		v, err := answer.CallAsStored(c, now)
+		if err != nil {
+			return Response{}, err
+		}
+		out.Calls = append(out.Calls, v)
+	}
+	return out, nil
 }
 
 // RevokeAllowance revokes an allowance in the name of req.Operator, with

@@ -34,6 +34,10 @@ const (
 	// PageCounter is the review page of a counter-proposal: the call it
 	// answers and the edited call's digest (CounterItem).
 	PageCounter = "counter"
+	// PageListing is a queue listing of the operator API: one call and the
+	// digest it listed, for the person whose operator token asked. It
+	// proves which listing an approval names, never that a person read it.
+	PageListing = "listing"
 )
 
 // CounterItem is the edited call of a counter-proposal on a PageCounter

@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/scope"
@@ -92,7 +93,14 @@ var sentinels = []struct {
 	{queue.ErrOwnCall, http.StatusForbidden, "own_call", "you cannot approve a call proposed under your own name; ask another operator", ""},
 	{queue.ErrAlreadyApproved, http.StatusConflict, "already_approved", "you have already approved this call; it needs another operator's approval", ""},
 	{queue.ErrPasskeyRequired, http.StatusForbidden, "passkey_required",
-		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket and the command line cannot approve it)", ""},
+		"this call must be approved with a passkey: open it in the console and use Approve with a passkey (a click, the control socket, the command line and the operator API cannot approve it)", ""},
+	{catalog.ErrNotFound, http.StatusNotFound, "definition_not_found",
+		"no pinned definition has that server, tool and digest; list them (console mcp list, or GET /api/v1/operator/mcp/definitions)", ""},
+	{catalog.ErrNotPending, http.StatusConflict, "already_reviewed", "this definition was already reviewed", ""},
+	{queue.ErrNotApprovableFrom, http.StatusForbidden, "not_approvable_from",
+		"this tool's calls are not approved through this channel (approve_from in the tools file); open the call in the console", ""},
+	{queue.ErrListing, http.StatusConflict, "listing_required",
+		"an approval through the operator API names the listing token its call had in a queue listing made for you in the last 10 minutes; list the queue again and send the call's listing token with its digest", ""},
 	{queue.ErrBatchEmpty, http.StatusBadRequest, "batch_empty", "select at least one pending call on the queue, then review them", ""},
 	{queue.ErrBatchTooLarge, http.StatusBadRequest, "batch_too_large",
 		fmt.Sprintf("a batch decides at most %d calls; select fewer and review them in several batches", queue.MaxBatch), ""},
@@ -170,6 +178,15 @@ var sentinels = []struct {
 	{account.ErrTokenName, http.StatusBadRequest, "invalid_token", "a token's actor and audience follow the account name rule: printable ASCII without spaces, at most 64 bytes", ""},
 	{account.ErrPasskeyNotFound, http.StatusNotFound, "passkey_not_found", "no such passkey on this account; reload the account page", ""},
 	{account.ErrPasskeyTaken, http.StatusConflict, "passkey_taken", "that passkey is registered already", ""},
+	{account.ErrOperatorTokenScope, http.StatusBadRequest, "invalid_operator_token", "an operator token's scope is read or decide", ""},
+	{account.ErrOperatorTokenLife, http.StatusBadRequest, "invalid_operator_token", "an operator token lives from one hour to 30 days", ""},
+	{account.ErrOperatorTokenNote, http.StatusBadRequest, "invalid_operator_token", "a token's note is plain text of at most 200 bytes", ""},
+	{account.ErrOperatorTokenRole, http.StatusForbidden, "not_a_decider", "operator tokens are for operators and admins, and your account is neither; ask an admin", ""},
+	{account.ErrTooManyOperatorTokens, http.StatusConflict, "too_many_operator_tokens",
+		fmt.Sprintf("you hold %d live operator tokens, as many as an account may; revoke one first", account.MaxOperatorTokensPerAccount), ""},
+	{account.ErrOperatorTokenNotFound, http.StatusNotFound, "operator_token_not_found", "no live operator token of yours has that id: reload the account page", ""},
+	{account.ErrOperatorTokenInvalid, http.StatusUnauthorized, "unauthorized",
+		"the operator token is unknown, revoked or expired, or its account is disabled; make a new one on your account page", ""},
 	{account.ErrSSOPassword, http.StatusConflict, "sso_account", "a single-sign-on account has no password here: its identity provider sets and resets it", ""},
 	{account.ErrReservedName, http.StatusBadRequest, "reserved_name", "that name is reserved; choose another", ""},
 	{account.ErrUnknownRole, http.StatusBadRequest, "unknown_role", "the role must be operator, auditor or admin", ""},
@@ -249,6 +266,7 @@ func Of(err error) *Error {
 		fe *queue.FilterError
 		ie *queue.IntegrityError
 		ce *queue.ConfirmationError
+		af *queue.NotApprovableFromError
 		ea *queue.AllowanceEndedError
 		in *account.InputError
 		sh *account.ShadowError
@@ -315,6 +333,9 @@ func Of(err error) *Error {
 	case errors.As(err, &ce):
 		return New(http.StatusConflict, "confirmation_mismatch",
 			"to approve, type %s exactly as shown (%q) in the call page's field, or pass it with --confirm to console approve; nothing was approved", ce.Describe, ce.Want)
+	case errors.As(err, &af):
+		return New(http.StatusForbidden, "not_approvable_from",
+			"%s's calls are approved only through %s (approve_from in the tools file), not through %s; open the call in the console", af.Tool, strings.Join(af.Allowed, ", "), af.Channel)
 	case errors.As(err, &ea):
 		return New(http.StatusConflict, "allowance_ended", "allowance %s has ended (%s); it approves nothing more", ea.ID, endedWhy(ea.Reason))
 	case errors.As(err, &fe):

@@ -44,6 +44,11 @@ type ApproveInput struct {
 	// decision through the browser must carry (Config.Presentations); the
 	// decision's transaction checks it and records what was presented.
 	Presented string
+	// Listed is the listing token the operator API's queue listing gave
+	// the call (ListingToken), which an approval through the API must
+	// carry: it names the call and the digest the listing showed the
+	// token's person. It is checked, never recorded as a presentation.
+	Listed string
 	// Seen is the call as the approver's channel read it before deciding,
 	// if it did. It is a hint, never trusted: when this approval looks like
 	// the last one the call needs, the grant is signed before the write
@@ -117,7 +122,13 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if err := Confirmation(s.Tools(), c, in.Confirm, in.AcceptWarnings); err != nil {
 			return err
 		}
+		if err := approvableFrom(s.Tools(), c, channel); err != nil {
+			return err
+		}
 		now := s.now()
+		if err := s.checkListed(channel, in.Listed, operator, c, now); err != nil {
+			return err
+		}
 		shown, err := s.presentedCall(channel, in.Presented, operator, c, now)
 		if err != nil {
 			return err
@@ -154,7 +165,7 @@ func methodOf(channel string, passkey bool) string {
 		return MethodPasskey
 	case channel == audit.ChannelWeb:
 		return MethodClick
-	case channel == audit.ChannelCLI:
+	case channel == audit.ChannelCLI, channel == audit.ChannelAPI:
 		return MethodCommand
 	}
 	return channel

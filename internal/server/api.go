@@ -42,6 +42,7 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	api.POST("/calls/:id/outcome", s.outcome)
 	api.POST("/calls/:id/heartbeat", s.heartbeat)
 	api.POST("/redeem", s.redeem)
+	s.routesOperator(e)
 }
 
 // handleError is the server's one error handler. API and unknown paths get
@@ -80,6 +81,10 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 		secret = strings.TrimSpace(secret)
 		if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 			return problem.New(http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token>; an admin creates tokens with 'console token create'")
+		}
+		if strings.HasPrefix(secret, account.OperatorTokenPrefix) {
+			return problem.New(http.StatusForbidden, "operator_token_refused",
+				"an operator token is a person's: it never submits, reads, cancels, redeems or reports calls; an agent uses an agent token ('console token create')")
 		}
 		t, err := s.cfg.Accounts.TokenBySecret(c.Request().Context(), secret)
 		if errors.Is(err, account.ErrTokenNotFound) {

@@ -30,6 +30,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/present"
 	"github.com/countersign/countersign/internal/queue"
@@ -438,6 +439,7 @@ type openAPIStack struct {
 	db    *db.DB
 	queue *queue.Service
 	srv   *server.Server
+	cat   *catalog.Catalog
 }
 
 // openAPIOption changes how a stack is booted: a tools file with rules, a
@@ -466,12 +468,16 @@ func startOpenAPIStack(t *testing.T, opts ...openAPIOption) *openAPIStack {
 		t.Fatal(err)
 	}
 	qcfg := queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: log, Presentations: shown}
-	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI}
+	scfg := server.Config{Accounts: account.NewService(d.Accounts(), nil), Audit: d, Ping: d.Ping, Keys: keys, Logger: log, OpenAPI: docs.OpenAPI,
+		OperatorAPI: true}
 	for _, o := range opts {
 		o(&qcfg, &scfg)
 	}
 	q := queue.NewService(qcfg)
 	scfg.Queue = q
+	if scfg.Catalog == nil {
+		scfg.Catalog = catalog.New(catalog.Config{Store: d.Catalog(), Registry: qcfg.Tools, Logger: log})
+	}
 	srv, err := server.New(scfg)
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +497,7 @@ func startOpenAPIStack(t *testing.T, opts ...openAPIOption) *openAPIStack {
 		}
 		d.Close()
 	})
-	return &openAPIStack{url: "http://" + ln.Addr().String(), db: d, queue: q, srv: srv}
+	return &openAPIStack{url: "http://" + ln.Addr().String(), db: d, queue: q, srv: srv, cat: scfg.Catalog}
 }
 
 func (st *openAPIStack) token(t *testing.T, actor, audience string) string {
@@ -978,6 +984,9 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(docRequest{op: checkpoint, path: "/api/v1/audit/checkpoint"}, http.StatusOK)
+
+	operatorFlow(t, st, check)
+	mcpReviewFlow(t, checkOn)
 
 	// Every member the answers' schemas declare was sent by some answer:
 	// the description names nothing the server does not write.

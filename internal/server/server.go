@@ -25,6 +25,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -83,6 +84,12 @@ type Config struct {
 	// Streamable HTTP); nil serves none. It authenticates its own agent
 	// tokens; the Host check and the security headers apply to it too.
 	MCP http.Handler
+	// OperatorAPI serves the operator API under /api/v1/operator, for
+	// people's operator tokens (docs/security.md); off unless set.
+	OperatorAPI bool
+	// Catalog, when set with OperatorAPI, lets admins review MCP servers'
+	// tool definitions through the operator API.
+	Catalog *catalog.Catalog
 }
 
 // Server is Countersign's HTTP front end.

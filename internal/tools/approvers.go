@@ -148,3 +148,53 @@ func (l *linter) approveWith(n *yaml.Node, tool, path string) bool {
 	l.add(n, tool, path, "must be %s or %s, not %s", ApproveWithPasskey, ApproveWithAny, displayName(s))
 	return false
 }
+
+// Channels an approval can arrive through (approve_from): the browser,
+// the command line on the console's machine (console approve, the control
+// socket), and the operator API with a person's operator token.
+const (
+	ApproveFromWeb = "web"
+	ApproveFromCLI = "cli"
+	ApproveFromAPI = "api"
+)
+
+// approveFromChannels are the channels approve_from may name.
+var approveFromChannels = []string{ApproveFromWeb, ApproveFromCLI, ApproveFromAPI}
+
+// ApprovableFrom reports whether an approval of the tool's calls may
+// arrive through channel: any channel when the tool names none
+// (approve_from absent), else only those it names.
+func (t *Tool) ApprovableFrom(channel string) bool {
+	return t.ApproveFrom == nil || slices.Contains(t.ApproveFrom, channel)
+}
+
+// approveFrom reads an approve_from: a list of web, cli and api, each at
+// most once, that names web (the browser, where the call is shown in
+// full, always decides).
+func (l *linter) approveFrom(n *yaml.Node, tool string) []string {
+	const path = "approve_from"
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.add(n, tool, path, "must be a list of %s that names web", strings.Join(approveFromChannels, ", "))
+		return nil
+	}
+	var out []string
+	for _, e := range n.Content {
+		s, ok := l.str(e, tool, path)
+		if !ok {
+			continue
+		}
+		switch {
+		case !slices.Contains(approveFromChannels, s):
+			l.add(e, tool, path, "unknown channel %s (channels: %s)", displayName(s), strings.Join(approveFromChannels, ", "))
+		case slices.Contains(out, s):
+			l.add(e, tool, path, "%s is listed twice", s)
+		default:
+			out = append(out, s)
+		}
+	}
+	if len(out) == len(n.Content) && !slices.Contains(out, ApproveFromWeb) {
+		l.add(n, tool, path, "must name web: the browser, which shows the call in full, can always approve")
+		return nil
+	}
+	return out
+}

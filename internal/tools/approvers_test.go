@@ -127,3 +127,51 @@ func TestAutoApproveBlockersPersonOnly(t *testing.T) {
 		}
 	}
 }
+
+// approve_from lists web, cli and api, each once, and names web; a tool
+// without it is approvable from every channel; the list is part of the
+// definition digest.
+func TestApproveFrom(t *testing.T) {
+	for _, tt := range []struct{ name, fields, fragment string }{
+		{"not a list", "    approve_from: web\n", "must be a list"},
+		{"empty", "    approve_from: []\n", "must be a list"},
+		{"unknown channel", "    approve_from: [web, slack]\n", "unknown channel slack"},
+		{"twice", "    approve_from: [web, web]\n", "listed twice"},
+		{"without web", "    approve_from: [api]\n", "must name web"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, p := range lintProblems(t, toolFile(tt.fields)) {
+				if p.Path == "approve_from" && strings.Contains(p.Message, tt.fragment) {
+					return
+				}
+			}
+			t.Fatalf("no problem at approve_from with %q in %v", tt.fragment, lintProblems(t, toolFile(tt.fields)))
+		})
+	}
+	tool := func(fields string) *Tool {
+		t.Helper()
+		r, err := Parse([]byte(toolFile(fields)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, _ := r.Tool("demo.tool")
+		return tl
+	}
+	open, web, cli := tool(""), tool("    approve_from: [web]\n"), tool("    approve_from: [web, cli]\n")
+	for _, c := range []struct {
+		t       *Tool
+		channel string
+		want    bool
+	}{
+		{open, ApproveFromAPI, true}, {open, ApproveFromCLI, true}, {open, ApproveFromWeb, true},
+		{web, ApproveFromAPI, false}, {web, ApproveFromCLI, false}, {web, ApproveFromWeb, true},
+		{cli, ApproveFromAPI, false}, {cli, ApproveFromCLI, true}, {cli, ApproveFromWeb, true},
+	} {
+		if got := c.t.ApprovableFrom(c.channel); got != c.want {
+			t.Errorf("approve_from %v, channel %s: %t, want %t", c.t.ApproveFrom, c.channel, got, c.want)
+		}
+	}
+	if open.DefinitionDigest == web.DefinitionDigest || web.DefinitionDigest == cli.DefinitionDigest {
+		t.Error("the definition digest does not cover approve_from")
+	}
+}

@@ -376,7 +376,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"allowance", "approvals", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "counter", "decide_within", "deny_reasons", "description", "display", "effects", "grant_ttl", "informational", "outcome_within", "risk", "rules", "summary", "target"}
+var toolFields = []string{"allowance", "approvals", "approve_from", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "counter", "decide_within", "deny_reasons", "description", "display", "effects", "grant_ttl", "informational", "outcome_within", "risk", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -471,6 +471,9 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	}
 	if f := fields["approve_with"]; f != nil {
 		t.RequirePasskey = l.approveWith(f, name, "approve_with")
+	}
+	if f := fields["approve_from"]; f != nil {
+		t.ApproveFrom = l.approveFrom(f, name)
 	}
 	if f := fields["approvers"]; f != nil {
 		t.Approvers = l.approvers(f, name)

@@ -191,6 +191,10 @@ type Tool struct {
 	// be signed by the operator's passkey (approve_with: passkey): a click,
 	// the control socket and the command line cannot approve them.
 	RequirePasskey bool
+	// ApproveFrom lists the channels an approval of the tool's calls may
+	// arrive through (approve_from: web, cli, api); nil lets every channel
+	// approve. It is part of the definition digest, as the whole entry is.
+	ApproveFrom []string
 	// Approvers says who may approve the tool's calls (approvers: {roles,
 	// groups}); empty lets every operator who may decide approve.
 	Approvers Approvers

@@ -417,6 +417,8 @@ type Approval struct {
 	// Method is how it was given (queue.Approval.Method): passkey, click,
 	// batch, command, policy, allowance.
 	Method string
+	// Channel is where it arrived (queue.Approval.Channel): web, cli, api.
+	Channel string
 	// Human is whether a person saw the call (queue.Approval.Human): true,
 	// false or unattested.
 	Human string
@@ -445,7 +447,8 @@ func (s StatusView) WhoCan() string {
 }
 
 // How says how the approval was given: "with a passkey", "by click", "in
-// a batch review", "from the command line", "by rule", "covered by allowance".
+// a batch review", "from the command line", "through the operator API", "by
+// rule", "covered by allowance".
 func (a Approval) How() string {
 	switch a.Method {
 	case "passkey":
@@ -453,6 +456,9 @@ func (a Approval) How() string {
 	case "click":
 		return "by click"
 	case "command":
+		if a.Channel == "api" {
+			return "through the operator API"
+		}
 		return "from the command line"
 	case "policy":
 		return "by rule"

@@ -666,6 +666,13 @@ func (c *Catalog) Servers() []string {
 // audits it in the same transaction. A quarantined definition cannot be
 // approved: nothing could check its calls.
 func (c *Catalog) Review(ctx context.Context, server, tool, digest, admin string, approve bool) error {
+	return c.ReviewVia(ctx, server, tool, digest, admin, audit.ChannelWeb, approve)
+}
+
+// ReviewVia is Review through channel (audit.ChannelWeb, ChannelCLI,
+// ChannelAPI), which its audit entry records. The caller has checked that
+// admin is an enabled admin.
+func (c *Catalog) ReviewVia(ctx context.Context, server, tool, digest, admin, channel string, approve bool) error {
 	if admin == "" {
 		return errors.New("catalog: a review needs the admin's name")
 	}
@@ -686,7 +693,7 @@ func (c *Catalog) Review(ctx context.Context, server, tool, digest, admin string
 			return err
 		}
 		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: KindDefinitionReviewed, Principal: admin,
-			Channel: audit.ChannelWeb, Details: map[string]any{"server": server, "tool": tool, "digest": digest, "status": string(status)}})
+			Channel: channel, Details: map[string]any{"server": server, "tool": tool, "digest": digest, "status": string(status)}})
 	})
 	if err != nil {
 		return err
