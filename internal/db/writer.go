@@ -299,7 +299,10 @@ func (d *DB) runBatch(batch []*writeReq) {
 	}
 	d.commits.Add(1)
 	d.writes.Add(int64(len(committed)))
-	if d.onCommit != nil && d.txHead.seq != d.txKnown.base {
+	// A commit whose changes may all wait (highwater.MayWait) is
+	// acknowledged without moving the mark; the next commit that moves it
+	// covers it too.
+	if d.onCommit != nil && d.txHead.seq != d.txKnown.base && d.txKnown.advance {
 		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
 			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))
 			return
@@ -333,7 +336,18 @@ type txState struct {
 	// unknown, and LastRollback reads it again.
 	lastRollback  sql.NullInt64
 	rollbackKnown bool
+	// advance is true once the transaction holds a change the high-water
+	// mark must cover before the commit is acknowledged
+	// (highwater.MayWait): the commit runs onCommit only then. A write
+	// rolled back to its savepoint leaves it set, which only costs a sync.
+	advance bool
 }
+
+// mustAdvance makes the running transaction's commit advance the
+// high-water mark before it is acknowledged, whatever its entries: it
+// holds a change whose loss could let something happen again (a use, a
+// consumed nonce, a revocation, a bound).
+func (d *DB) mustAdvance() { d.txKnown.advance = true }
 
 // readTxState checks, inside tx, that the file is still the database that
 // was opened (the checks of checkIdentity), and reads the audit chain's

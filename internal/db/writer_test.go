@@ -33,12 +33,14 @@ func groupCall(id string) *queue.Call {
 		ApprovalsRequired: 1, GrantTTL: time.Minute, CreatedAt: now, DecideBy: now.Add(time.Hour)}
 }
 
-// submitLike stores call id and its audit entry, as a submission does.
+// submitLike stores call id and one audit entry, as a submission does;
+// the entry's kind is one the high-water mark must cover (a submission's
+// may wait, highwater.MayWait), so that the commit hook runs for it.
 func submitLike(tx queue.Tx, id string) error {
 	if err := tx.InsertCall(groupCall(id)); err != nil {
 		return err
 	}
-	return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindSubmitted, CallID: id,
+	return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindRejected, CallID: id,
 		Principal: "agent:group", Channel: audit.ChannelAPI})
 }
 
