@@ -637,6 +637,27 @@ func TestWriterJournalsInMemory(t *testing.T) {
 	}
 }
 
+// TestWriterCheckpointsSeldom: the writer, whose commits run SQLite's
+// automatic checkpoints, checkpoints every writerCheckpointPages pages of
+// WAL, not every 1,000 (three syncs each).
+func TestWriterCheckpointsSeldom(t *testing.T) {
+	d := openTestDB(t)
+	ctx := context.Background()
+	if err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var pages int
+	d.lockWriter()
+	err := d.writer.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages)
+	d.unlockWriter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != writerCheckpointPages {
+		t.Errorf("the writer checkpoints every %d pages, want %d", pages, writerCheckpointPages)
+	}
+}
+
 // wantStored checks that the calls stored, and the calls the audit
 // entries name, are want, in order.
 func wantStored(t *testing.T, d *DB, want []string) {
