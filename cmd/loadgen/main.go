@@ -54,6 +54,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +95,9 @@ type config struct {
 	// countSyncs counts the server's syncs and WAL frames with perf
 	// (syscount.go).
 	countSyncs bool
+	// cpuProfile, when set, is where loadgen writes its own CPU profile
+	// of the flows.
+	cpuProfile string
 	// The fault soak: see faults.go.
 	faults       bool
 	faultShare   float64
@@ -123,11 +127,20 @@ func main() {
 	fs.StringVar(&cfg.tools, "tools", "examples/tools.yaml", "with --ab, the tools file the consoles serve")
 	fs.IntVar(&cfg.port, "port", 18400, "with --ab, the first port of 127.0.0.1 the consoles listen on (one per run)")
 	fs.BoolVar(&cfg.countSyncs, "count-syncs", false, "count the server's fsync, fdatasync and WAL frames during the flows with perf stat (SQLite consoles on this machine)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write loadgen's own CPU profile of the flows to this file (go tool pprof)")
 	fs.BoolVar(&cfg.faults, "faults", false, "executors misbehave after redeeming (crash, report late, report unknown); check every call ends explained")
 	fs.Float64Var(&cfg.faultShare, "fault-share", 0.5, "with --faults: the share of executors that crash or report late")
 	fs.Float64Var(&cfg.resolveShare, "resolve-share", 0.5, "with --faults: the share of calls waiting for a person that an operator resolves")
 	fs.DurationVar(&cfg.settle, "settle", 3*time.Minute, "with --faults: how long after the flows to wait for leases to lapse and late executors to report")
 	fs.Parse(os.Args[1:])
+	// One processor: loadgen shares the machine's cores with the console it
+	// measures, and its work is waiting on the network. With more, idle
+	// threads spin looking for goroutines to run and wake each other for
+	// every response, CPU that the console would otherwise have. GOMAXPROCS
+	// in the environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	var err error
 	if cfg.ab != "" {
 		err = runAB(ctx, cfg, os.Stdout)
@@ -463,6 +476,17 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 			return Report{}, err
 		}
 	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return Report{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return Report{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
@@ -525,6 +549,9 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	}
 	agentWG.Wait()
 	elapsed := time.Since(start)
+	// Both processes' CPU is read when the flows end, before the floor's
+	// second measurement, which runs in this process.
+	cpu1, own1 := processCPU(rep.ServerPID), processCPU(os.Getpid())
 	if syncs != nil {
 		// Every agent has redeemed its last flow, the flow's last write, so
 		// what the flows wrote is committed and counted.
@@ -582,14 +609,14 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	rep.Statements = m1["countersign_store_statements_total"] - m0["countersign_store_statements_total"]
 	rep.Allocations = m1["go_memstats_mallocs_total"] - m0["go_memstats_mallocs_total"]
 	if cpu0 >= 0 {
-		if cpu1 := processCPU(rep.ServerPID); cpu1 >= 0 {
+		if cpu1 >= 0 {
 			rep.ServerCPUSeconds = cpu1 - cpu0
 			if rep.Flows > 0 {
 				rep.ServerCPUPerFlowMS = rep.ServerCPUSeconds * 1000 / float64(rep.Flows)
 			}
 		}
 	}
-	if own1 := processCPU(os.Getpid()); own0 >= 0 && own1 >= 0 && rep.Flows > 0 {
+	if own0 >= 0 && own1 >= 0 && rep.Flows > 0 {
 		rep.LoadgenCPUPerFlowMS = (own1 - own0) * 1000 / float64(rep.Flows)
 	}
 	rep.LoadAverage = [2]float64{load0, loadAverage()}
