@@ -19,9 +19,10 @@ import (
 // change whose loss could let something happen again: the commit that held
 // the change advanced the data directory's high-water mark before it was
 // acknowledged. A copy from before a submission or a person's approval is
-// accepted: losing those takes something away and gives nothing back, so
-// their commits leave the mark for the next one that must move it
-// (highwater.MayWait), and cost no sync of it.
+// accepted, and so is one from before an executor's outcome: losing those
+// takes something away and gives nothing back, so their commits leave the
+// mark for the next one that must move it (highwater.MayWait), and cost no
+// sync of it.
 func TestRestoredCopyRefusedAfterEachChange(t *testing.T) {
 	ctx := context.Background()
 	refund := func(invoice string) []byte {
@@ -108,6 +109,16 @@ func TestRestoredCopyRefusedAfterEachChange(t *testing.T) {
 		}},
 		{name: "submission", refused: false, prepare: func(t *testing.T, a *app) func(*testing.T, *app) {
 			return func(t *testing.T, a *app) { submitted(t, a) }
+		}},
+		{name: "outcome", refused: false, prepare: func(t *testing.T, a *app) func(*testing.T, *app) {
+			c := approvedRefund(t, a, "INV-1")
+			if r := redeemOf(t, a, c); !r.Accepted {
+				t.Fatalf("redemption refused: %s", r.Reason)
+			}
+			return func(t *testing.T, a *app) {
+				_, err := a.queue.ReportOutcome(ctx, rollbackAgent, c.ID, "succeeded", "")
+				must(t, err)
+			}
 		}},
 		{name: "approval by a person", refused: false, prepare: func(t *testing.T, a *app) func(*testing.T, *app) {
 			c := submitted(t, a)

@@ -19,6 +19,10 @@ import "github.com/countersign/countersign/internal/audit"
 //     pending; it must be approved again.
 //   - granted: redemption accepts only the grant whose id the call records,
 //     so a grant the restored copy lacks redeems nothing.
+//   - outcome: what an executor reported of a redeemed call; the copy that
+//     lacks it still holds the redemption (its commit advanced the mark),
+//     so the grant stays used up, and the call waits for its outcome until
+//     its lease lapses and a person resolves it.
 //
 // Every other kind of entry, including kinds added later, advances the
 // mark: the list of those that may wait is closed. A write that uses
@@ -30,6 +34,7 @@ var mayWait = map[string]bool{
 	audit.KindSubmitted: true,
 	audit.KindApproved:  true,
 	audit.KindGranted:   true,
+	audit.KindOutcome:   true,
 }
 
 // MayWait reports whether an audit entry of kind, alone, may be
