@@ -96,7 +96,7 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	log := g.log.With(slog.String("call", c.ID), slog.String("tool", full), slog.String("actor", agent.Actor))
 	if redeemed != nil {
 		if !redeemed.Accepted {
-			return redemptionRefused(name, c, redeemed), nil
+			return redemptionRefused(t.Mirror.UpstreamName, c, redeemed), nil
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
 		defer cancel()
