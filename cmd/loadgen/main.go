@@ -54,6 +54,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,6 +92,12 @@ type config struct {
 	rounds    int
 	tools     string
 	port      int
+	// countSyncs counts the server's syncs and WAL frames with perf
+	// (syscount.go).
+	countSyncs bool
+	// cpuProfile, when set, is where loadgen writes its own CPU profile
+	// of the flows.
+	cpuProfile string
 	// The fault soak: see faults.go.
 	faults       bool
 	faultShare   float64
@@ -119,11 +126,21 @@ func main() {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "with --ab, runs of each binary")
 	fs.StringVar(&cfg.tools, "tools", "examples/tools.yaml", "with --ab, the tools file the consoles serve")
 	fs.IntVar(&cfg.port, "port", 18400, "with --ab, the first port of 127.0.0.1 the consoles listen on (one per run)")
+	fs.BoolVar(&cfg.countSyncs, "count-syncs", false, "count the server's fsync, fdatasync and WAL frames during the flows with perf stat (SQLite consoles on this machine)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write loadgen's own CPU profile of the flows to this file (go tool pprof)")
 	fs.BoolVar(&cfg.faults, "faults", false, "executors misbehave after redeeming (crash, report late, report unknown); check every call ends explained")
 	fs.Float64Var(&cfg.faultShare, "fault-share", 0.5, "with --faults: the share of executors that crash or report late")
 	fs.Float64Var(&cfg.resolveShare, "resolve-share", 0.5, "with --faults: the share of calls waiting for a person that an operator resolves")
 	fs.DurationVar(&cfg.settle, "settle", 3*time.Minute, "with --faults: how long after the flows to wait for leases to lapse and late executors to report")
 	fs.Parse(os.Args[1:])
+	// One processor: loadgen shares the machine's cores with the console it
+	// measures, and its work is waiting on the network. With more, idle
+	// threads spin looking for goroutines to run and wake each other for
+	// every response, CPU that the console would otherwise have. GOMAXPROCS
+	// in the environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	var err error
 	if cfg.ab != "" {
 		err = runAB(ctx, cfg, os.Stdout)
@@ -175,7 +192,13 @@ type Report struct {
 	Writes  float64 `json:"writes"`
 	// Statements are the SQL statements the server ran during the flows
 	// (0 when it does not export them: PostgreSQL, or an older console).
-	Statements  float64            `json:"statements"`
+	Statements float64 `json:"statements"`
+	// Allocations are the server's heap allocations during the flows (Go's
+	// go_memstats_mallocs_total).
+	Allocations float64 `json:"allocations"`
+	// Syscalls are the server's syncs and WAL frames during the flows,
+	// with --count-syncs.
+	Syscalls    *syscallCounts     `json:"syscalls,omitempty"`
 	LoadAverage [2]float64         `json:"load_average_start_end"`
 	Binary      string             `json:"binary,omitempty"`
 	Settings    map[string]float64 `json:"settings"`
@@ -447,6 +470,23 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	}
 	cpu0, own0 := processCPU(rep.ServerPID), processCPU(os.Getpid())
 	m0 := serverMetrics(cfg.url)
+	var syncs *syncCounter
+	if cfg.countSyncs {
+		if syncs, err = startSyncCount(rep.ServerPID, os.TempDir()); err != nil {
+			return Report{}, err
+		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return Report{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return Report{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
@@ -509,6 +549,18 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	}
 	agentWG.Wait()
 	elapsed := time.Since(start)
+	// Both processes' CPU is read when the flows end, before the floor's
+	// second measurement, which runs in this process.
+	cpu1, own1 := processCPU(rep.ServerPID), processCPU(os.Getpid())
+	if syncs != nil {
+		// Every agent has redeemed its last flow, the flow's last write, so
+		// what the flows wrote is committed and counted.
+		c, err := syncs.stop()
+		if err != nil {
+			return Report{}, err
+		}
+		rep.Syscalls = &c
+	}
 	close(toApprove)
 	apprWG.Wait()
 	time.Sleep(200 * time.Millisecond) // let the last cards arrive
@@ -555,15 +607,16 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	rep.Commits = m1["countersign_store_commits_total"] - m0["countersign_store_commits_total"]
 	rep.Writes = m1["countersign_store_writes_total"] - m0["countersign_store_writes_total"]
 	rep.Statements = m1["countersign_store_statements_total"] - m0["countersign_store_statements_total"]
+	rep.Allocations = m1["go_memstats_mallocs_total"] - m0["go_memstats_mallocs_total"]
 	if cpu0 >= 0 {
-		if cpu1 := processCPU(rep.ServerPID); cpu1 >= 0 {
+		if cpu1 >= 0 {
 			rep.ServerCPUSeconds = cpu1 - cpu0
 			if rep.Flows > 0 {
 				rep.ServerCPUPerFlowMS = rep.ServerCPUSeconds * 1000 / float64(rep.Flows)
 			}
 		}
 	}
-	if own1 := processCPU(os.Getpid()); own0 >= 0 && own1 >= 0 && rep.Flows > 0 {
+	if own0 >= 0 && own1 >= 0 && rep.Flows > 0 {
 		rep.LoadgenCPUPerFlowMS = (own1 - own0) * 1000 / float64(rep.Flows)
 	}
 	rep.LoadAverage = [2]float64{load0, loadAverage()}
@@ -801,7 +854,7 @@ func serverMetrics(base string) map[string]float64 {
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
 		for _, name := range []string{"process_resident_memory_bytes", "countersign_store_commits_total", "countersign_store_writes_total",
-			"countersign_store_statements_total"} {
+			"countersign_store_statements_total", "go_memstats_mallocs_total"} {
 			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 				out[name], _ = strconv.ParseFloat(v, 64)
 			}
@@ -838,6 +891,16 @@ func printReport(w io.Writer, r Report) {
 	}
 	if r.Statements > 0 && r.Flows > 0 {
 		fmt.Fprintf(tw, "statements\t%.0f\t%.1f per flow\t%.1f per commit\n", r.Statements, r.Statements/float64(r.Flows), r.Statements/max(r.Commits, 1))
+	}
+	if r.Allocations > 0 && r.Flows > 0 {
+		fmt.Fprintf(tw, "allocations\t%.0f per flow\t(server heap objects)\n", r.Allocations/float64(r.Flows))
+	}
+	if c := r.Syscalls; c != nil && r.Flows > 0 {
+		fmt.Fprintf(tw, "syncs\t%.2f per flow\t%.0f fsync, %.0f fdatasync\t%.2f per commit\n",
+			c.Syncs()/float64(r.Flows), c.Fsync, c.Fdatasync, c.Syncs()/max(r.Commits, 1))
+		fmt.Fprintf(tw, "WAL frames\t%.1f per commit\t%.1f per flow\t(%.0f pwrite64 in all)\n",
+			c.WALFrames/max(r.Commits, 1), c.WALFrames/float64(r.Flows), c.Pwrite)
+		fmt.Fprintf(tw, "commits\t%.2f per flow\n", r.Commits/float64(r.Flows))
 	}
 	fmt.Fprintf(tw, "load average\t%.2f at the start\t%.2f at the end\n", r.LoadAverage[0], r.LoadAverage[1])
 	if len(r.Errors) == 0 {

@@ -107,16 +107,27 @@ func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *vie
 		return // the link is a convenience; the page stands without it
 	}
 	now := c.now()
+	reg := c.q.Tools()
 	var cards []templates.Card
 	for _, call := range calls {
 		if call.ID == id || call.ProposedBy(v.user) || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
 			!now.Before(call.DecideBy) {
 			continue
 		}
-		card := c.cardView(call, true, false, now)
-		if qq.matches(call, card.Deceptive, c.q.Tools()) {
-			cards = append(cards, card)
+		// Only what the filter and the order read: a whole card (its
+		// envelope hashed and parsed, its summary) is built only when the
+		// filter asks for calls that warn of deception. The queue holds up
+		// to maxQueueCards calls, and every call page reads them all.
+		deceptive := false
+		if qq.Warn {
+			deceptive = c.cardView(call, true, false, now).Deceptive
 		}
+		if !qq.matches(call, deceptive, reg) {
+			continue
+		}
+		card := templates.Card{ID: call.ID, RawTool: call.Tool, CreatedAt: call.CreatedAt, DecideBy: call.DecideBy, Group: groupKey(call)}
+		card.Risk, _ = riskOf(reg, call.Tool)
+		cards = append(cards, card)
 	}
 	if len(cards) == 0 {
 		return

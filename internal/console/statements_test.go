@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,17 @@ import (
 // hot path. Lower it when a statement goes. (31: the submission counts its
 // token's pending calls, the bound of calls one token keeps waiting.)
 const maxStatementsPerFlow = 31
+
+// maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
+// commit pays the WAL's fsync (synchronous=FULL), each advance of the
+// data directory's high-water mark one fdatasync. A flow commits its
+// submission, its approval and its redemption; only the redemption must be
+// covered by the mark before it is acknowledged (highwater.MayWait). A
+// commit or a mark added to the hot path fails TestWholeFlowStatements.
+const (
+	maxCommitsPerFlow = 3
+	maxMarksPerFlow   = 1
+)
 
 // maxStatementsPerPage budgets the call's page an approver reads before
 // approving (its session, account, call, the freezes in force, read once
@@ -128,13 +140,28 @@ func TestWholeFlowStatements(t *testing.T) {
 		byText[strings.Join(strings.Fields(q), " ")]++
 		mu.Unlock()
 	})
+	// The console under test keeps no high-water mark of its own: the hook
+	// counts the commits that would advance one.
+	var marks atomic.Int64
+	e.db.OnCommit(func(int64, string) error { marks.Add(1); return nil })
 	const flows = 20
 	before, pageBefore := e.db.Statements(), *page
+	commitsBefore, _ := e.db.WriteCounts()
 	for i := range flows {
 		flow(100 + i)
 	}
 	total := e.db.Statements() - before
+	commitsAfter, _ := e.db.WriteCounts()
 	e.db.TraceStatements(nil)
+	e.db.OnCommit(nil)
+	commits, marked := float64(commitsAfter-commitsBefore)/flows, float64(marks.Load())/flows
+	t.Logf("per flow: %.2f commits, %.2f advances of the high-water mark", commits, marked)
+	if commits > maxCommitsPerFlow {
+		t.Errorf("a whole flow made %.2f commits, more than %d: a write transaction (and its fsync) was added to the hot path", commits, maxCommitsPerFlow)
+	}
+	if marked > maxMarksPerFlow {
+		t.Errorf("a whole flow advanced the high-water mark %.2f times, more than %d: a commit on the hot path now holds a change the mark must cover", marked, maxMarksPerFlow)
+	}
 
 	// The call's page is read apart from the decision: it is budgeted on
 	// its own, and the rest of the flow keeps its budget.

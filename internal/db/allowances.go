@@ -14,6 +14,7 @@ import (
 // processes sharing the file count as one.
 
 func (t *storeTx) InsertAllowance(a *queue.Allowance) error {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	return sqlq.InsertAllowance(t.ctx, shared{t.tx}, a)
 }
 
@@ -30,14 +31,17 @@ func (t *storeTx) LiveAllowances(tool, giver string, now time.Time, limit int) (
 }
 
 func (t *storeTx) SetConfirmers(id string, confirmers []string) error {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	return sqlq.SetConfirmers(t.ctx, shared{t.tx}, id, confirmers)
 }
 
 func (t *storeTx) UseAllowance(u queue.AllowanceUse) (bool, error) {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	return sqlq.UseAllowance(t.ctx, shared{t.tx}, u)
 }
 
 func (t *storeTx) EndAllowance(id, reason, by string, at time.Time) (bool, error) {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	return sqlq.EndAllowance(t.ctx, shared{t.tx}, id, reason, by, at)
 }
 

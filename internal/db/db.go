@@ -153,7 +153,8 @@ func Open(path string) (*DB, error) {
 }
 
 // OnCommit sets fn to run after every write transaction that appended
-// audit entries has committed, with the chain's new head, before the write
+// audit entries, one of them or another of its changes one the mark must
+// cover (highwater.MayWait), has committed, with the chain's new head, before the write
 // returns to its caller: once per commit, however many entries, writes or
 // redemptions the commit holds (a group commit runs it once for all of
 // them). An error from fn is returned by every write of that commit (their

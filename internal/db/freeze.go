@@ -89,6 +89,7 @@ func (t *storeTx) strings(out *[]string, query string, args ...any) error {
 }
 
 func (t *storeTx) InsertFreeze(f *queue.Freeze) error {
+	t.db.mustAdvance()              // the high-water mark covers it before it is acknowledged
 	t.db.txKnown.mayBeFrozen = true // before the insert: a failed one may still have written
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES (?,?,?,?,?)`,
 		f.Tool, f.Actor, f.Reason, f.By, ms(f.At))
@@ -100,6 +101,7 @@ func (t *storeTx) InsertFreeze(f *queue.Freeze) error {
 }
 
 func (t *storeTx) LiftFreezes(tool, actor, by string, at time.Time) ([]queue.Freeze, error) {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	rows, err := t.tx.QueryContext(t.ctx, `UPDATE freezes SET lifted_by = ?, lifted_at = ?
 		WHERE lifted_at IS NULL AND tool = ? AND actor = ? RETURNING `+freezeColumns, by, ms(at), tool, actor)
 	if err != nil {

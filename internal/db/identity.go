@@ -42,6 +42,7 @@ func (t *storeTx) DeletePasskey(user string, id []byte) (account.Passkey, error)
 }
 
 func (t *storeTx) UsePasskey(user string, id []byte, from, to uint32, record []byte, at time.Time) error {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	return sqlq.UsePasskey(t.ctx, shared{t.tx}, user, id, from, to, record, at)
 }
 

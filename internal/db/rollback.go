@@ -11,6 +11,7 @@ import (
 )
 
 func (t *storeTx) InsertRollback(r queue.Rollback) error {
+	t.db.mustAdvance()                 // the high-water mark covers it before it is acknowledged
 	t.db.txKnown.rollbackKnown = false // LastRollback reads it again
 	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO rollbacks (accepted_at, accepted_by, mark_seq, mark_head, db_seq, db_head)
 		VALUES (?,?,?,?,?,?)`, ms(r.AcceptedAt), r.AcceptedBy, r.MarkSeq, r.MarkHead, r.DBSeq, r.DBHead)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
 )
@@ -188,6 +189,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 }
 
 func (t *storeTx) InsertRevocation(r queue.Revocation) error {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO grant_revocations (call_id, jti, revoked_by, channel, reason, revoked_at)
 		VALUES (?,?,?,?,?,?)`, r.CallID, r.JTI, r.By, r.Channel, r.Reason, ms(r.At)); err != nil {
 		return fmt.Errorf("db: record revocation: %w", err)
@@ -350,6 +352,7 @@ func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
 }
 
 func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO redemptions (jti, call_id, at) VALUES (?,?,?) ON CONFLICT (jti) DO NOTHING`,
 		jti, callID, ms(at))
 	if err != nil {
@@ -429,6 +432,7 @@ func (t *storeTx) Retry(actor, tool string) (queue.RetryState, error) {
 type retryKey struct{ actor, tool string }
 
 func (t *storeTx) SetRetry(actor, tool string, st queue.RetryState) error {
+	t.db.mustAdvance()                       // the high-water mark covers it before it is acknowledged
 	delete(t.retries, retryKey{actor, tool}) // read again if asked
 	var err error
 	if st.Count == 0 && !st.Blocked() {
@@ -476,6 +480,9 @@ func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error 
 		return fmt.Errorf("db: append audit entry: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
+	if !highwater.MayWait(e.Kind) {
+		d.mustAdvance()
+	}
 	return nil
 }
 

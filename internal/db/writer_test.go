@@ -33,12 +33,14 @@ func groupCall(id string) *queue.Call {
 		ApprovalsRequired: 1, GrantTTL: time.Minute, CreatedAt: now, DecideBy: now.Add(time.Hour)}
 }
 
-// submitLike stores call id and its audit entry, as a submission does.
+// submitLike stores call id and one audit entry, as a submission does;
+// the entry's kind is one the high-water mark must cover (a submission's
+// may wait, highwater.MayWait), so that the commit hook runs for it.
 func submitLike(tx queue.Tx, id string) error {
 	if err := tx.InsertCall(groupCall(id)); err != nil {
 		return err
 	}
-	return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindSubmitted, CallID: id,
+	return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindRejected, CallID: id,
 		Principal: "agent:group", Channel: audit.ChannelAPI})
 }
 
@@ -632,6 +634,27 @@ func TestWriterJournalsInMemory(t *testing.T) {
 	}
 	if store != 0 {
 		t.Errorf("a reader's temp_store is %d, want 0 (the default, files)", store)
+	}
+}
+
+// TestWriterCheckpointsSeldom: the writer, whose commits run SQLite's
+// automatic checkpoints, checkpoints every writerCheckpointPages pages of
+// WAL, not every 1,000 (three syncs each).
+func TestWriterCheckpointsSeldom(t *testing.T) {
+	d := openTestDB(t)
+	ctx := context.Background()
+	if err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var pages int
+	d.lockWriter()
+	err := d.writer.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages)
+	d.unlockWriter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != writerCheckpointPages {
+		t.Errorf("the writer checkpoints every %d pages, want %d", pages, writerCheckpointPages)
 	}
 }
 

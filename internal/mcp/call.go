@@ -68,7 +68,19 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 		return g.notCallable(server, name), nil
 	}
 	p, perr := parseCall(t, req.Params.Arguments)
-	c, _, err := g.cfg.Queue.SubmitProposal(ctx, agent.principal(), p, perr)
+	// The gateway is the call's executor: with its upstream connected, a
+	// call that a rule or an allowance approves at submission is redeemed
+	// in the submission's own transaction (one commit, every check made
+	// and audited), then forwarded. Otherwise it is redeemed when it is
+	// forwarded, as below.
+	var c *queue.Call
+	var redeemed *queue.Redemption
+	var err error
+	if g.upstreamConnected(t) {
+		c, _, redeemed, err = g.cfg.Queue.SubmitAndRedeem(ctx, agent.principal(), p, perr)
+	} else {
+		c, _, err = g.cfg.Queue.SubmitProposal(ctx, agent.principal(), p, perr)
+	}
 	if err == nil && c.CounteredFrom != "" && c.AcceptedAt.IsZero() && c.Status == queue.StatusPending {
 		// Calling a counter-proposal's arguments is accepting it: its
 		// grant is minted once its approvals are complete.
@@ -82,6 +94,14 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 		return g.submitError(full, c, err), nil
 	}
 	log := g.log.With(slog.String("call", c.ID), slog.String("tool", full), slog.String("actor", agent.Actor))
+	if redeemed != nil {
+		if !redeemed.Accepted {
+			return redemptionRefused(t.Mirror.UpstreamName, c, redeemed), nil
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
+		defer cancel()
+		return g.forward(ctx, log, agent, t, p, c), nil
+	}
 	if c.Status == queue.StatusPending {
 		release, ok := g.acquireHold(agent.TokenID)
 		if !ok {
@@ -282,6 +302,30 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	if !r.Accepted {
 		return redemptionRefused(name, c, r)
 	}
+	return g.forward(ctx, log, agent, t, p, c)
+}
+
+// upstreamConnected reports whether t's upstream is connected now.
+func (g *Gateway) upstreamConnected(t *tools.Tool) bool {
+	u := g.upstreams[t.Mirror.Server]
+	if u == nil {
+		return false
+	}
+	select {
+	case <-u.Connected():
+		return true
+	default:
+		return false
+	}
+}
+
+// forward sends a redeemed call to its upstream with exactly the canonical
+// argument bytes that were hashed, returns the upstream's result without
+// loss, and reports the outcome. ctx is the forward's own, which the
+// client's going away does not end.
+func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t *tools.Tool, p canonical.Proposal, c *queue.Call) *sdk.CallToolResult {
+	name := t.Mirror.UpstreamName
+	u := g.upstreams[t.Mirror.Server]
 	args, err := canonical.Encode(p.Args)
 	if err != nil {
 		g.outcome(ctx, log, agent, c, "failed", "not sent: the arguments could not be encoded")

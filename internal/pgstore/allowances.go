@@ -15,6 +15,7 @@ import (
 // keep the count.
 
 func (t *txn) InsertAllowance(a *queue.Allowance) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	return sqlq.InsertAllowance(t.ctx, shared{t.tx}, a)
 }
 
@@ -31,14 +32,17 @@ func (t *txn) LiveAllowances(tool, giver string, now time.Time, limit int) (int,
 }
 
 func (t *txn) SetConfirmers(id string, confirmers []string) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	return sqlq.SetConfirmers(t.ctx, shared{t.tx}, id, confirmers)
 }
 
 func (t *txn) UseAllowance(u queue.AllowanceUse) (bool, error) {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	return sqlq.UseAllowance(t.ctx, shared{t.tx}, u)
 }
 
 func (t *txn) EndAllowance(id, reason, by string, at time.Time) (bool, error) {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	return sqlq.EndAllowance(t.ctx, shared{t.tx}, id, reason, by, at)
 }
 

@@ -68,6 +68,7 @@ func (t *txn) KnownNames(limit int) (actors, tools []string, err error) {
 }
 
 func (t *txn) InsertFreeze(f *queue.Freeze) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	if err := t.tx.QueryRow(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES ($1,$2,$3,$4,$5)
 		RETURNING id`, f.Tool, f.Actor, []byte(f.Reason), f.By, ms(f.At)).Scan(&f.ID); err != nil {
 		return fmt.Errorf("pgstore: insert freeze: %w", err)
@@ -76,6 +77,7 @@ func (t *txn) InsertFreeze(f *queue.Freeze) error {
 }
 
 func (t *txn) LiftFreezes(tool, actor, by string, at time.Time) ([]queue.Freeze, error) {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	rows, err := t.tx.Query(t.ctx, `UPDATE freezes SET lifted_by = $1, lifted_at = $2
 		WHERE lifted_at IS NULL AND tool = $3 AND actor = $4 RETURNING `+freezeColumns, by, ms(at), tool, actor)
 	if err != nil {

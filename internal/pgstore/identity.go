@@ -90,6 +90,7 @@ func (t *txn) DeletePasskey(user string, id []byte) (account.Passkey, error) {
 }
 
 func (t *txn) UsePasskey(user string, id []byte, from, to uint32, record []byte, at time.Time) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	return sqlq.UsePasskey(t.ctx, shared{t.tx}, user, id, from, to, record, at)
 }
 

@@ -103,7 +103,8 @@ func (d *DB) WriteCounts() (commits, writes int64) {
 }
 
 // OnCommit sets fn to run after every write transaction that appended
-// audit entries has committed, with the chain's new head, before the write
+// audit entries, one of them or another of its changes one the mark must
+// cover (highwater.MayWait), has committed, with the chain's new head, before the write
 // returns: once per commit, in commit order. An error from fn is returned
 // by the write (committed, but not acknowledged). Set it before any write
 // runs.
@@ -314,7 +315,10 @@ func (d *DB) commit(ctx context.Context, tx pgx.Tx, t *txn) error {
 	}
 	d.commits.Add(1)
 	d.writes.Add(1)
-	if d.onCommit != nil && len(t.entries) > 0 {
+	// A commit whose changes may all wait (highwater.MayWait) is
+	// acknowledged without moving the mark; the next commit that moves it
+	// covers it too.
+	if d.onCommit != nil && len(t.entries) > 0 && t.advance {
 		if err := d.onCommit(t.headSeq, t.headHash); err != nil {
 			return fmt.Errorf("pgstore: committed, but not acknowledged: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 )
 
 func (t *txn) InsertRollback(r queue.Rollback) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	if _, err := t.tx.Exec(t.ctx, `INSERT INTO rollbacks (accepted_at, accepted_by, mark_seq, mark_head, db_seq, db_head)
 		VALUES ($1,$2,$3,$4,$5,$6)`, ms(r.AcceptedAt), r.AcceptedBy, r.MarkSeq, r.MarkHead, r.DBSeq, r.DBHead); err != nil {
 		return fmt.Errorf("pgstore: record rollback: %w", err)

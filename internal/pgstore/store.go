@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
 )
@@ -51,6 +52,10 @@ type txn struct {
 	// of each call, for NOTIFY.
 	entries []entryID
 	calls   map[string]int64
+	// advance is true once the transaction holds a change the high-water
+	// mark must cover before the commit is acknowledged
+	// (highwater.MayWait); the commit runs onCommit only then.
+	advance bool
 	// after runs once the transaction has committed (AfterCommit).
 	after []func()
 }
@@ -222,6 +227,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 }
 
 func (t *txn) InsertRevocation(r queue.Revocation) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	if _, err := t.tx.Exec(t.ctx, `INSERT INTO grant_revocations (call_id, jti, revoked_by, channel, reason, revoked_at)
 		VALUES ($1,$2,$3,$4,$5,$6)`, r.CallID, r.JTI, r.By, r.Channel, []byte(r.Reason), ms(r.At)); err != nil {
 		return fmt.Errorf("pgstore: record revocation: %w", err)
@@ -326,6 +332,7 @@ func (t *txn) AddApproval(callID string, a queue.Approval) error {
 }
 
 func (t *txn) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	tag, err := t.tx.Exec(t.ctx, `INSERT INTO redemptions (jti, call_id, at) VALUES ($1,$2,$3) ON CONFLICT (jti) DO NOTHING`,
 		jti, callID, ms(at))
 	if err != nil {
@@ -361,6 +368,7 @@ func (t *txn) Retry(actor, tool string) (queue.RetryState, error) {
 }
 
 func (t *txn) SetRetry(actor, tool string, st queue.RetryState) error {
+	t.advance = true // the high-water mark covers it before it is acknowledged
 	var err error
 	if st.Count == 0 && !st.Blocked() {
 		_, err = t.tx.Exec(t.ctx, `DELETE FROM retries WHERE actor = $1 AND tool = $2`, actor, tool)
@@ -404,6 +412,9 @@ func (t *txn) append(e *audit.Entry) error {
 	}
 	t.headSeq, t.headHash = e.Seq, e.Hash
 	t.entries = append(t.entries, entryID{e.Seq, e.Hash})
+	if !highwater.MayWait(e.Kind) {
+		t.advance = true
+	}
 	if t.calls == nil {
 		t.calls = map[string]int64{}
 	}

@@ -99,6 +99,25 @@ func (s *Service) Redeem(ctx context.Context, who Principal, body []byte) (*Rede
 // redemption, and consumes nothing. A tool that is gone is refused by the
 // status check (tool_changed).
 func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p canonical.Proposal) (*Redemption, error) {
+	res, out, problems := s.verifyRedemption(who, token, p)
+	if len(problems) > 0 {
+		return nil, s.refuseInvalid(ctx, who, res.Claims, problems)
+	}
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error { return s.redeemIn(tx, emit, who, res, out) })
+	if err != nil {
+		return nil, err
+	}
+	if out.Accepted && !s.leaseWakesBefore(out.Call.LeaseUntil) {
+		s.kickLeases()
+	}
+	return out, nil
+}
+
+// verifyRedemption runs a redemption's checks that need no transaction:
+// the grant's signature and claims against who and the call presented,
+// and, when they pass, the call's validation against its tool (problems,
+// which the redemption is refused with).
+func (s *Service) verifyRedemption(who Principal, token string, p canonical.Proposal) (*grant.Result, *Redemption, canonical.Problems) {
 	t, known := s.tools.Tool(p.Tool)
 	args := p.Args
 	if known {
@@ -112,118 +131,116 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 	}
 	if known && res.Reason == "" {
 		if problems := t.Validate(p); len(problems) > 0 {
-			return nil, s.refuseInvalid(ctx, who, res.Claims, problems)
+			return &res, out, problems
 		}
 	}
-	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
-		var c *Call
-		if res.Reason == "" {
-			// Time again, now that the write lock is held.
-			now := s.now()
-			if ok, reason := grant.CheckTime(res.Claims, now); !ok {
-				res.Set(grant.StepTime, false, reason)
-			}
+	return &res, out, nil
+}
+
+// redeemIn runs the redemption verified as res inside tx, under the write
+// lock: the time again, the call's status, identity and grant, a rollback
+// or a freeze since, the nonce, and records what it decided in out.
+func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Result, out *Redemption) error {
+	var c *Call
+	if res.Reason == "" {
+		// Time again, now that the write lock is held.
+		now := s.now()
+		if ok, reason := grant.CheckTime(res.Claims, now); !ok {
+			res.Set(grant.StepTime, false, reason)
 		}
-		if res.Reason == "" {
-			var err error
-			c, err = tx.Call(res.Claims.CallID)
-			switch {
-			case errors.Is(err, ErrNotFound):
-				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-			case err != nil:
-				return err
-			case c.Actor != who.Actor || c.Digest != res.Claims.Digest || c.GrantJTI != res.Claims.JTI:
-				// A validly signed grant that this database did not issue
-				// for this call: refuse as revoked.
-				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-			case c.Status == StatusRedeemed:
-				// Redeemed already, whatever the nonce ledger says: a call
-				// row that says so is enough to refuse a replay, even where
-				// the ledger row went missing.
-				res.Set(grant.StepStatus, true, "")
-				res.Set(grant.StepNonce, false, grant.ReasonReplayed)
-			case c.Status != StatusApproved, c.Revoked != nil:
-				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-			case s.ToolChanged(c):
-				res.Set(grant.StepStatus, false, grant.ReasonToolChanged)
-			default:
-				cut, err := tx.LastRollback()
-				if err != nil {
-					return err
-				}
-				f, err := frozen(tx, c.Tool, c.Actor)
-				if err != nil {
-					return err
-				}
-				if !cut.IsZero() && res.Claims.IssuedAt <= cut.Unix() {
-					// Issued before a rollback was accepted: the restored
-					// database cannot know whether it was redeemed.
-					res.Set(grant.StepStatus, false, grant.ReasonRevoked)
-				} else if f != nil {
-					res.Set(grant.StepStatus, false, grant.ReasonFrozen)
-					out.Freeze = f
-				} else {
-					res.Set(grant.StepStatus, true, "")
-				}
-			}
-		}
-		if res.Reason == "" {
-			fresh, err := tx.ConsumeNonce(res.Claims.JTI, c.ID, s.now())
+	}
+	if res.Reason == "" {
+		var err error
+		c, err = tx.Call(res.Claims.CallID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+		case err != nil:
+			return err
+		case c.Actor != who.Actor || c.Digest != res.Claims.Digest || c.GrantJTI != res.Claims.JTI:
+			// A validly signed grant that this database did not issue
+			// for this call: refuse as revoked.
+			res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+		case c.Status == StatusRedeemed:
+			// Redeemed already, whatever the nonce ledger says: a call
+			// row that says so is enough to refuse a replay, even where
+			// the ledger row went missing.
+			res.Set(grant.StepStatus, true, "")
+			res.Set(grant.StepNonce, false, grant.ReasonReplayed)
+		case c.Status != StatusApproved, c.Revoked != nil:
+			res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+		case s.ToolChanged(c):
+			res.Set(grant.StepStatus, false, grant.ReasonToolChanged)
+		default:
+			cut, err := tx.LastRollback()
 			if err != nil {
 				return err
 			}
-			if !fresh {
-				res.Set(grant.StepNonce, false, grant.ReasonReplayed)
-			} else {
-				res.Set(grant.StepNonce, true, "")
-			}
-		}
-		out.Checks, out.Reason = res.Checks, res.Reason
-		details := map[string]any{"checks": checksDetail(res.Checks)}
-		if res.Reason != "" {
-			details["reason"] = res.Reason
-			if res.Claims != nil {
-				details["jti"] = res.Claims.JTI
-			}
-			if out.Freeze != nil {
-				details["freeze"] = out.Freeze.ID
-			}
-			if c == nil {
-				c = &Call{ID: out.CallID}
-			}
-			if err := tx.Append(s.entry(audit.KindRedemptionRefused, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+			f, err := frozen(tx, c.Tool, c.Actor)
+			if err != nil {
 				return err
 			}
-			emit(Event{Kind: audit.KindRedemptionRefused, Reason: res.Reason, Call: nilIfEmpty(c)})
-			return nil
+			if !cut.IsZero() && res.Claims.IssuedAt <= cut.Unix() {
+				// Issued before a rollback was accepted: the restored
+				// database cannot know whether it was redeemed.
+				res.Set(grant.StepStatus, false, grant.ReasonRevoked)
+			} else if f != nil {
+				res.Set(grant.StepStatus, false, grant.ReasonFrozen)
+				out.Freeze = f
+			} else {
+				res.Set(grant.StepStatus, true, "")
+			}
 		}
-		c.Status = StatusRedeemed
-		c.RedeemedAt = s.now()
-		s.startLease(c, who, c.RedeemedAt)
-		if err := tx.UpdateCall(c); err != nil {
+	}
+	if res.Reason == "" {
+		fresh, err := tx.ConsumeNonce(res.Claims.JTI, c.ID, s.now())
+		if err != nil {
 			return err
 		}
-		details["jti"] = res.Claims.JTI
-		// What was redeemed: the digest recomputed from the call the
-		// executor presented (equal to the grant's, or it was refused).
-		details["digest"] = res.Digest
-		details["token"] = who.TokenID
-		details["lease_until"] = formatTime(c.LeaseUntil)
-		if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+		if !fresh {
+			res.Set(grant.StepNonce, false, grant.ReasonReplayed)
+		} else {
+			res.Set(grant.StepNonce, true, "")
+		}
+	}
+	out.Checks, out.Reason = res.Checks, res.Reason
+	details := map[string]any{"checks": checksDetail(res.Checks)}
+	if res.Reason != "" {
+		details["reason"] = res.Reason
+		if res.Claims != nil {
+			details["jti"] = res.Claims.JTI
+		}
+		if out.Freeze != nil {
+			details["freeze"] = out.Freeze.ID
+		}
+		if c == nil {
+			c = &Call{ID: out.CallID}
+		}
+		if err := tx.Append(s.entry(audit.KindRedemptionRefused, c, who.Actor, audit.ChannelAPI, details)); err != nil {
 			return err
 		}
-		out.Accepted = true
-		out.Call = c
-		emit(Event{Kind: audit.KindRedeemed, Call: c})
+		emit(Event{Kind: audit.KindRedemptionRefused, Reason: res.Reason, Call: nilIfEmpty(c)})
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	if out.Accepted && !s.leaseWakesBefore(out.Call.LeaseUntil) {
-		s.kickLeases()
+	c.Status = StatusRedeemed
+	c.RedeemedAt = s.now()
+	s.startLease(c, who, c.RedeemedAt)
+	if err := tx.UpdateCall(c); err != nil {
+		return err
 	}
-	return out, nil
+	details["jti"] = res.Claims.JTI
+	// What was redeemed: the digest recomputed from the call the
+	// executor presented (equal to the grant's, or it was refused).
+	details["digest"] = res.Digest
+	details["token"] = who.TokenID
+	details["lease_until"] = formatTime(c.LeaseUntil)
+	if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+		return err
+	}
+	out.Accepted = true
+	out.Call = c
+	emit(Event{Kind: audit.KindRedeemed, Call: c})
+	return nil
 }
 
 // ReasonInvalidArguments is the reason recorded when the call presented

@@ -19,7 +19,7 @@ import (
 // envelope from the same actor is still pending or approved).
 func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call, bool, error) {
 	p, perr := canonical.ParseProposal(body)
-	return s.submit(ctx, who, body, p, perr)
+	return s.submit(ctx, who, body, p, perr, nil)
 }
 
 // SubmitProposal is Submit of a proposal that the caller parsed strictly
@@ -30,10 +30,53 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 // the rejection is recorded and counted against (actor, tool) exactly as
 // Submit's. Everything after parsing is Submit's.
 func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, error) {
-	return s.submit(ctx, who, nil, p, perr)
+	return s.submit(ctx, who, nil, p, perr, nil)
 }
 
-func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error) (*Call, bool, error) {
+// SubmitAndRedeem is SubmitProposal for a caller that is also the call's
+// executor (the MCP gateway): when the submission's own transaction
+// approves the new call (a rule, an allowance) and mints its grant, the
+// grant is redeemed for who in that same transaction, with every check
+// RedeemCall makes (signature and claims, the call's validation, then time,
+// status, rollback, freeze and nonce under the write lock) and its audit
+// entry: one commit instead of two. The redemption is nil when the call
+// was not approved by its submission, was not new (an identical call
+// returned), or did not validate at redemption (RedeemCall then refuses it
+// with its problems); the caller redeems as before when it wants to.
+func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, *Redemption, error) {
+	var out *Redemption
+	c, created, err := s.submit(ctx, who, nil, p, perr, func(tx Tx, emit func(Event), c *Call) error {
+		out = nil
+		if c.Status != StatusApproved || c.Grant == "" {
+			return nil
+		}
+		res, r, problems := s.verifyRedemption(who, c.Grant, p)
+		if len(problems) > 0 {
+			return nil
+		}
+		if err := s.redeemIn(tx, emit, who, res, r); err != nil {
+			return err
+		}
+		out = r
+		return nil
+	})
+	if err != nil || out == nil {
+		return c, created, nil, err
+	}
+	if out.Accepted {
+		c = out.Call
+		if !s.leaseWakesBefore(c.LeaseUntil) {
+			s.kickLeases()
+		}
+	}
+	return c, created, out, nil
+}
+
+// submit stores a proposal (Submit). then, when set, runs last in the
+// transaction that stores a new call, with the call as the transaction
+// leaves it.
+func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error,
+	then func(tx Tx, emit func(Event), c *Call) error) (*Call, bool, error) {
 	var t *tools.Tool
 	var problems canonical.Problems
 	var kind ProposalKind
@@ -205,7 +248,13 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err := s.applyRule(tx, c, decision, pre, emit); err != nil {
 			return err
 		}
-		return s.coverByAllowance(tx, c, env, t, decision, emit)
+		if err := s.coverByAllowance(tx, c, env, t, decision, emit); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(tx, emit, c)
+		}
+		return nil
 	})
 	var denied *PolicyDeniedError
 	if errors.As(err, &denied) {
