@@ -93,12 +93,15 @@ type approvalJSON struct {
 	// Evidence is the passkey's evidence, when the query aggregated it
 	// (a read of one call does; the history's pages leave it out).
 	Evidence *string `json:"evidence"`
+	// For is the person on whose behalf the approval was given ("" for
+	// none); absent in rows aggregated before it was recorded.
+	For string `json:"for"`
 }
 
 // DecodeApprovals reads the JSON array of a call's approvals that a history
 // query aggregated ({"operator","channel","at","comment","method",
 // "digest","via","presented_page","presented_at","passkey_id",
-// "passkey_name"} each, in the order given). A passkey's evidence is left
+// "passkey_name","for"} each, in the order given). A passkey's evidence is left
 // out: it is in the audit entry.
 func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	var as []approvalJSON
@@ -111,7 +114,7 @@ func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	out := make([]queue.Approval, len(as))
 	for i, a := range as {
 		out[i] = queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment,
-			Method: a.Method, Digest: a.Digest, Via: a.Via}
+			Method: a.Method, Digest: a.Digest, Via: a.Via, For: a.For}
 		if a.PresentedPage != nil && a.PresentedAt != nil {
 			out[i].Presented = &queue.Presented{Page: *a.PresentedPage, At: time.UnixMilli(*a.PresentedAt).UTC()}
 		}
