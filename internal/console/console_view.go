@@ -288,6 +288,10 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 			name := reveal.Of(a.Passkey.Name)
 			ta.Passkey = &name
 		}
+		if a.For != "" {
+			behalf := reveal.Of(c.shownName(a.For))
+			ta.For = &behalf
+		}
 		s.Approvals = append(s.Approvals, ta)
 	}
 	s.Tool, s.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
@@ -321,6 +325,9 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		if call.Status == queue.StatusPending {
 			s.ViewerPasskeys = c.viewerPasskeys(v)
 			s.Presented = c.q.Present(present.PageCall, v.user.Name, call)
+			if !s.ViewerMayApprove && !s.OwnCall && s.OwnedByViewer == "" {
+				s.ApproveFor = c.approveFor(call, v, now)
+			}
 		}
 	}
 	if call.Status == queue.StatusPending && s.CanDecide {
@@ -661,4 +668,28 @@ func isCurrencyCode(s string) bool {
 		}
 	}
 	return true
+}
+
+// approveFor lists the people on whose behalf v may approve call at now:
+// those with a delegation to v live now who are named in no approval of
+// it. It is read only for a viewer whose own standing does not let them
+// approve the call, so the ordinary page reads nothing more; the
+// decision checks the delegation, and the delegator's standing, again.
+func (c *Console) approveFor(call *queue.Call, v *viewer, now time.Time) []templates.ForChoice {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ds, err := c.q.Delegations(ctx, queue.DelegationFilter{Person: v.user.Name, LiveAt: now, Limit: 2 * queue.MaxDelegationsPerPerson})
+	if err != nil {
+		c.log.Warn("console: delegations of the viewer", slog.String("user", v.user.Name), slog.Any("error", err))
+		return nil
+	}
+	var out []templates.ForChoice
+	for _, d := range ds {
+		if d.Delegate != v.user.Name || !d.LiveAt(now) || call.ApprovedBy(d.Delegator) ||
+			slices.ContainsFunc(out, func(f templates.ForChoice) bool { return f.Name == d.Delegator }) {
+			continue
+		}
+		out = append(out, templates.ForChoice{Name: d.Delegator, Shown: reveal.Of(c.shownName(d.Delegator))})
+	}
+	return out
 }

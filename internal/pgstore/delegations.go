@@ -30,7 +30,7 @@ func (t *txn) EndDelegation(id, reason, by string, at time.Time) (bool, error) {
 	return sqlq.EndDelegation(t.ctx, shared{t.tx}, id, reason, by, at)
 }
 
-// Delegations lists the delegations person gave or received, newest first.
-func (s Store) Delegations(ctx context.Context, person string, limit int) ([]*queue.Delegation, error) {
-	return sqlq.Delegations(ctx, shared{s.pool}, person, limit)
+// Delegations lists delegations, newest first.
+func (s Store) Delegations(ctx context.Context, f queue.DelegationFilter) ([]*queue.Delegation, error) {
+	return sqlq.Delegations(ctx, shared{s.pool}, f)
 }

@@ -207,10 +207,18 @@ func (s *Service) EndDelegation(ctx context.Context, by, channel, id string) (*D
 	return out, err
 }
 
-// Delegations lists the delegations person gave or received, newest
-// first, at most limit; every delegation when person is "".
-func (s *Service) Delegations(ctx context.Context, person string, limit int) ([]*Delegation, error) {
-	return s.store.Delegations(ctx, person, limit)
+// DelegationFilter selects delegations: those Person gave or received
+// (every person's when ""), only those live at LiveAt when it is set, at
+// most Limit.
+type DelegationFilter struct {
+	Person string
+	LiveAt time.Time
+	Limit  int
+}
+
+// Delegations lists delegations, newest first.
+func (s *Service) Delegations(ctx context.Context, f DelegationFilter) ([]*Delegation, error) {
+	return s.store.Delegations(ctx, f)
 }
 
 // delegatedStanding is the check of an approval by u for delegator, in

@@ -271,7 +271,7 @@ func TestGiveDelegationRules(t *testing.T) {
 		t.Errorf("bob's fourth = %v, want ErrTooManyDelegations", err)
 	}
 	// An ended one no longer counts.
-	ds, err := e.q.Delegations(ctx, "alice", 10)
+	ds, err := e.q.Delegations(ctx, queue.DelegationFilter{Person: "alice", LiveAt: e.clock.Now(), Limit: 10})
 	if err != nil || len(ds) != 3 {
 		t.Fatalf("alice's delegations: %v, %d; want 3", err, len(ds))
 	}

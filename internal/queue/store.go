@@ -49,9 +49,8 @@ type Store interface {
 	// Allowance reads one allowance; ErrAllowanceNotFound when there is
 	// none.
 	Allowance(ctx context.Context, id string) (*Allowance, error)
-	// Delegations lists the delegations person gave or received (every
-	// one when person is ""), newest first, at most limit.
-	Delegations(ctx context.Context, person string, limit int) ([]*Delegation, error)
+	// Delegations lists delegations, newest first (DelegationFilter).
+	Delegations(ctx context.Context, f DelegationFilter) ([]*Delegation, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return

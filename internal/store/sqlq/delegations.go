@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/queue"
@@ -78,16 +79,18 @@ func EndDelegation(ctx context.Context, q Querier, id, reason, by string, at tim
 	return n == 1, nil
 }
 
-// Delegations lists the delegations person gave or received (all when
-// person is ""), newest first, at most limit.
-func Delegations(ctx context.Context, q Querier, person string, limit int) ([]*queue.Delegation, error) {
-	query := `SELECT ` + delegationColumns + ` FROM delegations`
+// Delegations lists delegations as f selects them, newest first.
+func Delegations(ctx context.Context, q Querier, f queue.DelegationFilter) ([]*queue.Delegation, error) {
+	where := []string{"1 = 1"}
 	var args []any
-	if person != "" {
-		query += ` WHERE delegator = ? OR delegate = ?`
-		args = append(args, person, person)
+	if f.Person != "" {
+		where, args = append(where, `(delegator = ? OR delegate = ?)`), append(args, f.Person, f.Person)
 	}
-	rows, err := q.Query(ctx, query+` ORDER BY given_at DESC, id DESC LIMIT `+strconv.Itoa(max(limit, 0)), args...)
+	if !f.LiveAt.IsZero() {
+		where, args = append(where, `ended_at IS NULL AND until > ?`), append(args, ms(f.LiveAt))
+	}
+	rows, err := q.Query(ctx, `SELECT `+delegationColumns+` FROM delegations WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY given_at DESC, id DESC LIMIT `+strconv.Itoa(max(f.Limit, 0)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list delegations: %w", err)
 	}

@@ -82,18 +82,23 @@ var _ = add("delegations/stored, found live, counted and ended, read back", func
 		}
 		return nil
 	})
-	list, err := s.Queue.Delegations(ctx, "bob", 10)
+	list, err := s.Queue.Delegations(ctx, queue.DelegationFilter{Person: "bob", Limit: 10})
 	if err != nil || len(list) != 3 || list[0].ID != cb.ID || list[1].ID != ab.ID || list[2].ID != older.ID {
 		t.Fatalf("Delegations(bob) = %d, %v; want cb, ab, older (newest first)", len(list), err)
 	}
 	if e := list[1]; !e.EndedAt.Equal(t0.Add(time.Minute)) || e.EndedBy != "bob" || e.EndReason != queue.DelegationEndedByPerson {
 		t.Errorf("ended delegation reads back %+v", e)
 	}
-	if list, err := s.Queue.Delegations(ctx, "carol", 10); err != nil || len(list) != 1 || list[0].ID != cb.ID {
+	if list, err := s.Queue.Delegations(ctx, queue.DelegationFilter{Person: "carol", Limit: 10}); err != nil || len(list) != 1 || list[0].ID != cb.ID {
 		t.Errorf("Delegations(carol) = %v, %v; want cb", list, err)
 	}
-	if list, err := s.Queue.Delegations(ctx, "", 2); err != nil || len(list) != 2 {
+	if list, err := s.Queue.Delegations(ctx, queue.DelegationFilter{Limit: 2}); err != nil || len(list) != 2 {
 		t.Errorf("Delegations(all, 2) = %d, %v; want 2", len(list), err)
+	}
+	// Live ones only: ab has ended, and older has run out by its until.
+	if list, err := s.Queue.Delegations(ctx, queue.DelegationFilter{Person: "bob", LiveAt: older.Until, Limit: 10}); err != nil ||
+		len(list) != 1 || list[0].ID != cb.ID {
+		t.Errorf("live Delegations(bob) = %v, %v; want cb alone", list, err)
 	}
 })
 

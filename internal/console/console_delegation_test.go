@@ -1,0 +1,78 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestDelegationOnPages: an admin delegates to an operator on the account
+// page; both people's pages list it; the operator, outside the tool's
+// approvers, is offered "for adele" on the call's page and approves, and
+// the page says "olivia, for adele". A second call's page, read before
+// the delegation ends, approves nothing after it ended, and says what to
+// do; the End button ends it.
+func TestDelegationOnPages(t *testing.T) {
+	e := newPeopleConsole(t)
+	adele, olivia := e.browser(), e.browser()
+	adele.login("adele", rolePassword)
+	olivia.login("olivia", rolePassword)
+
+	if p := olivia.post("/account/delegations", url.Values{"csrf": {olivia.csrf()}, "delegate": {"olivia"}, "for": {"1d"}}); p.status != http.StatusBadRequest ||
+		!strings.Contains(p.find("account-error").Text(), "another person") {
+		t.Errorf("a delegation to oneself: %d %q", p.status, p.find("account-error").Text())
+	}
+	if p := adele.post("/account/delegations", url.Values{"csrf": {adele.csrf()}, "delegate": {"olivia"}, "for": {"1d"}}); p.status != http.StatusOK ||
+		!strings.Contains(p.find("account-notice").Text(), "olivia may approve for adele") {
+		t.Fatalf("adele delegates to olivia: %d %q %q", p.status, p.find("account-notice").Text(), p.find("account-error").Text())
+	}
+	for who, b := range map[string]*consoleBrowser{"adele": adele, "olivia": olivia} {
+		row := b.get("/account").find("delegation-row")
+		if row.Length() != 1 || row.AttrOr("data-state", "") != "live" || !strings.Contains(row.Text(), "adele") || !strings.Contains(row.Text(), "olivia") {
+			t.Errorf("%s's account page lists %d delegations: %q", who, row.Length(), row.Text())
+		}
+	}
+
+	c := e.submitOwned(vaultAgent, `{"tool":"vault.rotate","target":"secret:db","args":{}}`)
+	p := olivia.get("/calls/" + c.ID)
+	choice := p.find("approve-for-choice")
+	if choice.Length() != 1 || choice.AttrOr("value", "") != "adele" || p.find("not-an-approver").Length() != 0 {
+		t.Fatalf("olivia's page offers approving for %d people (%q): %s", choice.Length(), choice.AttrOr("value", ""), p.find("decide").Text())
+	}
+	presented, _ := p.find("approve-presented").Attr("value")
+	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}, "presented": {presented}, "for": {"adele"}})
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("olivia approves for adele: %d %q", r.status, r.find("decision-error").Text())
+	}
+	shown := olivia.get("/calls/" + c.ID).find("approval")
+	if got := strings.Join(strings.Fields(shown.Find(`[data-testid="approval-by"]`).Text()+shown.Find(`[data-testid="approval-for"]`).Text()), " "); got != "olivia , for adele" && got != "olivia, for adele" {
+		t.Errorf("the approval reads %q, want olivia, for adele", got)
+	}
+	got, err := e.q.Call(context.Background(), c.ID)
+	if err != nil || got.Approvals[0].For != "adele" {
+		t.Fatalf("stored approval: %v %+v", err, got.Approvals)
+	}
+
+	// The page is read; then the delegation ends; then the click.
+	c2 := e.submitOwned(vaultAgent, `{"tool":"vault.rotate","target":"secret:api","args":{}}`)
+	presented, _ = olivia.get("/calls/" + c2.ID).find("approve-presented").Attr("value")
+	id := adele.get("/account").find("delegation-row").AttrOr("data-delegation", "")
+	if p := adele.post("/account/delegations/"+id+"/end", url.Values{"csrf": {adele.csrf()}}); p.status != http.StatusOK {
+		t.Fatalf("adele ends it: %d %q", p.status, p.find("account-error").Text())
+	}
+	r = olivia.post("/calls/"+c2.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c2.Digest}, "presented": {presented}, "for": {"adele"}})
+	if r.status != http.StatusConflict || !strings.Contains(r.find("decision-error").Text(), "Reload the page") {
+		t.Errorf("approving for adele after it ended: %d %q", r.status, r.find("decision-error").Text())
+	}
+	if got, err := e.q.Call(context.Background(), c2.ID); err != nil || len(got.Approvals) != 0 {
+		t.Errorf("after the refusal: %v, %d approvals", err, len(got.Approvals))
+	}
+	if p := olivia.get("/calls/" + c2.ID); p.find("approve-for-choice").Length() != 0 || p.find("not-an-approver").Length() != 1 {
+		t.Errorf("after it ended the page still offers approving for adele")
+	}
+	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "ended" {
+		t.Errorf("olivia's page shows the ended delegation as %q", row.AttrOr("data-state", ""))
+	}
+}
