@@ -34,3 +34,17 @@ func (t *storeTx) EndDelegation(id, reason, by string, at time.Time) (bool, erro
 func (s Store) Delegations(ctx context.Context, f queue.DelegationFilter) ([]*queue.Delegation, error) {
 	return sqlq.Delegations(ctx, shared{s.sql}, f)
 }
+
+func (t *storeTx) SetEscalation(c *queue.Call, due time.Time) error {
+	return sqlq.SetEscalation(t.ctx, shared{t.tx}, c, due)
+}
+
+// DueEscalations lists the calls whose next escalation tier is due.
+func (s Store) DueEscalations(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return sqlq.DueEscalations(ctx, shared{s.sql}, now, limit)
+}
+
+// NextEscalation is when the earliest escalation tier is due.
+func (s Store) NextEscalation(ctx context.Context) (time.Time, bool, error) {
+	return sqlq.NextEscalation(ctx, shared{s.sql})
+}

@@ -34,3 +34,17 @@ func (t *txn) EndDelegation(id, reason, by string, at time.Time) (bool, error) {
 func (s Store) Delegations(ctx context.Context, f queue.DelegationFilter) ([]*queue.Delegation, error) {
 	return sqlq.Delegations(ctx, shared{s.pool}, f)
 }
+
+func (t *txn) SetEscalation(c *queue.Call, due time.Time) error {
+	return sqlq.SetEscalation(t.ctx, shared{t.tx}, c, due)
+}
+
+// DueEscalations lists the calls whose next escalation tier is due.
+func (s Store) DueEscalations(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return sqlq.DueEscalations(ctx, shared{s.pool}, now, limit)
+}
+
+// NextEscalation is when the earliest escalation tier is due.
+func (s Store) NextEscalation(ctx context.Context) (time.Time, bool, error) {
+	return sqlq.NextEscalation(ctx, shared{s.pool})
+}

@@ -76,6 +76,11 @@ type Call struct {
 	// RequirePasskey is true when every approval must be signed by the
 	// operator's passkey (the tool's approve_with, or the ask rule's).
 	RequirePasskey bool
+	// Escalate are the tool's escalation tiers when the call was made,
+	// and Reached how many of them the call has reached: Approvers then
+	// includes what they added, Notify whom they notify.
+	Escalate []tools.Tier
+	Reached  int
 
 	CreatedAt time.Time
 	DecideBy  time.Time

@@ -49,6 +49,12 @@ type Store interface {
 	// Allowance reads one allowance; ErrAllowanceNotFound when there is
 	// none.
 	Allowance(ctx context.Context, id string) (*Allowance, error)
+	// DueEscalations lists the pending calls whose next escalation tier
+	// is due at or before now, earliest first.
+	DueEscalations(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextEscalation is when the earliest escalation tier is due, or
+	// false when none is.
+	NextEscalation(ctx context.Context) (time.Time, bool, error)
 	// Delegations lists delegations, newest first (DelegationFilter).
 	Delegations(ctx context.Context, f DelegationFilter) ([]*Delegation, error)
 }
@@ -142,6 +148,10 @@ type Tx interface {
 	// AllowanceCalls lists the ids of the calls the allowance approved, by
 	// the time of their use, then by id.
 	AllowanceCalls(id string) ([]string, error)
+	// SetEscalation writes c's reviewer condition, escalation tiers and
+	// tiers reached, and its notify channels, and keeps c due for its next
+	// tier at due (zero: no tier is left).
+	SetEscalation(c *Call, due time.Time) error
 	// InsertDelegation stores a new delegation (not ended).
 	InsertDelegation(d *Delegation) error
 	// Delegation reads one delegation; ErrDelegationNotFound when there

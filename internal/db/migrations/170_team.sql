@@ -28,3 +28,13 @@ BEGIN SELECT RAISE(ABORT, 'delegations are kept'); END;
 -- The person on whose behalf an approval was given, through a delegation;
 -- '' for an approval with the approver's own standing.
 ALTER TABLE approvals ADD COLUMN behalf TEXT NOT NULL DEFAULT '';
+
+-- Escalation tiers (docs/team.md): a pending call whose tool names tiers
+-- has a row here while a tier is still to come, due when the next one is
+-- reached. The tiers, how many were reached, and the approvers they added
+-- are kept with the call (its approvers column).
+CREATE TABLE escalations (
+    call_id TEXT PRIMARY KEY REFERENCES calls (id),
+    due_at  INTEGER NOT NULL                  -- unix milliseconds
+) STRICT;
+CREATE INDEX escalations_due ON escalations (due_at);

@@ -37,3 +37,13 @@ CREATE TRIGGER delegations_final BEFORE UPDATE OR DELETE ON delegations
 -- The person on whose behalf an approval was given, through a delegation;
 -- '' for an approval with the approver's own standing.
 ALTER TABLE approvals ADD COLUMN behalf TEXT COLLATE "C" NOT NULL DEFAULT '';
+
+-- Escalation tiers (docs/team.md): a pending call whose tool names tiers
+-- has a row here while a tier is still to come, due when the next one is
+-- reached. The tiers, how many were reached, and the approvers they added
+-- are kept with the call (its approvers column).
+CREATE TABLE escalations (
+    call_id TEXT COLLATE "C" PRIMARY KEY REFERENCES calls (id),
+    due_at  BIGINT NOT NULL                   -- unix milliseconds
+);
+CREATE INDEX escalations_due ON escalations (due_at);

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/store"
 )
 
 // Delegations (docs/team.md).
@@ -107,4 +108,57 @@ func Delegations(ctx context.Context, q Querier, f queue.DelegationFilter) ([]*q
 		return nil, fmt.Errorf("store: list delegations: %w", err)
 	}
 	return out, nil
+}
+
+// SetEscalation writes c's approvers column (its reviewer condition, with
+// the tiers it was made under and how many it reached) and its notify
+// channels, and keeps its escalations row due at due, or removes it when
+// due is zero (no tier is left).
+func SetEscalation(ctx context.Context, q Querier, c *queue.Call, due time.Time) error {
+	_, approvers, err := store.EncodePeople(c)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, `UPDATE calls SET approvers = ?, notify = ? WHERE id = ?`, approvers, strings.Join(c.Notify, ","), c.ID); err != nil {
+		return fmt.Errorf("store: escalate %s: %w", c.ID, err)
+	}
+	if due.IsZero() {
+		_, err = q.Exec(ctx, `DELETE FROM escalations WHERE call_id = ?`, c.ID)
+	} else {
+		_, err = q.Exec(ctx, `INSERT INTO escalations (call_id, due_at) VALUES (?, ?)
+			ON CONFLICT (call_id) DO UPDATE SET due_at = excluded.due_at`, c.ID, ms(due))
+	}
+	if err != nil {
+		return fmt.Errorf("store: escalation of %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// DueEscalations lists the calls whose next tier is due at or before now,
+// earliest first, at most limit.
+func DueEscalations(ctx context.Context, q Querier, now time.Time, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT call_id FROM escalations WHERE due_at <= ? ORDER BY due_at, call_id LIMIT `+
+		strconv.Itoa(max(limit, 0)), ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("store: due escalations: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: due escalations: %w", err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// NextEscalation is when the earliest tier is due; false when none is.
+func NextEscalation(ctx context.Context, q Querier) (time.Time, bool, error) {
+	var due sql.NullInt64
+	if err := q.QueryRow(ctx, `SELECT min(due_at) FROM escalations`).Scan(&due); err != nil {
+		return time.Time{}, false, fmt.Errorf("store: next escalation: %w", err)
+	}
+	return fromMS(due), due.Valid, nil
 }
