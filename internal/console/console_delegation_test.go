@@ -6,6 +6,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/policy"
 )
 
 // TestDelegationOnPages: an admin delegates to an operator on the account
@@ -74,5 +78,52 @@ func TestDelegationOnPages(t *testing.T) {
 	}
 	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "ended" {
 		t.Errorf("olivia's page shows the ended delegation as %q", row.AttrOr("data-state", ""))
+	}
+}
+
+const tierToolsYAML = `tools:
+  vault.rotate:
+    description: Rotate a secret
+    audience: vault-host
+    target: '^secret:[a-z]+$'
+    approvals: 1
+    decide_within: 1h
+    approvers: {roles: [admin]}
+    escalate:
+      - {after: 10m, add_roles: [operator]}
+    args: {type: object, additionalProperties: false, properties: {}}
+`
+
+// TestEscalationPushedLive: an operator watches a call only admins may
+// approve; when it reaches its tier, the page is pushed over its socket
+// with the approve form and the wider condition, and the operator's
+// approval is accepted.
+func TestEscalationPushedLive(t *testing.T) {
+	pol, err := policy.Parse([]byte(tierToolsYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newConsoleEnvTools(t, pol.Registry(), pol, nil)
+	e.addUser("olivia", account.RoleOperator, rolePassword)
+	c := e.submitOwned(vaultAgent, `{"tool":"vault.rotate","target":"secret:db","args":{}}`)
+	olivia := e.browser()
+	olivia.login("olivia", rolePassword)
+	if p := olivia.get("/calls/" + c.ID); p.find("not-an-approver").Length() != 1 || p.find("approve-form").Length() != 0 {
+		t.Fatalf("before the tier the page offers approving: %s", p.find("decide").Text())
+	}
+	ws, _ := olivia.mustDial("/ws?call=" + c.ID)
+	e.clock.Advance(10 * time.Minute)
+	if _, err := e.q.EscalateDue(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	msg := wsReadUntil(t, ws, `data-testid="approve-form"`)
+	doc := fragmentDoc(t, msg)
+	if got := strings.Join(strings.Fields(doc.Find(`[data-testid="approvers"]`).Last().Text()), " "); !strings.Contains(got, "roles admin, operator") {
+		t.Errorf("the pushed page says who can approve: %q", got)
+	}
+	presented, _ := doc.Find(`[data-testid="approve-presented"]`).Last().Attr("value")
+	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}, "presented": {presented}})
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("olivia approves after the tier: %d %q", r.status, r.find("decision-error").Text())
 	}
 }

@@ -3,11 +3,13 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/policy"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 )
@@ -156,5 +158,85 @@ var _ = add("delegations/an approval for a delegator counts once and reads back 
 	check("History", hist[0])
 	if len(hist[0].Approvals) != 2 || hist[0].Approvals[1].For != "" {
 		t.Errorf("History: approvals %+v, want carol's for nobody second", hist[0].Approvals)
+	}
+})
+
+// tierToolsYAML has a tool with two escalation tiers.
+const tierToolsYAML = `tools:
+  vault.rotate:
+    audience: vault-host
+    target: '^secret:[a-z]+$'
+    approvals: 1
+    decide_within: 1h
+    approvers: {groups: [security]}
+    escalate:
+      - {after: 10m, add_groups: [leads]}
+      - {after: 30m, add_roles: [admin], notify: [oncall]}
+    args: {type: object, additionalProperties: false, properties: {}}
+`
+
+var _ = add("escalations/a call's tiers are scheduled, reached, read back and dropped once it is decided", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	w := newWorld(t, s)
+	pol, err := policy.Parse([]byte(tierToolsYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.policy, w.tools = pol, pol.Registry()
+	h := w.open(t)
+	vault := queue.Principal{Actor: "agent:vault", Audience: "vault-host"}
+	c := mustSubmit(t, h, vault, []byte(`{"tool":"vault.rotate","target":"secret:db","args":{}}`))
+	next, ok, err := h.Queue.NextEscalation(ctx)
+	if err != nil || !ok || !next.Equal(c.CreatedAt.Add(10*time.Minute)) {
+		t.Fatalf("NextEscalation = %v, %t, %v; want %v", next, ok, err, c.CreatedAt.Add(10*time.Minute))
+	}
+	if due, err := h.Queue.DueEscalations(ctx, w.clock.Now(), 10); err != nil || len(due) != 0 {
+		t.Fatalf("DueEscalations now = %v, %v; want none", due, err)
+	}
+	w.clock.Advance(10 * time.Minute)
+	if due, err := h.Queue.DueEscalations(ctx, w.clock.Now(), 10); err != nil || len(due) != 1 || due[0] != c.ID {
+		t.Fatalf("DueEscalations at the tier = %v, %v; want %s", due, err, c.ID)
+	}
+	if n, err := h.q.EscalateDue(ctx); err != nil || n != 1 {
+		t.Fatalf("EscalateDue = %d, %v; want 1", n, err)
+	}
+	check := func(read string, got *queue.Call, reached int) {
+		t.Helper()
+		if got.Reached != reached || len(got.Escalate) != 2 || got.Escalate[1].After != 30*time.Minute ||
+			!slices.Equal(got.Escalate[1].AddRoles, []string{"admin"}) || !slices.Equal(got.Escalate[1].Notify, []string{"oncall"}) ||
+			!slices.Equal(got.Approvers.Groups, []string{"security", "leads"}) {
+			t.Errorf("%s: reached %d of %+v, approvers %+v; want %d reached and leads added", read, got.Reached, got.Escalate, got.Approvers, reached)
+		}
+	}
+	got, err := h.Queue.Call(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Call", got, 1)
+	page, err := h.Queue.PendingPage(ctx, queue.PageKey{}, 10)
+	if err != nil || len(page) != 1 {
+		t.Fatalf("PendingPage = %d, %v", len(page), err)
+	}
+	check("PendingPage", page[0], 1)
+	if next, ok, err := h.Queue.NextEscalation(ctx); err != nil || !ok || !next.Equal(c.CreatedAt.Add(30*time.Minute)) {
+		t.Errorf("NextEscalation after the first tier = %v, %t, %v", next, ok, err)
+	}
+	if _, err := h.q.Approve(ctx, "admin", audit.ChannelCLI, c.ID, c.Digest); err == nil {
+		t.Fatal("an admin approved before the tier that adds admins")
+	}
+	if _, err := h.q.Deny(ctx, "alice", audit.ChannelCLI, c.ID, "not now"); err != nil {
+		t.Fatalf("alice denies: %v", err)
+	}
+	hist, _, err := h.History.History(ctx, queue.HistoryFilter{Limit: 10})
+	if err != nil || len(hist) != 1 {
+		t.Fatalf("History = %d, %v", len(hist), err)
+	}
+	check("History", hist[0], 1)
+	w.clock.Advance(20 * time.Minute)
+	if n, err := h.q.EscalateDue(ctx); err != nil || n != 0 {
+		t.Errorf("EscalateDue of a decided call = %d, %v; want 0", n, err)
+	}
+	if _, ok, err := h.Queue.NextEscalation(ctx); err != nil || ok {
+		t.Errorf("NextEscalation once decided = %t, %v; want none", ok, err)
 	}
 })
