@@ -89,3 +89,72 @@ func TestBrowserDelegation(t *testing.T) {
 		t.Errorf("the agent's answer: %v %s", err, got.raw)
 	}
 }
+
+// tierTools: only admins approve vault.rotate, until its call has waited
+// eight seconds (long enough for the page to open first); then operators
+// may too.
+const tierTools = `tools:
+  vault.rotate:
+    description: Rotate a secret
+    audience: vault-host
+    target: '^secret:[a-z]+$'
+    approvals: 1
+    decide_within: 10m
+    approvers: {roles: [admin]}
+    escalate:
+      - {after: 8s, add_roles: [operator]}
+    args: {type: object, additionalProperties: false, properties: {}}
+`
+
+// TestBrowserEscalation: an operator watches, in Chromium, a call only
+// admins may approve; when it reaches its tier, the real console's sweep
+// escalates it and the page turns, live, into one the operator may
+// approve, which they do.
+func TestBrowserEscalation(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(tierTools), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--tools", file)
+	olga := s.addUser("olga", "operator")
+	vault := newRawAgent(s.url, s.token("agent:vault", "vault-host"))
+
+	b := startBrowser(t, ctx)
+	w := b.window(t, "olga")
+	w.login(s.url, olga)
+	r, err := vault.submit(ctx, `{"tool":"vault.rotate","target":"secret:db","args":{}}`)
+	if err != nil || r.status != 201 {
+		t.Fatalf("submit: %v %v", r, err)
+	}
+	id := r.str("id")
+	w.navigate(s.url + "/calls/" + id)
+	if got := w.text(testID("not-an-approver")); !strings.Contains(got, "Only role admin may approve") {
+		t.Errorf("the page before the tier says %q", got)
+	}
+	if reached := eval[bool](w, `document.querySelector('[data-testid="tier"]').dataset.reached === "true"`); reached {
+		t.Fatal("the tier was reached before the page opened; nothing was seen live")
+	}
+	w.screenshot("escalation-before-1280")
+	w.do("the tier is reached and pushed", 30*time.Second,
+		chromedp.WaitVisible(`[data-testid="tier"][data-reached="true"]`),
+		chromedp.WaitVisible(testID("approve-form")))
+	if got := strings.Join(strings.Fields(w.text(testID("approvers"))), " "); !strings.Contains(got, "roles admin, operator") {
+		t.Errorf("who can approve after the tier: %q", got)
+	}
+	for _, size := range sizes {
+		w.do("set the window to "+size.name, waitShort, chromedp.EmulateViewport(size.width, size.height))
+		if problems := eval[[]string](w, layoutProblemsJS); len(problems) > 0 {
+			t.Errorf("the escalated call's page at %s px:\n  %s", size.name, strings.Join(problems, "\n  "))
+		}
+		w.screenshot("escalation-reached-" + size.name)
+		accessible(t, w, "the escalated call's page at "+size.name)
+	}
+	w.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
+	w.do("approve", waitShort,
+		chromedp.WaitEnabled(testID("approve")),
+		chromedp.Click(testID("approve")),
+		chromedp.WaitVisible(statusIs("approved")))
+}

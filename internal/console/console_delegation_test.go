@@ -111,6 +111,10 @@ func TestEscalationPushedLive(t *testing.T) {
 	if p := olivia.get("/calls/" + c.ID); p.find("not-an-approver").Length() != 1 || p.find("approve-form").Length() != 0 {
 		t.Fatalf("before the tier the page offers approving: %s", p.find("decide").Text())
 	}
+	if tier := olivia.get("/calls/" + c.ID).find("tier"); tier.Length() != 1 || tier.AttrOr("data-reached", "") != "false" ||
+		!strings.Contains(tier.Text(), "adds role operator to who can approve") {
+		t.Errorf("the page shows the tier as %q (reached %q)", tier.Text(), tier.AttrOr("data-reached", ""))
+	}
 	ws, _ := olivia.mustDial("/ws?call=" + c.ID)
 	e.clock.Advance(10 * time.Minute)
 	if _, err := e.q.EscalateDue(context.Background()); err != nil {
@@ -120,6 +124,9 @@ func TestEscalationPushedLive(t *testing.T) {
 	doc := fragmentDoc(t, msg)
 	if got := strings.Join(strings.Fields(doc.Find(`[data-testid="approvers"]`).Last().Text()), " "); !strings.Contains(got, "roles admin, operator") {
 		t.Errorf("the pushed page says who can approve: %q", got)
+	}
+	if tier := doc.Find(`[data-testid="tier"]`).Last(); tier.AttrOr("data-reached", "") != "true" {
+		t.Errorf("the pushed page shows the tier not reached: %q", tier.Text())
 	}
 	presented, _ := doc.Find(`[data-testid="approve-presented"]`).Last().Attr("value")
 	r := olivia.post("/calls/"+c.ID+"/approve", url.Values{"csrf": {olivia.csrf()}, "digest": {c.Digest}, "presented": {presented}})

@@ -301,6 +301,9 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 	if !call.Approvers.Empty() {
 		s.Approvers = reveal.String(call.Approvers.Describe())
 	}
+	for i, t := range call.Escalate {
+		s.Tiers = append(s.Tiers, templates.TierShown{At: call.CreatedAt.Add(t.After), Adds: tierAdds(t), Reached: i < call.Reached})
+	}
 	s.RequirePasskey, s.PasskeysOn = call.RequirePasskey, c.cfg.Passkeys != nil
 	if call.Denial != nil {
 		s.DeniedBy, s.DenyReason = optText(call.Denial.By), optText(call.Denial.Reason)
@@ -692,4 +695,31 @@ func (c *Console) approveFor(call *queue.Call, v *viewer, now time.Time) []templ
 		out = append(out, templates.ForChoice{Name: d.Delegator, Shown: reveal.Of(c.shownName(d.Delegator))})
 	}
 	return out
+}
+
+// tierAdds says what an escalation tier adds: "adds role admin, group
+// leads; notifies oncall".
+func tierAdds(t tools.Tier) string {
+	var adds []string
+	if len(t.AddRoles) > 0 {
+		adds = append(adds, plural("role", len(t.AddRoles))+" "+strings.Join(t.AddRoles, ", "))
+	}
+	if len(t.AddGroups) > 0 {
+		adds = append(adds, plural("group", len(t.AddGroups))+" "+strings.Join(t.AddGroups, ", "))
+	}
+	var out []string
+	if len(adds) > 0 {
+		out = append(out, "adds "+strings.Join(adds, ", ")+" to who can approve")
+	}
+	if len(t.Notify) > 0 {
+		out = append(out, "notifies "+strings.Join(t.Notify, ", "))
+	}
+	return reveal.String(strings.Join(out, "; "))
+}
+
+func plural(s string, n int) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }

@@ -471,6 +471,20 @@ type Approval struct {
 	For *Text
 }
 
+// TierShown is one escalation tier on a call's page.
+type TierShown struct {
+	At      time.Time
+	Adds    string // "adds group leads; notifies oncall"
+	Reached bool
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
 // ForChoice is one person a delegate may approve for: the account name
 // posted, and the name shown.
 type ForChoice struct {
@@ -587,6 +601,9 @@ type StatusView struct {
 	CanDecide        bool
 	ApprovedByViewer bool
 	OwnCall          bool
+	// Tiers are the call's escalation tiers, each with when it is (or
+	// was) reached and what it adds.
+	Tiers []TierShown
 	// ApproveFor lists the people who delegated their approvals to the
 	// viewer and on whose behalf the viewer may approve this call, when
 	// the viewer's own standing is not enough (docs/team.md).
