@@ -134,3 +134,36 @@ func TestEscalationPushedLive(t *testing.T) {
 		t.Fatalf("olivia approves after the tier: %d %q", r.status, r.find("decision-error").Text())
 	}
 }
+
+// TestDelegationByAdminAndDisabling: an admin gives a delegation on an
+// operator's behalf; an operator cannot give one for someone else;
+// disabling the delegator on the admin page ends it on the record, with
+// its audit entry, and the delegate is no longer offered to approve for
+// them.
+func TestDelegationByAdminAndDisabling(t *testing.T) {
+	e := newPeopleConsole(t)
+	e.addUser("omar", account.RoleOperator, rolePassword)
+	adele, olivia := e.browser(), e.browser()
+	adele.login("adele", rolePassword)
+	olivia.login("olivia", rolePassword)
+	if p := olivia.post("/account/delegations", url.Values{"csrf": {olivia.csrf()}, "delegator": {"owen"}, "delegate": {"olivia"}, "for": {"1d"}}); p.status != http.StatusForbidden {
+		t.Errorf("an operator gives owen's delegation: %d %q", p.status, p.find("account-error").Text())
+	}
+	if p := adele.post("/account/delegations", url.Values{"csrf": {adele.csrf()}, "delegator": {"omar"}, "delegate": {"olivia"}, "for": {"8h"}}); p.status != http.StatusOK ||
+		!strings.Contains(p.find("account-notice").Text(), "olivia may approve for omar") {
+		t.Fatalf("adele for omar: %d %q %q", p.status, p.find("account-notice").Text(), p.find("account-error").Text())
+	}
+	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "live" || !strings.Contains(row.Text(), "omar") {
+		t.Fatalf("olivia's page: %q", row.Text())
+	}
+	if p := adele.post("/admin/users/omar/disable", url.Values{"csrf": {adele.csrf()}}); p.status != http.StatusOK {
+		t.Fatalf("disable omar: %d", p.status)
+	}
+	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "ended" {
+		t.Errorf("after omar was disabled olivia's page shows %q", row.AttrOr("data-state", ""))
+	}
+	var reason string
+	if err := e.db.SQL().QueryRow(`SELECT json_extract(details, '$.reason') FROM audit WHERE kind = 'delegation_ended'`).Scan(&reason); err != nil || reason != "account_disabled" {
+		t.Errorf("the delegation_ended entry: %q, %v", reason, err)
+	}
+}

@@ -35,6 +35,9 @@ const (
 // ended (Delegation.State).
 const (
 	DelegationEndedByPerson = "ended"
+	// DelegationEndedDisabled: one of its two accounts was disabled
+	// (EndDelegationsOf).
+	DelegationEndedDisabled = "account_disabled"
 )
 
 // Delegation states as pages show them (Delegation.State).
@@ -205,6 +208,39 @@ func (s *Service) EndDelegation(ctx context.Context, by, channel, id string) (*D
 		return nil
 	})
 	return out, err
+}
+
+// EndDelegationsOf records as ended, with reason, every delegation live
+// now that person gave or received, each audited (delegation_ended), in
+// one transaction, and returns how many it ended. A disabled account's
+// delegations pass nothing from the moment it is disabled (every decision
+// checks both accounts); this writes that down.
+func (s *Service) EndDelegationsOf(ctx context.Context, person, by, channel, reason string) (int, error) {
+	live, err := s.store.Delegations(ctx, DelegationFilter{Person: person, LiveAt: s.now(), Limit: 2 * MaxDelegationsPerPerson})
+	if err != nil || len(live) == 0 {
+		return 0, err
+	}
+	n := 0
+	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
+		n = 0
+		now := s.now()
+		for _, d := range live {
+			ok, err := tx.EndDelegation(d.ID, reason, by, now)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			n++
+			if err := tx.Append(s.entry(KindDelegationEnded, nil, by, channel, map[string]any{
+				"delegation": d.ID, "delegator": d.Delegator, "delegate": d.Delegate, "reason": reason})); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // DelegationFilter selects delegations: those Person gave or received
