@@ -288,3 +288,35 @@ func TestGiveDelegationRules(t *testing.T) {
 		t.Errorf("alice's third after one ended: %v", err)
 	}
 }
+
+// TestDelegationBoundUnderRace: many people delegate to one delegate at
+// once; the delegate ends up with exactly MaxDelegationsPerPerson live,
+// whatever the interleaving, because the bound is counted in the giving
+// transaction.
+func TestDelegationBoundUnderRace(t *testing.T) {
+	e := newTeamEnv(t)
+	names := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
+	testkit.SeedUsers(t, e.db.Accounts(), account.RoleOperator, names...)
+	ctx := context.Background()
+	errs := make(chan error, len(names))
+	for _, n := range names {
+		go func() {
+			_, err := e.q.GiveDelegation(ctx, queue.DelegationInput{By: n, Channel: audit.ChannelWeb, Delegator: n, Delegate: "dave",
+				Until: e.clock.Now().Add(time.Hour)})
+			errs <- err
+		}()
+	}
+	given := 0
+	for range names {
+		switch err := <-errs; {
+		case err == nil:
+			given++
+		case !errors.Is(err, queue.ErrTooManyDelegations):
+			t.Errorf("GiveDelegation = %v, want nil or ErrTooManyDelegations", err)
+		}
+	}
+	live, err := e.q.Delegations(ctx, queue.DelegationFilter{Person: "dave", LiveAt: e.clock.Now(), Limit: 20})
+	if given != queue.MaxDelegationsPerPerson || err != nil || len(live) != queue.MaxDelegationsPerPerson {
+		t.Fatalf("%d given, %d live (%v); want %d", given, len(live), err, queue.MaxDelegationsPerPerson)
+	}
+}
