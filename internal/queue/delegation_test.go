@@ -320,3 +320,29 @@ func TestDelegationBoundUnderRace(t *testing.T) {
 		t.Fatalf("%d given, %d live (%v); want %d", given, len(live), err, queue.MaxDelegationsPerPerson)
 	}
 }
+
+// TestDelegationQuorumCountsPeopleAcrossAccounts: the names of an
+// approval for someone are matched as quorums match people: after bob
+// approved for alice, alice's single-sign-on account (short name Alice)
+// cannot add an approval, as herself or for anyone.
+func TestDelegationQuorumCountsPeopleAcrossAccounts(t *testing.T) {
+	e := newTeamEnv(t)
+	const ssoAlice = "oidc:idp.example.com/00u-alice"
+	accountsUpdate(t, e, func(tx account.Tx) error {
+		return tx.InsertUser(account.User{Name: ssoAlice, Role: account.RoleOperator, Kind: account.KindOIDC,
+			Issuer: "https://idp.example.com", Subject: "00u-alice", ShortName: "Alice", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)})
+	})
+	MustDelegate(t, e, "alice", "bob")
+	MustDelegate(t, e, "carol", ssoAlice)
+	c := submitAs(t, e, ledgerBot, "ledger.close", "period:1", `{}`)
+	if _, err := approveFor(e, "bob", "alice", c); err != nil {
+		t.Fatalf("bob for alice: %v", err)
+	}
+	for _, behalf := range []string{"", "carol"} {
+		_, err := approveFor(e, ssoAlice, behalf, c)
+		var sp *queue.SamePersonError
+		if !errors.As(err, &sp) || sp.Other != "alice" {
+			t.Errorf("alice's other account (for %q) = %v, want SamePersonError naming alice", behalf, err)
+		}
+	}
+}
