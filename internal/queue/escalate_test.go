@@ -185,3 +185,59 @@ func TestTierNeverLowersTheRequirement(t *testing.T) {
 		t.Fatal("no generated tools file was checked")
 	}
 }
+
+// counterTierTools: operators may counter a refund only admins may
+// approve once it reached its first tier; a second tier adds leads.
+const counterTierTools = `tools:
+  pay.refund:
+    audience: payments-host
+    target: '^invoice:[0-9]+$'
+    approvals: 1
+    decide_within: 1h
+    approvers: {roles: [admin]}
+    escalate:
+      - {after: 5m, add_roles: [operator], notify: [oncall]}
+      - {after: 20m, add_groups: [leads]}
+    counter: {edit: [/amount_minor]}
+    args:
+      type: object
+      additionalProperties: false
+      required: [amount_minor]
+      properties:
+        amount_minor: {type: integer, minimum: 1, maximum: 5000000}
+`
+
+// TestCounterKeepsTiersReached: a counter-proposal of a call that reached
+// a tier keeps it reached (who may approve, whom it notifies) and reaches
+// the rest counted from its own submission.
+func TestCounterKeepsTiersReached(t *testing.T) {
+	e := newPeopleEnvFrom(t, counterTierTools)
+	ctx := context.Background()
+	bot := queue.Principal{Actor: "agent:payer", Audience: "payments-host", TokenID: "tok_payer"}
+	orig := submitAs(t, e, bot, "pay.refund", "invoice:1", `{"amount_minor":4000}`)
+	e.clock.Advance(5 * time.Minute)
+	if n, err := e.q.EscalateDue(ctx); err != nil || n != 1 {
+		t.Fatalf("the first tier: %d, %v", n, err)
+	}
+	counter, err := e.q.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: audit.ChannelCLI, CallID: orig.ID,
+		Digest: orig.Digest, Edits: map[string]json.RawMessage{"/amount_minor": json.RawMessage("3000")}})
+	if err != nil {
+		t.Fatalf("alice counters after the first tier: %v", err)
+	}
+	if counter.Reached != 1 || len(counter.Escalate) != 2 || !slices.Contains(counter.Approvers.Roles, "operator") ||
+		!slices.Contains(counter.Notify, "oncall") {
+		t.Fatalf("the counter: reached %d of %d, approvers %+v, notify %v", counter.Reached, len(counter.Escalate), counter.Approvers, counter.Notify)
+	}
+	e.clock.Advance(20*time.Minute - time.Second)
+	if n, err := e.q.EscalateDue(ctx); err != nil || n != 0 {
+		t.Fatalf("before the counter's second tier: %d, %v", n, err)
+	}
+	e.clock.Advance(time.Second)
+	if n, err := e.q.EscalateDue(ctx); err != nil || n != 1 {
+		t.Fatalf("the counter's second tier: %d, %v", n, err)
+	}
+	got, err := e.q.Call(ctx, counter.ID)
+	if err != nil || got.Reached != 2 || !slices.Contains(got.Approvers.Groups, "leads") {
+		t.Fatalf("the counter after its second tier: %v, %+v", err, got)
+	}
+}
