@@ -159,8 +159,9 @@ func TestDelegationByAdminAndDisabling(t *testing.T) {
 	if p := adele.post("/admin/users/omar/disable", url.Values{"csrf": {adele.csrf()}}); p.status != http.StatusOK {
 		t.Fatalf("disable omar: %d", p.status)
 	}
-	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "ended" {
-		t.Errorf("after omar was disabled olivia's page shows %q", row.AttrOr("data-state", ""))
+	if row := olivia.get("/account").find("delegation-row"); row.AttrOr("data-state", "") != "account_disabled" ||
+		!strings.Contains(row.Find(`[data-testid="delegation-state"]`).Text(), "an account was disabled") {
+		t.Errorf("after omar was disabled olivia's page shows %q: %q", row.AttrOr("data-state", ""), row.Text())
 	}
 	var reason string
 	if err := e.db.SQL().QueryRow(`SELECT json_extract(details, '$.reason') FROM audit WHERE kind = 'delegation_ended'`).Scan(&reason); err != nil || reason != "account_disabled" {

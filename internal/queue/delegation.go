@@ -288,6 +288,8 @@ func delegatedStanding(tx Tx, u account.User, delegator string, now time.Time) (
 // the caller) is disabled.
 func (d *Delegation) State(now time.Time, disabled func(name string) bool) string {
 	switch {
+	case d.EndReason == DelegationEndedDisabled:
+		return DelegationDisabled
 	case !d.EndedAt.IsZero():
 		return DelegationEnded
 	case !now.Before(d.Until):
