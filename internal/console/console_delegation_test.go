@@ -58,6 +58,10 @@ func TestDelegationOnPages(t *testing.T) {
 	if err != nil || got.Approvals[0].For != "adele" {
 		t.Fatalf("stored approval: %v %+v", err, got.Approvals)
 	}
+	h := olivia.get("/history")
+	if got := strings.Join(strings.Fields(h.find("row-decider").First().Text()+h.find("row-decider-for").First().Text()), " "); got != "olivia, for adele" {
+		t.Errorf("the history row reads %q, want olivia, for adele", got)
+	}
 
 	// The page is read; then the delegation ends; then the click.
 	c2 := e.submitOwned(vaultAgent, `{"tool":"vault.rotate","target":"secret:api","args":{}}`)
