@@ -216,6 +216,15 @@ func ruleChannelProblems(reg *tools.Registry, cfg *notify.Config, from string) [
 				}
 			}
 		}
+		for i, tier := range t.Escalate {
+			for _, ch := range tier.Notify {
+				if cfg == nil {
+					problems = append(problems, fmt.Sprintf("tool %s, escalation tier %d: notify names %s, but no notifications are configured (see docs/notifications.md)", t.Name, i+1, ch))
+				} else if _, ok := cfg.Channels[ch]; !ok {
+					problems = append(problems, fmt.Sprintf("tool %s, escalation tier %d: notify names %s, which is not a channel of %s", t.Name, i+1, ch, from))
+				}
+			}
+		}
 	}
 	return problems
 }

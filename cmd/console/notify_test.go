@@ -266,3 +266,34 @@ notifications:
 		t.Errorf("decision %+v, want by %s, by_name Olga K (single sign-on)", dec, principal)
 	}
 }
+
+// TestTiersMayNameOnlyConfiguredChannels: an escalation tier's notify is
+// checked against the notifications configuration at start, as a rule's.
+func TestTiersMayNameOnlyConfiguredChannels(t *testing.T) {
+	data := t.TempDir()
+	tools := filepath.Join(data, "tools.yaml")
+	os.WriteFile(tools, []byte(`tools:
+  ops.restart:
+    audience: ops-host
+    target: '^service:[a-z-]+$'
+    approvals: 1
+    decide_within: 1h
+    approvers: {roles: [admin]}
+    escalate:
+      - {after: 10m, add_roles: [operator], notify: [oncall]}
+    args: {type: object, additionalProperties: false, properties: {}}
+`), 0o600)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	secret := func(string) string { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }
+	_, err := openApp(data, "", tools, &notifySource{getenv: secret}, log)
+	if err == nil || !strings.Contains(err.Error(), "tool ops.restart, escalation tier 1: notify names oncall, but no notifications are configured") {
+		t.Fatalf("without notifications: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "notify.yaml")
+	os.WriteFile(file, []byte("channels:\n  oncall: {type: webhook, url: \"https://h.example.com/\", secret: {env: S}}\n"), 0o600)
+	a, err := openApp(data, "", tools, &notifySource{file: file, getenv: secret}, log)
+	if err != nil {
+		t.Fatalf("with the channel: %v", err)
+	}
+	a.Close()
+}

@@ -110,9 +110,18 @@ func approvals(c *queue.Call, name func(string) string) wire.Approvals {
 	v.Given = make([]wire.Approval, len(c.Approvals))
 	for i, a := range c.Approvals {
 		v.Given[i] = wire.Approval{By: name(a.Operator), Channel: a.Channel, Method: a.Method, Human: a.Human(),
-			Digest: a.Digest, Via: a.Via, Presented: presented(a.Presented), At: at(a.At)}
+			Digest: a.Digest, Via: a.Via, Presented: presented(a.Presented), At: at(a.At), For: forName(a.For, name)}
 	}
 	return v
+}
+
+// forName is the delegator an approval was given for, named as its
+// approver is; "" for none.
+func forName(behalf string, name func(string) string) string {
+	if behalf == "" {
+		return ""
+	}
+	return name(behalf)
 }
 
 func presented(p *queue.Presented) *wire.Presented {
@@ -139,7 +148,7 @@ func lineage(c *queue.Call, v *wire.Call, name func(string) string) wire.Lineage
 			l.Presented = append(l.Presented, wire.Step{Digest: a.Digest, By: name(a.Operator), Page: p.Page, At: at(p.At)})
 		}
 		l.Decided = append(l.Decided, wire.Step{Digest: a.Digest, By: name(a.Operator), Verdict: "approved",
-			Method: a.Method, Human: a.Human(), Via: a.Via, At: at(a.At)})
+			Method: a.Method, Human: a.Human(), Via: a.Via, At: at(a.At), For: forName(a.For, name)})
 	}
 	if d := c.Denial; d != nil {
 		l.Decided = append(l.Decided, wire.Step{By: name(d.By), Verdict: "denied", At: at(d.At)})

@@ -326,6 +326,8 @@ func (c *Console) Routes(e *echo.Echo) {
 	post("/account/passkeys/begin", c.beginRegistration)
 	post("/account/passkeys/finish", c.finishRegistration)
 	post("/account/passkeys/remove", c.removePasskey)
+	post("/account/delegations", c.giveDelegation, c.requireDecider)
+	post("/account/delegations/:id/end", c.endDelegation)
 	post("/calls/:id/approve", c.approve, c.requireDecider)
 	post("/calls/:id/deny", c.deny, c.requireDecider)
 	post("/calls/:id/revoke", c.revoke, c.requireDecider)

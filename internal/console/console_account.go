@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/passkey"
+	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/web/templates"
@@ -41,6 +42,11 @@ func (c *Console) accountView(ctx context.Context, v *viewer) (templates.Account
 	if v.user.SSO() {
 		av.Principal = reveal.String(v.user.Name)
 	}
+	rows, err := c.delegationRows(ctx, v, c.now())
+	if err != nil {
+		return av, err
+	}
+	av.Delegations, av.CanDelegate, av.AsAdmin = rows, v.user.CanDecide(), v.user.Role == account.RoleAdmin
 	if c.cfg.Passkeys == nil {
 		return av, nil
 	}
@@ -255,4 +261,83 @@ func (c *Console) removePasskey(ec echo.Context) error {
 		return err
 	}
 	return c.renderAccount(ec, http.StatusOK, "Removed the passkey "+reveal.String(p.Name)+".", "")
+}
+
+// delegationRows are the delegations v gave or received, for the
+// account page: at most enough to show every live one and the latest
+// ended ones.
+func (c *Console) delegationRows(ctx context.Context, v *viewer, now time.Time) ([]templates.DelegationRow, error) {
+	ds, err := c.q.Delegations(ctx, queue.DelegationFilter{Person: v.user.Name, Limit: 20})
+	if err != nil {
+		return nil, err
+	}
+	disabled := map[string]bool{}
+	isDisabled := func(name string) bool {
+		if d, ok := disabled[name]; ok {
+			return d
+		}
+		u, err := c.accounts.UserByName(ctx, name)
+		disabled[name] = err != nil || !u.CanDecide()
+		return disabled[name]
+	}
+	rows := make([]templates.DelegationRow, 0, len(ds))
+	for _, d := range ds {
+		state := d.State(now, isDisabled)
+		rows = append(rows, templates.DelegationRow{ID: d.ID, Delegator: reveal.Of(c.shownName(d.Delegator)),
+			Delegate: reveal.Of(c.shownName(d.Delegate)), GivenBy: reveal.Of(c.shownName(d.GivenBy)),
+			GivenAt: d.GivenAt, Until: d.Until, State: state, CanEnd: state == queue.DelegationLive, Gave: d.Delegator == v.user.Name})
+	}
+	return rows, nil
+}
+
+// delegationSpans are the windows the account page offers for a
+// delegation, each at most queue.MaxDelegationFor.
+var delegationSpans = map[string]time.Duration{
+	"8h": 8 * time.Hour, "1d": 24 * time.Hour, "3d": 3 * 24 * time.Hour, "7d": 7 * 24 * time.Hour, "14d": 14 * 24 * time.Hour,
+}
+
+// giveDelegation delegates the viewer's approvals (or, for an admin,
+// another operator's) to the person named, for the window chosen.
+func (c *Console) giveDelegation(ec echo.Context) error {
+	v, form := viewerOf(ec), ec.Request().PostForm
+	span, ok := delegationSpans[form.Get("for")]
+	if !ok {
+		return c.renderAccount(ec, http.StatusBadRequest, "", "choose how long the delegation lasts: 8 hours, or 1, 3, 7 or 14 days")
+	}
+	delegator := strings.TrimSpace(form.Get("delegator"))
+	if delegator == "" {
+		delegator = v.user.Name
+	}
+	d, err := c.q.GiveDelegation(ec.Request().Context(), queue.DelegationInput{By: v.user.Name, Channel: audit.ChannelWeb,
+		Delegator: delegator, Delegate: strings.TrimSpace(form.Get("delegate")), Until: c.now().Add(span)})
+	if err != nil {
+		return c.accountRefused(ec, err)
+	}
+	return c.renderAccount(ec, http.StatusOK, c.shownName(d.Delegate)+" may approve for "+c.shownName(d.Delegator)+
+		" until "+d.Until.Format("2006-01-02 15:04 MST")+".", "")
+}
+
+// endDelegation ends a delegation the viewer gave or received (or any,
+// for an admin).
+func (c *Console) endDelegation(ec echo.Context) error {
+	v := viewerOf(ec)
+	d, err := c.q.EndDelegation(ec.Request().Context(), v.user.Name, audit.ChannelWeb, ec.Param("id"))
+	if err != nil {
+		return c.accountRefused(ec, err)
+	}
+	return c.renderAccount(ec, http.StatusOK, "Ended the delegation from "+c.shownName(d.Delegator)+" to "+c.shownName(d.Delegate)+".", "")
+}
+
+// accountRefused shows the account page with what a refusal says to do,
+// or returns an error the console does not explain to people.
+func (c *Console) accountRefused(ec echo.Context, err error) error {
+	ae := server.ErrorOf(err)
+	if ae.Status >= 500 {
+		return err
+	}
+	var de *queue.DeciderError
+	if errors.As(err, &de) {
+		return c.renderAccount(ec, ae.Status, "", "Both people must be enabled accounts that decide (operator or admin): "+ae.Message)
+	}
+	return c.renderAccount(ec, ae.Status, "", ae.Message)
 }

@@ -142,7 +142,12 @@ func (c *Console) disableUser(ec echo.Context) error {
 		return err
 	}
 	c.hub.endUser(name)
-	return c.renderAdmin(ec, http.StatusOK, "Disabled "+reveal.String(name)+"; their sessions have ended.", "", nil)
+	// The account's delegations passed nothing from the moment it was
+	// disabled; record them ended.
+	if _, err := c.q.EndDelegationsOf(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb, queue.DelegationEndedDisabled); err != nil {
+		return err
+	}
+	return c.renderAdmin(ec, http.StatusOK, "Disabled "+reveal.String(name)+"; their sessions and delegations have ended.", "", nil)
 }
 
 // endSessions ends every session of an account at once: its pages on this

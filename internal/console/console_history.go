@@ -307,6 +307,10 @@ func (h *historyPages) row(call *queue.Call, now time.Time) templates.HistoryRow
 			name := reveal.Of(a.Passkey.Name)
 			d.Passkey = &name
 		}
+		if a.For != "" {
+			behalf := reveal.Of(a.For)
+			d.For = &behalf
+		}
 		r.Deciders = append(r.Deciders, d)
 	}
 	if call.Denial != nil {

@@ -171,7 +171,8 @@ func (c *Console) approve(ec echo.Context) error {
 	// whatever the page did.
 	digest := strings.TrimSpace(form.Get("digest"))
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: id, Digest: digest, Comment: form.Get("comment"),
-		Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1", Presented: form.Get("presented"), Seen: call}
+		Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1", Presented: form.Get("presented"), Seen: call,
+		For: form.Get("for")}
 	if _, err := c.q.ApproveWith(ctx, in); err != nil {
 		return c.refused(ec, id, err, form)
 	}

@@ -45,7 +45,7 @@ func decisionJSON(ec echo.Context, err error) error {
 // passkeyPrecheck refuses early what the queue would refuse at the end, so
 // that nobody is asked to touch their authenticator for nothing. The queue
 // checks it all again inside the decision's transaction.
-func (c *Console) passkeyPrecheck(call *queue.Call, v *viewer, digest string) error {
+func (c *Console) passkeyPrecheck(call *queue.Call, v *viewer, digest, behalf string) error {
 	switch {
 	case call.Status != queue.StatusPending:
 		return queue.ErrNotPending
@@ -55,8 +55,12 @@ func (c *Console) passkeyPrecheck(call *queue.Call, v *viewer, digest string) er
 		return queue.ErrOwnCall
 	case call.OwnedBy(v.user) != "":
 		return &queue.OwnerError{Operator: v.user.Name, Owner: call.OwnedBy(v.user)}
-	case !call.Approvers.Allows(string(v.user.Role), v.user.Groups):
+	case behalf == "" && !call.Approvers.Allows(string(v.user.Role), v.user.Groups):
+		// Approving for a delegator is judged by the delegator's
+		// standing, which the queue reads in the decision.
 		return &queue.ApproversError{Operator: v.user.Name, Who: call.Approvers.Describe()}
+	case behalf != "" && call.ApprovedBy(behalf):
+		return queue.ErrAlreadyApproved
 	case call.ApprovedBy(v.user.Name):
 		return queue.ErrAlreadyApproved
 	}
@@ -73,7 +77,7 @@ func (c *Console) beginPasskeyApproval(ec echo.Context) error {
 		return decisionJSON(ec, err)
 	}
 	digest := strings.TrimSpace(form.Get("digest"))
-	if err := c.passkeyPrecheck(call, v, digest); err != nil {
+	if err := c.passkeyPrecheck(call, v, digest, form.Get("for")); err != nil {
 		return decisionJSON(ec, err)
 	}
 	if err := c.confirmation(call, form); err != nil {
@@ -131,7 +135,7 @@ func (c *Console) finishPasskeyApproval(ec echo.Context) error {
 	}
 	in := queue.ApproveInput{Operator: v.user.Name, Channel: audit.ChannelWeb, CallID: call.ID, Digest: call.Digest,
 		Comment: form.Get("comment"), Confirm: form.Get("confirm"), AcceptWarnings: form.Get("ack_warnings") == "1",
-		Presented: form.Get("presented"),
+		Presented: form.Get("presented"), For: form.Get("for"),
 		Passkey: &queue.PasskeyProof{Operator: v.user.Name, CredentialID: ap.Credential.ID,
 			Name: ap.Credential.Name, CountBefore: before, CountAfter: ap.Evidence.SignCount, Record: record, Evidence: evidence},
 		Seen: call}

@@ -288,6 +288,10 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 			name := reveal.Of(a.Passkey.Name)
 			ta.Passkey = &name
 		}
+		if a.For != "" {
+			behalf := reveal.Of(c.shownName(a.For))
+			ta.For = &behalf
+		}
 		s.Approvals = append(s.Approvals, ta)
 	}
 	s.Tool, s.Target = reveal.Of(call.Tool), reveal.Of(call.Target)
@@ -296,6 +300,9 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 	}
 	if !call.Approvers.Empty() {
 		s.Approvers = reveal.String(call.Approvers.Describe())
+	}
+	for i, t := range call.Escalate {
+		s.Tiers = append(s.Tiers, templates.TierShown{At: call.CreatedAt.Add(t.After), Adds: tierAdds(t), Reached: i < call.Reached})
 	}
 	s.RequirePasskey, s.PasskeysOn = call.RequirePasskey, c.cfg.Passkeys != nil
 	if call.Denial != nil {
@@ -321,6 +328,9 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		if call.Status == queue.StatusPending {
 			s.ViewerPasskeys = c.viewerPasskeys(v)
 			s.Presented = c.q.Present(present.PageCall, v.user.Name, call)
+			if !s.ViewerMayApprove && !s.OwnCall && s.OwnedByViewer == "" {
+				s.ApproveFor = c.approveFor(call, v, now)
+			}
 		}
 	}
 	if call.Status == queue.StatusPending && s.CanDecide {
@@ -662,4 +672,55 @@ func isCurrencyCode(s string) bool {
 		}
 	}
 	return true
+}
+
+// approveFor lists the people on whose behalf v may approve call at now:
+// those with a delegation to v live now who are named in no approval of
+// it. It is read only for a viewer whose own standing does not let them
+// approve the call, so the ordinary page reads nothing more; the
+// decision checks the delegation, and the delegator's standing, again.
+func (c *Console) approveFor(call *queue.Call, v *viewer, now time.Time) []templates.ForChoice {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ds, err := c.q.Delegations(ctx, queue.DelegationFilter{Person: v.user.Name, LiveAt: now, Limit: 2 * queue.MaxDelegationsPerPerson})
+	if err != nil {
+		c.log.Warn("console: delegations of the viewer", slog.String("user", v.user.Name), slog.Any("error", err))
+		return nil
+	}
+	var out []templates.ForChoice
+	for _, d := range ds {
+		if d.Delegate != v.user.Name || !d.LiveAt(now) || call.ApprovedBy(d.Delegator) ||
+			slices.ContainsFunc(out, func(f templates.ForChoice) bool { return f.Name == d.Delegator }) {
+			continue
+		}
+		out = append(out, templates.ForChoice{Name: d.Delegator, Shown: reveal.Of(c.shownName(d.Delegator))})
+	}
+	return out
+}
+
+// tierAdds says what an escalation tier adds: "adds role admin, group
+// leads; notifies oncall".
+func tierAdds(t tools.Tier) string {
+	var adds []string
+	if len(t.AddRoles) > 0 {
+		adds = append(adds, plural("role", len(t.AddRoles))+" "+strings.Join(t.AddRoles, ", "))
+	}
+	if len(t.AddGroups) > 0 {
+		adds = append(adds, plural("group", len(t.AddGroups))+" "+strings.Join(t.AddGroups, ", "))
+	}
+	var out []string
+	if len(adds) > 0 {
+		out = append(out, "adds "+strings.Join(adds, ", ")+" to who can approve")
+	}
+	if len(t.Notify) > 0 {
+		out = append(out, "notifies "+strings.Join(t.Notify, ", "))
+	}
+	return reveal.String(strings.Join(out, "; "))
+}
+
+func plural(s string, n int) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }

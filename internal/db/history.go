@@ -39,8 +39,8 @@ var qualified = func() string {
 // the order loadCall reads them.
 const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
 		'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
-		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name))
-	FROM (SELECT operator, channel, at, comment, method, digest, via, presented_page, presented_at, passkey_id, passkey_name FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
+		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name, 'for', a.behalf))
+	FROM (SELECT operator, channel, at, comment, method, digest, via, presented_page, presented_at, passkey_id, passkey_name, behalf FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
 
 // estimateCap bounds the rows counted to estimate how selective a filter
 // is: enough to tell a rare value from a common one, cheap to count.

@@ -140,7 +140,7 @@ var callReadColumns = qualified + `,
 	(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
 		'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
 		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name,
-		'evidence', a.evidence)) FROM approvals a WHERE a.call_id = c.id),
+		'evidence', a.evidence, 'for', a.behalf)) FROM approvals a WHERE a.call_id = c.id),
 	(SELECT json_object('jti', r.jti, 'by', r.revoked_by, 'channel', r.channel, 'reason', r.reason, 'at', r.revoked_at)
 		FROM grant_revocations r WHERE r.call_id = c.id)`
 
@@ -342,9 +342,9 @@ func (t *storeTx) AddApproval(callID string, a queue.Approval) error {
 		page, pageAt = sql.NullString{String: p.Page, Valid: true}, sql.NullInt64{Int64: ms(p.At), Valid: true}
 	}
 	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence,
-		method, digest, via, presented_page, presented_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
-		a.Method, a.Digest, a.Via, page, pageAt)
+		method, digest, via, presented_page, presented_at, behalf)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
+		a.Method, a.Digest, a.Via, page, pageAt, a.For)
 	if err != nil {
 		return fmt.Errorf("db: add approval to %s: %w", callID, err)
 	}
@@ -627,7 +627,7 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 	if len(calls) == 0 {
 		return calls, nil
 	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at, a.comment FROM approvals a
+	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at, a.comment, a.behalf FROM approvals a
 		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' ORDER BY a.at, a.operator`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
@@ -666,7 +666,7 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	if err := rows.Err(); err != nil || len(calls) == 0 {
 		return calls, classify(err)
 	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT call_id, operator, channel, at, comment FROM approvals
+	arows, err := s.sql.QueryContext(ctx, `SELECT call_id, operator, channel, at, comment, behalf FROM approvals
 		WHERE call_id IN (?`+strings.Repeat(",?", len(ids)-1)+`) ORDER BY at, operator`, ids...)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of a page of pending calls: %w", err))
@@ -675,14 +675,14 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 }
 
 // scanApprovals adds the approvals rows holds (call_id, operator, channel,
-// at, comment) to the calls of byID they belong to, and closes rows.
+// at, comment, behalf) to the calls of byID they belong to, and closes rows.
 func scanApprovals(rows *sql.Rows, byID map[string]*queue.Call) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment); err != nil {
+		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment, &a.For); err != nil {
 			return fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()

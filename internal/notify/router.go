@@ -57,6 +57,10 @@ func kindOf(queueKind string) string {
 	switch queueKind {
 	case audit.KindSubmitted:
 		return CallSubmitted
+	case queue.KindEscalated:
+		// A tier reached: the call's channels hear it, the tier's
+		// among them (Call.Notify).
+		return CallEscalated
 	case audit.KindGranted:
 		return CallApproved
 	case audit.KindDenied:

@@ -305,3 +305,17 @@ func TestRouterAnnouncesAllowances(t *testing.T) {
 		t.Errorf("a tool no route names: %q", notices(got))
 	}
 }
+
+// TestRouterTierReached: a call reaching an escalation tier is announced
+// as call.escalated, at once, to its route's channels and to those its
+// tiers added (Call.Notify); files.delete's route names only ops.
+func TestRouterTierReached(t *testing.T) {
+	cfg := mustConfig(t, routedConfig, map[string]string{"S": newSecret(t)})
+	r := notify.NewRouter(cfg, "")
+	c := testCall("call_t", t0)
+	c.Tool, c.Notify = "files.delete", []string{"oncall"}
+	ns := r.Notices(queue.Event{Kind: queue.KindEscalated, Call: c})
+	if got, want := notices(ns), "call.escalated@ops call.escalated@oncall"; got != want {
+		t.Fatalf("notices %q, want %q", got, want)
+	}
+}

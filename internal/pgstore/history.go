@@ -19,7 +19,7 @@ import (
 // the order loadCall reads them.
 const approvalsColumn = `COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
 	'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
-	'passkey_id', encode(a.passkey_id, 'hex'), 'passkey_name', a.passkey_name)
+	'passkey_id', encode(a.passkey_id, 'hex'), 'passkey_name', a.passkey_name, 'for', a.behalf)
 	ORDER BY a.at, a.operator) FROM approvals a WHERE a.call_id = c.id)::text, '[]')`
 
 func scanCallWithApprovals(r rowScanner) (*queue.Call, error) {

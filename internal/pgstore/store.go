@@ -180,7 +180,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `SELECT operator, channel, at, comment, passkey_id, passkey_name, evidence,
-		method, digest, via, presented_page, presented_at
+		method, digest, via, presented_page, presented_at, behalf
 		FROM approvals WHERE call_id = $1 ORDER BY at, operator`, c.ID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: approvals of %s: %w", c.ID, err))
@@ -193,7 +193,7 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 		var pkName, evidence, page *string
 		var pageAt *int64
 		if err := rows.Scan(&a.Operator, &a.Channel, &at, &a.Comment, &pkID, &pkName, &evidence,
-			&a.Method, &a.Digest, &a.Via, &page, &pageAt); err != nil {
+			&a.Method, &a.Digest, &a.Via, &page, &pageAt, &a.For); err != nil {
 			return nil, classify(fmt.Errorf("pgstore: scan approval: %w", err))
 		}
 		a.At = time.UnixMilli(at).UTC()
@@ -323,9 +323,9 @@ func (t *txn) AddApproval(callID string, a queue.Approval) error {
 		page, pageAt = &p.Page, &at
 	}
 	if _, err := t.tx.Exec(t.ctx, `INSERT INTO approvals (call_id, operator, channel, at, comment, passkey_id, passkey_name, evidence,
-		method, digest, via, presented_page, presented_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
-		a.Method, a.Digest, a.Via, page, pageAt); err != nil {
+		method, digest, via, presented_page, presented_at, behalf)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)`, callID, a.Operator, a.Channel, ms(a.At), a.Comment, pkID, pkName, evidence,
+		a.Method, a.Digest, a.Via, page, pageAt, a.For); err != nil {
 		return fmt.Errorf("pgstore: add approval to %s: %w", callID, err)
 	}
 	return nil

@@ -242,6 +242,20 @@ var sentinels = []struct {
 		"the allowance would not cover the call it is given from: the maximum must be at least its value, the subset must hold its value, the prefix must start its target", ""},
 	{scope.ErrMalformed, http.StatusBadRequest, "invalid_scope",
 		"the scope is not a canonical scope as described in docs/allowances.md; send the scope exactly as the console wrote it", ""},
+	{queue.ErrDelegationNotFound, http.StatusNotFound, "delegation_not_found", "no delegation has that id; your account page lists the delegations you gave and received", ""},
+	{queue.ErrSelfDelegation, http.StatusBadRequest, "self_delegation", "a delegation goes to another person; choose someone else, or approve as yourself", ""},
+	{queue.ErrMutualDelegation, http.StatusConflict, "mutual_delegation",
+		"that person delegates to you now; a delegation cannot go both ways. End theirs first, or choose someone else", ""},
+	{queue.ErrDelegationWindow, http.StatusBadRequest, "delegation_window",
+		"choose when the delegation ends: after now and at most 14 days from now", ""},
+	{queue.ErrTooManyDelegations, http.StatusTooManyRequests, "too_many_delegations",
+		fmt.Sprintf("a person has at most %d live delegations, given and received together; end one that is no longer needed on your account page", queue.MaxDelegationsPerPerson), ""},
+	{queue.ErrMayNotDelegate, http.StatusForbidden, "may_not_delegate",
+		"only the delegator (or an admin on their behalf) gives a delegation, and only its two people or an admin end it", ""},
+	{queue.ErrNotDelegated, http.StatusConflict, "delegation_ended",
+		"no live delegation lets you approve for that person (it ended, ran out, or an account was disabled); nothing was approved. Reload the page and approve as yourself, or ask for a new delegation", ""},
+	{queue.ErrDelegationOutlived, http.StatusBadRequest, "delegation_outlived",
+		"what a delegate gives for someone ends no later than the delegation; choose an earlier end", ""},
 }
 
 // Of maps any error to the API's status, code and message; an error

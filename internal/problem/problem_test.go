@@ -57,7 +57,11 @@ var examples = map[string]error{
 	"queue.ErrAllowancesPerTool": queue.ErrAllowancesPerTool, "queue.ErrAllowancesPerGiver": queue.ErrAllowancesPerGiver,
 	"queue.ErrAllowanceConfirmed": queue.ErrAllowanceConfirmed, "queue.ErrBaseDenied": queue.ErrBaseDenied, "queue.ErrAlreadyConfirmer": queue.ErrAlreadyConfirmer,
 	"queue.ErrMayNotRevoke": queue.ErrMayNotRevoke, "queue.ErrAllowanceEnded": queue.ErrAllowanceEnded,
-	"queue.AllowanceEndedError": &queue.AllowanceEndedError{ID: "alw_1", Reason: queue.EndRevoked},
+	"queue.AllowanceEndedError":   &queue.AllowanceEndedError{ID: "alw_1", Reason: queue.EndRevoked},
+	"queue.ErrDelegationNotFound": queue.ErrDelegationNotFound, "queue.ErrSelfDelegation": queue.ErrSelfDelegation,
+	"queue.ErrMutualDelegation": queue.ErrMutualDelegation, "queue.ErrDelegationWindow": queue.ErrDelegationWindow,
+	"queue.ErrTooManyDelegations": queue.ErrTooManyDelegations, "queue.ErrMayNotDelegate": queue.ErrMayNotDelegate,
+	"queue.ErrNotDelegated": queue.ErrNotDelegated, "queue.ErrDelegationOutlived": queue.ErrDelegationOutlived,
 
 	"scope.ErrNoAllowance": scope.ErrNoAllowance, "scope.ErrPasskeyTool": scope.ErrPasskeyTool,
 	"scope.ErrToolMismatch": scope.ErrToolMismatch, "scope.ErrUses": scope.ErrUses, "scope.ErrUntil": scope.ErrUntil,

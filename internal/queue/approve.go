@@ -49,6 +49,10 @@ type ApproveInput struct {
 	// carry: it names the call and the digest the listing showed the
 	// token's person. It is checked, never recorded as a presentation.
 	Listed string
+	// For names the person on whose behalf the operator approves, through
+	// a delegation live at the decision (docs/team.md); "" approves with
+	// the operator's own standing.
+	For string
 	// Seen is the call as the approver's channel read it before deciding,
 	// if it did. It is a hint, never trusted: when this approval looks like
 	// the last one the call needs, the grant is signed before the write
@@ -100,7 +104,7 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 	// grant, and checks everything as if it had not been signed.
 	var pre *presigned
 	if c := in.Seen; c != nil && c.ID == id && c.Status == StatusPending && c.Digest == digest &&
-		len(c.Approvals)+1 >= c.ApprovalsRequired && !c.ApprovedBy(operator) {
+		len(c.Approvals)+1 >= c.ApprovalsRequired && !c.ApprovedBy(operator) && (in.For == "" || !c.ApprovedBy(in.For)) {
 		pre = s.presign(c, s.now())
 	}
 	var out *Call
@@ -113,7 +117,16 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 		if err != nil {
 			return err
 		}
-		if err := s.checkApproval(tx, c, u, digest); err != nil {
+		var behalf *account.User
+		var delegation *Delegation
+		if in.For != "" {
+			d, from, err := delegatedStanding(tx, u, in.For, s.now())
+			if err != nil {
+				return err
+			}
+			delegation, behalf = d, &from
+		}
+		if err := s.checkApprovalFor(tx, c, u, behalf, digest); err != nil {
 			return err
 		}
 		if c.RequirePasskey && in.Passkey == nil {
@@ -142,6 +155,10 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 			a.Passkey = &ApprovalPasskey{CredentialID: p.CredentialID, Name: p.Name, Evidence: p.Evidence}
 		}
 		details := map[string]any{}
+		if delegation != nil {
+			a.For = behalf.Name
+			details["for"], details["delegation"] = behalf.Name, delegation.ID
+		}
 		if a.Passkey != nil {
 			details["passkey"] = map[string]any{"credential_id": base64.RawURLEncoding.EncodeToString(a.Passkey.CredentialID),
 				"name": a.Passkey.Name}
@@ -281,6 +298,15 @@ func shownInTime(p *Presented, c *Call, now time.Time) error {
 // notApprovedAsAnother). What the approval must carry besides (a passkey,
 // typed text, a warning's acknowledgement) is checked by the caller.
 func (s *Service) checkApproval(tx Tx, c *Call, u account.User, digest string) error {
+	return s.checkApprovalFor(tx, c, u, nil, digest)
+}
+
+// checkApprovalFor is checkApproval of an approval by u on behalf of
+// behalf (nil: with u's own standing), whose delegation the caller found
+// live: the own-call ban and owners are checked against both people, the
+// tool's approvers against the standing used, and neither name may be in
+// an approval already.
+func (s *Service) checkApprovalFor(tx Tx, c *Call, u account.User, behalf *account.User, digest string) error {
 	if digest != c.Digest {
 		return ErrDigestMismatch
 	}
@@ -297,10 +323,16 @@ func (s *Service) checkApproval(tx Tx, c *Call, u account.User, digest string) e
 	} else if f != nil {
 		return &FrozenError{Freeze: *f}
 	}
-	if err := mayApprove(c, u); err != nil {
+	if err := mayApproveFor(c, u, behalf); err != nil {
 		return err
 	}
-	return notApprovedAsAnother(tx, c, u)
+	if err := notApprovedAsAnother(tx, c, u); err != nil {
+		return err
+	}
+	if behalf != nil {
+		return notApprovedAsAnother(tx, c, *behalf)
+	}
+	return nil
 }
 
 // addApproval records approval a of c by u, with its audit entry (details
@@ -387,17 +419,42 @@ func decider(tx Tx, operator string) (account.User, error) {
 // operator can be, and an ask rule only raises how many of these approvals
 // a call needs.
 func mayApprove(c *Call, u account.User) error {
+	return mayApproveFor(c, u, nil)
+}
+
+// mayApproveFor is mayApprove of an approval by u on behalf of behalf
+// (nil: u's own standing). Neither person may be the call's actor or an
+// owner of its agent; the tool's approvers are judged by the standing
+// the approval uses (behalf's roles and groups as the account stands
+// now); and a quorum counts people: neither name may be in an approval
+// of the call already, as its approver or as whom it was for.
+func mayApproveFor(c *Call, u account.User, behalf *account.User) error {
+	if behalf != nil {
+		if c.ProposedBy(*behalf) {
+			return fmt.Errorf("%w: %s, for whom you approve, proposed it", ErrOwnCall, behalf.Name)
+		}
+		if o := c.OwnedBy(*behalf); o != "" {
+			return &OwnerError{Operator: behalf.Name, Owner: o}
+		}
+	}
+	standing := u
+	if behalf != nil {
+		standing = *behalf
+	}
 	if c.ProposedBy(u) {
 		return ErrOwnCall
 	}
 	if o := c.OwnedBy(u); o != "" {
 		return &OwnerError{Operator: u.Name, Owner: o}
 	}
-	if !c.Approvers.Allows(string(u.Role), u.Groups) {
-		return &ApproversError{Operator: u.Name, Who: c.Approvers.Describe()}
+	if !c.Approvers.Allows(string(standing.Role), standing.Groups) {
+		return &ApproversError{Operator: standing.Name, Who: c.Approvers.Describe()}
 	}
 	if c.ApprovedBy(u.Name) {
 		return ErrAlreadyApproved
+	}
+	if behalf != nil && c.ApprovedBy(behalf.Name) {
+		return fmt.Errorf("%w: %s is named in an approval already", ErrAlreadyApproved, behalf.Name)
 	}
 	return nil
 }
@@ -410,18 +467,20 @@ func mayApprove(c *Call, u account.User) error {
 // account and never match.
 func notApprovedAsAnother(tx Tx, c *Call, u account.User) error {
 	for _, a := range c.Approvals {
-		if a.Operator == u.Name {
-			continue
-		}
-		other, err := tx.User(a.Operator)
-		if errors.Is(err, account.ErrUserNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if samePerson(u, other) {
-			return &SamePersonError{Operator: u.Name, Other: a.Operator}
+		for _, name := range []string{a.Operator, a.For} {
+			if name == "" || name == u.Name {
+				continue
+			}
+			other, err := tx.User(name)
+			if errors.Is(err, account.ErrUserNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if samePerson(u, other) {
+				return &SamePersonError{Operator: u.Name, Other: name}
+			}
 		}
 	}
 	return nil

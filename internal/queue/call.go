@@ -76,6 +76,11 @@ type Call struct {
 	// RequirePasskey is true when every approval must be signed by the
 	// operator's passkey (the tool's approve_with, or the ask rule's).
 	RequirePasskey bool
+	// Escalate are the tool's escalation tiers when the call was made,
+	// and Reached how many of them the call has reached: Approvers then
+	// includes what they added, Notify whom they notify.
+	Escalate []tools.Tier
+	Reached  int
 
 	CreatedAt time.Time
 	DecideBy  time.Time
@@ -249,6 +254,10 @@ type Approval struct {
 	Comment string
 	// Passkey is set for an approval signed by the operator's passkey.
 	Passkey *ApprovalPasskey
+	// For names the person on whose behalf Operator approved, through a
+	// delegation (docs/team.md); "" for an approval with the operator's
+	// own standing.
+	For string
 }
 
 // Presented is what a decision page showed its viewer: its kind
@@ -326,10 +335,11 @@ type Outcome struct {
 	At     time.Time
 }
 
-// ApprovedBy reports whether operator has approved the call.
+// ApprovedBy reports whether operator has taken part in an approval of
+// the call: given it, or had it given on their behalf (Approval.For).
 func (c *Call) ApprovedBy(operator string) bool {
 	for _, a := range c.Approvals {
-		if a.Operator == operator {
+		if a.Operator == operator || a.For != "" && a.For == operator {
 			return true
 		}
 	}

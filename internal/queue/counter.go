@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -339,6 +340,10 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 			CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
 			OutcomeWithin: t.OutcomeWithin, SubmittedBy: orig.SubmittedBy,
 			Owners: append([]string(nil), orig.Owners...), Approvers: orig.Approvers,
+			// The tiers the original reached stay reached (Approvers has
+			// what they added); the rest are counted from the counter's
+			// submission.
+			Escalate: orig.Escalate, Reached: orig.Reached,
 			RequirePasskey: orig.RequirePasskey || t.RequirePasskey,
 			CounteredFrom:  orig.ID, EditedBy: in.Operator,
 		}
@@ -355,8 +360,20 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 		if d.rule.Rule != nil && len(d.rule.Rule.Notify) > 0 {
 			c.Notify = append([]string(nil), d.rule.Rule.Notify...)
 		}
+		for _, tier := range c.Escalate[:c.Reached] {
+			for _, n := range tier.Notify {
+				if !slices.Contains(c.Notify, n) {
+					c.Notify = append(c.Notify, n)
+				}
+			}
+		}
 		if err := tx.InsertCall(c); err != nil {
 			return err
+		}
+		if due := c.NextTierDue(); !due.IsZero() {
+			if err := tx.SetEscalation(c, due); err != nil {
+				return err
+			}
 		}
 		orig.Status, orig.DecidedAt, orig.CounteredBy = StatusCountered, now, c.ID
 		if err := tx.UpdateCall(orig); err != nil {

@@ -58,6 +58,10 @@ func (s *Service) expireDue(ctx context.Context) (n int, elsewhere bool, err err
 		defer release()
 	}
 	n, err = s.sweep(ctx)
+	if err != nil {
+		return n, false, err
+	}
+	_, err = s.EscalateDue(ctx)
 	return n, false, err
 }
 
@@ -122,6 +126,9 @@ func (s *Service) Run(ctx context.Context) {
 		wait := time.Minute
 		if next, ok, err := s.store.NextDeadline(ctx); err == nil && ok {
 			wait = max(next.Sub(s.now()), 0) + 5*time.Millisecond
+		}
+		if next, ok, err := s.store.NextEscalation(ctx); err == nil && ok {
+			wait = min(wait, max(next.Sub(s.now()), 0)+5*time.Millisecond)
 		}
 		if elsewhere {
 			// Another server is sweeping: what is due now is its to expire;

@@ -61,7 +61,13 @@ var (
 
 func newPeopleEnv(t *testing.T) *env {
 	t.Helper()
-	pol, err := policy.Parse([]byte(peopleTools))
+	return newPeopleEnvFrom(t, peopleTools)
+}
+
+// newPeopleEnvFrom is newPeopleEnv with the tools file yaml.
+func newPeopleEnvFrom(t *testing.T, yaml string) *env {
+	t.Helper()
+	pol, err := policy.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

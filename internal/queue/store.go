@@ -49,6 +49,14 @@ type Store interface {
 	// Allowance reads one allowance; ErrAllowanceNotFound when there is
 	// none.
 	Allowance(ctx context.Context, id string) (*Allowance, error)
+	// DueEscalations lists the pending calls whose next escalation tier
+	// is due at or before now, earliest first.
+	DueEscalations(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextEscalation is when the earliest escalation tier is due, or
+	// false when none is.
+	NextEscalation(ctx context.Context) (time.Time, bool, error)
+	// Delegations lists delegations, newest first (DelegationFilter).
+	Delegations(ctx context.Context, f DelegationFilter) ([]*Delegation, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return
@@ -140,6 +148,25 @@ type Tx interface {
 	// AllowanceCalls lists the ids of the calls the allowance approved, by
 	// the time of their use, then by id.
 	AllowanceCalls(id string) ([]string, error)
+	// SetEscalation writes c's reviewer condition, escalation tiers and
+	// tiers reached, and its notify channels, and keeps c due for its next
+	// tier at due (zero: no tier is left).
+	SetEscalation(c *Call, due time.Time) error
+	// InsertDelegation stores a new delegation (not ended).
+	InsertDelegation(d *Delegation) error
+	// Delegation reads one delegation; ErrDelegationNotFound when there
+	// is none.
+	Delegation(id string) (*Delegation, error)
+	// LiveDelegation returns the oldest delegation from delegator to
+	// delegate live at now (not ended, until after now), or
+	// ErrDelegationNotFound.
+	LiveDelegation(delegator, delegate string, now time.Time) (*Delegation, error)
+	// LiveDelegations counts the delegations live at now that person gave
+	// or received, and all live ones, stopping at limit each.
+	LiveDelegations(person string, now time.Time, limit int) (ofPerson, all int, err error)
+	// EndDelegation ends a delegation that has not ended, with the
+	// reason, by whom and when; false, changing nothing, when it had.
+	EndDelegation(id, reason, by string, at time.Time) (bool, error)
 	// AfterCommit registers fn to run once the transaction has committed,
 	// before Update returns, and not at all if it does not commit. The
 	// functions of successive commits run in the order of the commits,

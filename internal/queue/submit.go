@@ -133,6 +133,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		CreatedAt: now, DecideBy: now.Add(t.DecideWithin), ToolDigest: t.DefinitionDigest,
 		OutcomeWithin: t.OutcomeWithin, SubmittedBy: who.TokenID,
 		Owners: append([]string(nil), who.Owners...), Approvers: t.Approvers, RequirePasskey: t.RequirePasskey,
+		Escalate: t.Escalate,
 	}
 	// The rules run before the write lock is taken; what they decide is
 	// applied in the transaction that stores the call.
@@ -227,6 +228,12 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 		if err := tx.InsertCall(c); err != nil {
 			return err
 		}
+		if len(c.Escalate) > 0 {
+			// Only a tool with escalation tiers schedules its next one.
+			if err := tx.SetEscalation(c, c.NextTierDue()); err != nil {
+				return err
+			}
+		}
 		details := map[string]any{
 			"tool": c.Tool, "target": c.Target, "audience": c.Audience, "digest": c.Digest,
 			"args": c.Args, "rationale": c.Rationale, "decide_by": formatTime(c.DecideBy),
@@ -263,7 +270,7 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 	if err != nil {
 		return nil, false, err
 	}
-	if created && c.Status == StatusPending && !s.wakesBefore(c.DecideBy) {
+	if created && c.Status == StatusPending && (!s.wakesBefore(c.DecideBy) || len(c.Escalate) > 0 && !s.wakesBefore(c.NextTierDue())) {
 		s.kickExpiry()
 	}
 	return result, created, nil

@@ -720,6 +720,24 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(docRequest{op: get, path: "/api/v1/calls/" + id}, http.StatusUnauthorized)
 	check(docRequest{op: get, path: "/api/v1/calls/call_nope", token: token}, http.StatusNotFound)
 
+	// An approval through a delegation: bob approves for alice, and the
+	// call object and its lineage say whom it was for.
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleOperator, "bob")
+	if _, err := st.queue.GiveDelegation(ctx, queue.DelegationInput{By: "alice", Channel: audit.ChannelCLI,
+		Delegator: "alice", Delegate: "bob", Until: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	delegated := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(77)}, http.StatusCreated)
+	delegatedID, _ := delegated.json["id"].(string)
+	delegatedDigest, _ := delegated.json["digest"].(string)
+	if _, err := st.queue.ApproveWith(ctx, queue.ApproveInput{Operator: "bob", Channel: audit.ChannelCLI, CallID: delegatedID,
+		Digest: delegatedDigest, For: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := check(docRequest{op: get, path: "/api/v1/calls/" + delegatedID, token: token}, http.StatusOK); !strings.Contains(string(c.body), `"by":"bob","channel":"cli","digest":"`+delegatedDigest+`","for":"alice"`) {
+		t.Errorf("an approval for alice by bob: %s", c.body)
+	}
+
 	withdrawn := check(docRequest{op: submit, path: "/api/v1/calls", token: token, body: refund(4)}, http.StatusCreated)
 	withdrawnID, _ := withdrawn.json["id"].(string)
 	check(docRequest{op: cancel, path: "/api/v1/calls/" + withdrawnID, token: token}, http.StatusOK)

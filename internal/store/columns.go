@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // The columns every engine keeps as JSON text, encoded and decoded here so
@@ -40,6 +41,17 @@ func DecodeNames(text string) ([]string, error) {
 type approversJSON struct {
 	Roles  []string `json:"roles,omitempty"`
 	Groups []string `json:"groups,omitempty"`
+	// Escalate are the tiers the call was made under and Reached how
+	// many it reached (Roles and Groups include what they added).
+	Escalate []tierJSON `json:"escalate,omitempty"`
+	Reached  int        `json:"reached,omitempty"`
+}
+
+type tierJSON struct {
+	AfterMS   int64    `json:"after_ms"`
+	AddRoles  []string `json:"add_roles,omitempty"`
+	AddGroups []string `json:"add_groups,omitempty"`
+	Notify    []string `json:"notify,omitempty"`
 }
 
 // EncodePeople encodes who owns a call's agent and who may approve it, as
@@ -49,8 +61,12 @@ func EncodePeople(c *queue.Call) (owners, approvers string, err error) {
 		return "", "", fmt.Errorf("store: encode owners of %s: %w", c.ID, err)
 	}
 	approvers = "{}"
-	if !c.Approvers.Empty() {
-		b, err := json.Marshal(approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups})
+	if !c.Approvers.Empty() || len(c.Escalate) > 0 {
+		a := approversJSON{Roles: c.Approvers.Roles, Groups: c.Approvers.Groups, Reached: c.Reached}
+		for _, t := range c.Escalate {
+			a.Escalate = append(a.Escalate, tierJSON{AfterMS: t.After.Milliseconds(), AddRoles: t.AddRoles, AddGroups: t.AddGroups, Notify: t.Notify})
+		}
+		b, err := json.Marshal(a)
 		if err != nil {
 			return "", "", fmt.Errorf("store: encode approvers of %s: %w", c.ID, err)
 		}
@@ -69,7 +85,11 @@ func DecodePeople(c *queue.Call, owners, approvers string) error {
 	if err := json.Unmarshal([]byte(approvers), &a); err != nil {
 		return fmt.Errorf("store: approvers of %s: %w", c.ID, err)
 	}
-	c.Approvers.Roles, c.Approvers.Groups = a.Roles, a.Groups
+	c.Approvers.Roles, c.Approvers.Groups, c.Reached = a.Roles, a.Groups, a.Reached
+	for _, t := range a.Escalate {
+		c.Escalate = append(c.Escalate, tools.Tier{After: time.Duration(t.AfterMS) * time.Millisecond, AddRoles: t.AddRoles,
+			AddGroups: t.AddGroups, Notify: t.Notify})
+	}
 	return nil
 }
 
@@ -93,12 +113,15 @@ type approvalJSON struct {
 	// Evidence is the passkey's evidence, when the query aggregated it
 	// (a read of one call does; the history's pages leave it out).
 	Evidence *string `json:"evidence"`
+	// For is the person on whose behalf the approval was given ("" for
+	// none); absent in rows aggregated before it was recorded.
+	For string `json:"for"`
 }
 
 // DecodeApprovals reads the JSON array of a call's approvals that a history
 // query aggregated ({"operator","channel","at","comment","method",
 // "digest","via","presented_page","presented_at","passkey_id",
-// "passkey_name"} each, in the order given). A passkey's evidence is left
+// "passkey_name","for"} each, in the order given). A passkey's evidence is left
 // out: it is in the audit entry.
 func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	var as []approvalJSON
@@ -111,7 +134,7 @@ func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	out := make([]queue.Approval, len(as))
 	for i, a := range as {
 		out[i] = queue.Approval{Operator: a.Operator, Channel: a.Channel, At: time.UnixMilli(a.At).UTC(), Comment: a.Comment,
-			Method: a.Method, Digest: a.Digest, Via: a.Via}
+			Method: a.Method, Digest: a.Digest, Via: a.Via, For: a.For}
 		if a.PresentedPage != nil && a.PresentedAt != nil {
 			out[i].Presented = &queue.Presented{Page: *a.PresentedPage, At: time.UnixMilli(*a.PresentedAt).UTC()}
 		}

@@ -198,6 +198,9 @@ type Tool struct {
 	// Approvers says who may approve the tool's calls (approvers: {roles,
 	// groups}); empty lets every operator who may decide approve.
 	Approvers Approvers
+	// Escalate are the tool's escalation tiers, in the order they are
+	// reached (docs/team.md); a call copies them at submission.
+	Escalate []Tier
 	// Allowance is the tool's opt-in to allowances; nil when operators may
 	// not give one (the default).
 	Allowance *Allowance

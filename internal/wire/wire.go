@@ -162,6 +162,10 @@ type Approval struct {
 	Channel string `json:"channel"`
 	// Digest is the digest the approval was given for: always the call's.
 	Digest string `json:"digest"`
+	// For names the person on whose behalf By approved, through a
+	// delegation (named as By is); absent for an approval with By's own
+	// standing.
+	For string `json:"for,omitempty"`
 	// Human says whether a person saw the call before approving it:
 	// "true" (a logged-in person on a page whose presentation was
 	// checked), "false" (a rule or an allowance) or "unattested" (a
@@ -217,12 +221,15 @@ type Step struct {
 	// EditedBy is, on a counter-proposal's proposed step, the operator
 	// who edited the call it answers.
 	EditedBy string `json:"edited_by,omitempty"`
-	Human    string `json:"human,omitempty"`
-	Method   string `json:"method,omitempty"`
-	Page     string `json:"page,omitempty"`
-	Token    string `json:"token,omitempty"`
-	Verdict  string `json:"verdict,omitempty"`
-	Via      string `json:"via,omitempty"`
+	// For is, on a decision given through a delegation, the delegator on
+	// whose behalf By approved.
+	For     string `json:"for,omitempty"`
+	Human   string `json:"human,omitempty"`
+	Method  string `json:"method,omitempty"`
+	Page    string `json:"page,omitempty"`
+	Token   string `json:"token,omitempty"`
+	Verdict string `json:"verdict,omitempty"`
+	Via     string `json:"via,omitempty"`
 }
 
 // Decision is a denial: who, why, and when.

@@ -171,6 +171,42 @@ type AccountView struct {
 	FreshFor string
 	Message  string
 	Error    string
+	// Delegations are those the viewer gave and received, newest first
+	// (docs/team.md); CanDelegate offers the form to give one (a viewer
+	// who decides), AsAdmin lets it name another delegator.
+	Delegations []DelegationRow
+	CanDelegate bool
+	AsAdmin     bool
+}
+
+// DelegationRow is one delegation on the account page of either of its
+// two people.
+type DelegationRow struct {
+	ID                  string
+	Delegator, Delegate Text
+	GivenBy             Text
+	GivenAt, Until      time.Time
+	// State is live, expired, ended or account_disabled; CanEnd offers
+	// the End button on a live one.
+	State  string
+	CanEnd bool
+	// Gave is set when the viewer is the delegator.
+	Gave bool
+}
+
+// DelegationState says a delegation's state in words.
+func DelegationState(state string) string {
+	switch state {
+	case "live":
+		return "live"
+	case "expired":
+		return "ran out"
+	case "ended":
+		return "ended"
+	case "account_disabled":
+		return "ended: an account was disabled"
+	}
+	return state
 }
 
 // PasswordView is the page where a local account changes its password.
@@ -431,6 +467,31 @@ type Approval struct {
 	// Passkey is the name of the passkey that signed the approval, nil for
 	// an approval by click, from the command line or by rule.
 	Passkey *Text
+	// For is the person on whose behalf By approved, through a
+	// delegation; nil for an approval with By's own standing. The page
+	// says "bob, for alice".
+	For *Text
+}
+
+// TierShown is one escalation tier on a call's page.
+type TierShown struct {
+	At      time.Time
+	Adds    string // "adds group leads; notifies oncall"
+	Reached bool
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// ForChoice is one person a delegate may approve for: the account name
+// posted, and the name shown.
+type ForChoice struct {
+	Name  string
+	Shown Text
 }
 
 // WhoCan says who may approve the call: "only role admin, except the
@@ -546,7 +607,14 @@ type StatusView struct {
 	CanDecide        bool
 	ApprovedByViewer bool
 	OwnCall          bool
-	CSRF             string
+	// Tiers are the call's escalation tiers, each with when it is (or
+	// was) reached and what it adds.
+	Tiers []TierShown
+	// ApproveFor lists the people who delegated their approvals to the
+	// viewer and on whose behalf the viewer may approve this call, when
+	// the viewer's own standing is not enough (docs/team.md).
+	ApproveFor []ForChoice
+	CSRF       string
 	// Presented is the page's presentation token, posted with an
 	// approval: what the page showed, to whom, and when.
 	Presented string

@@ -107,7 +107,9 @@ class Approval:
     batch). ``human`` says whether a person saw the call: "true" when the
     page that presented it (``presented``) was checked, "false" for a rule
     or an allowance, "unattested" for a command. ``digest`` is the digest
-    approved: always the call's."""
+    approved: always the call's. ``for_`` (``for`` on the wire) names the
+    person on whose behalf ``by`` approved through a delegation, "" for
+    none."""
 
     by: str
     channel: str
@@ -117,13 +119,15 @@ class Approval:
     digest: str = ""
     via: str = ""
     presented: Optional[Presented] = None
+    for_: str = ""
 
     @classmethod
     def from_json(cls, g: dict) -> "Approval":
         p = g.get("presented")
         return cls(g.get("by", ""), g.get("channel", ""), g.get("method", ""), _time(g.get("at")),
                    human=g.get("human", ""), digest=g.get("digest", ""), via=g.get("via", ""),
-                   presented=Presented(p.get("page", ""), _time(p.get("at"))) if isinstance(p, dict) else None)
+                   presented=Presented(p.get("page", ""), _time(p.get("at"))) if isinstance(p, dict) else None,
+                   for_=g.get("for", ""))
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,8 @@ class Step:
     """One step of a call's lineage: who, when and the digest it concerned;
     ``token`` for the proposal and the redemption (the API token's id), the
     ``verdict``, ``method``, ``human`` and ``via`` of a decision, the
-    ``page`` of a presentation."""
+    ``page`` of a presentation; ``for_`` (``for`` on the wire) the
+    delegator of a decision given through a delegation."""
 
     by: str
     at: Optional[datetime]
@@ -205,12 +210,13 @@ class Step:
     human: str = ""
     via: str = ""
     page: str = ""
+    for_: str = ""
 
     @classmethod
     def from_json(cls, d: dict) -> "Step":
         return cls(d.get("by", ""), _time(d.get("at")), digest=d.get("digest", ""), token=d.get("token", ""),
                    verdict=d.get("verdict", ""), method=d.get("method", ""), human=d.get("human", ""),
-                   via=d.get("via", ""), page=d.get("page", ""))
+                   via=d.get("via", ""), page=d.get("page", ""), for_=d.get("for", ""))
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ export interface GivenApproval {
   via?: string;
   presented?: Presented;
   at: string;
+  /** The person on whose behalf `by` approved, through a delegation. */
+  for?: string;
 }
 
 /** One step of a call's lineage: who, when and the digest it concerned;
@@ -109,6 +111,8 @@ export interface Step {
   human?: Human;
   via?: string;
   page?: 'call' | 'batch' | 'allowance';
+  /** The delegator of a decision given through a delegation. */
+  for?: string;
 }
 
 /** A call from proposal to outcome: every approval's digest and the
