@@ -133,6 +133,13 @@ func (s *Service) GiveDelegation(ctx context.Context, in DelegationInput) (*Dele
 		if from.Name == to.Name || samePerson(from, to) {
 			return ErrSelfDelegation
 		}
+		// An admin gives a delegation on someone's behalf only to a third
+		// person: one to themselves would take the delegator's standing
+		// (groups the identity provider never gave the admin) without the
+		// delegator's say.
+		if by.Name != from.Name && (by.Name == to.Name || samePerson(by, to)) {
+			return fmt.Errorf("%w: an admin may not give themselves a delegation on %s's behalf; %s gives it", ErrMayNotDelegate, from.Name, from.Name)
+		}
 		if !in.Until.After(now) || in.Until.Sub(now) > MaxDelegationFor {
 			return ErrDelegationWindow
 		}

@@ -240,6 +240,7 @@ func TestGiveDelegationRules(t *testing.T) {
 		{"beyond 14 days", "alice", "alice", "bob", now.Add(queue.MaxDelegationFor + time.Second), queue.ErrDelegationWindow},
 		{"in the past", "alice", "alice", "bob", now.Add(-time.Second), queue.ErrDelegationWindow},
 		{"by someone else", "carol", "alice", "bob", day, queue.ErrMayNotDelegate},
+		{"an admin to themselves for alice", "root", "alice", "root", day, queue.ErrMayNotDelegate},
 	} {
 		if err := give(tc.by, tc.from, tc.to, tc.until); !errors.Is(err, tc.want) {
 			t.Errorf("%s = %v, want %v", tc.name, err, tc.want)
