@@ -65,6 +65,11 @@ const (
 	// MaxOperatorTokensPerAccount is how many live operator tokens one
 	// account may hold.
 	MaxOperatorTokensPerAccount = 5
+	// MaxEndedOperatorTokensKept is how many of one person's revoked or
+	// expired operator tokens are kept to be listed; making a token drops
+	// the older ones (their audit entries stay), so a person's rows stay
+	// bounded however many they make and revoke.
+	MaxEndedOperatorTokensKept = 20
 	// MaxOperatorTokenLife is the longest an operator token may live.
 	MaxOperatorTokenLife = 30 * 24 * time.Hour
 	// MaxOperatorTokenNote bounds a token's note, in bytes.

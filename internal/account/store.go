@@ -95,7 +95,9 @@ type Tx interface {
 	// live token with that id.
 	RevokeToken(id string, at time.Time) error
 
-	// InsertOperatorToken stores an operator token with its secret's hash.
+	// InsertOperatorToken stores an operator token with its secret's hash,
+	// first dropping its person's revoked and expired tokens (ended at
+	// t.CreatedAt) beyond the newest MaxEndedOperatorTokensKept.
 	InsertOperatorToken(t OperatorToken, hash string) error
 	// LiveOperatorTokens counts person's operator tokens neither revoked
 	// nor expired at now.

@@ -56,6 +56,12 @@ func (a Accounts) OperatorTokens(ctx context.Context, person string, now time.Ti
 }
 
 func (t *storeTx) InsertOperatorToken(tok account.OperatorToken, hash string) error {
+	if _, err := t.tx.ExecContext(t.ctx, `DELETE FROM operator_tokens WHERE person = ? AND (revoked_at IS NOT NULL OR expires_at <= ?)
+		AND id NOT IN (SELECT id FROM operator_tokens WHERE person = ? AND (revoked_at IS NOT NULL OR expires_at <= ?)
+			ORDER BY created_at DESC, id DESC LIMIT ?)`,
+		tok.Person, ms(tok.CreatedAt), tok.Person, ms(tok.CreatedAt), account.MaxEndedOperatorTokensKept); err != nil {
+		return fmt.Errorf("db: drop ended operator tokens: %w", err)
+	}
 	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO operator_tokens (id, hash, person, scope, note, created_at, expires_at) VALUES (?,?,?,?,?,?,?)`,
 		tok.ID, hash, tok.Person, tok.Scope, tok.Note, ms(tok.CreatedAt), ms(tok.ExpiresAt)); err != nil {
 		return fmt.Errorf("db: insert operator token: %w", err)

@@ -56,6 +56,12 @@ func (a Accounts) OperatorTokens(ctx context.Context, person string, now time.Ti
 }
 
 func (t *txn) InsertOperatorToken(tok account.OperatorToken, hash string) error {
+	if _, err := t.tx.Exec(t.ctx, `DELETE FROM operator_tokens WHERE person = $1 AND (revoked_at IS NOT NULL OR expires_at <= $2)
+		AND id NOT IN (SELECT id FROM operator_tokens WHERE person = $1 AND (revoked_at IS NOT NULL OR expires_at <= $2)
+			ORDER BY created_at DESC, id DESC LIMIT $3)`,
+		tok.Person, ms(tok.CreatedAt), account.MaxEndedOperatorTokensKept); err != nil {
+		return fmt.Errorf("pgstore: drop ended operator tokens: %w", err)
+	}
 	if _, err := t.tx.Exec(t.ctx, `INSERT INTO operator_tokens (id, hash, person, scope, note, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
 		tok.ID, hash, tok.Person, tok.Scope, tok.Note, ms(tok.CreatedAt), ms(tok.ExpiresAt)); err != nil {
 		return fmt.Errorf("pgstore: insert operator token: %w", err)

@@ -163,6 +163,65 @@ var _ = add("accounts/operator tokens", func(t *testing.T, s Stores) {
 	}
 })
 
+// One person's stored operator tokens stay bounded however many they make
+// and revoke: making one drops their ended tokens beyond the newest
+// MaxEndedOperatorTokensKept, and never a live one or another person's.
+var _ = add("accounts/operator tokens made and revoked stay bounded", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	testkit.SeedUsers(t, s.Accounts, account.RoleOperator, "alice", "bob")
+	clock := testkit.NewClock(t0)
+	a := account.NewService(s.Accounts, clock.Now)
+	spec := func(p string) account.OperatorTokenSpec {
+		return account.OperatorTokenSpec{Person: p, Scope: account.ScopeRead, Life: 24 * time.Hour}
+	}
+	bobs, _, err := a.CreateOperatorToken(ctx, spec("bob"), audit.ChannelWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RevokeOperatorToken(ctx, "bob", bobs.ID, audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	kept, _, err := a.CreateOperatorToken(ctx, spec("alice"), audit.ChannelWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3*account.MaxEndedOperatorTokensKept; i++ {
+		clock.Advance(time.Second)
+		tok, _, err := a.CreateOperatorToken(ctx, spec("alice"), audit.ChannelWeb)
+		if err != nil {
+			t.Fatalf("token %d: %v", i, err)
+		}
+		if err := a.RevokeOperatorToken(ctx, "alice", tok.ID, audit.ChannelWeb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second)
+	if _, _, err := a.CreateOperatorToken(ctx, spec("alice"), audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	list, err := a.OperatorTokens(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, ended := 0, 0
+	for _, tok := range list {
+		if tok.Live(clock.Now()) {
+			live++
+		} else {
+			ended++
+		}
+	}
+	if live != 2 || ended != account.MaxEndedOperatorTokensKept {
+		t.Errorf("alice holds %d live and %d ended tokens, want 2 and %d", live, ended, account.MaxEndedOperatorTokensKept)
+	}
+	if list[0].ID != kept.ID && list[1].ID != kept.ID {
+		t.Errorf("alice's first live token is gone from %v", list[:2])
+	}
+	if bl, err := a.OperatorTokens(ctx, "bob"); err != nil || len(bl) != 1 {
+		t.Errorf("bob's ended token: %v, %v; want it kept", bl, err)
+	}
+})
+
 // The bound of live operator tokens holds when one person's tokens are
 // made at once through two handles (two replicas): exactly
 // MaxOperatorTokensPerAccount of them are made.
