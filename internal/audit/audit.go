@@ -65,6 +65,14 @@ const (
 	KindDeliveryRetried = "delivery_retried"
 	// KindRollbackAccepted records an older database accepted on purpose.
 	KindRollbackAccepted = "rollback_accepted"
+	// Plans: an agent's list of calls approved once. Each item has its
+	// own entries besides (submitted, approved, granted, ...); these name
+	// the plan and its digest.
+	KindPlanSubmitted = "plan_submitted"
+	KindPlanApproved  = "plan_approved"
+	KindPlanDenied    = "plan_denied"
+	KindPlanCancelled = "plan_cancelled"
+	KindPlanExpired   = "plan_expired"
 )
 
 // Channels through which a change arrived.

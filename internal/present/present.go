@@ -34,7 +34,13 @@ const (
 	// PageCounter is the review page of a counter-proposal: the call it
 	// answers and the edited call's digest (CounterItem).
 	PageCounter = "counter"
+	// PagePlan is a plan's page: every item with its digest, and the plan
+	// digest (PlanItem) approved once.
+	PagePlan = "plan"
 )
+
+// PlanItem is the plan digest shown on a PagePlan page, after its items.
+func PlanItem(digest string) Item { return Item{CallID: "plan", Digest: digest} }
 
 // CounterItem is the edited call of a counter-proposal on a PageCounter
 // page: the new digest shown.
