@@ -276,7 +276,11 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 		digests = append(digests, c.Digest)
 	}
 	if len(problems) > 0 {
-		perr := &ProposalError{Kind: KindInvalidArguments, Tool: "", Problems: problems}
+		kind := KindInvalidArguments
+		if len(problems) == 1 && isParseCode(problems[0].Code) {
+			kind = KindParse
+		}
+		perr := &ProposalError{Kind: kind, Tool: "", Problems: problems}
 		if err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 			ps := make([]any, 0, len(problems))
 			for _, pr := range problems {
