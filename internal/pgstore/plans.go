@@ -55,6 +55,11 @@ func (s Store) PlanItems(ctx context.Context, id string) ([]*queue.Call, error) 
 	return items, nil
 }
 
+// DuePlans lists plans whose time ran out at now.
+func (s Store) DuePlans(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return sqlq.DuePlans(ctx, shared{s.pool}, now, limit)
+}
+
 // PendingPlans lists the plans pending at now, by deadline then id.
 func (s Store) PendingPlans(ctx context.Context, now time.Time, limit int) ([]*queue.Plan, error) {
 	return sqlq.PendingPlans(ctx, shared{s.pool}, now, limit)

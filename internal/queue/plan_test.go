@@ -405,3 +405,39 @@ func TestPlanConcurrentMintsMakeOneGrant(t *testing.T) {
 		t.Fatalf("%d grants; want 1", n)
 	}
 }
+
+func TestPlanExpirySweepEndsPlansAndTheirItems(t *testing.T) {
+	e := newPlanEnv(t)
+	ctx := context.Background()
+	pending, items := e.submit(t, copies(false, 1, 2))
+	approved, _ := e.submit(t, copies(false, 3, 4))
+	approved, err := e.q.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: audit.ChannelCLI,
+		PlanID: approved.ID, Digest: approved.Digest, ValidFor: 45 * time.Minute})
+	if err != nil || !approved.ValidUntil.Equal(e.clock.Now().Add(45*time.Minute)) {
+		t.Fatalf("approve with a shorter validity: %v, until %s", err, approved.ValidUntil)
+	}
+	minted, err := e.q.MintPlanItem(ctx, planner, approved.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(31 * time.Minute) // past the pending plan's deadline, within the approved one's validity
+	if _, err := e.q.ExpireDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := e.q.ReadPlan(ctx, pending.ID)
+	if c, _ := e.q.Call(ctx, items[1].ID); p.Status != queue.PlanExpired || c.Status != queue.StatusExpired {
+		t.Fatalf("the pending plan after its deadline: %s, item %s", p.Status, c.Status)
+	}
+	if a, _, _ := e.q.ReadPlan(ctx, approved.ID); a.Status != queue.PlanApproved {
+		t.Fatalf("the approved plan within its validity: %s", a.Status)
+	}
+	e.clock.Advance(15 * time.Minute)
+	if _, err := e.q.ExpireDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, ai, _ := e.q.ReadPlan(ctx, approved.ID)
+	if a.Status != queue.PlanExpired || ai[1].Status != queue.StatusExpired || ai[0].Shown() != queue.StatusApproved {
+		t.Fatalf("the approved plan after valid_until: %s, items %s %s", a.Status, ai[0].Shown(), ai[1].Status)
+	}
+	_ = minted
+}

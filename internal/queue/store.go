@@ -56,6 +56,9 @@ type Store interface {
 	// PendingPlans lists at most limit plans pending at now, by deadline
 	// then id.
 	PendingPlans(ctx context.Context, now time.Time, limit int) ([]*Plan, error)
+	// DuePlans lists at most limit plans whose time ran out at now:
+	// pending past their deadline, or approved past valid_until.
+	DuePlans(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return

@@ -23,9 +23,12 @@ CREATE TABLE plans (
     CHECK ((status = 'approved') = (valid_until IS NOT NULL) OR status IN ('cancelled','expired'))
 ) STRICT;
 
--- Submission counts a token's pending plans; the console lists them.
+-- Submission counts a token's pending plans; the console lists them and the
+-- expiry sweep finds those whose deadline passed.
 CREATE INDEX plans_pending ON plans (submitted_by, decide_by) WHERE status = 'pending';
 CREATE INDEX plans_pending_all ON plans (decide_by, id) WHERE status = 'pending';
+-- The expiry sweep finds approved plans whose time ran out.
+CREATE INDEX plans_approved ON plans (valid_until) WHERE status = 'approved';
 
 CREATE TRIGGER plans_final BEFORE UPDATE ON plans WHEN OLD.status IN ('denied','cancelled','expired')
 BEGIN SELECT RAISE(ABORT, 'countersign: an ended plan is final'); END;

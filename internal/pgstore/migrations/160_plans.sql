@@ -25,6 +25,8 @@ CREATE TABLE plans (
 
 CREATE INDEX plans_pending ON plans (submitted_by, decide_by) WHERE status = 'pending';
 CREATE INDEX plans_pending_all ON plans (decide_by, id) WHERE status = 'pending';
+-- The expiry sweep finds approved plans whose time ran out.
+CREATE INDEX plans_approved ON plans (valid_until) WHERE status = 'approved';
 
 CREATE FUNCTION plans_final() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -133,3 +133,26 @@ func PendingPlans(ctx context.Context, q Querier, now time.Time, limit int) ([]*
 	}
 	return out, nil
 }
+
+// DuePlans lists at most limit plans whose time ran out at now: pending
+// past their deadline, or approved past valid_until.
+func DuePlans(ctx context.Context, q Querier, now time.Time, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM plans WHERE status = 'pending' AND decide_by <= ?
+		UNION ALL SELECT id FROM plans WHERE status = 'approved' AND valid_until <= ? LIMIT ?`, ms(now), ms(now), int64(limit))
+	if err != nil {
+		return nil, fmt.Errorf("store: due plans: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: due plans: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: due plans: %w", err)
+	}
+	return ids, nil
+}

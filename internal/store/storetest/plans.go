@@ -121,8 +121,17 @@ var _ = add("plans/stored, items out of the queue, ended final", func(t *testing
 		t.Fatalf("PendingPlans = %d, %v; want 4, by deadline", len(listed), err)
 	}
 
+	if due, err := s.Queue.DuePlans(ctx, t0.Add(30*time.Minute), 10); err != nil || len(due) != 1 || due[0] != p.ID {
+		t.Fatalf("DuePlans at the first deadline = %v, %v; want the first plan", due, err)
+	}
 	p.Status, p.DecidedAt, p.DecidedBy, p.ValidUntil = queue.PlanApproved, t0.Add(time.Minute), "alice", t0.Add(time.Hour)
 	update(t, s, func(tx queue.Tx) error { return tx.UpdatePlan(p) })
+	if due, err := s.Queue.DuePlans(ctx, t0.Add(59*time.Minute), 10); err != nil || len(due) != 3 {
+		t.Fatalf("DuePlans before valid_until = %v, %v; want the 3 pending plans", due, err)
+	}
+	if due, err := s.Queue.DuePlans(ctx, t0.Add(time.Hour), 10); err != nil || len(due) != 4 {
+		t.Fatalf("DuePlans at valid_until = %v, %v; want all 4", due, err)
+	}
 	if got, err := s.Queue.Plan(ctx, p.ID); err != nil || *got != *p {
 		t.Fatalf("approved plan reads back %+v, %v", got, err)
 	}
