@@ -88,6 +88,11 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	for _, b := range blocks {
 		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
 	}
+	if !qq.List && qq.After == "" {
+		if qv.Plans, err = c.planCards(ctx); err != nil {
+			return templates.QueueView{}, err
+		}
+	}
 	qv.CoveredMax, qv.CoveredFor = maxCoveredShown, "hour"
 	if qv.Covered, err = c.coveredCards(ctx, now, qq); err != nil {
 		return templates.QueueView{}, err

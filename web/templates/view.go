@@ -304,7 +304,9 @@ type QueueView struct {
 	// MaxBatch is how many calls one batch review may hold.
 	MaxBatch int
 	Cards    []Card
-	Blocks   []Block
+	// Plans are the plans waiting for a decision, one card each.
+	Plans  []PlanCard
+	Blocks []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
 	Message      string
@@ -987,4 +989,61 @@ func StatusLabel(status, grantState string) string {
 		return "approved — grant expired unredeemed"
 	}
 	return status
+}
+
+// PlanView is a plan's page: every item whole, the plan digest, and the
+// one decision on all of them.
+type PlanView struct {
+	Page
+	ID           string
+	Status       string
+	Ordered      bool
+	Rationale    Text
+	Actor        Text
+	DigestGroups []string
+	Digest       string
+	Items        []PlanItemView
+	Required     int
+	Received     int
+	DecideBy     time.Time
+	ValidUntil   time.Time
+	MaxFor       string
+	Reason       string
+	// CanApprove is set when the viewer may approve the plan now; NoApprove
+	// says why not (to a person who may decide).
+	CanApprove bool
+	NoApprove  string
+	// CanDecide is set for an operator or admin on a plan still pending;
+	// CanRevoke on an approved one.
+	CanDecide, CanRevoke bool
+	Warned               bool
+	CSRF                 string
+	Presented            string
+	Error                string
+	Message              string
+}
+
+// PlanItemView is one item of a plan on its page.
+type PlanItemView struct {
+	CallView
+	Index  int
+	Digest string
+	// State is the item's status as shown (pending, approved, redeemed,
+	// denied, ...).
+	State string
+	// Confirm and ConfirmExpected are what the item's tool asks to be
+	// typed to approve it ("" when nothing).
+	Confirm, ConfirmExpected string
+}
+
+// PlanCard is one pending plan on the queue.
+type PlanCard struct {
+	ID        string
+	Actor     Text
+	Rationale Text
+	Items     int
+	Tools     []Text
+	Ordered   bool
+	DecideBy  time.Time
+	Warned    bool
 }
