@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,7 +44,7 @@ func (c *Console) renderPlan(ec echo.Context, status int, refusal error, message
 	pv := templates.PlanView{Page: c.page(v, "Plan of "+strconv.Itoa(len(items))+" calls", "queue", "", now),
 		ID: p.ID, Status: string(shown), Ordered: p.Ordered, Rationale: reveal.Of(p.Rationale), Actor: reveal.Of(p.Actor),
 		DigestGroups: groupsOfFour(p.Digest), Digest: p.Digest, Required: p.ApprovalsRequired, DecideBy: p.DecideBy,
-		ValidUntil: p.ValidUntil, MaxFor: p.MaxFor.String(), Reason: p.Reason, CSRF: v.csrf, Message: message}
+		ValidUntil: p.ValidUntil, MaxFor: spanWords(p.MaxFor), Reason: p.Reason, CSRF: v.csrf, Message: message}
 	if len(items) > 0 {
 		pv.Received = len(items[0].Approvals)
 	}
@@ -55,6 +56,7 @@ func (c *Console) renderPlan(ec echo.Context, status int, refusal error, message
 		if err != nil {
 			return err
 		}
+		cv.Rationale = nil // the plan's, shown once above the items
 		iv := templates.PlanItemView{CallView: cv, Index: it.PlanIndex, Digest: it.Digest, State: string(it.Shown())}
 		if queue.Deceptive(it) {
 			pv.Warned = true
@@ -144,6 +146,18 @@ func (c *Console) revokePlan(ec echo.Context) error {
 		return c.renderPlan(ec, http.StatusOK, err, "")
 	}
 	return c.renderPlan(ec, http.StatusOK, nil, "Revoked: the grants not yet used are revoked and the calls not yet run are cancelled.")
+}
+
+// spanWords says a whole number of hours or minutes in words.
+func spanWords(d time.Duration) string {
+	n, unit := int(d/time.Minute), "minute"
+	if d%time.Hour == 0 {
+		n, unit = int(d/time.Hour), "hour"
+	}
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.Itoa(n) + " " + unit + "s"
 }
 
 // maxQueuePlans bounds the plans the queue shows (at most 5 per token are
