@@ -338,7 +338,7 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 		if err := tx.Append(s.entry(audit.KindPlanSubmitted, nil, who.Actor, audit.ChannelAPI, s.planDetails(p, nil))); err != nil {
 			return err
 		}
-		emit(Event{Kind: audit.KindPlanSubmitted, Plan: p})
+		emit(Event{Kind: audit.KindPlanSubmitted, Plan: p, Items: items})
 		return nil
 	})
 	if err != nil {
@@ -493,7 +493,7 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 				"valid_until": formatTime(p.ValidUntil), "received": int64(len(items[0].Approvals))}))); err != nil {
 				return err
 			}
-			emit(Event{Kind: audit.KindPlanApproved, Plan: p})
+			emit(Event{Kind: audit.KindPlanApproved, Plan: p, Items: items})
 		}
 		out = p
 		return nil
@@ -666,7 +666,7 @@ func (s *Service) endPlan(tx Tx, p *Plan, items []*Call, status PlanStatus, by, 
 	if err := tx.Append(s.entry(kind, nil, by, channel, s.planDetails(p, more))); err != nil {
 		return err
 	}
-	emit(Event{Kind: kind, Plan: p})
+	emit(Event{Kind: kind, Plan: p, Items: items})
 	return nil
 }
 
