@@ -29,15 +29,19 @@ func TestBrowserPlan(t *testing.T) {
 		proposal.Items = append(proposal.Items, client.CallSpec{Tool: "reports.read", Target: fmt.Sprintf("report:sales-%02d", i+1),
 			Args: map[string]any{"period": fmt.Sprintf("2026-%02d", i+1), "format": "csv"}})
 	}
-	plan, err := reader.SubmitPlan(ctx, proposal)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	b := startBrowser(t, ctx)
 	op := b.window(t, "alice")
 	op.login(s.url, alice)
 	op.openQueue(s.url)
+	op.mark()
+
+	// The plan's card arrives on the open queue through its socket.
+	plan, err := reader.SubmitPlan(ctx, proposal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.do("wait for the plan's card", waitShort, chromedp.WaitVisible(chromedp.CSS(`[data-testid="plan-card"][data-plan="`+plan.ID+`"]`)))
+	op.checkMarked()
 	if n := eval[int](op, `document.querySelectorAll('[data-testid="plan-card"]').length`); n != 1 {
 		t.Fatalf("the queue shows %d plan cards, want 1", n)
 	}

@@ -106,7 +106,7 @@ func QueuePage(v QueueView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = planCards(v.Plans).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = PlansSection(v.Plans, "").Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
