@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -280,18 +281,11 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 		if len(problems) == 1 && isParseCode(problems[0].Code) {
 			kind = KindParse
 		}
-		perr := &ProposalError{Kind: kind, Tool: "", Problems: problems}
-		if err := s.update(ctx, func(tx Tx, emit func(Event)) error {
-			ps := make([]any, 0, len(problems))
-			for _, pr := range problems {
-				ps = append(ps, map[string]any{"code": pr.Code, "path": pr.Path, "message": pr.Message})
-			}
-			return tx.Append(s.entry(audit.KindRejected, nil, who.Actor, audit.ChannelAPI, map[string]any{
-				"plan": true, "codes": problems.Codes(), "problems": ps}))
-		}); err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, perr
+		// A refused plan counts against (actor, tool) of the item of its
+		// first problem, as a refused call does: an agent resending a plan
+		// it cannot fix is stopped by the retry cap.
+		return nil, nil, s.reject(ctx, who, s.retryTool(itemTool(pb.items, problems[0].Path)),
+			&ProposalError{Kind: kind, Tool: "", Problems: problems})
 	}
 	digest, err := plan.Digest(p.Ordered, digests)
 	if err != nil {
@@ -307,6 +301,11 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 			}
 		}
 		for _, c := range items {
+			if blocked, err := s.retryBlocked(tx, c.Actor, c.Tool); err != nil {
+				return err
+			} else if blocked {
+				return ErrRetryLimit
+			}
 			if f, err := frozen(tx, c.Tool, c.Actor); err != nil {
 				return err
 			} else if f != nil {
@@ -345,6 +344,27 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 		return nil, nil, err
 	}
 	return p, items, nil
+}
+
+// itemTool is the tool named by the item a problem's path points into
+// (/items/N/...), "" when there is none.
+func itemTool(items []any, path string) string {
+	rest, ok := strings.CutPrefix(path, "/items/")
+	if !ok {
+		return ""
+	}
+	n, _, _ := strings.Cut(rest, "/")
+	i, err := strconv.Atoi(n)
+	if err != nil || i < 0 || i >= len(items) {
+		return ""
+	}
+	if o, ok := items[i].(canonical.Object); ok {
+		if name, ok := o.Get("tool"); ok {
+			s, _ := name.(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // planDetails are the audit details naming plan p, with more added.

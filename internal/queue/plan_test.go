@@ -441,3 +441,27 @@ func TestPlanExpirySweepEndsPlansAndTheirItems(t *testing.T) {
 	}
 	_ = minted
 }
+
+// A plan refused for its content counts against (actor, tool) of its
+// first bad item: resent as it is, it is stopped by the retry cap, and a
+// blocked pair refuses a valid plan holding that tool's calls too.
+func TestPlanRefusalsCountTowardTheRetryCap(t *testing.T) {
+	e := newPlanEnv(t)
+	ctx := context.Background()
+	bad := []byte(`{"rationale":"r","items":[{"tool":"files.copy","target":"file:a","args":{"size":0}}]}`)
+	var perr *queue.ProposalError
+	for i := range queue.RetryLimit {
+		if _, _, err := e.q.SubmitPlan(ctx, planner, bad); !errors.As(err, &perr) {
+			t.Fatalf("refusal %d: %v", i, err)
+		}
+	}
+	if _, _, err := e.q.SubmitPlan(ctx, planner, bad); !errors.Is(err, queue.ErrRetryLimit) {
+		t.Fatalf("after %d refusals: %v, want retry_limit", queue.RetryLimit, err)
+	}
+	if _, _, err := e.q.SubmitPlan(ctx, planner, copies(false, 5)); !errors.Is(err, queue.ErrRetryLimit) {
+		t.Fatalf("a valid plan of the blocked pair: %v, want retry_limit", err)
+	}
+	if n := countOf(t, e.db, `SELECT COUNT(*) FROM plans`); n != 0 {
+		t.Fatalf("%d plans stored", n)
+	}
+}
