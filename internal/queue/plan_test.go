@@ -410,7 +410,7 @@ func TestPlanExpirySweepEndsPlansAndTheirItems(t *testing.T) {
 	e := newPlanEnv(t)
 	ctx := context.Background()
 	pending, items := e.submit(t, copies(false, 1, 2))
-	approved, _ := e.submit(t, copies(false, 3, 4))
+	approved, _ := e.submit(t, copies(false, 3, 4, 6))
 	approved, err := e.q.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: audit.ChannelCLI,
 		PlanID: approved.ID, Digest: approved.Digest, ValidFor: 45 * time.Minute})
 	if err != nil || !approved.ValidUntil.Equal(e.clock.Now().Add(45*time.Minute)) {
@@ -428,16 +428,20 @@ func TestPlanExpirySweepEndsPlansAndTheirItems(t *testing.T) {
 	if c, _ := e.q.Call(ctx, items[1].ID); p.Status != queue.PlanExpired || c.Status != queue.StatusExpired {
 		t.Fatalf("the pending plan after its deadline: %s, item %s", p.Status, c.Status)
 	}
-	if a, _, _ := e.q.ReadPlan(ctx, approved.ID); a.Status != queue.PlanApproved {
-		t.Fatalf("the approved plan within its validity: %s", a.Status)
+	if a, ai, _ := e.q.ReadPlan(ctx, approved.ID); a.Status != queue.PlanApproved || ai[1].Status != queue.StatusPending ||
+		!e.clock.Now().After(ai[1].DecideBy) {
+		t.Fatalf("the approved plan within its validity: %s, item 1 %s (decide_by %s)", a.Status, ai[1].Status, ai[1].DecideBy)
+	}
+	if c, err := e.q.MintPlanItem(ctx, planner, approved.ID, 1); err != nil || c.Status != queue.StatusApproved {
+		t.Fatalf("an item past its own decide_by, in a valid plan: %v", err)
 	}
 	e.clock.Advance(15 * time.Minute)
 	if _, err := e.q.ExpireDue(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a, ai, _ := e.q.ReadPlan(ctx, approved.ID)
-	if a.Status != queue.PlanExpired || ai[1].Status != queue.StatusExpired || ai[0].Shown() != queue.StatusApproved {
-		t.Fatalf("the approved plan after valid_until: %s, items %s %s", a.Status, ai[0].Shown(), ai[1].Status)
+	if a.Status != queue.PlanExpired || ai[2].Status != queue.StatusExpired || ai[0].Shown() != queue.StatusApproved {
+		t.Fatalf("the approved plan after valid_until: %s, items %s %s", a.Status, ai[0].Shown(), ai[2].Status)
 	}
 	_ = minted
 }
