@@ -68,6 +68,12 @@ func (c *Console) renderPlan(ec echo.Context, status int, refusal error, message
 		}
 		pv.Items = append(pv.Items, iv)
 	}
+	for _, d := range []time.Duration{15 * time.Minute, time.Hour, 4 * time.Hour} {
+		if d < p.MaxFor {
+			pv.ValidFor = append(pv.ValidFor, templates.ValidChoice{Seconds: int64(d / time.Second), Words: spanWords(d)})
+		}
+	}
+	pv.ValidFor = append(pv.ValidFor, templates.ValidChoice{Seconds: int64(p.MaxFor / time.Second), Words: spanWords(p.MaxFor)})
 	if pv.CanDecide {
 		pv.NoApprove = noPlanApproval(v, items)
 		pv.CanApprove = pv.NoApprove == ""
@@ -114,6 +120,9 @@ func (c *Console) approvePlan(ec echo.Context) error {
 	in := queue.ApprovePlanInput{Operator: v.user.Name, Channel: audit.ChannelWeb, PlanID: ec.Param("id"),
 		Digest: form.Get("digest"), Comment: form.Get("comment"), Presented: form.Get("presented"),
 		AcceptWarnings: form.Get("ack_warnings") == "1", Confirm: map[int]string{}}
+	if secs, err := strconv.ParseInt(form.Get("valid_for"), 10, 64); err == nil && secs > 0 {
+		in.ValidFor = time.Duration(secs) * time.Second
+	}
 	for k, vals := range form {
 		if n, ok := strings.CutPrefix(k, "confirm_"); ok && len(vals) == 1 {
 			if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < 50 {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/queue"
 )
@@ -77,9 +78,23 @@ func TestPlanPageDecides(t *testing.T) {
 	if after := olivia.post("/plans/"+p.ID+"/approve", bare); !strings.Contains(after.find("plan-error").Text(), "reload the page") {
 		t.Fatalf("no presentation: %s", after.find("plan-error").Text())
 	}
+	_, items, _ := e.q.ReadPlan(ctx, p.ID)
+	itemPage := olivia.get("/calls/" + items[1].ID)
+	if itemPage.find("decide").Length() != 0 || itemPage.find("plan-item-plan-link").AttrOr("href", "") != "/plans/"+p.ID {
+		t.Fatalf("an item's own page offers a decision (%d) or no link to its plan (%q)", itemPage.find("decide").Length(),
+			itemPage.find("plan-item-plan-link").AttrOr("href", ""))
+	}
+	if choices := page.find("plan-valid-for").Find("option").Length(); choices != 2 { // 15 minutes, 1 hour (reports.read's max_for)
+		t.Fatalf("the approve form offers %d validities, want 2", choices)
+	}
+	form.Set("valid_for", "900")
+	approvedAt := e.clock.Now()
 	after := olivia.post("/plans/"+p.ID+"/approve", form)
 	if got := after.find("plan-status").Text(); got != "approved" {
 		t.Fatalf("after approving: %q %s", got, after.find("plan-error").Text())
+	}
+	if got, _, _ := e.q.ReadPlan(ctx, p.ID); !got.ValidUntil.Equal(approvedAt.Add(15 * time.Minute)) {
+		t.Fatalf("valid until %s, want 15 minutes after the approval", got.ValidUntil)
 	}
 	if _, err := e.q.MintPlanItem(ctx, reportReader, p.ID, 0); err != nil {
 		t.Fatal(err)
@@ -88,7 +103,7 @@ func TestPlanPageDecides(t *testing.T) {
 	if got := after.find("plan-status").Text(); got != "cancelled" || after.find("plan-reason").Text() != "wrong quarter" {
 		t.Fatalf("after revoking: %q %q", got, after.find("plan-error").Text())
 	}
-	_, items, _ := e.q.ReadPlan(ctx, p.ID)
+	_, items, _ = e.q.ReadPlan(ctx, p.ID)
 	if items[0].Shown() != queue.StatusRevoked || items[1].Status != queue.StatusCancelled {
 		t.Fatalf("items after the revocation: %s %s", items[0].Shown(), items[1].Status)
 	}

@@ -272,6 +272,7 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
 		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(), GrantState: call.GrantState(now),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
+		PlanID:      call.PlanID, PlanIndex: call.PlanIndex,
 	}
 	if s.ToolChanged {
 		s.ToolMadeUnder = call.ToolDigest

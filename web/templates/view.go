@@ -471,6 +471,10 @@ func (a Approval) How() string {
 type StatusView struct {
 	CallID string
 	Status string
+	// PlanID is set on an item of a plan, PlanIndex its place (from 0):
+	// the item is decided only on its plan's page.
+	PlanID    string
+	PlanIndex int
 	// GrantState is what became of an approved call's grant (live,
 	// expired, revoked, redeemed; "" for a call never approved).
 	GrantState string
@@ -1017,10 +1021,20 @@ type PlanView struct {
 	// CanRevoke on an approved one.
 	CanDecide, CanRevoke bool
 	Warned               bool
-	CSRF                 string
-	Presented            string
-	Error                string
-	Message              string
+	// ValidFor are the validities the approver may choose, the longest
+	// (the plan's max_for) last and chosen by default.
+	ValidFor  []ValidChoice
+	CSRF      string
+	Presented string
+	Error     string
+	Message   string
+}
+
+// ValidChoice is one validity an approver may give a plan: its value in
+// seconds and its words.
+type ValidChoice struct {
+	Seconds int64
+	Words   string
 }
 
 // PlanItemView is one item of a plan on its page.
