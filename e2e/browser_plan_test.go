@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,11 @@ func TestBrowserPlan(t *testing.T) {
 			t.Errorf("the plan page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		op.screenshot("plan-" + w.name)
+		// The decision at the foot of the page, as the approver sees it.
+		shot := run(op, "screenshot the decision", chromedp.Screenshot(testID("plan-decide-area")))
+		if err := os.WriteFile(filepath.Join(artifactsDir, "plan-decide-"+w.name+".png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 	accessible(t, op, "the plan page")
