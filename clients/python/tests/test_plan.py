@@ -1,6 +1,7 @@
 """Plans through the client against a real console: submit, a person's
 approval on the plan's page, then mint, redeem and report item by item."""
 
+import asyncio
 import threading
 import time
 import unittest
@@ -75,6 +76,22 @@ class PlanHelper(unittest.TestCase):
             c.mint_item(pid, 2)
         self.assertEqual(e2.exception.code, "plan_halted")
         self.assertEqual(c.cancel_plan(pid).status, "cancelled")
+
+    def test_async_client_reads_and_cancels_plans(self):
+        c = countersign.AsyncClient(self.console.url, self.console.token("agent:async-planner"))
+
+        async def flow():
+            p = await c.submit_plan(steps(2), "two steps")
+            got = await c.get_plan(p.id)
+            with self.assertRaises(CountersignError) as e:
+                await c.mint_item(p.id, 0)
+            cancelled = await c.cancel_plan(p.id)
+            return p, got, e.exception, cancelled
+
+        p, got, err, cancelled = asyncio.run(flow())
+        self.assertEqual((got.id, got.status, len(got.items)), (p.id, "pending", 2))
+        self.assertEqual(err.code, "plan_not_approved")
+        self.assertEqual(cancelled.status, "cancelled")
 
     def test_invalid_plan_lists_every_problem(self):
         c = countersign.Client(self.console.url, self.console.token("agent:sloppy"))
