@@ -65,6 +65,9 @@ func TestPlanPageDecides(t *testing.T) {
 	if n := queuePage.find("call-card").Length(); n != 0 {
 		t.Fatalf("the queue shows %d call cards for the plan's items, want none", n)
 	}
+	if list := olivia.get("/?layout=list"); list.find("rows-view").Length() != 1 || list.find("plan-card").Length() != 1 || list.find("call-card").Length() != 0 {
+		t.Fatalf("the list view shows %d plan cards and %d call rows, want 1 and none", list.find("plan-card").Length(), list.find("call-card").Length())
+	}
 	page := olivia.get("/plans/" + p.ID)
 	form := planForm(page, "plan-approve-form")
 	if form.Get("digest") != p.Digest || form.Get("presented") == "" {

@@ -88,7 +88,7 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	for _, b := range blocks {
 		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
 	}
-	if !qq.List && qq.After == "" {
+	if qq.After == "" {
 		if qv.Plans, err = c.planCards(ctx); err != nil {
 			return templates.QueueView{}, err
 		}
