@@ -60,6 +60,7 @@ func commands() map[string]command {
 		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp":        {"mcp list|show|approve|reject: review MCP servers' tool definitions (admin)", cmdMCP},
+		"plan":       {"plan get|cancel: an agent's plan of calls from the shell", cmdPlan},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
 		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
 	}

@@ -19,7 +19,8 @@ import (
 // change whose loss could let something happen again: the commit that held
 // the change advanced the data directory's high-water mark before it was
 // acknowledged. A copy from before a submission or a person's approval is
-// accepted, and so is one from before an executor's outcome: losing those
+// accepted, and so is one from before an executor's `succeeded` (a failed
+// one halts a plan, so it is refused): losing those
 // takes something away and gives nothing back, so their commits leave the
 // mark for the next one that must move it (highwater.MayWait), and cost no
 // sync of it.
@@ -117,6 +118,16 @@ func TestRestoredCopyRefusedAfterEachChange(t *testing.T) {
 			}
 			return func(t *testing.T, a *app) {
 				_, err := a.queue.ReportOutcome(ctx, rollbackAgent, c.ID, "succeeded", "")
+				must(t, err)
+			}
+		}},
+		{name: "failed outcome", refused: true, prepare: func(t *testing.T, a *app) func(*testing.T, *app) {
+			c := approvedRefund(t, a, "INV-2")
+			if r := redeemOf(t, a, c); !r.Accepted {
+				t.Fatalf("redemption refused: %s", r.Reason)
+			}
+			return func(t *testing.T, a *app) {
+				_, err := a.queue.ReportOutcome(ctx, rollbackAgent, c.ID, "failed", "upstream refused")
 				must(t, err)
 			}
 		}},

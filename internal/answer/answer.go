@@ -93,6 +93,47 @@ func Call(c *queue.Call, name func(string) string, now time.Time) (wire.Call, er
 	return v, nil
 }
 
+// Plan is the plan object of p and its items at now, each person named by
+// name.
+func Plan(p *queue.Plan, items []*queue.Call, name func(string) string, now time.Time) (wire.Plan, error) {
+	shown := p.Shown(items)
+	v := wire.Plan{ID: p.ID, Status: wire.PlanStatus(shown), Digest: p.Digest, Ordered: p.Ordered, Rationale: p.Rationale,
+		Reason: p.Reason, CreatedAt: at(p.CreatedAt), DecideBy: at(p.DecideBy), Items: make([]wire.Call, len(items)),
+		Approvals: wire.Approvals{Required: p.ApprovalsRequired}}
+	if !p.DecidedAt.IsZero() {
+		v.DecidedAt = at(p.DecidedAt)
+	}
+	if !p.ValidUntil.IsZero() {
+		v.ValidUntil = at(p.ValidUntil)
+	}
+	for i, c := range items {
+		item, err := Call(c, name, now)
+		if err != nil {
+			return wire.Plan{}, err
+		}
+		InPlan(&item, p, shown, c)
+		v.Items[i] = item
+	}
+	if len(items) > 0 {
+		// Every item carries each approval of the plan.
+		v.Approvals.Received = len(items[0].Approvals)
+		v.Approvals.Given = approvals(items[0], name).Given
+		for i := range v.Approvals.Given {
+			v.Approvals.Given[i].Digest = p.Digest // each was given for the plan's digest
+		}
+	}
+	return v, nil
+}
+
+// InPlan sets v.Plan, on the call object of item c of plan p shown as
+// shown.
+func InPlan(v *wire.Call, p *queue.Plan, shown queue.PlanStatus, c *queue.Call) {
+	v.Plan = &wire.PlanRef{ID: p.ID, Index: c.PlanIndex, State: wire.PlanStatus(shown)}
+	if !p.ValidUntil.IsZero() {
+		v.Plan.ValidUntil = at(p.ValidUntil)
+	}
+}
+
 // Countered sets v.CounteredBy, on the call object of a countered call,
 // from its counter-proposal.
 func Countered(v *wire.Call, counter *queue.Call) {

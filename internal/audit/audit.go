@@ -68,6 +68,14 @@ const (
 	// A person made or revoked one of their operator tokens.
 	KindOperatorTokenCreated = "operator_token_created"
 	KindOperatorTokenRevoked = "operator_token_revoked"
+	// Plans: an agent's list of calls approved once. Each item has its
+	// own entries besides (submitted, approved, granted, ...); these name
+	// the plan and its digest.
+	KindPlanSubmitted = "plan_submitted"
+	KindPlanApproved  = "plan_approved"
+	KindPlanDenied    = "plan_denied"
+	KindPlanCancelled = "plan_cancelled"
+	KindPlanExpired   = "plan_expired"
 )
 
 // Channels through which a change arrived.

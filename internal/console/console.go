@@ -335,6 +335,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	post("/calls/:id/passkey/finish", c.finishPasskeyApproval, c.requireDecider)
 	post("/blocks/clear", c.clearBlock, c.requireDecider)
 	c.routesBatch(e, post)
+	c.routesPlans(e, post)
 	c.routesAllowances(e, post)
 	c.routesCounter(e, post)
 	c.routesUnresolved(e, post)
@@ -380,7 +381,7 @@ func (c *Console) WantsHTML(ec echo.Context) bool {
 	case p == "/", p == "/login", p == "/logout", p == "/admin", p == "/history", p == "/account", p == unresolvedPath,
 		strings.HasPrefix(p, "/account/"), strings.HasPrefix(p, "/auth/"),
 		strings.HasPrefix(p, "/calls/"), strings.HasPrefix(p, statusPath), strings.HasPrefix(p, "/admin/"), strings.HasPrefix(p, "/blocks/"),
-		strings.HasPrefix(p, "/history/"):
+		strings.HasPrefix(p, "/history/"), strings.HasPrefix(p, "/plans/"):
 		return true
 	}
 	return strings.Contains(ec.Request().Header.Get("Accept"), "text/html")

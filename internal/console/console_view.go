@@ -88,6 +88,11 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	for _, b := range blocks {
 		qv.Blocks = append(qv.Blocks, c.blockView(b, v, now))
 	}
+	if qq.After == "" {
+		if qv.Plans, err = c.planCards(ctx); err != nil {
+			return templates.QueueView{}, err
+		}
+	}
 	qv.CoveredMax, qv.CoveredFor = maxCoveredShown, "hour"
 	if qv.Covered, err = c.coveredCards(ctx, now, qq); err != nil {
 		return templates.QueueView{}, err
@@ -267,6 +272,7 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		DecideBy: call.DecideBy, DecidedAt: call.DecidedAt, GrantExpiresAt: call.GrantExpiresAt,
 		RedeemedAt: call.RedeemedAt, Now: now, Rule: call.DecidedByRule(), GrantState: call.GrantState(now),
 		ToolChanged: (call.Status == queue.StatusPending || call.Status == queue.StatusApproved) && c.q.ToolChanged(call),
+		PlanID:      call.PlanID, PlanIndex: call.PlanIndex,
 	}
 	if s.ToolChanged {
 		s.ToolMadeUnder = call.ToolDigest

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"sort"
@@ -441,6 +442,22 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 			return "unblock", func() ([]byte, error) { return renderBytes(templates.Remove(b.DOMID)) }
 		}
 		return "", nil
+	}
+	if ev.Plan != nil {
+		if cl.callID != "" || cl.view != "" {
+			return "", nil
+		}
+		// The queue's plans are few (at most five pending per token): the
+		// section is read and sent whole.
+		return "plans", func() ([]byte, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			plans, err := c.planCards(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return renderBytes(templates.PlansSection(plans, "true"))
+		}
 	}
 	call := ev.Call
 	if call == nil {

@@ -60,7 +60,7 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
 	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
-	countered_by, countered_from, edited_by, accepted_at`
+	countered_by, countered_from, edited_by, accepted_at, plan_id, plan_index`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -74,12 +74,14 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence, submittedBy sql.NullString
 	var counteredBy, counteredFrom, editedBy sql.NullString
 	var acceptedAt sql.NullInt64
+	var planID sql.NullString
+	var planIndex sql.NullInt64
 	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
 		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
 		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy,
-		&counteredBy, &counteredFrom, &editedBy, &acceptedAt)
+		&counteredBy, &counteredFrom, &editedBy, &acceptedAt, &planID, &planIndex)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
@@ -118,6 +120,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	c.SubmittedBy = submittedBy.String
 	c.CounteredBy, c.CounteredFrom, c.EditedBy = counteredBy.String, counteredFrom.String, editedBy.String
 	c.AcceptedAt = fromMS(acceptedAt)
+	c.PlanID, c.PlanIndex = planID.String, int(planIndex.Int64)
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution.Valid {
 		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
@@ -241,12 +244,13 @@ func (t *storeTx) InsertCall(c *queue.Call) error {
 	}
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey, submitted_by, countered_from, edited_by)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		owners, approvers, require_passkey, submitted_by, countered_from, edited_by, plan_id, plan_index)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), c.Rationale, c.Envelope, c.Digest, string(c.Status),
 		c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest, strings.Join(c.Notify, ","),
 		c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy,
-		sql.NullString{String: c.CounteredFrom, Valid: c.CounteredFrom != ""}, sql.NullString{String: c.EditedBy, Valid: c.EditedBy != ""})
+		sql.NullString{String: c.CounteredFrom, Valid: c.CounteredFrom != ""}, sql.NullString{String: c.EditedBy, Valid: c.EditedBy != ""},
+		sql.NullString{String: c.PlanID, Valid: c.PlanID != ""}, sql.NullInt64{Int64: int64(c.PlanIndex), Valid: c.PlanID != ""})
 	if err != nil {
 		return fmt.Errorf("db: insert call %s: %w", c.ID, err)
 	}
@@ -373,7 +377,7 @@ func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 // write lock, and its write is its own.
 func (t *storeTx) PendingBy(token string, limit int) (int, error) {
 	var n int
-	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' LIMIT ?)`,
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' AND plan_id IS NULL LIMIT ?)`,
 		token, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("db: count the pending calls of a token: %w", err)
@@ -480,7 +484,7 @@ func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error 
 		return fmt.Errorf("db: append audit entry: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
-	if !highwater.MayWait(e.Kind) {
+	if !highwater.MayWait(e) {
 		d.mustAdvance()
 	}
 	return nil
@@ -504,7 +508,7 @@ func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 // planner prefers the (status, created) index and reads every pending call.
 func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls INDEXED BY calls_pending
-		WHERE status = 'pending' AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
+		WHERE status = 'pending' AND plan_id IS NULL AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
 		ms(now), limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: due calls: %w", err))
@@ -524,7 +528,7 @@ func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string
 // NextDeadline returns the earliest decide_by of a pending call.
 func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var n sql.NullInt64
-	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(decide_by) FROM calls INDEXED BY calls_pending WHERE status = 'pending'`).Scan(&n); err != nil {
+	if err := s.sql.QueryRowContext(ctx, `SELECT MIN(decide_by) FROM calls INDEXED BY calls_pending WHERE status = 'pending' AND plan_id IS NULL`).Scan(&n); err != nil {
 		return time.Time{}, false, classify(fmt.Errorf("db: next deadline: %w", err))
 	}
 	return fromMS(n), n.Valid, nil
@@ -605,7 +609,7 @@ func (s Store) CountUnresolved(ctx context.Context) (int, error) {
 // PendingCalls lists pending calls, newest first, in two queries: the calls,
 // then the approvals of all of them.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' ORDER BY seq DESC LIMIT ?`, limit)
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' AND plan_id IS NULL ORDER BY seq DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}
@@ -628,7 +632,7 @@ func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, erro
 		return calls, nil
 	}
 	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at, a.comment, a.behalf FROM approvals a
-		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' ORDER BY a.at, a.operator`)
+		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY a.at, a.operator`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
 	}
@@ -644,7 +648,7 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 		from = ms(after.DecideBy)
 	}
 	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls INDEXED BY calls_pending
-		WHERE status = 'pending' AND decide_by >= ? AND (decide_by > ? OR id > ?) ORDER BY decide_by, id LIMIT ?`,
+		WHERE status = 'pending' AND plan_id IS NULL AND decide_by >= ? AND (decide_by > ? OR id > ?) ORDER BY decide_by, id LIMIT ?`,
 		from, from, after.ID, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: a page of pending calls: %w", err))

@@ -19,10 +19,13 @@ import "github.com/countersign/countersign/internal/audit"
 //     pending; it must be approved again.
 //   - granted: redemption accepts only the grant whose id the call records,
 //     so a grant the restored copy lacks redeems nothing.
-//   - outcome: what an executor reported of a redeemed call; the copy that
-//     lacks it still holds the redemption (its commit advanced the mark),
-//     so the grant stays used up, and the call waits for its outcome until
-//     its lease lapses and a person resolves it.
+//   - outcome `succeeded`: what an executor reported of a redeemed call;
+//     the copy that lacks it still holds the redemption (its commit
+//     advanced the mark), so the grant stays used up, and the call waits
+//     for its outcome until its lease lapses and a person resolves it (an
+//     ordered plan's next item waits too). Any other outcome advances the
+//     mark: a `failed` or `unknown` item halts its plan, and a copy that
+//     forgot it would let the plan's other items be minted.
 //
 // Every other kind of entry, including kinds added later, advances the
 // mark: the list of those that may wait is closed. A write that uses
@@ -37,6 +40,12 @@ var mayWait = map[string]bool{
 	audit.KindOutcome:   true,
 }
 
-// MayWait reports whether an audit entry of kind, alone, may be
-// acknowledged before the mark covers it.
-func MayWait(kind string) bool { return mayWait[kind] }
+// MayWait reports whether audit entry e, alone, may be acknowledged
+// before the mark covers it.
+func MayWait(e *audit.Entry) bool {
+	if e.Kind == audit.KindOutcome {
+		d, _ := e.Details.(map[string]any)
+		return d["status"] == "succeeded"
+	}
+	return mayWait[e.Kind]
+}

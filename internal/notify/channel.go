@@ -282,6 +282,16 @@ func heading(ev Event) string {
 		return "Allowance given"
 	case AllowanceEnded:
 		return "Allowance ended: " + endedWords(d.Reason)
+	case PlanSubmitted:
+		if d.Plan != nil {
+			return fmt.Sprintf("Approval needed: a plan of %d calls", d.Plan.Items)
+		}
+		return "Approval needed: a plan"
+	case PlanDecided:
+		if d.Status == "denied" {
+			return "Plan denied"
+		}
+		return "Plan approved"
 	}
 	return visible(ev.Type)
 }

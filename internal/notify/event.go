@@ -51,11 +51,18 @@ const (
 	// changed, a confirmer may no longer approve), data.reason says which.
 	AllowanceGiven = "allowance.given"
 	AllowanceEnded = "allowance.ended"
+	// PlanSubmitted: an agent proposed a plan, a list of calls approved
+	// once (docs/plans.md); PlanDecided: a person approved it (its items
+	// may now be minted until data.plan.valid_until) or denied it
+	// (data.decision).
+	PlanSubmitted = "plan.submitted"
+	PlanDecided   = "plan.decided"
 )
 
 // Kinds lists every event type, in the order of a call's life.
 var Kinds = []string{CallSubmitted, CallEscalated, CallReminder, CallApproved, CallDenied, CallExpired,
-	CallCancelled, CallCountered, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded, AllowanceGiven, AllowanceEnded}
+	CallCancelled, CallCountered, CallRedeemed, CallOutcome, CallLeaseExpired, CallResolved, ToolReviewNeeded, AllowanceGiven, AllowanceEnded,
+	PlanSubmitted, PlanDecided}
 
 func knownKind(k string) bool {
 	for _, x := range Kinds {
@@ -125,9 +132,22 @@ type Data struct {
 	// Allowance is set on allowance events: which, what it covers, who
 	// gave and confirmed it, and how much of it is used.
 	Allowance *Allowance `json:"allowance,omitempty"`
+	// Plan is set on plan events: the plan's id (data.id is it too), how
+	// many items it holds, whether they run in order, and until when an
+	// approved plan's items may be minted.
+	Plan *PlanData `json:"plan,omitempty"`
 	// Args are the call's arguments as canonical JSON, present only on
 	// channels configured with include_args.
 	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// PlanData is a plan on a plan event.
+type PlanData struct {
+	ID         string   `json:"id"`
+	Items      int      `json:"items"`
+	Tools      []string `json:"tools"`
+	Ordered    bool     `json:"ordered"`
+	ValidUntil string   `json:"valid_until,omitempty"`
 }
 
 // RiskLine is the risk and effects for people ("high risk · destructive"),

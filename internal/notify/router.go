@@ -92,6 +92,9 @@ func (r *Router) Notices(ev queue.Event) []queue.Notice {
 	if ev.Allowance != nil {
 		return r.allowanceNotices(ev)
 	}
+	if ev.Plan != nil {
+		return r.planNotices(ev)
+	}
 	kind := kindOf(ev.Kind)
 	if kind == "" || ev.Call == nil {
 		return nil
@@ -163,6 +166,64 @@ func (r *Router) allowanceNotices(ev queue.Event) []queue.Notice {
 				Tool: a.Tool, Actor: a.Actor, Audience: a.Audience, Reason: reason, URL: r.publicURL + "/allowances/" + a.ID,
 				Allowance: &Allowance{ID: a.ID, ScopeDigest: a.ScopeDigest, Giver: a.Giver, Confirmers: a.Confirmers,
 					Uses: a.Uses, Used: a.Used, Until: formatTime(a.Until), EndedBy: a.EndedBy}}})
+		}
+		out = append(out, queue.Notice{EventID: id, Kind: kind, Channel: name, Body: body, At: at, DueAt: at})
+	}
+	return out
+}
+
+// planNotices returns the rows announcing that a plan was submitted, or
+// approved or denied, to the channels of the routes of its items' tools
+// and those the rules that matched its items named. The plan's other
+// changes (cancelled, expired) announce nothing of the plan: each item's
+// own change is announced as a call's.
+func (r *Router) planNotices(ev queue.Event) []queue.Notice {
+	p := ev.Plan
+	var kind string
+	at := p.CreatedAt
+	switch ev.Kind {
+	case audit.KindPlanSubmitted:
+		kind = PlanSubmitted
+	case audit.KindPlanApproved, audit.KindPlanDenied:
+		kind, at = PlanDecided, p.DecidedAt
+	default:
+		return nil
+	}
+	var channels, tools []string
+	seen := map[string]bool{}
+	for _, c := range ev.Items {
+		if rt := r.Route(c.Tool); rt != nil {
+			channels = union(channels, rt.Notify)
+		}
+		channels = union(channels, c.Notify)
+		if !seen[c.Tool] {
+			seen[c.Tool] = true
+			tools = append(tools, c.Tool)
+		}
+	}
+	id := r.newID()
+	d := Data{ID: p.ID, Tool: strings.Join(tools, ", "), Actor: p.Actor, Audience: p.Audience, Digest: p.Digest,
+		Status: string(p.Status), CreatedAt: formatTime(p.CreatedAt), DecideBy: formatTime(p.DecideBy),
+		URL: r.publicURL + "/plans/" + url.PathEscape(p.ID), Approvals: &Approvals{Required: p.ApprovalsRequired},
+		Plan: &PlanData{ID: p.ID, Items: p.Items, Tools: tools, Ordered: p.Ordered}}
+	if !p.ValidUntil.IsZero() {
+		d.Plan.ValidUntil = formatTime(p.ValidUntil)
+	}
+	if len(ev.Items) > 0 {
+		for _, a := range ev.Items[0].Approvals {
+			d.Approvals.By = append(d.Approvals.By, a.Operator)
+		}
+		d.Approvals.Received = len(ev.Items[0].Approvals)
+	}
+	if p.Status == queue.PlanDenied {
+		d.Decision = &Decision{By: p.DecidedBy, Reason: p.Reason}
+	}
+	body, _ := json.Marshal(Event{ID: id, Type: kind, Timestamp: formatTime(at), Data: d})
+	var out []queue.Notice
+	for _, name := range channels {
+		ch := r.cfg.Channels[name]
+		if ch == nil || !ch.Wants(kind) {
+			continue
 		}
 		out = append(out, queue.Notice{EventID: id, Kind: kind, Channel: name, Body: body, At: at, DueAt: at})
 	}

@@ -76,7 +76,7 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
 	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
 	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
-	countered_by, countered_from, edited_by, accepted_at`
+	countered_by, countered_from, edited_by, accepted_at, plan_id, plan_index`
 
 // qualified is callColumns with the table alias c.
 const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c.rationale, c.envelope, c.digest, c.status,
@@ -84,7 +84,7 @@ const qualified = `c.seq, c.id, c.actor, c.audience, c.tool, c.target, c.args, c
 	c.grant_token, c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at, c.tool_digest, c.notify,
 	c.outcome_within_ms, c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
 	c.resolution_evidence, c.resolved_at, c.owners, c.approvers, c.require_passkey, c.submitted_by,
-	c.countered_by, c.countered_from, c.edited_by, c.accepted_at`
+	c.countered_by, c.countered_from, c.edited_by, c.accepted_at, c.plan_id, c.plan_index`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -104,11 +104,13 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	var resolutionNote []byte
 	var counteredBy, counteredFrom, editedBy *string
 	var acceptedAt *int64
+	var planID *string
+	var planIndex *int32
 	dest := []any{&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &rationale, &c.Envelope,
 		&c.Digest, &status, &required, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
 		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
 		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote, &evidence, &resolvedAt,
-		&owners, &approvers, &c.RequirePasskey, &submittedBy, &counteredBy, &counteredFrom, &editedBy, &acceptedAt}
+		&owners, &approvers, &c.RequirePasskey, &submittedBy, &counteredBy, &counteredFrom, &editedBy, &acceptedAt, &planID, &planIndex}
 	err := r.Scan(append(dest, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, queue.ErrNotFound
@@ -152,6 +154,10 @@ func scanCall(r rowScanner, extra ...any) (*queue.Call, error) {
 	c.SubmittedBy = deref(submittedBy)
 	c.CounteredBy, c.CounteredFrom, c.EditedBy = deref(counteredBy), deref(counteredFrom), deref(editedBy)
 	c.AcceptedAt = fromMS(acceptedAt)
+	c.PlanID = deref(planID)
+	if planIndex != nil {
+		c.PlanIndex = int(*planIndex)
+	}
 	c.LeaseUntil = fromMS(leaseUntil)
 	if resolution != nil {
 		c.Resolution = &queue.Resolution{Verdict: *resolution, By: deref(resolvedBy), Channel: deref(resolvedChannel),
@@ -255,12 +261,12 @@ func (t *txn) InsertCall(c *queue.Call) error {
 	}
 	err = t.tx.QueryRow(t.ctx, `INSERT INTO calls (id, actor, audience, tool, target, args, rationale, envelope,
 		digest, status, approvals_required, grant_ttl_ms, created_at, decide_by, tool_digest, notify, outcome_within_ms,
-		owners, approvers, require_passkey, submitted_by, countered_from, edited_by)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23) RETURNING seq`,
+		owners, approvers, require_passkey, submitted_by, countered_from, edited_by, plan_id, plan_index)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25) RETURNING seq`,
 		c.ID, c.Actor, c.Audience, c.Tool, c.Target, string(args), []byte(c.Rationale), c.Envelope, c.Digest,
 		string(c.Status), c.ApprovalsRequired, c.GrantTTL.Milliseconds(), ms(c.CreatedAt), ms(c.DecideBy), c.ToolDigest,
 		strings.Join(c.Notify, ","), c.OutcomeWithin.Milliseconds(), owners, approvers, c.RequirePasskey, c.SubmittedBy,
-		nullStr(c.CounteredFrom), nullStr(c.EditedBy)).Scan(&c.Seq)
+		nullStr(c.CounteredFrom), nullStr(c.EditedBy), nullStr(c.PlanID), planIndexOf(c)).Scan(&c.Seq)
 	if err != nil {
 		return fmt.Errorf("pgstore: insert call %s: %w", c.ID, err)
 	}
@@ -343,7 +349,7 @@ func (t *txn) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 
 func (t *txn) PendingBy(token string, limit int) (int, error) {
 	var n int64
-	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = $1 AND status = 'pending' LIMIT $2) p`,
+	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = $1 AND status = 'pending' AND plan_id IS NULL LIMIT $2) p`,
 		token, limit).Scan(&n)
 	if err != nil {
 		return 0, classify(fmt.Errorf("pgstore: count the pending calls of a token: %w", err))
@@ -412,7 +418,7 @@ func (t *txn) append(e *audit.Entry) error {
 	}
 	t.headSeq, t.headHash = e.Seq, e.Hash
 	t.entries = append(t.entries, entryID{e.Seq, e.Hash})
-	if !highwater.MayWait(e.Kind) {
+	if !highwater.MayWait(e) {
 		t.advance = true
 	}
 	if t.calls == nil {
@@ -454,7 +460,7 @@ func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 
 // DueCalls lists pending calls whose deadline has passed.
 func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM calls WHERE status = 'pending' AND decide_by <= $1 ORDER BY decide_by LIMIT $2`,
+	rows, err := s.pool.Query(ctx, `SELECT id FROM calls WHERE status = 'pending' AND plan_id IS NULL AND decide_by <= $1 ORDER BY decide_by LIMIT $2`,
 		ms(now), limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: due calls: %w", err))
@@ -466,7 +472,7 @@ func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string
 // NextDeadline returns the earliest decide_by of a pending call.
 func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var n *int64
-	if err := s.pool.QueryRow(ctx, `SELECT MIN(decide_by) FROM calls WHERE status = 'pending'`).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT MIN(decide_by) FROM calls WHERE status = 'pending' AND plan_id IS NULL`).Scan(&n); err != nil {
 		return time.Time{}, false, classify(fmt.Errorf("pgstore: next deadline: %w", err))
 	}
 	return fromMS(n), n != nil, nil
@@ -531,7 +537,7 @@ func (s Store) CountUnresolved(ctx context.Context) (int, error) {
 // PendingCalls lists pending calls, newest first, with their approvals.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
-		WHERE c.status = 'pending' ORDER BY c.seq DESC LIMIT $1`, limit)
+		WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY c.seq DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: pending calls: %w", err))
 	}
@@ -555,7 +561,7 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 		from = ms(after.DecideBy)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
-		WHERE c.status = 'pending' AND (c.decide_by, c.id) > ($1, $2) ORDER BY c.decide_by, c.id LIMIT $3`, from, after.ID, limit)
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (c.decide_by, c.id) > ($1, $2) ORDER BY c.decide_by, c.id LIMIT $3`, from, after.ID, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: a page of pending calls: %w", err))
 	}

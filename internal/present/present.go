@@ -38,7 +38,13 @@ const (
 	// digest it listed, for the person whose operator token asked. It
 	// proves which listing an approval names, never that a person read it.
 	PageListing = "listing"
+	// PagePlan is a plan's page: every item with its digest, and the plan
+	// digest (PlanItem) approved once.
+	PagePlan = "plan"
 )
+
+// PlanItem is the plan digest shown on a PagePlan page, after its items.
+func PlanItem(digest string) Item { return Item{CallID: "plan", Digest: digest} }
 
 // CounterItem is the edited call of a counter-proposal on a PageCounter
 // page: the new digest shown.

@@ -156,6 +156,24 @@ var sentinels = []struct {
 		"the edit changes nothing the digest covers; change a value, or approve or deny the call as it is", ""},
 	{queue.ErrNotCounter, http.StatusConflict, "not_a_counter",
 		"only a counter-proposal (a call with countered_from) is accepted; this call is an ordinary one: redeem its grant once approved", ""},
+	{queue.ErrPlanNotFound, http.StatusNotFound, "plan_not_found", "no such plan (only the token that submitted a plan sees it)", ""},
+	{queue.ErrPlanItem, http.StatusConflict, "plan_item",
+		"this call is an item of a plan: it is decided, minted and cancelled only through its plan (POST /api/v1/plans/{id}/items/{n}/grant, POST /api/v1/plans/{id}/cancel); the console shows it on the plan's page", ""},
+	{queue.ErrTooManyPendingPlans, http.StatusTooManyRequests, "too_many_pending_plans",
+		fmt.Sprintf("this token keeps %d plans waiting for a decision, as many as it may; nothing was stored. Wait for one to be decided, or cancel one, before submitting another", queue.MaxPendingPlansPerToken), ""},
+	{queue.ErrPlanTooLarge, http.StatusRequestEntityTooLarge, "too_large",
+		fmt.Sprintf("a plan's body is at most %d bytes; split it into smaller plans", queue.MaxPlanBytes), ""},
+	{queue.ErrPlanNotApproved, http.StatusConflict, "plan_not_approved",
+		"the plan is not approved yet; wait for its decision (GET /api/v1/plans/{id}) before minting its items", ""},
+	{queue.ErrPlanOrder, http.StatusConflict, "plan_order",
+		"the plan is ordered: mint this item only after the item before it was redeemed and reported succeeded", ""},
+	{queue.ErrPlanHalted, http.StatusConflict, "plan_halted",
+		"the plan is halted: one of its items reported failed or unknown, or its lease expired; no further item runs. Stop and ask a person", ""},
+	{queue.ErrPlanRequirement, http.StatusConflict, "plan_requirement_changed",
+		"the rules now require more approvals (or a passkey) for this item than the plan was approved with; nothing was minted. Propose the call again, on its own or in a new plan", ""},
+	{queue.ErrPlanApprover, http.StatusConflict, "plan_approver_changed",
+		"a person who approved the plan may no longer approve this item (disabled, or their role or groups changed); nothing was minted. Propose the call again, on its own or in a new plan", ""},
+	{queue.ErrPlanNotPending, http.StatusConflict, "plan_not_pending", "the plan was decided, cancelled or expired already; read it to see its state", ""},
 	{queue.ErrAudienceNotAllow, http.StatusForbidden, "audience_not_allowed",
 		"the tool's audience is not this token's audience; use a token made for the tool's audience", ""},
 	{queue.ErrNotAnApprover, http.StatusForbidden, "not_an_approver", "the tool names who may approve its calls, and you are not one of them; ask one of them", ""},
@@ -272,6 +290,7 @@ func Of(err error) *Error {
 		cp *queue.CounterDeniedError
 		ad *queue.AudienceError
 		np *queue.NotPendingError
+		ps *queue.PlanStateError
 		nd *queue.DeciderError
 		na *queue.AdminError
 		oe *queue.OwnerError
@@ -313,6 +332,8 @@ func Of(err error) *Error {
 			Message: fmt.Sprintf("rule %s denies the edited call: %s. Nothing was changed; the call stays pending. Edit it otherwise, or approve or deny it as it is.", cp.Rule, cp.Reason)}
 	case errors.As(err, &ad):
 		return New(http.StatusForbidden, "audience_not_allowed", "%s", ad.Message())
+	case errors.As(err, &ps):
+		return New(http.StatusConflict, "plan_not_pending", "the plan is %s; nothing was changed. Read it (GET /api/v1/plans/{id}) to see its items' state", ps.Status)
 	case errors.As(err, &np):
 		return New(http.StatusConflict, "not_pending", "%s", np.Message())
 	case errors.As(err, &nd) && nd.Found && nd.Disabled:

@@ -63,6 +63,13 @@ var examples = map[string]error{
 	"queue.ErrTooManyDelegations": queue.ErrTooManyDelegations, "queue.ErrMayNotDelegate": queue.ErrMayNotDelegate,
 	"queue.ErrNotDelegated": queue.ErrNotDelegated, "queue.ErrDelegationOutlived": queue.ErrDelegationOutlived,
 
+	"queue.ErrPlanNotFound": queue.ErrPlanNotFound, "queue.ErrPlanItem": queue.ErrPlanItem,
+	"queue.ErrTooManyPendingPlans": queue.ErrTooManyPendingPlans, "queue.ErrPlanTooLarge": queue.ErrPlanTooLarge,
+	"queue.ErrPlanNotApproved": queue.ErrPlanNotApproved, "queue.ErrPlanOrder": queue.ErrPlanOrder,
+	"queue.ErrPlanHalted": queue.ErrPlanHalted, "queue.ErrPlanRequirement": queue.ErrPlanRequirement,
+	"queue.ErrPlanApprover": queue.ErrPlanApprover, "queue.ErrPlanNotPending": queue.ErrPlanNotPending,
+	"queue.PlanStateError": &queue.PlanStateError{Status: queue.PlanExpired},
+
 	"scope.ErrNoAllowance": scope.ErrNoAllowance, "scope.ErrPasskeyTool": scope.ErrPasskeyTool,
 	"scope.ErrToolMismatch": scope.ErrToolMismatch, "scope.ErrUses": scope.ErrUses, "scope.ErrUntil": scope.ErrUntil,
 	"scope.ErrNotVariable": scope.ErrNotVariable, "scope.ErrAboveMaximum": scope.ErrAboveMaximum,

@@ -613,6 +613,9 @@ func (s *Service) loadPending(tx Tx, id string, emit func(Event)) (*Call, error)
 	if err != nil {
 		return nil, err
 	}
+	if c.PlanID != "" {
+		return nil, ErrPlanItem
+	}
 	if c.Status != StatusPending {
 		return nil, &NotPendingError{Status: c.Status}
 	}

@@ -129,6 +129,12 @@ type Call struct {
 	// AcceptedAt is when the submitting agent accepted a counter; its
 	// grant is minted only after that.
 	AcceptedAt time.Time
+
+	// PlanID is, on a plan item, its plan's id, and PlanIndex its place in
+	// the plan (from 0). An item is not in the queue on its own and is
+	// decided only through its plan.
+	PlanID    string
+	PlanIndex int
 }
 
 // Revocation is an operator's revocation of an approved call's grant.
@@ -282,6 +288,9 @@ const (
 	// MethodCounter: the approval of the operator who edited a call into
 	// its counter-proposal, given on the counter's review page.
 	MethodCounter = "counter"
+	// MethodPlan: an approval of a whole plan on its page, recorded on
+	// each of its items (Approval.Via names the plan).
+	MethodPlan = "plan"
 )
 
 // Whether a person saw the call before it was approved (Approval.Human).

@@ -67,6 +67,9 @@ func (s *Service) Cancel(ctx context.Context, who Principal, id string) (*Call, 
 		if !c.SubmittedByToken(who) {
 			return ErrNotFound
 		}
+		if c.PlanID != "" {
+			return ErrPlanItem
+		}
 		if c.Status != StatusPending {
 			return &NotPendingError{Status: c.Status}
 		}

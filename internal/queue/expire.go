@@ -87,7 +87,34 @@ func (s *Service) sweep(ctx context.Context) (int, error) {
 			return n, err
 		}
 	}
-	return n, nil
+	return n, s.sweepPlans(ctx)
+}
+
+// sweepPlans expires the plans whose time ran out, each in its own
+// transaction, with their items not yet minted.
+func (s *Service) sweepPlans(ctx context.Context) error {
+	ids, err := s.store.DuePlans(ctx, s.now(), 100)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+			p, items, err := s.loadPlan(tx, id)
+			if err != nil {
+				return err
+			}
+			now := s.now()
+			if p.Status == PlanPending && now.Before(p.DecideBy) || p.Status == PlanApproved && now.Before(p.ValidUntil) ||
+				p.Status.Final() {
+				return nil // decided meanwhile
+			}
+			return s.endPlan(tx, p, items, PlanExpired, "console", audit.ChannelAPI, "", emit)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // wakesBefore reports whether the expiry loop will wake by itself before

@@ -51,6 +51,12 @@ type Event struct {
 	// KindAllowanceConfirmed, KindAllowanceRevoked, KindAllowanceEnded):
 	// the allowance after the change.
 	Allowance *Allowance
+	// Plan is set for the changes of a plan (KindPlanSubmitted,
+	// KindPlanApproved, KindPlanDenied, KindPlanCancelled,
+	// KindPlanExpired): the plan after the change.
+	Plan *Plan
+	// Items are the plan's items, on a plan's changes.
+	Items []*Call
 	// Remote marks a change another server committed to the shared store
 	// (a replica), published here by Apply: waiters wake and pages update
 	// as for a local change, but it was not made here (metrics count only

@@ -57,6 +57,16 @@ type Store interface {
 	NextEscalation(ctx context.Context) (time.Time, bool, error)
 	// Delegations lists delegations, newest first (DelegationFilter).
 	Delegations(ctx context.Context, f DelegationFilter) ([]*Delegation, error)
+	// Plan reads one plan; ErrPlanNotFound when there is none.
+	Plan(ctx context.Context, id string) (*Plan, error)
+	// PlanItems lists a plan's items in order, with their approvals.
+	PlanItems(ctx context.Context, id string) ([]*Call, error)
+	// PendingPlans lists at most limit plans pending at now, by deadline
+	// then id.
+	PendingPlans(ctx context.Context, now time.Time, limit int) ([]*Plan, error)
+	// DuePlans lists at most limit plans whose time ran out at now:
+	// pending past their deadline, or approved past valid_until.
+	DuePlans(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return
@@ -172,6 +182,19 @@ type Tx interface {
 	// functions of successive commits run in the order of the commits,
 	// even when several writes share one commit; fn must not block.
 	AfterCommit(fn func())
+	// InsertPlan stores a new pending plan; its items are inserted with
+	// InsertCall.
+	InsertPlan(p *Plan) error
+	// Plan reads one plan; ErrPlanNotFound when there is none.
+	Plan(id string) (*Plan, error)
+	// PlanItems lists a plan's items in order, read as Call reads them.
+	PlanItems(id string) ([]*Call, error)
+	// UpdatePlan writes a plan's status, decision and valid_until.
+	UpdatePlan(p *Plan) error
+	// PendingPlansBy counts the plans token submitted that are pending
+	// at now, stopping at limit: the bound of plans one token keeps
+	// waiting.
+	PendingPlansBy(token string, now time.Time, limit int) (int, error)
 }
 
 // Rollback is an older database accepted on purpose: the data directory's

@@ -43,6 +43,10 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	api.POST("/calls/:id/heartbeat", s.heartbeat)
 	api.POST("/redeem", s.redeem)
 	s.routesOperator(e)
+	api.POST("/plans", s.submitPlan)
+	api.GET("/plans/:id", s.getPlan)
+	api.POST("/plans/:id/cancel", s.cancelPlan)
+	api.POST("/plans/:id/items/:n/grant", s.mintPlanItem)
 }
 
 // handleError is the server's one error handler. API and unknown paths get
@@ -308,6 +312,13 @@ func (s *Server) answerCall(c echo.Context, status int, call *queue.Call) error 
 	v, err := answer.Call(call, s.cfg.Accounts.PublicNames(c.Request().Context()), s.now())
 	if err != nil {
 		return err
+	}
+	if call.PlanID != "" {
+		p, items, err := s.cfg.Queue.ReadPlan(c.Request().Context(), call.PlanID)
+		if err != nil {
+			return err
+		}
+		answer.InPlan(&v, p, p.Shown(items), call)
 	}
 	if call.CounteredBy != "" {
 		// The counter shares the original's submitting token: the agent

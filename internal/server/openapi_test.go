@@ -617,7 +617,7 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 	sort.Strings(ops)
 	for _, op := range ops {
 		method, path, _ := strings.Cut(op, " ")
-		concrete := strings.ReplaceAll(path, "{id}", id)
+		concrete := strings.ReplaceAll(strings.ReplaceAll(path, "{id}", id), "{n}", "0")
 		if strings.Contains(concrete, "{") {
 			t.Errorf("%s: no value for a path parameter in the test", op)
 			continue
@@ -980,6 +980,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	if r := checkOn(countering, docRequest{op: submit, path: "/api/v1/calls", token: agentTok, body: refund(40000)}, http.StatusConflict); mapAt(t, r.json, "error")["countered_by"] != counter.ID {
 		t.Errorf("the countered call again: %s", r.body)
 	}
+
+	checkPlansAgainstDoc(t, checkOn)
 
 	// A replica that does not hear the others is degraded.
 	deaf := startOpenAPIStack(t, func(_ *queue.Config, s *server.Config) { s.Live = disconnected{} })

@@ -376,7 +376,7 @@ func (l *linter) value(n *yaml.Node, tool, path string) (any, bool) {
 	return nil, false
 }
 
-var toolFields = []string{"allowance", "approvals", "approve_from", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "counter", "decide_within", "deny_reasons", "description", "display", "effects", "escalate", "grant_ttl", "informational", "outcome_within", "risk", "rules", "summary", "target"}
+var toolFields = []string{"allowance", "approvals", "approve_from", "approve_with", "approvers", "args", "audience", "auto_approve", "confirm", "counter", "decide_within", "deny_reasons", "description", "display", "effects", "escalate", "grant_ttl", "informational", "outcome_within", "plan", "risk", "rules", "summary", "target"}
 
 // tool reads and lints one tool. It returns nil when the tool has problems.
 func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
@@ -494,6 +494,9 @@ func (l *linter) tool(name string, key, n *yaml.Node) *Tool {
 	}
 	if f := fields["allowance"]; f != nil && t.args != nil && t.args.types == typeObject {
 		t.Allowance = l.allowance(f, t)
+	}
+	if f := fields["plan"]; f != nil {
+		t.Plan = l.plan(f, t)
 	}
 	if f := fields["risk"]; f != nil {
 		t.Risk = l.risk(f, t)

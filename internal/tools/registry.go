@@ -207,6 +207,9 @@ type Tool struct {
 	// Counter is the tool's opt-in to counter-proposals; nil when
 	// operators may not counter its calls (the default).
 	Counter *Counter
+	// Plan is the tool's opt-in to plans; nil when its calls may not be
+	// plan items (the default).
+	Plan *Plan
 	// Rules are the tool's rules in file order; the first that matches a
 	// call decides it. Compiled and checked by the policy package.
 	Rules []RuleSpec

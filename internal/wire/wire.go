@@ -119,7 +119,11 @@ type Call struct {
 	// single-sign-on account by its provider user name, never an
 	// oidc:HOST/SUB principal) and team:GROUP; none of them may approve the
 	// call. Empty when the token names none.
-	Owners    []string `json:"owners,omitempty"`
+	Owners []string `json:"owners,omitempty"`
+	// Plan is set on an item of a plan: the plan, the item's place in it
+	// and the plan's state. An item is decided only with its plan, and
+	// minted with POST /api/v1/plans/{id}/items/{n}/grant.
+	Plan      *PlanRef `json:"plan,omitempty"`
 	Rationale string   `json:"rationale,omitempty"`
 	// RedeemedAt is when the grant was redeemed.
 	RedeemedAt time.Time `json:"redeemed_at,omitzero"`
@@ -133,6 +137,58 @@ type Call struct {
 	Status     Status      `json:"status"`
 	Target     string      `json:"target"`
 	Tool       string      `json:"tool"`
+}
+
+// PlanStatus is where a plan is in its life: pending, approved, halted
+// (approved, but an item reported failed or unknown, or its lease expired:
+// no further item is minted), denied, cancelled or expired.
+type PlanStatus string
+
+// Plan statuses.
+const (
+	PlanPending   PlanStatus = "pending"
+	PlanApproved  PlanStatus = "approved"
+	PlanHalted    PlanStatus = "halted"
+	PlanDenied    PlanStatus = "denied"
+	PlanCancelled PlanStatus = "cancelled"
+	PlanExpired   PlanStatus = "expired"
+)
+
+// PlanRef is an item's plan: its id, the item's index (from 0), the
+// plan's state and, once it is approved, until when its items are minted.
+type PlanRef struct {
+	ID         string     `json:"id"`
+	Index      int        `json:"index"`
+	State      PlanStatus `json:"state"`
+	ValidUntil time.Time  `json:"valid_until,omitzero"`
+}
+
+// Plan is the API's plan object: an agent's list of calls, approved once
+// by its digest, each item a call of its own.
+type Plan struct {
+	// Approvals are how many approvals the plan needs (the most any item
+	// needs) and has.
+	Approvals Approvals `json:"approvals"`
+	CreatedAt time.Time `json:"created_at"`
+	// DecideBy is when a pending plan expires.
+	DecideBy  time.Time `json:"decide_by"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Digest is the plan digest: hex SHA-256 of countersign/v1/plan:
+	// followed by the JCS bytes of {"v":1,"ordered":...,"items":[item
+	// digests]}.
+	Digest string `json:"digest"`
+	ID     string `json:"id"`
+	// Items are the plan's calls in order, each with its own digest,
+	// status and, once minted, grant.
+	Items   []Call `json:"items"`
+	Ordered bool   `json:"ordered"`
+	// Rationale is the agent's account of the plan.
+	Rationale string `json:"rationale"`
+	// Reason is a denial's or an operator's revocation's reason.
+	Reason string     `json:"reason,omitempty"`
+	Status PlanStatus `json:"status"`
+	// ValidUntil is, once approved, when its items stop being minted.
+	ValidUntil time.Time `json:"valid_until,omitzero"`
 }
 
 // Counter is the counter-proposal of a countered call: its id, its

@@ -340,7 +340,9 @@ type QueueView struct {
 	// MaxBatch is how many calls one batch review may hold.
 	MaxBatch int
 	Cards    []Card
-	Blocks   []Block
+	// Plans are the plans waiting for a decision, one card each.
+	Plans  []PlanCard
+	Blocks []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
 	Message      string
@@ -536,6 +538,10 @@ func (a Approval) How() string {
 type StatusView struct {
 	CallID string
 	Status string
+	// PlanID is set on an item of a plan, PlanIndex its place (from 0):
+	// the item is decided only on its plan's page.
+	PlanID    string
+	PlanIndex int
 	// GrantState is what became of an approved call's grant (live,
 	// expired, revoked, redeemed; "" for a call never approved).
 	GrantState string
@@ -1063,4 +1069,71 @@ func StatusLabel(status, grantState string) string {
 		return "approved — grant expired unredeemed"
 	}
 	return status
+}
+
+// PlanView is a plan's page: every item whole, the plan digest, and the
+// one decision on all of them.
+type PlanView struct {
+	Page
+	ID           string
+	Status       string
+	Ordered      bool
+	Rationale    Text
+	Actor        Text
+	DigestGroups []string
+	Digest       string
+	Items        []PlanItemView
+	Required     int
+	Received     int
+	DecideBy     time.Time
+	ValidUntil   time.Time
+	MaxFor       string
+	Reason       string
+	// CanApprove is set when the viewer may approve the plan now; NoApprove
+	// says why not (to a person who may decide).
+	CanApprove bool
+	NoApprove  string
+	// CanDecide is set for an operator or admin on a plan still pending;
+	// CanRevoke on an approved one.
+	CanDecide, CanRevoke bool
+	Warned               bool
+	// ValidFor are the validities the approver may choose, the longest
+	// (the plan's max_for) last and chosen by default.
+	ValidFor  []ValidChoice
+	CSRF      string
+	Presented string
+	Error     string
+	Message   string
+}
+
+// ValidChoice is one validity an approver may give a plan: its value in
+// seconds and its words.
+type ValidChoice struct {
+	Seconds int64
+	Words   string
+}
+
+// PlanItemView is one item of a plan on its page.
+type PlanItemView struct {
+	CallView
+	Index  int
+	Digest string
+	// State is the item's status as shown (pending, approved, redeemed,
+	// denied, ...).
+	State string
+	// Confirm and ConfirmExpected are what the item's tool asks to be
+	// typed to approve it ("" when nothing).
+	Confirm, ConfirmExpected string
+}
+
+// PlanCard is one pending plan on the queue.
+type PlanCard struct {
+	ID        string
+	Actor     Text
+	Rationale Text
+	Items     int
+	Tools     []Text
+	Ordered   bool
+	DecideBy  time.Time
+	Warned    bool
 }

@@ -44,6 +44,7 @@ from ._canonical import (
     without,
 )
 from ._client import (
+    Plan,
     GRANT_EXPIRED,
     GRANT_LIVE,
     GRANT_REDEEMED,
@@ -110,7 +111,7 @@ __all__ = [
     "STATUS_COUNTERED",
     "VERDICT_EXECUTED", "VERDICT_NOT_EXECUTED", "METHOD_CLICK", "METHOD_COMMAND", "METHOD_PASSKEY", "METHOD_POLICY",
     "METHOD_BATCH", "METHOD_ALLOWANCE", "HUMAN_TRUE", "HUMAN_FALSE", "HUMAN_UNATTESTED",
-    "Approval", "Approvals", "AsyncClient", "Call", "Check", "Client", "Comment", "Decision", "Lease", "Outcome",
+    "Approval", "Approvals", "AsyncClient", "Call", "Plan", "Check", "Client", "Comment", "Decision", "Lease", "Outcome",
     "Redemption", "Resolution", "Revocation", "Lineage", "Presented", "Step",
     "ConsoleUnreachable", "CountersignError", "DigestError", "DigestMismatch", "NotApproved", "Problem",
     "RedemptionRejected", "WaitTimeout", "gated",

@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from ._canonical import NumberPaths
-from ._client import Call, CallLike, Client, Lease, Redemption
+from ._client import Call, CallLike, Client, Lease, Plan, Redemption
 
 
 def start(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future:
@@ -135,6 +135,22 @@ class AsyncClient:
     async def cancel(self, call_id: str) -> Call:
         """See Client.cancel."""
         return await start("cancel-" + call_id, self.sync.cancel, call_id)
+
+    async def submit_plan(self, items: Iterable[Mapping[str, Any]], rationale: str, *, ordered: bool = False) -> Plan:
+        """See Client.submit_plan."""
+        return await start("submit-plan", self.sync.submit_plan, items, rationale, ordered=ordered)
+
+    async def get_plan(self, plan_id: str) -> Plan:
+        """See Client.get_plan."""
+        return await start("get-plan-" + plan_id, self.sync.get_plan, plan_id)
+
+    async def cancel_plan(self, plan_id: str) -> Plan:
+        """See Client.cancel_plan."""
+        return await start("cancel-plan-" + plan_id, self.sync.cancel_plan, plan_id)
+
+    async def mint_item(self, plan_id: str, n: int) -> Call:
+        """See Client.mint_item."""
+        return await start("mint-" + plan_id, self.sync.mint_item, plan_id, n)
 
     async def keys(self) -> dict:
         """See Client.keys."""

@@ -293,6 +293,9 @@ class Call:
     countered_from: str = ""
     #: On a counter-proposal: when its agent accepted it.
     accepted_at: Optional[datetime] = None
+    #: On an item of a plan: a dict with the plan's id, the item's index
+    #: and the plan's state (and valid_until once approved).
+    plan: Optional[dict] = None
     #: Set by submit: True when the console stored a new call (201), False
     #: when it returned the same actor's identical pending or approved call.
     created: bool = False
@@ -340,6 +343,7 @@ class Call:
             countered_by=d.get("countered_by") if isinstance(d.get("countered_by"), dict) else None,
             countered_from=d.get("countered_from", "") if isinstance(d.get("countered_from"), str) else "",
             accepted_at=_time(d.get("accepted_at")),
+            plan=d.get("plan") if isinstance(d.get("plan"), dict) else None,
             comments=tuple(Comment(c.get("by", ""), c.get("comment", ""), _time(c.get("at")))
                            for c in (d.get("comments") or []) if isinstance(c, dict)),
             raw=d,
@@ -623,6 +627,80 @@ class Client:
         status, data = self._do("DELETE", _call_path(call_id))
         return _call(status, data, (200,))
 
+    # Plans (docs/plans.md): several calls a person approves once.
+
+    def submit_plan(self, items: Iterable[Mapping[str, Any]], rationale: str, *, ordered: bool = False) -> "Plan":
+        """Propose a plan: items are dicts with tool, target and args. A
+        refused plan raises CountersignError listing every problem of every
+        item, with paths into the plan (``/items/3/args/amount_minor``)."""
+        body = {"items": [{"tool": i["tool"], "target": i["target"], "args": i.get("args") or {}} for i in items],
+                "rationale": rationale, "ordered": ordered}
+        status, data = self._do("POST", "/api/v1/plans", _encode(body))
+        return _plan(status, data, (201,))
+
+    def get_plan(self, plan_id: str) -> "Plan":
+        """One of this token's plans, with every item."""
+        status, data = self._do("GET", _plan_path(plan_id))
+        return _plan(status, data, (200,))
+
+    def cancel_plan(self, plan_id: str) -> "Plan":
+        """Withdraw a pending or approved plan: the grants of its minted,
+        unredeemed items are revoked and its unminted items cancelled."""
+        status, data = self._do("POST", _plan_path(plan_id) + "/cancel")
+        return _plan(status, data, (200,))
+
+    def mint_item(self, plan_id: str, n: int) -> Call:
+        """Mint the grant of item n (from 0) of an approved plan: the item,
+        approved with its grant, to redeem like any call."""
+        status, data = self._do("POST", _plan_path(plan_id) + f"/items/{int(n)}/grant")
+        return _call(status, data, (200,))
+
+    def wait_plan(self, plan_id: str, timeout: Optional[float] = None, interval: float = 1.0) -> "Plan":
+        """Read the plan every ``interval`` seconds until it is no longer
+        pending and return it; with a timeout that passes first, raise
+        CountersignError ``wait_timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            p = self.get_plan(plan_id)
+            if p.status != STATUS_PENDING:
+                return p
+            if deadline is not None and time.monotonic() + interval > deadline:
+                raise CountersignError("wait_timeout", f"plan {plan_id} is still pending")
+            time.sleep(interval)
+
+    def plan(self, items: Iterable[Mapping[str, Any]], rationale: str, run, *, ordered: bool = False,
+             timeout: Optional[float] = None, interval: float = 1.0) -> "Plan":
+        """Submit a plan, wait for a person's decision, then for each item
+        in order mint its grant, redeem it, call ``run(item)`` and report
+        the outcome: ``run`` returns None or "succeeded", "failed" or
+        "unknown" (or a (status, detail) pair); an exception is reported as
+        unknown and raised again. It stops at the first item that does not
+        succeed (the console halts the plan) and raises CountersignError
+        ``plan_halted`` (its ``plan`` attribute is the plan then); a plan denied or expired raises
+        ``plan_not_pending``. Returns the plan after its last item."""
+        p = self.submit_plan(items, rationale, ordered=ordered)
+        p = self.wait_plan(p.id, timeout, interval)
+        if p.status != "approved":
+            raise CountersignError("plan_not_pending", f"the plan is {p.status}: {p.reason}")
+        for n in range(len(p.items)):
+            item = self.mint_item(p.id, n)
+            r = self.redeem(item.grant, item)
+            if not r.accepted:
+                raise CountersignError(r.reason or "rejected", f"item {n} of plan {p.id}: redemption rejected: {r.message}")
+            try:
+                result = run(item)
+            except BaseException as e:
+                self.report_outcome(item.id, "unknown", str(e)[:1000])
+                raise
+            status, detail = (result, None) if not isinstance(result, tuple) else result
+            status = status or "succeeded"
+            self.report_outcome(item.id, status, detail)
+            if status != "succeeded":
+                err = CountersignError("plan_halted", f"item {n} of plan {p.id} reported {status}; the plan stops here")
+                err.plan = self.get_plan(p.id)  # type: ignore[attr-defined]
+                raise err
+        return self.get_plan(p.id)
+
     def keys(self) -> dict:
         """The console's JSON Web Key Set: the Ed25519 keys that may still
         verify a live grant."""
@@ -671,6 +749,47 @@ class Client:
             raise ConsoleUnreachable(self.url, method, path, e.reason) from e
         except (OSError, http.client.HTTPException) as e:  # reset, timed out, cut short
             raise ConsoleUnreachable(self.url, method, path, e) from e
+
+
+@dataclass
+class Plan:
+    """The API's plan object: a list of calls approved once, each item a
+    Call with its own digest, status and (once minted) grant."""
+
+    id: str
+    status: str
+    digest: str
+    ordered: bool
+    rationale: str
+    items: tuple
+    decide_by: Optional[datetime] = None
+    valid_until: Optional[datetime] = None
+    reason: str = ""
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Plan":
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str) or not d["id"]:
+            raise ValueError("not a plan")
+        return cls(id=d["id"], status=d.get("status", ""), digest=d.get("digest", ""), ordered=bool(d.get("ordered")),
+                   rationale=d.get("rationale", ""), items=tuple(Call.from_json(i) for i in d.get("items") or []),
+                   decide_by=_time(d.get("decide_by")), valid_until=_time(d.get("valid_until")),
+                   reason=d.get("reason", ""), raw=d)
+
+
+def _plan_path(plan_id: str) -> str:
+    return "/api/v1/plans/" + urllib.parse.quote(plan_id, safe="")
+
+
+def _plan(status: int, data: bytes, ok: tuple[int, ...]) -> Plan:
+    if status not in ok:
+        raise CountersignError.from_response(status, data)
+    try:
+        return Plan.from_json(json.loads(data))
+    except ValueError:
+        text = data.decode("utf-8", "replace")[:200]
+        raise CountersignError("unexpected_response", f"the response is not a plan: {text}", status=status,
+                               raw=data) from None
 
 
 def _call_path(call_id: str) -> str:

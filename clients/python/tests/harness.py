@@ -206,6 +206,21 @@ class Console:
         if 'data-testid="revoked-by"' not in after:
             raise AssertionError("the revocation was not recorded: " + after[:2000])
 
+    def approve_plan(self, plan_id: str) -> None:
+        """Approve a whole plan once through its page in the console (the
+        only way a person approves one), logged in as the operator."""
+        path = "/plans/" + urllib.parse.quote(plan_id, safe="")
+        page = self._browse(path)
+        form = {}
+        for name in ("csrf", "digest", "presented"):
+            m = re.search(r'name="' + name + r'" value="([^"]*)"', page)
+            if m is None or 'data-testid="plan-approve-form"' not in page:
+                raise AssertionError("the plan page offers no approval: " + page[:2000])
+            form[name] = m.group(1).replace("&amp;", "&")
+        after = self._browse(path + "/approve", form)
+        if 'data-testid="plan-message"' not in after:
+            raise AssertionError("the plan was not approved: " + after[:2000])
+
     def _browse(self, path: str, form: dict | None = None) -> str:
         """A page of the console as the logged-in operator (logging in the
         first time), or the page a form posted to it leads to."""

@@ -11,6 +11,8 @@ import type {
   Lease,
   OutcomeRequest,
   OutcomeStatus,
+  Plan,
+  PlanProposal,
   Proposal,
   RedeemRequest,
   Redemption,
@@ -282,6 +284,86 @@ export class Client {
     return readCall(status, data, [200]);
   }
 
+  /** Proposes a plan (docs/plans.md). A refused plan throws
+   * CountersignError listing every problem of every item, with paths into
+   * the plan (`/items/3/args/amount_minor`). */
+  async submitPlan(plan: PlanProposal, signal?: AbortSignal): Promise<Plan> {
+    const body = {
+      items: plan.items.map((i) => ({ tool: i.tool, target: i.target, args: i.args ?? {} })),
+      rationale: plan.rationale,
+      ordered: plan.ordered ?? false,
+    };
+    const [status, data] = await this.do('POST', '/api/v1/plans', encode(body), { signal });
+    return readPlan(status, data, [201]);
+  }
+
+  /** One of this token's plans, with every item. */
+  async getPlan(id: string, signal?: AbortSignal): Promise<Plan> {
+    const [status, data] = await this.do('GET', planPath(id), undefined, { signal });
+    return readPlan(status, data, [200]);
+  }
+
+  /** Withdraws a pending or approved plan: the grants of its minted,
+   * unredeemed items are revoked and its unminted items cancelled. */
+  async cancelPlan(id: string, signal?: AbortSignal): Promise<Plan> {
+    const [status, data] = await this.do('POST', `${planPath(id)}/cancel`, undefined, { signal });
+    return readPlan(status, data, [200]);
+  }
+
+  /** Mints the grant of item n (from 0) of an approved plan: the item,
+   * approved with its grant, to redeem like any call. */
+  async mintItem(planId: string, n: number, signal?: AbortSignal): Promise<Call> {
+    const [status, data] = await this.do('POST', `${planPath(planId)}/items/${n}/grant`, undefined, { signal });
+    return readCall(status, data, [200]);
+  }
+
+  /** Reads the plan every intervalMs until it is no longer pending. */
+  async waitPlan(id: string, options: WaitOptions & { intervalMs?: number } = {}): Promise<Plan> {
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    const interval = options.intervalMs ?? 1_000;
+    for (;;) {
+      const p = await this.getPlan(id, options.signal);
+      if (p.status !== 'pending') return p;
+      if (deadline !== undefined && Date.now() + interval > deadline)
+        throw new CountersignError('wait_timeout', `plan ${id} is still pending`);
+      await sleep(interval, options.signal);
+    }
+  }
+
+  /** Submits a plan, waits for a person's decision, then for each item in
+   * order mints its grant, redeems it, runs it and reports its outcome.
+   * `run` resolves to nothing or 'succeeded', 'failed' or 'unknown' (a
+   * throw is reported as unknown and thrown again). It stops at the first
+   * item that does not succeed (the console halts the plan) with
+   * CountersignError `plan_halted`; a plan denied or expired throws
+   * `plan_not_pending`. Resolves to the plan after its last item. */
+  async plan(
+    plan: PlanProposal,
+    run: (item: Call) => Promise<OutcomeStatus | void> | OutcomeStatus | void,
+    options: WaitOptions & { intervalMs?: number } = {},
+  ): Promise<Plan> {
+    let p = await this.submitPlan(plan, options.signal);
+    p = await this.waitPlan(p.id, options);
+    if (p.status !== 'approved')
+      throw new CountersignError('plan_not_pending', `the plan is ${p.status}${p.reason ? ': ' + p.reason : ''}`);
+    for (let n = 0; n < p.items.length; n++) {
+      const item = await this.mintItem(p.id, n, options.signal);
+      const r = await this.redeem(item.grant ?? '', specOf(item), options.signal);
+      if (!r.accepted) throw new CountersignError(r.reason || 'rejected', `item ${n} of plan ${p.id}: redemption rejected: ${r.message}`);
+      let status: OutcomeStatus;
+      try {
+        status = (await run(item)) || 'succeeded';
+      } catch (e) {
+        await this.reportOutcome(item.id, 'unknown', String((e as Error)?.message ?? e).slice(0, 1000), options.signal);
+        throw e;
+      }
+      await this.reportOutcome(item.id, status, undefined, options.signal);
+      if (status !== 'succeeded')
+        throw new CountersignError('plan_halted', `item ${n} of plan ${p.id} reported ${status}; the plan stops here`);
+    }
+    return this.getPlan(p.id, options.signal);
+  }
+
   /** The console's JSON Web Key Set: the Ed25519 keys that may still verify a live grant. */
   async keys(signal?: AbortSignal): Promise<KeySet> {
     const [status, data] = await this.do('GET', '/api/v1/keys', undefined, { signal, auth: false });
@@ -321,6 +403,23 @@ export class Client {
 
 function callPath(id: string): string {
   return '/api/v1/calls/' + encodeURIComponent(id);
+}
+
+function planPath(id: string): string {
+  return '/api/v1/plans/' + encodeURIComponent(id);
+}
+
+function readPlan(status: number, data: string, ok: number[]): Plan {
+  if (!ok.includes(status)) throw CountersignError.fromResponse(status, data);
+  let plan: Plan | undefined;
+  try {
+    plan = JSON.parse(data) as Plan;
+  } catch {
+    plan = undefined;
+  }
+  if (!plan || typeof plan.id !== 'string' || !plan.id)
+    throw new CountersignError('unexpected_response', `the response is not a plan: ${data.slice(0, 200)}`, { status, raw: data });
+  return plan;
 }
 
 function readCall(status: number, data: string, ok: number[]): Call {

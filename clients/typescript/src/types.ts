@@ -197,6 +197,8 @@ export interface Call {
   countered_from?: string;
   /** On a counter-proposal: when its agent accepted it. */
   accepted_at?: string;
+  /** On an item of a plan: the plan, the item's index and the plan's state. */
+  plan?: PlanRef;
   /** Set when an operator denied the call. */
   decision?: Decision;
   /** Set when an operator revoked the grant before it was redeemed (status
@@ -299,4 +301,39 @@ export interface Redemption extends RedemptionBody {
 /** GET /api/v1/keys: a JSON Web Key Set of Ed25519 keys. */
 export interface KeySet {
   keys: Array<{ kty: 'OKP'; crv: 'Ed25519'; x: string; kid: string; alg?: string; use?: string }>;
+}
+
+/** Where a plan is in its life (docs/plans.md). */
+export type PlanStatus = 'pending' | 'approved' | 'halted' | 'denied' | 'cancelled' | 'expired';
+
+/** An item's plan: its id, the item's index (from 0), the plan's state and,
+ * once approved, until when its items are minted. */
+export interface PlanRef {
+  id: string;
+  index: number;
+  state: PlanStatus;
+  valid_until?: string;
+}
+
+/** A list of calls proposed together so that a person approves them once. */
+export interface PlanProposal {
+  items: CallSpec[];
+  rationale: string;
+  ordered?: boolean;
+}
+
+/** The API's plan object; each item is a call of its own. */
+export interface Plan {
+  id: string;
+  status: PlanStatus;
+  digest: string;
+  ordered: boolean;
+  rationale: string;
+  created_at: string;
+  decide_by: string;
+  decided_at?: string;
+  valid_until?: string;
+  reason?: string;
+  approvals: Approvals;
+  items: Call[];
 }

@@ -171,6 +171,29 @@ export class Console {
     if (!after.includes('data-testid="revoked-by"')) throw new Error(`the revocation was not recorded: ${after.slice(0, 2000)}`);
   }
 
+  /** Approves a whole plan once through its page in the console (the only
+   * way a person approves one), logged in as the operator. */
+  async approvePlan(id: string): Promise<void> {
+    await this.login();
+    const path = '/plans/' + encodeURIComponent(id);
+    const page = await this.browse(path);
+    if (!page.includes('data-testid="plan-approve-form"')) throw new Error(`the plan page offers no approval: ${page.slice(0, 2000)}`);
+    const field = (name: string): string => {
+      const m = new RegExp(`name="${name}" value="([^"]*)"`).exec(page);
+      if (!m) throw new Error(`the plan page has no ${name}`);
+      return m[1]!.replaceAll('&amp;', '&');
+    };
+    const after = await this.browse(path + '/approve', { csrf: field('csrf'), digest: field('digest'), presented: field('presented') });
+    if (!after.includes('data-testid="plan-message"')) throw new Error(`the plan was not approved: ${after.slice(0, 2000)}`);
+  }
+
+  /** The id of the first plan card on the operator's queue, if any. */
+  async pendingPlan(): Promise<string | undefined> {
+    await this.login();
+    const page = await this.browse('/');
+    return /data-testid="plan-card" data-plan="([^"]+)"/.exec(page)?.[1];
+  }
+
   /** Logs the operator's browser in, the first time. */
   private async login(): Promise<void> {
     if (this.cookies.size === 0) {

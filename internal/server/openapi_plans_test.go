@@ -1,0 +1,136 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// planToolsYAML is a tool whose calls may be plan items, and one whose
+// calls may not.
+const planToolsYAML = `tools:
+  files.copy:
+    audience: payments-host
+    target: '^file:.+$'
+    approvals: 1
+    grant_ttl: 60s
+    decide_within: 15m
+    outcome_within: 60s
+    plan: {max_for: 1h}
+    args:
+      type: object
+      additionalProperties: false
+      required: [size]
+      properties:
+        size: {type: integer, minimum: 1, maximum: 100000}
+  files.delete:
+    audience: payments-host
+    target: '.+'
+    args: {type: object, additionalProperties: false}
+`
+
+// planBody is a plan of n copies, sizes from first on.
+func planBody(ordered bool, first, n int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"tool":"files.copy","target":"file:f%d","args":{"size":%d}}`, first+i, first+i)
+	}
+	return fmt.Sprintf(`{"rationale":"copy the files","ordered":%t,"items":[%s]}`, ordered, strings.Join(items, ","))
+}
+
+// checkPlansAgainstDoc runs the plan endpoints through their documented
+// answers: submit, refusals, read, mint item by item, redeem, cancel.
+func checkPlansAgainstDoc(t *testing.T, checkOn func(*openAPIStack, docRequest, int) docResponse) {
+	t.Helper()
+	ctx := context.Background()
+	st := startOpenAPIStack(t, func(q *queue.Config, _ *server.Config) {
+		reg, err := tools.Parse([]byte(planToolsYAML))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Tools = reg
+	})
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleAdmin, "root")
+	tok := st.token(t, "agent:planner", "payments-host")
+	const submit, get, cancel, mint = "POST /api/v1/plans", "GET /api/v1/plans/{id}", "POST /api/v1/plans/{id}/cancel",
+		"POST /api/v1/plans/{id}/items/{n}/grant"
+
+	created := checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, body: planBody(true, 1, 3)}, http.StatusCreated)
+	id, _ := created.json["id"].(string)
+	items, _ := created.json["items"].([]any)
+	if created.json["status"] != "pending" || len(items) != 3 || mapAt(t, items[2].(map[string]any), "plan")["index"] != 2.0 {
+		t.Fatalf("a submitted plan: %s", created.body)
+	}
+	checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, body: `{"items":[],"items":[]}`}, http.StatusBadRequest)
+	bad := checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok,
+		body: `{"rationale":"r","items":[{"tool":"files.copy","target":"file:a","args":{"size":0}},{"tool":"files.delete","target":"x","args":{}}]}`},
+		http.StatusUnprocessableEntity)
+	if problems, _ := mapAt(t, bad.json, "error")["problems"].([]any); len(problems) != 2 ||
+		problems[0].(map[string]any)["path"] != "/items/0/args/size" || problems[1].(map[string]any)["path"] != "/items/1/tool" {
+		t.Errorf("an invalid plan's problems: %s", bad.body)
+	}
+	checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, body: `{"rationale":"` + strings.Repeat("a", 300<<10) + `"}`}, http.StatusRequestEntityTooLarge)
+	checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, contentType: "text/plain", body: planBody(false, 1, 1)}, http.StatusUnsupportedMediaType)
+	checkOn(st, docRequest{op: submit, path: "/api/v1/plans", body: planBody(false, 1, 1)}, http.StatusUnauthorized)
+	busy := st.token(t, "agent:busy", "payments-host")
+	for i := range queue.MaxPendingPlansPerToken {
+		checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: busy, body: planBody(false, 10*i+100, 1)}, http.StatusCreated)
+	}
+	checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: busy, body: planBody(false, 999, 1)}, http.StatusTooManyRequests)
+
+	checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id, token: tok}, http.StatusOK)
+	checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id, token: busy}, http.StatusNotFound)
+	checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/0/grant", token: tok}, http.StatusConflict)
+
+	p, err := st.queue.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: audit.ChannelCLI, PlanID: id,
+		Digest: created.json["digest"].(string)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved := checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id, token: tok}, http.StatusOK)
+	if approved.json["status"] != "approved" || approved.json["valid_until"] == nil ||
+		mapAt(t, approved.json, "approvals")["received"] != 1.0 {
+		t.Errorf("an approved plan: %s", approved.body)
+	}
+	checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/1/grant", token: tok}, http.StatusConflict)
+	checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/7/grant", token: tok}, http.StatusNotFound)
+	item := checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/0/grant", token: tok}, http.StatusOK)
+	if item.json["status"] != "approved" || item.json["grant"] == nil || mapAt(t, item.json, "plan")["state"] != "approved" {
+		t.Fatalf("a minted item: %s", item.body)
+	}
+	grantJSON, _ := json.Marshal(item.json["grant"])
+	checkOn(st, docRequest{op: "POST /api/v1/redeem", path: "/api/v1/redeem", token: tok, body: `{"grant":` + string(grantJSON) +
+		`,"call":{"tool":"files.copy","target":"file:f1","args":{"size":1}}}`}, http.StatusOK)
+	checkOn(st, docRequest{op: "POST /api/v1/calls/{id}/outcome", path: "/api/v1/calls/" + item.json["id"].(string) + "/outcome",
+		token: tok, body: `{"status":"succeeded"}`}, http.StatusOK)
+	if _, err := st.queue.Freeze(ctx, "root", audit.ChannelCLI, "files.copy", "", "incident"); err != nil {
+		t.Fatal(err)
+	}
+	checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/1/grant", token: tok}, http.StatusServiceUnavailable)
+	if _, err := st.queue.Unfreeze(ctx, "root", audit.ChannelCLI, "files.copy", ""); err != nil {
+		t.Fatal(err)
+	}
+	second := checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/1/grant", token: tok}, http.StatusOK)
+	cancelled := checkOn(st, docRequest{op: cancel, path: "/api/v1/plans/" + id + "/cancel", token: tok}, http.StatusOK)
+	ci, _ := cancelled.json["items"].([]any)
+	if cancelled.json["status"] != "cancelled" || cancelled.json["reason"] == nil || len(ci) != 3 ||
+		ci[1].(map[string]any)["status"] != "revoked" || ci[2].(map[string]any)["status"] != "cancelled" {
+		t.Errorf("a cancelled plan: %s", cancelled.body)
+	}
+	if second.json["id"] != ci[1].(map[string]any)["id"] {
+		t.Errorf("the minted item is not item 1")
+	}
+	checkOn(st, docRequest{op: cancel, path: "/api/v1/plans/" + id + "/cancel", token: tok}, http.StatusConflict)
+	checkOn(st, docRequest{op: cancel, path: "/api/v1/plans/pln_none/cancel", token: tok}, http.StatusNotFound)
+	_ = p
+}
