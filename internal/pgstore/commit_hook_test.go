@@ -22,7 +22,11 @@ func TestOnCommitOnlyWhereTheMarkMustCover(t *testing.T) {
 	var hooked []int64
 	d.OnCommit(func(seq int64, head string) error { hooked = append(hooked, seq); return nil })
 	entry := func(kind string) *audit.Entry {
-		return &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: kind, CallID: "call_m", Principal: "test", Channel: "cli"}
+		e := &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: kind, CallID: "call_m", Principal: "test", Channel: "cli"}
+		if kind == audit.KindOutcome {
+			e.Details = map[string]any{"status": "succeeded"}
+		}
+		return e
 	}
 	write := func(fn func(tx queue.Tx) error) {
 		t.Helper()
@@ -58,6 +62,10 @@ func TestOnCommitOnlyWhereTheMarkMustCover(t *testing.T) {
 		t.Fatalf("a redemption's commit ran the hook with %v, want once with head 6", hooked)
 	}
 	for name, change := range map[string]func(tx queue.Tx) error{
+		"a failed outcome": func(tx queue.Tx) error {
+			return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindOutcome, CallID: "call_m",
+				Principal: "test", Channel: "cli", Details: map[string]any{"status": "failed"}})
+		},
 		"a nonce consumed": func(tx queue.Tx) error {
 			_, err := tx.ConsumeNonce(fmt.Sprint("jti-", time.Now().UnixNano()), "call_m", time.Now())
 			return err
