@@ -284,6 +284,16 @@ func ErrorOf(e *problem.Error) wire.Error {
 	return out
 }
 
+// Delegation is d as the operator API shows it at now.
+func Delegation(d *queue.Delegation, now time.Time) wire.Delegation {
+	v := wire.Delegation{ID: d.ID, Delegator: d.Delegator, Delegate: d.Delegate, GivenBy: d.GivenBy, GivenAt: at(d.GivenAt),
+		Until: at(d.Until), Live: d.LiveAt(now), EndReason: d.EndReason, EndedBy: d.EndedBy}
+	if !d.EndedAt.IsZero() {
+		v.EndedAt = at(d.EndedAt)
+	}
+	return v
+}
+
 // Allowance is the allowance a as the operator API and the command line
 // show it at now.
 func Allowance(a *queue.Allowance, now time.Time) wire.Allowance {

@@ -52,6 +52,8 @@ func (s *Server) routesOperator(e *echo.Echo) {
 	g.POST("/calls/:id/deny", s.opDeny, requireScope(account.ScopeDecide))
 	g.GET("/allowances", s.opAllowances)
 	g.POST("/allowances/:id/revoke", s.opRevokeAllowance, requireScope(account.ScopeDecide))
+	g.GET("/delegations", s.opDelegations)
+	g.POST("/delegations/:id/end", s.opEndDelegation, requireScope(account.ScopeDecide))
 	if s.cfg.Catalog != nil {
 		g.GET("/mcp/definitions", s.opMCPDefinitions, requireAdmin)
 		g.GET("/mcp/definition", s.opMCPDefinition)
@@ -250,6 +252,45 @@ func (s *Server) opRevokeAllowance(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, answer.Allowance(a, s.now()))
+}
+
+// maxDelegationsListed bounds one listing of delegations.
+const maxDelegationsListed = 100
+
+// opDelegations lists the delegations the token's person gave or
+// received, newest first; an admin may name another person.
+func (s *Server) opDelegations(c echo.Context) error {
+	op := operatorOf(c)
+	person := op.user.Name
+	if p := c.QueryParam("person"); p != "" && p != person {
+		if !op.user.Role.CanAdminister() {
+			return problem.New(http.StatusForbidden, "may_not_delegate", "only an admin lists another person's delegations; leave out person for your own")
+		}
+		person = p
+	}
+	f := queue.DelegationFilter{Person: person, Limit: maxDelegationsListed}
+	if c.QueryParam("live") == "true" {
+		f.LiveAt = s.now()
+	}
+	list, err := s.cfg.Queue.Delegations(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := wire.Delegations{Delegations: []wire.Delegation{}}
+	for _, d := range list {
+		out.Delegations = append(out.Delegations, answer.Delegation(d, s.now()))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// opEndDelegation ends a live delegation as the token's person: one of
+// its two people, or an admin.
+func (s *Server) opEndDelegation(c echo.Context) error {
+	d, err := s.cfg.Queue.EndDelegation(c.Request().Context(), operatorOf(c).user.Name, audit.ChannelAPI, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, answer.Delegation(d, s.now()))
 }
 
 func (s *Server) opMCPDefinitions(c echo.Context) error {

@@ -195,6 +195,8 @@ func TestOperatorAndAgentTokensNeverCross(t *testing.T) {
 		{"POST", "/api/v1/operator/calls/" + id + "/deny", `{"reason":"no"}`},
 		{"GET", "/api/v1/operator/allowances", ""},
 		{"POST", "/api/v1/operator/allowances/alw_x/revoke", `{"reason":"no"}`},
+		{"GET", "/api/v1/operator/delegations", ""},
+		{"POST", "/api/v1/operator/delegations/dlg_x/end", ""},
 	} {
 		if a := r.do(t, rq[0], rq[1], agent, rq[2]); a.status != http.StatusForbidden || a.code != "agent_token_refused" {
 			t.Errorf("an agent token on %s %s: %d %s", rq[0], rq[1], a.status, a.body)
@@ -464,6 +466,32 @@ func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) do
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/alw_nothing/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusNotFound)
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"done"}`}, http.StatusOK)
 	check(docRequest{op: revoke, path: "/api/v1/operator/allowances/" + a.ID + "/revoke", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
+
+	// A delegation alice gave, listed and ended through the API.
+	testkit.SeedUsers(t, st.db.Accounts(), account.RoleOperator, "dora")
+	d, err := st.queue.GiveDelegation(ctx, queue.DelegationInput{By: "alice", Channel: audit.ChannelWeb, Delegator: "alice",
+		Delegate: "dora", Until: time.Now().Add(24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delegations, end = "GET /api/v1/operator/delegations", "POST /api/v1/operator/delegations/{id}/end"
+	live := func() int {
+		return len(check(docRequest{op: delegations, path: "/api/v1/operator/delegations?live=true", token: read}, http.StatusOK).json["delegations"].([]any))
+	}
+	before, all := live(), check(docRequest{op: delegations, path: "/api/v1/operator/delegations", token: read}, http.StatusOK)
+	if !strings.Contains(string(all.body), `"id":"`+d.ID+`"`) {
+		t.Errorf("alice's delegations leave out %s: %s", d.ID, all.body)
+	}
+	check(docRequest{op: delegations, path: "/api/v1/operator/delegations?person=dora", token: read}, http.StatusForbidden)
+	check(docRequest{op: end, path: "/api/v1/operator/delegations/" + d.ID + "/end", token: read}, http.StatusForbidden)
+	check(docRequest{op: end, path: "/api/v1/operator/delegations/dlg_nothing/end", token: decide}, http.StatusNotFound)
+	if e := check(docRequest{op: end, path: "/api/v1/operator/delegations/" + d.ID + "/end", token: decide}, http.StatusOK); e.json["live"] != false || e.json["ended_by"] != "alice" {
+		t.Errorf("ended delegation: %s", e.body)
+	}
+	check(docRequest{op: end, path: "/api/v1/operator/delegations/" + d.ID + "/end", token: decide}, http.StatusConflict)
+	if after := live(); after != before-1 {
+		t.Errorf("live delegations: %d before the end, %d after", before, after)
+	}
 }
 
 // mcpReviewFlow exercises the review of MCP definitions through the

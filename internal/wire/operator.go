@@ -81,6 +81,28 @@ type Allowances struct {
 	Allowances []Allowance `json:"allowances"`
 }
 
+// Delegation is one person's approver standing lent to another for a
+// window (docs/team.md), as the operator API lists it.
+type Delegation struct {
+	Delegate  string    `json:"delegate"`
+	Delegator string    `json:"delegator"`
+	EndReason string    `json:"end_reason,omitempty"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	EndedBy   string    `json:"ended_by,omitempty"`
+	GivenAt   time.Time `json:"given_at"`
+	GivenBy   string    `json:"given_by"`
+	ID        string    `json:"id"`
+	// Live is true while it has not ended and its until has not passed
+	// (a decision also checks that both accounts are enabled).
+	Live  bool      `json:"live"`
+	Until time.Time `json:"until"`
+}
+
+// Delegations is a listing of delegations, newest first.
+type Delegations struct {
+	Delegations []Delegation `json:"delegations"`
+}
+
 // MCPDefinition is a pinned definition of an MCP server's tool as the
 // operator API shows it: the listing leaves out the definition itself.
 type MCPDefinition struct {
