@@ -58,6 +58,7 @@ func commands() map[string]command {
 		"counter":    {"approve a call with an edit, as an operator", cmdCounter},
 		"unblock":    {"lift the retry block on an agent's proposals for a tool (operator)", cmdUnblock},
 		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
+		"delegation": {"delegation list|end: people's approver standing lent to others for a window", cmdDelegation},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp":        {"mcp list|show|approve|reject: review MCP servers' tool definitions (admin)", cmdMCP},
 		"plan":       {"plan get|cancel: an agent's plan of calls from the shell", cmdPlan},

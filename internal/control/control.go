@@ -33,7 +33,7 @@ import (
 
 // Request is a decision handed over the control socket.
 type Request struct {
-	Action string `json:"action"` // approve, deny, clear, revoke_allowance, counter, queue, allowances, mcp_*
+	Action string `json:"action"` // approve, deny, clear, revoke_allowance, counter, queue, allowances, delegations, end_delegation, mcp_*
 	// ID is the call's id, or the allowance's for revoke_allowance.
 	ID       string `json:"id,omitempty"`
 	Operator string `json:"operator"`
@@ -52,10 +52,24 @@ type Request struct {
 	// of one of its definitions (Tool, Digest).
 	Server   string `json:"server,omitempty"`
 	Decision string `json:"decision,omitempty"`
-	// All and Giver filter a listing of allowances (with Tool).
-	All   bool   `json:"all,omitempty"`
-	Giver string `json:"giver,omitempty"`
+	// All and Giver filter a listing of allowances (with Tool); All and
+	// Person a listing of delegations.
+	All    bool   `json:"all,omitempty"`
+	Giver  string `json:"giver,omitempty"`
+	Person string `json:"person,omitempty"`
 }
+
+// ActionDelegations lists the delegations Request.Person gave or
+// received (everyone's when empty), newest first: those in force now
+// unless Request.All.
+const ActionDelegations = "delegations"
+
+// ActionEndDelegation ends the live delegation Request.ID in the name of
+// Request.Operator, one of its two people or an admin.
+const ActionEndDelegation = "end_delegation"
+
+// maxDelegationsListed bounds one listing of delegations.
+const maxDelegationsListed = 200
 
 // ActionCounter answers the pending call Request.ID (whose digest the
 // operator checked, Request.Digest) with its edit, Request.Edits: the
@@ -100,6 +114,8 @@ type Response struct {
 	Definition  *wire.MCPDefinition  `json:"definition,omitempty"`
 	Allowance   *Allowance           `json:"allowance,omitempty"`
 	Allowances  []Allowance          `json:"allowances,omitempty"`
+	Delegation  *wire.Delegation     `json:"delegation,omitempty"`
+	Delegations []wire.Delegation    `json:"delegations,omitempty"`
 	Error       *wire.Error          `json:"error,omitempty"`
 }
 
@@ -198,6 +214,11 @@ func ServeServices(ctx context.Context, ln net.Listener, svc Services, log *slog
 			writeResponse(w, resp, nil, err)
 			return
 		}
+		if req.Action == ActionDelegations || req.Action == ActionEndDelegation {
+			resp, err := Delegations(r.Context(), q, req)
+			writeResponse(w, resp, nil, err)
+			return
+		}
 		if req.Action == ActionQueue {
 			resp, err := Queue(r.Context(), q, req)
 			writeResponse(w, resp, nil, err)
@@ -249,7 +270,7 @@ func Decide(ctx context.Context, q *queue.Service, req Request) (*queue.Call, er
 		return q.Counter(ctx, queue.CounterInput{Operator: req.Operator, Channel: audit.ChannelCLI, CallID: req.ID,
 			Digest: req.Digest, Edits: req.Edits, Confirm: req.Confirm, AcceptWarnings: req.AcceptWarnings})
 	}
-	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance, counter, queue, allowances, mcp_list, mcp_show or mcp_review"}
+	return nil, &problem.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: "action must be approve, deny, clear, revoke_allowance, counter, queue, allowances, delegations, end_delegation, mcp_list, mcp_show or mcp_review"}
 }
 
 // MCP lists, shows or reviews the MCP servers' tool definitions. A review
@@ -385,4 +406,32 @@ func writeResponse(w http.ResponseWriter, resp Response, a *queue.Allowance, err
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(resp)
+}
+
+// Delegations lists delegations (ActionDelegations) or ends one
+// (ActionEndDelegation, audited on the cli channel), behind the control
+// socket and directly on the database alike.
+func Delegations(ctx context.Context, q *queue.Service, req Request) (Response, error) {
+	now := time.Now()
+	if req.Action == ActionEndDelegation {
+		d, err := q.EndDelegation(ctx, req.Operator, audit.ChannelCLI, req.ID)
+		if err != nil {
+			return Response{}, err
+		}
+		v := answer.Delegation(d, now)
+		return Response{Delegation: &v}, nil
+	}
+	f := queue.DelegationFilter{Person: req.Person, Limit: maxDelegationsListed}
+	if !req.All {
+		f.LiveAt = now
+	}
+	list, err := q.Delegations(ctx, f)
+	if err != nil {
+		return Response{}, err
+	}
+	out := Response{Delegations: []wire.Delegation{}}
+	for _, d := range list {
+		out.Delegations = append(out.Delegations, answer.Delegation(d, now))
+	}
+	return out, nil
 }
