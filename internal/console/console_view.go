@@ -121,6 +121,7 @@ func (c *Console) pageWith(v *viewer, title, nav, ws string, now time.Time, fz [
 	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
 	if v != nil {
 		p.Viewer = v.templ()
+		p.Needs = c.needs(v)
 		// Every page of a logged-in person says what is frozen.
 		if err != nil {
 			p.FreezesUnknown = true

@@ -66,6 +66,8 @@ type Page struct {
 	// Refresh, when positive, reloads the page after that many seconds
 	// (a page without a socket that follows something that changes).
 	Refresh int
+	// Needs counts what waits for people, for a logged-in viewer.
+	Needs *Needs
 }
 
 // FreezeBanner is one freeze in force.
