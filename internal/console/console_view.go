@@ -59,7 +59,10 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	query := qq.values().Encode()
 	ws := "/ws"
-	if query != "" {
+	if wq := qq.values(); next != "" {
+		wq.Set("upto", pageKeyString(calls[len(calls)-1]))
+		ws += "?" + wq.Encode()
+	} else if query != "" {
 		ws += "?" + query
 	}
 	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), MaxBatch: queue.MaxBatch, Query: query, Filtered: qq.filtered(),

@@ -473,6 +473,8 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 	switch {
 	case call.Status == queue.StatusRedeemed && ev.Kind != audit.KindRedeemed:
 		return "", nil // leases, outcomes and resolutions: long off the queue
+	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending && !cl.queue.takes(call):
+		return "new-row", func() ([]byte, error) { return renderBytes(templates.NewRow(call.ID)) }
 	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
 		return "upsert:" + boolKey(decide) + boolKey(owned), func() ([]byte, error) {
 			return renderBytes(templates.CardUpsert(c.cardView(call, decide, owned, now)))
