@@ -555,6 +555,10 @@ type StatusView struct {
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
 	Notice  string
+	// Refused is the problem code of a refused decision, and Next what the
+	// operator can do about it.
+	Refused string
+	Next    string
 	// Reason is the denial reason the viewer typed, kept when a denial is
 	// refused.
 	Reason string
