@@ -514,7 +514,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 		}
 	}
 	if o, isObj := e.Details.(canonical.Object); e.Details != nil && (!isObj || len(o) > 0) {
-		tree := treeBuilder{warn: func(string, templates.Text) {}}.node(e.Details, "", nil, -1)
+		tree := treeBuilder{warn: func(string, string, templates.Text) {}}.node(e.Details, "", nil, -1)
 		te.Details = &tree
 	}
 	return te

@@ -389,15 +389,21 @@ func (c *Console) callContent(call *queue.Call) (templates.CallView, error) {
 		// definition page shows it, deceptive characters revealed.
 		cv.ToolDescription = tool.Description
 	}
-	warn := func(where string, t templates.Text) {
-		if t.Deceptive() {
-			cv.Warnings = append(cv.Warnings, templates.Warning{Where: where, Kinds: t.Warnings})
+	warn := func(where, raw string, t templates.Text) {
+		if !t.Deceptive() {
+			return
 		}
+		w := templates.Warning{Where: where, Kinds: t.Warnings}
+		if preview, ok := reveal.Rendered(raw, longValue); ok {
+			// What a reader would see, beside what the text holds.
+			w.Preview, w.Escaped = preview, t
+		}
+		cv.Warnings = append(cv.Warnings, w)
 	}
-	warn("tool", cv.Tool)
-	warn("target", cv.Target)
-	warn("actor", cv.Actor)
-	warn("audience", cv.Audience)
+	warn("tool", env.Tool, cv.Tool)
+	warn("target", env.Target, cv.Target)
+	warn("actor", env.Actor, cv.Actor)
+	warn("audience", env.Audience, cv.Audience)
 	stored := call.Args
 	if stored == nil {
 		stored = canonical.Object{}
@@ -422,7 +428,7 @@ func (c *Console) callContent(call *queue.Call) (templates.CallView, error) {
 		}
 	}
 	if cv.Rationale != nil {
-		warn("rationale", *cv.Rationale)
+		warn("rationale", call.Rationale, *cv.Rationale)
 	}
 	return cv, nil
 }
@@ -560,7 +566,7 @@ type treeBuilder struct {
 	// envelope: a member of args missing from them is shown "not bound",
 	// whatever the tools file says today.
 	bound canonical.Object
-	warn  func(where string, t templates.Text)
+	warn  func(where, raw string, t templates.Text)
 }
 
 // shownPointer is a pointer as a warning shows it: every deceptive
@@ -589,7 +595,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 			k := reveal.Of(m.Name)
 			cp := canonical.Join(ptr, m.Name)
 			if k.Deceptive() {
-				b.warn("args "+shownPointer(cp)+" (name)", k)
+				b.warn("args "+shownPointer(cp)+" (name)", m.Name, k)
 			}
 			n.Children = append(n.Children, b.node(m.Value, cp, &k, -1))
 		}
@@ -611,7 +617,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 				n.Long, n.Length = true, utf8.RuneCountInString(x)
 			}
 		}
-		b.warn("args "+shownPointer(ptr), n.Value)
+		b.warn("args "+shownPointer(ptr), x, n.Value)
 	case int64:
 		n.Kind = "integer"
 		n.Value = templates.Plain(strconv.FormatInt(x, 10))

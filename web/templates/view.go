@@ -36,6 +36,11 @@ func Plain(s string) Text { return Text{Segs: []Seg{{Kind: SegText, S: s}}} }
 type Warning struct {
 	Where string   // e.g. "target", "args /to/0/name (key)"
 	Kinds []string // what was found there
+	// Preview, for text with a bidirectional control, is how it reads on
+	// screen (reveal.Rendered: in display order, to be shown with a
+	// left-to-right override); Escaped is the text with its escapes.
+	Preview string
+	Escaped Text
 }
 
 // Viewer is the person looking at a page.
