@@ -18,7 +18,7 @@ func TestRendered(t *testing.T) {
 		{"Invoice 7100 attached: report\u202Efdp.exe", "Invoice 7100 attached: reportexe.pdf", true},
 		{"pay \u202E001\u202C to alice", "pay 100 to alice", true},
 		{"abc\u2067def\u2069 ghi", "abcdef ghi", true}, // an isolate turns no Latin letter around
-		{"a\u200b\u202Ebc", "acb", true},                // the zero-width space is not seen
+		{"a\u200b\u202Ebc", "acb", true},               // the zero-width space is not seen
 		{"line one\u202Eab\nline two", "line oneba line two", true},
 		{"plain text", "", false},
 		{"zero\u200bwidth only", "", false},
