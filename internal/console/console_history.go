@@ -529,7 +529,7 @@ func (h *historyPages) exportCalls(format string) echo.HandlerFunc {
 			return problem.New(http.StatusBadRequest, "bad_filter", "%s", err.Error())
 		}
 		f := hq.filter
-		f.After, f.Limit = 0, 0
+		f.After, f.Limit, f.At = 0, 0, h.c.now()
 		release, err := h.acquireExport()
 		if err != nil {
 			return err
