@@ -110,7 +110,7 @@ func (c *Console) snapshotPage(cl *client) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return renderBytes(templates.Status(c.statusView(call, cl.viewer, now), true))
+		return renderBytes(templates.StatusPush(c.statusView(call, cl.viewer, now)))
 	}
 	qv, err := c.queueView(ctx, cl.viewer, now, cl.queue)
 	if err != nil {

@@ -454,7 +454,7 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 			return "", nil
 		}
 		return "status:" + v.idHash, func() ([]byte, error) {
-			return renderBytes(templates.Status(c.statusView(call, v, now), true))
+			return renderBytes(templates.StatusPush(c.statusView(call, v, now)))
 		}
 	}
 	decide := v.user.Role.CanDecide()
