@@ -38,6 +38,7 @@ serve besides its own.`)
 	f.register(fs)
 	fs.Lookup("data").Usage = "keep the demo's data in this directory (default: a fresh temporary one, removed at the end; $COUNTERSIGN_DATA is not read)"
 	f.mcp.trustFirst = true // the example server's tools are callable at once; pass --trust-first-definitions=false to review them
+	f.mcp.reviewFirst = demoReviewFirst
 	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
 	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
 	if err := fs.Parse(args); err != nil {
