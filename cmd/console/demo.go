@@ -32,7 +32,9 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 
 Runs the real server on a fresh temporary data directory with the example
 tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600), an agent token to export, and the MCP client settings, and runs
-a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
+a demo agent that proposes calls. Without --notify it posts every event to a
+webhook sink in its own process, which writes each delivery to
+DATA/demo-webhooks.log. Ctrl-C stops it. It takes every flag of
 serve besides its own.`)
 	var f serveFlags
 	f.register(fs)
@@ -82,6 +84,20 @@ serve besides its own.`)
 				return 1
 			}
 		}
+	}
+	sinkLog := ""
+	if f.notify == "" {
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+			return 1
+		}
+		var stopSink func()
+		var err error
+		if sinkLog, stopSink, err = startDemoSink(ctx, data); err != nil {
+			fmt.Fprintf(e.stderr, "console demo: webhook sink: %v\n", err)
+			return 1
+		}
+		defer stopSink()
 	}
 	log := newLogger(e.stderr, f.logLevel)
 	ln, err := listen(f.addr)
@@ -145,6 +161,9 @@ serve besides its own.`)
 		}
 		fmt.Fprintf(e.stdout, "\nAn agent token for you (%s on %s, shown once); paste this, then follow docs/agents.md from step 1:\n", demoReaderActor, demoReaderAudience)
 		fmt.Fprintf(e.stdout, "  export COUNTERSIGN_URL=%s COUNTERSIGN_TOKEN=%s\n", url, readerToken)
+		if sinkLog != "" {
+			fmt.Fprintf(e.stdout, "\nNotifications: every event is posted to a webhook sink in this process; each delivery is a line in %s (watch it with tail -f), and Admin › Deliveries lists them.\n", sinkLog)
+		}
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
 		}
