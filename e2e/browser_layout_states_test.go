@@ -181,9 +181,19 @@ func TestBrowserLayoutStates(t *testing.T) {
 		}
 	}
 	op.screenshot("history-cards-390")
+	op.navigate(s.url + "/calls/" + ids.mail)
+	op.screenshot("call-bidi-preview-390")
+	op.navigate(s.url + "/")
+	op.screenshot("queue-needs-you-390")
 	op.navigate(s.url + "/calls/" + deploy.ID)
 	op.screenshot("call-decided-two-approvers-390")
 	op.do("a laptop", waitShort, chromedp.EmulateViewport(1280, 900))
 	op.navigate(s.url + "/calls/" + deploy.ID)
 	op.screenshot("call-decided-two-approvers-1280")
+	op.navigate(s.url + "/calls/" + ids.mail)
+	op.screenshot("call-bidi-preview-1280")
+	op.navigate(s.url + "/")
+	op.screenshot("queue-needs-you-1280")
+	op.navigate(s.url + "/history")
+	op.screenshot("history-1280")
 }

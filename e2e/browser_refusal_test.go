@@ -53,5 +53,7 @@ func TestBrowserRefusedApproval(t *testing.T) {
 	if n := eval[int](op, `document.querySelectorAll('[data-testid="deny-reason"]').length`); n != 1 {
 		t.Error("the re-shown page offers no denial")
 	}
-	op.screenshot("refused-frozen")
+	op.screenshot("refused-frozen-1280")
+	op.do("a phone", waitShort, chromedp.EmulateViewport(390, 844))
+	op.screenshot("refused-frozen-390")
 }
