@@ -77,6 +77,22 @@ func TestNewcomerWalk(t *testing.T) {
 	if got := alice.liveText("status-value"); got != "approved" && got != "redeemed" {
 		t.Errorf("the refund alice approved reads %q", got)
 	}
+	// "The demo shows an allowance alice gave: its page is in the banner."
+	var allowancePath string
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if _, rest, ok := strings.Cut(line, "An allowance: alice approved refund "); ok {
+			if i := strings.Index(rest, s.url+"/allowances/"); i >= 0 {
+				allowancePath = strings.TrimSuffix(strings.Fields(rest[i+len(s.url):])[0], ";")
+			}
+		}
+	}
+	if allowancePath == "" {
+		t.Fatalf("the banner names no allowance:\n%s", s.logs.String())
+	}
+	alice.navigate(s.url + allowancePath)
+	if got := alice.liveText("allowance-giver"); !strings.HasPrefix(got, "alice at ") {
+		t.Errorf("the demo allowance's page says it was given by %q", got)
+	}
 	// "log in as bob in another browser to give the deploy its second approval"
 	alice.openQueue(s.url)
 	deploy := eval[string](alice, `document.querySelector('article[data-tool="releases.deploy"]').dataset.call`)

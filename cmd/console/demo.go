@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/examples"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // cmdDemo runs the real server on a fresh data directory with the example
@@ -138,6 +139,18 @@ serve besides its own.`)
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
+	// A fresh demo shows an allowance from its start; a reused --data has
+	// its own already.
+	var allowance *queue.Allowance
+	if made := len(logins) > 0 && !strings.HasPrefix(logins[0].password, "("); made {
+		if allowance, err = giveDemoAllowance(ctx, a, time.Now()); err != nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+			return 1
+		}
+	}
 	loginsFile, err := writeDemoLogins(data, logins)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
@@ -161,6 +174,10 @@ serve besides its own.`)
 		}
 		fmt.Fprintf(e.stdout, "\nAn agent token for you (%s on %s, shown once); paste this, then follow docs/agents.md from step 1:\n", demoReaderActor, demoReaderAudience)
 		fmt.Fprintf(e.stdout, "  export COUNTERSIGN_URL=%s COUNTERSIGN_TOKEN=%s\n", url, readerToken)
+		if allowance != nil {
+			fmt.Fprintf(e.stdout, "\nAn allowance: alice approved refund %s and up to %d more like it (USD, invoices INV-10…, at most 1,000.00) for an hour: %s/allowances/%s; the demo agent's refunds inside it arrive approved.\n",
+				allowance.BaseCall, allowance.Uses, url, allowance.ID)
+		}
 		if sinkLog != "" {
 			fmt.Fprintf(e.stdout, "\nNotifications: every event is posted to a webhook sink in this process; each delivery is a line in %s (watch it with tail -f), and Admin › Deliveries lists them.\n", sinkLog)
 		}
