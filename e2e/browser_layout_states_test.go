@@ -55,7 +55,7 @@ const boxProblemsJS = `(() => {
 
 // TestBrowserLayoutStates lays out a named list of page states at 1280,
 // 1024 and 390 px and checks every element's box against its container's
-// (boxProblemsJS). On a phone the call's status comes before the call and
+// (boxProblemsJS), and runs axe-core on each. On a phone the call's status comes before the call and
 // history rows are cards that fit the window.
 func TestBrowserLayoutStates(t *testing.T) {
 	requireChromium(t)
@@ -154,6 +154,7 @@ func TestBrowserLayoutStates(t *testing.T) {
 					tb.screenshot("boxes-" + strings.ReplaceAll(st.name, " ", "-") + "-" + w.name)
 					t.Errorf("%s at %s px:\n  %s", st.path, w.name, strings.Join(problems, "\n  "))
 				}
+				accessible(t, tb, st.name+" at "+w.name)
 			})
 		}
 	}
