@@ -54,7 +54,7 @@ func (n *needsCounts) changed(queue.Event) {
 	}
 }
 
-// count reads the counts from the store.
+// countNeeds reads the counts from the store: three statements.
 func (c *Console) countNeeds(ctx context.Context, now time.Time) templates.Needs {
 	out := templates.Needs{DueWithin: needsDueText}
 	var err error
