@@ -53,6 +53,12 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	} else if calls, err = c.q.PendingCalls(ctx, maxQueueCards); err != nil {
 		return templates.QueueView{}, err
 	}
+	hidden := 0
+	if !qq.List && len(calls) == maxQueueCards {
+		// The cards view reads the newest maxQueueCards: it says how many
+		// more wait, and that the list pages through them all.
+		hidden = max(0, c.needs(v).Pending-len(calls))
+	}
 	blocks, err := c.q.Blocks(ctx)
 	if err != nil {
 		return templates.QueueView{}, err
@@ -72,7 +78,7 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	lq, cq := qq, qq
 	lq.List, lq.After, cq.List, cq.After = true, "", false, ""
-	qv.List, qv.NextPage = qq.List, next
+	qv.List, qv.NextPage, qv.CardsHidden = qq.List, next, hidden
 	qv.ListURL, qv.CardsURL = "/?"+lq.values().Encode(), "/?"+cq.values().Encode()
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,3 +211,27 @@ func TestTenThousandPending(t *testing.T) {
 // insertSlack, in milliseconds, is what TestTenThousandPending allows a
 // live insert besides 1.5 times the short queue's: one frame and a poll.
 const insertSlack = 20
+
+// The cards view reads the newest maxQueueCards pending calls; with more
+// waiting it says how many more, and links to the list, which pages
+// through them all.
+func TestCardsViewSaysWhatItLeavesOut(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("olivia", "operator", rolePassword)
+	fillPending(t, e, maxQueueCards+7)
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/")
+	if n := p.find("call-card").Length(); n != maxQueueCards {
+		t.Errorf("%d cards, want %d", n, maxQueueCards)
+	}
+	if got := p.find("cards-hidden").Text(); !strings.Contains(got, "7 more wait") {
+		t.Errorf("the cards view says %q, want 7 more", got)
+	}
+	if href, _ := p.find("cards-hidden-list").Attr("href"); !strings.Contains(href, "layout=list") {
+		t.Errorf("its link %q", href)
+	}
+	if p := b.get("/?layout=list"); p.find("cards-hidden").Length() != 0 {
+		t.Error("the list view says cards are left out")
+	}
+}

@@ -314,6 +314,9 @@ type QueueView struct {
 	Blocks   []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
+	// CardsHidden, on the cards view, counts the pending calls beyond the
+	// ones it read (as the navigation last counted them).
+	CardsHidden int
 	Message      string
 	Error        string
 	// Connect is set on a console that has no agent token yet: how to
