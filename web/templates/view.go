@@ -317,8 +317,8 @@ type QueueView struct {
 	// CardsHidden, on the cards view, counts the pending calls beyond the
 	// ones it read (as the navigation last counted them).
 	CardsHidden int
-	Message      string
-	Error        string
+	Message     string
+	Error       string
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
