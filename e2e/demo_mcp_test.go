@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -40,25 +41,35 @@ func TestDemoServesTheMCPGateway(t *testing.T) {
 		t.Fatalf("connect to %s: %v", endpoint, err)
 	}
 	defer cs.Close()
-	var names []string
+	var names, held []string
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		res, err := cs.ListTools(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = names[:0]
+		names, held = names[:0], held[:0]
 		for _, tl := range res.Tools {
 			if !strings.Contains(tl.Description, "review") {
 				names = append(names, tl.Name)
+			} else {
+				held = append(held, tl.Name)
 			}
 		}
-		if len(names) == 6 {
+		if len(names) == 5 {
 			break
 		}
 	}
 	sort.Strings(names)
-	if strings.Join(names, " ") != "add big_result create_order echo fail scale" {
-		t.Fatalf("the demo's MCP endpoint lists %v, want the example's six tools, approved", names)
+	if strings.Join(names, " ") != "add big_result echo fail scale" {
+		t.Fatalf("the demo's MCP endpoint lists %v, want five of the example's tools approved", names)
+	}
+	// One tool is left to an admin's review (listed under a name that
+	// says so, not its own), and the banner says where.
+	if len(held) != 1 || slices.Contains(held, "create_order") {
+		t.Errorf("tools awaiting review %v, want one (create_order, under a placeholder name)", held)
+	}
+	if !strings.Contains(s.logs.String(), "demo/create_order's definition awaits an admin's review: log in as admin and open "+s.url+"/admin/mcp") {
+		t.Errorf("the banner does not say where create_order's review is:\n%s", s.logs.String())
 	}
 	// /metrics counts the sessions open over HTTP: one opened at a
 	// protocol with sessions, until its client closes it (the client

@@ -150,7 +150,10 @@ func TestDemoKeepsQueueReadable(t *testing.T) {
 	}
 	// Fifty more ticks of the agent's clock: none proposes.
 	time.Sleep(500 * time.Millisecond)
-	if n := proposed(); n != 20 {
-		t.Errorf("%d calls proposed and none decided, want 20", n)
+	// The demo's allowance approves some refunds as they come; they run
+	// and do not wait. No person decides any.
+	ran := strings.Count(s.logs.String(), "agent  ran ")
+	if n := proposed() - ran; n != 20 {
+		t.Errorf("%d calls proposed, %d run under the demo's allowance, so %d wait; want 20", proposed(), ran, n)
 	}
 }

@@ -172,9 +172,10 @@ func TestReplicasFreeze(t *testing.T) {
 		if err != nil || ar.status != http.StatusServiceUnavailable || ar.code() != "frozen" {
 			t.Fatalf("%s: approval on B's control socket: %d %s %v", how, ar.status, ar.raw, err)
 		}
-		if st, _ := alice.post(r.srv[2].url, "/calls/"+pendingID, "/calls/"+pendingID+"/approve",
-			url.Values{"digest": {pendingDigest}}); st != http.StatusServiceUnavailable {
-			t.Fatalf("%s: approval on C's call page answered %d, want 503", how, st)
+		// The browser is shown the call again with the freeze as the reason.
+		if st, page := alice.post(r.srv[2].url, "/calls/"+pendingID, "/calls/"+pendingID+"/approve",
+			url.Values{"digest": {pendingDigest}}); st != http.StatusConflict || !strings.Contains(page, `data-code="frozen"`) {
+			t.Fatalf("%s: approval on C's call page answered %d, want 409 re-showing the call with the freeze", how, st)
 		}
 		g, err := agents[2].do(ctx, http.MethodGet, "/api/v1/calls/"+pendingID, nil)
 		if err != nil || g.str("status") != "pending" {

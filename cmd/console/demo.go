@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/examples"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // cmdDemo runs the real server on a fresh data directory with the example
@@ -32,12 +33,15 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 
 Runs the real server on a fresh temporary data directory with the example
 tools, prints four logins (shown once, and kept in DATA/demo-logins, mode 0600), an agent token to export, and the MCP client settings, and runs
-a demo agent that proposes calls. Ctrl-C stops it. It takes every flag of
+a demo agent that proposes calls. Without --notify it posts every event to a
+webhook sink in its own process, which writes each delivery to
+DATA/demo-webhooks.log. Ctrl-C stops it. It takes every flag of
 serve besides its own.`)
 	var f serveFlags
 	f.register(fs)
 	fs.Lookup("data").Usage = "keep the demo's data in this directory (default: a fresh temporary one, removed at the end; $COUNTERSIGN_DATA is not read)"
 	f.mcp.trustFirst = true // the example server's tools are callable at once; pass --trust-first-definitions=false to review them
+	f.mcp.reviewFirst = demoReviewFirst
 	every := fs.Duration("every", 8*time.Second, "how often the demo agent proposes a call")
 	noAgent := fs.Bool("no-agent", false, "do not run the demo agent")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +86,20 @@ serve besides its own.`)
 			}
 		}
 	}
+	sinkLog := ""
+	if f.notify == "" {
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+			return 1
+		}
+		var stopSink func()
+		var err error
+		if sinkLog, stopSink, err = startDemoSink(ctx, data); err != nil {
+			fmt.Fprintf(e.stderr, "console demo: webhook sink: %v\n", err)
+			return 1
+		}
+		defer stopSink()
+	}
 	log := newLogger(e.stderr, f.logLevel)
 	ln, err := listen(f.addr)
 	if err != nil {
@@ -121,6 +139,18 @@ serve besides its own.`)
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
 		return 1
 	}
+	// A fresh demo shows an allowance from its start; a reused --data has
+	// its own already.
+	var allowance *queue.Allowance
+	if made := len(logins) > 0 && !strings.HasPrefix(logins[0].password, "("); made {
+		if allowance, err = giveDemoAllowance(ctx, a, time.Now()); err != nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			fmt.Fprintf(e.stderr, "console demo: %v\n", err)
+			return 1
+		}
+	}
 	loginsFile, err := writeDemoLogins(data, logins)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console demo: %v\n", err)
@@ -144,6 +174,13 @@ serve besides its own.`)
 		}
 		fmt.Fprintf(e.stdout, "\nAn agent token for you (%s on %s, shown once); paste this, then follow docs/agents.md from step 1:\n", demoReaderActor, demoReaderAudience)
 		fmt.Fprintf(e.stdout, "  export COUNTERSIGN_URL=%s COUNTERSIGN_TOKEN=%s\n", url, readerToken)
+		if allowance != nil {
+			fmt.Fprintf(e.stdout, "\nAn allowance: alice approved refund %s and up to %d more like it (USD, invoices INV-10…, at most 1,000.00) for an hour: %s/allowances/%s; the demo agent's refunds inside it arrive approved.\n",
+				allowance.BaseCall, allowance.Uses, url, allowance.ID)
+		}
+		if sinkLog != "" {
+			fmt.Fprintf(e.stdout, "\nNotifications: every event is posted to a webhook sink in this process; each delivery is a line in %s (watch it with tail -f), and Admin › Deliveries lists them.\n", sinkLog)
+		}
 		if err := printMCPDemo(ctx, e.stdout, a, data, url); err != nil {
 			return err
 		}

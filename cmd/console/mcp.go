@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 // mcpFlags are serve's flags for the MCP gateway.
@@ -28,6 +29,9 @@ type mcpFlags struct {
 	hold        time.Duration
 	trustFirst  bool
 	maxSessions int
+	// reviewFirst, per server, are tools whose first definition awaits
+	// review even with trustFirst (the demo's); not a flag.
+	reviewFirst map[string][]string
 	// dial reaches upstreams in this process instead of as the tools file
 	// says (the demo's example server); not a flag.
 	dial map[string]func(ctx context.Context) (sdk.Transport, error)
@@ -46,7 +50,7 @@ func (a *app) gateway(f serveFlags, publicURL string, waits mcp.Waits, links *co
 	if len(ups) == 0 {
 		return nil, nil, nil
 	}
-	cc := catalog.Config{Store: a.db.catalog, Registry: a.tools, TrustFirst: f.mcp.trustFirst, Rules: a.policy, Logger: a.log}
+	cc := catalog.Config{Store: a.db.catalog, Registry: a.tools, TrustFirst: f.mcp.trustFirst, ReviewFirst: f.mcp.reviewFirst, Rules: a.policy, Logger: a.log}
 	if a.notify != nil {
 		cc.Notifier = a.notify.router
 	}
@@ -141,6 +145,12 @@ func printMCPDemo(ctx context.Context, w io.Writer, a *app, data, url string) er
 	stdioConfig, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"countersign-demo": map[string]any{
 		"command": "console", "args": []string{"mcp-bridge", "--url", endpoint, "--token-file", tokenFile}}}})
 	fmt.Fprintf(w, "\nMCP gateway: the example MCP server's tools at %s (actor agent:desk; every call waits for an operator)\n", endpoint)
+	for server, names := range demoReviewFirst {
+		for _, name := range names {
+			fmt.Fprintf(w, "  %s's definition awaits an admin's review: log in as admin and open %s/admin/mcp; until it is approved there, the gateway lists it as awaiting review and refuses its calls\n",
+				tools.MirroredName(server, name), url)
+		}
+	}
 	fmt.Fprintf(w, "  token (also in %s): %s\n", tokenFile, secret)
 	fmt.Fprintf(w, "  a client that speaks Streamable HTTP:\n    %s\n", httpConfig)
 	fmt.Fprintf(w, "  a client that launches stdio servers (build console with 'go build -o console ./cmd/console' and put it on PATH):\n    %s\n", stdioConfig)
@@ -163,3 +173,8 @@ func mcpAgent(accounts *account.Service) func(context.Context, string) (mcp.Agen
 		return mcp.Agent{TokenID: t.ID, Principal: queue.Principal{Actor: t.Actor, Audience: t.Audience, Owners: t.Owners}}, nil
 	}
 }
+
+// demoReviewFirst is the example server's tool whose definition the demo
+// leaves to an admin's review, so that the review is seen: the others are
+// trusted at the first start.
+var demoReviewFirst = map[string][]string{"demo": {"create_order"}}

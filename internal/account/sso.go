@@ -292,6 +292,38 @@ func (s *Service) EndSessions(ctx context.Context, name, by, channel string) (in
 	return ended, err
 }
 
+// ChangeOwnPassword replaces a local account's password at its own
+// request, and ends every session the account has, in one transaction:
+// whoever knew the old password is logged out everywhere. The caller
+// opens a new session for the person who changed it. It returns how many
+// sessions ended. A single-sign-on account is refused with
+// ErrSSOPassword.
+func (s *Service) ChangeOwnPassword(ctx context.Context, name, passwordHash, channel string) (int64, error) {
+	if _, _, _, err := ParseHash(passwordHash); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	var ended int64
+	err := s.store.Update(ctx, func(tx Tx) error {
+		u, err := tx.User(name)
+		if err != nil {
+			return err
+		}
+		if u.SSO() {
+			return ErrSSOPassword
+		}
+		if err := tx.SetPassword(name, passwordHash, false); err != nil {
+			return err
+		}
+		if ended, err = tx.RevokeUserSessions(name, "password_changed", now); err != nil {
+			return err
+		}
+		return tx.Append(&audit.Entry{Time: audit.FormatTime(now), Kind: audit.KindPasswordSet,
+			Principal: name, Channel: channel, Details: map[string]any{"user": name, "must_change": false, "sessions_ended": ended}})
+	})
+	return ended, err
+}
+
 // SetPassword replaces a local account's password, audited as done by by
 // through channel, and returns how many sessions it ended. Set by the
 // account itself (self), the password is simply its new one. Set by

@@ -182,11 +182,14 @@ type Console struct {
 
 	links *StatusLinks // the status pages' capability links
 
-	hub   *hub
-	chain *audit.Watcher // the audit chain's background verification
-	stop  chan struct{}
-	wg    sync.WaitGroup // the hub, the sweeper, the chain's verification and every socket goroutine
-	once  sync.Once
+	hub *hub
+	// needsCounts is what needs people, counted for every page's
+	// navigation (needs.go).
+	needsCounts *needsCounts
+	chain       *audit.Watcher // the audit chain's background verification
+	stop        chan struct{}
+	wg          sync.WaitGroup // the hub, the sweeper, the chain's verification and every socket goroutine
+	once        sync.Once
 
 	connMu  sync.Mutex // guards closing, so no socket starts after shutdown
 	closing bool
@@ -264,6 +267,8 @@ func New(cfg Config) (*Console, error) {
 	c.hub = newHub(hubDeps{fragment: c.fragmentFor, presence: cfg.Presence, pushes: c.pushes, log: c.log, now: c.now, stop: c.stop})
 	c.chain = audit.NewWatcher(c.trail, c.now, c.log)
 	c.q.Subscribe(c.hub.publish)
+	c.needsCounts = newNeedsCounts()
+	c.q.Subscribe(c.needsCounts.changed)
 	if cfg.Presence != nil {
 		cfg.Presence.OnChange(c.hub.othersChanged)
 	}
@@ -280,8 +285,9 @@ func New(cfg Config) (*Console, error) {
 // at once, then when the history is looked at). Then it closes every
 // socket, asking pages to reconnect later, and waits for them.
 func (c *Console) Run(ctx context.Context) {
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.hub.run() }()
+	go func() { defer c.wg.Done(); c.needsLoop() }()
 	go func() { defer c.wg.Done(); c.sweepLoop() }()
 	go func() { defer c.wg.Done(); c.chain.Run(ctx) }()
 	<-ctx.Done()

@@ -27,7 +27,7 @@ func TestNotBoundComesFromTheEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nop := func(string, templates.Text) {}
+	nop := func(string, string, templates.Text) {}
 	tree := treeBuilder{args: call.Args, bound: hashed.Args, warn: nop}.node(call.Args, "", nil, -1)
 	got := map[string]bool{}
 	var walk func(n templates.ArgNode)

@@ -66,8 +66,9 @@ func TestApproveNeedsCSRF(t *testing.T) {
 	other := e.submit("agent:billing-bot", "payments-host", batchRefund(4242, 100, "another"))
 	for name, shown := range map[string]string{"no page": "", "another call's page": b.presented(other.ID)} {
 		p := b.post(path, url.Values{"csrf": {tok}, "digest": {call.Digest}, "presented": {shown}})
-		if p.status != http.StatusConflict || !strings.Contains(p.find("error-message").Text()+p.body, "reload the page") {
-			t.Errorf("approve from %s = %d, want 409 saying to reload the page", name, p.status)
+		if p.status != http.StatusConflict || !strings.Contains(p.find("decision-error").Text(), "did not show the call as it is now") ||
+			!strings.Contains(p.find("decision-next").Text(), "read it again, then decide") {
+			t.Errorf("approve from %s = %d %q, want 409 re-showing the call to read again", name, p.status, p.find("decision-error").Text())
 		}
 		if c := mustCall(t, e, call.ID); c.Status != queue.StatusPending || len(c.Approvals) != 0 {
 			t.Errorf("approve from %s: the call is %s with %d approvals", name, c.Status, len(c.Approvals))

@@ -518,7 +518,7 @@ func timelineEntry(e audit.Entry, call *queue.Call) templates.TimelineEntry {
 		}
 	}
 	if o, isObj := e.Details.(canonical.Object); e.Details != nil && (!isObj || len(o) > 0) {
-		tree := treeBuilder{warn: func(string, templates.Text) {}}.node(e.Details, "", nil, -1)
+		tree := treeBuilder{warn: func(string, string, templates.Text) {}}.node(e.Details, "", nil, -1)
 		te.Details = &tree
 	}
 	return te
@@ -533,7 +533,7 @@ func (h *historyPages) exportCalls(format string) echo.HandlerFunc {
 			return problem.New(http.StatusBadRequest, "bad_filter", "%s", err.Error())
 		}
 		f := hq.filter
-		f.After, f.Limit = 0, 0
+		f.After, f.Limit, f.At = 0, 0, h.c.now()
 		release, err := h.acquireExport()
 		if err != nil {
 			return err

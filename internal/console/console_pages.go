@@ -236,7 +236,7 @@ func (c *Console) refused(ec echo.Context, id string, err error, form url.Values
 		return err
 	}
 	ae := server.ErrorOf(err)
-	if ae.Status >= 500 {
+	if ae.Status >= 500 && ae.Code != "frozen" {
 		return err
 	}
 	call, lerr := c.q.Call(ec.Request().Context(), id)
@@ -247,11 +247,13 @@ func (c *Console) refused(ec echo.Context, id string, err error, form url.Values
 	if verr != nil {
 		return verr
 	}
-	cv.Status.Message = ae.Message
+	var status int
+	cv.Status.Message, cv.Status.Next, status = refusalShown(err, ae, call)
+	cv.Status.Refused = ae.Code
 	cv.Status.Reason, cv.Status.Comment = form.Get("reason"), form.Get("comment")
 	v, _ := url.ParseQuery(form.Get("q"))
 	c.navigation(ec.Request().Context(), &cv, viewerOf(ec), id, parseQueueQuery(v))
-	return c.render(ec, ae.Status, templates.CallPage(cv))
+	return c.render(ec, status, templates.CallPage(cv))
 }
 
 func (c *Console) clearBlock(ec echo.Context) error {

@@ -100,9 +100,21 @@ func (c *Console) changePassword(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.accounts.SetPassword(ctx, v.user.Name, hash, true, v.user.Name, audit.ChannelWeb); err != nil {
+	// Every session of the account ends, this one too: whoever knew the
+	// old password is logged out everywhere. This browser goes on in a new
+	// session.
+	ended, err := c.accounts.ChangeOwnPassword(ctx, v.user.Name, hash, audit.ChannelWeb)
+	if err != nil {
 		return err
 	}
-	c.log.Info("console password changed", slog.String("user", v.user.Name))
+	c.hub.endUser(v.user.Name)
+	sid, csrf := newID(), newID()
+	if err := c.accounts.CreateSession(ctx, hashID(sid), v.user.Name, csrf, c.now()); err != nil {
+		return err
+	}
+	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
+		return err
+	}
+	c.log.Info("console password changed", slog.String("user", v.user.Name), slog.Int64("sessions_ended", ended))
 	return ec.Redirect(http.StatusSeeOther, "/account?notice=password")
 }

@@ -49,6 +49,10 @@ type queueQuery struct {
 	Effect string // only calls of tools declaring this effect
 	List   bool   // the list view: one line per call, a page at a time
 	After  string // the list view's page key: "" for the first page
+	// Upto, on a list page's socket only, is the key of the page's last
+	// row when a page follows it ("" on the last page): what the page
+	// holds is (After, Upto].
+	Upto string
 }
 
 // listPageSize is how many calls one page of the list view reads and
@@ -102,6 +106,9 @@ func parseQueueQuery(q url.Values) queueQuery {
 		if k := get("after"); pageKey(k).ID != "" {
 			qq.After = k
 		}
+		if k := get("upto"); pageKey(k).ID != "" {
+			qq.Upto = k
+		}
 	}
 	return qq
 }
@@ -127,6 +134,38 @@ func (qq queueQuery) values() url.Values {
 		}
 	}
 	return v
+}
+
+// A list page takes a new call where the order by deadline puts it when
+// that is on the page: the first page takes the calls before its last row
+// (all of them when it is the only page), the last page the calls after
+// the row before it. A page in the middle takes none: the rows of the
+// pages after it would move, so it says how many calls arrived instead.
+// The cards view shows every call as it comes.
+func (qq queueQuery) takes(c *queue.Call) bool {
+	if !qq.List {
+		return true
+	}
+	key := queue.KeyOf(c)
+	first, last := qq.After == "", qq.Upto == ""
+	switch {
+	case first && last:
+		return true
+	case first:
+		return keyBefore(key, pageKey(qq.Upto))
+	case last:
+		return keyBefore(pageKey(qq.After), key)
+	}
+	return false
+}
+
+// keyBefore orders page keys as the pending index does: deadline (to the
+// millisecond, as stored), then id.
+func keyBefore(a, b queue.PageKey) bool {
+	if am, bm := a.DecideBy.UnixMilli(), b.DecideBy.UnixMilli(); am != bm {
+		return am < bm
+	}
+	return a.ID < b.ID
 }
 
 // filtered reports whether anything but the sort is set.

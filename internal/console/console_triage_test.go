@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/gorilla/websocket"
 
 	"github.com/countersign/countersign/internal/reveal"
 )
@@ -268,4 +269,71 @@ func TestQueueListViewPages(t *testing.T) {
 	if got := cardIDs(b.get("/?layout=list&after=nonsense")); !slices.Equal(got, first) {
 		t.Errorf("a malformed key shows %d calls", len(got))
 	}
+}
+
+// A call that arrives lands where the order by deadline puts it on the
+// first and on the last page of the list view; a page in the middle takes
+// no row (its following pages would shift) and is told a call arrived
+// instead, as is a page the call does not belong on.
+func TestQueueListLivePlacement(t *testing.T) {
+	e := newConsoleEnv(t)
+	addRoleUsers(e)
+	for i := 0; i < 2*listPageSize+5; i++ { // deploys: decided within an hour
+		e.submit("agent:deployer", "deploy-host", deployBody(fmt.Sprintf("v1.%d.0", i)))
+		e.clock.Advance(time.Second)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	socketOf := func(p *htmlPage) string {
+		t.Helper()
+		ws, ok := p.doc.Find("main[ws-connect]").Attr("ws-connect")
+		if !ok {
+			t.Fatal("the list page has no socket")
+		}
+		return ws
+	}
+	var sockets []string
+	path := "/?layout=list"
+	for page := 0; page < 3; page++ {
+		p := b.get(path)
+		sockets = append(sockets, socketOf(p))
+		path, _ = p.find("next-page").Attr("href")
+	}
+	if path != "" {
+		t.Fatalf("a fourth page follows: %s", path)
+	}
+	for i, want := range []struct{ after, upto bool }{{false, true}, {true, true}, {true, false}} {
+		if got := strings.Contains(sockets[i], "after="); got != want.after {
+			t.Errorf("page %d's socket %s: after %v, want %v", i+1, sockets[i], got, want.after)
+		}
+		if got := strings.Contains(sockets[i], "upto="); got != want.upto {
+			t.Errorf("page %d's socket %s: upto %v, want %v", i+1, sockets[i], got, want.upto)
+		}
+	}
+	first, _ := b.mustDial(sockets[0])
+	middle, _ := b.mustDial(sockets[1])
+	last, _ := b.mustDial(sockets[2])
+
+	row := func(id string) string { return `data-call="` + id + `"` }
+	counted := func(id string) string { return `<data value="` + id + `">` }
+	check := func(conn *websocket.Conn, name, id string, takes bool) {
+		t.Helper()
+		want, not := counted(id), row(id)
+		if takes {
+			want, not = not, want
+		}
+		if msg := wsReadUntil(t, conn, want); strings.Contains(msg, not) {
+			t.Errorf("%s page: got both the row and the count of %s: %s", name, id, msg)
+		}
+	}
+	// A search must be decided within five minutes: first in the list.
+	soon := e.submit("agent:support-bot", "search-host", conSearchBody)
+	check(first, "first", soon.ID, true)
+	check(middle, "middle", soon.ID, false)
+	check(last, "last", soon.ID, false)
+	// Another deploy is decided last of all: the last page's.
+	late := e.submit("agent:deployer", "deploy-host", deployBody("v9.9.9"))
+	check(first, "first", late.ID, false)
+	check(middle, "middle", late.ID, false)
+	check(last, "last", late.ID, true)
 }

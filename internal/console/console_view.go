@@ -53,13 +53,22 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	} else if calls, err = c.q.PendingCalls(ctx, maxQueueCards); err != nil {
 		return templates.QueueView{}, err
 	}
+	hidden := 0
+	if !qq.List && len(calls) == maxQueueCards {
+		// The cards view reads the newest maxQueueCards: it says how many
+		// more wait, and that the list pages through them all.
+		hidden = max(0, c.needs(v).Pending-len(calls))
+	}
 	blocks, err := c.q.Blocks(ctx)
 	if err != nil {
 		return templates.QueueView{}, err
 	}
 	query := qq.values().Encode()
 	ws := "/ws"
-	if query != "" {
+	if wq := qq.values(); next != "" {
+		wq.Set("upto", pageKeyString(calls[len(calls)-1]))
+		ws += "?" + wq.Encode()
+	} else if query != "" {
 		ws += "?" + query
 	}
 	qv := templates.QueueView{Page: c.page(v, "Queue", "queue", ws, now), MaxBatch: queue.MaxBatch, Query: query, Filtered: qq.filtered(),
@@ -69,7 +78,7 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	lq, cq := qq, qq
 	lq.List, lq.After, cq.List, cq.After = true, "", false, ""
-	qv.List, qv.NextPage = qq.List, next
+	qv.List, qv.NextPage, qv.CardsHidden = qq.List, next, hidden
 	qv.ListURL, qv.CardsURL = "/?"+lq.values().Encode(), "/?"+cq.values().Encode()
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
@@ -126,6 +135,7 @@ func (c *Console) pageWith(v *viewer, title, nav, ws string, now time.Time, fz [
 	p := templates.Page{Title: title, Nav: nav, WS: ws, Now: now}
 	if v != nil {
 		p.Viewer = v.templ()
+		p.Needs = c.needs(v)
 		// Every page of a logged-in person says what is frozen.
 		if err != nil {
 			p.FreezesUnknown = true
@@ -402,15 +412,21 @@ func (c *Console) callContent(call *queue.Call) (templates.CallView, error) {
 		// definition page shows it, deceptive characters revealed.
 		cv.ToolDescription = tool.Description
 	}
-	warn := func(where string, t templates.Text) {
-		if t.Deceptive() {
-			cv.Warnings = append(cv.Warnings, templates.Warning{Where: where, Kinds: t.Warnings})
+	warn := func(where, raw string, t templates.Text) {
+		if !t.Deceptive() {
+			return
 		}
+		w := templates.Warning{Where: where, Kinds: t.Warnings}
+		if preview, ok := reveal.Rendered(raw, longValue); ok {
+			// What a reader would see, beside what the text holds.
+			w.Preview, w.Escaped = preview, t
+		}
+		cv.Warnings = append(cv.Warnings, w)
 	}
-	warn("tool", cv.Tool)
-	warn("target", cv.Target)
-	warn("actor", cv.Actor)
-	warn("audience", cv.Audience)
+	warn("tool", env.Tool, cv.Tool)
+	warn("target", env.Target, cv.Target)
+	warn("actor", env.Actor, cv.Actor)
+	warn("audience", env.Audience, cv.Audience)
 	stored := call.Args
 	if stored == nil {
 		stored = canonical.Object{}
@@ -435,7 +451,7 @@ func (c *Console) callContent(call *queue.Call) (templates.CallView, error) {
 		}
 	}
 	if cv.Rationale != nil {
-		warn("rationale", *cv.Rationale)
+		warn("rationale", call.Rationale, *cv.Rationale)
 	}
 	return cv, nil
 }
@@ -573,7 +589,7 @@ type treeBuilder struct {
 	// envelope: a member of args missing from them is shown "not bound",
 	// whatever the tools file says today.
 	bound canonical.Object
-	warn  func(where string, t templates.Text)
+	warn  func(where, raw string, t templates.Text)
 }
 
 // shownPointer is a pointer as a warning shows it: every deceptive
@@ -602,7 +618,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 			k := reveal.Of(m.Name)
 			cp := canonical.Join(ptr, m.Name)
 			if k.Deceptive() {
-				b.warn("args "+shownPointer(cp)+" (name)", k)
+				b.warn("args "+shownPointer(cp)+" (name)", m.Name, k)
 			}
 			n.Children = append(n.Children, b.node(m.Value, cp, &k, -1))
 		}
@@ -624,7 +640,7 @@ func (b treeBuilder) node(v any, ptr string, key *templates.Text, index int) tem
 				n.Long, n.Length = true, utf8.RuneCountInString(x)
 			}
 		}
-		b.warn("args "+shownPointer(ptr), n.Value)
+		b.warn("args "+shownPointer(ptr), x, n.Value)
 	case int64:
 		n.Kind = "integer"
 		n.Value = templates.Plain(strconv.FormatInt(x, 10))

@@ -78,9 +78,23 @@ func (c *Console) serveWS(ec echo.Context) error {
 	return nil
 }
 
-// snapshot renders the first message of a socket: the whole queue, or
-// the call's status.
+// snapshot renders the first message of a socket: what needs people
+// (counted again if anything changed since the page was read), then the
+// whole queue, or the call's status.
 func (c *Console) snapshot(cl *client) ([]byte, error) {
+	needs, err := renderBytes(templates.NeedsNav(*c.needsOf(cl.viewer, true), true))
+	if err != nil {
+		return nil, err
+	}
+	page, err := c.snapshotPage(cl)
+	if err != nil {
+		return nil, err
+	}
+	return append(needs, page...), nil
+}
+
+// snapshotPage renders the page's part of a socket's first message.
+func (c *Console) snapshotPage(cl *client) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	now := c.now()
@@ -96,7 +110,7 @@ func (c *Console) snapshot(cl *client) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return renderBytes(templates.Status(c.statusView(call, cl.viewer, now), true))
+		return renderBytes(templates.StatusPush(c.statusView(call, cl.viewer, now)))
 	}
 	qv, err := c.queueView(ctx, cl.viewer, now, cl.queue)
 	if err != nil {

@@ -471,7 +471,7 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 			return "", nil
 		}
 		return "status:" + v.idHash, func() ([]byte, error) {
-			return renderBytes(templates.Status(c.statusView(call, v, now), true))
+			return renderBytes(templates.StatusPush(c.statusView(call, v, now)))
 		}
 	}
 	decide := v.user.Role.CanDecide()
@@ -490,6 +490,8 @@ func (c *Console) fragmentFor(ev queue.Event, cl *client, now time.Time) (string
 	switch {
 	case call.Status == queue.StatusRedeemed && ev.Kind != audit.KindRedeemed:
 		return "", nil // leases, outcomes and resolutions: long off the queue
+	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending && !cl.queue.takes(call):
+		return "new-row", func() ([]byte, error) { return renderBytes(templates.NewRow(call.ID)) }
 	case ev.Kind == audit.KindSubmitted && call.Status == queue.StatusPending:
 		return "upsert:" + boolKey(decide) + boolKey(owned), func() ([]byte, error) {
 			return renderBytes(templates.CardUpsert(c.cardView(call, decide, owned, now)))

@@ -353,7 +353,7 @@ const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.tar
 	c.approvals_required, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
 	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at,
 	c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
-	c.resolution_evidence, c.resolved_at`
+	c.resolution_evidence, c.resolved_at, (SELECT r.revoked_at FROM grant_revocations r WHERE r.call_id = c.id)`
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
@@ -403,7 +403,7 @@ func (d *DB) exportRows(ctx context.Context, f queue.HistoryFilter, fn func(*que
 func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
 	var r queue.ExportRow
 	var created, decideBy int64
-	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt sql.NullInt64
+	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt, revokedAt sql.NullInt64
 	var deniedBy, deniedChannel, denyReason, jti, kid, outStatus, outDetail sql.NullString
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, note, evidence sql.NullString
 	var approvals string
@@ -411,7 +411,7 @@ func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
 		&r.Digest, &r.ApprovalsRequired, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel, &denyReason,
 		&jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outAt, &redeemedBy,
 		&leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &note, &evidence,
-		&resolvedAt, &approvals); err != nil {
+		&resolvedAt, &revokedAt, &approvals); err != nil {
 		return nil, classify(fmt.Errorf("db: export calls: %w", err))
 	}
 	r.CreatedAt, r.DecideBy, r.DecidedAt = time.UnixMilli(created).UTC(), time.UnixMilli(decideBy).UTC(), fromMS(decidedAt)
@@ -420,6 +420,7 @@ func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
 	}
 	r.GrantJTI, r.GrantKID, r.GrantExpiresAt = jti.String, kid.String, fromMS(grantExp)
 	r.RedeemedAt, r.RedeemedBy, r.LeaseUntil = fromMS(redeemedAt), redeemedBy.String, fromMS(leaseUntil)
+	r.RevokedAt = fromMS(revokedAt)
 	if outStatus.Valid {
 		r.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outAt)}
 	}

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql/driver"
+	"reflect"
 	"sync/atomic"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -24,6 +25,7 @@ import (
 // each statement's text to it.
 type stmtCounter struct {
 	n     atomic.Int64
+	rows  atomic.Int64 // rows handed to readers (countingRows)
 	trace atomic.Pointer[func(query string)]
 }
 
@@ -37,6 +39,11 @@ func (s *stmtCounter) count(query string) {
 // Statements returns how many SQL statements this handle's connections have
 // run since it was opened (readers and the writer; migrations included).
 func (d *DB) Statements() int64 { return d.stmts.n.Load() }
+
+// RowsRead returns how many result rows this handle's queries have handed
+// to their readers since it was opened: with Statements, it tells how much
+// a page reads, which a test holds to one page however long the queue.
+func (d *DB) RowsRead() int64 { return d.stmts.rows.Load() }
 
 // TraceStatements calls fn with the text of every statement this handle's
 // connections run from now on, on the goroutine that runs it (BEGIN,
@@ -144,7 +151,7 @@ func (c *countingConn) ExecContext(ctx context.Context, query string, args []dri
 
 func (c *countingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	c.stmts.count(query)
-	return c.c.QueryContext(ctx, query, args)
+	return c.stmts.countRows(c.c.QueryContext(ctx, query, args))
 }
 
 func (c *countingConn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
@@ -188,7 +195,7 @@ func (s *countingStmt) Exec(args []driver.Value) (driver.Result, error) {
 
 func (s *countingStmt) Query(args []driver.Value) (driver.Rows, error) {
 	s.stmts.count(s.query)
-	return s.s.Query(args)
+	return s.stmts.countRows(s.s.Query(args))
 }
 
 func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
@@ -198,5 +205,55 @@ func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue
 
 func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.stmts.count(s.query)
-	return s.s.QueryContext(ctx, args)
+	return s.stmts.countRows(s.s.QueryContext(ctx, args))
+}
+
+// countRows wraps a query's rows so that each one read is counted.
+func (s *stmtCounter) countRows(r driver.Rows, err error) (driver.Rows, error) {
+	if err != nil {
+		return r, err
+	}
+	return &countingRows{Rows: r, n: &s.rows}, nil
+}
+
+// countingRows counts the rows read from a result: one atomic addition a
+// row. It passes on the column types SQLite's rows describe.
+type countingRows struct {
+	driver.Rows
+	n *atomic.Int64
+}
+
+var (
+	_ driver.RowsColumnTypeDatabaseTypeName = (*countingRows)(nil)
+	_ driver.RowsColumnTypeScanType         = (*countingRows)(nil)
+	_ driver.RowsColumnTypeNullable         = (*countingRows)(nil)
+)
+
+func (r *countingRows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err == nil {
+		r.n.Add(1)
+	}
+	return err
+}
+
+func (r *countingRows) ColumnTypeDatabaseTypeName(i int) string {
+	if t, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return t.ColumnTypeDatabaseTypeName(i)
+	}
+	return ""
+}
+
+func (r *countingRows) ColumnTypeScanType(i int) reflect.Type {
+	if t, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return t.ColumnTypeScanType(i)
+	}
+	return reflect.TypeFor[any]()
+}
+
+func (r *countingRows) ColumnTypeNullable(i int) (nullable, ok bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypeNullable); ok {
+		return t.ColumnTypeNullable(i)
+	}
+	return false, false
 }

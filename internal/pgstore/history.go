@@ -152,7 +152,7 @@ const exportColumns = `c.seq, c.id, c.status, c.actor, c.audience, c.tool, c.tar
 	c.approvals_required, c.created_at, c.decide_by, c.decided_at, c.denied_by, c.denied_channel, c.deny_reason,
 	c.grant_jti, c.grant_kid, c.grant_expires_at, c.redeemed_at, c.outcome_status, c.outcome_detail, c.outcome_at,
 	c.redeemed_by, c.lease_until, c.resolution, c.resolved_by, c.resolved_channel, c.resolution_note,
-	c.resolution_evidence, c.resolved_at`
+	c.resolution_evidence, c.resolved_at, (SELECT r.revoked_at FROM grant_revocations r WHERE r.call_id = c.id)`
 
 // ExportCalls streams every call matching f (Limit is ignored; After, when
 // set, starts after that call) to w as "jsonl" or "csv", newest first, from
@@ -197,14 +197,14 @@ func scanExportRow(rows pgx.Rows) (*queue.ExportRow, error) {
 	var rationale, denyReason, outDetail, note []byte
 	var required int32
 	var created, decideBy int64
-	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt *int64
+	var decidedAt, grantExp, redeemedAt, outAt, leaseUntil, resolvedAt, revokedAt *int64
 	var deniedBy, deniedChannel, jti, kid, outStatus *string
 	var redeemedBy, resolution, resolvedBy, resolvedChannel, evidence *string
 	var approvals string
 	if err := rows.Scan(&r.Seq, &r.ID, &r.Status, &r.Actor, &r.Audience, &r.Tool, &r.Target, &r.Args, &rationale,
 		&r.Digest, &required, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel, &denyReason,
 		&jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outAt, &redeemedBy,
-		&leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &note, &evidence, &resolvedAt,
+		&leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &note, &evidence, &resolvedAt, &revokedAt,
 		&approvals); err != nil {
 		return nil, classify(fmt.Errorf("pgstore: export calls: %w", err))
 	}
@@ -215,6 +215,7 @@ func scanExportRow(rows pgx.Rows) (*queue.ExportRow, error) {
 	}
 	r.GrantJTI, r.GrantKID, r.GrantExpiresAt = deref(jti), deref(kid), fromMS(grantExp)
 	r.RedeemedAt, r.RedeemedBy, r.LeaseUntil = fromMS(redeemedAt), deref(redeemedBy), fromMS(leaseUntil)
+	r.RevokedAt = fromMS(revokedAt)
 	if outStatus != nil {
 		r.Outcome = &queue.Outcome{Status: *outStatus, Detail: string(outDetail), At: fromMS(outAt)}
 	}

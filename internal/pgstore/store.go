@@ -534,6 +534,17 @@ func (s Store) CountUnresolved(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// CountPending counts the pending calls, and those due before due.
+func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int, err error) {
+	var a, b int64
+	err = s.pool.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE decide_by < $1)
+		FROM calls WHERE status = 'pending'`, ms(due)).Scan(&a, &b)
+	if err != nil {
+		return 0, 0, classify(fmt.Errorf("pgstore: count pending calls: %w", err))
+	}
+	return int(a), int(b), nil
+}
+
 // PendingCalls lists pending calls, newest first, with their approvals.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c

@@ -33,6 +33,17 @@ type ExportRow struct {
 	LeaseUntil                                time.Time
 	Outcome                                   *Outcome
 	Resolution                                *Resolution
+	RevokedAt                                 time.Time // when an operator revoked the grant; zero if never
+}
+
+// grantState is what became of the call's grant at now (Call.GrantState):
+// "" for a call never approved.
+func (r *ExportRow) grantState(now time.Time) string {
+	c := Call{Status: Status(r.Status), GrantExpiresAt: r.GrantExpiresAt}
+	if !r.RevokedAt.IsZero() {
+		c.Revoked = &Revocation{At: r.RevokedAt}
+	}
+	return c.GrantState(now)
 }
 
 // ExportRows is how a store streams the calls of an export: every call
@@ -58,17 +69,21 @@ func ExportCalls(ctx context.Context, rows ExportRows, f HistoryFilter, w io.Wri
 			return err
 		}
 	}
+	now := f.At
+	if now.IsZero() {
+		now = time.Now()
+	}
 	var buf []byte
 	record := make([]string, len(callCSVHeader))
 	err := rows(ctx, f, func(r *ExportRow) error {
 		if cw != nil {
-			r.csv(record)
+			r.csv(record, now)
 			if err := cw.Write(record); err != nil {
 				return err
 			}
 		} else {
 			var err error
-			if buf, err = r.appendJSON(buf[:0]); err != nil {
+			if buf, err = r.appendJSON(buf[:0], now); err != nil {
 				return err
 			}
 			if _, err := bw.Write(buf); err != nil {
@@ -93,7 +108,7 @@ var callCSVHeader = []string{"seq", "id", "created_at", "status", "actor", "audi
 	"approvals_required", "approvals", "decided_at", "denied_by", "denied_channel", "deny_reason", "grant_jti",
 	"grant_kid", "grant_expires_at", "redeemed_at", "redeemed_by_token", "lease_until", "outcome_status", "outcome_detail",
 	"outcome_at", "resolution", "resolved_by", "resolved_channel", "resolved_at", "resolution_note", "resolution_evidence",
-	"args", "rationale"}
+	"args", "rationale", "grant_state"}
 
 // exportTime writes a time as RFC 3339 in UTC with milliseconds, "" for
 // the zero time.
@@ -120,7 +135,7 @@ func jsonText(s string) any {
 	return s
 }
 
-func (r *ExportRow) appendJSON(dst []byte) ([]byte, error) {
+func (r *ExportRow) appendJSON(dst []byte, now time.Time) ([]byte, error) {
 	args, err := canonical.ParseWith([]byte(r.Args), canonical.Options{MaxBytes: audit.MaxDetailsBytes,
 		MaxDepth: canonical.MaxArgsDepth + 1, Numbers: canonical.NumbersFor(r.Tool)})
 	if err != nil {
@@ -153,6 +168,7 @@ func (r *ExportRow) appendJSON(dst []byte) ([]byte, error) {
 		"grant_jti": jsonText(r.GrantJTI), "grant_kid": jsonText(r.GrantKID), "grant_expires_at": jsonTime(r.GrantExpiresAt),
 		"redeemed_at": jsonTime(r.RedeemedAt), "redeemed_by_token": jsonText(r.RedeemedBy),
 		"lease_until": jsonTime(r.LeaseUntil), "outcome": outcome, "resolution": resolution,
+		"grant_state": jsonText(r.grantState(now)),
 	}
 	dst, err = canonical.Append(dst, o)
 	if err != nil {
@@ -161,7 +177,7 @@ func (r *ExportRow) appendJSON(dst []byte) ([]byte, error) {
 	return append(dst, '\n'), nil
 }
 
-func (r *ExportRow) csv(record []string) {
+func (r *ExportRow) csv(record []string, now time.Time) {
 	parts := make([]string, len(r.Approvals))
 	for i, a := range r.Approvals {
 		parts[i] = a.Operator + " via " + a.Channel + " at " + exportTime(a.At)
@@ -182,7 +198,7 @@ func (r *ExportRow) csv(record []string) {
 		r.Target, r.Digest, strconv.FormatInt(r.ApprovalsRequired, 10), strings.Join(parts, "; "), exportTime(r.DecidedAt),
 		d.By, d.Channel, d.Reason, r.GrantJTI, r.GrantKID, exportTime(r.GrantExpiresAt),
 		exportTime(r.RedeemedAt), r.RedeemedBy, exportTime(r.LeaseUntil), o.Status, o.Detail, exportTime(o.At),
-		v.Verdict, v.By, v.Channel, exportTime(v.At), v.Note, v.Evidence, r.Args, r.Rationale}
+		v.Verdict, v.By, v.Channel, exportTime(v.At), v.Note, v.Evidence, r.Args, r.Rationale, r.grantState(now)}
 	for i, s := range vals {
 		record[i] = audit.CSVCell(s)
 	}

@@ -60,6 +60,9 @@ type HistoryFilter struct {
 	// Limit is the page size: DefaultHistoryLimit when 0, at most
 	// MaxHistoryLimit.
 	Limit int
+	// At is when an export states each approved call's grant state (a
+	// grant runs out with time); the zero time is the time of the export.
+	At time.Time
 }
 
 // ErrFilter is a history filter that cannot be applied (an unknown status,

@@ -56,6 +56,12 @@ func (s *Service) CountUnresolved(ctx context.Context) (int, error) {
 	return s.store.CountUnresolved(ctx)
 }
 
+// CountPending counts the pending calls, and those of them whose decision
+// deadline is before due.
+func (s *Service) CountPending(ctx context.Context, due time.Time) (all, before int, err error) {
+	return s.store.CountPending(ctx, due)
+}
+
 // Blocks lists the (actor, tool) pairs blocked by the retry cap.
 func (s *Service) Blocks(ctx context.Context) ([]Block, error) { return s.store.Blocks(ctx) }
 

@@ -40,6 +40,9 @@ type Store interface {
 	// deadline then id, with their approvals: one page of a queue that
 	// reads only the rows it shows, however many are pending.
 	PendingPage(ctx context.Context, after PageKey, limit int) ([]*Call, error)
+	// CountPending counts the pending calls, and those of them whose
+	// decision deadline is before due.
+	CountPending(ctx context.Context, due time.Time) (all, before int, err error)
 	// Blocks lists the (actor, tool) pairs blocked by the retry cap.
 	Blocks(ctx context.Context) ([]Block, error)
 	// Freezes lists the freezes in force, oldest first.

@@ -416,6 +416,22 @@
     }
   }
 
+  // A list page that does not take a new call (another page of the list
+  // holds it) counts it once and says so.
+  function countNewRows() {
+    var ids = document.getElementById("new-rows-ids");
+    var box = document.getElementById("new-rows");
+    if (!ids || !box) return;
+    var seen = {}, n = 0, items = ids.querySelectorAll("data[value]");
+    for (var i = 0; i < items.length; i++) {
+      var v = items[i].getAttribute("value");
+      if (!seen[v]) { seen[v] = true; n++; }
+    }
+    var count = box.querySelector('[data-testid="new-rows-count"]');
+    if (count) count.textContent = n === 1 ? "1 new call" : n + " new calls";
+    box.hidden = n === 0;
+  }
+
   function countCards() {
     var list = document.getElementById("queue-list");
     var out = document.getElementById("pending-count");
@@ -569,6 +585,6 @@
       carryFields(d.target, d.fragment);
     });
     body.addEventListener("htmx:oobAfterSwap", restoreFocus);
-    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); orderCovered(); presence(); scrollableTables(); countCards(); updateBatch(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { restoreFocus(); arm(document); localize(document); tick(); orderQueue(); orderCovered(); presence(); scrollableTables(); countCards(); countNewRows(); updateBatch(); });
   });
 })();

@@ -269,7 +269,7 @@ func DeliveriesPage(v DeliveriesView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, "</select></label> <button type=\"submit\">Show</button></form><table data-testid=\"deliveries\"><thead><tr><th>#</th><th>Event</th><th>Channel</th><th>Call</th><th>State</th><th>Attempts</th><th>Last error</th><th>Next attempt</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, "</select></label> <button type=\"submit\" class=\"secondary\">Show</button></form><table data-testid=\"deliveries\"><thead><tr><th>#</th><th>Event</th><th>Channel</th><th>Call</th><th>State</th><th>Attempts</th><th>Last error</th><th>Next attempt</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -481,7 +481,7 @@ func DeliveriesPage(v DeliveriesView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 50, "\"> <button type=\"submit\" data-testid=\"retry\">Retry now</button></form>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 50, "\"> <button type=\"submit\" class=\"secondary\" data-testid=\"retry\">Retry now</button></form>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

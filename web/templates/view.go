@@ -36,6 +36,11 @@ func Plain(s string) Text { return Text{Segs: []Seg{{Kind: SegText, S: s}}} }
 type Warning struct {
 	Where string   // e.g. "target", "args /to/0/name (key)"
 	Kinds []string // what was found there
+	// Preview, for text with a bidirectional control, is how it reads on
+	// screen (reveal.Rendered: in display order, to be shown with a
+	// left-to-right override); Escaped is the text with its escapes.
+	Preview string
+	Escaped Text
 }
 
 // Viewer is the person looking at a page.
@@ -66,6 +71,8 @@ type Page struct {
 	// Refresh, when positive, reloads the page after that many seconds
 	// (a page without a socket that follows something that changes).
 	Refresh int
+	// Needs counts what waits for people, for a logged-in viewer.
+	Needs *Needs
 }
 
 // FreezeBanner is one freeze in force.
@@ -345,8 +352,11 @@ type QueueView struct {
 	Blocks []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
-	Message      string
-	Error        string
+	// CardsHidden, on the cards view, counts the pending calls beyond the
+	// ones it read (as the navigation last counted them).
+	CardsHidden int
+	Message     string
+	Error       string
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
@@ -635,6 +645,10 @@ type StatusView struct {
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
 	Notice  string
+	// Refused is the problem code of a refused decision, and Next what the
+	// operator can do about it.
+	Refused string
+	Next    string
 	// Reason is the denial reason the viewer typed, kept when a denial is
 	// refused.
 	Reason string

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -169,10 +170,12 @@ type Catalog struct {
 	registry   *tools.Registry
 	overrides  map[string]map[string]tools.MCPOverride
 	trustFirst bool
-	rules      RuleChecker
-	notify     ReviewNotifier
-	now        func() time.Time
-	log        *slog.Logger
+	// reviewFirst are the tools (per server) TrustFirst leaves to review.
+	reviewFirst map[string][]string
+	rules       RuleChecker
+	notify      ReviewNotifier
+	now         func() time.Time
+	log         *slog.Logger
 
 	mu       sync.RWMutex
 	current  map[string][]Entry // by server, sorted by tool name
@@ -189,6 +192,9 @@ type Config struct {
 	// TrustFirst approves, at the first listing of each server after the
 	// console starts, the definitions of tools never seen before.
 	TrustFirst bool
+	// ReviewFirst names, per server, tools whose first definition awaits
+	// an admin's review even with TrustFirst.
+	ReviewFirst map[string][]string
 	// Rules checks each definition's rules when it is pinned; nil checks
 	// none (Decide still refuses rules that do not fit).
 	Rules RuleChecker
@@ -208,7 +214,7 @@ func New(cfg Config) *Catalog {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, rules: cfg.Rules, notify: cfg.Notifier,
+	c := &Catalog{store: cfg.Store, registry: cfg.Registry, trustFirst: cfg.TrustFirst, reviewFirst: cfg.ReviewFirst, rules: cfg.Rules, notify: cfg.Notifier,
 		now: cfg.Now, log: cfg.Logger,
 		overrides: map[string]map[string]tools.MCPOverride{}, current: map[string][]Entry{},
 		listed: map[string][]Listed{}, trusted: map[string]bool{}, held: map[string]bool{}}
@@ -287,7 +293,7 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 	var fresh []string
 	for _, x := range all {
 		if !seen[x.l.Name+"\x00"+x.digest] {
-			if x.tool == nil || !trust {
+			if x.tool == nil || !trust || slices.Contains(c.reviewFirst[server], x.l.Name) {
 				unreviewed++
 			}
 			fresh = append(fresh, x.l.Name)
@@ -314,7 +320,7 @@ func (c *Catalog) Apply(ctx context.Context, server string, listing []Listed) er
 			p := Pin{Server: server, Tool: x.l.Name, Digest: x.digest, Definition: x.def, Status: Pending, Reasons: x.reason, FirstSeen: now}
 			if x.tool == nil {
 				p.Status = Quarantined
-			} else if trust {
+			} else if trust && !slices.Contains(c.reviewFirst[server], x.l.Name) {
 				known, err := c.knownTool(ctx, server, x.l.Name)
 				if err != nil {
 					return err

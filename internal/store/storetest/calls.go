@@ -317,3 +317,31 @@ var _ = add("calls/pending pages by deadline", func(t *testing.T, s Stores) {
 		t.Errorf("pages = %v; want every pending call once by deadline then id %v", got, ids)
 	}
 })
+
+// The pending calls are counted, and those due before a time: a decided
+// call is not counted, and a deadline at the time itself is not before it.
+var _ = add("calls/count pending and due", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	if all, due, err := s.Queue.CountPending(ctx, t0.Add(time.Hour)); err != nil || all != 0 || due != 0 {
+		t.Fatalf("CountPending of an empty store = %d, %d, %v", all, due, err)
+	}
+	for i, d := range []time.Duration{1, 2, 3, 10} {
+		c := newCall("agent:a", "t.x", t0.Add(time.Duration(i)*time.Second))
+		c.DecideBy = t0.Add(d * time.Minute)
+		insert(t, s, c)
+	}
+	decided := newCall("agent:a", "t.x", t0)
+	decided.DecideBy = t0.Add(time.Minute)
+	insert(t, s, decided)
+	update(t, s, func(tx queue.Tx) error {
+		decided.Status = queue.StatusDenied
+		return tx.UpdateCall(decided)
+	})
+	all, due, err := s.Queue.CountPending(ctx, t0.Add(3*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all != 4 || due != 2 {
+		t.Errorf("CountPending(deadline+3min) = %d, %d; want 4 pending, 2 due before", all, due)
+	}
+})

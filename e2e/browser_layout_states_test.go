@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/countersign/countersign/client"
+)
+
+// boxWidths are the windows the element-box check runs in: a laptop, a
+// small laptop, and the phone an on-call approver carries.
+var boxWidths = []struct {
+	name          string
+	width, height int64
+}{{"1280", 1280, 900}, {"1024", 1024, 768}, {"390", 390, 844}}
+
+// boxProblemsJS lists every element that reaches outside its parent's
+// box sideways, and every element whose content is wider than it (text
+// that spills or is clipped), except where the container declares that it
+// scrolls (overflow-x auto or scroll) or cuts its text with an ellipsis (a
+// list row, whose call page shows all): a table that scrolls inside itself
+// may be wider than its box, its cells may not be wider than the table.
+// Elements taken out of the flow (fixed, absolute) and those with no box
+// are skipped; form fields size their own text.
+const boxProblemsJS = `(() => {
+	const out = [];
+	const scrolls = (el) => { const s = getComputedStyle(el); return /(auto|scroll)/.test(s.overflowX) || (s.textOverflow === "ellipsis" && s.overflowX === "hidden"); };
+	const name = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.dataset && e.dataset.testid ? "[" + e.dataset.testid + "]" : "") +
+		(typeof e.className === "string" && e.className.trim() ? "." + e.className.trim().split(/\s+/).join(".") : "");
+	for (const el of document.querySelectorAll("body *")) {
+		const r = el.getBoundingClientRect();
+		if (r.width <= 1 || r.height <= 0) continue;
+		const st = getComputedStyle(el);
+		if (st.position === "fixed" || st.position === "absolute" || st.display === "contents") continue;
+		const p = el.parentElement;
+		if (p && p !== document.body && p !== document.documentElement && !scrolls(p)) {
+			const pr = p.getBoundingClientRect();
+			if (r.right > pr.right + 1 || r.left < pr.left - 1) {
+				out.push(name(el) + " reaches " + Math.round(r.left) + "–" + Math.round(r.right) + " px outside " + name(p) + " (" + Math.round(pr.left) + "–" + Math.round(pr.right) + ")");
+			}
+		}
+		if (["INPUT", "TEXTAREA", "SELECT", "OPTION"].includes(el.tagName) || scrolls(el)) continue;
+		if (st.display !== "inline" && el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) {
+			out.push(name(el) + "'s content is " + el.scrollWidth + " px wide in " + el.clientWidth + " px");
+		}
+	}
+	const de = document.documentElement;
+	if (de.scrollWidth > de.clientWidth) out.push("the page is " + de.scrollWidth + " px wide in a " + de.clientWidth + " px window");
+	return out.slice(0, 25);
+})()`
+
+// TestBrowserLayoutStates lays out a named list of page states at 1280,
+// 1024 and 390 px and checks every element's box against its container's
+// (boxProblemsJS), and runs axe-core on each. On a phone the call's status comes before the call and
+// history rows are cards that fit the window.
+func TestBrowserLayoutStates(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	defer cancel()
+	s := startServer(t, "")
+	alice := s.addUser("alice", "operator")
+	s.addUser("bob", "operator")
+	admin := s.addUser("root", "admin")
+	ids := seedBacklog(t, ctx, s)
+	agent := func(actor, audience string) *client.Client {
+		return client.New(s.url, s.token(actor, audience), client.WithPollWait(30*time.Second))
+	}
+	deploys, payments, files := agent("agent:release-bot", "deploy-host"), agent("agent:billing-bot", "payments-host"), agent("agent:janitor", "files-host")
+
+	// A deploy decided by two approvers, redeemed, with an outcome.
+	deploy := submit(t, ctx, deploys, client.Proposal{Tool: "releases.deploy", Target: "service:checkout-payments-gateway",
+		Args: map[string]any{"version": "v2.31.0", "environment": "production", "change_ticket": "CHG-44001234", "canary_percent": 5,
+			"notes": "Roll forward after the incident review; watch the error budget dashboard for thirty minutes."}})
+	for _, who := range []string{"alice", "bob"} {
+		if controlDecide(t, s, "approve", deploy.ID, who, deploy.Digest) != 200 {
+			t.Fatalf("%s approves the deploy", who)
+		}
+	}
+	got, err := deploys.Wait(ctx, deploy.ID)
+	if err != nil || got.Grant == "" {
+		t.Fatalf("wait for the deploy: %+v %v", got, err)
+	}
+	if res, err := deploys.Redeem(ctx, got.Grant, got.Spec()); err != nil || !res.Accepted {
+		t.Fatalf("redeem the deploy: %+v %v", res, err)
+	}
+	if _, err := deploys.ReportOutcome(ctx, deploy.ID, client.OutcomeSucceeded, "deployed to 5% then 100%; error rate unchanged at 0.02%"); err != nil {
+		t.Fatal(err)
+	}
+	// A file deletion under a freeze.
+	frozen := submit(t, ctx, files, client.Proposal{Tool: "files.delete", Target: "file:/srv/shared/exports/q2-customers.csv",
+		Args: map[string]any{"reason": "Past retention", "backup": true}})
+	if _, code := runConsole(t, "", "freeze", "--data", s.data, "--tool", "files.delete", "--reason", "storage migration in progress: no deletions until the copy is verified", "--as", "root"); code != 0 {
+		t.Fatalf("freeze exited %d", code)
+	}
+
+	b := startBrowser(t, ctx)
+	op := b.window(t, "alice")
+	op.login(s.url, alice)
+	ad := b.window(t, "admin")
+	ad.login(s.url, admin)
+
+	// An allowance given from a refund's page, and a refund it covers.
+	base := submit(t, ctx, payments, refund("INV-6100", 1200))
+	op.navigate(s.url + "/calls/" + base.ID)
+	op.do("open the offer", waitShort, chromedp.WaitVisible(testID("allowance-offer")),
+		chromedp.Click(chromedp.CSS(`[data-testid="allowance-offer"] summary`)), chromedp.WaitVisible(testID("allowance-uses")))
+	op.do("choose", waitShort, chromedp.SetValue(testID("allowance-uses"), "3"),
+		chromedp.SetValue(testID("allowance-target-prefix"), "invoice:INV-61"),
+		chromedp.SetValue(chromedp.CSS(`[data-testid="allowance-max"][data-pointer="/amount_minor"]`), "5000"))
+	op.do("review", waitShort, chromedp.Click(chromedp.CSS(`[data-testid="allowance-offer-form"] [data-testid="allowance-review"]`)),
+		chromedp.WaitVisible(testID("allowance-scope")))
+	reviewURL := eval[string](op, `location.pathname + location.search`)
+	op.do("give", waitShort, chromedp.WaitEnabled(testID("allowance-give")), chromedp.Click(testID("allowance-give")),
+		chromedp.WaitVisible(testID("allowance-notice")))
+	allowancePath := eval[string](op, `location.pathname`)
+	covered, err := payments.Submit(ctx, refund("INV-6101", 4000))
+	if err != nil || covered.Status != "approved" {
+		t.Fatalf("the covered refund: %+v %v", covered, err)
+	}
+	_ = reviewURL
+
+	states := []struct {
+		name string
+		tab  *tab
+		path string
+	}{
+		{"queue", op, "/"},
+		{"list view", op, "/?layout=list"},
+		{"pending", op, "/calls/" + ids.deploy},
+		{"deceptive", op, "/calls/" + ids.mail},
+		{"long values", op, "/calls/" + ids.long},
+		{"decided with two approvers and an outcome", op, "/calls/" + deploy.ID},
+		{"frozen", op, "/calls/" + frozen.ID},
+		{"covered by an allowance", op, "/calls/" + covered.ID},
+		{"batch review", op, "/batch?id=" + ids.deploy + "&id=" + ids.mail},
+		{"allowances", op, "/allowances"},
+		{"allowance", op, allowancePath},
+		{"history", op, "/history"},
+		{"timeline", op, "/history/calls/" + deploy.ID},
+		{"admin", ad, "/admin"},
+	}
+	for _, w := range boxWidths {
+		for _, st := range states {
+			t.Run(st.name+" at "+w.name+" px", func(t *testing.T) {
+				tb := st.tab.with(t)
+				tb.do("set the window to "+w.name+" px", waitShort, chromedp.EmulateViewport(w.width, w.height))
+				tb.navigate(s.url + st.path)
+				tb.do("wait for the page", waitShort, chromedp.WaitVisible(chromedp.CSS("main")))
+				if problems := eval[[]string](tb, boxProblemsJS); len(problems) > 0 {
+					tb.screenshot("boxes-" + strings.ReplaceAll(st.name, " ", "-") + "-" + w.name)
+					t.Errorf("%s at %s px:\n  %s", st.path, w.name, strings.Join(problems, "\n  "))
+				}
+				accessible(t, tb, st.name+" at "+w.name)
+			})
+		}
+	}
+
+	// A phone: the status before the call, history rows as cards.
+	op.do("a phone", waitShort, chromedp.EmulateViewport(390, 844))
+	op.navigate(s.url + "/calls/" + ids.deploy)
+	order := eval[[]float64](op, `[document.querySelector('[data-testid="status-first"]').getBoundingClientRect().top,
+		document.querySelector('.call-main').getBoundingClientRect().top,
+		document.querySelector('[data-testid="approve-form"], [data-testid="decide"], #status').getBoundingClientRect().top]`)
+	if !(order[0] < order[1] && order[1] < order[2]) {
+		t.Errorf("on a phone the status line, the call and the decision are at %v px, want the status first and the decision after the call", order)
+	}
+	op.navigate(s.url + "/history")
+	rows := eval[[]string](op, `Array.from(document.querySelectorAll('[data-testid="history-row"]'), r => {
+		const b = r.getBoundingClientRect(), st = getComputedStyle(r);
+		return st.display + " " + Math.round(b.width) + " " + (b.right <= document.documentElement.clientWidth ? "fits" : "overflows");
+	})`)
+	if len(rows) == 0 {
+		t.Fatal("no history rows")
+	}
+	for _, r := range rows {
+		if !strings.HasPrefix(r, "block ") || !strings.HasSuffix(r, " fits") {
+			t.Errorf("a history row on a phone: %s, want a card (block) that fits the window", r)
+		}
+	}
+	op.screenshot("history-cards-390")
+	op.navigate(s.url + "/calls/" + ids.mail)
+	op.screenshot("call-bidi-preview-390")
+	op.navigate(s.url + "/")
+	op.screenshot("queue-needs-you-390")
+	op.navigate(s.url + "/calls/" + deploy.ID)
+	op.screenshot("call-decided-two-approvers-390")
+	op.do("a laptop", waitShort, chromedp.EmulateViewport(1280, 900))
+	op.navigate(s.url + "/calls/" + deploy.ID)
+	op.screenshot("call-decided-two-approvers-1280")
+	op.navigate(s.url + "/calls/" + ids.mail)
+	op.screenshot("call-bidi-preview-1280")
+	op.navigate(s.url + "/")
+	op.screenshot("queue-needs-you-1280")
+	op.navigate(s.url + "/history")
+	op.screenshot("history-1280")
+}
