@@ -58,6 +58,8 @@ func commands() map[string]command {
 		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
+		"backup":     {"copy a running SQLite console's database (and, with --keys, its keys) into an archive", cmdBackup},
+		"restore":    {"put a backup in place in a data directory, saying what its high-water mark will do", cmdRestore},
 		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
 	}
 }

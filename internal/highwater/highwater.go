@@ -84,23 +84,45 @@ func Open(path, identity string) (*File, error) {
 		return nil, fmt.Errorf("highwater: open %s: %w", path, err)
 	}
 	hw := &File{f: f, path: path, identity: identity}
-	best := -1
+	var best int
+	best, hw.gen, hw.cur = readSlots(f, identity)
+	hw.next = (best + 1) % 2
+	return hw, nil
+}
+
+// Read returns the mark recorded at path for the database whose identity
+// is given, creating and changing nothing: the empty chain when the file
+// records none for it, an error wrapping fs.ErrNotExist when there is no
+// file.
+func Read(path, identity string) (Mark, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Mark{}, fmt.Errorf("highwater: open %s: %w", path, err)
+	}
+	defer f.Close()
+	_, _, m := readSlots(f, identity)
+	return m, nil
+}
+
+// readSlots returns the valid slot of identity with the highest
+// generation: its index (-1 when none is valid), generation and mark.
+func readSlots(f *os.File, identity string) (best int, gen uint64, cur Mark) {
+	best = -1
 	buf := make([]byte, 2*slotSize)
 	n, _ := f.ReadAt(buf, 0)
 	for i := range 2 {
 		if (i+1)*slotSize > n {
 			break
 		}
-		id, gen, m, ok := parseSlot(buf[i*slotSize : (i+1)*slotSize])
+		id, g, m, ok := parseSlot(buf[i*slotSize : (i+1)*slotSize])
 		if !ok || id != identity {
 			continue
 		}
-		if best < 0 || gen > hw.gen {
-			best, hw.gen, hw.cur = i, gen, m
+		if best < 0 || g > gen {
+			best, gen, cur = i, g, m
 		}
 	}
-	hw.next = (best + 1) % 2
-	return hw, nil
+	return best, gen, cur
 }
 
 // Path is the file's path.
