@@ -4,12 +4,17 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/db"
@@ -222,4 +227,138 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestBackupUnderLoad: backups taken while agents submit calls slow no
+// write beyond twice the p99 of the same writers without a backup running,
+// in the same run, and refuse nothing. Phases with and without backups
+// alternate, so the machine's other load falls on both; a write counts as
+// "with" when it overlapped a backup in progress, and as "without" when it
+// ran in a phase without one.
+func TestBackupUnderLoad(t *testing.T) {
+	const (
+		writers = 2
+		phases  = 16 // alternating: without, with, without, ...
+		phase   = 250 * time.Millisecond
+	)
+	data := t.TempDir()
+	a := rollbackApp(t, data)
+	defer a.Close()
+	ctx := context.Background()
+	// A database with some history, so a copy takes several steps.
+	for i := range 300 {
+		if _, _, err := a.queue.Submit(ctx, rollbackAgent, refundBody(fmt.Sprintf("INV-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type span struct{ from, to time.Time }
+	var (
+		mu        sync.Mutex
+		writes    []span
+		backups   []span
+		failed    []error
+		n         atomic.Int64
+		backingUp atomic.Bool
+		stop      atomic.Bool
+		out       = t.TempDir()
+		wake      = make(chan struct{}, 1)
+	)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				from := time.Now()
+				_, _, err := a.queue.Submit(ctx, rollbackAgent, refundBody(fmt.Sprintf("INV-%d%07d", w+1, n.Add(1))))
+				to := time.Now()
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, err)
+				}
+				writes = append(writes, span{from, to})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range wake {
+			for i := 0; backingUp.Load(); i++ {
+				file := filepath.Join(out, fmt.Sprintf("b%d.tar", len(backups)))
+				from := time.Now()
+				_, err := backup(ctx, data, file, false, time.Now)
+				to := time.Now()
+				os.Remove(file)
+				mu.Lock()
+				backups = append(backups, span{from, to})
+				if err != nil {
+					failed = append(failed, fmt.Errorf("backup: %w", err))
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	var quiet []span // the phases without a backup
+	for i := range phases {
+		on := i%2 == 1
+		from := time.Now()
+		backingUp.Store(on)
+		if on {
+			wake <- struct{}{}
+		}
+		time.Sleep(phase)
+		if !on {
+			quiet = append(quiet, span{from, time.Now()})
+		}
+	}
+	backingUp.Store(false)
+	close(wake)
+	stop.Store(true)
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d writes or backups failed under load, the first: %v", len(failed), failed[0])
+	}
+	overlaps := func(w span, in []span) bool {
+		for _, s := range in {
+			if w.from.Before(s.to) && s.from.Before(w.to) {
+				return true
+			}
+		}
+		return false
+	}
+	within := func(w span, in []span) bool {
+		for _, s := range in {
+			if !w.from.Before(s.from) && !s.to.Before(w.to) {
+				return true
+			}
+		}
+		return false
+	}
+	var with, without []time.Duration
+	for _, w := range writes {
+		switch {
+		case overlaps(w, backups):
+			with = append(with, w.to.Sub(w.from))
+		case within(w, quiet):
+			without = append(without, w.to.Sub(w.from))
+		}
+	}
+	if len(backups) < phases/2 {
+		t.Fatalf("%d backups ran, want at least one a phase", len(backups))
+	}
+	if len(with) < 100 || len(without) < 100 {
+		t.Fatalf("writes measured: %d during a backup, %d without; want at least 100 of each", len(with), len(without))
+	}
+	p99 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)*99/100] }
+	pWith, pWithout := p99(with), p99(without)
+	t.Logf("%d backups; write p99 without a backup %v (%d writes), during one %v (%d writes)", len(backups), pWithout, len(without), pWith, len(with))
+	if pWith > 2*pWithout {
+		t.Errorf("write p99 during backups = %v, more than twice the %v without", pWith, pWithout)
+	}
+}
+
+func refundBody(invoice string) []byte {
+	return []byte(`{"tool":"payments.refund","target":"invoice:` + invoice + `","args":{"amount_minor":1299,"currency":"USD","reason_code":"duplicate"}}`)
 }
