@@ -5,6 +5,8 @@
 package server
 
 import (
+	"github.com/countersign/countersign/internal/tracing"
+
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +85,9 @@ type Config struct {
 	// Streamable HTTP); nil serves none. It authenticates its own agent
 	// tokens; the Host check and the security headers apply to it too.
 	MCP http.Handler
+	// Tracer, when not nil, makes a span of every request, continuing the
+	// trace of its traceparent header (internal/tracing).
+	Tracer *tracing.Tracer
 }
 
 // Server is Countersign's HTTP front end.
@@ -187,6 +192,9 @@ func New(cfg Config) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(headAsGet)
 	e.Use(middleware.RequestID())
+	if cfg.Tracer != nil {
+		e.Use(cfg.Tracer.Middleware())
+	}
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
 	e.Use(s.refuseLargeBodies)
