@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/countersign/countersign/internal/tracing"
-
 	"context"
 	"errors"
 	"flag"
@@ -33,6 +31,7 @@ import (
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Issuer is the iss claim of every grant this console mints.

@@ -285,4 +285,3 @@ func TestTracesOffWithoutEndpoint(t *testing.T) {
 		tr.Shutdown(context.Background())
 	}
 }
-

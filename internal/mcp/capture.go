@@ -1,8 +1,6 @@
 package mcp
 
 import (
-	"github.com/countersign/countersign/internal/tracing"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // The SDK's client decodes results into its own types: an input schema and

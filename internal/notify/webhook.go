@@ -1,8 +1,6 @@
 package notify
 
 import (
-	"github.com/countersign/countersign/internal/tracing"
-
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -12,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Webhook posts events in the Standard Webhooks format

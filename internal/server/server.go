@@ -5,8 +5,6 @@
 package server
 
 import (
-	"github.com/countersign/countersign/internal/tracing"
-
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +27,7 @@ import (
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Config holds what the server serves.
