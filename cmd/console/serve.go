@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -467,6 +469,12 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	cc.Metrics = srv.Registerer()
+	if err := srv.Registerer().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_highwater_refusals_total",
+		Help: "Commits refused because the database's audit chain is behind, or beside, this data directory's high-water mark: " +
+			"the database was rolled back or replaced under the running console."},
+		func() float64 { return float64(a.mark.Refusals()) })); err != nil {
+		return err
+	}
 	pages, err := console.New(*cc)
 	if err != nil {
 		return err

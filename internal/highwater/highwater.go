@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/countersign/countersign/internal/store"
 )
@@ -58,6 +59,7 @@ type File struct {
 	cur      Mark
 	gen      uint64 // the generation of the newest slot
 	next     int    // the slot the next write goes to
+	refused  atomic.Int64
 }
 
 // Open opens (creating if needed, owner-only) the mark file at path for
@@ -144,14 +146,19 @@ func (hw *File) Advance(m Mark) error {
 	defer hw.mu.Unlock()
 	switch {
 	case m.Seq < hw.cur.Seq:
+		hw.refused.Add(1)
 		return fmt.Errorf("%w: a commit ended at %s, but this data directory has seen %s", store.ErrRolledBack, m, hw.cur)
 	case m.Seq == hw.cur.Seq && m.Head != hw.cur.Head && m.Seq > 0:
+		hw.refused.Add(1)
 		return fmt.Errorf("%w: a commit ended at %s, but this data directory has seen entry %d with hash %s", store.ErrRolledBack, m, hw.cur.Seq, hw.cur.Head)
 	case m == hw.cur:
 		return nil
 	}
 	return hw.write(m)
 }
+
+// Refusals counts the commits Advance refused since the file was opened.
+func (hw *File) Refusals() int64 { return hw.refused.Load() }
 
 // Reset records m even when it is behind the mark: a rollback accepted on
 // purpose.

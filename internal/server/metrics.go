@@ -30,7 +30,19 @@ type metrics struct {
 	heartbeats    prometheus.Counter
 	resolutions   *prometheus.CounterVec
 	responses     *prometheus.CounterVec
+	// decisionSeconds and approvals are added for the dashboard: time to
+	// decision by tool, approvals by method and whether a person saw them.
+	decisionSeconds *prometheus.HistogramVec
+	approvals       *prometheus.CounterVec
 }
+
+// decisionBuckets span a rule's instant approval to a call left until it
+// expires (seconds).
+var decisionBuckets = []float64{0.01, 0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600}
+
+// maxPendingCounted bounds the pending calls countersign_pending_calls
+// reads at a scrape.
+const maxPendingCounted = 1000
 
 func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCounter) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
@@ -86,6 +98,24 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_http_responses_total",
 		Help: "HTTP responses by status: 401, 403, 404, 429 on their own (a run of 401s is someone guessing tokens or passwords), the rest by class (2xx, 3xx, 4xx, 5xx)."},
 		[]string{"status"})
+	m.decisionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "countersign_decision_seconds",
+		Help:    "Time from a call's submission to its decision, by tool and decision: granted (its approvals complete), denied, expired (undecided at its deadline) or cancelled.",
+		Buckets: decisionBuckets}, []string{"tool", "decision"})
+	m.approvals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_approvals_total",
+		Help: "Approvals by method (passkey, click, batch, command, policy, allowance, counter) and human: true (a person saw the call, proven), false (a rule or an allowance, automated) or unattested (a person's name, nothing proving what they saw)."},
+		[]string{"method", "human"})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_pending_calls",
+		Help: "Calls waiting for a decision: the queue's depth (at most " + strconv.Itoa(maxPendingCounted) + " are counted; -1 when the count cannot be read)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			calls, err := q.PendingCalls(ctx, maxPendingCounted)
+			if err != nil {
+				return -1
+			}
+			return float64(len(calls))
+		})
+	m.reg.MustRegister(m.decisionSeconds, m.approvals, pending)
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
 		m.redeemSeconds, waiters, evalErrors, waitsRefused, mostWaits,
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved, m.responses,
@@ -188,8 +218,23 @@ func (m *metrics) observe(ev queue.Event) {
 			}
 		}
 		m.decisions.WithLabelValues(ev.Kind, ch).Inc()
+		if c := ev.Call; c != nil {
+			switch ev.Kind {
+			case audit.KindApproved:
+				if n := len(c.Approvals); n > 0 {
+					a := c.Approvals[n-1]
+					m.approvals.WithLabelValues(a.Method, a.Human()).Inc()
+				}
+			case audit.KindGranted, audit.KindDenied:
+				m.decisionSeconds.WithLabelValues(c.Tool, ev.Kind).Observe(time.Since(c.CreatedAt).Seconds())
+			}
+		}
 	case audit.KindRedeemed:
 		m.redemptions.WithLabelValues("accepted").Inc()
+	case audit.KindExpired, audit.KindCancelled:
+		if c := ev.Call; c != nil {
+			m.decisionSeconds.WithLabelValues(c.Tool, ev.Kind).Observe(time.Since(c.CreatedAt).Seconds())
+		}
 	case audit.KindRedemptionRefused:
 		m.redemptions.WithLabelValues(ev.Reason).Inc()
 	case audit.KindOutcome:
