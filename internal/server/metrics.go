@@ -121,6 +121,11 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if writes != nil {
+		if ct, ok := writes.(CommitTimer); ok {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commit_seconds_total",
+				Help: "Time this process's write transactions spent committing, the sync to disk included; ÷ countersign_store_commits_total is the mean commit latency."},
+				ct.CommitSeconds))
+		}
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commits_total",
 			Help: "Write transactions committed by this process."}, func() float64 {
 			c, _ := writes.WriteCounts()
@@ -156,6 +161,11 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 // writes they held (db.DB, pgstore.DB).
 type WriteCounter interface {
 	WriteCounts() (commits, writes int64)
+}
+
+// CommitTimer is the time the store's commits took (db.DB, pgstore.DB).
+type CommitTimer interface {
+	CommitSeconds() float64
 }
 
 // StatementCounter counts the SQL statements the store has run (db.DB);
