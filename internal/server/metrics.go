@@ -229,13 +229,16 @@ func (m *metrics) observe(ev queue.Event) {
 		}
 		m.decisions.WithLabelValues(ev.Kind, ch).Inc()
 		if c := ev.Call; c != nil {
-			switch ev.Kind {
-			case audit.KindApproved:
-				if n := len(c.Approvals); n > 0 {
-					a := c.Approvals[n-1]
+			// Each approval emits approved, or granted when it completes
+			// the call; a counter-proposal's acceptance by its agent
+			// emits granted after its approvals, and adds none.
+			if n := len(c.Approvals); n > 0 && ev.Kind != audit.KindDenied {
+				a := c.Approvals[n-1]
+				if ev.Kind == audit.KindApproved || c.AcceptedAt.IsZero() || !a.At.Before(c.AcceptedAt) {
 					m.approvals.WithLabelValues(a.Method, a.Human()).Inc()
 				}
-			case audit.KindGranted, audit.KindDenied:
+			}
+			if ev.Kind == audit.KindGranted || ev.Kind == audit.KindDenied {
 				m.decisionSeconds.WithLabelValues(c.Tool, ev.Kind).Observe(time.Since(c.CreatedAt).Seconds())
 			}
 		}
