@@ -352,4 +352,3 @@ func TestAlertRulesWithPromtool(t *testing.T) {
 		}
 	}
 }
-
