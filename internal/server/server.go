@@ -192,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 	e.Pre(headAsGet)
 	e.Use(middleware.RequestID())
 	if cfg.Tracer != nil {
-		e.Use(cfg.Tracer.Middleware())
+		e.Use(traced(cfg.Tracer))
 	}
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
@@ -212,6 +212,30 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// traced makes a span of each request (tracing.Tracer.StartRequest),
+// naming the call of an agent API route that names one.
+func traced(t *tracing.Tracer) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			route := c.Path()
+			ctx, end := t.StartRequest(c.Request(), route)
+			c.SetRequest(c.Request().WithContext(ctx))
+			err := next(c)
+			status := c.Response().Status
+			var he *echo.HTTPError
+			if errors.As(err, &he) && !c.Response().Committed {
+				status = he.Code
+			}
+			callID := ""
+			if strings.HasPrefix(route, "/api/") {
+				callID = c.Param("id")
+			}
+			end(status, callID)
+			return err
+		}
+	}
 }
 
 // Pages are the routes a browser reads: the console mounts them with

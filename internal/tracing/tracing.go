@@ -6,7 +6,9 @@
 //
 // It is off unless the standard OTEL_* environment variables configure an
 // OTLP endpoint (FromEnv). Off, the console holds a nil *Tracer, whose
-// methods do nothing and allocate nothing, and no middleware is installed.
+// methods do nothing and allocate nothing, and the server installs no
+// middleware. It imports no transport: the server makes its middleware of
+// StartRequest.
 //
 // Spans carry a call's id and tool, never its target or arguments, nor any
 // header, body or query: what an agent proposes may be confidential, and a
@@ -23,7 +25,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -148,36 +149,31 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return t.provider.Shutdown(ctx)
 }
 
-// Middleware makes a server span of each request, continuing the trace of
-// the request's traceparent header: named for its method and route, with
-// the status it was answered with and the call id of its route. Install it
-// only when t is not nil.
-func (t *Tracer) Middleware() echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			req := c.Request()
-			ctx := t.prop.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-			route := c.Path()
-			ctx, span := t.tracer.Start(ctx, req.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(attribute.String("http.request.method", req.Method), attribute.String("http.route", route)))
-			defer span.End()
-			if id := c.Param("id"); id != "" && strings.HasPrefix(route, "/api/") {
-				span.SetAttributes(attribute.String(AttrCallID, id))
-			}
-			c.SetRequest(req.WithContext(ctx))
-			err := next(c)
-			status := c.Response().Status
-			if he := (*echo.HTTPError)(nil); errors.As(err, &he) {
-				status = he.Code
-			}
-			span.SetAttributes(attribute.Int("http.response.status_code", status))
-			if status >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(status))
-			}
-			return err
+// StartRequest starts the server span of a request, continuing the trace
+// of its traceparent header, named for its method and route (the route's
+// pattern, never the path a client sent). The returned function ends it
+// with the status it was answered with and, when the route names one, the
+// call's id.
+func (t *Tracer) StartRequest(req *http.Request, route string) (context.Context, func(status int, callID string)) {
+	if t == nil {
+		return req.Context(), noRequestEnd
+	}
+	ctx := t.prop.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+	ctx, span := t.tracer.Start(ctx, req.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", req.Method), attribute.String("http.route", route)))
+	return ctx, func(status int, callID string) {
+		if callID != "" {
+			span.SetAttributes(attribute.String(AttrCallID, callID))
 		}
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		span.End()
 	}
 }
+
+func noRequestEnd(int, string) {}
 
 // StartWrite starts the span of a store write. The returned function ends
 // it with the calls and tools the write changed, the notifications it

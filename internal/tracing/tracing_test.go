@@ -18,7 +18,10 @@ func TestOffCostsNothing(t *testing.T) {
 	h := http.Header{}
 	calls, tools, events := []string{"call_x"}, []string{"payments.refund"}, []string{"evt_x"}
 	err := errors.New("x")
+	req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/api/v1/calls", nil)
 	allocs := testing.AllocsPerRun(1000, func() {
+		_, endReq := tr.StartRequest(req, "/api/v1/calls")
+		endReq(200, "call_x")
 		wctx, end := tr.StartWrite(ctx)
 		end(calls, tools, events, nil)
 		sctx, done := tr.StartSend(wctx, "evt_x", "hook", "call.submitted")
