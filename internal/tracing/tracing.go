@@ -258,6 +258,17 @@ func (t *Tracer) StartSend(ctx context.Context, eventID, channel, kind string) (
 
 func noSendEnd(error) {}
 
+// Traceparent is the W3C traceparent of the span in ctx, "" when ctx holds
+// none: for carriers other than HTTP headers (an MCP request's _meta).
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
 // Inject sets the W3C traceparent (and tracestate) of the span in ctx on
 // an outgoing request's headers; it sets nothing when ctx holds no span.
 func Inject(ctx context.Context, h http.Header) {
