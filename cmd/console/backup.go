@@ -216,6 +216,8 @@ func keyMembers(data string) ([]member, error) {
 	return out, nil
 }
 
+// fileDigest is the SHA-256 and size of the file at path, read a chunk at a
+// time with a rest after each, as the archive is written.
 func fileDigest(path string) (string, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -223,9 +225,18 @@ func fileDigest(path string) (string, int64, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
+	var n int64
+	for {
+		start := time.Now()
+		m, err := io.CopyN(h, f, pacedChunk)
+		n += m
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", 0, err
+		}
+		time.Sleep(db.BackupRest * time.Since(start))
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
@@ -262,9 +273,9 @@ func writeArchive(path string, m backupManifest, members []member) error {
 }
 
 // pacedWriter writes to a file a chunk at a time, syncing each chunk and
-// then resting as long as it took: a backup takes at most about half of the
-// disk from the console's commits, and never leaves a large flush for the
-// end that would stall them.
+// then resting db.BackupRest times as long as it took: a backup takes at
+// most about a third of the disk from the console's commits, and never
+// leaves a large flush for the end that would stall them.
 type pacedWriter struct {
 	f       *os.File
 	pending int
@@ -278,7 +289,7 @@ func (w *pacedWriter) Write(p []byte) (int, error) {
 	w.pending += n
 	if err == nil && w.pending >= pacedChunk {
 		if err = w.f.Sync(); err == nil {
-			time.Sleep(time.Since(w.start))
+			time.Sleep(db.BackupRest * time.Since(w.start))
 			w.pending, w.start = 0, time.Now()
 		}
 	}

@@ -22,18 +22,24 @@ type Copy struct {
 }
 
 // Backup pacing: the copy moves backupStep pages at a time and then rests
-// as long as the step took, so it takes at most about half of one core and
-// of the disk from the console's writes.
-const backupStep = 256
+// BackupRest times as long as the step took, so it takes at most about a
+// third of one core and of the disk from the console's writes.
+const (
+	backupStep = 256
+	BackupRest = 2
+	// backupBusyFor bounds how long steps may find the database busy
+	// before the backup gives up.
+	backupBusyFor = 30 * time.Second
+)
 
 // Backup writes a consistent copy of the database to path, which must not
 // exist, while the console goes on writing. It holds one read transaction
 // for the whole copy (WAL lets writers commit meanwhile; no write lock is
 // taken) and copies pages with SQLite's online backup API, paced
 // (backupStep), so the copy is the database as it was when the transaction
-// began. The copy is synced to disk before Backup returns, and its identity
-// and chain head are read from the copy itself, so they describe exactly
-// what it holds.
+// began. The copy is not synced to disk: a caller that keeps it syncs it.
+// Its identity and chain head are read from the copy itself, so they
+// describe exactly what it holds.
 func (d *DB) Backup(ctx context.Context, path string) (Copy, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return Copy{}, fmt.Errorf("db: backup: %s exists", path)
@@ -53,9 +59,6 @@ func (d *DB) Backup(ctx context.Context, path string) (Copy, error) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return Copy{}, fmt.Errorf("db: backup: restrict %s: %w", path, err)
 	}
-	if err := syncFile(path); err != nil {
-		return Copy{}, fmt.Errorf("db: backup: sync %s: %w", path, err)
-	}
 	return ReadCopy(ctx, path)
 }
 
@@ -67,9 +70,9 @@ func copyPages(ctx context.Context, src *sql.Conn, path string) error {
 	} else {
 		f.Close()
 	}
-	// The copy's own commit does not sync: each step's pages are synced
-	// as they are written (below), so no large flush at the end stalls
-	// the console's commits on the same disk.
+	// The copy is not synced: whoever keeps it syncs it (console backup
+	// writes it into its archive, synced a chunk at a time, and removes
+	// it), so the disk is asked for no flush it does not need.
 	q := url.Values{}
 	q.Set("_journal_mode", "OFF")
 	q.Set("_synchronous", "OFF")
@@ -97,8 +100,10 @@ func copyPages(ctx context.Context, src *sql.Conn, path string) error {
 			if err != nil {
 				return err
 			}
+			busySince := time.Time{}
 			for {
 				start := time.Now()
+				before := b.Remaining()
 				done, err := b.Step(backupStep)
 				if err != nil {
 					b.Finish()
@@ -107,15 +112,22 @@ func copyPages(ctx context.Context, src *sql.Conn, path string) error {
 				if done {
 					return b.Finish()
 				}
-				if err := datasync(path); err != nil {
+				// A step that copied nothing was refused busy or locked:
+				// try again, but not for ever.
+				switch {
+				case b.Remaining() < before || before == 0:
+					busySince = time.Time{}
+				case busySince.IsZero():
+					busySince = start
+				case time.Since(busySince) > backupBusyFor:
 					b.Finish()
-					return err
+					return fmt.Errorf("the database stayed busy for %v", backupBusyFor)
 				}
 				select {
 				case <-ctx.Done():
 					b.Finish()
 					return ctx.Err()
-				case <-time.After(time.Since(start)):
+				case <-time.After(BackupRest * time.Since(start)):
 				}
 			}
 		})
@@ -148,23 +160,4 @@ func ReadCopy(ctx context.Context, path string) (Copy, error) {
 		c.Head = ""
 	}
 	return c, nil
-}
-
-// datasync flushes the file at path's data to disk.
-func datasync(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
