@@ -38,7 +38,8 @@ key. checkpoint signs the current head now with the data directory's
 audit key (made by keys init or serve; without one it refuses and makes
 none) and prints it as GET /api/v1/audit/checkpoint would.
 accept-rollback accepts a database restored from an older copy, which
-serve refuses: every grant issued until then is refused from then on.`
+serve refuses: every grant issued until then is refused from then on, and
+every allowance alive in the copy is revoked (console restore, docs/deploy.md).`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {

@@ -105,7 +105,7 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	q := queue.NewService(queue.Config{Store: d.queue})
-	err = q.AcceptRollback(ctx, *as, audit.ChannelCLI, queue.Rollback{MarkSeq: mark.Seq, MarkHead: mark.Head, DBSeq: head.Seq, DBHead: head.Head})
+	ended, err := q.AcceptRollback(ctx, *as, audit.ChannelCLI, queue.Rollback{MarkSeq: mark.Seq, MarkHead: mark.Head, DBSeq: head.Seq, DBHead: head.Head})
 	if errors.Is(err, queue.ErrNotAdmin) {
 		fmt.Fprintf(e.stderr, "console audit accept-rollback: %s is not an enabled admin account; only an admin may accept a rollback\n", *as)
 		return 1
@@ -122,7 +122,18 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console audit accept-rollback: accepted, but the mark could not be reset: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(e.stdout, "accepted: the database ends at %s, behind %s; every grant issued until now is refused at redemption, and the mark is now %s\n",
-		head, mark, now)
+	fmt.Fprintf(e.stdout, "accepted: the database ends at %s, behind %s; every grant issued until now is refused at redemption, "+
+		"%s, and the mark is now %s\n", head, mark, endedAllowances(ended), now)
 	return 0
+}
+
+// endedAllowances says which allowances an accepted rollback ended.
+func endedAllowances(ids []string) string {
+	switch len(ids) {
+	case 0:
+		return "no allowance was alive in the restored database"
+	case 1:
+		return "the one allowance alive in the restored database (" + ids[0] + ") is revoked"
+	}
+	return fmt.Sprintf("the %d allowances alive in the restored database are revoked", len(ids))
 }

@@ -63,6 +63,8 @@ func commands() map[string]command {
 		"mcp":        {"mcp list|show|approve|reject: review MCP servers' tool definitions (admin)", cmdMCP},
 		"plan":       {"plan get|cancel: an agent's plan of calls from the shell", cmdPlan},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
+		"backup":     {"copy a running SQLite console's database (and, with --keys, its keys) into an archive", cmdBackup},
+		"restore":    {"put a backup in place in a data directory, saying what its high-water mark will do", cmdRestore},
 		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
 	}
 }

@@ -127,12 +127,16 @@ func (a *app) dispatcher() (*notify.Dispatcher, *console.Notifications) {
 	if n == nil {
 		return nil, nil
 	}
-	d := notify.NewDispatcher(notify.DispatcherConfig{
+	dc := notify.DispatcherConfig{
 		Outbox: n.outbox, Channels: n.built.Channels, Timeouts: n.built.Timeouts,
 		Retry: n.cfg.Retry, Lease: n.cfg.Lease, Keep: n.cfg.Keep, Logger: a.log,
 		// People are named in messages as the agent API names them.
 		Names: a.accounts.PublicNames,
-	})
+	}
+	if a.tracer != nil {
+		dc.Tracer = a.tracer
+	}
+	d := notify.NewDispatcher(dc)
 	notes := &console.Notifications{Deliveries: d}
 	if n.built.Push != nil {
 		notes.Push, notes.Subscriptions = n.built.Push, n.outbox

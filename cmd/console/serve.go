@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/countersign/countersign/docs"
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -31,6 +33,7 @@ import (
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Issuer is the iss claim of every grant this console mints.
@@ -72,11 +75,15 @@ type app struct {
 	notify   *notifyApp // nil when no notifications are configured
 	mark     *highwater.File
 	log      *slog.Logger
+	tracer   *tracing.Tracer // nil when traces are off
 }
 
 // openApp opens the data directory. ns, when not nil, says where the
 // notifications configuration is; nil opens the console without them.
-func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) (*app, error) {
+//
+// tracer, when given and not nil, traces the console's store writes and
+// notifications (and serve its requests).
+func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger, tracer ...*tracing.Tracer) (*app, error) {
 	if err := makeDataDir(data); err != nil {
 		return nil, err
 	}
@@ -121,6 +128,11 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 		return nil, fmt.Errorf("presentation key: %w", err)
 	}
 	qc := queue.Config{Store: d.queue, Policy: pol, Signer: keys, Logger: log, Presentations: shown}
+	var tr *tracing.Tracer
+	if len(tracer) > 0 && tracer[0] != nil {
+		tr = tracer[0]
+		qc.Tracer = tr
+	}
 	if n != nil {
 		qc.Notifier = n.router
 	}
@@ -143,7 +155,7 @@ func openApp(data, dbURL, toolsFile string, ns *notifySource, log *slog.Logger) 
 	}
 	log.Info("tools file loaded", slog.String("file", toolsAt), slog.String("digest", pol.ToolsDigest()),
 		slog.Int("tools", len(pol.Registry().Names())))
-	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: pol.Registry(), policy: pol,
+	return &app{data: data, db: d, accounts: accountsOf(d), keys: keys, tools: pol.Registry(), policy: pol, tracer: tr,
 		toolsAt: toolsAt, queue: q, notify: n, mark: mark, log: log}, nil
 }
 
@@ -305,7 +317,23 @@ metrics, and the control socket in the data directory.`)
 		return 1
 	}
 	defer ln.Close()
-	a, err := openApp(dataDir(e, f.data), databaseURL(e, f.db), f.tools, f.notifySource(e, ln), log)
+	// Traces, when the standard OTEL_* variables name an OTLP endpoint.
+	tracer, err := tracing.FromEnv(e.getenv)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
+		return 2
+	}
+	if tracer != nil {
+		log.Info("traces are exported over OTLP/HTTP")
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(sctx); err != nil {
+				log.Warn("export the last traces", slog.Any("error", err))
+			}
+		}()
+	}
+	a, err := openApp(dataDir(e, f.data), databaseURL(e, f.db), f.tools, f.notifySource(e, ln), log, tracer)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console serve: %v\n", err)
 		return 1
@@ -420,7 +448,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		Queue: a.queue, Accounts: a.accounts, Audit: a.db, Ping: a.db.Ping, Writes: a.db.writeCounter(),
 		Keys: a.keys, Logger: a.log, OpenAPI: docs.OpenAPI, TrustedProxies: proxies,
 		AllowedHosts: f.allowedHost, Waits: waits, PublicURL: publicURL,
-		MCP: mcpHandler, OperatorAPI: f.operatorAPI, Catalog: cat,
+		MCP: mcpHandler, OperatorAPI: f.operatorAPI, Catalog: cat, Tracer: a.tracer,
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
@@ -444,6 +472,12 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		return err
 	}
 	cc.Metrics = srv.Registerer()
+	if err := srv.Registerer().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_highwater_refusals_total",
+		Help: "Commits refused because the database's audit chain is behind, or beside, this data directory's high-water mark: " +
+			"the database was rolled back or replaced under the running console."},
+		func() float64 { return float64(a.mark.Refusals()) })); err != nil {
+		return err
+	}
 	pages, err := console.New(*cc)
 	if err != nil {
 		return err

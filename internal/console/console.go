@@ -273,6 +273,37 @@ func New(cfg Config) (*Console, error) {
 		cfg.Presence.OnChange(c.hub.othersChanged)
 	}
 	if cfg.Metrics != nil {
+		verified := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_audit_verified",
+			Help: "The newest periodic verification of the stored audit chain: 1 verified, 0 broken or unreadable, -1 none finished yet."},
+			func() float64 {
+				switch c.chain.Status().State {
+				case "verified":
+					return 1
+				case "pending":
+					return -1
+				}
+				return 0
+			})
+		verifiedAt := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_audit_verified_timestamp_seconds",
+			Help: "When the newest verification of the stored audit chain finished (Unix seconds; 0 before the first)."},
+			func() float64 {
+				at := c.chain.Status().At
+				if at.IsZero() {
+					return 0
+				}
+				return float64(at.UnixMilli()) / 1000
+			})
+		if err := cfg.Metrics.Register(verified); err != nil {
+			return nil, fmt.Errorf("console: metrics: %w", err)
+		}
+		if err := cfg.Metrics.Register(verifiedAt); err != nil {
+			return nil, fmt.Errorf("console: metrics: %w", err)
+		}
+		sockets := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_sockets_open",
+			Help: "Console pages' WebSockets open on this replica."}, func() float64 { return float64(c.hub.clientCount()) })
+		if err := cfg.Metrics.Register(sockets); err != nil {
+			return nil, fmt.Errorf("console: metrics: %w", err)
+		}
 		if err := cfg.Metrics.Register(c.pushes); err != nil {
 			return nil, fmt.Errorf("console: metrics: %w", err)
 		}
@@ -280,16 +311,37 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
+// VerifyEvery is how often the console asks for the audit chain to be
+// verified again (the watcher verifies only when the chain has moved or
+// its last result is old, never more often than it allows).
+const VerifyEvery = 5 * time.Minute
+
 // Run runs the console's background work until ctx ends: the socket hub,
 // the sweep of sessions, and the audit chain's verification (a first run
-// at once, then when the history is looked at). Then it closes every
-// socket, asking pages to reconnect later, and waits for them.
+// at once, then when the history is looked at, and asked for every
+// VerifyEvery, which verifies when the chain has moved or its last
+// verification is older than audit.MaxVerifyAge: countersign_audit_verified
+// says the result). Then it closes every socket, asking pages to reconnect
+// later, and waits for them.
 func (c *Console) Run(ctx context.Context) {
 	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.hub.run() }()
 	go func() { defer c.wg.Done(); c.needsLoop() }()
 	go func() { defer c.wg.Done(); c.sweepLoop() }()
 	go func() { defer c.wg.Done(); c.chain.Run(ctx) }()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(VerifyEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.chain.Request(c.now())
+			}
+		}
+	}()
 	<-ctx.Done()
 	c.shutdown()
 }

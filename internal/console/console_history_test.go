@@ -993,6 +993,24 @@ func TestHistoryChainStatus(t *testing.T) {
 	if detail != wantDetail {
 		t.Errorf("chain detail %q, want %q", detail, wantDetail)
 	}
+	// The metrics say the same: 1 while the chain verifies.
+	chainMetric := func() string {
+		res, err := http.Get(e.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "countersign_audit_verified ") {
+				return line
+			}
+		}
+		return ""
+	}
+	if got := chainMetric(); got != "countersign_audit_verified 1" {
+		t.Errorf("metric %q, want countersign_audit_verified 1", got)
+	}
 	if _, err := e.db.SQL().Exec(`DROP TRIGGER audit_no_update`); err != nil {
 		t.Fatal(err)
 	}
@@ -1007,6 +1025,9 @@ func TestHistoryChainStatus(t *testing.T) {
 	waitUntil(t, "the alteration to be found", func() bool { st, detail = state(); return st == "broken" })
 	if want := fmt.Sprintf("first bad entry %d:", bad); !strings.HasPrefix(detail, want) {
 		t.Errorf("chain detail %q, want it to start with %q", detail, want)
+	}
+	if got := chainMetric(); got != "countersign_audit_verified 0" {
+		t.Errorf("metric %q, want countersign_audit_verified 0 (docs/alerts.yaml alerts on it)", got)
 	}
 }
 

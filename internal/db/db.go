@@ -65,6 +65,8 @@ type DB struct {
 	// commits and writes count the committed write transactions and the
 	// writes they held.
 	commits, writes atomic.Int64
+	// commitNanos is the time spent in COMMIT (the sync to disk).
+	commitNanos atomic.Int64
 	// onCommit, when set, runs after every commit that appended audit
 	// entries, with the chain's new head, before the write returns.
 	onCommit func(seq int64, head string) error
@@ -172,6 +174,11 @@ func (d *DB) OnCommit(fn func(seq int64, head string) error) {
 func (d *DB) WriteCounts() (commits, writes int64) {
 	return d.commits.Load(), d.writes.Load()
 }
+
+// CommitSeconds is the time this handle's commits have spent in COMMIT,
+// the sync to disk included: divided by the commits, the mean commit
+// latency.
+func (d *DB) CommitSeconds() float64 { return float64(d.commitNanos.Load()) / 1e9 }
 
 // Close closes the database.
 func (d *DB) Close() error {

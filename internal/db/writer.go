@@ -296,7 +296,10 @@ func (d *DB) runBatch(batch []*writeReq) {
 	if len(committed) == 0 {
 		return // every request failed and was rolled back; the deferred Rollback ends the transaction
 	}
-	if err := tx.Commit(); err != nil {
+	commitStart := time.Now()
+	err = tx.Commit()
+	d.commitNanos.Add(int64(time.Since(commitStart)))
+	if err != nil {
 		// The connection may be left inside a transaction it could not
 		// end; never reuse it.
 		d.discardWriter()

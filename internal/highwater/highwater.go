@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/countersign/countersign/internal/store"
 )
@@ -58,6 +59,7 @@ type File struct {
 	cur      Mark
 	gen      uint64 // the generation of the newest slot
 	next     int    // the slot the next write goes to
+	refused  atomic.Int64
 }
 
 // Open opens (creating if needed, owner-only) the mark file at path for
@@ -84,23 +86,45 @@ func Open(path, identity string) (*File, error) {
 		return nil, fmt.Errorf("highwater: open %s: %w", path, err)
 	}
 	hw := &File{f: f, path: path, identity: identity}
-	best := -1
+	var best int
+	best, hw.gen, hw.cur = readSlots(f, identity)
+	hw.next = (best + 1) % 2
+	return hw, nil
+}
+
+// Read returns the mark recorded at path for the database whose identity
+// is given, creating and changing nothing: the empty chain when the file
+// records none for it, an error wrapping fs.ErrNotExist when there is no
+// file.
+func Read(path, identity string) (Mark, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Mark{}, fmt.Errorf("highwater: open %s: %w", path, err)
+	}
+	defer f.Close()
+	_, _, m := readSlots(f, identity)
+	return m, nil
+}
+
+// readSlots returns the valid slot of identity with the highest
+// generation: its index (-1 when none is valid), generation and mark.
+func readSlots(f *os.File, identity string) (best int, gen uint64, cur Mark) {
+	best = -1
 	buf := make([]byte, 2*slotSize)
 	n, _ := f.ReadAt(buf, 0)
 	for i := range 2 {
 		if (i+1)*slotSize > n {
 			break
 		}
-		id, gen, m, ok := parseSlot(buf[i*slotSize : (i+1)*slotSize])
+		id, g, m, ok := parseSlot(buf[i*slotSize : (i+1)*slotSize])
 		if !ok || id != identity {
 			continue
 		}
-		if best < 0 || gen > hw.gen {
-			best, hw.gen, hw.cur = i, gen, m
+		if best < 0 || g > gen {
+			best, gen, cur = i, g, m
 		}
 	}
-	hw.next = (best + 1) % 2
-	return hw, nil
+	return best, gen, cur
 }
 
 // Path is the file's path.
@@ -122,14 +146,19 @@ func (hw *File) Advance(m Mark) error {
 	defer hw.mu.Unlock()
 	switch {
 	case m.Seq < hw.cur.Seq:
+		hw.refused.Add(1)
 		return fmt.Errorf("%w: a commit ended at %s, but this data directory has seen %s", store.ErrRolledBack, m, hw.cur)
 	case m.Seq == hw.cur.Seq && m.Head != hw.cur.Head && m.Seq > 0:
+		hw.refused.Add(1)
 		return fmt.Errorf("%w: a commit ended at %s, but this data directory has seen entry %d with hash %s", store.ErrRolledBack, m, hw.cur.Seq, hw.cur.Head)
 	case m == hw.cur:
 		return nil
 	}
 	return hw.write(m)
 }
+
+// Refusals counts the commits Advance refused since the file was opened.
+func (hw *File) Refusals() int64 { return hw.refused.Load() }
 
 // Reset records m even when it is behind the mark: a rollback accepted on
 // purpose.

@@ -76,6 +76,10 @@ func TestMarkAdvanceRefusesGoingBack(t *testing.T) {
 	if err := hw.Advance(Mark{Seq: 10, Head: hash('a')}); err != nil {
 		t.Errorf("the same head again: %v", err)
 	}
+	// Each refusal is counted (countersign_highwater_refusals_total).
+	if n := hw.Refusals(); n != 2 {
+		t.Errorf("Refusals() = %d, want the 2 refused", n)
+	}
 	if err := hw.Reset(Mark{Seq: 4, Head: hash('d')}); err != nil || hw.Mark().Seq != 4 {
 		t.Errorf("Reset: %v, mark %v", err, hw.Mark())
 	}

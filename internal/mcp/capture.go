@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // The SDK's client decodes results into its own types: an input schema and
@@ -134,6 +136,8 @@ func (t *httpTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	for name, values := range t.headers {
 		req.Header[name] = values
 	}
+	// The trace of the agent's request that this call belongs to.
+	tracing.Inject(req.Context(), req.Header)
 	cp := captureFrom(req.Context())
 	var id json.RawMessage
 	if cp != nil && req.Method == http.MethodPost && req.GetBody != nil {

@@ -24,6 +24,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/internal/tools"
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Version is what the console calls itself to upstreams and clients.
@@ -383,7 +384,14 @@ func (u *Upstream) Call(ctx context.Context, name string, args []byte) (*Result,
 		return nil, ErrNotConnected
 	}
 	cctx, cp := withCapture(ctx)
-	res, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
+	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(args)}
+	// The agent's trace reaches the upstream over any transport in the
+	// request's _meta (the arguments stay the bytes that were approved);
+	// over HTTP the request's traceparent header carries it too.
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		params.Meta = sdk.Meta{"traceparent": tp}
+	}
+	res, err := cs.CallTool(cctx, params)
 	if err != nil {
 		if re := cp.refused(); re != nil {
 			u.log.Warn("the upstream answered a call with a redirect, which is not followed", slog.Int("status", re.Status), slog.String("location", re.Location))

@@ -48,6 +48,16 @@ type DispatcherConfig struct {
 	Jitter   func() float64
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
+	// Tracer makes a span of each attempt (internal/tracing), a child of
+	// the write that enqueued the notification when it is known; nil makes
+	// none.
+	Tracer SendTracer
+}
+
+// SendTracer makes the span of one attempt to send a notification;
+// StartSend's function ends it with the attempt's error.
+type SendTracer interface {
+	StartSend(ctx context.Context, eventID, channel, kind string) (context.Context, func(error))
 }
 
 // Dispatcher delivers outbox rows after commit: it claims due rows, sends
@@ -256,7 +266,12 @@ func (d *Dispatcher) deliver(ctx context.Context, row Delivery) {
 	}
 }
 
-func (d *Dispatcher) send(ctx context.Context, row Delivery, attempt int) (string, error) {
+func (d *Dispatcher) send(ctx context.Context, row Delivery, attempt int) (receipt string, err error) {
+	if d.cfg.Tracer != nil {
+		var end func(error)
+		ctx, end = d.cfg.Tracer.StartSend(ctx, row.EventID, row.Channel, row.Kind)
+		defer func() { end(err) }()
+	}
 	ch, ok := d.cfg.Channels[row.Channel]
 	if !ok {
 		return "", Permanent(fmt.Errorf("no channel named %q is configured (any more)", row.Channel))

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Webhook posts events in the Standard Webhooks format
@@ -64,6 +66,8 @@ func (w *Webhook) Send(ctx context.Context, m Message) (string, error) {
 	req.Header.Set("webhook-id", m.Event.ID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", Sign(w.secret, w.key, m.Event.ID, ts, m.Body))
+	// The trace of the agent step that caused the event, when traced.
+	tracing.Inject(ctx, req.Header)
 	return "", httpResult(w.client.Do(req))
 }
 

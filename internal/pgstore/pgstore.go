@@ -94,6 +94,8 @@ type DB struct {
 	// commits and writes count this process's committed write
 	// transactions and the writes they held.
 	commits, writes atomic.Int64
+	// commitNanos is the time spent in COMMIT (the sync to disk).
+	commitNanos atomic.Int64
 }
 
 // WriteCounts returns how many write transactions this process has
@@ -299,6 +301,9 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	return d.commit(ctx, tx, t)
 }
 
+// CommitSeconds is the time this process's commits have spent in COMMIT.
+func (d *DB) CommitSeconds() float64 { return float64(d.commitNanos.Load()) / 1e9 }
+
 // commit commits t under commitMu and runs its after-commit functions in
 // the order of the commits. The lock is released however it returns: an
 // after-commit function that panics panics in its caller, and must not
@@ -307,7 +312,10 @@ func (d *DB) update(ctx context.Context, fn func(t *txn) error) error {
 func (d *DB) commit(ctx context.Context, tx pgx.Tx, t *txn) error {
 	d.commitMu.Lock()
 	defer d.commitMu.Unlock()
-	if err := tx.Commit(ctx); err != nil {
+	commitStart := time.Now()
+	err := tx.Commit(ctx)
+	d.commitNanos.Add(int64(time.Since(commitStart)))
+	if err != nil {
 		d.forget(t.entries)
 		// A commit whose answer was lost may or may not have happened;
 		// either way nothing is acknowledged.

@@ -36,16 +36,17 @@ type Notifier interface {
 
 // enqueueNotices writes the notices of a transaction's events through the
 // same transaction, so they commit (or roll back) with the change.
-func (s *Service) enqueueNotices(tx Tx, events []Event) error {
+// It returns them.
+func (s *Service) enqueueNotices(tx Tx, events []Event) ([]Notice, error) {
 	if s.notify == nil {
-		return nil
+		return nil, nil
 	}
 	var ns []Notice
 	for _, ev := range events {
 		ns = append(ns, s.notify.Notices(ev)...)
 	}
 	if len(ns) == 0 {
-		return nil
+		return nil, nil
 	}
-	return tx.Enqueue(ns)
+	return ns, tx.Enqueue(ns)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,16 @@ type Config struct {
 	// is refused.
 	MaxAllowancesPerTool  int
 	MaxAllowancesPerGiver int
+	// Tracer makes a span of every store write (internal/tracing); nil
+	// makes none and costs nothing.
+	Tracer WriteTracer
+}
+
+// WriteTracer makes the span of a store write. StartWrite's function ends
+// it with the ids and tools of the calls the write changed, the event ids
+// of the notifications it enqueued, and its error (nil once committed).
+type WriteTracer interface {
+	StartWrite(ctx context.Context) (context.Context, func(calls, tools, events []string, err error))
 }
 
 // Service applies the queue's rules. It is safe for concurrent use; the
@@ -117,6 +128,7 @@ type Service struct {
 	log                                   *slog.Logger
 	notify                                Notifier
 	scopes                                scopeCache
+	tracer                                WriteTracer
 
 	waiters waiters
 
@@ -147,7 +159,7 @@ func NewService(cfg Config) *Service {
 		cfg.Tools = cfg.Policy.Registry()
 	}
 	return &Service{
-		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, present: cfg.Presentations, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier,
+		store: cfg.Store, tools: cfg.Tools, policy: cfg.Policy, signer: cfg.Signer, present: cfg.Presentations, now: cfg.Now, log: cfg.Logger, notify: cfg.Notifier, tracer: cfg.Tracer,
 		maxBlocks:          cmp.Or(max(cfg.MaxBlocksPerActor, 0), DefaultMaxBlocksPerActor),
 		maxPending:         cmp.Or(max(cfg.MaxPendingPerToken, 0), DefaultMaxPendingPerToken),
 		maxAllowancesTool:  cmp.Or(max(cfg.MaxAllowancesPerTool, 0), DefaultMaxAllowancesPerTool),
@@ -207,6 +219,49 @@ func (s *Service) publish(events ...Event) {
 // wrote is committed and err is returned: a refusal that is itself
 // recorded (an audited rejection, or an overdue call expired on the spot).
 func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) error) error {
+	if s.tracer != nil {
+		return s.tracedUpdate(ctx, fn)
+	}
+	return s.untracedUpdate(ctx, fn, nil)
+}
+
+// tracedUpdate is update inside a store write span, which names the calls
+// the write changed and the notifications it enqueued.
+func (s *Service) tracedUpdate(ctx context.Context, fn func(tx Tx, emit func(Event)) error) error {
+	ctx, end := s.tracer.StartWrite(ctx)
+	var seen traced
+	err := s.untracedUpdate(ctx, fn, &seen)
+	end(seen.calls, seen.tools, seen.events, err)
+	return err
+}
+
+// traced is what a traced write changed: its last attempt's calls, tools
+// and notifications' event ids.
+type traced struct{ calls, tools, events []string }
+
+func (t *traced) see(events []Event, ns []Notice) {
+	t.calls, t.tools, t.events = t.calls[:0], t.tools[:0], t.events[:0]
+	for _, ev := range events {
+		switch {
+		case ev.Call != nil:
+			t.calls, t.tools = appendNew(t.calls, ev.Call.ID), appendNew(t.tools, ev.Call.Tool)
+		case ev.Allowance != nil:
+			t.tools = appendNew(t.tools, ev.Allowance.Tool)
+		}
+	}
+	for _, n := range ns {
+		t.events = appendNew(t.events, n.EventID)
+	}
+}
+
+func appendNew(list []string, s string) []string {
+	if s == "" || slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
+func (s *Service) untracedUpdate(ctx context.Context, fn func(tx Tx, emit func(Event)) error, seen *traced) error {
 	var refusal error
 	err := s.store.Update(ctx, func(tx Tx) error {
 		var events []Event
@@ -227,8 +282,12 @@ func (s *Service) update(ctx context.Context, fn func(tx Tx, emit func(Event)) e
 		if err != nil {
 			return err
 		}
-		if err := s.enqueueNotices(tx, events); err != nil {
+		ns, err := s.enqueueNotices(tx, events)
+		if err != nil {
 			return err
+		}
+		if seen != nil {
+			seen.see(events, ns)
 		}
 		if len(events) > 0 {
 			tx.AfterCommit(func() { s.publish(events...) })

@@ -30,7 +30,19 @@ type metrics struct {
 	heartbeats    prometheus.Counter
 	resolutions   *prometheus.CounterVec
 	responses     *prometheus.CounterVec
+	// decisionSeconds and approvals are added for the dashboard: time to
+	// decision by tool, approvals by method and whether a person saw them.
+	decisionSeconds *prometheus.HistogramVec
+	approvals       *prometheus.CounterVec
 }
+
+// decisionBuckets span a rule's instant approval to a call left until it
+// expires (seconds).
+var decisionBuckets = []float64{0.01, 0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600}
+
+// maxPendingCounted bounds the pending calls countersign_pending_calls
+// reads at a scrape.
+const maxPendingCounted = 1000
 
 func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCounter) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
@@ -86,11 +98,34 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_http_responses_total",
 		Help: "HTTP responses by status: 401, 403, 404, 429 on their own (a run of 401s is someone guessing tokens or passwords), the rest by class (2xx, 3xx, 4xx, 5xx)."},
 		[]string{"status"})
+	m.decisionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "countersign_decision_seconds",
+		Help:    "Time from a call's submission to its decision, by tool and decision: granted (its approvals complete), denied, expired (undecided at its deadline) or cancelled.",
+		Buckets: decisionBuckets}, []string{"tool", "decision"})
+	m.approvals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_approvals_total",
+		Help: "Approvals by method (passkey, click, batch, command, policy, allowance, counter) and human: true (a person saw the call, proven), false (a rule or an allowance, automated) or unattested (a person's name, nothing proving what they saw)."},
+		[]string{"method", "human"})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_pending_calls",
+		Help: "Calls waiting for a decision: the queue's depth (at most " + strconv.Itoa(maxPendingCounted) + " are counted; -1 when the count cannot be read)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			calls, err := q.PendingCalls(ctx, maxPendingCounted)
+			if err != nil {
+				return -1
+			}
+			return float64(len(calls))
+		})
+	m.reg.MustRegister(m.decisionSeconds, m.approvals, pending)
 	m.reg.MustRegister(m.proposals, m.problems, m.decisions, m.redemptions, m.submitSeconds, m.waitSeconds,
 		m.redeemSeconds, waiters, evalErrors, waitsRefused, mostWaits,
 		m.outcomes, m.leasesExpired, m.heartbeats, m.resolutions, unresolved, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if writes != nil {
+		if ct, ok := writes.(CommitTimer); ok {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commit_seconds_total",
+				Help: "Time this process's write transactions spent committing, the sync to disk included; ÷ countersign_store_commits_total is the mean commit latency."},
+				ct.CommitSeconds))
+		}
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_commits_total",
 			Help: "Write transactions committed by this process."}, func() float64 {
 			c, _ := writes.WriteCounts()
@@ -126,6 +161,11 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 // writes they held (db.DB, pgstore.DB).
 type WriteCounter interface {
 	WriteCounts() (commits, writes int64)
+}
+
+// CommitTimer is the time the store's commits took (db.DB, pgstore.DB).
+type CommitTimer interface {
+	CommitSeconds() float64
 }
 
 // StatementCounter counts the SQL statements the store has run (db.DB);
@@ -188,8 +228,26 @@ func (m *metrics) observe(ev queue.Event) {
 			}
 		}
 		m.decisions.WithLabelValues(ev.Kind, ch).Inc()
+		if c := ev.Call; c != nil {
+			// Each approval emits approved, or granted when it completes
+			// the call; a counter-proposal's acceptance by its agent
+			// emits granted after its approvals, and adds none.
+			if n := len(c.Approvals); n > 0 && ev.Kind != audit.KindDenied {
+				a := c.Approvals[n-1]
+				if ev.Kind == audit.KindApproved || c.AcceptedAt.IsZero() || !a.At.Before(c.AcceptedAt) {
+					m.approvals.WithLabelValues(a.Method, a.Human()).Inc()
+				}
+			}
+			if ev.Kind == audit.KindGranted || ev.Kind == audit.KindDenied {
+				m.decisionSeconds.WithLabelValues(c.Tool, ev.Kind).Observe(time.Since(c.CreatedAt).Seconds())
+			}
+		}
 	case audit.KindRedeemed:
 		m.redemptions.WithLabelValues("accepted").Inc()
+	case audit.KindExpired, audit.KindCancelled:
+		if c := ev.Call; c != nil {
+			m.decisionSeconds.WithLabelValues(c.Tool, ev.Kind).Observe(time.Since(c.CreatedAt).Seconds())
+		}
 	case audit.KindRedemptionRefused:
 		m.redemptions.WithLabelValues(ev.Reason).Inc()
 	case audit.KindOutcome:

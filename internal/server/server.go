@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tracing"
 )
 
 // Config holds what the server serves.
@@ -90,6 +91,9 @@ type Config struct {
 	// Catalog, when set with OperatorAPI, lets admins review MCP servers'
 	// tool definitions through the operator API.
 	Catalog *catalog.Catalog
+	// Tracer, when not nil, makes a span of every request, continuing the
+	// trace of its traceparent header (internal/tracing).
+	Tracer *tracing.Tracer
 }
 
 // Server is Countersign's HTTP front end.
@@ -194,6 +198,9 @@ func New(cfg Config) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(headAsGet)
 	e.Use(middleware.RequestID())
+	if cfg.Tracer != nil {
+		e.Use(traced(cfg.Tracer))
+	}
 	e.Use(s.accessLog())
 	e.Use(middleware.Recover())
 	e.Use(s.refuseLargeBodies)
@@ -212,6 +219,30 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// traced makes a span of each request (tracing.Tracer.StartRequest),
+// naming the call of an agent API route that names one.
+func traced(t *tracing.Tracer) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			route := c.Path()
+			ctx, end := t.StartRequest(c.Request(), route)
+			c.SetRequest(c.Request().WithContext(ctx))
+			err := next(c)
+			status := c.Response().Status
+			var he *echo.HTTPError
+			if errors.As(err, &he) && !c.Response().Committed {
+				status = he.Code
+			}
+			callID := ""
+			if strings.HasPrefix(route, "/api/") {
+				callID = c.Param("id")
+			}
+			end(status, callID)
+			return err
+		}
+	}
 }
 
 // Pages are the routes a browser reads: the console mounts them with
