@@ -123,8 +123,28 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "accepted: the database ends at %s, behind %s; every grant issued until now is refused at redemption, "+
-		"%s, and the mark is now %s\n", head, mark, endedAllowances(ended), now)
+		"%s, and the mark is now %s\n", head, mark, endedByRollback(ended), now)
 	return 0
+}
+
+// endedByRollback says what an accepted rollback ended.
+func endedByRollback(ended queue.RollbackEnded) string {
+	out := endedAllowances(ended.Allowances)
+	switch n := len(ended.Plans); n {
+	case 0:
+	case 1:
+		out += "; the one approved plan is cancelled (its unminted items stop, its unredeemed grants are revoked)"
+	default:
+		out += fmt.Sprintf("; %d approved plans are cancelled (their unminted items stop, their unredeemed grants are revoked)", n)
+	}
+	switch n := len(ended.Delegations); n {
+	case 0:
+	case 1:
+		out += "; the one live delegation is ended"
+	default:
+		out += fmt.Sprintf("; %d live delegations are ended", n)
+	}
+	return out
 }
 
 // endedAllowances says which allowances an accepted rollback ended.

@@ -469,3 +469,47 @@ func TestPlanRefusalsCountTowardTheRetryCap(t *testing.T) {
 		t.Fatalf("%d plans stored", n)
 	}
 }
+
+// TestAcceptedRollbackEndsPlansAndDelegations: accepting a database
+// restored from an older copy cancels every approved plan (its unminted
+// items stop, its minted and unredeemed grants are revoked, what ran
+// stays) and ends every live delegation, each audited in the admin's
+// name; a pending plan still waits for a person.
+func TestAcceptedRollbackEndsPlansAndDelegations(t *testing.T) {
+	e := newPlanEnv(t)
+	ctx := context.Background()
+	approved, _ := e.submit(t, copies(false, 1, 2, 3))
+	e.approve(t, approved, "alice")
+	e.run(t, approved, 0, "succeeded")
+	minted, err := e.q.MintPlanItem(ctx, planner, approved.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, _ := e.submit(t, copies(false, 4))
+	d, err := e.q.GiveDelegation(ctx, queue.DelegationInput{By: "alice", Channel: audit.ChannelWeb, Delegator: "alice",
+		Delegate: "bob", Until: e.clock.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ended, err := e.q.AcceptRollback(ctx, "dana", audit.ChannelCLI, queue.Rollback{MarkSeq: 1, MarkHead: "h", DBSeq: 1, DBHead: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ended.Plans) != 1 || ended.Plans[0] != approved.ID || len(ended.Delegations) != 1 || ended.Delegations[0] != d.ID {
+		t.Fatalf("ended = %+v; want plan %s and delegation %s", ended, approved.ID, d.ID)
+	}
+	if _, err := e.q.MintPlanItem(ctx, planner, approved.ID, 2); err == nil {
+		t.Error("an item of the cancelled plan was minted after the rollback")
+	}
+	if c, err := e.q.Call(ctx, minted.ID); err != nil || c.Revoked == nil {
+		t.Errorf("the minted, unredeemed item's grant: %v %+v; want revoked", err, c)
+	}
+	if p, _, err := e.q.ReadPlan(ctx, pending.ID); err != nil || p.Status != queue.PlanPending {
+		t.Errorf("the pending plan: %v %+v; want still pending", err, p)
+	}
+	ds, err := e.q.Delegations(ctx, queue.DelegationFilter{Person: "alice", Limit: 10})
+	if err != nil || len(ds) != 1 || ds[0].LiveAt(e.clock.Now()) || ds[0].EndReason != queue.DelegationEndedRollback {
+		t.Errorf("alice's delegation after the rollback: %v %+v", err, ds)
+	}
+}

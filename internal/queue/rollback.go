@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/countersign/countersign/internal/audit"
 )
@@ -19,12 +20,15 @@ const RollbackReason = "the database was restored from an older copy, which has 
 // is refused at redemption (revoked): the restored database does not know
 // which of them were redeemed. Everything the copy holds alive that counts
 // its own uses ends too, in the admin's name and audited, since the copy has
-// forgotten the uses and revocations made after it was taken: every
-// allowance that has not ended (allowance_revoked). Any other standing
-// permission the store comes to keep (a plan's items not yet minted, a
-// delegation) must end in endForgotten as well. It returns the ids of the
-// allowances ended. The caller records the new mark after this returns.
-func (s *Service) AcceptRollback(ctx context.Context, admin, channel string, r Rollback) ([]string, error) {
+// forgotten the uses, revocations and ends made after it was taken: every
+// allowance that has not ended (allowance_revoked), every approved plan
+// whose items are not all minted (plan_cancelled: its unminted items stop,
+// its unredeemed grants are revoked), and every live delegation
+// (delegation_ended). Any other standing permission the store comes to
+// keep must end here as well. It returns the ids of what it ended. The
+// caller records the new mark after this returns.
+func (s *Service) AcceptRollback(ctx context.Context, admin, channel string, r Rollback) (RollbackEnded, error) {
+	var out RollbackEnded
 	var ended []string
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
 		u, err := tx.User(admin)
@@ -44,7 +48,7 @@ func (s *Service) AcceptRollback(ctx context.Context, admin, channel string, r R
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	// One listing holds at most MaxAllowancesListed: end the rest, a page
 	// a transaction, until a listing finds nothing alive. The rollback is
@@ -57,11 +61,76 @@ func (s *Service) AcceptRollback(ctx context.Context, admin, channel string, r R
 			return err
 		})
 		if err != nil {
-			return ended, err
+			out.Allowances = ended
+			return out, err
 		}
 		ended, page = append(ended, more...), len(more)
 	}
-	return ended, nil
+	out.Allowances = ended
+	err = s.endForgottenPlansAndDelegations(ctx, admin, channel, &out)
+	return out, err
+}
+
+// RollbackEnded names what an accepted rollback ended.
+type RollbackEnded struct {
+	Allowances, Plans, Delegations []string
+}
+
+// maxPlansListedOnRollback bounds the one listing of live plans an
+// accepted rollback reads.
+const maxPlansListedOnRollback = 100_000
+
+// DelegationEndedRollback: an admin accepted a database restored from an
+// older copy, which may have forgotten the delegation's end.
+const DelegationEndedRollback = "rollback"
+
+// endForgottenPlansAndDelegations ends, after the rollback is recorded,
+// every approved plan and every live delegation the restored copy holds,
+// a page a transaction, each audited in admin's name.
+func (s *Service) endForgottenPlansAndDelegations(ctx context.Context, admin, channel string, out *RollbackEnded) error {
+	// Every live plan is due by the end of time: the listing holds the
+	// pending and the approved ones (ids only; pending plans are bounded
+	// per token), and only the approved stand.
+	ids, err := s.store.DuePlans(ctx, time.Unix(1<<40, 0), maxPlansListedOnRollback)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		err := s.update(ctx, func(tx Tx, emit func(Event)) error {
+			p, items, err := s.loadPlan(tx, id)
+			if err != nil || p.Status != PlanApproved {
+				return err
+			}
+			out.Plans = append(out.Plans, p.ID)
+			return s.endPlan(tx, p, items, PlanCancelled, admin, channel, RollbackReason, emit)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	now := s.now()
+	live, err := s.store.Delegations(ctx, DelegationFilter{LiveAt: now, Limit: MaxDelegationsLive})
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	return s.update(ctx, func(tx Tx, emit func(Event)) error {
+		for _, d := range live {
+			ok, err := tx.EndDelegation(d.ID, DelegationEndedRollback, admin, now)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := tx.Append(s.entry(KindDelegationEnded, nil, admin, channel, map[string]any{
+				"delegation": d.ID, "delegator": d.Delegator, "delegate": d.Delegate, "reason": DelegationEndedRollback,
+				"rollback": true})); err != nil {
+				return err
+			}
+			out.Delegations = append(out.Delegations, d.ID)
+		}
+		return nil
+	})
 }
 
 // endForgotten ends, in tx, up to MaxAllowancesListed allowances that have
