@@ -23,10 +23,10 @@ type Copy struct {
 
 // Backup pacing: the copy moves backupStep pages at a time and then rests
 // BackupRest times as long as the step took, so it takes at most about a
-// third of one core and of the disk from the console's writes.
+// fifth of one core and of the disk from the console's writes.
 const (
-	backupStep = 256
-	BackupRest = 2
+	backupStep = 64
+	BackupRest = 4
 	// backupBusyFor bounds how long steps may find the database busy
 	// before the backup gives up.
 	backupBusyFor = 30 * time.Second
