@@ -343,6 +343,9 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	if !s.wakesBefore(p.DecideBy) {
+		s.kickExpiry()
+	}
 	return p, items, nil
 }
 
@@ -518,6 +521,9 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 		out = p
 		return nil
 	})
+	if err == nil && out.Status == PlanApproved && !s.wakesBefore(out.ValidUntil) {
+		s.kickExpiry()
+	}
 	return out, err
 }
 
