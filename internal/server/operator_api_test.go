@@ -438,6 +438,24 @@ func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) do
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"not this one"}`}, http.StatusOK)
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
 
+	// A freeze on the call's tool and actor refuses its approval (503
+	// frozen), nothing recorded.
+	coldTok := st.token(t, "agent:ops-cold", "payments-host")
+	cold := check(docRequest{op: "POST /api/v1/calls", path: "/api/v1/calls", token: coldTok,
+		body: `{"tool":"payments.refund","target":"invoice:INV-7009","args":{"amount_minor":100,"currency":"USD","reason_code":"duplicate"}}`}, http.StatusCreated)
+	coldID, coldDigest := cold.json["id"].(string), cold.json["digest"].(string)
+	coldListing, _ := listed(t, opAnswer{json: check(docRequest{op: list, path: "/api/v1/operator/queue", token: read}, http.StatusOK).json}, coldID)
+	if _, err := st.queue.Freeze(ctx, "alice", audit.ChannelCLI, "payments.refund", "agent:ops-cold", "incident 43"); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(docRequest{op: approve, path: "/api/v1/operator/calls/" + coldID + "/approve", token: decide,
+		body: `{"digest":"` + coldDigest + `","listing":"` + coldListing + `"}`}, http.StatusServiceUnavailable); errorCode(r.json) != "frozen" {
+		t.Errorf("approving a frozen call: %s", r.body)
+	}
+	if c, err := st.queue.Call(ctx, coldID); err != nil || c.Status != queue.StatusPending || len(c.Approvals) != 0 {
+		t.Errorf("a refused approval changed the call: %+v, %v", c, err)
+	}
+
 	// An allowance, given in the browser, listed and revoked through the API.
 	baseID, _ := submit("invoice:INV-7003")
 	base, err := st.queue.Call(ctx, baseID)
@@ -546,4 +564,11 @@ func mcpReviewFlow(t *testing.T, checkOn func(*openAPIStack, docRequest, int) do
 	if !strings.Contains(out.String(), `"channel":"api","details":{"digest":"`+digest) {
 		t.Errorf("the review's audit entry does not record the api channel")
 	}
+}
+
+// errorCode is the code of an error answer, "" for any other.
+func errorCode(answer map[string]any) string {
+	e, _ := answer["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
 }
