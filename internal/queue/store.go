@@ -71,6 +71,10 @@ type Store interface {
 	// pending plan's decide_by, an approved plan's valid_until), or false
 	// when no plan is pending or approved.
 	NextPlanDeadline(ctx context.Context) (time.Time, bool, error)
+	// PendingCallsOf lists at most limit pending calls of one tool, newest
+	// first, with their approvals: the filter is in the read, so a tool's
+	// older calls are found however many newer calls of other tools wait.
+	PendingCallsOf(ctx context.Context, tool string, limit int) ([]*Call, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -571,4 +572,42 @@ func errorCode(answer map[string]any) string {
 	e, _ := answer["error"].(map[string]any)
 	code, _ := e["code"].(string)
 	return code
+}
+
+// TestOperatorQueueToolFilterReadsPastNewerCalls: a tool's pending call is
+// listed under more newer calls of another tool than a listing holds.
+func TestOperatorQueueToolFilterReadsPastNewerCalls(t *testing.T) {
+	ctx := context.Background()
+	r := startReplica(t, t.TempDir(), time.Now, true)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice")
+	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host"})
+	old, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.drop","target":"svc:db","args":{}}`).json["id"].(string)
+	newID, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.restart","target":"svc:web","args":{}}`).json["id"].(string)
+	base, err := r.q.Call(ctx, newID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored directly: as many newer calls of ops.restart as a listing holds.
+	if err := r.db.Store().Update(ctx, func(tx queue.Tx) error {
+		for i := range server.MaxOperatorQueue {
+			c := *base
+			c.ID, c.Digest = queue.NewCallID(), fmt.Sprintf("%064x", i+1)
+			if err := tx.InsertCall(&c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, read := r.operatorToken(t, "alice", account.ScopeRead, time.Hour)
+	all := r.do(t, "GET", "/api/v1/operator/queue", read, "")
+	if all.status != http.StatusOK || all.json["truncated"] != true {
+		t.Fatalf("the whole queue: %d, truncated %v", all.status, all.json["truncated"])
+	}
+	q := r.do(t, "GET", "/api/v1/operator/queue?tool=ops.drop", read, "")
+	if q.status != http.StatusOK || len(q.json["calls"].([]any)) != 1 || q.json["truncated"] == true {
+		t.Fatalf("the queue of ops.drop: %d %.300s", q.status, q.body)
+	}
+	listed(t, q, old)
 }
