@@ -92,17 +92,27 @@ func (c *Client) MintItem(ctx context.Context, planID string, n int) (*Call, err
 	return resp.call(http.StatusOK)
 }
 
-// WaitPlan reads the plan every interval until it is no longer pending,
-// and returns it. When ctx ends first it returns the last state it saw
-// with ctx's error.
+// WaitPlan long-polls the plan until it is no longer pending, and returns
+// it. interval is the least time between two reads, for reads answered
+// early with the plan still pending (a console draining) or failed while
+// the console restarts. When ctx ends first it returns the last state it
+// saw with ctx's error.
 func (c *Client) WaitPlan(ctx context.Context, id string, interval time.Duration) (*Plan, error) {
 	if interval <= 0 {
 		interval = time.Second
 	}
 	var last *Plan
 	for {
-		p, err := c.GetPlan(ctx, id)
-		if err != nil && !transient(err) {
+		wait := c.pollWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(dl)-250*time.Millisecond), 0)
+		}
+		start := time.Now()
+		p, err := c.pollPlan(ctx, id, wait)
+		if err != nil && (ctx.Err() != nil || !transient(err)) {
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
 			return last, err
 		}
 		if err == nil {
@@ -111,10 +121,19 @@ func (c *Client) WaitPlan(ctx context.Context, id string, interval time.Duration
 				return p, nil
 			}
 		}
-		if err := sleep(ctx, interval); err != nil {
+		if err := sleep(ctx, interval-time.Since(start)); err != nil {
 			return last, err
 		}
 	}
+}
+
+// pollPlan long-polls the plan for up to wait.
+func (c *Client) pollPlan(ctx context.Context, id string, wait time.Duration) (*Plan, error) {
+	resp, err := c.do(ctx, http.MethodGet, planPath(id)+"?wait="+url.QueryEscape(wait.String()), nil, wait+c.requestTimeout, true)
+	if err != nil {
+		return nil, err
+	}
+	return resp.plan(http.StatusOK)
 }
 
 // RunItem runs one item of a plan: it returns the outcome's status

@@ -87,3 +87,29 @@ func TestRunPlanMintsAndRedeemsItemByItem(t *testing.T) {
 		t.Fatalf("CancelPlan: %v", err)
 	}
 }
+
+// TestWaitPlanLongPolls: WaitPlan holds a read open on the console and
+// returns as soon as a person approves, not at its next interval.
+func TestWaitPlanLongPolls(t *testing.T) {
+	tc := startConsole(t, t.TempDir(), "127.0.0.1:0")
+	c := client.New(tc.url, tc.token("agent:reader", "reports-host"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := c.SubmitPlan(ctx, reportsPlan(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := tc.queue.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: "cli", PlanID: p.ID, Digest: p.Digest})
+		approved <- err
+	}()
+	got, err := c.WaitPlan(ctx, p.ID, time.Hour)
+	if err != nil || got.Status != client.PlanApproved {
+		t.Fatalf("WaitPlan with an hour's interval: %v, %+v", err, got)
+	}
+	if err := <-approved; err != nil {
+		t.Fatal(err)
+	}
+}

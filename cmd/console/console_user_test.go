@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 func userRun(t *testing.T, stdin string, args ...string) (int, string, string) {
@@ -93,5 +96,54 @@ func TestUserAddListDisable(t *testing.T) {
 	want := []string{"user_added:cli:root:cli", "user_added:cli:root:cli", "user_disabled:cli:root:cli"}
 	if strings.Join(kinds, " ") != strings.Join(want, " ") {
 		t.Errorf("audit = %v, want %v", kinds, want)
+	}
+}
+
+// TestUserDisableEndsDelegations: disabling an account on the command line
+// records the delegations it gave or received ended, as the admin page
+// does, and leaves others' delegations live.
+func TestUserDisableEndsDelegations(t *testing.T) {
+	data := t.TempDir()
+	for _, name := range []string{"alice", "carol", "dave", "erin"} {
+		if code, _, errs := userRun(t, "a long enough password\n", "user", "add", name, "--role", "operator", "--password-stdin", "--data", data); code != 0 {
+			t.Fatalf("user add %s = %d: %s", name, code, errs)
+		}
+	}
+	ctx := context.Background()
+	d, err := db.Open(filepath.Join(data, "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewService(queue.Config{Store: d.Store()})
+	until := time.Now().Add(time.Hour)
+	for _, g := range [][2]string{{"alice", "carol"}, {"dave", "alice"}, {"dave", "erin"}} {
+		if _, err := q.GiveDelegation(ctx, queue.DelegationInput{By: g[0], Channel: audit.ChannelCLI, Delegator: g[0], Delegate: g[1], Until: until}); err != nil {
+			t.Fatalf("give %s → %s: %v", g[0], g[1], err)
+		}
+	}
+	d.Close()
+
+	code, out, errs := userRun(t, "", "user", "disable", "alice", "--data", data)
+	if code != 0 || !strings.Contains(out, "; 2 delegations they gave or received are recorded ended") {
+		t.Fatalf("user disable = %d, %q, %q", code, out, errs)
+	}
+	if d, err = db.Open(filepath.Join(data, "countersign.db")); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	all, err := queue.NewService(queue.Config{Store: d.Store()}).Delegations(ctx, queue.DelegationFilter{Limit: 10})
+	if err != nil || len(all) != 3 {
+		t.Fatalf("delegations: %d, %v", len(all), err)
+	}
+	for _, g := range all {
+		involved := g.Delegator == "alice" || g.Delegate == "alice"
+		if ended := g.EndReason == queue.DelegationEndedDisabled && g.EndedBy == "cli:root" && !g.EndedAt.IsZero(); ended != involved {
+			t.Errorf("%s → %s: ended %q by %q at %v; want ended for being disabled only where alice is one of them",
+				g.Delegator, g.Delegate, g.EndReason, g.EndedBy, g.EndedAt)
+		}
+	}
+	var n int
+	if err := d.SQL().QueryRow(`SELECT count(*) FROM audit WHERE kind = 'delegation_ended' AND principal = 'cli:root' AND channel = 'cli'`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("delegation_ended entries = %d, %v; want 2", n, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/reveal"
 )
 
@@ -257,11 +258,12 @@ func userDisable(ctx context.Context, e *env, data, url, name string) int {
 		return 1
 	}
 	defer d.Close()
-	if err := accountsOf(d).DisableUser(ctx, name, cliPrincipal(e), audit.ChannelCLI); err != nil {
+	ended, err := queue.NewService(queue.Config{Store: d.queue}).DisableAccount(ctx, accountsOf(d), name, cliPrincipal(e), audit.ChannelCLI)
+	if err != nil {
 		fmt.Fprintf(e.stderr, "console user disable: %v%s\n", err, userHint(err))
 		return 1
 	}
-	fmt.Fprintf(e.stdout, "disabled %s; their console sessions have ended (open pages close within seconds)\n", name)
+	fmt.Fprintf(e.stdout, "disabled %s; their console sessions have ended (open pages close within seconds); %d delegations they gave or received are recorded ended\n", name, ended)
 	return 0
 }
 

@@ -132,7 +132,9 @@ func (c *Console) disableUser(ec echo.Context) error {
 	if name == v.user.Name {
 		return c.renderAdmin(ec, http.StatusConflict, "", "you cannot disable your own account", nil)
 	}
-	err = c.accounts.DisableUser(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb)
+	// Disabling ends the account's sessions and records its delegations
+	// ended (they passed nothing from the moment it was disabled).
+	_, err = c.q.DisableAccount(ec.Request().Context(), c.accounts, name, v.user.Name, audit.ChannelWeb)
 	switch {
 	case errors.Is(err, account.ErrUserNotFound):
 		return c.renderAdmin(ec, http.StatusNotFound, "", "no account named "+reveal.String(name), nil)
@@ -142,11 +144,6 @@ func (c *Console) disableUser(ec echo.Context) error {
 		return err
 	}
 	c.hub.endUser(name)
-	// The account's delegations passed nothing from the moment it was
-	// disabled; record them ended.
-	if _, err := c.q.EndDelegationsOf(ec.Request().Context(), name, v.user.Name, audit.ChannelWeb, queue.DelegationEndedDisabled); err != nil {
-		return err
-	}
 	return c.renderAdmin(ec, http.StatusOK, "Disabled "+reveal.String(name)+"; their sessions and delegations have ended.", "", nil)
 }
 

@@ -3,6 +3,7 @@ package console
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -167,6 +168,12 @@ func (c *Console) renderCounter(ec echo.Context, status int, form url.Values, re
 			return refusal
 		}
 		view.Error = ae.Message
+		if ce := (*queue.ConfirmationError)(nil); errors.As(refusal, &ce) {
+			// The shared words name the call page and the command line; here
+			// the field is this page's, under the edited call's digest.
+			view.Error = fmt.Sprintf("to approve the edited call, type %s exactly as shown (%q) in the field above "+
+				"\"Approve the edited call\" on this page; nothing was approved", ce.Describe, ce.Want)
+		}
 		if status == http.StatusOK && ec.Request().Method == http.MethodPost {
 			status = ae.Status
 		}

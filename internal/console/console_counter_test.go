@@ -216,8 +216,15 @@ func TestCounterAsksWhatTheToolAsks(t *testing.T) {
 	for _, typed := range []string{"", "key:signing"} {
 		f.Set("confirm", typed)
 		p := b.post("/calls/"+orig.ID+"/counter", f)
-		if p.status == http.StatusSeeOther || !strings.Contains(p.find("counter-error").Text(), "key:backup") {
-			t.Fatalf("approving with %q typed: %d %q", typed, p.status, p.find("counter-error").Text())
+		msg := p.find("counter-error").Text()
+		if p.status == http.StatusSeeOther || !strings.Contains(msg, "key:backup") {
+			t.Fatalf("approving with %q typed: %d %q", typed, p.status, msg)
+		}
+		// The counter page's own words: its field, not the call page's or
+		// the command line's.
+		if !strings.Contains(msg, `Approve the edited call`) || !strings.Contains(msg, "on this page") ||
+			strings.Contains(msg, "console approve") || strings.Contains(msg, "call page") {
+			t.Errorf("the refusal with %q typed does not say where on this page to type: %q", typed, msg)
 		}
 	}
 	f.Set("confirm", "key:backup")

@@ -350,7 +350,7 @@ func AllowanceWords(a *queue.Allowance, reg *tools.Registry) string {
 // people named as stored. Like Decide, it runs behind the control socket
 // and directly on the database when no server is running.
 func Queue(ctx context.Context, q *queue.Service, req Request) (Response, error) {
-	calls, err := q.PendingCalls(ctx, MaxQueue+1)
+	calls, err := q.PendingCallsOf(ctx, req.Tool, MaxQueue+1)
 	if err != nil {
 		return Response{}, err
 	}
@@ -360,9 +360,6 @@ func Queue(ctx context.Context, q *queue.Service, req Request) (Response, error)
 	}
 	now := time.Now()
 	for _, c := range calls {
-		if req.Tool != "" && c.Tool != req.Tool {
-			continue
-		}
 		v, err := answer.CallAsStored(c, now)
 		if err != nil {
 			return Response{}, err

@@ -64,3 +64,8 @@ func (s Store) DuePlans(ctx context.Context, now time.Time, limit int) ([]string
 func (s Store) PendingPlans(ctx context.Context, now time.Time, limit int) ([]*queue.Plan, error) {
 	return sqlq.PendingPlans(ctx, shared{s.sql}, now, limit)
 }
+
+// NextPlanDeadline is when the earliest plan runs out of time.
+func (s Store) NextPlanDeadline(ctx context.Context) (time.Time, bool, error) {
+	return sqlq.NextPlanDeadline(ctx, shared{s.sql})
+}

@@ -620,7 +620,19 @@ func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int
 // PendingCalls lists pending calls, newest first, in two queries: the calls,
 // then the approvals of all of them.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' AND plan_id IS NULL ORDER BY seq DESC LIMIT ?`, limit)
+	return s.pendingCalls(ctx, "", limit)
+}
+
+// PendingCallsOf lists one tool's pending calls, newest first.
+func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
+	return s.pendingCalls(ctx, tool, limit)
+}
+
+// pendingCalls lists pending calls of tool (every tool's when ""), newest
+// first, then the approvals of all pending calls.
+func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' AND plan_id IS NULL
+		AND (? = '' OR tool = ?) ORDER BY seq DESC LIMIT ?`, tool, tool, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}

@@ -73,3 +73,8 @@ func planIndexOf(c *queue.Call) *int32 {
 	n := int32(c.PlanIndex)
 	return &n
 }
+
+// NextPlanDeadline is when the earliest plan runs out of time.
+func (s Store) NextPlanDeadline(ctx context.Context) (time.Time, bool, error) {
+	return sqlq.NextPlanDeadline(ctx, shared{s.pool})
+}

@@ -547,8 +547,20 @@ func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int
 
 // PendingCalls lists pending calls, newest first, with their approvals.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
+	return s.pendingCalls(ctx, "", limit)
+}
+
+// PendingCallsOf lists one tool's pending calls, newest first, with their
+// approvals.
+func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
+	return s.pendingCalls(ctx, tool, limit)
+}
+
+// pendingCalls lists pending calls of tool (every tool's when ""), newest
+// first, with their approvals.
+func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
-		WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY c.seq DESC LIMIT $1`, limit)
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND ($1 = '' OR c.tool = $1) ORDER BY c.seq DESC LIMIT $2`, tool, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgstore: pending calls: %w", err))
 	}

@@ -250,6 +250,17 @@ func (s *Service) EndDelegationsOf(ctx context.Context, person, by, channel, rea
 	return n, err
 }
 
+// DisableAccount disables person's account through accounts (ending its
+// sessions) and then records its live delegations ended: what every door
+// that disables an account does, the admin page and the command line
+// alike. It returns how many delegations it ended.
+func (s *Service) DisableAccount(ctx context.Context, accounts *account.Service, person, by, channel string) (int, error) {
+	if err := accounts.DisableUser(ctx, person, by, channel); err != nil {
+		return 0, err
+	}
+	return s.EndDelegationsOf(ctx, person, by, channel, DelegationEndedDisabled)
+}
+
 // DelegationFilter selects delegations: those Person gave or received
 // (every person's when ""), only those live at LiveAt when it is set, at
 // most Limit.

@@ -132,9 +132,9 @@ func (s *Service) kickExpiry() {
 	}
 }
 
-// Run expires calls at their deadlines until ctx ends or Shutdown is called.
-// It sleeps until the earliest deadline (or a new submission), with no
-// polling in between. When ctx ends it shuts the queue down, releasing
+// Run expires calls and plans at their deadlines until ctx ends or Shutdown is called.
+// It sleeps until the earliest deadline, escalation tier or plan deadline
+// (or a new submission), with no polling in between. When ctx ends it shuts the queue down, releasing
 // every open long-poll with its call's current state: whoever runs the
 // queue owns its end.
 //
@@ -155,6 +155,9 @@ func (s *Service) Run(ctx context.Context) {
 			wait = max(next.Sub(s.now()), 0) + 5*time.Millisecond
 		}
 		if next, ok, err := s.store.NextEscalation(ctx); err == nil && ok {
+			wait = min(wait, max(next.Sub(s.now()), 0)+5*time.Millisecond)
+		}
+		if next, ok, err := s.store.NextPlanDeadline(ctx); err == nil && ok {
 			wait = min(wait, max(next.Sub(s.now()), 0)+5*time.Millisecond)
 		}
 		if elsewhere {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
@@ -343,6 +344,9 @@ func (s *Service) SubmitPlan(ctx context.Context, who Principal, body []byte) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	if !s.wakesBefore(p.DecideBy) {
+		s.kickExpiry()
+	}
 	return p, items, nil
 }
 
@@ -518,6 +522,9 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 		out = p
 		return nil
 	})
+	if err == nil && out.Status == PlanApproved && !s.wakesBefore(out.ValidUntil) {
+		s.kickExpiry()
+	}
 	return out, err
 }
 
@@ -797,6 +804,71 @@ func (s *Service) MintPlanItem(ctx context.Context, who Principal, id string, n 
 		return nil
 	})
 	return out, err
+}
+
+// WaitPlan returns plan id as PlanFor does, waiting up to d (at most
+// MaxWait) while it is pending: it returns as soon as the plan is decided
+// or ends, when d passes, or when the queue shuts down, with the plan as
+// it is then. A plan long-poll follows the call long-poll's rules.
+func (s *Service) WaitPlan(ctx context.Context, who Principal, id string, d time.Duration) (*Plan, []*Call, error) {
+	d = min(d, MaxWait)
+	ch, done := s.planWaits.add(id)
+	defer done()
+	p, items, err := s.PlanFor(ctx, who, id)
+	if err != nil || p.Status != PlanPending || d <= 0 {
+		return p, items, err
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-s.stopping:
+	}
+	return s.PlanFor(context.WithoutCancel(ctx), who, id)
+}
+
+// planWaiters wakes plan long-polls: each waiter is a one-slot channel
+// that a decision or end of its plan fills. Waking never blocks.
+type planWaiters struct {
+	mu sync.Mutex
+	m  map[string]map[chan struct{}]struct{}
+}
+
+func (w *planWaiters) add(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = map[string]map[chan struct{}]struct{}{}
+	}
+	set := w.m[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		w.m[id] = set
+	}
+	set[ch] = struct{}{}
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		delete(set, ch)
+		if len(set) == 0 {
+			delete(w.m, id)
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *planWaiters) wake(id string) {
+	w.mu.Lock()
+	for ch := range w.m[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	w.mu.Unlock()
 }
 
 // PlanFor reads plan id and its items for the token that submitted it.

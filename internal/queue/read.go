@@ -45,6 +45,15 @@ func (s *Service) PendingCalls(ctx context.Context, limit int) ([]*Call, error) 
 	return s.store.PendingCalls(ctx, limit)
 }
 
+// PendingCallsOf lists at most limit pending calls, newest first, of tool
+// only; every tool's when tool is "".
+func (s *Service) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*Call, error) {
+	if tool == "" {
+		return s.store.PendingCalls(ctx, limit)
+	}
+	return s.store.PendingCallsOf(ctx, tool, limit)
+}
+
 // UnresolvedCalls lists at most limit calls that wait for a person to say
 // what happened, oldest outcome first.
 func (s *Service) UnresolvedCalls(ctx context.Context, limit int) ([]*Call, error) {

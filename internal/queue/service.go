@@ -131,6 +131,8 @@ type Service struct {
 	tracer                                WriteTracer
 
 	waiters waiters
+	// planWaits wakes plan long-polls when their plan is decided or ends.
+	planWaits planWaiters
 
 	mu        sync.RWMutex
 	listeners []func(Event)
@@ -206,6 +208,9 @@ func (s *Service) publish(events ...Event) {
 	for _, ev := range events {
 		if ev.Call != nil {
 			s.waiters.wake(ev.Call)
+		}
+		if ev.Plan != nil && ev.Plan.Status != PlanPending {
+			s.planWaits.wake(ev.Plan.ID)
 		}
 		for _, fn := range ls {
 			fn(ev)

@@ -70,6 +70,14 @@ type Store interface {
 	// DuePlans lists at most limit plans whose time ran out at now:
 	// pending past their deadline, or approved past valid_until.
 	DuePlans(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextPlanDeadline is when the earliest plan runs out of time (a
+	// pending plan's decide_by, an approved plan's valid_until), or false
+	// when no plan is pending or approved.
+	NextPlanDeadline(ctx context.Context) (time.Time, bool, error)
+	// PendingCallsOf lists at most limit pending calls of one tool, newest
+	// first, with their approvals: the filter is in the read, so a tool's
+	// older calls are found however many newer calls of other tools wait.
+	PendingCallsOf(ctx context.Context, tool string, limit int) ([]*Call, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return

@@ -173,29 +173,41 @@ func (s *Server) submit(c echo.Context) error {
 	return s.answerCall(c, status, call)
 }
 
-func (s *Server) getCall(c echo.Context) error {
-	var wait time.Duration
+// longPoll reads a request's ?wait= (a duration, cut to queue.MaxWait)
+// and, for a wait, takes one of the token's open long-polls: release gives
+// it back and records how long the request waited. A read without wait is
+// never refused.
+func (s *Server) longPoll(c echo.Context) (wait time.Duration, release func(), err error) {
 	if w := c.QueryParam("wait"); w != "" {
 		d, err := time.ParseDuration(w)
 		if err != nil || d < 0 {
-			return problem.New(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
+			return 0, nil, problem.New(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s (at most 60s)")
 		}
 		wait = min(d, queue.MaxWait)
 	}
-	if wait > 0 {
-		token, _ := c.Get(tokenKey).(string)
-		if !s.waits.Acquire(token) {
-			c.Response().Header().Set("Retry-After", "5")
-			return problem.New(http.StatusTooManyRequests, "too_many_waits",
-				"this token already holds %d open long-polls or held MCP calls; wait for one to return, or retry in 5 s", s.waits.Max())
-		}
-		defer s.waits.Release(token)
+	if wait <= 0 {
+		return 0, func() {}, nil
+	}
+	token, _ := c.Get(tokenKey).(string)
+	if !s.waits.Acquire(token) {
+		c.Response().Header().Set("Retry-After", "5")
+		return 0, nil, problem.New(http.StatusTooManyRequests, "too_many_waits",
+			"this token already holds %d open long-polls or held MCP calls; wait for one to return, or retry in 5 s", s.waits.Max())
 	}
 	start := time.Now()
-	call, err := s.cfg.Queue.Wait(c.Request().Context(), principal(c), c.Param("id"), wait)
-	if wait > 0 {
+	return wait, func() {
 		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
+		s.waits.Release(token)
+	}, nil
+}
+
+func (s *Server) getCall(c echo.Context) error {
+	wait, release, err := s.longPoll(c)
+	if err != nil {
+		return err
 	}
+	call, err := s.cfg.Queue.Wait(c.Request().Context(), principal(c), c.Param("id"), wait)
+	release()
 	if errors.Is(err, context.Canceled) {
 		return nil // the agent went away; its waiter is already gone
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -92,12 +93,31 @@ func checkPlansAgainstDoc(t *testing.T, checkOn func(*openAPIStack, docRequest, 
 	checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id, token: busy}, http.StatusNotFound)
 	checkOn(st, docRequest{op: mint, path: "/api/v1/plans/" + id + "/items/0/grant", token: tok}, http.StatusConflict)
 
-	p, err := st.queue.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: audit.ChannelCLI, PlanID: id,
-		Digest: created.json["digest"].(string)})
-	if err != nil {
+	// A long-poll: held while the plan is pending, answered as soon as a
+	// person approves it.
+	checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id + "?wait=soon", token: tok}, http.StatusBadRequest)
+	start := time.Now()
+	if held := checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id + "?wait=300ms", token: tok}, http.StatusOK); held.json["status"] != "pending" ||
+		time.Since(start) < 300*time.Millisecond {
+		t.Errorf("a long-poll on a pending plan answered after %v: %s", time.Since(start), held.body)
+	}
+	decided := make(chan error, 1)
+	var p *queue.Plan
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		var err error
+		p, err = st.queue.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: "alice", Channel: audit.ChannelCLI, PlanID: id,
+			Digest: created.json["digest"].(string)})
+		decided <- err
+	}()
+	start = time.Now()
+	approved := checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id + "?wait=30s", token: tok}, http.StatusOK)
+	if err := <-decided; err != nil {
 		t.Fatal(err)
 	}
-	approved := checkOn(st, docRequest{op: get, path: "/api/v1/plans/" + id, token: tok}, http.StatusOK)
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the long-poll answered %v after the approval, not at once", took)
+	}
 	if approved.json["status"] != "approved" || approved.json["valid_until"] == nil ||
 		mapAt(t, approved.json, "approvals")["received"] != 1.0 {
 		t.Errorf("an approved plan: %s", approved.body)

@@ -158,7 +158,7 @@ func (s *Server) operatorCall(op operator, c *queue.Call) (wire.OperatorCall, er
 func (s *Server) opQueue(c echo.Context) error {
 	op := operatorOf(c)
 	tool := c.QueryParam("tool")
-	calls, err := s.cfg.Queue.PendingCalls(c.Request().Context(), MaxOperatorQueue+1)
+	calls, err := s.cfg.Queue.PendingCallsOf(c.Request().Context(), tool, MaxOperatorQueue+1)
 	if err != nil {
 		return err
 	}
@@ -167,9 +167,6 @@ func (s *Server) opQueue(c echo.Context) error {
 		calls, out.Truncated = calls[:MaxOperatorQueue], true
 	}
 	for _, call := range calls {
-		if tool != "" && call.Tool != tool {
-			continue
-		}
 		v, err := s.operatorCall(op, call)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -440,6 +441,24 @@ func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) do
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"not this one"}`}, http.StatusOK)
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
 
+	// A freeze on the call's tool and actor refuses its approval (503
+	// frozen), nothing recorded.
+	coldTok := st.token(t, "agent:ops-cold", "payments-host")
+	cold := check(docRequest{op: "POST /api/v1/calls", path: "/api/v1/calls", token: coldTok,
+		body: `{"tool":"payments.refund","target":"invoice:INV-7009","args":{"amount_minor":100,"currency":"USD","reason_code":"duplicate"}}`}, http.StatusCreated)
+	coldID, coldDigest := cold.json["id"].(string), cold.json["digest"].(string)
+	coldListing, _ := listed(t, opAnswer{json: check(docRequest{op: list, path: "/api/v1/operator/queue", token: read}, http.StatusOK).json}, coldID)
+	if _, err := st.queue.Freeze(ctx, "alice", audit.ChannelCLI, "payments.refund", "agent:ops-cold", "incident 43"); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(docRequest{op: approve, path: "/api/v1/operator/calls/" + coldID + "/approve", token: decide,
+		body: `{"digest":"` + coldDigest + `","listing":"` + coldListing + `"}`}, http.StatusServiceUnavailable); errorCode(r.json) != "frozen" {
+		t.Errorf("approving a frozen call: %s", r.body)
+	}
+	if c, err := st.queue.Call(ctx, coldID); err != nil || c.Status != queue.StatusPending || len(c.Approvals) != 0 {
+		t.Errorf("a refused approval changed the call: %+v, %v", c, err)
+	}
+
 	// An allowance, given in the browser, listed and revoked through the API.
 	baseID, _ := submit("invoice:INV-7003")
 	base, err := st.queue.Call(ctx, baseID)
@@ -574,4 +593,49 @@ func mcpReviewFlow(t *testing.T, checkOn func(*openAPIStack, docRequest, int) do
 	if !strings.Contains(out.String(), `"channel":"api","details":{"digest":"`+digest) {
 		t.Errorf("the review's audit entry does not record the api channel")
 	}
+}
+
+// errorCode is the code of an error answer, "" for any other.
+func errorCode(answer map[string]any) string {
+	e, _ := answer["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
+// TestOperatorQueueToolFilterReadsPastNewerCalls: a tool's pending call is
+// listed under more newer calls of another tool than a listing holds.
+func TestOperatorQueueToolFilterReadsPastNewerCalls(t *testing.T) {
+	ctx := context.Background()
+	r := startReplica(t, t.TempDir(), time.Now, true)
+	testkit.SeedUsers(t, r.db.Accounts(), account.RoleOperator, "alice")
+	agent := r.agentToken(t, account.TokenSpec{Actor: "agent:ops", Audience: "ops-host"})
+	old, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.drop","target":"svc:db","args":{}}`).json["id"].(string)
+	newID, _ := r.do(t, "POST", "/api/v1/calls", agent, `{"tool":"ops.restart","target":"svc:web","args":{}}`).json["id"].(string)
+	base, err := r.q.Call(ctx, newID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored directly: as many newer calls of ops.restart as a listing holds.
+	if err := r.db.Store().Update(ctx, func(tx queue.Tx) error {
+		for i := range server.MaxOperatorQueue {
+			c := *base
+			c.ID, c.Digest = queue.NewCallID(), fmt.Sprintf("%064x", i+1)
+			if err := tx.InsertCall(&c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, read := r.operatorToken(t, "alice", account.ScopeRead, time.Hour)
+	all := r.do(t, "GET", "/api/v1/operator/queue", read, "")
+	if all.status != http.StatusOK || all.json["truncated"] != true {
+		t.Fatalf("the whole queue: %d, truncated %v", all.status, all.json["truncated"])
+	}
+	q := r.do(t, "GET", "/api/v1/operator/queue?tool=ops.drop", read, "")
+	if q.status != http.StatusOK || len(q.json["calls"].([]any)) != 1 || q.json["truncated"] == true {
+		t.Fatalf("the queue of ops.drop: %d %.300s", q.status, q.body)
+	}
+	listed(t, q, old)
 }

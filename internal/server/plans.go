@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -27,7 +29,15 @@ func (s *Server) submitPlan(c echo.Context) error {
 }
 
 func (s *Server) getPlan(c echo.Context) error {
-	p, items, err := s.cfg.Queue.PlanFor(c.Request().Context(), principal(c), c.Param("id"))
+	wait, release, err := s.longPoll(c)
+	if err != nil {
+		return err
+	}
+	p, items, err := s.cfg.Queue.WaitPlan(c.Request().Context(), principal(c), c.Param("id"), wait)
+	release()
+	if errors.Is(err, context.Canceled) {
+		return nil // the agent went away; its waiter is already gone
+	}
 	if err != nil {
 		return err
 	}

@@ -656,17 +656,26 @@ class Client:
         return _call(status, data, (200,))
 
     def wait_plan(self, plan_id: str, timeout: Optional[float] = None, interval: float = 1.0) -> "Plan":
-        """Read the plan every ``interval`` seconds until it is no longer
-        pending and return it; with a timeout that passes first, raise
-        CountersignError ``wait_timeout``."""
+        """Long-poll the plan until it is no longer pending and return it;
+        ``interval`` is the least time between two reads, for a read
+        answered early with the plan still pending. With a timeout that
+        passes first, raise CountersignError ``wait_timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            p = self.get_plan(plan_id)
+            wait = self.poll_wait
+            if deadline is not None:
+                wait = max(min(wait, deadline - time.monotonic() - 0.25), 0.0)
+            start = time.monotonic()
+            status, data = self._do("GET", _plan_path(plan_id) + "?wait=" + f"{int(wait * 1000)}ms",
+                                    timeout=wait + self.request_timeout)
+            p = _plan(status, data, (200,))
             if p.status != STATUS_PENDING:
                 return p
-            if deadline is not None and time.monotonic() + interval > deadline:
+            pause = interval - (time.monotonic() - start)
+            if deadline is not None and time.monotonic() + max(pause, 0) > deadline - 0.25:
                 raise CountersignError("wait_timeout", f"plan {plan_id} is still pending")
-            time.sleep(interval)
+            if pause > 0:
+                time.sleep(pause)
 
     def plan(self, items: Iterable[Mapping[str, Any]], rationale: str, run, *, ordered: bool = False,
              timeout: Optional[float] = None, interval: float = 1.0) -> "Plan":

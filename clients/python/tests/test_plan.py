@@ -41,6 +41,18 @@ class PlanHelper(unittest.TestCase):
         t.start()
         return t
 
+    def test_wait_plan_long_polls(self):
+        """wait_plan holds a read open and returns as soon as a person
+        approves, not at its next interval."""
+        c = countersign.Client(self.console.url, self.console.token("agent:waiter"))
+        approver = self.approve_when_submitted(c)
+        p = c.submit_plan(steps(1), "one step")
+        start = time.monotonic()
+        p = c.wait_plan(p.id, timeout=20, interval=3600)
+        approver.join()
+        self.assertEqual(p.status, "approved")
+        self.assertLess(time.monotonic() - start, 20)
+
     def test_plan_runs_item_by_item(self):
         c = countersign.Client(self.console.url, self.console.token("agent:stepper"))
         approver = self.approve_when_submitted(c)

@@ -317,16 +317,26 @@ export class Client {
     return readCall(status, data, [200]);
   }
 
-  /** Reads the plan every intervalMs until it is no longer pending. */
+  /** Long-polls the plan until it is no longer pending. intervalMs is the
+   * least time between two reads, for a read answered early with the plan
+   * still pending. */
   async waitPlan(id: string, options: WaitOptions & { intervalMs?: number } = {}): Promise<Plan> {
     const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
     const interval = options.intervalMs ?? 1_000;
     for (;;) {
-      const p = await this.getPlan(id, options.signal);
+      let waitMs = this.pollWaitMs;
+      if (deadline !== undefined) waitMs = Math.max(Math.min(waitMs, deadline - Date.now() - 250), 0);
+      const start = Date.now();
+      const [status, data] = await this.do('GET', `${planPath(id)}?wait=${Math.floor(waitMs)}ms`, undefined, {
+        signal: options.signal,
+        timeoutMs: waitMs + this.requestTimeoutMs,
+      });
+      const p = readPlan(status, data, [200]);
       if (p.status !== 'pending') return p;
-      if (deadline !== undefined && Date.now() + interval > deadline)
+      const pause = interval - (Date.now() - start);
+      if (deadline !== undefined && Date.now() + Math.max(pause, 0) > deadline - 250)
         throw new CountersignError('wait_timeout', `plan ${id} is still pending`);
-      await sleep(interval, options.signal);
+      await sleep(pause, options.signal);
     }
   }
 

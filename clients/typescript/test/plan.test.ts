@@ -47,6 +47,17 @@ test('plan() mints, redeems and reports item by item', async () => {
   }
 });
 
+test('waitPlan long-polls: it returns at the approval, not at its next interval', async () => {
+  const c = new Client(cs.url, cs.token('agent:ts-waiter'));
+  const approving = approveWhenSubmitted();
+  const submitted = await c.submitPlan(steps(1));
+  const start = Date.now();
+  const p = await c.waitPlan(submitted.id, { intervalMs: 3_600_000, timeoutMs: 20_000 });
+  await approving;
+  assert.equal(p.status, 'approved');
+  assert.ok(Date.now() - start < 20_000);
+});
+
 test('a failing item halts the plan', async () => {
   const c = new Client(cs.url, cs.token('agent:ts-halter'));
   const approving = approveWhenSubmitted();

@@ -156,3 +156,21 @@ func DuePlans(ctx context.Context, q Querier, now time.Time, limit int) ([]strin
 	}
 	return ids, nil
 }
+
+// NextPlanDeadline is when the earliest plan runs out of time: a pending
+// plan's decide_by or an approved plan's valid_until.
+func NextPlanDeadline(ctx context.Context, q Querier) (time.Time, bool, error) {
+	var pending, approved sql.NullInt64
+	if err := q.QueryRow(ctx, `SELECT (SELECT min(decide_by) FROM plans WHERE status = 'pending'),
+		(SELECT min(valid_until) FROM plans WHERE status = 'approved')`).Scan(&pending, &approved); err != nil {
+		return time.Time{}, false, fmt.Errorf("store: next plan deadline: %w", err)
+	}
+	switch {
+	case !pending.Valid && !approved.Valid:
+		return time.Time{}, false, nil
+	case !approved.Valid || pending.Valid && pending.Int64 <= approved.Int64:
+		return fromMS(pending), true, nil
+	default:
+		return fromMS(approved), true, nil
+	}
+}

@@ -345,3 +345,40 @@ var _ = add("calls/count pending and due", func(t *testing.T, s Stores) {
 		t.Errorf("CountPending(deadline+3min) = %d, %d; want 4 pending, 2 due before", all, due)
 	}
 })
+
+// PendingCallsOf filters by tool in the read: a tool's oldest pending call
+// is found under any number of newer calls of other tools, with its
+// approvals; decided calls and plan items are not listed.
+var _ = add("calls/pending calls of one tool, filtered in the read", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	old := newCall("agent:a", "files.copy", t0)
+	decided := newCall("agent:a", "files.copy", t0.Add(time.Second))
+	decided.Status = queue.StatusDenied
+	insert(t, s, old, decided)
+	var newer []*queue.Call
+	for i := range 3 {
+		c := newCall("agent:a", "payments.refund", t0.Add(time.Duration(i+2)*time.Second))
+		insert(t, s, c)
+		newer = append(newer, c)
+	}
+	p, items := storedPlan("agent:a", "tok_1", 1, t0.Add(time.Minute))
+	items[0].Tool = "files.copy"
+	insertPlan(t, s, p, items)
+	update(t, s, func(tx queue.Tx) error {
+		return tx.AddApproval(old.ID, queue.Approval{Operator: "alice", Channel: "console", At: t0.Add(time.Second)})
+	})
+	got, err := s.Queue.PendingCallsOf(ctx, "files.copy", 1)
+	if err != nil || len(got) != 1 || got[0].ID != old.ID {
+		t.Fatalf("PendingCallsOf(files.copy, 1) = %d calls, %v; want the old call only", len(got), err)
+	}
+	if len(got[0].Approvals) != 1 || got[0].Approvals[0].Operator != "alice" {
+		t.Errorf("the listed call's approvals = %+v; want alice's", got[0].Approvals)
+	}
+	got, err = s.Queue.PendingCallsOf(ctx, "payments.refund", 2)
+	if err != nil || len(got) != 2 || got[0].ID != newer[2].ID || got[1].ID != newer[1].ID {
+		t.Fatalf("PendingCallsOf(payments.refund, 2) = %d calls, %v; want the two newest", len(got), err)
+	}
+	if got, err := s.Queue.PendingCallsOf(ctx, "files.nope", 10); err != nil || len(got) != 0 {
+		t.Errorf("a tool with no calls: %d calls, %v", len(got), err)
+	}
+})

@@ -226,3 +226,42 @@ var _ = add("race/plan item minted on several handles: one grant", func(t *testi
 		}
 	}
 })
+
+// NextPlanDeadline is the earliest of pending plans' decide_by and
+// approved plans' valid_until; ended plans count for nothing.
+var _ = add("plans/next deadline: pending decide_by, approved valid_until", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	next := func() (time.Time, bool) {
+		t.Helper()
+		at, ok, err := s.Queue.NextPlanDeadline(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at, ok
+	}
+	if at, ok := next(); ok {
+		t.Fatalf("no plans: NextPlanDeadline = %v, want none", at)
+	}
+	p, items := storedPlan("agent:a", "tok_1", 1, t0) // decide_by t0+30m
+	insertPlan(t, s, p, items)
+	if at, ok := next(); !ok || !at.Equal(p.DecideBy) {
+		t.Fatalf("one pending plan: %v %t; want its decide_by %v", at, ok, p.DecideBy)
+	}
+	q, qi := storedPlan("agent:a", "tok_1", 1, t0.Add(-20*time.Minute)) // decide_by t0+10m
+	insertPlan(t, s, q, qi)
+	q.Status, q.DecidedAt, q.DecidedBy, q.ValidUntil = queue.PlanApproved, t0, "alice", t0.Add(5*time.Minute)
+	update(t, s, func(tx queue.Tx) error { return tx.UpdatePlan(q) })
+	if at, ok := next(); !ok || !at.Equal(q.ValidUntil) {
+		t.Fatalf("an approved plan valid until before the pending plan's deadline: %v %t; want %v", at, ok, q.ValidUntil)
+	}
+	q.ValidUntil = t0.Add(time.Hour)
+	update(t, s, func(tx queue.Tx) error { return tx.UpdatePlan(q) })
+	if at, ok := next(); !ok || !at.Equal(p.DecideBy) {
+		t.Fatalf("the pending plan's deadline first: %v %t; want %v", at, ok, p.DecideBy)
+	}
+	p.Status, p.DecidedAt, p.DecidedBy, p.Reason = queue.PlanDenied, t0, "alice", "no"
+	update(t, s, func(tx queue.Tx) error { return tx.UpdatePlan(p) })
+	if at, ok := next(); !ok || !at.Equal(q.ValidUntil) {
+		t.Fatalf("a denied plan counts for nothing: %v %t; want %v", at, ok, q.ValidUntil)
+	}
+})
