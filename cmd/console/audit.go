@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/passkey"
 )
@@ -25,6 +26,8 @@ func auditKeyPath(data string) string { return filepath.Join(data, "audit-key") 
 
 const auditUsage = `usage:
   console audit verify [--data DIR] [--file EXPORT] [--checkpoint FILE]...
+  console audit verify PACK.tar [--audit-key-fingerprint HEX]... [--checkpoint FILE]... [--data DIR]
+  console audit pack --since T --until T [--tool TOOL] [--actor ACTOR] --out PACK.tar [--data DIR]
   console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]
   console audit checkpoint [--data DIR]
   console audit accept-rollback --as ADMIN [--data DIR]
@@ -38,7 +41,10 @@ key. checkpoint signs the current head now with the data directory's
 audit key (made by keys init or serve; without one it refuses and makes
 none) and prints it as GET /api/v1/audit/checkpoint would.
 accept-rollback accepts a database restored from an older copy, which
-serve refuses: every grant issued until then is refused from then on.`
+serve refuses: every grant issued until then is refused from then on.
+pack writes an evidence pack of a period; verify PACK.tar checks one
+against an audit key given from outside it, and refuses a pack signed by
+any other.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -52,6 +58,8 @@ func cmdAudit(ctx context.Context, e *env, args []string) int {
 		return auditExport(ctx, e, args[1:])
 	case "checkpoint":
 		return auditCheckpoint(ctx, e, args[1:])
+	case "pack":
+		return auditPack(ctx, e, args[1:])
 	case "accept-rollback":
 		return auditAcceptRollback(ctx, e, args[1:])
 	case "-h", "--help", "help":
@@ -75,11 +83,27 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		cpFiles = append(cpFiles, s)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	var fingerprints []string
+	fs.Func("audit-key-fingerprint", "with a PACK.tar: the SHA-256 (64 hex digits) of the audit key to trust, from outside the pack; repeatable", func(s string) error {
+		if !fingerprintRE.MatchString(s) {
+			return fmt.Errorf("%q is not 64 lowercase hex digits (the whole SHA-256 of the audit key; its 16-digit id is too short to stand for it)", s)
+		}
+		fingerprints = append(fingerprints, s)
+		return nil
+	})
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR and/or --file EXPORT, and no other arguments")
+	pack := ""
+	switch {
+	case len(pos) == 1 && *file == "" && isFile(pos[0]):
+		pack = pos[0]
+	case len(pos) > 0:
+		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR and/or --file EXPORT, or one evidence pack, and no other arguments")
+		return 2
+	case len(fingerprints) > 0:
+		fmt.Fprintln(e.stderr, "console audit verify: --audit-key-fingerprint goes with an evidence pack (console audit verify PACK.tar)")
 		return 2
 	}
 	var opts audit.VerifyOptions
@@ -131,7 +155,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	// re-signed with a fresh key does not verify against it. With --file,
 	// --data names the directory whose key must have signed the export.
 	dataKey := ""
-	if *data != "" || *file == "" {
+	if *data != "" || (*file == "" && pack == "") {
 		dir := dataDir(e, *data)
 		if *file == "" && databaseURL(e, *dbURL) != "" {
 			// The shared database opens from anywhere: a named directory
@@ -150,14 +174,18 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			dataKey = signer.KID()
 			trust(signer.PublicKey(), dataKey)
 		case errors.Is(err, os.ErrNotExist):
-			if *file != "" {
-				fmt.Fprintf(e.stderr, "console audit verify: %s has no audit key (%s) to check the export against\n", dir, auditKeyPath(dir))
+			if *file != "" || pack != "" {
+				fmt.Fprintf(e.stderr, "console audit verify: %s has no audit key (%s) to check against\n", dir, auditKeyPath(dir))
 				return 1
 			}
 		default:
 			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
 			return 1
 		}
+	}
+
+	if pack != "" {
+		return verifyPack(e, pack, evidence.Trust{PublicKeys: opts.TrustedKeys, Fingerprints: fingerprints, Checkpoints: opts.Checkpoints})
 	}
 
 	// Every approval signed by a passkey is re-verified on the way: its
@@ -277,6 +305,12 @@ func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	if outside == 0 {
 		fmt.Fprintln(w, "note: no outside checkpoint given (--checkpoint): entries removed after the last checkpoint, or a log re-signed with another key, would not show")
 	}
+}
+
+// isFile reports whether name is a file that is there.
+func isFile(name string) bool {
+	fi, err := os.Stat(name)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func containsString(list []string, s string) bool {

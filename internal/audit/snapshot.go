@@ -48,8 +48,19 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 	if err != nil {
 		return res, err
 	}
+	if opt.FromSeq > 0 && (from == 0 || opt.FromSeq < from) {
+		from = opt.FromSeq
+		if to < from {
+			to = from
+		}
+	}
 	if from == 0 || to < from {
 		from, to = 0, 0
+	}
+	if opt.Anchored && from > 0 {
+		if from, to, err = anchor(ctx, src, from, to); err != nil {
+			return res, err
+		}
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var cw *csv.Writer
@@ -139,6 +150,28 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 		}
 	}
 	return res, bw.Flush()
+}
+
+// anchor widens from..to to the checkpoints around it (see
+// ExportOptions.Anchored).
+func anchor(ctx context.Context, src Snapshot, from, to int64) (int64, int64, error) {
+	cps, err := src.Checkpoints(ctx, 1, lastSeq)
+	if err != nil {
+		return 0, 0, err
+	}
+	start, end := int64(1), int64(0)
+	for _, c := range cps {
+		if c.Seq <= from && c.Seq > start {
+			start = c.Seq
+		}
+		if c.Seq >= to && (end == 0 || c.Seq < end) {
+			end = c.Seq
+		}
+	}
+	if end == 0 {
+		return 0, 0, ErrUnanchored
+	}
+	return start, end, nil
 }
 
 // lastSeq bounds the checkpoints a verification reads.

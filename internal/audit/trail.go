@@ -63,7 +63,21 @@ type ExportOptions struct {
 	// Signer signs a JSONL export's header (the audit key). Without one
 	// the header is written in the unsigned ExportFormatV1.
 	Signer *Signer
+	// FromSeq, when above 0, starts the run no later than this entry,
+	// whatever Since says.
+	FromSeq int64
+	// Anchored widens the run to signed checkpoints at both ends: from the
+	// newest checkpoint at or before its first entry (entry 1 when there
+	// is none) to the oldest checkpoint at or after its last entry, so
+	// that every entry exported is bound by a signature. When no
+	// checkpoint covers the last entry the export writes nothing and
+	// returns ErrUnanchored: sign one and export again.
+	Anchored bool
 }
+
+// ErrUnanchored is an anchored export whose last entry no checkpoint
+// covers yet.
+var ErrUnanchored = errors.New("audit: no checkpoint covers the end of the range yet")
 
 // ExportResult describes what an export wrote.
 type ExportResult struct {

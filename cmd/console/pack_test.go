@@ -1,0 +1,452 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/evidence"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// packRun is a data directory after a real run through the queue: calls
+// approved by command, by an allowance and by two people, redeemed with an
+// outcome, one whose lease ended unresolved, denied, cancelled, expired,
+// a refused redemption, a freeze and its lifting, tokens and users, and a
+// checkpoint in the middle. It returns the directory and the audit key.
+func packRun(t *testing.T) (data string, key *audit.Signer) {
+	t.Helper()
+	data, _, covered := allowanceData(t)
+	key, err := audit.LoadOrCreateKey(auditKeyPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.Load(filepath.Join(data, "tools.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
+	submit := func(target string, amount int) *queue.Call {
+		t.Helper()
+		c, _, err := q.Submit(ctx, payer, []byte(`{"tool":"payments.refund","target":"`+target+`","args":{"amount_minor":`+strconv.Itoa(amount)+`,"currency":"EUR"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	redeem := func(c *queue.Call) *queue.Redemption {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"grant": c.Grant, "call": map[string]any{"tool": c.Tool, "target": c.Target, "args": c.Args}})
+		r, err := q.Redeem(ctx, payer, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The call the allowance approved runs and succeeds.
+	if r := redeem(covered); !r.Accepted {
+		t.Fatalf("redeem covered = %+v", r)
+	}
+	must(q.ReportOutcome(ctx, payer, covered.ID, "succeeded", "refunded"))
+	if _, err := d.Checkpoint(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	// Approved by command (outside the allowance's amount), run twice.
+	big := submit("invoice:INV-7", 90000)
+	approved, err := q.Approve(ctx, "bob", audit.ChannelCLI, big.ID, big.Digest)
+	if err != nil || approved.Status != queue.StatusApproved {
+		t.Fatalf("approve = %v, %v", approved, err)
+	}
+	if r := redeem(approved); !r.Accepted {
+		t.Fatalf("redeem = %+v", r)
+	}
+	if r := redeem(approved); r.Accepted {
+		t.Fatal("a second redemption was accepted")
+	}
+	must(q.ReportOutcome(ctx, payer, big.ID, "unknown", "the connection dropped"))
+	must(q.Deny(ctx, "alice", audit.ChannelWeb, submit("invoice:INV-8", 80000).ID, "not this one"))
+	must(q.Cancel(ctx, payer, submit("invoice:INV-9", 70000).ID))
+	must(q.Freeze(ctx, "alice", audit.ChannelWeb, "payments.refund", "", "incident"))
+	testkit.SeedUsers(t, d.Accounts(), account.RoleAdmin, "root")
+	must(q.Unfreeze(ctx, "root", audit.ChannelCLI, "payments.refund", ""))
+	if _, _, err := account.NewService(d.Accounts(), nil).CreateToken(ctx, "agent:other", "payments-host", "", "cli:root", audit.ChannelCLI); err != nil {
+		t.Fatal(err)
+	}
+	return data, key
+}
+
+// makePack writes a pack of the whole run and returns its path.
+func makePack(t *testing.T, data string, extra ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pack.tar")
+	args := append([]string{"audit", "pack", "--data", data, "--since", "2000-01-01", "--until", "2100-01-01", "--out", out}, extra...)
+	if code, stdout, stderr := auditRun(t, args...); code != 0 {
+		t.Fatalf("audit pack = %d\n%s\n%s", code, stdout, stderr)
+	}
+	return out
+}
+
+func fingerprintOf(key *audit.Signer) string { return evidence.Fingerprint(key.PublicKey()) }
+
+// TestAuditPackVerifies: a pack of a real run verifies with the audit key
+// given from outside, holds what a reader needs, and is refused when no
+// key, or another key, is given.
+func TestAuditPackVerifies(t *testing.T) {
+	data, key := packRun(t)
+	pack := makePack(t, data)
+	code, out, errs := auditRun(t, "audit", "verify", pack, "--audit-key-fingerprint", fingerprintOf(key))
+	if code != 0 {
+		t.Fatalf("verify = %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"ok: evidence pack", "redemptions: 2, each of a digest that was approved", "between 2 signed checkpoints"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verify output lacks %q:\n%s", want, out)
+		}
+	}
+	files := readPack(t, pack)
+	readme := string(files[evidence.FileReadme])
+	for _, want := range []string{"relate to the EU AI Act", "does not by itself show compliance", "your own copy of Countersign",
+		"| Approvals given by automation: an allowance a person gave earlier | 1 |",
+		"| Approvals given without a record of what was shown (a command or the operator API) | 2 |",
+		"| Calls denied | 1 |", "| Freezes (stops) put in place | 1 |", "| Calls whose outcome is still unresolved | 1 |"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README lacks %q:\n%s", want, readme)
+		}
+	}
+	if strings.Contains(strings.ToLower(readme), "is compliant") {
+		t.Error("the README claims compliance")
+	}
+	for _, name := range []string{evidence.FileChain, evidence.FileCheckpoints, evidence.FileAuditKey, evidence.FileGrantKeys,
+		evidence.FileLineage, evidence.FileSummary} {
+		if len(files[name]) == 0 {
+			t.Errorf("the pack has no %s", name)
+		}
+	}
+
+	other, _ := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	for _, args := range [][]string{
+		{"audit", "verify", pack},
+		{"audit", "verify", pack, "--audit-key-fingerprint", fingerprintOf(other)},
+	} {
+		code, out, _ := auditRun(t, args...)
+		if code != 1 || !strings.Contains(out, "signed by a key nothing you gave trusts") {
+			t.Errorf("%v = %d %q, want 1 and the key refused", args, code, out)
+		}
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", pack, "--data", data); code != 0 {
+		t.Errorf("verify --data = %d\n%s", code, out)
+	}
+}
+
+// readPack returns a pack's files by name, in order.
+func readPack(t *testing.T, name string) map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+}
+
+// writePackFiles writes files as a tar archive.
+func writePackFiles(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(files[n])
+	}
+	tw.Close()
+	out := filepath.Join(t.TempDir(), "tampered.tar")
+	if err := os.WriteFile(out, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// reseal recomputes the manifest's sums and signs it with key, as only
+// the holder of the audit key could.
+func reseal(t *testing.T, files map[string][]byte, key *audit.Signer) {
+	t.Helper()
+	var m evidence.Manifest
+	if err := json.Unmarshal(files[evidence.FileManifest], &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Files = nil
+	hr, err := audit.ParseLine(bytes.SplitN(files[evidence.FileChain], []byte("\n"), 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hr.Header
+	m.Chain = evidence.ChainRange{FromSeq: h.FromSeq, ToSeq: h.ToSeq, Count: h.Count, Head: h.Head}
+	for name, b := range files {
+		if name == evidence.FileManifest || name == evidence.FileSignature {
+			continue
+		}
+		sum := sha256.Sum256(b)
+		m.Files = append(m.Files, evidence.FileSum{Name: name, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b))})
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
+	mb, _ := json.Marshal(m)
+	files[evidence.FileManifest] = append(mb, '\n')
+	sb, _ := json.Marshal(evidence.Sign(key, files[evidence.FileManifest]))
+	files[evidence.FileSignature] = sb
+}
+
+// chainLines splits the chain into its header, checkpoint and entry lines.
+func chainLines(t *testing.T, chain []byte) (header []byte, cps, entries [][]byte) {
+	t.Helper()
+	for _, line := range bytes.Split(bytes.TrimSuffix(chain, []byte("\n")), []byte("\n")) {
+		switch {
+		case bytes.HasPrefix(line, []byte(`{"export"`)):
+			header = line
+		case bytes.HasPrefix(line, []byte(`{"checkpoint"`)):
+			cps = append(cps, line)
+		default:
+			entries = append(entries, line)
+		}
+	}
+	return header, cps, entries
+}
+
+func joinLines(parts ...[][]byte) []byte {
+	var b bytes.Buffer
+	for _, p := range parts {
+		for _, l := range p {
+			b.Write(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+// rechain rewrites the chain as someone holding key could: edit changes
+// an entry; every later hash, every checkpoint and the header are made
+// again and signed with key.
+func rechain(t *testing.T, chain []byte, key *audit.Signer, edit func(e *audit.Entry, details map[string]any) bool) []byte {
+	t.Helper()
+	hl, cpl, el := chainLines(t, chain)
+	hr, err := audit.ParseLine(hl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hr.Header
+	var lines [][]byte
+	prev := h.PrevHash
+	hashAt := map[int64]string{}
+	for _, l := range el {
+		r, err := audit.ParseLine(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := r.Entry
+		raw := []byte(e.Details.(audit.RawDetails))
+		var d map[string]any
+		json.Unmarshal(raw, &d)
+		if edit(e, d) {
+			v, _ := json.Marshal(d)
+			raw = v
+		}
+		parsed, err := audit.ParseDetails(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Details, e.PrevHash = parsed, prev
+		if e.Hash, err = e.ComputeHash(); err != nil {
+			t.Fatal(err)
+		}
+		canon, err := canonical.Encode(parsed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, err := audit.AppendEntryLine(nil, e, canon)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, bytes.TrimSuffix(line, []byte("\n")))
+		prev, hashAt[e.Seq] = e.Hash, e.Hash
+	}
+	var cps [][]byte
+	for _, l := range cpl {
+		r, _ := audit.ParseLine(l)
+		c, err := key.Sign(r.Checkpoint.Seq, hashAt[r.Checkpoint.Seq], time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, _ := audit.AppendCheckpointLine(nil, c)
+		cps = append(cps, bytes.TrimSuffix(line, []byte("\n")))
+	}
+	h.Head = prev
+	if len(el) > 0 {
+		first, _ := audit.ParseLine(el[0])
+		h.FromSeq, h.Count = first.Entry.Seq, int64(len(el))
+		h.ToSeq = h.FromSeq + h.Count - 1
+	}
+	if err := key.SignHeader(h); err != nil {
+		t.Fatal(err)
+	}
+	hb, _ := audit.AppendHeaderLine(nil, h)
+	return joinLines([][]byte{bytes.TrimSuffix(hb, []byte("\n"))}, cps, lines)
+}
+
+// tampering is one way of altering a pack, and what a verifier must say
+// of it.
+type tampering struct {
+	name string
+	edit func(files map[string][]byte)
+	want string
+}
+
+// tamperings are the ways a pack can be altered; each must be found.
+func tamperings(t *testing.T, key *audit.Signer) []tampering {
+	fresh, err := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "fresh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []tampering{
+		{"an entry edited, the manifest resealed", func(f map[string][]byte) {
+			f[evidence.FileChain] = bytes.Replace(f[evidence.FileChain], []byte(`"refunded"`), []byte(`"refundeD"`), 1)
+			reseal(t, f, key)
+		}, "hash does not match"},
+		{"an entry removed, the manifest resealed", func(f map[string][]byte) {
+			h, cps, es := chainLines(t, f[evidence.FileChain])
+			f[evidence.FileChain] = joinLines([][]byte{h}, cps, append(es[:3:3], es[4:]...))
+			reseal(t, f, key)
+		}, "expected entry 4, found 5"},
+		{"two entries reordered, the manifest resealed", func(f map[string][]byte) {
+			h, cps, es := chainLines(t, f[evidence.FileChain])
+			es[4], es[5] = es[5], es[4]
+			f[evidence.FileChain] = joinLines([][]byte{h}, cps, es)
+			reseal(t, f, key)
+		}, "expected entry 5, found 6"},
+		{"the tail cut with its checkpoint, the manifest resealed", func(f map[string][]byte) {
+			h, cps, es := chainLines(t, f[evidence.FileChain])
+			f[evidence.FileChain] = joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-2])
+			reseal(t, f, key)
+		}, "lines were removed from the end"},
+		{"the tail cut and everything signed again", func(f map[string][]byte) {
+			h, cps, es := chainLines(t, f[evidence.FileChain])
+			cut := rechain(t, joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-2]), key, func(*audit.Entry, map[string]any) bool { return false })
+			f[evidence.FileChain] = cut
+			reseal(t, f, key)
+		}, "does not end at a signed checkpoint"},
+		{"the manifest swapped for another pack's", func(f map[string][]byte) {
+			var m evidence.Manifest
+			json.Unmarshal(f[evidence.FileManifest], &m)
+			m.Files = m.Files[1:]
+			b, _ := json.Marshal(m)
+			f[evidence.FileManifest] = append(b, '\n')
+		}, "signature does not verify"},
+		{"the key swapped: everything signed again with a fresh key", func(f map[string][]byte) {
+			f[evidence.FileChain] = rechain(t, f[evidence.FileChain], fresh, func(*audit.Entry, map[string]any) bool { return false })
+			ak, _ := json.Marshal(evidence.AuditKey{KID: fresh.KID(), PublicKey: fresh.PublicKey(), Fingerprint: evidence.Fingerprint(fresh.PublicKey())})
+			f[evidence.FileAuditKey] = append(ak, '\n')
+			reseal(t, f, fresh)
+		}, "signed by a key nothing you gave trusts"},
+		{"the verifier in the pack edited", func(f map[string][]byte) {
+			f["verify/verify_evidence_pack.py"] = append(f["verify/verify_evidence_pack.py"], []byte("\nsys.exit(0)\n")...)
+		}, "verify/verify_evidence_pack.py"},
+		{"a redeemed digest rewritten and the chain signed again with the audit key", func(f map[string][]byte) {
+			f[evidence.FileChain] = rechain(t, f[evidence.FileChain], key, func(e *audit.Entry, d map[string]any) bool {
+				if e.Kind != audit.KindRedeemed {
+					return false
+				}
+				d["digest"] = strings.Repeat("ab", 32)
+				return true
+			})
+			reseal(t, f, key)
+		}, "is not a digest any approval of the call approved"},
+		{"a checkpoint edited, the manifest resealed", func(f map[string][]byte) {
+			h, cps, es := chainLines(t, f[evidence.FileChain])
+			cps[0] = bytes.Replace(cps[0], []byte(`"seq":`), []byte(`"seq":1`), 1)
+			f[evidence.FileChain] = joinLines([][]byte{h}, cps, es)
+			reseal(t, f, key)
+		}, "checkpoint signature does not verify"},
+		{"the lineage edited, the manifest resealed", func(f map[string][]byte) {
+			var l map[string]any
+			lines := bytes.Split(f[evidence.FileLineage], []byte("\n"))
+			json.Unmarshal(lines[0], &l)
+			l["lineage"].(map[string]any)["proposed"].(map[string]any)["digest"] = strings.Repeat("cd", 32)
+			lines[0], _ = json.Marshal(l)
+			f[evidence.FileLineage] = bytes.Join(lines, []byte("\n"))
+			reseal(t, f, key)
+		}, "the proposed digest differs from the chain"},
+		{"a file added", func(f map[string][]byte) {
+			f["notes.txt"] = []byte("nothing to see")
+		}, "not in the manifest"},
+	}
+}
+
+// TestAuditPackTampering: each way of altering a pack is found by
+// console audit verify.
+func TestAuditPackTampering(t *testing.T) {
+	data, key := packRun(t)
+	pack := makePack(t, data)
+	for _, tc := range tamperings(t, key) {
+		t.Run(tc.name, func(t *testing.T) {
+			files := readPack(t, pack)
+			tc.edit(files)
+			bad := writePackFiles(t, files)
+			code, out, errs := auditRun(t, "audit", "verify", bad, "--audit-key-fingerprint", fingerprintOf(key))
+			if code != 1 || !(strings.HasPrefix(out, "DAMAGED: ") || strings.HasPrefix(out, "NOT VERIFIED: ")) || !strings.Contains(out, tc.want) {
+				t.Errorf("verify = %d\n%s\n%s; want 1 and %q", code, out, errs, tc.want)
+			}
+		})
+	}
+}
