@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -154,7 +155,7 @@ func TestAuditPackVerifies(t *testing.T) {
 		t.Error("the README claims compliance")
 	}
 	for _, name := range []string{evidence.FileChain, evidence.FileCheckpoints, evidence.FileAuditKey, evidence.FileGrantKeys,
-		evidence.FileLineage, evidence.FileSummary} {
+		evidence.FileLineage, evidence.FileSummary, "verify/verify_evidence_pack.py", "verify/verify_passkey_evidence.py"} {
 		if len(files[name]) == 0 {
 			t.Errorf("the pack has no %s", name)
 		}
@@ -345,6 +346,13 @@ func rechain(t *testing.T, chain []byte, key *audit.Signer, edit func(e *audit.E
 	return joinLines([][]byte{bytes.TrimSuffix(hb, []byte("\n"))}, cps, lines)
 }
 
+// setChain puts a rewritten chain in the pack with its checkpoints file.
+func setChain(t *testing.T, files map[string][]byte, chain []byte) {
+	t.Helper()
+	_, cps, _ := chainLines(t, chain)
+	files[evidence.FileChain], files[evidence.FileCheckpoints] = chain, joinLines(cps)
+}
+
 // tampering is one way of altering a pack, and what a verifier must say
 // of it.
 type tampering struct {
@@ -383,7 +391,7 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 		{"the tail cut and everything signed again", func(f map[string][]byte) {
 			h, cps, es := chainLines(t, f[evidence.FileChain])
 			cut := rechain(t, joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-2]), key, func(*audit.Entry, map[string]any) bool { return false })
-			f[evidence.FileChain] = cut
+			setChain(t, f, cut)
 			reseal(t, f, key)
 		}, "does not end at a signed checkpoint"},
 		{"the manifest swapped for another pack's", func(f map[string][]byte) {
@@ -394,7 +402,7 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 			f[evidence.FileManifest] = append(b, '\n')
 		}, "signature does not verify"},
 		{"the key swapped: everything signed again with a fresh key", func(f map[string][]byte) {
-			f[evidence.FileChain] = rechain(t, f[evidence.FileChain], fresh, func(*audit.Entry, map[string]any) bool { return false })
+			setChain(t, f, rechain(t, f[evidence.FileChain], fresh, func(*audit.Entry, map[string]any) bool { return false }))
 			ak, _ := json.Marshal(evidence.AuditKey{KID: fresh.KID(), PublicKey: fresh.PublicKey(), Fingerprint: evidence.Fingerprint(fresh.PublicKey())})
 			f[evidence.FileAuditKey] = append(ak, '\n')
 			reseal(t, f, fresh)
@@ -403,13 +411,13 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 			f["verify/verify_evidence_pack.py"] = append(f["verify/verify_evidence_pack.py"], []byte("\nsys.exit(0)\n")...)
 		}, "verify/verify_evidence_pack.py"},
 		{"a redeemed digest rewritten and the chain signed again with the audit key", func(f map[string][]byte) {
-			f[evidence.FileChain] = rechain(t, f[evidence.FileChain], key, func(e *audit.Entry, d map[string]any) bool {
+			setChain(t, f, rechain(t, f[evidence.FileChain], key, func(e *audit.Entry, d map[string]any) bool {
 				if e.Kind != audit.KindRedeemed {
 					return false
 				}
 				d["digest"] = strings.Repeat("ab", 32)
 				return true
-			})
+			}))
 			reseal(t, f, key)
 		}, "is not a digest any approval of the call approved"},
 		{"a checkpoint edited, the manifest resealed", func(f map[string][]byte) {
@@ -433,8 +441,72 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 	}
 }
 
+// pyVerify runs the independent Python verifier on a pack.
+func pyVerify(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command("python3", append([]string{filepath.Join("..", "..", "scripts", "verify_evidence_pack.py")}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("python3: %v", err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// TestPythonVerifierChecksAPack: the independent verifier accepts a pack
+// of a real run with the audit key given from outside (a fingerprint, a
+// kept checkpoint or the data directory), refuses one signed by a key
+// nothing given trusts, and says SIGNATURES NOT CHECKED, exit 3, without
+// cryptography.
+func TestPythonVerifierChecksAPack(t *testing.T) {
+	data, key := packRun(t)
+	pack := makePack(t, data)
+	kept := filepath.Join(t.TempDir(), "kept.jsonl")
+	code, cp, errs := auditRun(t, "audit", "checkpoint", "--data", data)
+	if code != 0 {
+		t.Fatalf("audit checkpoint = %d %s", code, errs)
+	}
+	if err := os.WriteFile(kept, []byte(cp), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{pack, "--audit-key-fingerprint", fingerprintOf(key)},
+		{pack, "--data", data},
+		{pack, "--checkpoint", kept},
+	} {
+		code, out := pyVerify(t, nil, args...)
+		if code != 0 || !strings.Contains(out, "redemptions: 2, each of a digest that was approved") {
+			t.Errorf("python verify %v = %d\n%s", args[1:], code, out)
+		}
+		if code, out, _ := auditRun(t, append([]string{"audit", "verify"}, args...)...); code != 0 {
+			t.Errorf("console audit verify %v = %d\n%s", args[1:], code, out)
+		}
+	}
+	other, _ := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	for _, args := range [][]string{{pack}, {pack, "--audit-key-fingerprint", fingerprintOf(other)}} {
+		if code, out := pyVerify(t, nil, args...); code != 1 || !strings.Contains(out, "signed by a key nothing you gave trusts") {
+			t.Errorf("python verify %v = %d %q, want 1 and the key refused", args[1:], code, out)
+		}
+	}
+	// A cryptography package that cannot be imported, ahead of the real one.
+	fake := filepath.Join(t.TempDir(), "cryptography")
+	if err := os.MkdirAll(fake, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fake, "__init__.py"), []byte("raise ImportError('not installed')\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := pyVerify(t, []string{"PYTHONPATH=" + filepath.Dir(fake)}, pack, "--audit-key-fingerprint", fingerprintOf(key))
+	if code != 3 || !strings.Contains(out, "SIGNATURES NOT CHECKED") {
+		t.Errorf("python verify without cryptography = %d %q, want 3 and SIGNATURES NOT CHECKED", code, out)
+	}
+}
+
 // TestAuditPackTampering: each way of altering a pack is found by
-// console audit verify.
+// console audit verify and by the independent Python verifier.
 func TestAuditPackTampering(t *testing.T) {
 	data, key := packRun(t)
 	pack := makePack(t, data)
@@ -446,6 +518,10 @@ func TestAuditPackTampering(t *testing.T) {
 			code, out, errs := auditRun(t, "audit", "verify", bad, "--audit-key-fingerprint", fingerprintOf(key))
 			if code != 1 || !(strings.HasPrefix(out, "DAMAGED: ") || strings.HasPrefix(out, "NOT VERIFIED: ")) || !strings.Contains(out, tc.want) {
 				t.Errorf("verify = %d\n%s\n%s; want 1 and %q", code, out, errs, tc.want)
+			}
+			code, out = pyVerify(t, nil, bad, "--audit-key-fingerprint", fingerprintOf(key))
+			if code != 1 || !(strings.HasPrefix(out, "DAMAGED: ") || strings.HasPrefix(out, "NOT VERIFIED: ")) || !strings.Contains(out, tc.want) {
+				t.Errorf("python verify = %d\n%s; want 1 and %q", code, out, tc.want)
 			}
 		})
 	}
