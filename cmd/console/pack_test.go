@@ -55,7 +55,8 @@ func packRun(t *testing.T) (data string, key *audit.Signer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	clock := testkit.NewClock(time.Now())
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
 	submit := func(target string, amount int) *queue.Call {
@@ -107,6 +108,55 @@ func packRun(t *testing.T) (data string, key *audit.Signer) {
 	must(q.Freeze(ctx, "alice", audit.ChannelWeb, "payments.refund", "", "incident"))
 	testkit.SeedUsers(t, d.Accounts(), account.RoleAdmin, "root")
 	must(q.Unfreeze(ctx, "root", audit.ChannelCLI, "payments.refund", ""))
+	// Refused, revoked, expired undecided, and run with no outcome until
+	// the lease ended and a person resolved it.
+	if _, _, err := q.Submit(ctx, payer, []byte(`{"tool":"payments.refund","target":"invoice:INV-1","args":{"amount_minor":0,"currency":"EUR"}}`)); err == nil {
+		t.Fatal("an invalid proposal was accepted")
+	}
+	rv := submit("invoice:INV-10", 60000)
+	must(q.Approve(ctx, "bob", audit.ChannelCLI, rv.ID, rv.Digest))
+	must(q.RevokeGrant(ctx, "alice", audit.ChannelWeb, rv.ID, "wrong amount"))
+	submit("invoice:INV-11", 50000)
+	lost := submit("invoice:INV-12", 40000)
+	lost, err = q.Approve(ctx, "bob", audit.ChannelCLI, lost.ID, lost.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := redeem(lost); !r.Accepted {
+		t.Fatalf("redeem = %+v", r)
+	}
+	clock.Advance(2 * time.Hour)
+	if n, err := q.ExpireDue(ctx); err != nil || n != 1 {
+		t.Fatalf("ExpireDue = %d, %v; want 1", n, err)
+	}
+	if n, err := q.ExpireLeases(ctx); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v; want 1", n, err)
+	}
+	must(q.Resolve(ctx, "alice", audit.ChannelWeb, lost.ID, "executed", "the bank shows it", "https://bank.example/statement/12"))
+	// A passkey registered and an approval signed with it: recorded WebAuthn
+	// evidence, appended as the console writes them.
+	ev, err := os.ReadFile(filepath.Join("..", "..", "internal", "passkey", "testdata", "evidence.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evd map[string]any
+	if err := json.Unmarshal(ev, &evd); err != nil {
+		t.Fatal(err)
+	}
+	evv, err := canonical.Parse(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(clock.Now()), Kind: audit.KindPasskeyAdded, Principal: "alice", Channel: audit.ChannelWeb,
+		Details: map[string]any{"user": "alice", "credential_id": evd["credential_id"], "name": evd["credential_name"],
+			"public_key": evd["public_key"], "sign_count": int64(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(clock.Now()), Kind: audit.KindApproved, CallID: evd["call_id"].(string), Principal: "alice", Channel: audit.ChannelWeb,
+		Details: map[string]any{"digest": evd["digest"], "received": int64(1), "required": int64(1), "method": "passkey", "human": "true",
+			"passkey": map[string]any{"credential_id": evd["credential_id"], "name": evd["credential_name"]}, "evidence": evv}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := account.NewService(d.Accounts(), nil).CreateToken(ctx, "agent:other", "payments-host", "", "cli:root", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +186,7 @@ func TestAuditPackVerifies(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("verify = %d\n%s\n%s", code, out, errs)
 	}
-	for _, want := range []string{"ok: evidence pack", "redemptions: 2, each of a digest that was approved", "between 2 signed checkpoints"} {
+	for _, want := range []string{"ok: evidence pack", "redemptions: 3, each of a digest that was approved", "between 2 signed checkpoints", "passkeys: 1 approval signatures re-verified"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("verify output lacks %q:\n%s", want, out)
 		}
@@ -145,7 +195,8 @@ func TestAuditPackVerifies(t *testing.T) {
 	readme := string(files[evidence.FileReadme])
 	for _, want := range []string{"relate to the EU AI Act", "does not by itself show compliance", "your own copy of Countersign",
 		"| Approvals given by automation: an allowance a person gave earlier | 1 |",
-		"| Approvals given without a record of what was shown (a command or the operator API) | 2 |",
+		"| Approvals given without a record of what was shown (a command or the operator API) | 4 |",
+		"| Approvals given by a person who was shown the call | 1 |", "| Calls that expired undecided | 1 |", "| Approvals revoked before use | 1 |",
 		"| Calls denied | 1 |", "| Freezes (stops) put in place | 1 |", "| Calls whose outcome is still unresolved | 1 |"} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README lacks %q:\n%s", want, readme)
@@ -420,6 +471,16 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 			}))
 			reseal(t, f, key)
 		}, "is not a digest any approval of the call approved"},
+		{"a passkey approval's evidence edited and the chain signed again with the audit key", func(f map[string][]byte) {
+			setChain(t, f, rechain(t, f[evidence.FileChain], key, func(e *audit.Entry, d map[string]any) bool {
+				if e.Kind != audit.KindApproved || d["method"] != "passkey" {
+					return false
+				}
+				d["evidence"].(map[string]any)["origin"] = "http://localhost:40152"
+				return true
+			}))
+			reseal(t, f, key)
+		}, "the passkey signature of this approval does not verify"},
 		{"a checkpoint edited, the manifest resealed", func(f map[string][]byte) {
 			h, cps, es := chainLines(t, f[evidence.FileChain])
 			cps[0] = bytes.Replace(cps[0], []byte(`"seq":`), []byte(`"seq":1`), 1)
@@ -478,7 +539,7 @@ func TestPythonVerifierChecksAPack(t *testing.T) {
 		{pack, "--checkpoint", kept},
 	} {
 		code, out := pyVerify(t, nil, args...)
-		if code != 0 || !strings.Contains(out, "redemptions: 2, each of a digest that was approved") {
+		if code != 0 || !strings.Contains(out, "redemptions: 3, each of a digest that was approved") {
 			t.Errorf("python verify %v = %d\n%s", args[1:], code, out)
 		}
 		if code, out, _ := auditRun(t, append([]string{"audit", "verify"}, args...)...); code != 0 {
