@@ -6,12 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/queue"
@@ -80,9 +82,7 @@ func auditPack(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console audit pack: %v; nothing was written\n", err)
 		return 1
 	}
-	opt.GrantKeys = keys.JWKS()
-	opt.Verifiers = map[string][]byte{"verify_evidence_pack.py": scripts.EvidencePackVerifier,
-		"verify_passkey_evidence.py": scripts.PasskeyEvidenceVerifier}
+	opt.GrantKeys, opt.Verifiers = keys.JWKS(), packVerifiers()
 	d, err := openExisting(ctx, dir, url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit pack: %v\n", err)
@@ -105,6 +105,22 @@ func auditPack(ctx context.Context, e *env, args []string) int {
 		*out, res.Chain.FromSeq, res.Chain.ToSeq, res.Chain.Count, res.Calls, len(res.Manifest.Files)+2,
 		opt.Signer.KID(), evidence.Fingerprint(opt.Signer.PublicKey()))
 	return 0
+}
+
+// packVerifiers are the verifiers a pack carries copies of.
+func packVerifiers() map[string][]byte {
+	return map[string][]byte{"verify_evidence_pack.py": scripts.EvidencePackVerifier,
+		"verify_passkey_evidence.py": scripts.PasskeyEvidenceVerifier}
+}
+
+// evidencePackFunc makes the admin page's evidence packs from d, signed
+// with the audit key.
+func evidencePackFunc(d *engine, keys *grant.Keyring, signer *audit.Signer) console.EvidencePackFunc {
+	return func(ctx context.Context, w io.Writer, since, until time.Time, tool, actor string) error {
+		_, err := evidence.Write(ctx, w, packSource{storage: d.storage, calls: d.queue}, evidence.Options{Since: since, Until: until,
+			Tool: tool, Actor: actor, Signer: signer, GrantKeys: keys.JWKS(), Verifiers: packVerifiers(), Now: time.Now().UTC()})
+		return err
+	}
 }
 
 // writePack writes a pack beside out and renames it into place when it is

@@ -421,6 +421,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		MCP: mcpHandler,
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
+	cc.EvidencePack = evidencePackFunc(a.db, a.keys, signer)
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
 	if a.db.pg != nil {
 		// Other replicas' changes reach this one's pages and long-polls.

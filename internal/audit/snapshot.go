@@ -48,6 +48,14 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 	if err != nil {
 		return res, err
 	}
+	if opt.Anchored && from == 0 && !opt.Since.IsZero() && !opt.Until.IsZero() {
+		// Clocks out of step can put the first entry at or after since
+		// behind the last one before until: the run between those two
+		// holds both ends.
+		if from, to, err = crossedRange(ctx, src, opt.Since, opt.Until); err != nil {
+			return res, err
+		}
+	}
 	if opt.FromSeq > 0 && (from == 0 || opt.FromSeq < from) {
 		from = opt.FromSeq
 		if to < from {
@@ -150,6 +158,21 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 		}
 	}
 	return res, bw.Flush()
+}
+
+// crossedRange is the run between the first entry at or after since and
+// the last before until, whichever comes first in the chain (0, 0 when
+// either is missing).
+func crossedRange(ctx context.Context, src Snapshot, since, until time.Time) (int64, int64, error) {
+	first, _, err := src.Range(ctx, since, time.Time{})
+	if err != nil || first == 0 {
+		return 0, 0, err
+	}
+	_, last, err := src.Range(ctx, time.Time{}, until)
+	if err != nil || last == 0 {
+		return 0, 0, err
+	}
+	return min(first, last), max(first, last), nil
 }
 
 // anchor widens from..to to the checkpoints around it (see

@@ -966,20 +966,69 @@ func AdminPage(v AdminView) templ.Component {
 					}
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 103, " <h2>Create a token</h2><form method=\"post\" action=\"/admin/tokens\" class=\"stack\" data-testid=\"add-token-form\"><input type=\"hidden\" name=\"csrf\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 103, " ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			var templ_7745c5c3_Var47 string
-			templ_7745c5c3_Var47, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Viewer.CSRF).Resolve(ctx)
-			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/admin.templ`, Line: 212, Col: 57}
+			if v.EvidencePack {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 104, "<h2 id=\"evidence\">Evidence pack</h2><p>A signed archive of the audit trail for a period, with each call's history, the keys to check it and a summary for the reader: who decided, what was approved by a person or by automation, denials, counter-proposals, freezes and unresolved outcomes. Give the reader the audit key's fingerprint separately, so they can check the pack with their own copy of Countersign.</p><form method=\"post\" action=\"/admin/evidence-pack\" class=\"stack\" data-testid=\"evidence-pack-form\"><input type=\"hidden\" name=\"csrf\" value=\"")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var47 string
+				templ_7745c5c3_Var47, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Viewer.CSRF).Resolve(ctx)
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/admin.templ`, Line: 214, Col: 58}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var47)
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 105, "\"> <label>First day (UTC) <input type=\"date\" name=\"since\" required value=\"")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var48 string
+				templ_7745c5c3_Var48, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.PackSince).Resolve(ctx)
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/admin.templ`, Line: 215, Col: 87}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var48)
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "\" data-testid=\"pack-since\"></label> <label>Last day (UTC) <input type=\"date\" name=\"until\" required value=\"")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var49 string
+				templ_7745c5c3_Var49, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.PackUntil).Resolve(ctx)
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/admin.templ`, Line: 216, Col: 86}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var49)
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 107, "\" data-testid=\"pack-until\"></label> <label>Only the tool (optional; the trail is always whole) <input name=\"tool\" maxlength=\"200\" placeholder=\"every tool\"></label> <label>Only the agent (optional) <input name=\"actor\" maxlength=\"128\" placeholder=\"every agent\"></label> <button type=\"submit\" class=\"primary\" data-testid=\"evidence-pack\">Download evidence pack</button></form>")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var47)
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 108, " <h2>Create a token</h2><form method=\"post\" action=\"/admin/tokens\" class=\"stack\" data-testid=\"add-token-form\"><input type=\"hidden\" name=\"csrf\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 104, "\"> <label>Actor <input name=\"actor\" required maxlength=\"128\" placeholder=\"agent:billing-bot\"></label> <label>Audience <input name=\"audience\" required maxlength=\"128\" placeholder=\"payments-host\"></label> <label>Owners, who run the agent and so may never approve its calls (optional; account names, or team:GROUP, separated by commas; you are one, since you see its secret) <input name=\"owners\" maxlength=\"2000\" placeholder=\"alice, team:payments\" data-testid=\"token-owners-input\"></label> <label>Note <input name=\"note\" maxlength=\"200\"></label> <button type=\"submit\" class=\"primary\">Create token</button></form>")
+			var templ_7745c5c3_Var50 string
+			templ_7745c5c3_Var50, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Viewer.CSRF).Resolve(ctx)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/admin.templ`, Line: 224, Col: 57}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var50)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 109, "\"> <label>Actor <input name=\"actor\" required maxlength=\"128\" placeholder=\"agent:billing-bot\"></label> <label>Audience <input name=\"audience\" required maxlength=\"128\" placeholder=\"payments-host\"></label> <label>Owners, who run the agent and so may never approve its calls (optional; account names, or team:GROUP, separated by commas; you are one, since you see its secret) <input name=\"owners\" maxlength=\"2000\" placeholder=\"alice, team:payments\" data-testid=\"token-owners-input\"></label> <label>Note <input name=\"note\" maxlength=\"200\"></label> <button type=\"submit\" class=\"primary\">Create token</button></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
