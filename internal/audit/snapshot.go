@@ -216,6 +216,7 @@ func VerifySnapshot(ctx context.Context, s Snapshot, opts VerifyOptions) (Verify
 		return VerifyResult{}, err
 	}
 	v := NewVerifier()
+	v.AllowPruned()
 	all := opts
 	all.Checkpoints = append(append([]Checkpoint(nil), opts.Checkpoints...), cps...)
 	if err := all.Prepare(v); err != nil {
