@@ -296,9 +296,15 @@ def check_chain(raw, trust, manifest):
     if last["seq"] > header["to_seq"] or header["count"] != len(entries) or header["head"] != last["hash"]:
         raise Damage(where, "the entries differ from the header's range, count or head")
     for c in cps:
+        if c["seq"] == header["from_seq"] - 1:
+            continue  # vouches for the first entry's prev_hash, checked below
         if hashes.get(c["seq"]) != c["head"]:
             raise Damage(where, "differs from the signed checkpoint at this entry", c["seq"])
     at = {c["seq"] for c in cps}
+    # The oldest entry kept after a prune: the checkpoint at the last entry
+    # removed vouches for its prev_hash.
+    if any(c["seq"] == header["from_seq"] - 1 and c["head"] == header["prev_hash"] for c in cps):
+        at.add(header["from_seq"])
     if header["from_seq"] != 1 and header["from_seq"] not in at:
         raise Damage(where, "the section does not start at a signed checkpoint (or at entry 1)", header["from_seq"])
     if header["to_seq"] not in at:

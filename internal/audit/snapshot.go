@@ -48,6 +48,12 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 	if err != nil {
 		return res, err
 	}
+	if opt.ToSeq > 0 {
+		if from, to, err = src.Range(ctx, time.Time{}, time.Time{}); err != nil {
+			return res, err
+		}
+		from, to = max(from, opt.FromSeq), min(to, opt.ToSeq)
+	}
 	if opt.Anchored && from == 0 && !opt.Since.IsZero() && !opt.Until.IsZero() {
 		// Clocks out of step can put the first entry at or after since
 		// behind the last one before until: the run between those two
@@ -56,7 +62,7 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 			return res, err
 		}
 	}
-	if opt.FromSeq > 0 && (from == 0 || opt.FromSeq < from) {
+	if opt.ToSeq == 0 && opt.FromSeq > 0 && (from == 0 || opt.FromSeq < from) {
 		from = opt.FromSeq
 		if to < from {
 			to = from
@@ -104,7 +110,13 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 		if _, err := bw.Write(buf); err != nil {
 			return res, err
 		}
-		cps, err := src.Checkpoints(ctx, from, to)
+		cpFrom := from
+		if opt.Anchored && from > 1 {
+			// After a prune the oldest entry kept follows the checkpoint
+			// at the last entry removed, which vouches for its prev_hash.
+			cpFrom = from - 1
+		}
+		cps, err := src.Checkpoints(ctx, cpFrom, to)
 		if err != nil {
 			return res, err
 		}
@@ -182,7 +194,11 @@ func anchor(ctx context.Context, src Snapshot, from, to int64) (int64, int64, er
 	if err != nil {
 		return 0, 0, err
 	}
-	start, end := int64(1), int64(0)
+	oldest, _, err := src.Range(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		return 0, 0, err
+	}
+	start, end := max(int64(1), oldest), int64(0)
 	for _, c := range cps {
 		if c.Seq <= from && c.Seq > start {
 			start = c.Seq

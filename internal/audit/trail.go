@@ -66,9 +66,14 @@ type ExportOptions struct {
 	// FromSeq, when above 0, starts the run no later than this entry,
 	// whatever Since says.
 	FromSeq int64
+	// ToSeq, when above 0, asks for the entries FromSeq (or the oldest
+	// kept) to ToSeq instead of a time range.
+	ToSeq int64
 	// Anchored widens the run to signed checkpoints at both ends: from the
 	// newest checkpoint at or before its first entry (entry 1 when there
-	// is none) to the oldest checkpoint at or after its last entry, so
+	// is none, or the oldest entry kept when older ones were pruned; the
+	// checkpoint at the last pruned entry is then exported too) to the
+	// oldest checkpoint at or after its last entry, so
 	// that every entry exported is bound by a signature. When no
 	// checkpoint covers the last entry the export writes nothing and
 	// returns ErrUnanchored: sign one and export again.

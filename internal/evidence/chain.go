@@ -30,8 +30,14 @@ type chainSection struct {
 func anchoredChain(ctx context.Context, src Source, opt Options, fromSeq int64, res *Result) (*chainSection, error) {
 	export := func() (*bytes.Buffer, error) {
 		var buf bytes.Buffer
-		_, err := src.ExportAudit(ctx, &buf, audit.ExportOptions{Since: opt.Since, Until: opt.Until, Format: "jsonl",
-			Signer: opt.Signer, FromSeq: fromSeq, Anchored: true})
+		eo := audit.ExportOptions{Since: opt.Since, Until: opt.Until, Format: "jsonl", Signer: opt.Signer, FromSeq: fromSeq, Anchored: true}
+		if opt.ToSeq > 0 {
+			eo.Since, eo.Until, eo.FromSeq, eo.ToSeq = time.Time{}, time.Time{}, opt.FromSeq, opt.ToSeq
+			if fromSeq > 0 {
+				eo.FromSeq = min(eo.FromSeq, fromSeq)
+			}
+		}
+		_, err := src.ExportAudit(ctx, &buf, eo)
 		return &buf, err
 	}
 	buf, err := export()

@@ -65,6 +65,10 @@ type Options struct {
 	// after Since, before Until; zero leaves that end open). The chain
 	// section is widened to the checkpoints around them.
 	Since, Until time.Time
+	// FromSeq and ToSeq, when ToSeq is above 0, ask for the entries from
+	// FromSeq (or the oldest kept) to ToSeq instead of a time range: the
+	// archive of a prune.
+	FromSeq, ToSeq int64
 	// Tool and Actor, when set, narrow the lineage and the summary; the
 	// chain section is always whole.
 	Tool, Actor string

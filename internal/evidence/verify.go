@@ -233,6 +233,11 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	at := map[int64]bool{}
 	for _, cp := range c.checkpoints {
 		at[cp.Seq] = true
+		if cp.Seq == h.FromSeq-1 && cp.Head == h.PrevHash {
+			// The oldest entry kept after a prune: the checkpoint at the
+			// last entry removed vouches for its prev_hash.
+			at[h.FromSeq] = true
+		}
 	}
 	if h.FromSeq != 1 && !at[h.FromSeq] {
 		return &Damage{File: FileChain, Seq: h.FromSeq, Reason: "the section does not start at a signed checkpoint (or at entry 1)"}
