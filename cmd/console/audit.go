@@ -30,6 +30,7 @@ const auditUsage = `usage:
   console audit pack --since T --until T [--tool TOOL] [--actor ACTOR] --out PACK.tar [--data DIR]
   console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]
   console audit checkpoint [--data DIR]
+  console audit prune --retain DAYS --archive DIR --as ADMIN [--data DIR]
   console audit accept-rollback --as ADMIN [--data DIR]
 
 verify recomputes the hash chain and checks every signed checkpoint; it
@@ -44,7 +45,8 @@ accept-rollback accepts a database restored from an older copy, which
 serve refuses: every grant issued until then is refused from then on.
 pack writes an evidence pack of a period; verify PACK.tar checks one
 against an audit key given from outside it, and refuses a pack signed by
-any other.`
+any other. prune removes entries older than --retain (at least 30 days)
+after archiving them in a verified pack.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -60,6 +62,8 @@ func cmdAudit(ctx context.Context, e *env, args []string) int {
 		return auditCheckpoint(ctx, e, args[1:])
 	case "pack":
 		return auditPack(ctx, e, args[1:])
+	case "prune":
+		return auditPrune(ctx, e, args[1:])
 	case "accept-rollback":
 		return auditAcceptRollback(ctx, e, args[1:])
 	case "-h", "--help", "help":

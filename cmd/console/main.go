@@ -58,7 +58,8 @@ func commands() map[string]command {
 		"allowance":  {"allowance list|revoke: operators' standing approvals of calls like one call", cmdAllowance},
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
-		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
+		"audit":      {"audit verify|export|checkpoint|pack|prune|accept-rollback: the tamper-evident audit trail", cmdAudit},
+		"compact":    {"give a SQLite database's free pages back after audit prune (blocks writes)", cmdCompact},
 	}
 }
 

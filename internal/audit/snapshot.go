@@ -87,12 +87,30 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 		if !opt.Until.IsZero() {
 			h.Until = FormatTime(opt.Until)
 		}
+		cps, err := src.Checkpoints(ctx, max(from-1, 1), to)
+		if err != nil {
+			return res, err
+		}
+		// The checkpoint at the entry before the range, if any: after a
+		// prune the oldest entry kept follows the checkpoint at the last
+		// entry removed, which vouches for its prev_hash. An anchored
+		// export carries it.
+		var before *Checkpoint
+		if len(cps) > 0 && cps[0].Seq == from-1 {
+			before = &cps[0]
+			if !opt.Anchored {
+				cps = cps[1:]
+			}
+		}
 		if from > 0 {
 			h.FromSeq, h.ToSeq, h.Count = from, to, to-from+1
 			h.PrevHash = GenesisHash
 			if from > 1 {
 				if h.PrevHash, err = src.Hash(ctx, from-1); err != nil {
-					return res, err
+					if before == nil {
+						return res, err
+					}
+					h.PrevHash = before.Head
 				}
 			}
 			if h.Head, err = src.Hash(ctx, to); err != nil {
@@ -108,16 +126,6 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 			return res, err
 		}
 		if _, err := bw.Write(buf); err != nil {
-			return res, err
-		}
-		cpFrom := from
-		if opt.Anchored && from > 1 {
-			// After a prune the oldest entry kept follows the checkpoint
-			// at the last entry removed, which vouches for its prev_hash.
-			cpFrom = from - 1
-		}
-		cps, err := src.Checkpoints(ctx, cpFrom, to)
-		if err != nil {
 			return res, err
 		}
 		for _, c := range cps {

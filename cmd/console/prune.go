@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/evidence"
+	"github.com/countersign/countersign/internal/grant"
+)
+
+// RetainFloor is the shortest retention any flag may ask for.
+const RetainFloor = 30 * 24 * time.Hour
+
+const pruneUsage = `usage: console audit prune --retain DAYS --archive DIR --as ADMIN [--data DIR]
+
+Removes the audit entries older than --retain (at least 30d) from the
+database, keeping every entry of a call still open (pending, approved with
+a live grant, running, or of unknown outcome and unresolved). First it
+writes an evidence pack of the entries it will remove to --archive,
+verifies it and syncs it; then, in one transaction, it appends a pruned
+entry (the range, its count, the last removed entry's hash, the archive's
+manifest digest, who, and a snapshot of the accounts, tokens and freezes)
+and deletes the entries. The removal ends at a signed checkpoint, so
+audit verify accepts the gap. SQLite only; it blocks no reader. Run
+console compact afterwards to give the space back.`
+
+func auditPrune(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("audit prune", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	withUsage(fs, e, pruneUsage)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	retainText := fs.String("retain", "", "keep entries younger than this: days (400d) or a duration (9600h); at least 30d")
+	archive := fs.String("archive", "", "directory to write the archive (an evidence pack) of the removed entries to")
+	as := fs.String("as", "", "the admin account pruning (required)")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() > 0 || *retainText == "" || *archive == "" || *as == "" {
+		fmt.Fprintln(e.stderr, pruneUsage)
+		return 2
+	}
+	retain, err := parseRetain(*retainText)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
+		return 2
+	}
+	dir := dataDir(e, *data)
+	if databaseURL(e, "") != "" {
+		fmt.Fprintln(e.stderr, "console audit prune: pruning works on a SQLite console's data directory; with PostgreSQL, keep the trail and make evidence packs of each period (console audit pack)")
+		return 1
+	}
+	signer, err := audit.LoadKey(auditKeyPath(dir))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed. The archive is signed with the console's audit key: run it as the console's user\n", err)
+		return 1
+	}
+	keys, err := grant.OpenExistingKeyring(keysDir(dir), Issuer, time.Now)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
+		return 1
+	}
+	eng, err := openExisting(ctx, dir, "")
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
+		return 1
+	}
+	defer eng.Close()
+	d, ok := eng.storage.(*db.DB)
+	if !ok {
+		fmt.Fprintln(e.stderr, "console audit prune: pruning works on SQLite only")
+		return 1
+	}
+	accounts := account.NewService(eng.accounts, nil)
+	u, err := accounts.UserByName(ctx, *as)
+	if err != nil || u.Disabled() || !u.Role.CanAdminister() {
+		fmt.Fprintf(e.stderr, "console audit prune: %s is not an enabled admin account; only an admin may prune the audit trail\n", *as)
+		return 1
+	}
+	now := time.Now().UTC()
+	horizon := now.Add(-retain)
+	plan, err := planPrune(ctx, d, horizon, now)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
+		return 1
+	}
+	if plan.reason != "" {
+		fmt.Fprintf(e.stdout, "nothing to prune: %s\n", plan.reason)
+		return 0
+	}
+
+	// Phase one: the archive, written, verified and synced before anything
+	// is removed.
+	name := filepath.Join(*archive, fmt.Sprintf("countersign-audit-%d-%d.tar", plan.from, plan.to))
+	res, err := writePack(ctx, name, packSource{storage: eng.storage, calls: eng.queue}, evidence.Options{FromSeq: plan.from, ToSeq: plan.to,
+		Signer: signer, GrantKeys: keys.JWKS(), Verifiers: packVerifiers(), Now: now})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: write the archive: %v; nothing was removed\n", err)
+		return 1
+	}
+	if res.Chain.FromSeq != plan.from || res.Chain.ToSeq != plan.to {
+		fmt.Fprintf(e.stderr, "console audit prune: the archive holds entries %d to %d, not %d to %d; nothing was removed\n",
+			res.Chain.FromSeq, res.Chain.ToSeq, plan.from, plan.to)
+		return 1
+	}
+	b, err := os.ReadFile(name)
+	if err == nil {
+		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: []string{signer.PublicKey()}})
+	}
+	if err == nil {
+		err = syncDir(*archive)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed\n", name, err)
+		return 1
+	}
+	manifest := sha256.Sum256(b)
+
+	// Phase two: one transaction appends the pruned entry and deletes.
+	snapshot, err := stateSnapshot(ctx, eng, accounts)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
+		return 1
+	}
+	entry, err := d.Prune(ctx, plan.to, *as, map[string]any{"archive": filepath.Base(name), "archive_sha256": hex.EncodeToString(manifest[:]),
+		"retain_days": int64(retain / (24 * time.Hour)), "horizon": audit.FormatTime(horizon), "snapshot": snapshot})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed (the archive %s is kept)\n", err, name)
+		return 1
+	}
+	// The pruned entry and its snapshot are signed by the next checkpoint.
+	if _, err := d.Checkpoint(ctx, signer); err != nil {
+		fmt.Fprintf(e.stderr, "console audit prune: the entries were removed, but signing a checkpoint failed: %v; run console audit checkpoint\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "removed entries %d to %d (%d) older than %s; archive %s (sha256 %s); pruned entry %d\n",
+		plan.from, plan.to, plan.to-plan.from+1, audit.FormatTime(horizon), name, hex.EncodeToString(manifest[:]), entry.Seq)
+	if plan.heldBy != "" {
+		fmt.Fprintf(e.stdout, "note: %s\n", plan.heldBy)
+	}
+	fmt.Fprintln(e.stdout, "run console compact --data DIR (while the console is stopped or quiet) to give the space back to the file system")
+	return 0
+}
+
+// prunePlan is the run of entries a prune removes, or why none.
+type prunePlan struct {
+	from, to int64
+	heldBy   string // what kept the horizon back, when something did
+	reason   string // why nothing is removed
+}
+
+// planPrune finds the entries to remove: from the oldest kept to the
+// newest signed checkpoint before both the first entry younger than
+// horizon and the first entry of any call still open.
+func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time) (prunePlan, error) {
+	var p prunePlan
+	oldest, err := d.OldestEntry(ctx)
+	if err != nil {
+		return p, err
+	}
+	young, err := d.FirstEntryFrom(ctx, horizon)
+	if err != nil {
+		return p, err
+	}
+	limit := young - 1
+	if young == 0 {
+		head, _, err := d.AuditHead(ctx)
+		if err != nil {
+			return p, err
+		}
+		// Every entry is older: the newest stays, as the chain's head.
+		limit = head - 1
+	}
+	open, err := d.OldestOpenEntry(ctx, now)
+	if err != nil {
+		return p, err
+	}
+	if open > 0 && open-1 < limit {
+		limit = open - 1
+		p.heldBy = fmt.Sprintf("a call still open (first entry %d) keeps the entries from it on", open)
+	}
+	if oldest == 0 || limit < oldest {
+		p.reason = "no entry is older than the horizon that no open call still needs"
+		return p, nil
+	}
+	cp, err := d.CheckpointAtOrBefore(ctx, limit)
+	if errors.Is(err, audit.ErrNoCheckpoint) || (err == nil && cp.Seq < oldest) {
+		p.reason = fmt.Sprintf("no signed checkpoint between entries %d and %d to end the removal at; the server signs one every 1000 entries or five minutes", oldest, limit)
+		return p, nil
+	}
+	if err != nil {
+		return p, err
+	}
+	p.from, p.to = oldest, cp.Seq
+	return p, nil
+}
+
+// stateSnapshot is what the pruned entry records of the state the removed
+// entries built: the accounts, the API tokens and the freezes.
+func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) (map[string]any, error) {
+	users, err := accounts.Users(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var us []any
+	for _, u := range users {
+		us = append(us, map[string]any{"user": u.Name, "role": string(u.Role), "disabled": u.Disabled()})
+	}
+	toks, err := accounts.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ts []any
+	for _, t := range toks {
+		ts = append(ts, map[string]any{"id": t.ID, "actor": t.Actor, "audience": t.Audience, "revoked": !t.RevokedAt.IsZero()})
+	}
+	fz, err := eng.queue.Freezes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var fs []any
+	for _, f := range fz {
+		fs = append(fs, map[string]any{"tool": f.Tool, "actor": f.Actor, "reason": f.Reason})
+	}
+	return map[string]any{"accounts": orEmpty(us), "tokens": orEmpty(ts), "freezes": orEmpty(fs)}, nil
+}
+
+func orEmpty(v []any) []any {
+	if v == nil {
+		return []any{}
+	}
+	return v
+}
+
+// parseRetain reads --retain: days (400d) or a Go duration, at least
+// RetainFloor.
+func parseRetain(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("--retain %q is not a number of days (400d) or a duration (9600h)", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("--retain %q is not a number of days (400d) or a duration (9600h)", s)
+		}
+	}
+	if d < RetainFloor {
+		return 0, fmt.Errorf("--retain %s is shorter than 30 days, the least the audit trail is kept; no flag lowers it", s)
+	}
+	return d, nil
+}
+
+// syncDir makes a directory's entries (a file renamed into it) durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+const compactUsage = `usage: console compact [--data DIR]
+
+Rewrites a SQLite console's database without its free pages (VACUUM) and
+reports the pages and bytes before and after. It blocks every write while
+it runs (seconds per gigabyte): run it while the console is stopped or
+quiet, after console audit prune.`
+
+func cmdCompact(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	withUsage(fs, e, compactUsage)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(e.stderr, compactUsage)
+		return 2
+	}
+	eng, err := openExisting(ctx, dataDir(e, *data), "")
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console compact: %v\n", err)
+		return 1
+	}
+	defer eng.Close()
+	d, ok := eng.storage.(*db.DB)
+	if !ok {
+		fmt.Fprintln(e.stderr, "console compact: compaction is for a SQLite console; PostgreSQL reclaims space with its own VACUUM")
+		return 1
+	}
+	before, after, err := d.Compact(ctx)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console compact: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "compacted: %d pages (%d free) and %d bytes before; %d pages and %d bytes after; %d pages freed\n",
+		before.Pages, before.FreePages, before.Bytes, after.Pages, after.Bytes, before.Pages-after.Pages)
+	return 0
+}

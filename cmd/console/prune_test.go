@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/db"
+	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/testkit"
+	"github.com/countersign/countersign/internal/tools"
+)
+
+// agedRun is a data directory whose trail holds calls run to their end
+// 100 days ago and `recent` calls approved today, with checkpoints after
+// each, and `openOld` calls proposed 100 days ago and still pending.
+type agedRun struct {
+	data string
+	key  *audit.Signer
+	d    *db.DB
+	q    *queue.Service
+	c    *testkit.Clock
+	// submit proposes one more call; finish runs n more to their end.
+	submit func() *queue.Call
+	finish func(n int)
+}
+
+func newAgedRun(t *testing.T, old, openOld, recent int) *agedRun {
+	t.Helper()
+	data := t.TempDir()
+	toolsPath := filepath.Join(data, "tools.yaml")
+	if err := os.WriteFile(toolsPath, []byte(allowanceToolsFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := audit.LoadOrCreateKey(auditKeyPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := db.Open(dbPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	keys, err := grant.OpenKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.Load(toolsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.SeedUsers(t, d.Accounts(), account.RoleOperator, "alice", "bob")
+	testkit.SeedUsers(t, d.Accounts(), account.RoleAdmin, "root")
+	clock := testkit.NewClock(time.Now().Add(-100 * 24 * time.Hour))
+	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := &agedRun{data: data, key: key, d: d, q: q, c: clock}
+	ctx := context.Background()
+	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
+	n := 0
+	submit := func() *queue.Call {
+		t.Helper()
+		n++
+		c, _, err := q.Submit(ctx, payer, []byte(`{"tool":"payments.refund","target":"invoice:INV-`+strconv.Itoa(n)+`","args":{"amount_minor":100,"currency":"EUR"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for range openOld {
+		submit()
+	}
+	r.submit = submit
+	r.finish = func(count int) {
+		t.Helper()
+		for range count {
+			r.finishOne(t, submit(), payer)
+		}
+	}
+	r.finish(old)
+	if _, err := d.Checkpoint(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(time.Now())
+	for range recent {
+		c := submit()
+		if _, err := q.Approve(ctx, "alice", audit.ChannelCLI, c.ID, c.Digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Checkpoint(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// finishOne approves, redeems and reports the outcome of c.
+func (r *agedRun) finishOne(t *testing.T, c *queue.Call, payer queue.Principal) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := r.q.Approve(ctx, "bob", audit.ChannelCLI, c.ID, c.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"grant": c.Grant, "call": map[string]any{"tool": c.Tool, "target": c.Target, "args": c.Args}})
+	if red, err := r.q.Redeem(ctx, payer, body); err != nil || !red.Accepted {
+		t.Fatalf("redeem = %+v, %v", red, err)
+	}
+	if _, err := r.q.ReportOutcome(ctx, payer, c.ID, "succeeded", "refunded"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var removedRE = regexp.MustCompile(`removed entries (\d+) to (\d+) \((\d+)\)`)
+
+// TestAuditPruneKeepsTheProof: prune removes the entries older than the
+// horizon after archiving them in a pack that verifies with both
+// verifiers; the trail left verifies behind its pruned entry; removing one
+// more entry is damage; a later pack of what is left verifies; retention
+// below 30 days and a prune by anyone but an admin are refused; compact
+// reports the pages it freed.
+func TestAuditPruneKeepsTheProof(t *testing.T) {
+	r := newAgedRun(t, 40, 0, 3)
+	archive := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--retain", "10d", "--as", "root"}, 2, "shorter than 30 days"},
+		{[]string{"--retain", "720h", "--as", "bob"}, 1, "not an enabled admin"},
+	} {
+		code, out, errs := auditRun(t, append([]string{"audit", "prune", "--data", r.data, "--archive", archive}, tc.args...)...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("prune %v = %d %q %q, want %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+		}
+	}
+	code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", archive, "--as", "root")
+	m := removedRE.FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	if m[1] != "1" || m[2] != strconv.Itoa(40*5) {
+		t.Errorf("removed %s to %s, want 1 to %d (every old entry, up to the checkpoint after them)", m[1], m[2], 40*5)
+	}
+	if oldest, _ := r.d.OldestEntry(context.Background()); oldest != int64(40*5+1) {
+		t.Errorf("the oldest entry kept is %d, want %d", oldest, 40*5+1)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
+		t.Fatalf("verify after prune = %d\n%s", code, out)
+	}
+	packs, _ := filepath.Glob(filepath.Join(archive, "*.tar"))
+	if len(packs) != 1 {
+		t.Fatalf("archive holds %v, want one pack", packs)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", packs[0], "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
+		t.Errorf("the archive does not verify: %d\n%s", code, out)
+	}
+	if code, out := pyVerify(t, nil, packs[0], "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
+		t.Errorf("the archive does not verify with python: %d\n%s", code, out)
+	}
+	// A pack of what is left starts at the oldest entry kept, vouched for
+	// by the checkpoint at the last entry removed.
+	left := makePack(t, r.data)
+	if code, out, _ := auditRun(t, "audit", "verify", left, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 || !strings.Contains(out, "entries 201 to") {
+		t.Errorf("a pack after the prune = %d\n%s", code, out)
+	}
+	if code, out := pyVerify(t, nil, left, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
+		t.Errorf("a pack after the prune, python = %d\n%s", code, out)
+	}
+	if code, out, _ := auditRun(t, "compact", "--data", r.data); code != 0 || !regexp.MustCompile(`\d+ pages freed`).MatchString(out) {
+		t.Errorf("compact = %d %q", code, out)
+	}
+	// Nothing vouches for one more entry removed.
+	auditSQL(t, r.data, `DELETE FROM audit WHERE seq = 201`)
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 1 || !strings.Contains(out, "DAMAGED: first bad entry 1: expected entry 1, found 202") {
+		t.Errorf("verify with an entry removed behind the prune = %d\n%s", code, out)
+	}
+}
+
+// TestAuditPruneKeepsOpenCalls: a call proposed before the horizon and
+// still pending keeps its entries and every later one.
+func TestAuditPruneKeepsOpenCalls(t *testing.T) {
+	r := newAgedRun(t, 10, 0, 0)
+	ctx := context.Background()
+	// A pending call, then more finished ones and a checkpoint, all old;
+	// then one today.
+	r.c.Set(time.Now().Add(-90 * 24 * time.Hour))
+	open := r.submit()
+	r.finish(5)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	r.c.Set(time.Now())
+	r.finish(1)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := r.d.Timeline(ctx, open.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root")
+	m := removedRE.FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, "a call still open") {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	if to, _ := strconv.ParseInt(m[2], 10, 64); to != tl[0].Seq-1 {
+		t.Errorf("removed up to entry %d, want %d: the checkpoint before the open call's first entry", to, tl[0].Seq-1)
+	}
+	if _, err := r.d.Timeline(ctx, open.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.d.Timeline(ctx, open.ID); len(got) != len(tl) {
+		t.Errorf("the open call's timeline has %d entries after the prune, want %d", len(got), len(tl))
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
+		t.Fatalf("verify after prune = %d\n%s", code, out)
+	}
+}
