@@ -227,8 +227,8 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 		damage = res.Err
-		rep = audit.Report{Count: res.Count, FromSeq: 1, PrevHash: audit.GenesisHash, LastSeq: res.Count, Head: res.Head,
-			Checkpoints: res.Checkpoints, CheckpointSeq: res.CheckpointSeq, KeyIDs: res.KeyIDs, Uncovered: res.Uncovered}
+		rep = audit.Report{Count: res.Count, FromSeq: max(res.FromSeq, 1), PrevHash: audit.GenesisHash, LastSeq: res.LastSeq, Head: res.Head,
+			Checkpoints: res.Checkpoints, CheckpointSeq: res.CheckpointSeq, KeyIDs: res.KeyIDs, Uncovered: res.Uncovered, Pruned: res.FromSeq > 1}
 	}
 	if damage != nil {
 		var be *audit.BreakError
@@ -272,7 +272,10 @@ func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	} else {
 		fmt.Fprintf(w, "ok: %d entries verified (%d to %d), head %s\n", rep.Count, rep.FromSeq, rep.LastSeq, rep.Head)
 	}
-	if rep.Count > 0 && rep.FromSeq > 1 {
+	if rep.Pruned {
+		fmt.Fprintf(w, "pruned: entries 1 to %d were removed, as the pruned entry in the chain records, behind the signed checkpoint at entry %d\n",
+			rep.FromSeq-1, rep.FromSeq-1)
+	} else if rep.Count > 0 && rep.FromSeq > 1 {
 		fmt.Fprintf(w, "range: verified from entry %d's prev_hash %s, which must equal the hash of entry %d (the head of the export before this one)\n",
 			rep.FromSeq, rep.PrevHash, rep.FromSeq-1)
 	}

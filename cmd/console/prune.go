@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -208,15 +209,24 @@ func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time) (prunePlan
 }
 
 // stateSnapshot is what the pruned entry records of the state the removed
-// entries built: the accounts, the API tokens and the freezes.
+// entries built: the accounts, their passkeys (whose registrations may be
+// among the entries removed), the API tokens and the freezes.
 func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) (map[string]any, error) {
 	users, err := accounts.Users(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var us []any
+	var us, pks []any
 	for _, u := range users {
 		us = append(us, map[string]any{"user": u.Name, "role": string(u.Role), "disabled": u.Disabled()})
+		keys, err := accounts.Passkeys(ctx, u.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			pks = append(pks, map[string]any{"user": u.Name, "credential_id": base64.RawURLEncoding.EncodeToString(k.ID), "name": k.Name,
+				"public_key": base64.RawURLEncoding.EncodeToString(k.PublicKey)})
+		}
 	}
 	toks, err := accounts.Tokens(ctx)
 	if err != nil {
@@ -234,7 +244,7 @@ func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) 
 	for _, f := range fz {
 		fs = append(fs, map[string]any{"tool": f.Tool, "actor": f.Actor, "reason": f.Reason})
 	}
-	return map[string]any{"accounts": orEmpty(us), "tokens": orEmpty(ts), "freezes": orEmpty(fs)}, nil
+	return map[string]any{"accounts": orEmpty(us), "passkeys": orEmpty(pks), "tokens": orEmpty(ts), "freezes": orEmpty(fs)}, nil
 }
 
 func orEmpty(v []any) []any {

@@ -156,7 +156,7 @@ func TestAuditPruneKeepsTheProof(t *testing.T) {
 	if oldest, _ := r.d.OldestEntry(context.Background()); oldest != int64(40*5+1) {
 		t.Errorf("the oldest entry kept is %d, want %d", oldest, 40*5+1)
 	}
-	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 || !strings.Contains(out, "pruned: entries 1 to 200 were removed") {
 		t.Fatalf("verify after prune = %d\n%s", code, out)
 	}
 	packs, _ := filepath.Glob(filepath.Join(archive, "*.tar"))

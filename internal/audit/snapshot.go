@@ -269,6 +269,7 @@ func VerifySnapshot(ctx context.Context, s Snapshot, opts VerifyOptions) (Verify
 	}
 	rep := opts.Report(v, count, head)
 	res.Count, res.Head, res.Uncovered = rep.Count, rep.Head, rep.Uncovered
+	res.FromSeq, res.LastSeq = rep.FromSeq, rep.LastSeq
 	res.Checkpoints, res.CheckpointSeq, res.KeyIDs = rep.Checkpoints, rep.CheckpointSeq, rep.KeyIDs
 	res.OK = res.Err == nil
 	return res, nil

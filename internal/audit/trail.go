@@ -39,6 +39,9 @@ type VerifyResult struct {
 	// Count entries verified; Head is the last one's hash.
 	Count int64
 	Head  string
+	// FromSeq and LastSeq are the first and last entries verified:
+	// FromSeq is above 1 when the oldest entries were pruned.
+	FromSeq, LastSeq int64
 	// CheckpointSeq is the newest checkpoint that matched the chain (0 when
 	// none); Checkpoints counts them; KeyIDs are the keys that signed them.
 	CheckpointSeq int64
