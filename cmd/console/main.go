@@ -59,6 +59,7 @@ func commands() map[string]command {
 		"call":       {"call submit|get|wait|redeem|heartbeat|outcome|cancel: the agent API from the shell", cmdCall},
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
 		"audit":      {"audit verify|export|checkpoint|pack|prune|accept-rollback: the tamper-evident audit trail", cmdAudit},
+		"hold":       {"hold add|list|remove: legal holds that keep calls' audit entries from pruning (admin)", cmdHold},
 		"compact":    {"give a SQLite database's free pages back after audit prune (blocks writes)", cmdCompact},
 	}
 }

@@ -28,8 +28,9 @@ const RetainFloor = 30 * 24 * time.Hour
 const pruneUsage = `usage: console audit prune --retain DAYS --archive DIR --as ADMIN [--data DIR]
 
 Removes the audit entries older than --retain (at least 30d) from the
-database, keeping every entry of a call still open (pending, approved with
-a live grant, running, or of unknown outcome and unresolved). First it
+database, keeping every entry from the first of a call still open
+(pending, approved with a live grant, running, or of unknown outcome and
+unresolved) or under a legal hold (console hold). First it
 writes an evidence pack of the entries it will remove to --archive,
 verifies it and syncs it; then, in one transaction, it appends a pruned
 entry (the range, its count, the last removed entry's hash, the archive's
@@ -192,6 +193,14 @@ func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time) (prunePlan
 		limit = open - 1
 		p.heldBy = fmt.Sprintf("a call still open (first entry %d) keeps the entries from it on", open)
 	}
+	held, err := d.OldestHeldEntry(ctx)
+	if err != nil {
+		return p, err
+	}
+	if held > 0 && held-1 < limit {
+		limit = held - 1
+		p.heldBy = fmt.Sprintf("a legal hold (console hold list) keeps the entries from entry %d on", held)
+	}
 	if oldest == 0 || limit < oldest {
 		p.reason = "no entry is older than the horizon that no open call still needs"
 		return p, nil
@@ -323,5 +332,103 @@ func cmdCompact(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "compacted: %d pages (%d free) and %d bytes before; %d pages and %d bytes after; %d pages freed\n",
 		before.Pages, before.FreePages, before.Bytes, after.Pages, after.Bytes, before.Pages-after.Pages)
+	return 0
+}
+
+const holdUsage = `usage:
+  console hold add (--tool TOOL | --actor ACTOR | --call ID) --reason TEXT --as ADMIN [--data DIR]
+  console hold list [--data DIR]
+  console hold remove ID --as ADMIN [--data DIR]
+
+A legal hold keeps every audit entry of the calls it covers, and every
+later entry, from console audit prune: the calls of a tool, of an agent,
+or one call. Adding and removing one is for an admin and is audited
+(hold_added, hold_removed); a database keeps at most 1,000. SQLite only.`
+
+func cmdHold(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || (args[0] != "add" && args[0] != "list" && args[0] != "remove") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(e.stderr, holdUsage)
+			return 0
+		}
+		fmt.Fprintln(e.stderr, holdUsage)
+		return 2
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("hold "+sub, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	withUsage(fs, e, holdUsage)
+	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	tool := fs.String("tool", "", "hold every call of this tool")
+	actor := fs.String("actor", "", "hold every call of this agent")
+	call := fs.String("call", "", "hold this call")
+	reason := fs.String("reason", "", "why (a case, a request), kept with the hold and in its audit entry")
+	as := fs.String("as", "", "the admin account (required to add or remove)")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return parseExit(err)
+	}
+	if databaseURL(e, "") != "" {
+		fmt.Fprintln(e.stderr, "console hold: legal holds work on a SQLite console's data directory, as pruning does")
+		return 1
+	}
+	eng, err := openExisting(ctx, dataDir(e, *data), "")
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console hold: %v\n", err)
+		return 1
+	}
+	defer eng.Close()
+	d, ok := eng.storage.(*db.DB)
+	if !ok {
+		fmt.Fprintln(e.stderr, "console hold: legal holds work on SQLite only")
+		return 1
+	}
+	if sub == "list" {
+		holds, err := d.Holds(ctx)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console hold: %v\n", err)
+			return 1
+		}
+		for _, h := range holds {
+			fmt.Fprintf(e.stdout, "%s\t%s %s\tby %s at %s\t%s\n", h.ID, h.Kind, h.Value, h.By, time.UnixMilli(h.CreatedAt).UTC().Format(time.RFC3339), h.Reason)
+		}
+		if len(holds) == 0 {
+			fmt.Fprintln(e.stdout, "no legal holds")
+		}
+		return 0
+	}
+	u, err := account.NewService(eng.accounts, nil).UserByName(ctx, *as)
+	if *as == "" || err != nil || u.Disabled() || !u.Role.CanAdminister() {
+		fmt.Fprintf(e.stderr, "console hold %s: --as %q is not an enabled admin account; only an admin adds or removes a legal hold\n", sub, *as)
+		return 1
+	}
+	if sub == "remove" {
+		if len(pos) != 1 {
+			fmt.Fprintln(e.stderr, "usage: console hold remove ID --as ADMIN [--data DIR]")
+			return 2
+		}
+		if err := d.RemoveHold(ctx, pos[0], *as); err != nil {
+			fmt.Fprintf(e.stderr, "console hold remove: %v (console hold list shows the holds)\n", err)
+			return 1
+		}
+		fmt.Fprintf(e.stdout, "removed hold %s\n", pos[0])
+		return 0
+	}
+	kind, value, n := "", "", 0
+	for _, x := range []struct{ k, v string }{{"tool", *tool}, {"actor", *actor}, {"call", *call}} {
+		if x.v != "" {
+			kind, value, n = x.k, x.v, n+1
+		}
+	}
+	if n != 1 || len(pos) > 0 || strings.TrimSpace(*reason) == "" {
+		fmt.Fprintln(e.stderr, "usage: console hold add (--tool TOOL | --actor ACTOR | --call ID) --reason TEXT --as ADMIN [--data DIR]: exactly one of --tool, --actor, --call, and a reason")
+		return 2
+	}
+	h, err := d.AddHold(ctx, kind, value, *reason, *as)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console hold add: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "added hold %s on %s %s\n", h.ID, h.Kind, h.Value)
 	return 0
 }

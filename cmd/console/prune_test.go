@@ -228,3 +228,81 @@ func TestAuditPruneKeepsOpenCalls(t *testing.T) {
 		t.Fatalf("verify after prune = %d\n%s", code, out)
 	}
 }
+
+// TestLegalHolds: an admin adds a hold on one call, listed and audited;
+// prune keeps that call's entries and every later one; a hold twice, a
+// non-admin, and a 1,001st hold are refused; removing it lets the next
+// prune go on.
+func TestLegalHolds(t *testing.T) {
+	r := newAgedRun(t, 4, 0, 0)
+	ctx := context.Background()
+	r.c.Set(time.Now().Add(-90 * 24 * time.Hour))
+	held := r.submit()
+	r.finishOne(t, held, queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"})
+	r.finish(3)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	r.c.Set(time.Now())
+	r.finish(1)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(args ...string) (int, string, string) {
+		return auditRun(t, append([]string{"hold"}, append(args, "--data", r.data)...)...)
+	}
+	if code, _, errs := hold("add", "--call", held.ID, "--reason", "case 12", "--as", "bob"); code != 1 || !strings.Contains(errs, "not an enabled admin") {
+		t.Errorf("hold by an operator = %d %q", code, errs)
+	}
+	code, out, errs := hold("add", "--call", held.ID, "--reason", "case 12", "--as", "root")
+	if code != 0 || !strings.Contains(out, "added hold hold_") {
+		t.Fatalf("hold add = %d %q %q", code, out, errs)
+	}
+	id := strings.Fields(out)[2]
+	if code, _, errs := hold("add", "--call", held.ID, "--reason", "again", "--as", "root"); code != 1 || !strings.Contains(errs, "there already") {
+		t.Errorf("the same hold twice = %d %q", code, errs)
+	}
+	if code, out, _ := hold("list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "case 12") {
+		t.Errorf("hold list = %d %q", code, out)
+	}
+	tl, err := r.d.Timeline(ctx, held.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root")
+	m := removedRE.FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, "a legal hold") {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	if to, _ := strconv.ParseInt(m[2], 10, 64); to != tl[0].Seq-1 {
+		t.Errorf("removed up to entry %d, want %d: the checkpoint before the held call", to, tl[0].Seq-1)
+	}
+	if got, _ := r.d.Timeline(ctx, held.ID); len(got) != len(tl) {
+		t.Errorf("the held call has %d entries after the prune, want %d", len(got), len(tl))
+	}
+	if code, out, _ := hold("remove", id, "--as", "root"); code != 0 {
+		t.Fatalf("hold remove = %d %q", code, out)
+	}
+	var kinds []string
+	for _, k := range []string{audit.KindHoldAdded, audit.KindHoldRemoved} {
+		var n int
+		if err := r.d.SQL().QueryRow(`SELECT COUNT(*) FROM audit WHERE kind = ?`, k).Scan(&n); err != nil || n != 1 {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) > 0 {
+		t.Errorf("no single audit entry of %v", kinds)
+	}
+	for i := range 1000 {
+		if _, err := r.d.SQL().Exec(`INSERT INTO retention_holds (id, kind, value, reason, created_by, created_at) VALUES (?, 'actor', ?, 'x', 'root', 0)`,
+			"hold_fill"+strconv.Itoa(i), "agent:"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errs := hold("add", "--tool", "payments.refund", "--reason", "one more", "--as", "root"); code != 1 || !strings.Contains(errs, "already 1000 legal holds") {
+		t.Errorf("the 1,001st hold = %d %q", code, errs)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
+		t.Fatalf("verify = %d\n%s", code, out)
+	}
+}

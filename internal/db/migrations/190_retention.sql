@@ -13,3 +13,15 @@ CREATE TRIGGER audit_prune_permit_no_update BEFORE UPDATE ON audit_prune_permit
 BEGIN
     SELECT RAISE(ABORT, 'countersign: the prune permit cannot be changed');
 END;
+
+-- Legal holds (console hold): the calls of a tool, of an actor, or one
+-- call, whose audit entries no prune removes. At most 1,000.
+CREATE TABLE retention_holds (
+    id         TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL CHECK (kind IN ('tool', 'actor', 'call')),
+    value      TEXT NOT NULL,
+    reason     TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (kind, value)
+) STRICT;

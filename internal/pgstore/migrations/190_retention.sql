@@ -16,3 +16,15 @@ BEGIN
 END $$;
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
     FOR EACH ROW EXECUTE FUNCTION countersign_audit_prune_only();
+
+-- Legal holds (console hold): the calls of a tool, of an actor, or one
+-- call, whose audit entries no prune removes. At most 1,000.
+CREATE TABLE retention_holds (
+    id         TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL CHECK (kind IN ('tool', 'actor', 'call')),
+    value      TEXT NOT NULL,
+    reason     TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    UNIQUE (kind, value)
+);
