@@ -505,6 +505,9 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 // pyVerify runs the independent Python verifier on a pack.
 func pyVerify(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
+	if err := exec.Command("python3", "-c", "import cryptography.hazmat.primitives.asymmetric.ed25519").Run(); err != nil {
+		testkit.Need(t, "the Python evidence pack verifier needs python3 and its cryptography package: apt install python3 python3-cryptography")
+	}
 	cmd := exec.Command("python3", append([]string{filepath.Join("..", "..", "scripts", "verify_evidence_pack.py")}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
