@@ -25,12 +25,13 @@ import (
 // RetainFloor is the shortest retention any flag may ask for.
 const RetainFloor = 30 * 24 * time.Hour
 
-const pruneUsage = `usage: console audit prune --retain DAYS --archive DIR --as ADMIN [--data DIR]
+const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... --archive DIR --as ADMIN [--data DIR]
 
 Removes the audit entries older than --retain (at least 30d) from the
 database, keeping every entry from the first of a call still open
 (pending, approved with a live grant, running, or of unknown outcome and
-unresolved) or under a legal hold (console hold). First it
+unresolved), of a tool kept longer (--keep, never shorter than --retain),
+or under a legal hold (console hold). First it
 writes an evidence pack of the entries it will remove to --archive,
 verifies it and syncs it; then, in one transaction, it appends a pruned
 entry (the range, its count, the last removed entry's hash, the archive's
@@ -47,6 +48,19 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	retainText := fs.String("retain", "", "keep entries younger than this: days (400d) or a duration (9600h); at least 30d")
 	archive := fs.String("archive", "", "directory to write the archive (an evidence pack) of the removed entries to")
 	as := fs.String("as", "", "the admin account pruning (required)")
+	keep := map[string]time.Duration{}
+	fs.Func("keep", "TOOL=DAYS: keep this tool's calls longer than --retain (never shorter); repeatable", func(s string) error {
+		tool, days, ok := strings.Cut(s, "=")
+		if !ok || tool == "" {
+			return fmt.Errorf("%q is not TOOL=DAYS", s)
+		}
+		d, err := parseRetain(days)
+		if err != nil {
+			return err
+		}
+		keep[tool] = d
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -93,7 +107,14 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	}
 	now := time.Now().UTC()
 	horizon := now.Add(-retain)
-	plan, err := planPrune(ctx, d, horizon, now)
+	for tool, k := range keep {
+		if k < retain {
+			fmt.Fprintf(e.stderr, "console audit prune: --keep %s=%s is shorter than --retain %s: a tool may only be kept longer\n",
+				tool, k, *retainText)
+			return 2
+		}
+	}
+	plan, err := planPrune(ctx, d, horizon, now, keep)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
 		return 1
@@ -137,7 +158,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	entry, err := d.Prune(ctx, plan.to, *as, map[string]any{"archive": filepath.Base(name), "archive_sha256": hex.EncodeToString(manifest[:]),
-		"retain_days": int64(retain / (24 * time.Hour)), "horizon": audit.FormatTime(horizon), "snapshot": snapshot})
+		"retain_days": int64(retain / (24 * time.Hour)), "keep_days": keepDays(keep), "horizon": audit.FormatTime(horizon), "snapshot": snapshot})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed (the archive %s is kept)\n", err, name)
 		return 1
@@ -166,7 +187,7 @@ type prunePlan struct {
 // planPrune finds the entries to remove: from the oldest kept to the
 // newest signed checkpoint before both the first entry younger than
 // horizon and the first entry of any call still open.
-func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time) (prunePlan, error) {
+func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[string]time.Duration) (prunePlan, error) {
 	var p prunePlan
 	oldest, err := d.OldestEntry(ctx)
 	if err != nil {
@@ -192,6 +213,16 @@ func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time) (prunePlan
 	if open > 0 && open-1 < limit {
 		limit = open - 1
 		p.heldBy = fmt.Sprintf("a call still open (first entry %d) keeps the entries from it on", open)
+	}
+	for tool, k := range keep {
+		kept, err := d.OldestKeptForTool(ctx, tool, now.Add(-k))
+		if err != nil {
+			return p, err
+		}
+		if kept > 0 && kept-1 < limit {
+			limit = kept - 1
+			p.heldBy = fmt.Sprintf("%s is kept %d days (--keep): its calls keep the entries from entry %d on", tool, int64(k/(24*time.Hour)), kept)
+		}
 	}
 	held, err := d.OldestHeldEntry(ctx)
 	if err != nil {
@@ -254,6 +285,15 @@ func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) 
 		fs = append(fs, map[string]any{"tool": f.Tool, "actor": f.Actor, "reason": f.Reason})
 	}
 	return map[string]any{"accounts": orEmpty(us), "passkeys": orEmpty(pks), "tokens": orEmpty(ts), "freezes": orEmpty(fs)}, nil
+}
+
+// keepDays is --keep as the pruned entry records it: days per tool.
+func keepDays(keep map[string]time.Duration) map[string]any {
+	out := map[string]any{}
+	for tool, k := range keep {
+		out[tool] = int64(k / (24 * time.Hour))
+	}
+	return out
 }
 
 func orEmpty(v []any) []any {

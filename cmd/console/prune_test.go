@@ -142,6 +142,8 @@ func TestAuditPruneKeepsTheProof(t *testing.T) {
 	}{
 		{[]string{"--retain", "10d", "--as", "root"}, 2, "shorter than 30 days"},
 		{[]string{"--retain", "720h", "--as", "bob"}, 1, "not an enabled admin"},
+		{[]string{"--retain", "60d", "--keep", "payments.refund=40d", "--as", "root"}, 2, "may only be kept longer"},
+		{[]string{"--retain", "30d", "--keep", "payments.refund=120d", "--as", "root"}, 0, "nothing to prune"},
 	} {
 		code, out, errs := auditRun(t, append([]string{"audit", "prune", "--data", r.data, "--archive", archive}, tc.args...)...)
 		if code != tc.code || !strings.Contains(out+errs, tc.want) {

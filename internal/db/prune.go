@@ -156,3 +156,16 @@ func (d *DB) CheckpointAtOrBefore(ctx context.Context, seq int64) (audit.Checkpo
 	}
 	return cps[len(cps)-1], nil
 }
+
+// OldestKeptForTool is the first audit entry of the oldest call of tool
+// proposed at or after since (0 when none): a tool kept longer than the
+// trail's horizon holds the prune back to it.
+func (d *DB) OldestKeptForTool(ctx context.Context, tool string, since time.Time) (int64, error) {
+	var seq sql.NullInt64
+	err := d.sql.QueryRowContext(ctx, `SELECT MIN(a.seq) FROM audit a WHERE a.call_id IN (
+		SELECT id FROM calls WHERE tool = ? AND created_at >= ?)`, tool, ms(since)).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("db: oldest call of %s kept: %w", tool, err)
+	}
+	return seq.Int64, nil
+}
