@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/highwater"
 )
 
 // RetainFloor is the shortest retention any flag may ask for.
@@ -115,6 +116,9 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	plan, err := planPrune(ctx, d, horizon, now, keep)
+	if err == nil && plan.reason == "" {
+		err = keepMark(dir, d.Identity(), &plan)
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
 		return 1
@@ -246,6 +250,23 @@ func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[s
 	}
 	p.from, p.to = oldest, cp.Seq
 	return p, nil
+}
+
+// keepMark ends the removal before the data directory's high-water mark
+// (docs/audit.md §8), which the next console serve looks up in the chain.
+func keepMark(dir, identity string, p *prunePlan) error {
+	if _, err := os.Stat(markPath(dir)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	hw, err := highwater.Open(markPath(dir), identity)
+	if err != nil {
+		return err
+	}
+	defer hw.Close()
+	if m := hw.Mark(); m.Seq > 0 && m.Seq <= p.to {
+		p.reason = fmt.Sprintf("the data directory's high-water mark is at entry %d, within the entries to remove; start the console once (it moves the mark to the head) and prune again", m.Seq)
+	}
+	return nil
 }
 
 // stateSnapshot is what the pruned entry records of the state the removed

@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
@@ -377,4 +378,29 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 		t.Errorf("compact = %d %q, want pages freed", code, out)
 	}
 	t.Log(strings.TrimSpace(out))
+}
+
+// TestAuditPruneKeepsTheHighWaterMark: a prune never removes the entry the
+// data directory's high-water mark names, which console serve looks up.
+func TestAuditPruneKeepsTheHighWaterMark(t *testing.T) {
+	r := newAgedRun(t, 40, 0, 1)
+	hw, err := highwater.Open(markPath(r.data), r.d.Identity())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := r.d.AuditHashAt(context.Background(), 150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hw.Advance(highwater.Mark{Seq: 150, Head: hash}); err != nil {
+		t.Fatal(err)
+	}
+	hw.Close()
+	code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root")
+	if code != 0 || !strings.Contains(out, "high-water mark is at entry 150") {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	if oldest, _ := r.d.OldestEntry(context.Background()); oldest != 1 {
+		t.Errorf("the oldest entry is %d after a refused prune, want 1", oldest)
+	}
 }
