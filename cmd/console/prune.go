@@ -156,7 +156,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	manifest := sha256.Sum256(b)
 
 	// Phase two: one transaction appends the pruned entry and deletes.
-	snapshot, err := stateSnapshot(ctx, eng, accounts)
+	snapshot, err := stateSnapshot(ctx, eng, d, accounts)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
 		return 1
@@ -270,9 +270,10 @@ func keepMark(dir, identity string, p *prunePlan) error {
 }
 
 // stateSnapshot is what the pruned entry records of the state the removed
-// entries built: the accounts, their passkeys (whose registrations may be
-// among the entries removed), the API tokens and the freezes.
-func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) (map[string]any, error) {
+// entries built: the accounts, their passkeys with the seq and hash of
+// their registration entries (which may be among the entries removed),
+// the API tokens and the freezes.
+func stateSnapshot(ctx context.Context, eng *engine, d *db.DB, accounts *account.Service) (map[string]any, error) {
 	users, err := accounts.Users(ctx)
 	if err != nil {
 		return nil, err
@@ -285,8 +286,13 @@ func stateSnapshot(ctx context.Context, eng *engine, accounts *account.Service) 
 			return nil, err
 		}
 		for _, k := range keys {
-			pks = append(pks, map[string]any{"user": u.Name, "credential_id": base64.RawURLEncoding.EncodeToString(k.ID), "name": k.Name,
-				"public_key": base64.RawURLEncoding.EncodeToString(k.PublicKey)})
+			id := base64.RawURLEncoding.EncodeToString(k.ID)
+			seq, hash, err := d.PasskeyRegistration(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			pks = append(pks, map[string]any{"user": u.Name, "credential_id": id, "name": k.Name,
+				"public_key": base64.RawURLEncoding.EncodeToString(k.PublicKey), "registration_seq": seq, "registration_hash": hash})
 		}
 	}
 	toks, err := accounts.Tokens(ctx)

@@ -404,3 +404,52 @@ func TestAuditPruneKeepsTheHighWaterMark(t *testing.T) {
 		t.Errorf("the oldest entry is %d after a refused prune, want 1", oldest)
 	}
 }
+
+// TestAuditPruneRecordsPasskeys: the pruned entry's snapshot names each
+// live passkey with the seq and hash of its registration entry, which the
+// prune removed.
+func TestAuditPruneRecordsPasskeys(t *testing.T) {
+	r := newAgedRun(t, 0, 0, 0)
+	ctx := context.Background()
+	r.c.Set(time.Now().Add(-100 * 24 * time.Hour))
+	if err := account.NewService(r.d.Accounts(), r.c.Now).AddPasskey(ctx, account.Passkey{ID: []byte("credential-1"), User: "alice", Name: "desk key",
+		PublicKey: []byte{1, 2, 3}, Record: []byte("{}")}, audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	regSeq, regHash, err := r.d.PasskeyRegistration(ctx, "Y3JlZGVudGlhbC0x")
+	if err != nil || regSeq != 1 {
+		t.Fatalf("registration = %d %q %v", regSeq, regHash, err)
+	}
+	r.finish(3)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	r.c.Set(time.Now())
+	r.finish(1)
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root"); code != 0 || !strings.Contains(out, "removed entries 1 to") {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	var details string
+	if err := r.d.SQL().QueryRow(`SELECT details FROM audit WHERE kind = 'pruned'`).Scan(&details); err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Snapshot struct {
+			Passkeys []struct {
+				User             string `json:"user"`
+				RegistrationHash string `json:"registration_hash"`
+				RegistrationSeq  int64  `json:"registration_seq"`
+			} `json:"passkeys"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal([]byte(details), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Snapshot.Passkeys) != 1 || d.Snapshot.Passkeys[0].RegistrationHash != regHash || d.Snapshot.Passkeys[0].RegistrationSeq != 1 ||
+		d.Snapshot.Passkeys[0].User != "alice" {
+		t.Errorf("the snapshot's passkeys = %+v, want alice's with registration 1 %s", d.Snapshot.Passkeys, regHash)
+	}
+}

@@ -169,3 +169,20 @@ func (d *DB) OldestKeptForTool(ctx context.Context, tool string, since time.Time
 	}
 	return seq.Int64, nil
 }
+
+// PasskeyRegistration is the newest passkey_registered entry of a
+// credential (base64url): its seq and hash, 0 and "" when the trail holds
+// none (a registration pruned before).
+func (d *DB) PasskeyRegistration(ctx context.Context, credentialID string) (int64, string, error) {
+	var seq int64
+	var hash string
+	err := d.sql.QueryRowContext(ctx, `SELECT seq, hash FROM audit WHERE kind = ? AND json_extract(details, '$.credential_id') = ?
+		ORDER BY seq DESC LIMIT 1`, audit.KindPasskeyAdded, credentialID).Scan(&seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("db: passkey registration: %w", err)
+	}
+	return seq, hash, nil
+}
