@@ -26,7 +26,7 @@ import (
 // RetainFloor is the shortest retention any flag may ask for.
 const RetainFloor = 30 * 24 * time.Hour
 
-const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... --archive DIR --as ADMIN [--data DIR]
+const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... [--max-entries N] --archive DIR --as ADMIN [--data DIR]
 
 Removes the audit entries older than --retain (at least 30d) from the
 database, keeping every entry from the first of a call still open
@@ -49,6 +49,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	retainText := fs.String("retain", "", "keep entries younger than this: days (400d) or a duration (9600h); at least 30d")
 	archive := fs.String("archive", "", "directory to write the archive (an evidence pack) of the removed entries to")
 	as := fs.String("as", "", "the admin account pruning (required)")
+	maxEntries := fs.Int64("max-entries", DefaultPruneEntries, "remove at most this many entries in one run (the archive is built in memory); run again for the rest")
 	keep := map[string]time.Duration{}
 	fs.Func("keep", "TOOL=DAYS: keep this tool's calls longer than --retain (never shorter); repeatable", func(s string) error {
 		tool, days, ok := strings.Cut(s, "=")
@@ -115,7 +116,11 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 			return 2
 		}
 	}
-	plan, err := planPrune(ctx, d, horizon, now, keep)
+	if *maxEntries < 1 {
+		fmt.Fprintln(e.stderr, "console audit prune: --max-entries must be at least 1")
+		return 2
+	}
+	plan, err := planPrune(ctx, d, horizon, now, keep, *maxEntries)
 	if err == nil && plan.reason == "" {
 		err = keepMark(dir, d.Identity(), &plan)
 	}
@@ -177,6 +182,9 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	if plan.heldBy != "" {
 		fmt.Fprintf(e.stdout, "note: %s\n", plan.heldBy)
 	}
+	if plan.more {
+		fmt.Fprintf(e.stdout, "note: stopped at --max-entries %d; run it again to remove more\n", *maxEntries)
+	}
 	fmt.Fprintln(e.stdout, "run console compact --data DIR (while the console is stopped or quiet) to give the space back to the file system")
 	return 0
 }
@@ -186,12 +194,16 @@ type prunePlan struct {
 	from, to int64
 	heldBy   string // what kept the horizon back, when something did
 	reason   string // why nothing is removed
+	more     bool   // --max-entries stopped it short of the horizon
 }
+
+// DefaultPruneEntries is how many entries one prune removes at most.
+const DefaultPruneEntries = 100000
 
 // planPrune finds the entries to remove: from the oldest kept to the
 // newest signed checkpoint before both the first entry younger than
 // horizon and the first entry of any call still open.
-func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[string]time.Duration) (prunePlan, error) {
+func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[string]time.Duration, maxEntries int64) (prunePlan, error) {
 	var p prunePlan
 	oldest, err := d.OldestEntry(ctx)
 	if err != nil {
@@ -235,6 +247,10 @@ func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[s
 	if held > 0 && held-1 < limit {
 		limit = held - 1
 		p.heldBy = fmt.Sprintf("a legal hold (console hold list) keeps the entries from entry %d on", held)
+	}
+	if oldest > 0 && oldest+maxEntries-1 < limit {
+		limit = oldest + maxEntries - 1
+		p.more = true
 	}
 	if oldest == 0 || limit < oldest {
 		p.reason = "no entry is older than the horizon that no open call still needs"
