@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/highwater"
@@ -450,11 +452,27 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 	r := newAgedRun(t, 0, 0, 0)
 	ctx := context.Background()
 	r.c.Set(time.Now().Add(-100 * 24 * time.Hour))
-	if err := account.NewService(r.d.Accounts(), r.c.Now).AddPasskey(ctx, account.Passkey{ID: []byte("credential-1"), User: "alice", Name: "desk key",
-		PublicKey: []byte{1, 2, 3}, Record: []byte("{}")}, audit.ChannelWeb); err != nil {
+	// The recorded WebAuthn evidence's passkey, registered to alice.
+	evRaw, err := os.ReadFile(filepath.Join("..", "..", "internal", "passkey", "testdata", "evidence.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	regSeq, regHash, err := r.d.PasskeyRegistration(ctx, "Y3JlZGVudGlhbC0x")
+	var ev struct {
+		CallID       string `json:"call_id"`
+		Digest       string `json:"digest"`
+		CredentialID string `json:"credential_id"`
+		PublicKey    string `json:"public_key"`
+	}
+	if err := json.Unmarshal(evRaw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	credID, _ := base64.RawURLEncoding.DecodeString(ev.CredentialID)
+	pub, _ := base64.RawURLEncoding.DecodeString(ev.PublicKey)
+	if err := account.NewService(r.d.Accounts(), r.c.Now).AddPasskey(ctx, account.Passkey{ID: credID, User: "alice", Name: "virtual key",
+		PublicKey: pub, Record: []byte("{}")}, audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	regSeq, regHash, err := r.d.PasskeyRegistration(ctx, ev.CredentialID)
 	if err != nil || regSeq != 1 {
 		t.Fatalf("registration = %d %q %v", regSeq, regHash, err)
 	}
@@ -463,12 +481,27 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.c.Set(time.Now())
+	// An approval signed with it, kept by the prune, whose registration
+	// the prune removes.
+	evv, err := canonical.Parse(evRaw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(r.c.Now()), Kind: audit.KindApproved, CallID: ev.CallID, Principal: "alice",
+		Channel: audit.ChannelWeb, Details: map[string]any{"digest": ev.Digest, "received": int64(1), "required": int64(1), "method": "passkey",
+			"human": "true", "evidence": evv}}); err != nil {
+		t.Fatal(err)
+	}
 	r.finish(1)
 	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root"); code != 0 || !strings.Contains(out, "removed entries 1 to") {
 		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	code, out, _ := auditRun(t, "audit", "verify", "--data", r.data)
+	if code != 0 || !strings.Contains(out, "passkeys: 1 approval signatures re-verified") || strings.Contains(out, "note: the passkey") {
+		t.Errorf("verify after the prune = %d\n%s\nwant the approval settled by the pruned entry's snapshot", code, out)
 	}
 	var details string
 	if err := r.d.SQL().QueryRow(`SELECT details FROM audit WHERE kind = 'pruned'`).Scan(&details); err != nil {
