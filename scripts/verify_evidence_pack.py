@@ -325,11 +325,28 @@ def check_chain(raw, trust, manifest):
 
 def check_passkeys(entries, files, passkey_verify):
     """Re-verifies every passkey approval; the derived files must equal the pack's."""
-    keys, removed, verified, notes = {}, {}, 0, []
+    keys, removed, verified, pending = {}, {}, 0, []
     key_lines, ev_lines = [], []
     for e in entries:
         d = json.loads(jcs(e["details"]))
-        if e["kind"] == "passkey_registered":
+        if e["kind"] == "pruned":
+            # The passkeys live when older entries were removed: they settle
+            # the approvals whose registration was removed (docs/audit.md §6).
+            live = {p["credential_id"]: (p["user"], p["public_key"]) for p in d.get("snapshot", {}).get("passkeys", [])}
+            still = []
+            for seq, cred, key, user in pending:
+                if cred not in live:
+                    still.append((seq, cred, key, user))
+                elif b64url(live[cred][1]) != b64url(key):
+                    raise Damage("chain.jsonl", "the passkey that signed entry %d has another public key in this pruned entry's snapshot" % seq, e["seq"])
+                elif live[cred][0] != user:
+                    raise Damage("chain.jsonl", "the passkey that signed entry %d is registered to %s in this pruned entry's snapshot, not to %s"
+                                 % (seq, live[cred][0], user), e["seq"])
+            pending = still
+            for cred, reg in live.items():
+                if cred not in keys and cred not in removed:
+                    keys[cred] = reg
+        elif e["kind"] == "passkey_registered":
             keys[d["credential_id"]] = (d.get("user") or e["principal"], d.get("public_key"))
             removed.pop(d["credential_id"], None)
             key_lines.append(jcs({"seq": e["seq"], "hash": e["hash"], "user": d.get("user"), "credential_id": d.get("credential_id"),
@@ -348,8 +365,7 @@ def check_passkeys(entries, files, passkey_verify):
             if cred in removed:
                 raise Damage("chain.jsonl", "the passkey that signed this approval was removed at entry %d, before it" % removed[cred], e["seq"])
             if cred not in keys:
-                notes.append("the passkey that signed entry %d was registered before the section: its signature verified, "
-                             "its key was not compared with its registration" % e["seq"])
+                pending.append((e["seq"], cred, ev["public_key"], e["principal"]))
             else:
                 user, key = keys[cred]
                 if b64url(key) != b64url(ev["public_key"]):
@@ -357,6 +373,8 @@ def check_passkeys(entries, files, passkey_verify):
                 if user != e["principal"]:
                     raise Damage("chain.jsonl", "the passkey that signed this approval is registered to %s, not to %s" % (user, e["principal"]), e["seq"])
             verified += 1
+    notes = ["the passkey that signed entry %d was registered before the section: its signature verified, "
+             "its key was not compared with its registration" % seq for seq, _, _, _ in pending]
     if b"".join(key_lines) != files.get("keys/passkeys.jsonl", b""):
         raise Damage("keys/passkeys.jsonl", "differs from the passkey registrations in the chain")
     if b"".join(ev_lines) != files.get("passkey-evidence.jsonl", b""):

@@ -503,6 +503,19 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "passkeys: 1 approval signatures re-verified") || strings.Contains(out, "note: the passkey") {
 		t.Errorf("verify after the prune = %d\n%s\nwant the approval settled by the pruned entry's snapshot", code, out)
 	}
+	// So do both verifiers of a pack of what is left.
+	left := makePack(t, r.data)
+	code, out, _ = auditRun(t, "audit", "verify", left, "--audit-key-fingerprint", fingerprintOf(r.key))
+	pcode, pout := pyVerify(t, nil, left, "--audit-key-fingerprint", fingerprintOf(r.key))
+	for _, got := range []struct {
+		who  string
+		code int
+		out  string
+	}{{"console audit verify", code, out}, {"python", pcode, pout}} {
+		if got.code != 0 || !strings.Contains(got.out, "passkeys: 1 approval signatures re-verified") || strings.Contains(got.out, "note: the passkey") {
+			t.Errorf("%s of a pack after the prune = %d\n%s\nwant the approval settled by the pruned entry's snapshot", got.who, got.code, got.out)
+		}
+	}
 	var details string
 	if err := r.d.SQL().QueryRow(`SELECT details FROM audit WHERE kind = 'pruned'`).Scan(&details); err != nil {
 		t.Fatal(err)
