@@ -25,6 +25,7 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
+	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/tools"
@@ -588,5 +589,39 @@ func TestAuditPackTampering(t *testing.T) {
 				t.Errorf("python verify = %d\n%s; want 1 and %q", code, out, tc.want)
 			}
 		})
+	}
+}
+
+// TestAuditPackOnPostgres: a pack made from a PostgreSQL console verifies
+// with both verifiers; pruning there is refused, saying what to do.
+func TestAuditPackOnPostgres(t *testing.T) {
+	url := pgtest.Database(t)
+	dir := t.TempDir()
+	env := map[string]string{"USER": "root", envDatabaseURL: url}
+	if code, out, errs := runWith(t, env, "", "keys", "init", "--data", dir); code != 0 {
+		t.Fatalf("keys init = %d %q %s", code, out, errs)
+	}
+	for _, actor := range []string{"agent:a", "agent:b"} {
+		if code, _, errs := runWith(t, env, "", "token", "create", "--actor", actor, "--audience", "payments-host", "--data", dir); code != 0 {
+			t.Fatalf("token create = %d %s", code, errs)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "pack.tar")
+	code, stdout, errs := runWith(t, env, "", "audit", "pack", "--data", dir, "--since", "2000-01-01", "--until", "2100-01-01", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "entries 1 to 2 (2)") {
+		t.Fatalf("audit pack on PostgreSQL = %d %q %s", code, stdout, errs)
+	}
+	key, err := audit.LoadKey(auditKeyPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, _ := runWith(t, env, "", "audit", "verify", out, "--audit-key-fingerprint", fingerprintOf(key)); code != 0 {
+		t.Errorf("verify = %d\n%s", code, stdout)
+	}
+	if code, stdout := pyVerify(t, nil, out, "--audit-key-fingerprint", fingerprintOf(key)); code != 0 {
+		t.Errorf("python verify = %d\n%s", code, stdout)
+	}
+	if code, _, errs := runWith(t, env, "", "audit", "prune", "--data", dir, "--retain", "30d", "--archive", t.TempDir(), "--as", "root"); code != 1 || !strings.Contains(errs, "console audit pack") {
+		t.Errorf("prune on PostgreSQL = %d %q, want refused pointing at audit pack", code, errs)
 	}
 }
