@@ -66,10 +66,6 @@ const (
 	KindDeliveryRetried = "delivery_retried"
 	// KindRollbackAccepted records an older database accepted on purpose.
 	KindRollbackAccepted = "rollback_accepted"
-	// Legal holds on the audit trail's pruning: added and removed by an
-	// admin.
-	KindHoldAdded   = "hold_added"
-	KindHoldRemoved = "hold_removed"
 )
 
 // Channels through which a change arrived.
