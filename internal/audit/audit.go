@@ -315,6 +315,7 @@ type Verifier struct {
 	gapTo       int64
 	gapHash     string
 	pruned      bool
+	prunedSeq   int64 // the pruned entry that names the gap
 }
 
 // Check has fn run on every entry after its hash verified (the passkey
@@ -332,7 +333,9 @@ func NewVerifier() *Verifier {
 // checkpoint (given before the entries) has the hash of the last of them,
 // equal to the first entry's prev_hash, and a pruned entry in the chain
 // records their removal, naming that last entry and its hash (see
-// PrunedDetails). Otherwise the gap breaks the chain at entry 1.
+// PrunedDetails), itself covered by a signed checkpoint. Otherwise the gap
+// breaks the chain at entry 1 (or at the pruned entry no checkpoint
+// covers).
 func (v *Verifier) AllowPruned() { v.allowPruned = true }
 
 // PrunedDetails is what a pruned entry records of the entries it removed:
@@ -460,7 +463,7 @@ func (v *Verifier) Add(e *Entry) error {
 	if v.gapTo > 0 && e.Kind == KindPruned {
 		var d PrunedDetails
 		if raw, err := detailsText(e.Details); err == nil && json.Unmarshal(raw, &d) == nil && d.ToSeq == v.gapTo && d.LastHash == v.gapHash {
-			v.pruned = true
+			v.pruned, v.prunedSeq = true, e.Seq
 		}
 	}
 	v.count++
@@ -481,6 +484,17 @@ func (v *Verifier) Add(e *Entry) error {
 func (v *Verifier) Finish() (count int64, head string, err error) {
 	if v.gapTo > 0 && !v.pruned {
 		return v.count, v.headHash, &BreakError{Seq: 1, Reason: fmt.Sprintf("expected entry 1, found %d (entries 1 to %d are missing, and no pruned entry records their removal)", v.gapTo+1, v.gapTo)}
+	}
+	if v.gapTo > 0 {
+		// Anyone can compute an entry's hash: only a signature after the
+		// pruned entry shows that the audit key's holder wrote it.
+		signed := false
+		for seq := range v.gotHeads {
+			signed = signed || seq >= v.prunedSeq
+		}
+		if !signed {
+			return v.count, v.headHash, &BreakError{Seq: v.prunedSeq, Reason: "the pruned entry that records the removal of the oldest entries is covered by no signed checkpoint"}
+		}
 	}
 	missing := int64(-1)
 	for seq := range v.wantHeads {

@@ -24,7 +24,11 @@ func prunedChain(t *testing.T, details map[string]any) ([]*Entry, []Checkpoint) 
 	if err := p.Seal(10, all[9].Hash); err != nil {
 		t.Fatal(err)
 	}
-	return append(all[5:], p), cps
+	c, err := s.Sign(11, p.Hash, time.Date(2025, 3, 1, 13, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(all[5:], p), append(cps, c)
 }
 
 func verifyPruned(entries []*Entry, cps []Checkpoint, allow bool) error {
@@ -68,6 +72,7 @@ func TestVerifierAcceptsAGapOnlyBehindAPrunedEntry(t *testing.T) {
 		{"a pruned entry naming another range", map[string]any{"from_seq": int64(1), "to_seq": int64(4), "count": int64(4), "last_hash": all[4].Hash}, nil, true, "no pruned entry"},
 		{"no checkpoint at the last entry removed", good, func(c []Checkpoint) []Checkpoint { return c[1:] }, true, "no signed checkpoint at entry 5"},
 		{"a verifier that allows no gap", good, nil, false, "expected entry 1, found 6"},
+		{"a pruned entry no checkpoint covers", good, func(c []Checkpoint) []Checkpoint { return c[:2] }, true, "covered by no signed checkpoint"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,8 +84,12 @@ func TestVerifierAcceptsAGapOnlyBehindAPrunedEntry(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("verify = %v, want %q", err, tc.want)
 			}
-			if seq := breakSeq(t, err); seq != 1 {
-				t.Errorf("broken at entry %d, want 1", seq)
+			want := int64(1)
+			if strings.Contains(tc.want, "covered by no") {
+				want = 11
+			}
+			if seq := breakSeq(t, err); seq != want {
+				t.Errorf("broken at entry %d, want %d", seq, want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/account"
@@ -46,7 +47,16 @@ func TestPruneNeedsACheckpointAndLeavesAVerifiableChain(t *testing.T) {
 	if e.Kind != audit.KindPruned || e.Seq != cp.Seq+2 {
 		t.Errorf("pruned entry = %s at %d, want pruned at %d", e.Kind, e.Seq, cp.Seq+2)
 	}
+	// Until a checkpoint covers the pruned entry, anyone could have
+	// written it.
 	res, err := h.d.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
+	if err != nil || res.OK || !strings.Contains(audit.ReasonOf(res.Err), "covered by no signed checkpoint") {
+		t.Fatalf("Verify after Prune, before a checkpoint = %+v, %v", res, err)
+	}
+	if _, err := h.d.Checkpoint(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
+	res, err = h.d.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil || !res.OK || res.FromSeq != cp.Seq+1 {
 		t.Fatalf("Verify after Prune = %+v, %v", res, err)
 	}
