@@ -315,9 +315,15 @@ def check_chain(raw, trust, manifest):
     notes = []
     for c in trust.checkpoints:
         check_checkpoint(c, trust, "--checkpoint")
+        if c["seq"] > header["to_seq"] and manifest.get("until") and c["time"] < manifest["until"]:
+            # Signed before the period's end, it covers entries of the period.
+            raise Damage(where, "the section ends at entry %d, but the checkpoint you kept at entry %d was signed at %s, within the "
+                         "period: entries were cut from its end" % (header["to_seq"], c["seq"], c["time"]), header["to_seq"] + 1)
         if c["seq"] in hashes:
             if hashes[c["seq"]] != c["head"]:
                 raise Damage(where, "differs from the checkpoint you kept at this entry", c["seq"])
+        elif c["seq"] > header["to_seq"]:
+            notes.append("the checkpoint you gave at entry %d was signed after the period and was not compared" % c["seq"])
         else:
             notes.append("the checkpoint you gave at entry %d falls outside the section and was not compared" % c["seq"])
     return header, cps, cp_lines, entries, notes

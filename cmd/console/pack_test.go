@@ -442,7 +442,7 @@ func tamperings(t *testing.T, key *audit.Signer) []tampering {
 		}, "lines were removed from the end"},
 		{"the tail cut and everything signed again", func(f map[string][]byte) {
 			h, cps, es := chainLines(t, f[evidence.FileChain])
-			cut := rechain(t, joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-2]), key, func(*audit.Entry, map[string]any) bool { return false })
+			cut := rechain(t, joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-1]), key, func(*audit.Entry, map[string]any) bool { return false })
 			setChain(t, f, cut)
 			reseal(t, f, key)
 		}, "does not end at a signed checkpoint"},
@@ -567,6 +567,64 @@ func TestPythonVerifierChecksAPack(t *testing.T) {
 	code, out := pyVerify(t, []string{"PYTHONPATH=" + filepath.Dir(fake)}, pack, "--audit-key-fingerprint", fingerprintOf(key))
 	if code != 3 || !strings.Contains(out, "SIGNATURES NOT CHECKED") {
 		t.Errorf("python verify without cryptography = %d %q, want 3 and SIGNATURES NOT CHECKED", code, out)
+	}
+}
+
+// TestAuditPackKeptCheckpoint: whoever holds the audit key can cut the
+// end of a pack's trail and sign it all again, with a checkpoint at the new
+// end; the pack then verifies on its own, but a checkpoint kept outside,
+// signed within the period, shows the cut to both verifiers.
+func TestAuditPackKeptCheckpoint(t *testing.T) {
+	data, key := packRun(t)
+	pack := makePack(t, data)
+	files := readPack(t, pack)
+	h, cps, es := chainLines(t, files[evidence.FileChain])
+	kept := filepath.Join(t.TempDir(), "kept.jsonl")
+	if err := os.WriteFile(kept, append(cps[len(cps)-1], '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cut := rechain(t, joinLines([][]byte{h}, cps[:len(cps)-1], es[:len(es)-1]), key, func(*audit.Entry, map[string]any) bool { return false })
+	ch, ccps, ces := chainLines(t, cut)
+	last, err := audit.ParseLine(ces[len(ces)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := key.Sign(last.Entry.Seq, last.Entry.Hash, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := audit.AppendCheckpointLine(nil, c)
+	setChain(t, files, joinLines([][]byte{ch}, append(ccps, bytes.TrimSuffix(line, []byte("\n"))), ces))
+	reseal(t, files, key)
+	bad := writePackFiles(t, files)
+	if code, out, _ := auditRun(t, "audit", "verify", bad, "--audit-key-fingerprint", fingerprintOf(key)); code != 0 {
+		t.Fatalf("the cut pack re-signed with the audit key, on its own = %d\n%s; want it to verify (only a kept checkpoint shows the cut)", code, out)
+	}
+	want := "entries were cut from its end"
+	if code, out, _ := auditRun(t, "audit", "verify", bad, "--checkpoint", kept); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("verify with the kept checkpoint = %d\n%s; want 1 and %q", code, out, want)
+	}
+	if code, out := pyVerify(t, nil, bad, "--checkpoint", kept); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("python verify with the kept checkpoint = %d\n%s; want 1 and %q", code, out, want)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", pack, "--checkpoint", kept); code != 0 {
+		t.Errorf("the whole pack with the kept checkpoint = %d\n%s", code, out)
+	}
+	// A checkpoint kept from after the period is for a later pack: noted.
+	after, err := key.Sign(1000, strings.Repeat("ab", 32), time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ = audit.AppendCheckpointLine(nil, after)
+	if err := os.WriteFile(kept, line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	note := "the checkpoint you gave at entry 1000 was signed after the period and was not compared"
+	if code, out, _ := auditRun(t, "audit", "verify", pack, "--checkpoint", kept); code != 0 || !strings.Contains(out, note) {
+		t.Errorf("verify with a later kept checkpoint = %d\n%s", code, out)
+	}
+	if code, out := pyVerify(t, nil, pack, "--checkpoint", kept); code != 0 || !strings.Contains(out, note) {
+		t.Errorf("python verify with a later kept checkpoint = %d\n%s", code, out)
 	}
 }
 

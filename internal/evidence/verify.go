@@ -201,10 +201,22 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 		}
 		return nil
 	}
-	opts := audit.VerifyOptions{TrustedKeys: []string{key}, Checkpoints: trust.Checkpoints, Check: check}
-	for _, c := range trust.Checkpoints {
-		if !slices.Contains(opts.TrustedKeys, c.PublicKey) {
-			opts.TrustedKeys = append(opts.TrustedKeys, c.PublicKey)
+	c, err := readChain(raw)
+	if err != nil {
+		return damaged(FileChain, "%v", err)
+	}
+	// Kept checkpoints after the section are for later periods (their
+	// signatures are checked below); those up to its end must match it.
+	opts := audit.VerifyOptions{TrustedKeys: []string{key}, Check: check}
+	var later []audit.Checkpoint
+	for _, kc := range trust.Checkpoints {
+		if !slices.Contains(opts.TrustedKeys, kc.PublicKey) {
+			opts.TrustedKeys = append(opts.TrustedKeys, kc.PublicKey)
+		}
+		if kc.Seq > c.header.ToSeq {
+			later = append(later, kc)
+		} else {
+			opts.Checkpoints = append(opts.Checkpoints, kc)
 		}
 	}
 	r, err := audit.VerifyExport(bytes.NewReader(raw), opts)
@@ -217,10 +229,6 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	}
 	if r.Header == nil || !r.Header.Signed() {
 		return damaged(FileChain, "its header is not signed")
-	}
-	c, err := readChain(raw)
-	if err != nil {
-		return damaged(FileChain, "%v", err)
 	}
 	h := c.header
 	m := rep.Manifest
@@ -246,6 +254,18 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 		return &Damage{File: FileChain, Seq: h.ToSeq, Reason: "the section does not end at a signed checkpoint (entries were cut from its end)"}
 	}
 	rep.Checkpoints = len(c.checkpoints)
+	// A checkpoint kept outside, signed before the period's end, covers
+	// entries of the period: the section must reach it.
+	for _, kept := range later {
+		if err := kept.Verify(); err != nil {
+			return damaged("--checkpoint", "the checkpoint at entry %d: %s", kept.Seq, audit.ReasonOf(err))
+		}
+		if m.Until != "" && kept.Time < m.Until {
+			return &Damage{File: FileChain, Seq: h.ToSeq + 1, Reason: fmt.Sprintf("the section ends at entry %d, but the checkpoint you kept at entry %d was signed at %s, within the period: entries were cut from its end",
+				h.ToSeq, kept.Seq, kept.Time)}
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the checkpoint you gave at entry %d was signed after the period and was not compared", kept.Seq))
+	}
 	for _, seq := range r.Uncovered {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the checkpoint you gave at entry %d falls outside the section and was not compared", seq))
 	}
