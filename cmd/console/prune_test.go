@@ -537,3 +537,48 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 		t.Errorf("the snapshot's passkeys = %+v, want alice's with registration 1 %s", d.Snapshot.Passkeys, regHash)
 	}
 }
+
+// TestAuditPackReachesBackToTheApproval: a pack whose period starts
+// between a call's approval and its redemption, with a checkpoint between
+// them, starts its chain section before the call's first entry, so that
+// the redeemed digest is compared with the approved one.
+func TestAuditPackReachesBackToTheApproval(t *testing.T) {
+	r := newAgedRun(t, 2, 0, 0)
+	ctx := context.Background()
+	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
+	r.c.Set(time.Now().Add(-10 * 24 * time.Hour))
+	c := r.submit()
+	c, err := r.q.Approve(ctx, "bob", audit.ChannelCLI, c.ID, c.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
+		t.Fatal(err)
+	}
+	approvedAt := r.c.Now()
+	r.c.Advance(30 * time.Second)
+	body, _ := json.Marshal(map[string]any{"grant": c.Grant, "call": map[string]any{"tool": c.Tool, "target": c.Target, "args": c.Args}})
+	if red, err := r.q.Redeem(ctx, payer, body); err != nil || !red.Accepted {
+		t.Fatalf("redeem = %+v, %v", red, err)
+	}
+	tl, err := r.d.Timeline(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "pack.tar")
+	since := approvedAt.Add(15 * time.Second).UTC().Format(time.RFC3339Nano)
+	code, stdout, errs := auditRun(t, "audit", "pack", "--data", r.data, "--since", since, "--until", "2100-01-01", "--out", out)
+	if code != 0 {
+		t.Fatalf("audit pack = %d %q %q", code, stdout, errs)
+	}
+	m := regexp.MustCompile(`entries (\d+) to`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("audit pack said %q", stdout)
+	}
+	if from, _ := strconv.ParseInt(m[1], 10, 64); from > tl[0].Seq {
+		t.Errorf("the section starts at entry %d, after the call's first entry %d", from, tl[0].Seq)
+	}
+	if code, stdout, _ := auditRun(t, "audit", "verify", out, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 || !strings.Contains(stdout, "redemptions: 1") {
+		t.Errorf("verify = %d\n%s", code, stdout)
+	}
+}
