@@ -683,3 +683,35 @@ func TestAuditPackOnPostgres(t *testing.T) {
 		t.Errorf("prune on PostgreSQL = %d %q, want refused pointing at audit pack", code, errs)
 	}
 }
+
+// TestAuditPackFiltersNarrowOnlyTheSummary: --tool and --actor narrow the
+// lineage and the summary; the chain section stays whole.
+func TestAuditPackFiltersNarrowOnlyTheSummary(t *testing.T) {
+	data, key := packRun(t)
+	whole := readPack(t, makePack(t, data))
+	for _, tc := range []struct {
+		args  []string
+		calls string
+	}{
+		{[]string{"--actor", "agent:nobody"}, `"calls":0`},
+		{[]string{"--tool", "payments.refund", "--actor", "agent:billing"}, `"calls":8`},
+	} {
+		pack := makePack(t, data, tc.args...)
+		files := readPack(t, pack)
+		if code, out, _ := auditRun(t, "audit", "verify", pack, "--audit-key-fingerprint", fingerprintOf(key)); code != 0 {
+			t.Errorf("%v: verify = %d\n%s", tc.args, code, out)
+		}
+		if !strings.Contains(string(files[evidence.FileSummary]), tc.calls) {
+			t.Errorf("%v: summary %s, want %s", tc.args, files[evidence.FileSummary], tc.calls)
+		}
+		_, _, wholeEntries := chainLines(t, whole[evidence.FileChain])
+		_, _, entries := chainLines(t, files[evidence.FileChain])
+		if len(entries) != len(wholeEntries) {
+			t.Errorf("%v: the chain holds %d entries, the unfiltered pack's %d", tc.args, len(entries), len(wholeEntries))
+		}
+	}
+	nobody := readPack(t, makePack(t, data, "--actor", "agent:nobody"))
+	if len(nobody[evidence.FileLineage]) != 0 {
+		t.Errorf("a pack for an agent with no calls has lineage %q", nobody[evidence.FileLineage])
+	}
+}
