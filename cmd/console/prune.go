@@ -288,7 +288,8 @@ func keepMark(dir, identity string, p *prunePlan) error {
 // stateSnapshot is what the pruned entry records of the state the removed
 // entries built: the accounts, their passkeys with the seq and hash of
 // their registration entries (which may be among the entries removed),
-// the API tokens and the freezes.
+// the API tokens, the freezes, and the digest of the tools file last
+// loaded.
 func stateSnapshot(ctx context.Context, eng *engine, d *db.DB, accounts *account.Service) (map[string]any, error) {
 	users, err := accounts.Users(ctx)
 	if err != nil {
@@ -327,7 +328,12 @@ func stateSnapshot(ctx context.Context, eng *engine, d *db.DB, accounts *account
 	for _, f := range fz {
 		fs = append(fs, map[string]any{"tool": f.Tool, "actor": f.Actor, "reason": f.Reason})
 	}
-	return map[string]any{"accounts": orEmpty(us), "passkeys": orEmpty(pks), "tokens": orEmpty(ts), "freezes": orEmpty(fs)}, nil
+	tools, err := d.LatestToolsDigest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"accounts": orEmpty(us), "passkeys": orEmpty(pks), "tokens": orEmpty(ts), "freezes": orEmpty(fs),
+		"tools_digest": tools}, nil
 }
 
 // keepDays is --keep as the pruned entry records it: days per tool.

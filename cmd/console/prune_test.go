@@ -26,7 +26,7 @@ import (
 	"github.com/countersign/countersign/internal/tools"
 )
 
-// agedRun is a data directory whose trail holds calls run to their end
+// agedRun is a data directory whose trail holds its tools file, calls run to their end
 // 100 days ago and `recent` calls approved today, with checkpoints after
 // each, and `openOld` calls proposed 100 days ago and still pending.
 type agedRun struct {
@@ -35,6 +35,8 @@ type agedRun struct {
 	d    *db.DB
 	q    *queue.Service
 	c    *testkit.Clock
+	// toolsDigest is the tools file's, recorded as entry 1.
+	toolsDigest string
 	// submit proposes one more call; finish runs n more to their end.
 	submit func() *queue.Call
 	finish func(n int)
@@ -68,8 +70,12 @@ func newAgedRun(t *testing.T, old, openOld, recent int) *agedRun {
 	testkit.SeedUsers(t, d.Accounts(), account.RoleAdmin, "root")
 	clock := testkit.NewClock(time.Now().Add(-100 * 24 * time.Hour))
 	q := queue.NewService(queue.Config{Store: d.Store(), Tools: reg, Signer: keys, Now: clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	r := &agedRun{data: data, key: key, d: d, q: q, c: clock}
+	r := &agedRun{data: data, key: key, d: d, q: q, c: clock, toolsDigest: reg.Digest()}
 	ctx := context.Background()
+	// Entry 1: the tools file, as a server records it when it starts.
+	if err := q.RecordTools(ctx, "console", toolsPath); err != nil {
+		t.Fatal(err)
+	}
 	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
 	n := 0
 	submit := func() *queue.Call {
@@ -164,13 +170,13 @@ func TestAuditPruneKeepsTheProof(t *testing.T) {
 	if code != 0 || m == nil {
 		t.Fatalf("prune = %d %q %q", code, out, errs)
 	}
-	if m[1] != "1" || m[2] != strconv.Itoa(40*5) {
-		t.Errorf("removed %s to %s, want 1 to %d (every old entry, up to the checkpoint after them)", m[1], m[2], 40*5)
+	if m[1] != "1" || m[2] != strconv.Itoa(40*5+1) {
+		t.Errorf("removed %s to %s, want 1 to %d (every old entry, up to the checkpoint after them)", m[1], m[2], 40*5+1)
 	}
-	if oldest, _ := r.d.OldestEntry(context.Background()); oldest != int64(40*5+1) {
-		t.Errorf("the oldest entry kept is %d, want %d", oldest, 40*5+1)
+	if oldest, _ := r.d.OldestEntry(context.Background()); oldest != int64(40*5+2) {
+		t.Errorf("the oldest entry kept is %d, want %d", oldest, 40*5+2)
 	}
-	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 || !strings.Contains(out, "pruned: entries 1 to 200 were removed") {
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 || !strings.Contains(out, "pruned: entries 1 to 201 were removed") {
 		t.Fatalf("verify after prune = %d\n%s", code, out)
 	}
 	packs, _ := filepath.Glob(filepath.Join(archive, "*.tar"))
@@ -186,7 +192,7 @@ func TestAuditPruneKeepsTheProof(t *testing.T) {
 	// A pack of what is left starts at the oldest entry kept, vouched for
 	// by the checkpoint at the last entry removed.
 	left := makePack(t, r.data)
-	if code, out, _ := auditRun(t, "audit", "verify", left, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 || !strings.Contains(out, "entries 201 to") {
+	if code, out, _ := auditRun(t, "audit", "verify", left, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 || !strings.Contains(out, "entries 202 to") {
 		t.Errorf("a pack after the prune = %d\n%s", code, out)
 	}
 	if code, out := pyVerify(t, nil, left, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
@@ -196,8 +202,8 @@ func TestAuditPruneKeepsTheProof(t *testing.T) {
 		t.Errorf("compact = %d %q", code, out)
 	}
 	// Nothing vouches for one more entry removed.
-	auditSQL(t, r.data, `DELETE FROM audit WHERE seq = 201`)
-	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 1 || !strings.Contains(out, "DAMAGED: first bad entry 1: expected entry 1, found 202") {
+	auditSQL(t, r.data, `DELETE FROM audit WHERE seq = 202`)
+	if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 1 || !strings.Contains(out, "DAMAGED: first bad entry 1: expected entry 1, found 203") {
 		t.Errorf("verify with an entry removed behind the prune = %d\n%s", code, out)
 	}
 }
@@ -372,7 +378,7 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 	t.Logf("%d calls proposed and expired in %s", calls, time.Since(start).Round(time.Millisecond))
 	archive := t.TempDir()
 	// Runs of at most 13,000 entries, each ending at a checkpoint (the
-	// first at entry 12,000), until nothing is left to remove.
+	// first at entry 12,001, after the tools file and 6,000 calls), until nothing is left to remove.
 	removed, runs := 0, 0
 	for {
 		start = time.Now()
@@ -387,8 +393,8 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 			}
 			break
 		}
-		if runs == 0 && m[0] != "removed entries 1 to 12000 (12000)" {
-			t.Errorf("the first run %s, want removed entries 1 to 12000 (12000)", m[0])
+		if runs == 0 && m[0] != "removed entries 1 to 12001 (12001)" {
+			t.Errorf("the first run %s, want removed entries 1 to 12001 (12001)", m[0])
 		}
 		n, _ := strconv.Atoi(m[3])
 		removed, runs = removed+n, runs+1
@@ -397,8 +403,8 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 			t.Fatalf("verify after prune %d = %d\n%s", runs, code, out)
 		}
 	}
-	if removed != 2*calls {
-		t.Errorf("removed %d entries in %d runs, want %d", removed, runs, 2*calls)
+	if removed != 2*calls+1 {
+		t.Errorf("removed %d entries in %d runs, want %d (and the tools file's)", removed, runs, 2*calls+1)
 	}
 	packs, _ := filepath.Glob(filepath.Join(archive, "*.tar"))
 	if len(packs) != runs || runs < 2 {
@@ -473,7 +479,7 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	regSeq, regHash, err := r.d.PasskeyRegistration(ctx, ev.CredentialID)
-	if err != nil || regSeq != 1 {
+	if err != nil || regSeq != 2 {
 		t.Fatalf("registration = %d %q %v", regSeq, regHash, err)
 	}
 	r.finish(3)
@@ -522,6 +528,7 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 	}
 	var d struct {
 		Snapshot struct {
+			ToolsDigest string `json:"tools_digest"`
 			Passkeys []struct {
 				User             string `json:"user"`
 				RegistrationHash string `json:"registration_hash"`
@@ -532,9 +539,12 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 	if err := json.Unmarshal([]byte(details), &d); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Snapshot.Passkeys) != 1 || d.Snapshot.Passkeys[0].RegistrationHash != regHash || d.Snapshot.Passkeys[0].RegistrationSeq != 1 ||
+	if len(d.Snapshot.Passkeys) != 1 || d.Snapshot.Passkeys[0].RegistrationHash != regHash || d.Snapshot.Passkeys[0].RegistrationSeq != 2 ||
 		d.Snapshot.Passkeys[0].User != "alice" {
-		t.Errorf("the snapshot's passkeys = %+v, want alice's with registration 1 %s", d.Snapshot.Passkeys, regHash)
+		t.Errorf("the snapshot's passkeys = %+v, want alice's with registration 2 %s", d.Snapshot.Passkeys, regHash)
+	}
+	if d.Snapshot.ToolsDigest != r.toolsDigest {
+		t.Errorf("the snapshot's tools digest = %q, want %q", d.Snapshot.ToolsDigest, r.toolsDigest)
 	}
 }
 

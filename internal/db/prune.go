@@ -186,3 +186,19 @@ func (d *DB) PasskeyRegistration(ctx context.Context, credentialID string) (int6
 	}
 	return seq, hash, nil
 }
+
+// LatestToolsDigest is the tools_digest of the newest tools_loaded entry
+// ("" when the trail holds none): the tools file in force when a prune
+// records its snapshot.
+func (d *DB) LatestToolsDigest(ctx context.Context) (string, error) {
+	var digest sql.NullString
+	err := d.sql.QueryRowContext(ctx, `SELECT json_extract(details, '$.tools_digest') FROM audit WHERE kind = 'tools_loaded'
+		ORDER BY seq DESC LIMIT 1`).Scan(&digest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("db: tools digest: %w", err)
+	}
+	return digest.String, nil
+}
