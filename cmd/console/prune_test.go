@@ -529,7 +529,7 @@ func TestAuditPruneRecordsPasskeys(t *testing.T) {
 	var d struct {
 		Snapshot struct {
 			ToolsDigest string `json:"tools_digest"`
-			Passkeys []struct {
+			Passkeys    []struct {
 				User             string `json:"user"`
 				RegistrationHash string `json:"registration_hash"`
 				RegistrationSeq  int64  `json:"registration_seq"`
