@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/passkey"
 )
@@ -25,8 +26,11 @@ func auditKeyPath(data string) string { return filepath.Join(data, "audit-key") 
 
 const auditUsage = `usage:
   console audit verify [--data DIR] [--file EXPORT] [--checkpoint FILE]...
+  console audit verify PACK.tar [--audit-key-fingerprint HEX]... [--checkpoint FILE]... [--data DIR]
+  console audit pack --since T --until T [--tool TOOL] [--actor ACTOR] --out PACK.tar [--data DIR]
   console audit export [--data DIR] [--since T] [--until T] --format jsonl|csv [--out FILE]
   console audit checkpoint [--data DIR]
+  console audit prune --retain DAYS --archive DIR --as ADMIN [--data DIR]
   console audit accept-rollback --as ADMIN [--data DIR]
 
 verify recomputes the hash chain and checks every signed checkpoint; it
@@ -39,7 +43,12 @@ audit key (made by keys init or serve; without one it refuses and makes
 none) and prints it as GET /api/v1/audit/checkpoint would.
 accept-rollback accepts a database restored from an older copy, which
 serve refuses: every grant issued until then is refused from then on, and
-every allowance alive in the copy is revoked (console restore, docs/deploy.md).`
+every allowance alive in the copy is revoked, every approved plan cancelled
+and every live delegation ended (console restore, docs/deploy.md).
+pack writes an evidence pack of a period; verify PACK.tar checks one
+against an audit key given from outside it, and refuses a pack signed by
+any other. prune removes entries older than --retain (at least 30 days)
+after archiving them in a verified pack.`
 
 func cmdAudit(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -53,6 +62,10 @@ func cmdAudit(ctx context.Context, e *env, args []string) int {
 		return auditExport(ctx, e, args[1:])
 	case "checkpoint":
 		return auditCheckpoint(ctx, e, args[1:])
+	case "pack":
+		return auditPack(ctx, e, args[1:])
+	case "prune":
+		return auditPrune(ctx, e, args[1:])
 	case "accept-rollback":
 		return auditAcceptRollback(ctx, e, args[1:])
 	case "-h", "--help", "help":
@@ -76,11 +89,27 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 		cpFiles = append(cpFiles, s)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	var fingerprints []string
+	fs.Func("audit-key-fingerprint", "with a PACK.tar: the SHA-256 (64 hex digits) of the audit key to trust, from outside the pack; repeatable", func(s string) error {
+		if !fingerprintRE.MatchString(s) {
+			return fmt.Errorf("%q is not 64 lowercase hex digits (the whole SHA-256 of the audit key; its 16-digit id is too short to stand for it)", s)
+		}
+		fingerprints = append(fingerprints, s)
+		return nil
+	})
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR and/or --file EXPORT, and no other arguments")
+	pack := ""
+	switch {
+	case len(pos) == 1 && *file == "" && isFile(pos[0]):
+		pack = pos[0]
+	case len(pos) > 0:
+		fmt.Fprintln(e.stderr, "console audit verify: give --data DIR and/or --file EXPORT, or one evidence pack, and no other arguments")
+		return 2
+	case len(fingerprints) > 0:
+		fmt.Fprintln(e.stderr, "console audit verify: --audit-key-fingerprint goes with an evidence pack (console audit verify PACK.tar)")
 		return 2
 	}
 	var opts audit.VerifyOptions
@@ -132,7 +161,7 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 	// re-signed with a fresh key does not verify against it. With --file,
 	// --data names the directory whose key must have signed the export.
 	dataKey := ""
-	if *data != "" || *file == "" {
+	if *data != "" || (*file == "" && pack == "") {
 		dir := dataDir(e, *data)
 		if *file == "" && databaseURL(e, *dbURL) != "" {
 			// The shared database opens from anywhere: a named directory
@@ -151,14 +180,18 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			dataKey = signer.KID()
 			trust(signer.PublicKey(), dataKey)
 		case errors.Is(err, os.ErrNotExist):
-			if *file != "" {
-				fmt.Fprintf(e.stderr, "console audit verify: %s has no audit key (%s) to check the export against\n", dir, auditKeyPath(dir))
+			if *file != "" || pack != "" {
+				fmt.Fprintf(e.stderr, "console audit verify: %s has no audit key (%s) to check against\n", dir, auditKeyPath(dir))
 				return 1
 			}
 		default:
 			fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
 			return 1
 		}
+	}
+
+	if pack != "" {
+		return verifyPack(e, pack, evidence.Trust{PublicKeys: opts.TrustedKeys, Fingerprints: fingerprints, Checkpoints: opts.Checkpoints})
 	}
 
 	// Every approval signed by a passkey is re-verified on the way: its
@@ -196,8 +229,8 @@ func auditVerify(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 		damage = res.Err
-		rep = audit.Report{Count: res.Count, FromSeq: 1, PrevHash: audit.GenesisHash, LastSeq: res.Count, Head: res.Head,
-			Checkpoints: res.Checkpoints, CheckpointSeq: res.CheckpointSeq, KeyIDs: res.KeyIDs, Uncovered: res.Uncovered}
+		rep = audit.Report{Count: res.Count, FromSeq: max(res.FromSeq, 1), PrevHash: audit.GenesisHash, LastSeq: res.LastSeq, Head: res.Head,
+			Checkpoints: res.Checkpoints, CheckpointSeq: res.CheckpointSeq, KeyIDs: res.KeyIDs, Uncovered: res.Uncovered, Pruned: res.FromSeq > 1}
 	}
 	if damage != nil {
 		var be *audit.BreakError
@@ -241,7 +274,10 @@ func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	} else {
 		fmt.Fprintf(w, "ok: %d entries verified (%d to %d), head %s\n", rep.Count, rep.FromSeq, rep.LastSeq, rep.Head)
 	}
-	if rep.Count > 0 && rep.FromSeq > 1 {
+	if rep.Pruned {
+		fmt.Fprintf(w, "pruned: entries 1 to %d were removed, as the pruned entry in the chain records, behind the signed checkpoint at entry %d\n",
+			rep.FromSeq-1, rep.FromSeq-1)
+	} else if rep.Count > 0 && rep.FromSeq > 1 {
 		fmt.Fprintf(w, "range: verified from entry %d's prev_hash %s, which must equal the hash of entry %d (the head of the export before this one)\n",
 			rep.FromSeq, rep.PrevHash, rep.FromSeq-1)
 	}
@@ -278,6 +314,12 @@ func printReport(w io.Writer, rep audit.Report, outside, trusted int) {
 	if outside == 0 {
 		fmt.Fprintln(w, "note: no outside checkpoint given (--checkpoint): entries removed after the last checkpoint, or a log re-signed with another key, would not show")
 	}
+}
+
+// isFile reports whether name is a file that is there.
+func isFile(name string) bool {
+	fi, err := os.Stat(name)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func containsString(list []string, s string) bool {

@@ -65,7 +65,9 @@ func commands() map[string]command {
 		"mcp-bridge": {"relay an MCP client that launches stdio servers to a console's /mcp/{name}", cmdMCPBridge},
 		"backup":     {"copy a running SQLite console's database (and, with --keys, its keys) into an archive", cmdBackup},
 		"restore":    {"put a backup in place in a data directory, saying what its high-water mark will do", cmdRestore},
-		"audit":      {"audit verify|export|checkpoint|accept-rollback: the tamper-evident audit trail", cmdAudit},
+		"audit":      {"audit verify|export|checkpoint|pack|prune|accept-rollback: the tamper-evident audit trail", cmdAudit},
+		"hold":       {"hold add|list|remove: legal holds that keep calls' audit entries from pruning (admin)", cmdHold},
+		"compact":    {"give a SQLite database's free pages back after audit prune (blocks writes)", cmdCompact},
 	}
 }
 

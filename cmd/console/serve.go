@@ -451,6 +451,7 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 		MCP: mcpHandler, OperatorAPI: f.operatorAPI, Catalog: cat, Tracer: a.tracer,
 	}
 	cc.Queue, cc.Accounts, cc.History, cc.Audit, cc.AuditSigner = a.queue, a.accounts, a.db, a.db, signer
+	cc.EvidencePack = evidencePackFunc(a.db, a.keys, signer)
 	cc.Notifications, cc.Catalog, cc.Logger = notes, cat, a.log
 	cc.OperatorAPI = f.operatorAPI
 	if a.db.pg != nil {

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -316,6 +317,16 @@ type Verifier struct {
 	keyIDs  map[string]bool
 
 	check func(*Entry) error // more checks of each entry whose hash verified
+
+	// A stored chain whose oldest entries were pruned starts after entry
+	// 1: gapTo and gapHash are the last entry removed and its hash, which
+	// a signed checkpoint must vouch for; pruned is set once a pruned
+	// entry in the chain names exactly that range.
+	allowPruned bool
+	gapTo       int64
+	gapHash     string
+	pruned      bool
+	prunedSeq   int64 // the pruned entry that names the gap
 }
 
 // Check has fn run on every entry after its hash verified (the passkey
@@ -326,6 +337,25 @@ func (v *Verifier) Check(fn func(*Entry) error) { v.check = fn }
 // NewVerifier starts a verifier for a chain that begins at sequence 1.
 func NewVerifier() *Verifier {
 	return &Verifier{headHash: GenesisHash, firstSeq: 1, firstPrv: GenesisHash}
+}
+
+// AllowPruned lets a chain that should begin at entry 1 begin later: the
+// entries before its first are accepted as removed only when a signed
+// checkpoint (given before the entries) has the hash of the last of them,
+// equal to the first entry's prev_hash, and a pruned entry in the chain
+// records their removal, naming that last entry and its hash (see
+// PrunedDetails), itself covered by a signed checkpoint. Otherwise the gap
+// breaks the chain at entry 1 (or at the pruned entry no checkpoint
+// covers).
+func (v *Verifier) AllowPruned() { v.allowPruned = true }
+
+// PrunedDetails is what a pruned entry records of the entries it removed:
+// FromSeq to ToSeq, Count of them, and the hash of the last one.
+type PrunedDetails struct {
+	FromSeq  int64  `json:"from_seq"`
+	ToSeq    int64  `json:"to_seq"`
+	Count    int64  `json:"count"`
+	LastHash string `json:"last_hash"`
 }
 
 // NewRangeVerifier starts a verifier for a run of entries that may begin
@@ -411,6 +441,17 @@ func (v *Verifier) Add(e *Entry) error {
 			return &BreakError{Seq: 1, Reason: "the first entry's prev_hash is not the genesis hash"}
 		}
 	}
+	if !v.started && !v.ranged && v.allowPruned && e.Seq > 1 && v.lastSeq == 0 {
+		// The oldest entries were pruned: the checkpoint at the last one
+		// removed must vouch for where the chain now starts.
+		if want, ok := v.wantHeads[e.Seq-1]; !ok || want != e.PrevHash {
+			return &BreakError{Seq: 1, Reason: fmt.Sprintf("expected entry 1, found %d (entries 1 to %d are missing, and no signed checkpoint at entry %d vouches for their removal)", e.Seq, e.Seq-1, e.Seq-1)}
+		}
+		v.gapTo, v.gapHash = e.Seq-1, e.PrevHash
+		v.lastSeq, v.headHash = e.Seq-1, e.PrevHash
+		v.firstSeq, v.firstPrv = e.Seq, e.PrevHash
+		v.gotHeads[e.Seq-1] = e.PrevHash
+	}
 	v.started = true
 	if e.Seq != v.lastSeq+1 {
 		return &BreakError{Seq: v.lastSeq + 1, Reason: fmt.Sprintf("expected entry %d, found %d (an entry is missing or out of order)", v.lastSeq+1, e.Seq)}
@@ -430,6 +471,12 @@ func (v *Verifier) Add(e *Entry) error {
 			return &BreakError{Seq: e.Seq, Reason: ReasonOf(err)}
 		}
 	}
+	if v.gapTo > 0 && e.Kind == KindPruned {
+		var d PrunedDetails
+		if raw, err := detailsText(e.Details); err == nil && json.Unmarshal(raw, &d) == nil && d.ToSeq == v.gapTo && d.LastHash == v.gapHash {
+			v.pruned, v.prunedSeq = true, e.Seq
+		}
+	}
 	v.count++
 	v.lastSeq = e.Seq
 	v.headHash = e.Hash
@@ -446,9 +493,23 @@ func (v *Verifier) Add(e *Entry) error {
 // the number of entries and the head hash. When entries are missing from
 // the end, the error names the first missing one.
 func (v *Verifier) Finish() (count int64, head string, err error) {
+	if v.gapTo > 0 && !v.pruned {
+		return v.count, v.headHash, &BreakError{Seq: 1, Reason: fmt.Sprintf("expected entry 1, found %d (entries 1 to %d are missing, and no pruned entry records their removal)", v.gapTo+1, v.gapTo)}
+	}
+	if v.gapTo > 0 {
+		// Anyone can compute an entry's hash: only a signature after the
+		// pruned entry shows that the audit key's holder wrote it.
+		signed := false
+		for seq := range v.gotHeads {
+			signed = signed || seq >= v.prunedSeq
+		}
+		if !signed {
+			return v.count, v.headHash, &BreakError{Seq: v.prunedSeq, Reason: "the pruned entry that records the removal of the oldest entries is covered by no signed checkpoint"}
+		}
+	}
 	missing := int64(-1)
 	for seq := range v.wantHeads {
-		if _, ok := v.gotHeads[seq]; ok || (v.ranged && v.started && seq < v.firstSeq) {
+		if _, ok := v.gotHeads[seq]; ok || ((v.ranged || v.gapTo > 0) && v.started && seq < v.firstSeq) {
 			continue
 		}
 		if missing < 0 || seq > missing {
@@ -460,6 +521,14 @@ func (v *Verifier) Finish() (count int64, head string, err error) {
 			Reason: fmt.Sprintf("the chain ends at entry %d but a signed checkpoint covers entry %d (entries were removed from the end)", v.lastSeq, missing)}
 	}
 	return v.count, v.headHash, nil
+}
+
+// detailsText is an entry's details as JSON text.
+func detailsText(d any) ([]byte, error) {
+	if raw, ok := d.(RawDetails); ok {
+		return raw, nil
+	}
+	return json.Marshal(d)
 }
 
 // First returns the sequence number and prev_hash the verified run starts

@@ -127,6 +127,18 @@ func (s *Signer) Sign(seq int64, head string, at time.Time) (Checkpoint, error) 
 	return c, nil
 }
 
+// EvidenceManifestPrefix is the domain separation prefix of an evidence
+// pack's manifest signature: the signed message is the prefix followed by
+// the manifest's bytes exactly as the pack holds them.
+const EvidenceManifestPrefix = "countersign/v1/evidence-manifest:"
+
+// SignEvidenceManifest returns the signature (base64url, no padding) of an
+// evidence pack's manifest bytes.
+func (s *Signer) SignEvidenceManifest(manifest []byte) string {
+	msg := append([]byte(EvidenceManifestPrefix), manifest...)
+	return base64.RawURLEncoding.EncodeToString(ed25519.Sign(s.priv, msg))
+}
+
 const pemType = "PRIVATE KEY"
 
 // LoadKey reads the audit key at path: a PKCS #8 Ed25519 private key in

@@ -416,6 +416,9 @@ type Report struct {
 	Uncovered []int64
 	// Header is the export's header, when verifying an export.
 	Header *ExportHeader
+	// Pruned is set when a stored chain starts after entry 1 behind a
+	// pruned entry and a checkpoint.
+	Pruned bool
 }
 
 // VerifyOptions adds what an outside party brings to a verification.

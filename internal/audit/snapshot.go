@@ -48,8 +48,33 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 	if err != nil {
 		return res, err
 	}
+	if opt.ToSeq > 0 {
+		if from, to, err = src.Range(ctx, time.Time{}, time.Time{}); err != nil {
+			return res, err
+		}
+		from, to = max(from, opt.FromSeq), min(to, opt.ToSeq)
+	}
+	if opt.Anchored && from == 0 && !opt.Since.IsZero() && !opt.Until.IsZero() {
+		// Clocks out of step can put the first entry at or after since
+		// behind the last one before until: the run between those two
+		// holds both ends.
+		if from, to, err = crossedRange(ctx, src, opt.Since, opt.Until); err != nil {
+			return res, err
+		}
+	}
+	if opt.ToSeq == 0 && opt.FromSeq > 0 && (from == 0 || opt.FromSeq < from) {
+		from = opt.FromSeq
+		if to < from {
+			to = from
+		}
+	}
 	if from == 0 || to < from {
 		from, to = 0, 0
+	}
+	if opt.Anchored && from > 0 {
+		if from, to, err = anchor(ctx, src, from, to); err != nil {
+			return res, err
+		}
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var cw *csv.Writer
@@ -62,12 +87,30 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 		if !opt.Until.IsZero() {
 			h.Until = FormatTime(opt.Until)
 		}
+		cps, err := src.Checkpoints(ctx, max(from-1, 1), to)
+		if err != nil {
+			return res, err
+		}
+		// The checkpoint at the entry before the range, if any: after a
+		// prune the oldest entry kept follows the checkpoint at the last
+		// entry removed, which vouches for its prev_hash. An anchored
+		// export carries it.
+		var before *Checkpoint
+		if len(cps) > 0 && cps[0].Seq == from-1 {
+			before = &cps[0]
+			if !opt.Anchored {
+				cps = cps[1:]
+			}
+		}
 		if from > 0 {
 			h.FromSeq, h.ToSeq, h.Count = from, to, to-from+1
 			h.PrevHash = GenesisHash
 			if from > 1 {
 				if h.PrevHash, err = src.Hash(ctx, from-1); err != nil {
-					return res, err
+					if before == nil {
+						return res, err
+					}
+					h.PrevHash = before.Head
 				}
 			}
 			if h.Head, err = src.Hash(ctx, to); err != nil {
@@ -83,10 +126,6 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 			return res, err
 		}
 		if _, err := bw.Write(buf); err != nil {
-			return res, err
-		}
-		cps, err := src.Checkpoints(ctx, from, to)
-		if err != nil {
 			return res, err
 		}
 		for _, c := range cps {
@@ -141,6 +180,47 @@ func WriteExport(ctx context.Context, w io.Writer, src Snapshot, opt ExportOptio
 	return res, bw.Flush()
 }
 
+// crossedRange is the run between the first entry at or after since and
+// the last before until, whichever comes first in the chain (0, 0 when
+// either is missing).
+func crossedRange(ctx context.Context, src Snapshot, since, until time.Time) (int64, int64, error) {
+	first, _, err := src.Range(ctx, since, time.Time{})
+	if err != nil || first == 0 {
+		return 0, 0, err
+	}
+	_, last, err := src.Range(ctx, time.Time{}, until)
+	if err != nil || last == 0 {
+		return 0, 0, err
+	}
+	return min(first, last), max(first, last), nil
+}
+
+// anchor widens from..to to the checkpoints around it (see
+// ExportOptions.Anchored).
+func anchor(ctx context.Context, src Snapshot, from, to int64) (int64, int64, error) {
+	cps, err := src.Checkpoints(ctx, 1, lastSeq)
+	if err != nil {
+		return 0, 0, err
+	}
+	oldest, _, err := src.Range(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		return 0, 0, err
+	}
+	start, end := max(int64(1), oldest), int64(0)
+	for _, c := range cps {
+		if c.Seq <= from && c.Seq > start {
+			start = c.Seq
+		}
+		if c.Seq >= to && (end == 0 || c.Seq < end) {
+			end = c.Seq
+		}
+	}
+	if end == 0 {
+		return 0, 0, ErrUnanchored
+	}
+	return start, end, nil
+}
+
 // lastSeq bounds the checkpoints a verification reads.
 const lastSeq = 1 << 62
 
@@ -160,6 +240,7 @@ func VerifySnapshot(ctx context.Context, s Snapshot, opts VerifyOptions) (Verify
 		return VerifyResult{}, err
 	}
 	v := NewVerifier()
+	v.AllowPruned()
 	all := opts
 	all.Checkpoints = append(append([]Checkpoint(nil), opts.Checkpoints...), cps...)
 	if err := all.Prepare(v); err != nil {
@@ -188,6 +269,7 @@ func VerifySnapshot(ctx context.Context, s Snapshot, opts VerifyOptions) (Verify
 	}
 	rep := opts.Report(v, count, head)
 	res.Count, res.Head, res.Uncovered = rep.Count, rep.Head, rep.Uncovered
+	res.FromSeq, res.LastSeq = rep.FromSeq, rep.LastSeq
 	res.Checkpoints, res.CheckpointSeq, res.KeyIDs = rep.Checkpoints, rep.CheckpointSeq, rep.KeyIDs
 	res.OK = res.Err == nil
 	return res, nil

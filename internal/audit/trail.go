@@ -39,6 +39,9 @@ type VerifyResult struct {
 	// Count entries verified; Head is the last one's hash.
 	Count int64
 	Head  string
+	// FromSeq and LastSeq are the first and last entries verified:
+	// FromSeq is above 1 when the oldest entries were pruned.
+	FromSeq, LastSeq int64
 	// CheckpointSeq is the newest checkpoint that matched the chain (0 when
 	// none); Checkpoints counts them; KeyIDs are the keys that signed them.
 	CheckpointSeq int64
@@ -63,7 +66,26 @@ type ExportOptions struct {
 	// Signer signs a JSONL export's header (the audit key). Without one
 	// the header is written in the unsigned ExportFormatV1.
 	Signer *Signer
+	// FromSeq, when above 0, starts the run no later than this entry,
+	// whatever Since says.
+	FromSeq int64
+	// ToSeq, when above 0, asks for the entries FromSeq (or the oldest
+	// kept) to ToSeq instead of a time range.
+	ToSeq int64
+	// Anchored widens the run to signed checkpoints at both ends: from the
+	// newest checkpoint at or before its first entry (entry 1 when there
+	// is none, or the oldest entry kept when older ones were pruned; the
+	// checkpoint at the last pruned entry is then exported too) to the
+	// oldest checkpoint at or after its last entry, so
+	// that every entry exported is bound by a signature. When no
+	// checkpoint covers the last entry the export writes nothing and
+	// returns ErrUnanchored: sign one and export again.
+	Anchored bool
 }
+
+// ErrUnanchored is an anchored export whose last entry no checkpoint
+// covers yet.
+var ErrUnanchored = errors.New("audit: no checkpoint covers the end of the range yet")
 
 // ExportResult describes what an export wrote.
 type ExportResult struct {

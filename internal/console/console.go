@@ -37,6 +37,9 @@ type Config struct {
 	// AuditSigner signs the headers of audit exports (the data
 	// directory's audit key); nil writes them unsigned.
 	AuditSigner *audit.Signer
+	// EvidencePack makes the admin page's evidence packs; nil offers
+	// none.
+	EvidencePack EvidencePackFunc
 	// Presence, when set, shares who has which call page open with the
 	// other replicas of a shared store, so that "also viewing" on a call
 	// page names the viewers on every replica; without it a call page
@@ -406,6 +409,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	post("/admin/freeze", c.freeze, c.requireAdmin)
 	post("/admin/unfreeze", c.unfreeze, c.requireAdmin)
 	post("/admin/replay", c.replay, c.requireAdmin)
+	post("/admin/evidence-pack", c.evidencePack, c.requireAdmin)
 }
 
 // shutdown closes every socket (asking pages to reconnect later) and

@@ -24,6 +24,10 @@ import (
 
 func (c *Console) adminView(ctx context.Context, v *viewer) (templates.AdminView, error) {
 	av := templates.AdminView{Page: c.page(v, "Administration", "admin", "", c.now())}
+	if c.cfg.EvidencePack != nil {
+		now := c.now().UTC()
+		av.EvidencePack, av.PackSince, av.PackUntil = true, now.AddDate(0, -1, 0).Format(time.DateOnly), now.Format(time.DateOnly)
+	}
 	users, err := c.accounts.Users(ctx)
 	if err != nil {
 		return av, err

@@ -1,6 +1,7 @@
 package passkey
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -28,6 +29,17 @@ type TrailChecker struct {
 	// seen (a range export), whose key could not be compared.
 	Verified     int
 	Unregistered []int64
+
+	// unregistered holds the approvals in Unregistered until a pruned
+	// entry's snapshot settles them: the passkey, its key and approver.
+	unregistered []pending
+}
+
+// pending is an approval whose passkey's registration was not seen.
+type pending struct {
+	seq      int64
+	id, user string
+	key      []byte
 }
 
 // registered is a passkey's registration entry: its account and key.
@@ -43,7 +55,7 @@ func NewTrailChecker() *TrailChecker {
 
 // Check checks one entry; it is called in the trail's order.
 func (t *TrailChecker) Check(e *audit.Entry) error {
-	if e.Kind != audit.KindPasskeyAdded && e.Kind != audit.KindPasskeyRemoved && e.Kind != audit.KindApproved {
+	if e.Kind != audit.KindPasskeyAdded && e.Kind != audit.KindPasskeyRemoved && e.Kind != audit.KindApproved && e.Kind != audit.KindPruned {
 		return nil
 	}
 	raw, err := detailsJSON(e.Details)
@@ -62,6 +74,8 @@ func (t *TrailChecker) Check(e *audit.Entry) error {
 		t.keys[d.CredentialID] = registered{user: registrant(raw, e), key: d.PublicKey}
 		delete(t.removed, d.CredentialID)
 		return nil
+	case audit.KindPruned:
+		return t.settle(raw)
 	case audit.KindPasskeyRemoved:
 		var d struct {
 			CredentialID string `json:"credential_id"`
@@ -99,12 +113,61 @@ func (t *TrailChecker) Check(e *audit.Entry) error {
 	switch {
 	case !ok:
 		t.Unregistered = append(t.Unregistered, e.Seq)
+		t.unregistered = append(t.unregistered, pending{seq: e.Seq, id: id, user: e.Principal, key: ev.PublicKey})
 	case !ev.SamePublicKey(ev.CredentialID, reg.key):
 		return fmt.Errorf("the passkey that signed this approval is not the one registered as %s (another public key)", id)
 	case reg.user != e.Principal:
 		return fmt.Errorf("the passkey that signed this approval (%s) is registered to %s, not to %s", id, reg.user, e.Principal)
 	}
 	t.Verified++
+	return nil
+}
+
+// settle reads a pruned entry's snapshot of the passkeys live when older
+// entries were removed (docs/audit.md §6): each approval before it whose
+// registration was removed must be by a passkey the snapshot names, with
+// the same key, registered to the approver; a passkey it names is known
+// from then on as if its registration had been seen. An approval by a
+// passkey the snapshot does not name (removed before the prune) stays
+// noted in Unregistered.
+func (t *TrailChecker) settle(raw []byte) error {
+	var d struct {
+		Snapshot struct {
+			Passkeys []struct {
+				User         string `json:"user"`
+				CredentialID string `json:"credential_id"`
+				PublicKey    B64    `json:"public_key"`
+			} `json:"passkeys"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("passkey: pruned entry: %w", err)
+	}
+	live := map[string]registered{}
+	for _, p := range d.Snapshot.Passkeys {
+		live[p.CredentialID] = registered{user: p.User, key: p.PublicKey}
+	}
+	var still []pending
+	var seqs []int64
+	for _, p := range t.unregistered {
+		reg, ok := live[p.id]
+		switch {
+		case !ok:
+			still, seqs = append(still, p), append(seqs, p.seq)
+		case !bytes.Equal(reg.key, p.key):
+			return fmt.Errorf("the passkey that signed entry %d (%s) has another public key in this pruned entry's snapshot", p.seq, p.id)
+		case reg.user != p.user:
+			return fmt.Errorf("the passkey that signed entry %d (%s) is registered to %s in this pruned entry's snapshot, not to %s", p.seq, p.id, reg.user, p.user)
+		}
+	}
+	t.unregistered, t.Unregistered = still, seqs
+	for id, reg := range live {
+		if _, ok := t.keys[id]; !ok {
+			if _, gone := t.removed[id]; !gone {
+				t.keys[id] = reg
+			}
+		}
+	}
 	return nil
 }
 

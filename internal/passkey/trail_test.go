@@ -165,3 +165,48 @@ func TestTrailCheckerTiesTheKeyToItsAccount(t *testing.T) {
 		})
 	}
 }
+
+// TestTrailCheckerSettlesWithAPrunedSnapshot: an approval whose passkey's
+// registration was pruned is settled by the pruned entry's snapshot of the
+// live passkeys: it must name the passkey with the same key, registered to
+// the approver; one it does not name stays noted.
+func TestTrailCheckerSettlesWithAPrunedSnapshot(t *testing.T) {
+	ev, evidence := exampleEvidence(t)
+	id := base64.RawURLEncoding.EncodeToString(ev.CredentialID)
+	pruned := func(user string, key []byte) *audit.Entry {
+		pk := []any{}
+		if user != "" {
+			pk = append(pk, map[string]any{"user": user, "credential_id": id, "name": ev.CredentialName,
+				"public_key": base64.RawURLEncoding.EncodeToString(key)})
+		}
+		return &audit.Entry{Kind: audit.KindPruned, Principal: "root", Channel: audit.ChannelCLI,
+			Details: map[string]any{"to_seq": int64(0), "snapshot": map[string]any{"passkeys": pk}}}
+	}
+	approve := func() *audit.Entry { return approval(ev.CallID, ev.Digest, ev.Operator, evidence) }
+
+	c, err := verify(t, trail(t, approve(), pruned(ev.Operator, ev.PublicKey), approve()))
+	if err != nil || c.Verified != 2 || len(c.Unregistered) != 0 {
+		t.Fatalf("settled by the snapshot: verified %d, unregistered %v, %v", c.Verified, c.Unregistered, err)
+	}
+	c, err = verify(t, trail(t, approve(), pruned("", nil)))
+	if err != nil || len(c.Unregistered) != 1 {
+		t.Fatalf("a passkey the snapshot does not name: unregistered %v, %v", c.Unregistered, err)
+	}
+	for _, tc := range []struct {
+		name string
+		user string
+		key  []byte
+		want string
+	}{
+		{"registered to another account", "mallory", ev.PublicKey, "registered to mallory"},
+		{"another key", ev.Operator, []byte{0xa5, 1, 2}, "another public key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := verify(t, trail(t, approve(), pruned(tc.user, tc.key)))
+			var be *audit.BreakError
+			if !errors.As(err, &be) || be.Seq != 2 || !strings.Contains(be.Reason, tc.want) {
+				t.Fatalf("err = %v, want a break at entry 2 saying %q", err, tc.want)
+			}
+		})
+	}
+}

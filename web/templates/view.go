@@ -752,6 +752,10 @@ type AdminView struct {
 	ReplayTools string
 	ReplaySince string
 	Replay      *ReplayView
+	// EvidencePack offers the evidence pack form; PackSince and PackUntil
+	// are the days it proposes.
+	EvidencePack         bool
+	PackSince, PackUntil string
 }
 
 // joinOr joins items with commas, or says none.

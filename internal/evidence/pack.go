@@ -1,0 +1,295 @@
+// Package evidence makes and checks evidence packs: one tar archive that
+// holds a complete, signed run of the audit chain with its checkpoints,
+// the public keys needed to check it, the passkey evidence of the
+// approvals in it, each call's lineage, a summary for people and a
+// manifest of every file signed with the audit key (docs/evidence.md).
+package evidence
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/canonical"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Format names the pack format, in MANIFEST.json.
+const Format = "countersign-evidence-pack/v1"
+
+// ManifestPrefix is the domain separation prefix of the manifest's
+// signature: the signed message is the prefix followed by the bytes of
+// MANIFEST.json exactly as the pack holds them.
+const ManifestPrefix = audit.EvidenceManifestPrefix
+
+// The files of a pack.
+const (
+	FileReadme      = "README.md"
+	FileManifest    = "MANIFEST.json"
+	FileSignature   = "MANIFEST.sig"
+	FileChain       = "chain.jsonl"
+	FileCheckpoints = "checkpoints.jsonl"
+	FileAuditKey    = "keys/audit.json"
+	FileGrantKeys   = "keys/grant-jwks.json"
+	FilePasskeys    = "keys/passkeys.jsonl"
+	FileEvidence    = "passkey-evidence.jsonl"
+	FileLineage     = "lineage.jsonl"
+	FileSummary     = "summary.json"
+	// VerifierDir holds copies of the verifiers, for reading: an auditor
+	// runs the ones from their own copy of Countersign.
+	VerifierDir = "verify/"
+)
+
+// Source is what a pack is made from: the store's audit trail and calls.
+type Source interface {
+	ExportAudit(ctx context.Context, w io.Writer, opt audit.ExportOptions) (audit.ExportResult, error)
+	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
+	Timeline(ctx context.Context, callID string) ([]audit.Entry, error)
+	Call(ctx context.Context, id string) (*queue.Call, error)
+}
+
+// Options say what a pack covers and what it brings.
+type Options struct {
+	// Since and Until bound the time the pack is about (entries at or
+	// after Since, before Until; zero leaves that end open). The chain
+	// section is widened to the checkpoints around them.
+	Since, Until time.Time
+	// FromSeq and ToSeq, when ToSeq is above 0, ask for the entries from
+	// FromSeq (or the oldest kept) to ToSeq instead of a time range: the
+	// archive of a prune.
+	FromSeq, ToSeq int64
+	// Tool and Actor, when set, narrow the lineage and the summary; the
+	// chain section is always whole.
+	Tool, Actor string
+	// Signer is the audit key: it signs the manifest, the chain's header
+	// and, when none covers the range's end, a checkpoint made now.
+	Signer *audit.Signer
+	// GrantKeys is the JWKS of the grant keys' public halves.
+	GrantKeys []byte
+	// Verifiers are copies of the verifiers to include, by file name.
+	Verifiers map[string][]byte
+	// Now is the time the pack is made.
+	Now time.Time
+}
+
+// ErrEmpty is a pack asked for a time range that holds no entry.
+var ErrEmpty = errors.New("evidence: no audit entry in that time range")
+
+// Manifest is MANIFEST.json: what the pack is about and the SHA-256 of
+// every other file but MANIFEST.sig.
+type Manifest struct {
+	Format    string `json:"format"`
+	Database  string `json:"database"`
+	CreatedAt string `json:"created_at"`
+	Since     string `json:"since"`
+	Until     string `json:"until"`
+	Tool      string `json:"tool"`
+	Actor     string `json:"actor"`
+	// Chain is the chain section's range and head, as its header says.
+	Chain ChainRange `json:"chain"`
+	Files []FileSum  `json:"files"`
+}
+
+// ChainRange is the run of entries a pack's chain holds.
+type ChainRange struct {
+	FromSeq int64  `json:"from_seq"`
+	ToSeq   int64  `json:"to_seq"`
+	Count   int64  `json:"count"`
+	Head    string `json:"head"`
+}
+
+// FileSum is one file of the pack and its SHA-256.
+type FileSum struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Signature is MANIFEST.sig: the audit key and its signature of the
+// manifest's bytes (ManifestPrefix || MANIFEST.json).
+type Signature struct {
+	KID       string `json:"kid"`
+	PublicKey string `json:"public_key"`
+	Signature string `json:"signature"`
+}
+
+// Result says what a pack holds.
+type Result struct {
+	Chain    ChainRange
+	Calls    int
+	Summary  Summary
+	Manifest Manifest
+	// Signed is the checkpoint made for the pack, when none covered the
+	// end of the range (zero otherwise).
+	Signed audit.Checkpoint
+}
+
+// Write makes a pack from src and writes it to w as a tar archive.
+func Write(ctx context.Context, w io.Writer, src Source, opt Options) (Result, error) {
+	var res Result
+	if opt.Signer == nil {
+		return res, errors.New("evidence: a pack is signed with the audit key, and none was given")
+	}
+	chain, err := anchoredChain(ctx, src, opt, 0, &res)
+	if err != nil {
+		return res, err
+	}
+	// A call redeemed in the range whose approvals precede the chain
+	// section: start the section at its first entry, so that every
+	// redeemed digest can be compared with an approved one.
+	first, err := earliestApproval(ctx, src, chain)
+	if err != nil {
+		return res, err
+	}
+	if first > 0 && first < chain.header.FromSeq {
+		if chain, err = anchoredChain(ctx, src, opt, first, &res); err != nil {
+			return res, err
+		}
+	}
+	files := map[string][]byte{FileChain: chain.raw}
+	res.Chain = ChainRange{FromSeq: chain.header.FromSeq, ToSeq: chain.header.ToSeq, Count: chain.header.Count, Head: chain.header.Head}
+
+	var cps bytes.Buffer
+	for _, c := range chain.checkpoints {
+		line, err := audit.AppendCheckpointLine(nil, c)
+		if err != nil {
+			return res, err
+		}
+		cps.Write(line)
+	}
+	files[FileCheckpoints] = cps.Bytes()
+	if files[FileAuditKey], err = jsonFile(AuditKey{KID: opt.Signer.KID(), PublicKey: opt.Signer.PublicKey(), Fingerprint: Fingerprint(opt.Signer.PublicKey())}); err != nil {
+		return res, err
+	}
+	files[FileGrantKeys] = opt.GrantKeys
+	if files[FilePasskeys], files[FileEvidence], err = passkeyFiles(chain.entries); err != nil {
+		return res, err
+	}
+
+	calls, err := callInfo(ctx, src, chain.entries)
+	if err != nil {
+		return res, err
+	}
+	res.Summary = summarize(chain.entries, calls, opt)
+	if files[FileSummary], err = jsonFile(res.Summary); err != nil {
+		return res, err
+	}
+	if files[FileLineage], res.Calls, err = lineageFile(ctx, src, res.Summary.callIDs, opt.Now); err != nil {
+		return res, err
+	}
+	for name, b := range opt.Verifiers {
+		files[VerifierDir+name] = b
+	}
+	files[FileReadme] = readme(res, chain.header, opt)
+
+	m := Manifest{Format: Format, Database: chain.header.Database, CreatedAt: audit.FormatTime(opt.Now), Since: timeText(opt.Since),
+		Until: timeText(opt.Until), Tool: opt.Tool, Actor: opt.Actor, Chain: res.Chain}
+	for name, b := range files {
+		sum := sha256.Sum256(b)
+		m.Files = append(m.Files, FileSum{Name: name, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b))})
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
+	res.Manifest = m
+	manifest, err := jsonFile(m)
+	if err != nil {
+		return res, err
+	}
+	sig, err := jsonFile(Sign(opt.Signer, manifest))
+	if err != nil {
+		return res, err
+	}
+	files[FileManifest], files[FileSignature] = manifest, sig
+	return res, writeTar(w, files, opt.Now)
+}
+
+// Sign signs a manifest's bytes with the audit key.
+func Sign(s *audit.Signer, manifest []byte) Signature {
+	return Signature{KID: s.KID(), PublicKey: s.PublicKey(), Signature: s.SignEvidenceManifest(manifest)}
+}
+
+// AuditKey is keys/audit.json: the public half of the audit key.
+type AuditKey struct {
+	KID       string `json:"kid"`
+	PublicKey string `json:"public_key"`
+	// Fingerprint is the lowercase hex SHA-256 of the raw public key,
+	// the form --audit-key-fingerprint takes.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// Fingerprint is the lowercase hex SHA-256 of a raw Ed25519 public key
+// given as base64url; "" when it is not one.
+func Fingerprint(publicKey string) string {
+	raw, err := base64.RawURLEncoding.DecodeString(publicKey)
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return ""
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return audit.FormatTime(t)
+}
+
+// jsonFile is v as canonical JSON with a final newline.
+func jsonFile(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	x, err := canonical.ParseWith(b, canonical.Options{MaxBytes: len(b) + 1, MaxDepth: 64, Numbers: canonical.NumbersAnywhere()})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: encode: %w", err)
+	}
+	out, err := canonical.Append(nil, x)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: encode: %w", err)
+	}
+	return append(out, '\n'), nil
+}
+
+// writeTar writes files as a tar archive: the README, the manifest and its
+// signature first, then the rest by name.
+func writeTar(w io.Writer, files map[string][]byte, now time.Time) error {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	rank := map[string]int{FileReadme: 0, FileManifest: 1, FileSignature: 2}
+	sort.Slice(names, func(i, j int) bool {
+		ri, iok := rank[names[i]]
+		rj, jok := rank[names[j]]
+		switch {
+		case iok && jok:
+			return ri < rj
+		case iok != jok:
+			return iok
+		}
+		return names[i] < names[j]
+	})
+	tw := tar.NewWriter(w)
+	for _, n := range names {
+		b := files[n]
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), ModTime: now.UTC().Truncate(time.Second), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
