@@ -28,7 +28,7 @@ func TestCounterCommand(t *testing.T) {
 	orig := callJSON(t, stdout)
 	id, digest := orig["id"].(string), orig["digest"].(string)
 
-	code, stdout, stderr = callRun(t, nil, "", "counter", id, "--as", "alice", "--digest", digest, "--set", "/amount_minor=abc", "--data", data)
+	code, _, stderr = callRun(t, nil, "", "counter", id, "--as", "alice", "--digest", digest, "--set", "/amount_minor=abc", "--data", data)
 	if code != 2 || !strings.Contains(stderr, "not JSON") {
 		t.Errorf("a value that is not JSON: exit %d, stderr %q", code, stderr)
 	}
