@@ -327,13 +327,11 @@ const VerifyEvery = 5 * time.Minute
 // says the result). Then it closes every socket, asking pages to reconnect
 // later, and waits for them.
 func (c *Console) Run(ctx context.Context) {
-	c.wg.Add(4)
-	go func() { defer c.wg.Done(); c.hub.run() }()
-	go func() { defer c.wg.Done(); c.needsLoop() }()
-	go func() { defer c.wg.Done(); c.sweepLoop() }()
-	go func() { defer c.wg.Done(); c.chain.Run(ctx) }()
-	go func() {
-		defer c.wg.Done()
+	c.wg.Go(c.hub.run)
+	c.wg.Go(c.needsLoop)
+	c.wg.Go(c.sweepLoop)
+	c.wg.Go(func() { c.chain.Run(ctx) })
+	c.wg.Go(func() {
 		t := time.NewTicker(VerifyEvery)
 		defer t.Stop()
 		for {
@@ -344,7 +342,7 @@ func (c *Console) Run(ctx context.Context) {
 				c.chain.Request(c.now())
 			}
 		}
-	}()
+	})
 	<-ctx.Done()
 	c.shutdown()
 }
