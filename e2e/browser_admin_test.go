@@ -54,7 +54,7 @@ func TestBrowserAdminSections(t *testing.T) {
 		ad.do("set the window to "+w.name+" px", waitShort, chromedp.EmulateViewport(w.width, w.height))
 		ad.navigate(s.url + "/admin")
 		links := eval[[]string](ad, `Array.from(document.querySelectorAll('[data-testid="admin-nav"] a'), a => a.getAttribute("href"))`)
-		want := []string{"#freezes", "#people", "#agents", "#tools", "#deliveries", "#keys"}
+		want := []string{"#freezes", "#people", "#agents", "#tools", "#deliveries", "#evidence", "#keys"}
 		if strings.Join(links, " ") != strings.Join(want, " ") {
 			t.Errorf("admin sections %v, want %v", links, want)
 		}
