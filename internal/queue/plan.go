@@ -442,6 +442,10 @@ type ApprovePlanInput struct {
 	AcceptWarnings bool
 	// Presented is the plan page's presentation token (present.PagePlan).
 	Presented string
+	// Listed is, for an approval through the operator API, the listing
+	// token its plan listing gave the plan (PlanListingToken); checked,
+	// never recorded as a presentation.
+	Listed string
 	// ValidFor shortens how long the approved plan stays valid; zero or
 	// more than the plan's MaxFor means MaxFor.
 	ValidFor time.Duration
@@ -479,6 +483,9 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 			return ErrDigestMismatch
 		}
 		now := s.now()
+		if err := s.checkPlanListed(in.Channel, in.Listed, in.Operator, p, items, now); err != nil {
+			return err
+		}
 		shown, err := s.presented(in.Channel, in.Presented, present.PagePlan, in.Operator, planItems(p, items), now)
 		if err != nil {
 			return err
@@ -496,10 +503,20 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 			if err := Confirmation(s.Tools(), c, in.Confirm[i], in.AcceptWarnings); err != nil {
 				return fmt.Errorf("item %d: %w", i, err)
 			}
+			if err := approvableFrom(s.Tools(), c, in.Channel); err != nil {
+				return fmt.Errorf("item %d: %w", i, err)
+			}
+		}
+		// On its page a plan is approved by a person who read it (method
+		// plan); through the operator API by a script holding a person's
+		// token (method command, unattested).
+		method := MethodPlan
+		if in.Channel == audit.ChannelAPI {
+			method = MethodCommand
 		}
 		for _, c := range items {
 			a := Approval{Operator: in.Operator, Channel: in.Channel, At: now, Comment: comment, Digest: c.Digest,
-				Method: MethodPlan, Via: p.ID, Presented: shown}
+				Method: method, Via: p.ID, Presented: shown}
 			if err := s.recordApproval(tx, c, u, a, map[string]any{"plan": p.ID, "plan_digest": p.Digest}); err != nil {
 				return err
 			}
@@ -546,6 +563,36 @@ func (s *Service) PresentPlan(viewer string, p *Plan, items []*Call) string {
 		return ""
 	}
 	return s.present.Token(present.Shown{Page: present.PagePlan, Viewer: viewer, At: s.now(), Items: planItems(p, items)})
+}
+
+// PlanListingToken is the token the operator API's plan listing gives plan
+// p for viewer (present.PageListing over its items and its digest): an
+// approval through the API carries it to name the plan as it was listed.
+// "" when the service checks no listings.
+func (s *Service) PlanListingToken(viewer string, p *Plan, items []*Call) string {
+	if s.present == nil {
+		return ""
+	}
+	return s.present.Token(present.Shown{Page: present.PageListing, Viewer: viewer, At: s.now(), Items: planItems(p, items)})
+}
+
+// checkPlanListed is checkListed of a plan: an approval through the
+// operator API names a recent listing of this plan, its items and digest,
+// made for operator; other channels carry none.
+func (s *Service) checkPlanListed(channel, token, operator string, p *Plan, items []*Call, now time.Time) error {
+	if channel != audit.ChannelAPI {
+		if token != "" {
+			return fmt.Errorf("%w (a listing token is for the operator API only)", ErrListing)
+		}
+		return nil
+	}
+	if s.present == nil {
+		return fmt.Errorf("%w (this console checks no listings)", ErrListing)
+	}
+	if _, err := s.present.Check(token, present.PageListing, operator, planItems(p, items), now, MaxListingAge); err != nil {
+		return fmt.Errorf("%w (%w)", ErrListing, err)
+	}
+	return nil
 }
 
 // DenyPlan ends a pending plan with the operator's reason: every item is

@@ -153,4 +153,54 @@ func checkPlansAgainstDoc(t *testing.T, checkOn func(*openAPIStack, docRequest, 
 	checkOn(st, docRequest{op: cancel, path: "/api/v1/plans/" + id + "/cancel", token: tok}, http.StatusConflict)
 	checkOn(st, docRequest{op: cancel, path: "/api/v1/plans/pln_none/cancel", token: tok}, http.StatusNotFound)
 	_ = p
+
+	// Through the operator API: listed with a listing token, approved by a
+	// person's decide token naming digest and listing (recorded command,
+	// unattested), another denied.
+	accounts := account.NewService(st.db.Accounts(), nil)
+	mintOp := func(scope string) string {
+		_, secret, err := accounts.CreateOperatorToken(ctx, account.OperatorTokenSpec{Person: "alice", Scope: scope, Life: time.Hour}, audit.ChannelWeb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	read, decide := mintOp(account.ScopeRead), mintOp(account.ScopeDecide)
+	const opList, opApprove, opDeny = "GET /api/v1/operator/plans", "POST /api/v1/operator/plans/{id}/approve", "POST /api/v1/operator/plans/{id}/deny"
+	toApprove := checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, body: planBody(false, 200, 2)}, http.StatusCreated)
+	toDeny := checkOn(st, docRequest{op: submit, path: "/api/v1/plans", token: tok, body: planBody(false, 300, 1)}, http.StatusCreated)
+	checkOn(st, docRequest{op: opList, path: "/api/v1/operator/plans", token: tok}, http.StatusForbidden)
+	listed := checkOn(st, docRequest{op: opList, path: "/api/v1/operator/plans", token: read}, http.StatusOK)
+	listing := map[string]string{}
+	for _, v := range listed.json["plans"].([]any) {
+		lp := v.(map[string]any)
+		listing[mapAt(t, lp, "plan")["id"].(string)] = lp["listing"].(string)
+	}
+	aid, did := toApprove.json["id"].(string), toDeny.json["id"].(string)
+	if listing[aid] == "" || listing[did] == "" {
+		t.Fatalf("the plan listing leaves out a pending plan: %s", listed.body)
+	}
+	body := func(digest, listed string) string {
+		return `{"digest":"` + digest + `","listing":"` + listed + `"}`
+	}
+	digest := toApprove.json["digest"].(string)
+	checkOn(st, docRequest{op: opApprove, path: "/api/v1/operator/plans/" + aid + "/approve", token: read, body: body(digest, listing[aid])}, http.StatusForbidden)
+	checkOn(st, docRequest{op: opApprove, path: "/api/v1/operator/plans/" + aid + "/approve", token: decide, body: `{"digest":"` + digest + `"}`}, http.StatusBadRequest)
+	// Another plan's listing names other items: refused.
+	checkOn(st, docRequest{op: opApprove, path: "/api/v1/operator/plans/" + aid + "/approve", token: decide, body: body(digest, listing[did])}, http.StatusConflict)
+	checkOn(st, docRequest{op: opApprove, path: "/api/v1/operator/plans/" + aid + "/approve", token: decide,
+		body: body(toDeny.json["digest"].(string), listing[aid])}, http.StatusConflict)
+	ok := checkOn(st, docRequest{op: opApprove, path: "/api/v1/operator/plans/" + aid + "/approve", token: decide, body: body(digest, listing[aid])}, http.StatusOK)
+	op := mapAt(t, ok.json, "plan")
+	given := mapAt(t, op["items"].([]any)[0].(map[string]any), "approvals")["given"].([]any)
+	if op["status"] != "approved" || ok.json["listing"] != nil || len(given) != 1 ||
+		given[0].(map[string]any)["method"] != "command" || given[0].(map[string]any)["human"] != "unattested" || given[0].(map[string]any)["channel"] != "api" {
+		t.Errorf("a plan approved through the operator API: %s", ok.body)
+	}
+	checkOn(st, docRequest{op: opDeny, path: "/api/v1/operator/plans/" + did + "/deny", token: decide, body: `{"reason":""}`}, http.StatusBadRequest)
+	denied := checkOn(st, docRequest{op: opDeny, path: "/api/v1/operator/plans/" + did + "/deny", token: decide, body: `{"reason":"not these files"}`}, http.StatusOK)
+	if mapAt(t, denied.json, "plan")["status"] != "denied" {
+		t.Errorf("a plan denied through the operator API: %s", denied.body)
+	}
+	checkOn(st, docRequest{op: opDeny, path: "/api/v1/operator/plans/pln_none/deny", token: decide, body: `{"reason":"no"}`}, http.StatusNotFound)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/answer"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/plan"
 	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/tools"
@@ -52,6 +54,9 @@ func (s *Server) routesOperator(e *echo.Echo) {
 	g.POST("/calls/:id/deny", s.opDeny, requireScope(account.ScopeDecide))
 	g.GET("/allowances", s.opAllowances)
 	g.POST("/allowances/:id/revoke", s.opRevokeAllowance, requireScope(account.ScopeDecide))
+	g.GET("/plans", s.opPlans)
+	g.POST("/plans/:id/approve", s.opApprovePlan, requireScope(account.ScopeDecide))
+	g.POST("/plans/:id/deny", s.opDenyPlan, requireScope(account.ScopeDecide))
 	g.GET("/delegations", s.opDelegations)
 	g.POST("/delegations/:id/end", s.opEndDelegation, requireScope(account.ScopeDecide))
 	if s.cfg.Catalog != nil {
@@ -249,6 +254,107 @@ func (s *Server) opRevokeAllowance(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, answer.Allowance(a, s.now()))
+}
+
+// maxPlansListed bounds one listing of pending plans.
+const maxPlansListed = 100
+
+// operatorPlan is plan p as the operator API shows it to op: its items
+// without grants, and a listing token while it is pending.
+func (s *Server) operatorPlan(c echo.Context, op operator, p *queue.Plan, items []*queue.Call) (wire.OperatorPlan, error) {
+	now := s.now()
+	v, err := answer.Plan(p, items, s.cfg.Accounts.PublicNames(c.Request().Context()), now)
+	if err != nil {
+		return wire.OperatorPlan{}, err
+	}
+	for i := range v.Items {
+		v.Items[i].Grant, v.Items[i].GrantExpiresAt = "", time.Time{}
+	}
+	out := wire.OperatorPlan{Plan: v}
+	if p.Status == queue.PlanPending {
+		if out.Listing = s.cfg.Queue.PlanListingToken(op.user.Name, p, items); out.Listing != "" {
+			out.ListingExpiresAt = now.UTC().Add(queue.MaxListingAge)
+		}
+	}
+	return out, nil
+}
+
+// opPlans lists the pending plans, by deadline, each with every item and a
+// listing token an approval names.
+func (s *Server) opPlans(c echo.Context) error {
+	ctx := c.Request().Context()
+	plans, err := s.cfg.Queue.PendingPlans(ctx, maxPlansListed)
+	if err != nil {
+		return err
+	}
+	out := wire.OperatorPlans{Plans: []wire.OperatorPlan{}}
+	for _, p := range plans {
+		p, items, err := s.cfg.Queue.ReadPlan(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		v, err := s.operatorPlan(c, operatorOf(c), p, items)
+		if err != nil {
+			return err
+		}
+		out.Plans = append(out.Plans, v)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// opApprovePlan approves a whole plan as the token's person, recorded
+// method command, channel api, human unattested, naming the digest and
+// the listing token a listing gave the plan.
+func (s *Server) opApprovePlan(c echo.Context) error {
+	var in wire.OperatorPlanApproval
+	if err := readOperatorJSON(c, &in); err != nil {
+		return err
+	}
+	if in.Digest == "" || in.Listing == "" {
+		return problem.New(http.StatusBadRequest, "bad_request",
+			"send the plan digest and the listing token the plan listing (GET /api/v1/operator/plans) gave the plan")
+	}
+	confirm := map[int]string{}
+	for k, v := range in.Confirm {
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 0 || n >= plan.MaxItems {
+			return problem.New(http.StatusBadRequest, "bad_request", "confirm is keyed by item index (0 to %d); %q is not one", plan.MaxItems-1, k)
+		}
+		confirm[n] = v
+	}
+	ctx := c.Request().Context()
+	op := operatorOf(c)
+	if _, err := s.cfg.Queue.ApprovePlan(ctx, queue.ApprovePlanInput{Operator: op.user.Name, Channel: audit.ChannelAPI,
+		PlanID: c.Param("id"), Digest: in.Digest, Listed: in.Listing, Comment: in.Comment, Confirm: confirm,
+		AcceptWarnings: in.AcceptWarnings}); err != nil {
+		return err
+	}
+	return s.answerOperatorPlan(c, op)
+}
+
+// opDenyPlan denies a pending plan, every item with the reason.
+func (s *Server) opDenyPlan(c echo.Context) error {
+	var in wire.OperatorReason
+	if err := readOperatorJSON(c, &in); err != nil {
+		return err
+	}
+	op := operatorOf(c)
+	if _, err := s.cfg.Queue.DenyPlan(c.Request().Context(), op.user.Name, audit.ChannelAPI, c.Param("id"), in.Reason); err != nil {
+		return err
+	}
+	return s.answerOperatorPlan(c, op)
+}
+
+func (s *Server) answerOperatorPlan(c echo.Context, op operator) error {
+	p, items, err := s.cfg.Queue.ReadPlan(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	v, err := s.operatorPlan(c, op, p, items)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 // maxDelegationsListed bounds one listing of delegations.

@@ -196,6 +196,9 @@ func TestOperatorAndAgentTokensNeverCross(t *testing.T) {
 		{"POST", "/api/v1/operator/calls/" + id + "/deny", `{"reason":"no"}`},
 		{"GET", "/api/v1/operator/allowances", ""},
 		{"POST", "/api/v1/operator/allowances/alw_x/revoke", `{"reason":"no"}`},
+		{"GET", "/api/v1/operator/plans", ""},
+		{"POST", "/api/v1/operator/plans/pln_x/approve", `{"digest":"x","listing":"y"}`},
+		{"POST", "/api/v1/operator/plans/pln_x/deny", `{"reason":"no"}`},
 		{"GET", "/api/v1/operator/delegations", ""},
 		{"POST", "/api/v1/operator/delegations/dlg_x/end", ""},
 	} {

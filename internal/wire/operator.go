@@ -47,6 +47,31 @@ type OperatorApproval struct {
 	Listing        string `json:"listing"`
 }
 
+// OperatorPlan is a plan as the operator API shows it: every item in full
+// (no grant), and, while it is pending, the token that names this listing
+// of the plan, its items and its digest for this person.
+type OperatorPlan struct {
+	Listing          string    `json:"listing,omitempty"`
+	ListingExpiresAt time.Time `json:"listing_expires_at,omitzero"`
+	Plan             Plan      `json:"plan"`
+}
+
+// OperatorPlans is the listing of pending plans, by deadline.
+type OperatorPlans struct {
+	Plans []OperatorPlan `json:"plans"`
+}
+
+// OperatorPlanApproval is an approval of a whole plan through the operator
+// API: its digest, the listing token a listing gave it, and per item index
+// what the item's tool asks to be typed.
+type OperatorPlanApproval struct {
+	AcceptWarnings bool              `json:"accept_warnings,omitempty"`
+	Comment        string            `json:"comment,omitempty"`
+	Confirm        map[string]string `json:"confirm,omitempty"`
+	Digest         string            `json:"digest"`
+	Listing        string            `json:"listing"`
+}
+
 // OperatorReason is a denial's or a revocation's reason.
 type OperatorReason struct {
 	Reason string `json:"reason"`
