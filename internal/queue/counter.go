@@ -76,6 +76,9 @@ type CounterInput struct {
 	// editor's approval carries them as any person's does (Confirmation).
 	Confirm        string
 	AcceptWarnings bool
+	// Listed is, for a counter through the operator API, the listing token
+	// a listing gave the original call (ListingToken).
+	Listed string
 }
 
 // CounterDraft is a checked, not yet stored counter-proposal: the edited
@@ -324,7 +327,15 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 		if err := s.checkApproval(tx, orig, u, in.Digest); err != nil {
 			return err
 		}
+		// The editor's approval of the counter is an approval of the tool
+		// through in.Channel: the tool's approve_from binds it.
+		if err := approvableFrom(s.Tools(), orig, in.Channel); err != nil {
+			return err
+		}
 		now := s.now()
+		if err := s.checkListed(in.Channel, in.Listed, in.Operator, orig, now); err != nil {
+			return err
+		}
 		shown, err := s.presented(in.Channel, in.Presented, present.PageCounter, in.Operator,
 			[]present.Item{{CallID: orig.ID, Digest: orig.Digest}, present.CounterItem(d.Digest)}, now)
 		if err != nil {

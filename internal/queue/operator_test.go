@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -29,6 +30,17 @@ const operatorTools = `tools:
     audience: ops-host
     target: '^svc:[a-z]+$'
     approve_from: [web, cli]
+    args: {type: object, additionalProperties: false, properties: {}}
+  ops.move:
+    audience: ops-host
+    target: '^svc:[a-z]+$'
+    approve_from: [web]
+    counter: {edit: [target]}
+    args: {type: object, additionalProperties: false, properties: {}}
+  ops.rename:
+    audience: ops-host
+    target: '^svc:[a-z]+$'
+    counter: {edit: [target]}
     args: {type: object, additionalProperties: false, properties: {}}
   ops.wipe:
     audience: ops-host
@@ -144,5 +156,39 @@ func TestApproveFromChannels(t *testing.T) {
 	own := submitAs(t, e, queue.Principal{Actor: "bob", Audience: "ops-host", TokenID: "tok_bob"}, "ops.restart", "svc:mine", `{}`)
 	if err := approve(audit.ChannelAPI, own, "bob"); !errors.Is(err, queue.ErrOwnCall) {
 		t.Errorf("bob's own call through the API: %v, want ErrOwnCall", err)
+	}
+}
+
+// A counter-proposal carries its editor's approval, so the tool's
+// approve_from binds it as it binds an approval; through the operator API
+// it names a listing of the original, and is recorded unattested.
+func TestCounterFromChannels(t *testing.T) {
+	ctx := context.Background()
+	e := newOperatorEnv(t)
+	counter := func(channel string, c *queue.Call, listed string) (*queue.Call, error) {
+		return e.q.Counter(ctx, queue.CounterInput{Operator: "alice", Channel: channel, CallID: c.ID, Digest: c.Digest,
+			Edits: map[string]json.RawMessage{"target": json.RawMessage(`"svc:other"`)}, Listed: listed})
+	}
+	moved := submitAs(t, e, opsBot, "ops.move", "svc:a", `{}`)
+	if _, err := counter(audit.ChannelCLI, moved, ""); !errors.Is(err, queue.ErrNotApprovableFrom) {
+		t.Errorf("a web-only tool countered from the shell: %v, want ErrNotApprovableFrom", err)
+	}
+	if _, err := counter(audit.ChannelAPI, moved, e.q.ListingToken("alice", moved)); !errors.Is(err, queue.ErrNotApprovableFrom) {
+		t.Errorf("a web-only tool countered through the API: %v, want ErrNotApprovableFrom", err)
+	}
+	renamed := submitAs(t, e, opsBot, "ops.rename", "svc:b", `{}`)
+	if _, err := counter(audit.ChannelAPI, renamed, ""); !errors.Is(err, queue.ErrListing) {
+		t.Errorf("a counter through the API without a listing: %v, want ErrListing", err)
+	}
+	if _, err := counter(audit.ChannelAPI, renamed, e.q.ListingToken("bob", renamed)); !errors.Is(err, queue.ErrListing) {
+		t.Errorf("a counter through the API with another person's listing: %v, want ErrListing", err)
+	}
+	c, err := counter(audit.ChannelAPI, renamed, e.q.ListingToken("alice", renamed))
+	if err != nil {
+		t.Fatalf("a counter through the API: %v", err)
+	}
+	if len(c.Approvals) != 1 || c.Approvals[0].Method != queue.MethodCounter || c.Approvals[0].Human() != queue.HumanUnattested ||
+		c.Approvals[0].Channel != audit.ChannelAPI {
+		t.Errorf("the counter's approval: %+v", c.Approvals)
 	}
 }
