@@ -654,7 +654,7 @@ func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*que
 	if len(calls) == 0 {
 		return calls, nil
 	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT a.call_id, a.operator, a.channel, a.at, a.comment, a.behalf FROM approvals a
+	arows, err := s.sql.QueryContext(ctx, `SELECT a.`+strings.ReplaceAll(pendingApprovalColumns, ", ", ", a.")+` FROM approvals a
 		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY a.at, a.operator`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
@@ -693,7 +693,7 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	if err := rows.Err(); err != nil || len(calls) == 0 {
 		return calls, classify(err)
 	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT call_id, operator, channel, at, comment, behalf FROM approvals
+	arows, err := s.sql.QueryContext(ctx, `SELECT `+pendingApprovalColumns+` FROM approvals
 		WHERE call_id IN (?`+strings.Repeat(",?", len(ids)-1)+`) ORDER BY at, operator`, ids...)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: approvals of a page of pending calls: %w", err))
@@ -701,18 +701,28 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	return calls, scanApprovals(arows, byID)
 }
 
-// scanApprovals adds the approvals rows holds (call_id, operator, channel,
-// at, comment, behalf) to the calls of byID they belong to, and closes rows.
+// pendingApprovalColumns are what a listing of pending calls reads of
+// their approvals: all but a passkey's evidence, which a single call's
+// read carries.
+const pendingApprovalColumns = `call_id, operator, channel, at, comment, behalf, method, digest, via, presented_page, presented_at`
+
+// scanApprovals adds the approvals rows holds (pendingApprovalColumns) to
+// the calls of byID they belong to, and closes rows.
 func scanApprovals(rows *sql.Rows, byID map[string]*queue.Call) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var a queue.Approval
 		var at int64
-		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment, &a.For); err != nil {
+		var page sql.NullString
+		var shownAt sql.NullInt64
+		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment, &a.For, &a.Method, &a.Digest, &a.Via, &page, &shownAt); err != nil {
 			return fmt.Errorf("db: scan approval: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()
+		if page.Valid && shownAt.Valid {
+			a.Presented = &queue.Presented{Page: page.String, At: time.UnixMilli(shownAt.Int64).UTC()}
+		}
 		if c, ok := byID[id]; ok {
 			c.Approvals = append(c.Approvals, a)
 		}

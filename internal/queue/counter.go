@@ -127,13 +127,13 @@ func (s *Service) DraftCounter(original *Call, edits map[string]json.RawMessage)
 			continue
 		}
 		if !json.Valid(v) {
-			problems = append(problems, canonical.Problem{Code: "invalid_json", Path: editPath(k), Offset: -1,
+			problems = append(problems, canonical.Problem{Code: canonical.CodeMalformedJSON, Path: editPath(k), Offset: -1,
 				Message: fmt.Sprintf("the new value of %s is not JSON: type a number such as 4000, true or false, or text in double quotes", k)})
 			continue
 		}
 		if k == tools.CounterTarget {
 			if err := json.Unmarshal(v, &target); err != nil {
-				problems = append(problems, canonical.Problem{Code: "type", Path: "/target", Offset: -1,
+				problems = append(problems, canonical.Problem{Code: canonical.CodeWrongType, Path: "/target", Offset: -1,
 					Message: "the target must be a string"})
 			}
 			continue

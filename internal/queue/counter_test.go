@@ -241,7 +241,7 @@ func TestCounterRefusals(t *testing.T) {
 	}
 	// A value that is not JSON does not hide the problems of the rest.
 	if err := try("alice", edits("/amount_minor", "abc", "/reason", `"unheard"`)); !errors.As(err, &pe) || len(pe.Problems) != 2 ||
-		pe.Problems[0].Code != "invalid_json" || pe.Problems[1].Path != "/args/reason" {
+		pe.Problems[0].Code != "malformed_json" || pe.Problems[1].Path != "/args/reason" {
 		t.Fatalf("a value that is not JSON beside a bad value: %v", err)
 	}
 	if err := try("alice", edits("/amount_minor", "400")); !errors.Is(err, queue.ErrCounterUnchanged) {

@@ -52,6 +52,7 @@ func (s *Server) routesOperator(e *echo.Echo) {
 	g.GET("/calls/:id", s.opCall)
 	g.POST("/calls/:id/approve", s.opApprove, requireScope(account.ScopeDecide))
 	g.POST("/calls/:id/deny", s.opDeny, requireScope(account.ScopeDecide))
+	g.POST("/calls/:id/counter", s.opCounter, requireScope(account.ScopeDecide))
 	g.GET("/allowances", s.opAllowances)
 	g.POST("/allowances/:id/revoke", s.opRevokeAllowance, requireScope(account.ScopeDecide))
 	g.GET("/plans", s.opPlans)
@@ -216,6 +217,27 @@ func (s *Server) opApprove(c echo.Context) error {
 		return err
 	}
 	return s.answerOperatorCall(c, call)
+}
+
+// opCounter answers a pending call with an edited one as the token's
+// person (docs/counters.md): the counter carries their approval, recorded
+// method counter, channel api, human unattested.
+func (s *Server) opCounter(c echo.Context) error {
+	var in wire.OperatorCounter
+	if err := readOperatorJSON(c, &in); err != nil {
+		return err
+	}
+	if in.Digest == "" || in.Listing == "" || len(in.Edits) == 0 {
+		return problem.New(http.StatusBadRequest, "bad_request",
+			"send the call's digest, the listing token the queue listing (GET /api/v1/operator/queue) gave it, and edits")
+	}
+	counter, err := s.cfg.Queue.Counter(c.Request().Context(), queue.CounterInput{Operator: operatorOf(c).user.Name,
+		Channel: audit.ChannelAPI, CallID: c.Param("id"), Digest: in.Digest, Edits: in.Edits, Listed: in.Listing,
+		Confirm: in.Confirm, AcceptWarnings: in.AcceptWarnings})
+	if err != nil {
+		return err
+	}
+	return s.answerOperatorCall(c, counter)
 }
 
 func (s *Server) opDeny(c echo.Context) error {

@@ -196,6 +196,7 @@ func TestOperatorAndAgentTokensNeverCross(t *testing.T) {
 		{"POST", "/api/v1/operator/calls/" + id + "/deny", `{"reason":"no"}`},
 		{"GET", "/api/v1/operator/allowances", ""},
 		{"POST", "/api/v1/operator/allowances/alw_x/revoke", `{"reason":"no"}`},
+		{"POST", "/api/v1/operator/calls/call_x/counter", `{"digest":"x","listing":"y","edits":{"target":"\"z\""}}`},
 		{"GET", "/api/v1/operator/plans", ""},
 		{"POST", "/api/v1/operator/plans/pln_x/approve", `{"digest":"x","listing":"y"}`},
 		{"POST", "/api/v1/operator/plans/pln_x/deny", `{"reason":"no"}`},
@@ -443,6 +444,32 @@ func operatorFlow(t *testing.T, st *openAPIStack, check func(docRequest, int) do
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":""}`}, http.StatusBadRequest)
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"not this one"}`}, http.StatusOK)
 	check(docRequest{op: deny, path: "/api/v1/operator/calls/" + denied + "/deny", token: decide, body: `{"reason":"again"}`}, http.StatusConflict)
+
+	// A counter-proposal through the API: listed first, then answered with
+	// an edit that carries the person's approval, unattested.
+	const counter = "POST /api/v1/operator/calls/{id}/counter"
+	cid, cdigest := submit("invoice:INV-7010")
+	var clisting string
+	for _, c := range check(docRequest{op: list, path: "/api/v1/operator/queue", token: read}, http.StatusOK).json["calls"].([]any) {
+		if m := c.(map[string]any); m["call"].(map[string]any)["id"] == cid {
+			clisting = m["listing"].(string)
+		}
+	}
+	edit := func(listed, edits string) string {
+		return `{"digest":"` + cdigest + `","listing":"` + listed + `","edits":` + edits + `}`
+	}
+	check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: read, body: edit(clisting, `{"/amount_minor":40}`)}, http.StatusForbidden)
+	check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: decide, body: edit(clisting, `{}`)}, http.StatusBadRequest)
+	check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: decide, body: edit("p1.listing.1.x", `{"/amount_minor":40}`)}, http.StatusConflict)
+	check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: decide, body: edit(clisting, `{"/currency":"EUR"}`)}, http.StatusUnprocessableEntity)
+	made := check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: decide, body: edit(clisting, `{"/amount_minor":40}`)}, http.StatusOK)
+	mc := mapAt(t, made.json, "call")
+	given, _ := mapAt(t, mc, "approvals")["given"].([]any)
+	if mc["countered_from"] != cid || mapAt(t, mc, "args")["amount_minor"] != 40.0 || len(given) != 1 ||
+		given[0].(map[string]any)["method"] != "counter" || given[0].(map[string]any)["human"] != "unattested" {
+		t.Errorf("a counter through the operator API: %s", made.body)
+	}
+	check(docRequest{op: counter, path: "/api/v1/operator/calls/" + cid + "/counter", token: decide, body: edit(clisting, `{"/amount_minor":41}`)}, http.StatusConflict)
 
 	// A freeze on the call's tool and actor refuses its approval (503
 	// frozen), nothing recorded.

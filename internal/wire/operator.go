@@ -72,6 +72,18 @@ type OperatorPlanApproval struct {
 	Listing        string            `json:"listing"`
 }
 
+// OperatorCounter is a counter-proposal through the operator API: the
+// original's digest, the listing token a listing gave it, the edit
+// ("target" or a JSON Pointer the tool's counter block lists, to its new
+// value as JSON) and what the edited call's tool asks to be typed.
+type OperatorCounter struct {
+	AcceptWarnings bool                       `json:"accept_warnings,omitempty"`
+	Confirm        string                     `json:"confirm,omitempty"`
+	Digest         string                     `json:"digest"`
+	Edits          map[string]json.RawMessage `json:"edits"`
+	Listing        string                     `json:"listing"`
+}
+
 // OperatorReason is a denial's or a revocation's reason.
 type OperatorReason struct {
 	Reason string `json:"reason"`

@@ -13,7 +13,7 @@ import (
 // keep their order.
 func TestMembersInAlphabeticalOrder(t *testing.T) {
 	for _, v := range []any{Call{}, Approvals{}, Approval{}, Decision{}, Revocation{}, Comment{}, Outcome{},
-		Resolution{}, Lease{}, Redemption{}, Freeze{}, Health{}, OperatorCall{}, OperatorQueue{}, OperatorApproval{}, Allowance{}, Plan{}, PlanRef{}, Delegation{}, OperatorPlan{}, OperatorPlans{}, OperatorPlanApproval{}} {
+		Resolution{}, Lease{}, Redemption{}, Freeze{}, Health{}, OperatorCall{}, OperatorQueue{}, OperatorApproval{}, Allowance{}, Plan{}, PlanRef{}, Delegation{}, OperatorPlan{}, OperatorPlans{}, OperatorPlanApproval{}, OperatorCounter{}} {
 		ty := reflect.TypeOf(v)
 		var names []string
 		for i := range ty.NumField() {
