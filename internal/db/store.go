@@ -606,11 +606,12 @@ func (s Store) CountUnresolved(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// CountPending counts the pending calls, and those due before due, in one
-// pass over the pending index.
+// CountPending counts the pending calls (not plan items, which are decided
+// with their plan), and those due before due, in one pass over the pending
+// index.
 func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int, err error) {
 	err = s.sql.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN decide_by < ? THEN 1 ELSE 0 END), 0)
-		FROM calls INDEXED BY calls_pending WHERE status = 'pending'`, ms(due)).Scan(&all, &before)
+		FROM calls INDEXED BY calls_pending WHERE status = 'pending' AND plan_id IS NULL`, ms(due)).Scan(&all, &before)
 	if err != nil {
 		return 0, 0, classify(fmt.Errorf("db: count pending calls: %w", err))
 	}

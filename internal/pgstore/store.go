@@ -538,7 +538,7 @@ func (s Store) CountUnresolved(ctx context.Context) (int, error) {
 func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int, err error) {
 	var a, b int64
 	err = s.pool.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE decide_by < $1)
-		FROM calls WHERE status = 'pending'`, ms(due)).Scan(&a, &b)
+		FROM calls WHERE status = 'pending' AND plan_id IS NULL`, ms(due)).Scan(&a, &b)
 	if err != nil {
 		return 0, 0, classify(fmt.Errorf("pgstore: count pending calls: %w", err))
 	}

@@ -87,6 +87,12 @@ var _ = add("plans/stored, items out of the queue, ended final", func(t *testing
 	if err != nil || len(due) != 1 || due[0] != plain.ID {
 		t.Fatalf("DueCalls = %v, %v", due, err)
 	}
+	if all, soon, err := s.Queue.CountPending(ctx, t0.Add(time.Hour)); err != nil || all != 1 || soon != 1 {
+		t.Fatalf("CountPending = %d, %d, %v; want the call outside the plan only", all, soon, err)
+	}
+	if of, err := s.Queue.PendingCallsOf(ctx, "files.copy", 100); err != nil || len(of) != 1 || of[0].ID != plain.ID {
+		t.Fatalf("PendingCallsOf = %d calls, %v; want only the call outside the plan", len(of), err)
+	}
 	if next, ok, err := s.Queue.NextDeadline(ctx); err != nil || !ok || !next.Equal(plain.DecideBy) {
 		t.Fatalf("NextDeadline = %v %t %v", next, ok, err)
 	}
