@@ -608,13 +608,16 @@ func TestDeniedBySingleSignOnOperator(t *testing.T) {
 				t.Fatal(err)
 			}
 			cs := e.client(nil, "")
+			denied := make(chan struct{})
 			go func() {
+				defer close(denied)
 				ev := e.next(audit.KindSubmitted)
 				if _, err := e.q.Deny(context.Background(), principal, audit.ChannelWeb, ev.Call.ID, "wrong sum"); err != nil {
 					t.Errorf("Deny: %v", err)
 				}
 			}()
 			res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
+			<-denied
 			st := status(t, res)
 			if st["status"] != mcp.StatusDenied || st["by"] != tc.want || !strings.Contains(text(res), "denied by "+tc.want+":") {
 				t.Errorf("denied call: %s %v, want it denied by %s", text(res), st, tc.want)
@@ -655,13 +658,16 @@ func TestRetryLimitSaysHowToClear(t *testing.T) {
 func TestDenyAndPreviouslyDenied(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true})
 	cs := e.client(nil, "")
+	denied := make(chan struct{})
 	go func() {
+		defer close(denied)
 		ev := e.next(audit.KindSubmitted)
 		if _, err := e.q.Deny(context.Background(), "alice", audit.ChannelWeb, ev.Call.ID, "not during the freeze window"); err != nil {
 			t.Errorf("Deny: %v", err)
 		}
 	}()
 	res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
+	<-denied
 	st := status(t, res)
 	if !res.IsError || st["status"] != mcp.StatusDenied || st["code"] != "denied" || st["reason"] != "not during the freeze window" ||
 		!strings.Contains(text(res), "not during the freeze window") {
@@ -744,7 +750,12 @@ func TestHoldTimesOutAndTheReCallFindsTheCall(t *testing.T) {
 func TestExpiredCall(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true})
 	cs := e.client(nil, "")
+	// The sweep goes on after the expiry wakes the held call (it also
+	// looks for escalations): the test waits for it before the store
+	// closes.
+	swept := make(chan struct{})
 	go func() {
+		defer close(swept)
 		ev := e.next(audit.KindSubmitted)
 		e.clock.Advance(ev.Call.DecideBy.Sub(e.clock.Now()) + time.Second)
 		if n, err := e.q.ExpireDue(context.Background()); err != nil || n != 1 {
@@ -752,6 +763,7 @@ func TestExpiredCall(t *testing.T) {
 		}
 	}()
 	res := callRaw(t, cs, "add", `{"a":1,"b":2}`)
+	<-swept
 	if st := status(t, res); st["status"] != mcp.StatusExpired || !strings.Contains(text(res), "Propose it again") {
 		t.Fatalf("expired call: %s %v", text(res), st)
 	}

@@ -197,9 +197,11 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 	if err != nil {
 		return "", &SendError{Err: fmt.Errorf("push: list subscriptions: %w", err), Sent: m.Sent}
 	}
-	done := map[string]bool{}
+	// sent holds what earlier attempts finished, read by this loop only;
+	// done is what is finished now, written by the sends under mu.
+	sent, done := map[string]bool{}, map[string]bool{}
 	for _, d := range strings.Fields(m.Sent) {
-		done[d] = true
+		sent[d], done[d] = true, true
 	}
 	payload, _ := json.Marshal(pushPayload(m.Event))
 	urgency := webpush.UrgencyNormal
@@ -216,7 +218,7 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 	)
 	for _, sub := range subs {
 		key := EndpointDigest(sub.Endpoint)
-		if done[key] {
+		if sent[key] {
 			continue
 		}
 		if err := p.Allowed(sub.Endpoint); err != nil {
@@ -246,13 +248,13 @@ func (p *Push) Send(ctx context.Context, m Message) (string, error) {
 	}
 	wg.Wait()
 	if len(failures) > 0 {
-		sent := make([]string, 0, len(done))
+		finished := make([]string, 0, len(done))
 		for d := range done {
-			sent = append(sent, d)
+			finished = append(finished, d)
 		}
-		sort.Strings(sent)
+		sort.Strings(finished)
 		return "", &SendError{Err: fmt.Errorf("push: %d of %d subscriptions failed: %s", len(failures), tried,
-			strings.Join(failures, "; ")), RetryAfter: retry, Sent: strings.Join(sent, " ")}
+			strings.Join(failures, "; ")), RetryAfter: retry, Sent: strings.Join(finished, " ")}
 	}
 	return "", nil
 }
