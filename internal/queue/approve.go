@@ -139,7 +139,7 @@ func (s *Service) ApproveWith(ctx context.Context, in ApproveInput) (*Call, erro
 			return err
 		}
 		now := s.now()
-		if err := s.checkListed(channel, in.Listed, operator, c, now); err != nil {
+		if err := s.checkListed(channel, in.Listed, operator, callItem(c), now); err != nil {
 			return err
 		}
 		shown, err := s.presentedCall(channel, in.Presented, operator, c, now)
@@ -217,7 +217,7 @@ func (s *Service) presented(channel, token, page, operator string, items []prese
 // presentedCall is presented for a decision on c's own page, with the
 // presentation's age checked against c's decision window.
 func (s *Service) presentedCall(channel, token, operator string, c *Call, now time.Time) (*Presented, error) {
-	shown, err := s.presented(channel, token, present.PageCall, operator, []present.Item{{CallID: c.ID, Digest: c.Digest}}, now)
+	shown, err := s.presented(channel, token, present.PageCall, operator, callItem(c), now)
 	if err != nil {
 		return nil, err
 	}

@@ -333,7 +333,7 @@ func (s *Service) Counter(ctx context.Context, in CounterInput) (*Call, error) {
 			return err
 		}
 		now := s.now()
-		if err := s.checkListed(in.Channel, in.Listed, in.Operator, orig, now); err != nil {
+		if err := s.checkListed(in.Channel, in.Listed, in.Operator, callItem(orig), now); err != nil {
 			return err
 		}
 		shown, err := s.presented(in.Channel, in.Presented, present.PageCounter, in.Operator,

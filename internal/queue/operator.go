@@ -54,19 +54,26 @@ const MaxListingAge = 10 * time.Minute
 // ListingToken is the token the operator API's queue listing gives call c
 // for viewer (present.PageListing): an approval through the API carries it
 // to name the call and digest it listed. "" when the service checks no
-// presentations (and then the API approves nothing).
+// listings.
 func (s *Service) ListingToken(viewer string, c *Call) string {
+	return s.listingToken(viewer, callItem(c))
+}
+
+// listingToken is a listing of items made now for viewer.
+func (s *Service) listingToken(viewer string, items []present.Item) string {
 	if s.present == nil {
 		return ""
 	}
-	return s.present.Token(present.Shown{Page: present.PageListing, Viewer: viewer, At: s.now(),
-		Items: []present.Item{{CallID: c.ID, Digest: c.Digest}}})
+	return s.present.Token(present.Shown{Page: present.PageListing, Viewer: viewer, At: s.now(), Items: items})
 }
 
-// checkListed requires an approval through the operator API to carry a
-// listing token of c and its digest made for operator within
-// MaxListingAge; other channels carry none.
-func (s *Service) checkListed(channel, token, operator string, c *Call, now time.Time) error {
+func callItem(c *Call) []present.Item { return []present.Item{{CallID: c.ID, Digest: c.Digest}} }
+
+// checkListed requires a decision through the operator API to carry a
+// listing token of items (a call and its digest, or a plan's items and
+// digest) made for operator within MaxListingAge; other channels carry
+// none.
+func (s *Service) checkListed(channel, token, operator string, items []present.Item, now time.Time) error {
 	if channel != audit.ChannelAPI {
 		if token != "" {
 			return fmt.Errorf("%w (a listing token is for the operator API only)", ErrListing)
@@ -76,7 +83,7 @@ func (s *Service) checkListed(channel, token, operator string, c *Call, now time
 	if s.present == nil {
 		return fmt.Errorf("%w (this console checks no listings)", ErrListing)
 	}
-	if _, err := s.present.Check(token, present.PageListing, operator, []present.Item{{CallID: c.ID, Digest: c.Digest}}, now, MaxListingAge); err != nil {
+	if _, err := s.present.Check(token, present.PageListing, operator, items, now, MaxListingAge); err != nil {
 		return fmt.Errorf("%w (%w)", ErrListing, err)
 	}
 	return nil

@@ -483,7 +483,7 @@ func (s *Service) ApprovePlan(ctx context.Context, in ApprovePlanInput) (*Plan, 
 			return ErrDigestMismatch
 		}
 		now := s.now()
-		if err := s.checkPlanListed(in.Channel, in.Listed, in.Operator, p, items, now); err != nil {
+		if err := s.checkListed(in.Channel, in.Listed, in.Operator, planItems(p, items), now); err != nil {
 			return err
 		}
 		shown, err := s.presented(in.Channel, in.Presented, present.PagePlan, in.Operator, planItems(p, items), now)
@@ -570,29 +570,7 @@ func (s *Service) PresentPlan(viewer string, p *Plan, items []*Call) string {
 // approval through the API carries it to name the plan as it was listed.
 // "" when the service checks no listings.
 func (s *Service) PlanListingToken(viewer string, p *Plan, items []*Call) string {
-	if s.present == nil {
-		return ""
-	}
-	return s.present.Token(present.Shown{Page: present.PageListing, Viewer: viewer, At: s.now(), Items: planItems(p, items)})
-}
-
-// checkPlanListed is checkListed of a plan: an approval through the
-// operator API names a recent listing of this plan, its items and digest,
-// made for operator; other channels carry none.
-func (s *Service) checkPlanListed(channel, token, operator string, p *Plan, items []*Call, now time.Time) error {
-	if channel != audit.ChannelAPI {
-		if token != "" {
-			return fmt.Errorf("%w (a listing token is for the operator API only)", ErrListing)
-		}
-		return nil
-	}
-	if s.present == nil {
-		return fmt.Errorf("%w (this console checks no listings)", ErrListing)
-	}
-	if _, err := s.present.Check(token, present.PageListing, operator, planItems(p, items), now, MaxListingAge); err != nil {
-		return fmt.Errorf("%w (%w)", ErrListing, err)
-	}
-	return nil
+	return s.listingToken(viewer, planItems(p, items))
 }
 
 // DenyPlan ends a pending plan with the operator's reason: every item is
