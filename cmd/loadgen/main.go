@@ -446,17 +446,18 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	var approveN atomic.Int64
 	for i := 0; i < cfg.approvers; i++ {
 		apprWG.Add(1)
-		go func(s *webSession) {
+		go func(ap *approver) {
 			defer apprWG.Done()
+			defer ap.close()
 			for a := range toApprove {
 				// The session lives in the database: any replica takes it.
 				base := cfg.urls[int(approveN.Add(1))%len(cfg.urls)]
 				approvedAt.Store(a.id, time.Now())
-				if err := s.approve(ctx, base, a.id, a.digest); err != nil {
+				if err := ap.approve(base, a.id, a.digest); err != nil {
 					errs.add("approve:" + err.Error())
 				}
 			}
-		}(sessions[i%len(sessions)])
+		}(newApprover(ctx, sessions[i%len(sessions)]))
 	}
 
 	// Agents run complete flows.
@@ -490,22 +491,35 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
-		clients := make([]*client.Client, len(cfg.urls))
+		conns := make([]*agentConn, len(cfg.urls))
 		for j, u := range cfg.urls {
-			clients[j] = client.New(u, tokens[i])
+			if conns[j], err = newAgentConn(ctx, u, tokens[i]); err != nil {
+				return Report{}, err
+			}
+		}
+		// The Go client reports outcomes and heartbeats in the fault soak.
+		var reporter *client.Client
+		if fault != nil {
+			reporter = client.New(cfg.urls[0], tokens[i])
 		}
 		go func() {
 			defer agentWG.Done()
+			defer func() {
+				for _, c := range conns {
+					c.h.Close()
+				}
+			}()
+			var body []byte
 			for ctx.Err() == nil {
 				n := next.Add(1)
 				if n > int64(cfg.flows) {
 					break
 				}
 				// Round-robin: each step of a flow on the next replica.
-				rr := func(step int) *client.Client { return clients[(int(n)+step)%len(clients)] }
-				c := rr(0)
+				rr := func(step int) *agentConn { return conns[(int(n)+step)%len(conns)] }
 				t0 := time.Now()
-				call, err := c.Submit(ctx, weather(fmt.Sprintf("flow %s %d", run, n)))
+				body = submitBody(body[:0], "flow "+run+" "+strconv.FormatInt(n, 10))
+				call, err := rr(0).submit(body)
 				if err != nil {
 					errs.add("submit:" + errKind(err))
 					continue
@@ -517,7 +531,7 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 				case <-ctx.Done():
 					continue
 				}
-				done, err := rr(1).Wait(ctx, call.ID)
+				done, err := rr(1).wait(ctx, call.ID)
 				if err != nil {
 					errs.add("wait:" + errKind(err))
 					continue
@@ -530,19 +544,23 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 					continue
 				}
 				t1 := time.Now()
-				res, err := rr(2).Redeem(ctx, done.Grant, done.Spec())
+				res, err := rr(2).redeem(done)
 				if err != nil {
 					errs.add("redeem:" + errKind(err))
 					continue
 				}
 				redeemLat.add(time.Since(t1))
-				if !res.Accepted {
+				if !res.accepted {
 					errs.add("redeem:" + res.Reason)
 					continue
 				}
 				flows.Add(1)
 				if fault != nil {
-					fault.executed(execCtx, c, n, done, res)
+					c := &client.Call{}
+					c.ID = call.ID
+					r := &client.Redemption{}
+					r.OutcomeWithin, r.LeaseUntil = res.OutcomeWithin, res.LeaseUntil
+					fault.executed(execCtx, reporter, n, c, r)
 				}
 			}
 		}()
@@ -651,6 +669,10 @@ func weather(city string) client.Proposal {
 }
 
 func errKind(err error) string {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code
+	}
 	if e, ok := client.AsError(err); ok {
 		return e.Code
 	}
