@@ -39,12 +39,10 @@ type httpConn struct {
 	conn  net.Conn
 	r     *bufio.Reader
 	stop  func() bool
-	reqs  int // requests on conn
 	wbuf  []byte
 	body  []byte
 	clMu  sync.Mutex // guards conn for the context's AfterFunc
-	dead  bool
-	close bool // the last answer asked to close the connection
+	close bool       // the last answer asked to close the connection
 }
 
 // errTransport marks an answer that is not HTTP, or a connection that
@@ -81,7 +79,7 @@ func (h *httpConn) dial() error {
 		h.r.Reset(c)
 	}
 	h.clMu.Lock()
-	h.conn, h.dead = c, false
+	h.conn = c
 	h.clMu.Unlock()
 	// The context's end unblocks a request under way: one callback per
 	// connection, not per request.
@@ -92,7 +90,6 @@ func (h *httpConn) dial() error {
 		}
 		h.clMu.Unlock()
 	})
-	h.reqs = 0
 	return nil
 }
 
@@ -125,7 +122,6 @@ func (h *httpConn) do(method, path, ctype string, body []byte, extra string, tim
 		}
 		status, got, err := h.roundTrip(method, path, ctype, body, extra, timeout)
 		if err == nil {
-			h.reqs++
 			if h.close {
 				h.Close()
 			}
