@@ -44,7 +44,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -783,13 +782,7 @@ func login(ctx context.Context, base, name, password string) (*webSession, error
 }
 
 func (s *webSession) get(ctx context.Context, path string) (string, error) {
-	return s.getFrom(ctx, s.base, path)
-}
-
-// getFrom reads a page from base, which may be another replica than the
-// one the session logged in on.
-func (s *webSession) getFrom(ctx context.Context, base, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -806,18 +799,12 @@ func (s *webSession) getFrom(ctx context.Context, base, path string) (string, er
 }
 
 func (s *webSession) post(ctx context.Context, path string, form url.Values) (int, error) {
-	return s.postTo(ctx, s.base, path, form)
-}
-
-// postTo posts a form to base, which may be another replica than the one
-// the session logged in on: cookies are per host, not per port.
-func (s *webSession) postTo(ctx context.Context, base, path string, form url.Values) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
+	req.Header.Set("Origin", s.base)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	res, err := s.client.Do(req)
 	if err != nil {
@@ -826,31 +813,6 @@ func (s *webSession) postTo(ctx context.Context, base, path string, form url.Val
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode, nil
-}
-
-// presentedField is the approve form's presentation token on a call's
-// page.
-var presentedField = regexp.MustCompile(`name="presented" value="([^"]*)"`)
-
-// approve approves as an operator does: the call's page is read, and its
-// approve form posted with the page's presentation token.
-func (s *webSession) approve(ctx context.Context, base, id, digest string) error {
-	page, err := s.getFrom(ctx, base, "/calls/"+id)
-	if err != nil {
-		return errors.New("call_page")
-	}
-	var shown string
-	if m := presentedField.FindStringSubmatch(page); m != nil {
-		shown = html.UnescapeString(m[1])
-	}
-	code, err := s.postTo(ctx, base, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}, "presented": {shown}})
-	if err != nil {
-		return errors.New("transport")
-	}
-	if code != http.StatusSeeOther {
-		return fmt.Errorf("status_%d", code)
-	}
-	return nil
 }
 
 func (s *webSession) dialWS(ctx context.Context, base string) (*websocket.Conn, error) {
