@@ -1,10 +1,13 @@
 // Command loadgen drives a running Countersign console end to end and
-// reports what it measured: agents propose calls through the Go client,
+// reports what it measured: agents propose calls over the agent API,
 // logged-in operator sockets receive the live cards, approvers decide through
 // the real web endpoints (session and CSRF token included), and agents
-// long-poll and redeem. It also measures, in the same run, the floor: raw
-// SQLite commits per second with the console's settings on the same disk,
-// or, with --db, raw PostgreSQL commits per second on the same server.
+// long-poll and redeem. Agents and approvers speak HTTP/1.1 over a persistent
+// connection of their own (conn.go, agent.go), so that loadgen's share of the
+// cores it shares with the console stays small. It also measures, in the
+// same run, the floor: raw SQLite commits per second with the console's
+// settings on the same disk, or, with --db, raw PostgreSQL commits per
+// second on the same server.
 //
 // Given several addresses (replicas on one PostgreSQL database), it spreads
 // every step over them round-robin, as a load balancer would: a flow is
