@@ -25,8 +25,11 @@ import (
 // bodies, keep-alive unless the answer says Connection: close. A connection
 // that fails is closed and dialled again by the next request; a request on
 // a reused connection that fails before any byte of its answer arrived is
-// sent once more on a fresh one, as net/http does (the console may close
-// an idle connection as the request leaves).
+// sent once more on a fresh one: the console closes connections idle for
+// longer than its idle timeout, and a request written as it does so is
+// never read. (A console that read the request and died before answering
+// would see it twice: a submission comes back as the same call, a
+// redemption is refused as replayed and counted as an error.)
 type httpConn struct {
 	addr    string // host:port to dial
 	host    string // the Host header
