@@ -207,8 +207,7 @@ func (h *httpConn) readAnswer() (status int, got bool, err error) {
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
 		return 0, true, errTransport
 	}
-	status, err = strconv.Atoi(string(line[9:12]))
-	if err != nil {
+	if status = digits(line[9:12]); status < 100 || (len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n') {
 		return 0, true, errTransport
 	}
 	length, chunked := -1, false
@@ -229,7 +228,7 @@ func (h *httpConn) readAnswer() (status int, got bool, err error) {
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, hContentLength):
-			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+			if length = digits(value); length < 0 {
 				return 0, true, errTransport
 			}
 		case bytes.EqualFold(name, hTransferEncoding):
@@ -249,12 +248,13 @@ func (h *httpConn) readAnswer() (status int, got bool, err error) {
 	}
 	h.body = h.body[:0]
 	switch {
+	case status == 204 || status == 304 || status/100 == 1:
+		// No body, whatever the headers say.
 	case chunked:
 		err = h.readChunked()
 	case length >= 0:
 		h.body = grow(h.body, length)
 		_, err = io.ReadFull(h.r, h.body)
-	case status == 204 || status == 304 || status/100 == 1:
 	default:
 		// No length: the body runs to the connection's end.
 		h.close = true
@@ -306,6 +306,21 @@ func (h *httpConn) readChunked() error {
 			return err
 		}
 	}
+}
+
+// digits reads a decimal number of at most 9 digits, or returns -1.
+func digits(b []byte) int {
+	if len(b) == 0 || len(b) > 9 {
+		return -1
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // grow returns b resized to n bytes, reusing its array when it can.
