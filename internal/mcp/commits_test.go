@@ -2,12 +2,19 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/mcp"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/scope"
 )
@@ -29,14 +36,18 @@ func countCommits(t *testing.T, e *env, call func()) (commits, marks int64) {
 	var marked atomic.Int64
 	e.db.OnCommit(func(int64, string) error { marked.Add(1); return nil })
 	defer e.db.OnCommit(nil)
+	e.gw.Drain()
 	before, _ := e.db.WriteCounts()
 	call()
+	// The outcome of a call that succeeded is written after its answer;
+	// it counts all the same.
+	e.gw.Drain()
 	after, _ := e.db.WriteCounts()
 	return after - before, marked.Load()
 }
 
-// wantWholeTrail checks that call c ran, and that its audit trail holds
-// every entry of a submission approved, granted, redeemed and reported.
+// wantWholeTrail checks that call c ran, and that its audit trail is
+// exactly a submission approved, granted, redeemed and reported.
 func wantWholeTrail(t *testing.T, e *env, c *queue.Call) {
 	t.Helper()
 	if c.Status != queue.StatusRedeemed || c.Outcome == nil || c.Outcome.Status != "succeeded" {
@@ -50,10 +61,11 @@ func wantWholeTrail(t *testing.T, e *env, c *queue.Call) {
 	for _, en := range entries {
 		kinds = append(kinds, en.Kind)
 	}
-	for _, k := range []string{audit.KindSubmitted, audit.KindApproved, audit.KindGranted, audit.KindRedeemed, audit.KindOutcome} {
-		if !slices.Contains(kinds, k) {
-			t.Errorf("the call's trail %v has no %s entry", kinds, k)
-		}
+	// The trail a call approved at submission has had since each step was
+	// a commit of its own: nothing merged away, nothing added.
+	want := []string{audit.KindSubmitted, audit.KindApproved, audit.KindGranted, audit.KindRedeemed, audit.KindOutcome}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("the call's trail is %v, want %v", kinds, want)
 	}
 }
 
@@ -82,20 +94,7 @@ func TestRuleApprovedCallCommitsTwice(t *testing.T) {
 func TestAllowanceApprovedCallCommitsTwice(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: allowanceTools})
 	cs := e.client(nil, "")
-	callRaw(t, cs, "add", `{"a":2,"b":3}`)
-	base := e.lastCall()
-	tool, _ := e.q.Tools().Tool(base.Tool)
-	max := int64(50)
-	ch := scope.Choices{Uses: 3, Until: e.clock.Now().Add(30 * time.Minute), Members: map[string]scope.Member{"/a": {Max: &max}}}
-	sc, err := scope.Materialise(scope.Call{Actor: base.Actor, Audience: base.Audience, Tool: base.Tool, Target: base.Target,
-		ToolDigest: base.ToolDigest, Args: base.Args}, tool, ch, e.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.q.GiveAllowance(context.Background(), queue.GiveInput{Operator: "alice", Channel: "cli", CallID: base.ID,
-		Digest: base.Digest, ScopeDigest: sc.Digest(), Choices: ch}); err != nil {
-		t.Fatal(err)
-	}
+	giveAllowance(t, e, cs, 3)
 	commits, marks := countCommits(t, e, func() {
 		if res := callRaw(t, cs, "add", `{"a":40,"b":3}`); res.IsError || text(res) != "43" {
 			t.Fatalf("a covered call: %s %v", text(res), res.StructuredContent)
@@ -108,5 +107,92 @@ func TestAllowanceApprovedCallCommitsTwice(t *testing.T) {
 	}
 	if commits > maxCommitsPerApprovedCall || marks > maxMarksPerApprovedCall {
 		t.Errorf("an allowance-approved tools/call made %d commits (%d advancing the mark), want at most %d (%d)", commits, marks, maxCommitsPerApprovedCall, maxMarksPerApprovedCall)
+	}
+}
+
+// giveAllowance makes a call of add that waits for people and gives an
+// allowance from it as operator alice: uses calls of add with a up to 50
+// and the call's b.
+func giveAllowance(t *testing.T, e *env, cs *sdk.ClientSession, uses int) {
+	t.Helper()
+	if st := status(t, callRaw(t, cs, "add", `{"a":2,"b":3}`)); st["status"] != mcp.StatusApprovalPending {
+		t.Fatalf("the first call: %v", st)
+	}
+	base := e.lastCall()
+	tool, _ := e.q.Tools().Tool(base.Tool)
+	max := int64(50)
+	ch := scope.Choices{Uses: uses, Until: e.clock.Now().Add(30 * time.Minute), Members: map[string]scope.Member{"/a": {Max: &max}}}
+	sc, err := scope.Materialise(scope.Call{Actor: base.Actor, Audience: base.Audience, Tool: base.Tool, Target: base.Target,
+		ToolDigest: base.ToolDigest, Args: base.Args}, tool, ch, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.q.GiveAllowance(context.Background(), queue.GiveInput{Operator: "alice", Channel: "cli", CallID: base.ID,
+		Digest: base.Digest, ScopeDigest: sc.Digest(), Choices: ch}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllowanceBoundHoldsUnderConcurrentCalls: calls an allowance covers,
+// made at once through the gateway from several sessions, run no more
+// often than the allowance's uses; the others wait for people, and no
+// call runs without a use counted for it.
+func TestAllowanceBoundHoldsUnderConcurrentCalls(t *testing.T) {
+	const uses, callers = 3, 8
+	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: allowanceTools})
+	giveAllowance(t, e, e.client(nil, ""), uses)
+	sessions := make([]*sdk.ClientSession, callers)
+	for i := range sessions {
+		sessions[i] = e.client(nil, "")
+	}
+	before := e.calls.Load()
+	start := make(chan struct{})
+	results := make([]*sdk.CallToolResult, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i, cs := range sessions {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add",
+				Arguments: json.RawMessage(fmt.Sprintf(`{"a":%d,"b":3}`, 10+i))})
+		})
+	}
+	close(start)
+	wg.Wait()
+	e.gw.Drain()
+	ran, waiting := 0, 0
+	for i, res := range results {
+		switch {
+		case errs[i] != nil:
+			t.Fatalf("caller %d: %v", i, errs[i])
+		case !res.IsError && text(res) == strconv.Itoa(10+i+3):
+			ran++
+		case status(t, res)["status"] == mcp.StatusApprovalPending:
+			waiting++
+		default:
+			t.Errorf("caller %d: %s %v", i, text(res), res.StructuredContent)
+		}
+	}
+	if ran != uses || waiting != callers-uses {
+		t.Errorf("%d calls ran and %d wait for people, want %d and %d", ran, waiting, uses, callers-uses)
+	}
+	if n := e.calls.Load() - before; n != uses {
+		t.Errorf("the upstream ran %d calls, want %d", n, uses)
+	}
+	page, _, err := e.db.History(context.Background(), queue.HistoryFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byAllowance := 0
+	for _, c := range page {
+		if len(c.Approvals) == 1 && c.Approvals[0].Method == queue.MethodAllowance {
+			byAllowance++
+			if c.Status != queue.StatusRedeemed || c.Outcome == nil || c.Outcome.Status != queue.OutcomeSucceeded {
+				t.Errorf("call %s approved by the allowance: %s, outcome %+v", c.ID, c.Status, c.Outcome)
+			}
+		}
+	}
+	if byAllowance != uses {
+		t.Errorf("%d calls were approved by the allowance, want %d", byAllowance, uses)
 	}
 }
