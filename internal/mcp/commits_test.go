@@ -29,6 +29,12 @@ const maxCommitsPerApprovedCall = 2
 // wait for the next (highwater.MayWait).
 const maxMarksPerApprovedCall = 1
 
+// maxStatementsPerApprovedCall is the SQL statements of a tools/call a
+// rule approves, BEGIN and COMMIT included: the submission's transaction
+// (which checks the redemption on the call as it wrote it, without reading
+// it back) and the outcome's.
+const maxStatementsPerApprovedCall = 21
+
 // countCommits runs call and returns the store's commits and the commits
 // that advanced the high-water mark (the commit hook) while it ran.
 func countCommits(t *testing.T, e *env, call func()) (commits, marks int64) {
@@ -71,18 +77,26 @@ func wantWholeTrail(t *testing.T, e *env, c *queue.Call) {
 
 // TestRuleApprovedCallCommitsTwice: a tools/call a rule approves is
 // submitted, approved, granted and redeemed in one commit, which advances
-// the high-water mark, and its outcome is a second, which need not.
+// the high-water mark, and its outcome is a second, which need not; the
+// two run at most maxStatementsPerApprovedCall statements.
 func TestRuleApprovedCallCommitsTwice(t *testing.T) {
 	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: rulesTools})
 	cs := e.client(nil, "")
 	if res := callRaw(t, cs, "add", `{"a":1,"b":1}`); res.IsError || text(res) != "2" {
 		t.Fatalf("the first call: %s", text(res))
 	}
+	var statements int64
 	commits, marks := countCommits(t, e, func() {
+		before := e.db.Statements()
 		if res := callRaw(t, cs, "add", `{"a":2,"b":3}`); res.IsError || text(res) != "5" {
 			t.Fatalf("a small sum: %s %v", text(res), res.StructuredContent)
 		}
+		e.gw.Drain()
+		statements = e.db.Statements() - before
 	})
+	if statements > maxStatementsPerApprovedCall {
+		t.Errorf("a rule-approved tools/call ran %d statements, want at most %d", statements, maxStatementsPerApprovedCall)
+	}
 	wantWholeTrail(t, e, e.lastCall())
 	if commits > maxCommitsPerApprovedCall || marks > maxMarksPerApprovedCall {
 		t.Errorf("a rule-approved tools/call made %d commits (%d advancing the mark), want at most %d (%d)", commits, marks, maxCommitsPerApprovedCall, maxMarksPerApprovedCall)
