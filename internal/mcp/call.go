@@ -369,7 +369,8 @@ func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t 
 	// already durable, so nothing can run twice; a crash before the write
 	// leaves the call redeemed without an outcome, which its lease then
 	// marks for people to resolve. A failed or unknown outcome is written
-	// before the answer: it halts the call's plan.
+	// before the answer, so that whatever the model does next about the
+	// failure meets it recorded.
 	g.pending.add()
 	go func() {
 		defer g.pending.done()
