@@ -210,3 +210,54 @@ func TestAllowanceBoundHoldsUnderConcurrentCalls(t *testing.T) {
 		t.Errorf("%d calls were approved by the allowance, want %d", byAllowance, uses)
 	}
 }
+
+// TestApprovedCallIsAnsweredBeforeItsOutcomeCommits: the answer of a
+// tools/call a rule approves waits for one commit, the submission's with
+// its redemption, and not for the outcome's: with the store's write lock
+// held from just after that commit until the answer arrives, the answer
+// still arrives, and the outcome is written once the lock is let go.
+func TestApprovedCallIsAnsweredBeforeItsOutcomeCommits(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: rulesTools})
+	cs := e.client(nil, "")
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.q.Subscribe(func(ev queue.Event) {
+		if ev.Kind != audit.KindRedeemed {
+			return
+		}
+		once.Do(func() {
+			// Runs after the redemption's commit, before the gateway
+			// forwards: the next write to take the lock is this one.
+			go e.db.Store().Update(context.Background(), func(queue.Tx) error {
+				close(held)
+				<-release
+				return nil
+			})
+		})
+	})
+	answered := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add", Arguments: json.RawMessage(`{"a":2,"b":3}`)})
+		if err != nil {
+			t.Errorf("tools/call: %v", err)
+		}
+		answered <- res
+	}()
+	<-held
+	select {
+	case res := <-answered:
+		if res == nil || res.IsError || text(res) != "5" {
+			t.Fatalf("the answer: %+v", res)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		<-answered
+		t.Fatal("the answer waited for the outcome's commit")
+	}
+	page, _, err := e.db.History(context.Background(), queue.HistoryFilter{Limit: 1})
+	if err != nil || len(page) != 1 || page[0].Status != queue.StatusRedeemed || page[0].Outcome != nil {
+		t.Fatalf("while the lock is held the call is %+v (%v), want redeemed without an outcome", page, err)
+	}
+	close(release)
+	wantWholeTrail(t, e, e.lastCall())
+}
