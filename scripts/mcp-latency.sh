@@ -13,6 +13,7 @@
 #   go build -o /tmp/mcp-lat/end ./cmd/console
 #   scripts/mcp-latency.sh 200 start=/tmp/mcp-lat/start end=/tmp/mcp-lat/end
 #
+# PAUSE_MS=N waits N ms after each call (e2e/mcp-ts/latency.mjs).
 # PPROF=1 also serves each console's profiler on a free loopback port
 # (printed). Work files go to $OUT (default /tmp/mcp-latency).
 set -euo pipefail

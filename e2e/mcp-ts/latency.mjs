@@ -12,7 +12,9 @@
 // from call to call (up to 8,100 calls, and from the warm-up's). Prints
 // one JSON line per target (p50, p90, p99, mean in ms) and, for each
 // gateway, what it adds over the direct calls at p50 and p99. Any failed
-// call exits 1.
+// call exits 1. PAUSE_MS (default 0) waits that long after each call, so
+// that what a target does after answering (a gateway writes a call's
+// outcome after its answer) is not paid by the next target's call.
 import { readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 
@@ -21,6 +23,8 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 
 const [callsArg, tokenFile, directURL, ...gateways] = process.argv.slice(2);
 const calls = Number(callsArg);
+const pauseMs = Number(process.env.PAUSE_MS ?? 0);
+const pause = () => new Promise((resolve) => setTimeout(resolve, pauseMs));
 assert.ok(calls > 0 && directURL && gateways.length > 0, "usage: node latency.mjs CALLS TOKEN_FILE DIRECT_URL NAME=URL...");
 
 async function connect(url, token) {
@@ -58,6 +62,7 @@ for (let i = 0; i < calls; i++) {
   for (let k = 0; k < targets.length; k++) {
     const t = targets[(i + k) % targets.length];
     t.ms.push(await add(t, i % 90, Math.floor(i / 90) % 90));
+    if (pauseMs > 0) await pause();
   }
 }
 
