@@ -2116,7 +2116,7 @@ func Status(s StatusView, oob bool) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if s.Frozen != nil {
+			if s.Refusal == "frozen" && s.Frozen != nil {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 208, "<p class=\"flash error\" role=\"alert\" data-testid=\"frozen-call\"><strong>Frozen:</strong> ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2168,17 +2168,17 @@ func Status(s StatusView, oob bool) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if s.ToolChanged {
+			} else if s.Refusal == "tool_changed" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 213, "<p data-testid=\"propose-again\">Approving is refused: the agent must propose this call again under the current tool.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if s.OwnCall {
+			} else if s.Refusal == "own_call" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 214, "<p data-testid=\"own-call\">This call was proposed under your name. Another operator must approve it.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if s.OwnedByViewer != "" {
+			} else if s.Refusal == "owner" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 215, "<p class=\"owner-note\" data-testid=\"owned-by-you\">You own the agent that proposed this call (owner <span class=\"mono\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2196,7 +2196,7 @@ func Status(s StatusView, oob bool) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if !s.ViewerMayApprove && len(s.ApproveFor) == 0 {
+			} else if s.Refusal == "not_approver" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 217, "<p data-testid=\"not-an-approver\">Only ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2214,12 +2214,12 @@ func Status(s StatusView, oob bool) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if s.ApprovedByViewer {
+			} else if s.Refusal == "approved" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 219, "<p data-testid=\"approved-by-you\">You approved this call. It needs another operator's approval.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else {
+			} else if s.Refusal == "" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 220, "<form method=\"post\" action=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err

@@ -641,6 +641,10 @@ type StatusView struct {
 	// Frozen, when set, is the freeze that stops this pending call: no
 	// approval is offered while it lasts.
 	Frozen *FrozenView
+	// Refusal is why a decider is not offered Approve (queue.Standing's
+	// Refusal: frozen, tool_changed, own_call, owner, not_approver,
+	// approved), "" when they are.
+	Refusal string
 
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
