@@ -23,10 +23,10 @@ import (
 	"github.com/countersign/countersign/web/templates"
 )
 
-// maxQueueCards bounds the queue page; the count beside the heading says
-// when there are more. maxQueueBlocks bounds the blocked pairs it shows,
-// so that neither the page nor a socket's first message grows with what an
-// agent can make.
+// maxQueueCards bounds the pending calls a call page's navigation reads
+// to find the next one to decide. maxQueueBlocks bounds the blocked pairs
+// the queue shows, so that neither the page nor a socket's first message
+// grows with what an agent can make.
 const (
 	maxQueueCards  = 500
 	maxQueueBlocks = 100
@@ -35,30 +35,19 @@ const (
 // queueView reads the pending calls the query lets through, in its
 // order, and the retry blocks.
 func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
-	var calls []*queue.Call
-	var err error
-	next := ""
-	if qq.List {
-		// The list view reads one page by deadline, through the pending
-		// index from the page's key: the rows read are those shown.
-		if calls, err = c.q.PendingPage(ctx, pageKey(qq.After), listPageSize+1); err != nil {
-			return templates.QueueView{}, err
-		}
-		if len(calls) > listPageSize {
-			calls = calls[:listPageSize]
-			nq := qq
-			nq.After = pageKeyString(calls[len(calls)-1])
-			next = "/?" + nq.values().Encode()
-		}
-	} else if calls, err = c.q.PendingCalls(ctx, maxQueueCards); err != nil {
+	// Either view reads one page by deadline, through the pending index
+	// from the page's key: the rows read are those shown, however many
+	// calls wait.
+	calls, err := c.q.PendingPage(ctx, pageKey(qq.After), queuePageSize+1)
+	if err != nil {
 		return templates.QueueView{}, err
 	}
-	hidden := 0
-	if !qq.List && len(calls) == maxQueueCards {
-		// The cards view reads the newest maxQueueCards: it says how many
-		// more wait, and that the list pages through them all.
-		all, _ := c.needsNow(now, false).pending()
-		hidden = max(0, all-len(calls))
+	next := ""
+	if len(calls) > queuePageSize {
+		calls = calls[:queuePageSize]
+		nq := qq
+		nq.After = pageKeyString(calls[len(calls)-1])
+		next = "/?" + nq.values().Encode()
 	}
 	blocks, err := c.q.Blocks(ctx)
 	if err != nil {
@@ -79,8 +68,12 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	lq, cq := qq, qq
 	lq.List, lq.After, cq.List, cq.After = true, "", false, ""
-	qv.List, qv.NextPage, qv.CardsHidden = qq.List, next, hidden
+	qv.List, qv.NextPage, qv.Paged, qv.PageSize = qq.List, next, next != "" || qq.After != "", queuePageSize
 	qv.ListURL, qv.CardsURL = "/?"+lq.values().Encode(), "/?"+cq.values().Encode()
+	qv.FirstURL = qv.CardsURL
+	if qq.List {
+		qv.FirstURL = qv.ListURL
+	}
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
 		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)

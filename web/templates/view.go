@@ -352,11 +352,8 @@ type QueueView struct {
 	Blocks []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
-	// CardsHidden, on the cards view, counts the pending calls beyond the
-	// ones it read (as the navigation last counted them).
-	CardsHidden int
-	Message     string
-	Error       string
+	Message      string
+	Error        string
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
@@ -373,12 +370,16 @@ type QueueView struct {
 	Covered    []CoveredCard
 	CoveredMax int
 	CoveredFor string
-	// List is set for the list view: one line per call, a page at a time
-	// by deadline; NextPage is the address of the page after it ("" on
-	// the last), ListURL and CardsURL switch between the views.
-	List              bool
-	NextPage          string
-	ListURL, CardsURL string
+	// Either view shows one page of calls by deadline. List is set for
+	// the list view (one line per call), else cards; NextPage is the
+	// address of the page after it ("" on the last), Paged is set when
+	// the queue has more than one page, ListURL and CardsURL switch
+	// between the views, FirstURL is this view's first page.
+	List                        bool
+	NextPage                    string
+	Paged                       bool
+	PageSize                    int
+	ListURL, CardsURL, FirstURL string
 }
 
 // CoveredCard is a call an allowance approved as it arrived, on the
