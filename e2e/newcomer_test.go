@@ -118,6 +118,11 @@ func TestNewcomerWalk(t *testing.T) {
 		t.Errorf("the demo plan lists %d items, want 3", n)
 	}
 	alice.do("the plan's decision", waitShort, chromedp.WaitVisible(testID("plan-decide")))
+	for _, w := range sizes {
+		alice.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
+		alice.screenshot("demo-plan-" + w.name)
+	}
+	alice.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 
 	// "log in as bob in another browser to give the deploy its second approval"
 	alice.openQueue(s.url)
