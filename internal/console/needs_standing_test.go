@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"testing"
 	"time"
@@ -144,4 +145,30 @@ func TestNeedsToDecideFollowsStanding(t *testing.T) {
 	wsReadNeeds(t, sockets["olivia"], counts(1, 0))
 	wsReadNeeds(t, sockets["owen"], counts(0, 0))
 	check("under a freeze", map[string][2]int{"adele": {1, 0}, "olivia": {1, 0}, "owen": {0, 0}, "aude": {4, 3}})
+}
+
+// A counter-proposal that holds every approval it needs waits for its
+// agent to accept it: nobody else is offered Approve on it, so nobody
+// counts it to decide; its page says why and still offers Deny.
+func TestNeedsCompleteCounterIsNotToDecide(t *testing.T) {
+	e := newCounterConsoleEnv(t)
+	orig := e.submit("agent:billing-bot", "payments-host", counterRefund)
+	counter, err := e.q.Counter(context.Background(), queue.CounterInput{Operator: "oscar", Channel: audit.ChannelCLI, CallID: orig.ID,
+		Digest: orig.Digest, Edits: map[string]json.RawMessage{"/amount_minor": json.RawMessage("4000")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counter.Approvals) != counter.ApprovalsRequired || counter.Status != queue.StatusPending {
+		t.Fatalf("the counter: %s, %d of %d approvals", counter.Status, len(counter.Approvals), counter.ApprovalsRequired)
+	}
+	b := e.browser()
+	b.login("olivia", rolePassword)
+	p := b.get("/calls/" + counter.ID)
+	if p.find("approve-form").Length() != 0 || p.find("approvals-complete").Length() != 1 || p.find("deny-form").Length() != 1 {
+		t.Errorf("olivia's page of the complete counter: %q", fields(p.find("decide").Text()))
+	}
+	e.clock.Advance(needsMaxAge + time.Second)
+	if pending, _ := toDecide(t, b); pending != 0 {
+		t.Errorf("olivia counts %d to decide, want 0 (the original is countered, the counter complete)", pending)
+	}
 }

@@ -21,6 +21,9 @@ type Standing struct {
 	// Pending is set when the call waits for a decision of its own: it is
 	// pending and no plan item (a plan's items are decided with the plan).
 	Pending bool
+	// Complete is set when the call holds every approval it requires: a
+	// counter-proposal waiting for its agent to accept it.
+	Complete bool
 	// Frozen is the freeze in force that stops the call, or nil.
 	Frozen *Freeze
 	// ToolChanged is set when the tool's definition is no longer the one
@@ -48,6 +51,7 @@ type Standing struct {
 const (
 	RefusedNotDecider  = "not_decider"
 	RefusedNotPending  = "not_pending"
+	RefusedComplete    = "complete"
 	RefusedFrozen      = "frozen"
 	RefusedToolChanged = "tool_changed"
 	RefusedOwnCall     = "own_call"
@@ -62,7 +66,8 @@ const (
 func StandingOf(c *Call, u account.User, fz []Freeze, toolChanged bool, delegators []string) Standing {
 	s := Standing{
 		Decider: u.CanDecide(), Pending: c.Status == StatusPending && c.PlanID == "",
-		Frozen: FreezeOf(fz, c.Tool, c.Actor), ToolChanged: toolChanged,
+		Complete: len(c.Approvals) >= c.ApprovalsRequired,
+		Frozen:   FreezeOf(fz, c.Tool, c.Actor), ToolChanged: toolChanged,
 		OwnCall: c.ProposedBy(u), Owner: c.OwnedBy(u), Allowed: c.Approvers.Allows(string(u.Role), u.Groups),
 		Approved: c.ApprovedBy(u.Name),
 	}
@@ -78,7 +83,7 @@ func StandingOf(c *Call, u account.User, fz []Freeze, toolChanged bool, delegato
 
 // Refusal names the first reason the person may not approve the call, or
 // "" when a page offers Approve: a decider, a call waiting for its own
-// decision, not frozen, made under the tool's current definition, not
+// decision that still needs an approval, not frozen, made under the tool's current definition, not
 // proposed under the person's name nor owned by them, approvers that allow
 // them (or someone who delegated to them), and no approval of theirs yet.
 func (s Standing) Refusal() string {
@@ -87,6 +92,8 @@ func (s Standing) Refusal() string {
 		return RefusedNotDecider
 	case !s.Pending:
 		return RefusedNotPending
+	case s.Complete:
+		return RefusedComplete
 	case s.Frozen != nil:
 		return RefusedFrozen
 	case s.ToolChanged:
@@ -108,8 +115,8 @@ func (s Standing) MayApprove() bool { return s.Refusal() == "" }
 
 // PendingGroup is a number of pending calls (plan items left out) that
 // agree on everything Standing reads of a call: tool, actor, the tool
-// definition they were made under, owners, approvers and the names in
-// their approvals. Call holds those fields only, with Status pending.
+// definition they were made under, owners, approvers, the approvals they
+// require and the names in their approvals. Call holds those fields only, with Status pending.
 type PendingGroup struct {
 	Call *Call
 	// Count is how many calls the group holds, Due how many of them have

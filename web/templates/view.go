@@ -643,8 +643,8 @@ type StatusView struct {
 	// approval is offered while it lasts.
 	Frozen *FrozenView
 	// Refusal is why a decider is not offered Approve (queue.Standing's
-	// Refusal: frozen, tool_changed, own_call, owner, not_approver,
-	// approved), "" when they are.
+	// Refusal: complete, frozen, tool_changed, own_call, owner,
+	// not_approver, approved), "" when they are.
 	Refusal string
 
 	// Message explains a refused decision; Notice confirms a decision.

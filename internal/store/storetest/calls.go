@@ -350,8 +350,8 @@ var _ = add("calls/count pending and due", func(t *testing.T, s Stores) {
 // The pending calls are read grouped by what a person's standing toward
 // them depends on: calls alike in tool, actor, tool definition, owners,
 // approvers and approvals are one group, with how many are due before a
-// time; any difference in one of them is another group; decided calls are
-// in none.
+// time; any difference in one of them (or in the approvals required) is
+// another group; decided calls are in none.
 var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	if gs, err := s.Queue.PendingGroups(ctx, t0.Add(time.Hour)); err != nil || len(gs) != 0 {
@@ -375,6 +375,7 @@ var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
 	mk(4, func(c *queue.Call) { c.Owners = []string{"team:ops"} })
 	mk(5, func(c *queue.Call) { c.Approvers = tools.Approvers{Roles: []string{"admin"}} })
 	mk(6, func(c *queue.Call) { c.ToolDigest = "def2" })
+	mk(9, func(c *queue.Call) { c.ApprovalsRequired = 3 })
 	approved := mk(7, func(c *queue.Call) { c.ApprovalsRequired = 2 })
 	update(t, s, func(tx queue.Tx) error {
 		return tx.AddApproval(approved.ID, queue.Approval{Operator: "alice", Channel: "console", At: t0, For: "bob"})
@@ -388,8 +389,8 @@ var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gs) != 6 {
-		t.Fatalf("%d groups, want 6: %+v", len(gs), gs)
+	if len(gs) != 7 {
+		t.Fatalf("%d groups, want 7: %+v", len(gs), gs)
 	}
 	total := 0
 	for _, g := range gs {
@@ -399,13 +400,13 @@ var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
 			t.Errorf("a group's call %+v", c)
 		}
 		switch {
-		case c.Actor == "agent:a" && c.ToolDigest == "def1" && len(c.Approvals) == 0 && slices.Equal(c.Owners, []string{"olga"}) &&
+		case c.Actor == "agent:a" && c.ToolDigest == "def1" && len(c.Approvals) == 0 && slices.Equal(c.Owners, []string{"olga"}) && c.ApprovalsRequired == 1 &&
 			slices.Equal(c.Approvers.Roles, []string{"operator"}) && slices.Equal(c.Approvers.Groups, []string{"payments"}):
 			if g.Count != 3 || g.Due != 2 {
 				t.Errorf("the group of three: %d calls, %d due; want 3, 2", g.Count, g.Due)
 			}
 		case len(c.Approvals) == 1:
-			if a := c.Approvals[0]; a.Operator != "alice" || a.For != "bob" || g.Count != 1 {
+			if a := c.Approvals[0]; a.Operator != "alice" || a.For != "bob" || c.ApprovalsRequired != 2 || g.Count != 1 {
 				t.Errorf("the approved call's group: %+v, %d calls", a, g.Count)
 			}
 		default:
@@ -414,8 +415,8 @@ var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
 			}
 		}
 	}
-	if total != 8 {
-		t.Errorf("the groups hold %d calls, want the 8 pending", total)
+	if total != 9 {
+		t.Errorf("the groups hold %d calls, want the 9 pending", total)
 	}
 })
 
