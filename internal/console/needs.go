@@ -128,15 +128,22 @@ func (r *needsRead) countsFor(u account.User, now time.Time) templates.Needs {
 		out.Pending, out.Due = r.pending()
 		return out
 	}
-	var delegators []string
-	for _, d := range r.delegations {
-		if d.Delegate == u.Name && d.LiveAt(now) {
-			delegators = append(delegators, d.Delegator)
-		}
-	}
+	delegators := r.delegatorsOf(u, now)
 	for i, g := range r.groups {
 		if queue.StandingOf(g.Call, u, r.freezes, r.changed[i], delegators).MayApprove() {
 			out.Pending, out.Due = out.Pending+g.Count, out.Due+g.Due
+		}
+	}
+	return out
+}
+
+// delegatorsOf lists the people with a delegation to u live at now, as
+// last read.
+func (r *needsRead) delegatorsOf(u account.User, now time.Time) []string {
+	var out []string
+	for _, d := range r.delegations {
+		if d.Delegate == u.Name && d.LiveAt(now) {
+			out = append(out, d.Delegator)
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,14 +87,28 @@ func TestNeedsToDecideFollowsStanding(t *testing.T) {
 			if name == "aude" {
 				continue
 			}
-			offered := 0
+			offered := map[string]bool{}
+			next := map[string]string{}
 			for _, c := range calls {
-				if b.get("/calls/"+c.ID).find("approve-form").Length() == 1 {
-					offered++
+				p := b.get("/calls/" + c.ID)
+				if p.find("approve-form").Length() == 1 {
+					offered[c.ID] = true
 				}
+				href, _ := p.find("next-pending").Attr("href")
+				next[c.ID] = strings.TrimPrefix(href, "/calls/")
 			}
-			if offered != pending {
-				t.Errorf("%s: %s is offered Approve on %d pages, counted %d", when, name, offered, pending)
+			if len(offered) != pending {
+				t.Errorf("%s: %s is offered Approve on %d pages, counted %d", when, name, len(offered), pending)
+			}
+			// The call page's "Next pending call" follows the same rule.
+			for _, c := range calls {
+				others := len(offered)
+				if offered[c.ID] {
+					others--
+				}
+				if n := next[c.ID]; n != "" && (!offered[n] || n == c.ID) || n == "" && others > 0 {
+					t.Errorf("%s: %s's next pending call after %s is %q; offered %v", when, name, c.ID, n, offered)
+				}
 			}
 		}
 	}
