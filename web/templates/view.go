@@ -68,8 +68,10 @@ type Page struct {
 	Freezes []FreezeBanner
 	// FreezesUnknown is set when they could not be read.
 	FreezesUnknown bool
-	// Refresh, when positive, reloads the page after that many seconds
-	// (a page without a socket that follows something that changes).
+	// Refresh, when positive, has the page read itself again every that
+	// many seconds and put its [data-follow] part in place when it changed
+	// (a page without a socket that follows something that changes; never
+	// a timed reload).
 	Refresh int
 	// Needs counts what waits for people, for a logged-in viewer.
 	Needs *Needs
@@ -1159,4 +1161,14 @@ type PlanCard struct {
 	Ordered   bool
 	DecideBy  time.Time
 	Warned    bool
+}
+
+// followState names where a call stands, for a page that follows it: a
+// page replaces its status only when this changes.
+func followState(s StatusView) string {
+	out := s.Status + "/" + s.GrantState + "/" + s.Outcome + "/" + itoa(s.Received)
+	if s.Resolution != nil {
+		out += "/resolved"
+	}
+	return out
 }
