@@ -160,6 +160,11 @@ func TestNewcomerWalk(t *testing.T) {
 	if !found {
 		t.Errorf("the MCP tools page lists %v, want create_order pending review", rows)
 	}
+	accessible(t, admin, "the MCP tools with one awaiting review")
+	admin.do("the definition under review", waitShort,
+		chromedp.Click(chromedp.CSS(`[data-testid="mcp-tool-row"][data-status="pending"] [data-testid="mcp-review-link"]`)),
+		chromedp.WaitVisible(testID("mcp-definition")))
+	accessible(t, admin, "an MCP tool's definition under review")
 
 	// docs/agents.md: paste the export line, then step 1.
 	checkReaderToken(t, s)
