@@ -24,11 +24,22 @@ import (
 // panic is raised again in its own caller's goroutine, not in the
 // writer's). The
 // requests that succeeded are answered only after the shared COMMIT (and
-// the per-commit hook) returned, so an acknowledged write is durable, and
+// the advance of the high-water mark it needs, below) returned, so an
+// acknowledged write is durable, and
 // their after-commit functions run first, in the order they committed.
-// Requests that arrive while a commit is in flight wait for the next one:
-// under load many writes share one fsync; alone, a write is one
-// transaction as before.
+// Requests queued while the transaction runs its writes join it (up to
+// the batch's limit); those that arrive while a commit is in flight wait
+// for the next one: under load many writes share one fsync; alone, a
+// write is one transaction as before.
+//
+// The high-water mark (OnCommit) is advanced once for every commit that
+// holds a change it must cover, before that commit's writes are
+// answered. When such a commit ends with more requests queued, the writer
+// runs them first, as up to markShareCommits-1 further commits, and then
+// advances the mark once, with the newest head, for all of them: one sync
+// of the mark for several commits. Writes are answered in the order they
+// committed, so the writes of those further commits wait for the mark
+// too.
 //
 // The writer is not a goroutine of its own: the token passes between the
 // goroutines that have a request queued, and the one that takes it runs
@@ -170,11 +181,30 @@ func (d *DB) dequeue(r *writeReq) bool {
 	return false
 }
 
-// runQueued runs the oldest queued requests as one group commit. Called
-// by the holder of d.writing.
+// runQueued runs the oldest queued requests as one group commit, and
+// then, while that commit's writes wait for the high-water mark and more
+// requests are queued, the next ones as further commits (up to
+// markShareCommits in all): one advance of the mark, one sync, then covers
+// all of them. Called by the holder of d.writing.
 func (d *DB) runQueued() {
+	var h heldWrites
+	for range markShareCommits {
+		if batch := d.takeQueued(d.batchLimit); len(batch) > 0 {
+			d.runBatch(batch, &h)
+		}
+		if !h.mark || !d.writesQueued() {
+			break
+		}
+	}
+	d.acknowledge(&h)
+}
+
+// takeQueued takes the oldest queued requests, up to limit, and answers
+// at once those whose callers have gone.
+func (d *DB) takeQueued(limit int) []*writeReq {
 	d.qmu.Lock()
-	n := min(len(d.queue), d.batchLimit)
+	defer d.qmu.Unlock()
+	n := min(len(d.queue), limit)
 	batch := make([]*writeReq, 0, n)
 	for _, r := range d.queue[:n] {
 		if err := r.ctx.Err(); err != nil {
@@ -186,10 +216,62 @@ func (d *DB) runQueued() {
 		batch = append(batch, r)
 	}
 	d.queue = append(d.queue[:0], d.queue[n:]...)
-	d.qmu.Unlock()
-	if len(batch) > 0 {
-		d.runBatch(batch)
+	return batch
+}
+
+// writesQueued reports whether any request waits in the queue.
+func (d *DB) writesQueued() bool {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	return len(d.queue) > 0
+}
+
+// markShareCommits bounds how many commits one advance of the high-water
+// mark may cover: a write that must be covered waits for at most
+// markShareCommits-1 further commits before the mark is advanced and it is
+// acknowledged.
+const markShareCommits = 4
+
+// heldWrites is what the writer has committed and not yet acknowledged,
+// in commit order: writes are acknowledged in the order they committed,
+// and a commit that must be covered by the high-water mark holds back its
+// own writes and those of the commits after it until the mark covers them.
+type heldWrites struct {
+	reqs []*writeReq
+	// head is the chain's head after the newest commit that moved it.
+	head commitHead
+	// mark is true once a held commit must be covered by the mark before
+	// it is acknowledged (txState.advance, with a commit hook set).
+	mark bool
+}
+
+// acknowledge advances the high-water mark when a held commit must be
+// covered (once, with the newest head, which covers every commit before
+// it), then runs the held writes' after-commit functions and answers them,
+// in commit order.
+func (d *DB) acknowledge(h *heldWrites) {
+	if h.mark {
+		if err := d.onCommit(h.head.seq, h.head.hash); err != nil {
+			for _, r := range h.reqs {
+				finish(r, fmt.Errorf("db: committed, but not acknowledged: %w", err))
+			}
+			return
+		}
 	}
+	for _, r := range h.reqs {
+		r.runAfter()
+		finish(r, nil)
+	}
+}
+
+// join adds to batch, once its request i (the last) has run, the requests
+// queued while the transaction ran, up to d.batchLimit in all: they share
+// its commit rather than wait for it to end and pay a commit of their own.
+func (d *DB) join(batch []*writeReq, i int) []*writeReq {
+	if i < len(batch)-1 || len(batch) >= d.batchLimit {
+		return batch
+	}
+	return append(batch, d.takeQueued(d.batchLimit-len(batch))...)
 }
 
 // requeue puts requests that have not run back at the front of the queue.
@@ -207,9 +289,10 @@ func finish(r *writeReq, err error) {
 	close(r.done)
 }
 
-// runBatch runs batch in one transaction and answers every request in it.
-// Each write but the first runs in a savepoint of its own.
-func (d *DB) runBatch(batch []*writeReq) {
+// runBatch runs batch in one transaction. It answers the requests that
+// failed, and adds those that committed to h, to be answered by
+// acknowledge. Each write but the first runs in a savepoint of its own.
+func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 	failAll := func(rs []*writeReq, err error) {
 		for _, r := range rs {
 			finish(r, err)
@@ -235,7 +318,8 @@ func (d *DB) runBatch(batch []*writeReq) {
 		return
 	}
 	committed := batch[:0:0]
-	for i, r := range batch {
+	for i := 0; i < len(batch); i++ {
+		r := batch[i]
 		head := d.txHead
 		d.txAfter = nil
 		// The first write of a transaction runs without a savepoint: when
@@ -275,6 +359,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 			}
 			// Its failure is final now: nothing of it is in the transaction.
 			finish(r, classify(err))
+			batch = d.join(batch, i)
 			continue
 		}
 		// A write that succeeded leaves its savepoint open, where a RELEASE
@@ -285,6 +370,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 		// SAVEPOINT would begin a new transaction: the connection is asked
 		// whether it is still in one (no statement), and if not nothing of
 		// this write or of those before it is left.
+		batch = d.join(batch, i)
 		if i < len(batch)-1 && d.txEnded() {
 			d.broken(tx, append(committed, r), batch[i+1:], errTxEnded)
 			return
@@ -308,19 +394,14 @@ func (d *DB) runBatch(batch []*writeReq) {
 	}
 	d.commits.Add(1)
 	d.writes.Add(int64(len(committed)))
-	// A commit whose changes may all wait (highwater.MayWait) is
-	// acknowledged without moving the mark; the next commit that moves it
+	// A commit whose changes may all wait (highwater.MayWait) needs no
+	// advance of the mark before it is acknowledged; the next advance
 	// covers it too.
-	if d.onCommit != nil && d.txHead.seq != d.txKnown.base && d.txKnown.advance {
-		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
-			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))
-			return
-		}
+	if d.txHead.seq != d.txKnown.base {
+		h.head = d.txHead
+		h.mark = h.mark || (d.onCommit != nil && d.txKnown.advance)
 	}
-	for _, r := range committed {
-		r.runAfter()
-		finish(r, nil)
-	}
+	h.reqs = append(h.reqs, committed...)
 }
 
 // txState is what the running write transaction knows of the database as
