@@ -144,3 +144,61 @@ func TestWritesQueuedDuringATransactionJoinIt(t *testing.T) {
 		t.Errorf("with a limit of 2 writes per commit: %d commits in all, want 4", commits)
 	}
 }
+
+// TestMarkHoldsOnlyTheWritesAfterTheFirstThatNeedsIt: in a commit holding
+// a submission, then a redemption, then another submission, with a write
+// queued behind it, the first submission is answered at the commit (it may
+// wait for the mark, and nothing before it waits); the redemption and the
+// submission after it are answered only once the mark covers the next
+// commit too.
+func TestMarkHoldsOnlyTheWritesAfterTheFirstThatNeedsIt(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	d.batchLimit = 3 // the write queued last is the next commit
+	var hooked []int64
+	d.OnCommit(func(seq int64, _ string) error { hooked = append(hooked, seq); return nil })
+	var acked [3]atomic.Bool
+	var seen [3]bool
+	var wg sync.WaitGroup
+	write := func(i int, kind string) func(queue.Tx) error {
+		return func(tx queue.Tx) error {
+			tx.AfterCommit(func() { acked[i].Store(true) })
+			id := fmt.Sprintf("call_prefix_%d", i)
+			if err := tx.InsertCall(groupCall(id)); err != nil {
+				return err
+			}
+			if i == 2 {
+				// Queued behind the batch; it runs as the next commit.
+				wg.Go(func() {
+					if err := d.Store().Update(context.Background(), func(tx queue.Tx) error {
+						for j := range seen {
+							seen[j] = acked[j].Load()
+						}
+						return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindSubmitted,
+							CallID: "call_prefix_next", Principal: "agent:group", Channel: audit.ChannelAPI})
+					}); err != nil {
+						t.Error(err)
+					}
+				})
+				queued(t, d, 1)
+			}
+			return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: kind, CallID: id,
+				Principal: "agent:group", Channel: audit.ChannelAPI})
+		}
+	}
+	for i, err := range inOneBatch(t, d, write(0, audit.KindSubmitted), write(1, audit.KindRedeemed), write(2, audit.KindSubmitted)) {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	wg.Wait()
+	if want := [3]bool{true, false, false}; seen != want {
+		t.Errorf("when the next commit ran, writes answered = %v, want %v", seen, want)
+	}
+	if fmt.Sprint(hooked) != "[4]" {
+		t.Errorf("the mark advanced to %v, want once, to 4 (the next commit's head)", hooked)
+	}
+}

@@ -32,14 +32,14 @@ import (
 // for the next one: under load many writes share one fsync; alone, a
 // write is one transaction as before.
 //
-// The high-water mark (OnCommit) is advanced once for every commit that
-// holds a change it must cover, before that commit's writes are
-// answered. When such a commit ends with more requests queued, the writer
-// runs them first, as up to markShareCommits-1 further commits, and then
-// advances the mark once, with the newest head, for all of them: one sync
-// of the mark for several commits. Writes are answered in the order they
-// committed, so the writes of those further commits wait for the mark
-// too.
+// The high-water mark (OnCommit) is advanced before a write that holds a
+// change it must cover is answered. When a commit holding such a write
+// ends with more requests queued, the writer runs them first, as up to
+// markShareCommits-1 further commits, and then advances the mark once,
+// with the newest head, for all of them: one sync of the mark for several
+// commits. Writes are answered in the order they committed: those before
+// the first write that waits for the mark are answered at its commit, all
+// after it (in its commit and the further ones) once the mark covers them.
 //
 // The writer is not a goroutine of its own: the token passes between the
 // goroutines that have a request queued, and the one that takes it runs
@@ -73,6 +73,9 @@ type writeReq struct {
 	fn    func(ctx context.Context, tx *sql.Tx) error
 	after []func() // run after the commit, in commit order
 	err   error
+	// mark is true when fn made a change the high-water mark must cover
+	// before it is acknowledged (mustAdvance).
+	mark bool
 	// panicked is what fn (or one of its after-commit functions) panicked
 	// with, re-raised in the caller's goroutine.
 	panicked *writePanic
@@ -234,14 +237,16 @@ const markShareCommits = 4
 
 // heldWrites is what the writer has committed and not yet acknowledged,
 // in commit order: writes are acknowledged in the order they committed,
-// and a commit that must be covered by the high-water mark holds back its
-// own writes and those of the commits after it until the mark covers them.
+// and a write that must be covered by the high-water mark holds back
+// itself and every write committed after it, in its commit and the next
+// ones, until the mark covers them.
 type heldWrites struct {
 	reqs []*writeReq
 	// head is the chain's head after the newest commit that moved it.
 	head commitHead
-	// mark is true once a held commit must be covered by the mark before
-	// it is acknowledged (txState.advance, with a commit hook set).
+	// mark is true once a held write must be covered by the mark before
+	// it is acknowledged (writeReq.mark, with a commit hook set); reqs
+	// holds it and the writes committed after it.
 	mark bool
 }
 
@@ -333,6 +338,7 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 				return
 			}
 		}
+		d.reqAdvance = false
 		err := r.run(tx)
 		if err != nil {
 			d.txHead = head
@@ -375,7 +381,7 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 			d.broken(tx, append(committed, r), batch[i+1:], errTxEnded)
 			return
 		}
-		r.after = d.txAfter
+		r.after, r.mark = d.txAfter, d.reqAdvance
 		committed = append(committed, r)
 	}
 	d.txAfter = nil
@@ -394,14 +400,23 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 	}
 	d.commits.Add(1)
 	d.writes.Add(int64(len(committed)))
-	// A commit whose changes may all wait (highwater.MayWait) needs no
+	// A write whose changes may all wait (highwater.MayWait) needs no
 	// advance of the mark before it is acknowledged; the next advance
-	// covers it too.
-	if d.txHead.seq != d.txKnown.base {
+	// covers it too. It is answered now unless a write before it, in this
+	// commit or a held one, waits for the mark.
+	moved := d.txHead.seq != d.txKnown.base
+	if moved {
 		h.head = d.txHead
-		h.mark = h.mark || (d.onCommit != nil && d.txKnown.advance)
 	}
-	h.reqs = append(h.reqs, committed...)
+	for _, r := range committed {
+		if !h.mark && !(moved && r.mark && d.onCommit != nil) {
+			r.runAfter()
+			finish(r, nil)
+			continue
+		}
+		h.reqs = append(h.reqs, r)
+		h.mark = true
+	}
 }
 
 // txState is what the running write transaction knows of the database as
@@ -437,7 +452,7 @@ type txState struct {
 // high-water mark before it is acknowledged, whatever its entries: it
 // holds a change whose loss could let something happen again (a use, a
 // consumed nonce, a revocation, a bound).
-func (d *DB) mustAdvance() { d.txKnown.advance = true }
+func (d *DB) mustAdvance() { d.txKnown.advance, d.reqAdvance = true, true }
 
 // readTxState checks, inside tx, that the file is still the database that
 // was opened (the checks of checkIdentity), and reads the audit chain's
