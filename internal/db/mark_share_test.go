@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -189,16 +190,86 @@ func TestMarkHoldsOnlyTheWritesAfterTheFirstThatNeedsIt(t *testing.T) {
 				Principal: "agent:group", Channel: audit.ChannelAPI})
 		}
 	}
-	for i, err := range inOneBatch(t, d, write(0, audit.KindSubmitted), write(1, audit.KindRedeemed), write(2, audit.KindSubmitted)) {
+	// The test is the writer, on behalf of none of the writes (a writer
+	// whose own write is answered runs no further commit).
+	errs := make([]error, 3)
+	var writers sync.WaitGroup
+	d.lockWriter()
+	for i, kind := range []string{audit.KindSubmitted, audit.KindRedeemed, audit.KindSubmitted} {
+		writers.Go(func() { errs[i] = d.Store().Update(context.Background(), write(i, kind)) })
+		queued(t, d, i+1)
+	}
+	d.runQueued(nil)
+	d.unlockWriter()
+	writers.Wait()
+	wg.Wait()
+	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	wg.Wait()
 	if want := [3]bool{true, false, false}; seen != want {
 		t.Errorf("when the next commit ran, writes answered = %v, want %v", seen, want)
 	}
 	if fmt.Sprint(hooked) != "[4]" {
 		t.Errorf("the mark advanced to %v, want once, to 4 (the next commit's head)", hooked)
+	}
+}
+
+// TestWriterAnsweredRunsNoFurtherCommit: a writer whose own write may wait
+// for the mark, committed before a redemption, is answered at its commit
+// and advances the mark at once rather than run the commits queued behind
+// on its caller's time; the writes queued behind commit apart.
+func TestWriterAnsweredRunsNoFurtherCommit(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	d.batchLimit = 2
+	var hooked []int64
+	d.OnCommit(func(seq int64, _ string) error { hooked = append(hooked, seq); return nil })
+	entry := func(id, kind string) func(queue.Tx) error {
+		return func(tx queue.Tx) error {
+			if err := tx.InsertCall(groupCall(id)); err != nil {
+				return err
+			}
+			return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: kind, CallID: id,
+				Principal: "agent:group", Channel: audit.ChannelAPI})
+		}
+	}
+	d.lockWriter()
+	own := &writeReq{ctx: context.Background(), done: make(chan struct{}),
+		fn: func(ctx context.Context, tx *sql.Tx) error {
+			return entry("call_own", audit.KindSubmitted)(&storeTx{ctx: ctx, tx: tx, db: d})
+		}}
+	d.queue = append(d.queue, own)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := d.Store().Update(context.Background(), entry("call_redeemed", audit.KindRedeemed)); err != nil {
+			t.Error(err)
+		}
+	})
+	queued(t, d, 2)
+	wg.Go(func() {
+		if err := d.Store().Update(context.Background(), entry("call_behind", audit.KindRedeemed)); err != nil {
+			t.Error(err)
+		}
+	})
+	queued(t, d, 3)
+	d.runQueued(own)
+	if !own.answered() || own.err != nil {
+		t.Fatalf("the writer's own write: answered %v, %v", own.answered(), own.err)
+	}
+	if fmt.Sprint(hooked) != "[2]" {
+		t.Errorf("after the writer's commit the mark advanced to %v, want once, to 2", hooked)
+	}
+	if commits, _ := d.WriteCounts(); commits != 1 {
+		t.Errorf("the writer ran %d commits, want 1", commits)
+	}
+	d.unlockWriter()
+	wg.Wait()
+	if fmt.Sprint(hooked) != "[2 3]" {
+		t.Errorf("the mark advanced to %v, want [2 3]", hooked)
 	}
 }

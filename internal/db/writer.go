@@ -158,7 +158,7 @@ func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 			select {
 			case <-r.done: // the last writer ran it
 			default:
-				d.runQueued()
+				d.runQueued(r)
 			}
 			<-d.writing
 		case <-ctx.Done():
@@ -188,18 +188,33 @@ func (d *DB) dequeue(r *writeReq) bool {
 // then, while that commit's writes wait for the high-water mark and more
 // requests are queued, the next ones as further commits (up to
 // markShareCommits in all): one advance of the mark, one sync, then covers
-// all of them. Called by the holder of d.writing.
-func (d *DB) runQueued() {
+// all of them. Called by the holder of d.writing, on behalf of own (its
+// caller's write, nil for none): once own is answered, no further commit
+// runs on its caller's time.
+func (d *DB) runQueued(own *writeReq) {
 	var h heldWrites
 	for range markShareCommits {
 		if batch := d.takeQueued(d.batchLimit); len(batch) > 0 {
 			d.runBatch(batch, &h)
 		}
-		if !h.mark || !d.writesQueued() {
+		if !h.mark || !d.writesQueued() || own.answered() {
 			break
 		}
 	}
 	d.acknowledge(&h)
+}
+
+// answered reports whether r (nil for none) has been answered.
+func (r *writeReq) answered() bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // takeQueued takes the oldest queued requests, up to limit, and answers
@@ -441,18 +456,14 @@ type txState struct {
 	// unknown, and LastRollback reads it again.
 	lastRollback  sql.NullInt64
 	rollbackKnown bool
-	// advance is true once the transaction holds a change the high-water
-	// mark must cover before the commit is acknowledged
-	// (highwater.MayWait): the commit runs onCommit only then. A write
-	// rolled back to its savepoint leaves it set, which only costs a sync.
-	advance bool
 }
 
-// mustAdvance makes the running transaction's commit advance the
-// high-water mark before it is acknowledged, whatever its entries: it
-// holds a change whose loss could let something happen again (a use, a
-// consumed nonce, a revocation, a bound).
-func (d *DB) mustAdvance() { d.txKnown.advance, d.reqAdvance = true, true }
+// mustAdvance makes the running write wait, once committed, for the
+// high-water mark to cover it before it is acknowledged, whatever its
+// entries: it holds a change whose loss could let something happen again
+// (a use, a consumed nonce, a revocation, a bound). A write rolled back to
+// its savepoint leaves nothing to cover.
+func (d *DB) mustAdvance() { d.reqAdvance = true }
 
 // readTxState checks, inside tx, that the file is still the database that
 // was opened (the checks of checkIdentity), and reads the audit chain's
