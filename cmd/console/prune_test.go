@@ -684,3 +684,41 @@ func TestAuditPackReachesBackToTheApproval(t *testing.T) {
 		t.Errorf("verify = %d\n%s", code, stdout)
 	}
 }
+
+// TestAuditPruneOnPostgres: on PostgreSQL, a prune started while another
+// holds the prune lock (a prune under way from another replica's host) is
+// refused and removes nothing; once the lock is free, it removes the old
+// entries, the trail verifies, and compact vacuums the audit table.
+func TestAuditPruneOnPostgres(t *testing.T) {
+	url := pgtest.Database(t)
+	r := newAgedRunOn(t, url, 5, 0, 1)
+	ctx := context.Background()
+	other, err := pgstore.Open(ctx, url, pgstore.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	unlock, err := other.LockPrune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := t.TempDir()
+	code, out, errs := r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", archive, "--as", "root")
+	unlock()
+	if code != 1 || !strings.Contains(errs, "another prune of this database is under way") || !strings.Contains(errs, "nothing was removed") {
+		t.Fatalf("prune while another runs = %d %q %q", code, out, errs)
+	}
+	if oldest, err := r.st.OldestEntry(ctx); err != nil || oldest != 1 {
+		t.Fatalf("oldest entry after the refused prune = %d, %v", oldest, err)
+	}
+	code, out, errs = r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", archive, "--as", "root")
+	if m := removedRE.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "1" || m[2] != strconv.Itoa(5*5+1) {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	if code, out, _ := r.run(t, "audit", "verify", "--data", r.data); code != 0 || !strings.Contains(out, "pruned: entries 1 to 26 were removed") {
+		t.Fatalf("verify after prune = %d\n%s", code, out)
+	}
+	if code, out, errs := r.run(t, "compact", "--data", r.data); code != 0 || !strings.Contains(out, "vacuumed the audit table") {
+		t.Errorf("compact = %d %q %q", code, out, errs)
+	}
+}
