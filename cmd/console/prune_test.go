@@ -55,6 +55,8 @@ type agedRun struct {
 type agedStore interface {
 	pruneStore
 	audit.Trail
+	Identity() string
+	AuditHashAt(ctx context.Context, seq int64) (string, error)
 	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
 	Timeline(ctx context.Context, callID string) ([]audit.Entry, error)
 }
@@ -720,5 +722,58 @@ func TestAuditPruneOnPostgres(t *testing.T) {
 	}
 	if code, out, errs := r.run(t, "compact", "--data", r.data); code != 0 || !strings.Contains(out, "vacuumed the audit table") {
 		t.Errorf("compact = %d %q %q", code, out, errs)
+	}
+}
+
+// TestAuditPruneLeavesAnotherReplicasMark: on PostgreSQL the prune's host
+// sees only its own data directory's high-water mark. Another replica
+// whose mark names an entry the prune removed still starts (the chain's
+// head is past its mark, behind the prune's checkpoint), and its mark
+// moves to the head; a mark past the head is still refused.
+func TestAuditPruneLeavesAnotherReplicasMark(t *testing.T) {
+	url := pgtest.Database(t)
+	r := newAgedRunOn(t, url, 5, 0, 1)
+	ctx := context.Background()
+	other := t.TempDir()
+	if err := writeFileAtomic(identityPath(other), []byte(r.st.Identity()+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := r.st.AuditHashAt(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMark := func(m highwater.Mark) {
+		t.Helper()
+		hw, err := highwater.Open(markPath(other), r.st.Identity())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hw.Close()
+		if err := hw.Reset(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMark(highwater.Mark{Seq: 10, Head: hash})
+	if code, out, errs := r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root"); code != 0 || !removedRE.MatchString(out) {
+		t.Fatalf("prune = %d %q %q", code, out, errs)
+	}
+	eng, err := openExisting(ctx, other, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	hw, err := openMark(ctx, other, eng)
+	if err != nil {
+		t.Fatalf("the other replica's mark at a pruned entry: %v", err)
+	}
+	head, _, _ := r.st.AuditHead(ctx)
+	if got := hw.Mark().Seq; got != head {
+		t.Errorf("the other replica's mark is at %d, want the head %d", got, head)
+	}
+	hw.Close()
+	setMark(highwater.Mark{Seq: head + 5, Head: hash})
+	if hw, err := openMark(ctx, other, eng); err == nil {
+		hw.Close()
+		t.Fatal("a mark past the head opened")
 	}
 }
