@@ -47,7 +47,7 @@ func openRetention(ctx context.Context, e *env, data, url string) (*engine, prun
 	return eng, rs, nil
 }
 
-const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... [--max-entries N] --archive DIR --as ADMIN [--data DIR] [--db URL]
+const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... [--max-entries N] --archive DIR --as ADMIN [--data DIR] [--db URL] [--trusted-keys FILE]
 
 Removes the audit entries older than --retain (at least 30d) from the
 database, keeping every entry from the first of a call still open
@@ -70,6 +70,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	withUsage(fs, e, pruneUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
 	dbURL := dbFlag(fs)
+	trusted := fs.String("trusted-keys", "", "the cluster's trust file (console keys trust): the archive's checkpoints may be signed by its audit keys too, as each replica signs with its own (default $"+envTrustedKeys+")")
 	retainText := fs.String("retain", "", "keep entries younger than this: days (400d) or a duration (9600h); at least 30d")
 	archive := fs.String("archive", "", "directory to write the archive (an evidence pack) of the removed entries to")
 	as := fs.String("as", "", "the admin account pruning (required)")
@@ -104,6 +105,21 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed. The archive is signed with the console's audit key: run it as the console's user\n", err)
 		return 1
+	}
+	trust := []string{signer.PublicKey()}
+	if path := trustedKeysPath(e, *trusted); path != "" {
+		b, err := os.ReadFile(path)
+		var ts *grant.TrustSet
+		if err == nil {
+			ts, err = grant.ParseTrust(b)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
+			return 1
+		}
+		for _, k := range ts.AuditKeys {
+			trust = append(trust, k.X)
+		}
 	}
 	keys, err := grant.OpenExistingKeyring(keysDir(dir), Issuer, time.Now)
 	if err != nil {
@@ -174,13 +190,17 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	}
 	b, err := os.ReadFile(name)
 	if err == nil {
-		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: []string{signer.PublicKey()}})
+		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: trust})
 	}
 	if err == nil {
 		err = syncDir(*archive)
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed\n", name, err)
+		hint := ""
+		if strings.Contains(err.Error(), "not a trusted audit key") {
+			hint = ". With several replicas, each signs checkpoints with its own audit key: pass the cluster's trust file (--trusted-keys FILE, made by console keys trust)"
+		}
+		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed%s\n", name, err, hint)
 		return 1
 	}
 	manifest := sha256.Sum256(b)

@@ -777,3 +777,48 @@ func TestAuditPruneLeavesAnotherReplicasMark(t *testing.T) {
 		t.Fatal("a mark past the head opened")
 	}
 }
+
+// TestAuditPruneTrustsTheClusterKeys: with several replicas each signs
+// checkpoints with its own audit key. A prune whose archive holds a
+// checkpoint another replica signed is refused, nothing removed, saying
+// to pass the trust file; with it, the prune goes on.
+func TestAuditPruneTrustsTheClusterKeys(t *testing.T) {
+	url := pgtest.Database(t)
+	r := newAgedRunOn(t, url, 3, 0, 0)
+	ctx := context.Background()
+	otherDir := t.TempDir()
+	if code, out, errs := auditRun(t, "keys", "init", "--data", otherDir); code != 0 {
+		t.Fatalf("keys init = %d %q %q", code, out, errs)
+	}
+	other, err := audit.LoadKey(auditKeyPath(otherDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c.Set(time.Now().Add(-90 * 24 * time.Hour))
+	r.finish(2)
+	if _, err := r.st.Checkpoint(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	r.c.Set(time.Now())
+	r.finish(1)
+	archive := t.TempDir()
+	code, out, errs := r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", archive, "--as", "root")
+	if code != 1 || !strings.Contains(errs, "not a trusted audit key") || !strings.Contains(errs, "--trusted-keys FILE") || !strings.Contains(errs, "nothing was removed") {
+		t.Fatalf("prune without the trust file = %d %q %q", code, out, errs)
+	}
+	if oldest, _ := r.st.OldestEntry(ctx); oldest != 1 {
+		t.Fatalf("the oldest entry is %d after a refused prune, want 1", oldest)
+	}
+	code, jwks, errs := auditRun(t, "keys", "jwks", "--data", otherDir)
+	if code != 0 {
+		t.Fatalf("keys jwks = %d %q", code, errs)
+	}
+	trustFile := filepath.Join(t.TempDir(), "trust.json")
+	if err := os.WriteFile(trustFile, []byte(jwks), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", archive, "--as", "root", "--trusted-keys", trustFile)
+	if m := removedRE.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "1" {
+		t.Fatalf("prune with the trust file = %d %q %q", code, out, errs)
+	}
+}
