@@ -821,4 +821,20 @@ func TestAuditPruneTrustsTheClusterKeys(t *testing.T) {
 	if m := removedRE.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "1" {
 		t.Fatalf("prune with the trust file = %d %q %q", code, out, errs)
 	}
+	// The archive verifies with both replicas' fingerprints, with both
+	// verifiers, and not with the pruning host's alone.
+	packs, _ := filepath.Glob(filepath.Join(archive, "*.tar"))
+	if len(packs) != 1 {
+		t.Fatalf("archive holds %v", packs)
+	}
+	both := []string{packs[0], "--audit-key-fingerprint", fingerprintOf(r.key), "--audit-key-fingerprint", fingerprintOf(other)}
+	if code, out, _ := auditRun(t, append([]string{"audit", "verify"}, both...)...); code != 0 {
+		t.Errorf("verify of the archive with both keys = %d\n%s", code, out)
+	}
+	if code, out := pyVerify(t, nil, both...); code != 0 {
+		t.Errorf("python verify of the archive with both keys = %d\n%s", code, out)
+	}
+	if code, out, _ := auditRun(t, "audit", "verify", packs[0], "--audit-key-fingerprint", fingerprintOf(r.key)); code == 0 {
+		t.Errorf("verify of the archive with the host's key alone = 0\n%s", out)
+	}
 }
