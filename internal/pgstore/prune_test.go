@@ -121,3 +121,46 @@ func TestCompactMakesPrunedSpaceReusable(t *testing.T) {
 		t.Fatalf("Verify = %+v, %v", res, err)
 	}
 }
+
+// TestVerifyRefusesAGapNoPrunedEntryRecords: entries removed with the
+// permit but without the pruned entry (as someone with the database's
+// owner rights could) are damage at entry 1, though a signed checkpoint
+// stands at the last one removed.
+func TestVerifyRefusesAGapNoPrunedEntryRecords(t *testing.T) {
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	d := mustOpen(t, url)
+	for range 4 {
+		if err := d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindTokenCreated, Principal: "cli:root", Channel: audit.ChannelCLI}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := sha256.Sum256([]byte(t.Name()))
+	signer := audit.NewSigner(ed25519.NewKeyFromSeed(seed[:]))
+	cp, err := d.Checkpoint(ctx, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendAudit(ctx, &audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindTokenCreated, Principal: "cli:root", Channel: audit.ChannelCLI}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Checkpoint(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`INSERT INTO audit_prune_permit (id) VALUES (1)`, `DELETE FROM audit WHERE seq <= 4`, `DELETE FROM audit_prune_permit`} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
+	if err != nil || res.OK || !strings.Contains(audit.ReasonOf(res.Err), "no pruned entry records their removal") {
+		t.Fatalf("Verify of a gap at checkpoint %d with no pruned entry = %+v, %v", cp.Seq, res, err)
+	}
+}
