@@ -460,10 +460,10 @@ func cmdCompact(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	if eng.pg != nil {
-		fmt.Fprintf(e.stdout, "vacuumed the audit table: %d pages (%d bytes) with its indexes before, %d pages (%d bytes) after. "+
-			"Plain VACUUM makes the space of pruned entries reusable by new ones and gives back to the file system only empty pages at the table's end; "+
+		fmt.Fprintf(e.stdout, "vacuumed the audit table: %d pages (%d bytes) with its indexes before, %d pages (%d bytes) after; "+
+			"about %d pages free for new entries. Plain VACUUM makes the space of pruned entries reusable by new ones and gives back to the file system only empty pages at the table's end; "+
 			"VACUUM FULL audit would shrink the files but stops every replica's writes while it runs\n",
-			before.Pages, before.Bytes, after.Pages, after.Bytes)
+			before.Pages, before.Bytes, after.Pages, after.Bytes, after.FreePages)
 		return 0
 	}
 	fmt.Fprintf(e.stdout, "compacted: %d pages (%d free) and %d bytes before; %d pages and %d bytes after; %d pages freed\n",

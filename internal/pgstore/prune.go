@@ -110,30 +110,47 @@ func (d *DB) Prune(ctx context.Context, r retention.Removal) (*audit.Entry, erro
 }
 
 // Compact runs VACUUM (ANALYZE) on the audit table and reports its size
-// (with its indexes) before and after. Plain VACUUM makes the space of
-// removed entries reusable by new ones, and gives back to the file
+// (with its indexes) before and after, and after, in FreePages, about how
+// many of the table's pages' worth hold no live entry: the room VACUUM
+// made reusable by new entries. Plain VACUUM gives back to the file
 // system only empty pages at the end of the table, so the size rarely
 // falls; it takes no lock that blocks reads or writes. VACUUM FULL would
 // shrink the files but locks the table, and so every replica's writes,
 // while it rewrites it: that one is left to the operator (docs/audit.md).
 func (d *DB) Compact(ctx context.Context) (before, after retention.CompactSize, err error) {
-	if before, err = d.auditSize(ctx); err != nil {
+	if before, err = d.auditSize(ctx, false); err != nil {
 		return
 	}
 	if _, err = d.pool.Exec(ctx, `VACUUM (ANALYZE) audit`); err != nil {
 		err = classify(fmt.Errorf("pgstore: vacuum audit: %w", err))
 		return
 	}
-	after, err = d.auditSize(ctx)
+	after, err = d.auditSize(ctx, true)
 	return
 }
 
-func (d *DB) auditSize(ctx context.Context) (retention.CompactSize, error) {
+// auditSize is the audit table's size with its indexes; with free, also
+// the room in its heap that no live entry takes, estimated from the live
+// rows' sizes (each row's own size and its 4-byte line pointer, and each
+// page's 24-byte header), in pages. It reads the whole table.
+func (d *DB) auditSize(ctx context.Context, free bool) (retention.CompactSize, error) {
 	var s retention.CompactSize
-	err := d.pool.QueryRow(ctx, `SELECT pg_total_relation_size('audit'), pg_total_relation_size('audit') / current_setting('block_size')::bigint`).
-		Scan(&s.Bytes, &s.Pages)
+	var block int64
+	err := d.pool.QueryRow(ctx, `SELECT pg_total_relation_size('audit'), current_setting('block_size')::bigint`).Scan(&s.Bytes, &block)
 	if err != nil {
 		return s, classify(fmt.Errorf("pgstore: audit table size: %w", err))
+	}
+	s.Pages = s.Bytes / block
+	if !free {
+		return s, nil
+	}
+	var heap, live int64
+	err = d.pool.QueryRow(ctx, `SELECT pg_relation_size('audit'), COALESCE(SUM(pg_column_size(a.*) + 4), 0) FROM audit a`).Scan(&heap, &live)
+	if err != nil {
+		return s, classify(fmt.Errorf("pgstore: audit table's live rows: %w", err))
+	}
+	if unused := heap - live - heap/block*24; unused > 0 {
+		s.FreePages = unused / block
 	}
 	return s, nil
 }

@@ -112,9 +112,18 @@ func TestCompactMakesPrunedSpaceReusable(t *testing.T) {
 		t.Errorf("Compact reports %+v before and %+v after", before, after)
 	}
 	vacuumed := heap()
+	// Nearly the whole heap held the 3,000 entries removed: about that
+	// much is reported free.
+	if free := after.FreePages * 8192; free < vacuumed*9/10 || free > vacuumed {
+		t.Errorf("Compact reports %d bytes free of a %d-byte heap whose entries but one were removed", free, vacuumed)
+	}
 	appendN(2500)
 	if grown := heap() - vacuumed; grown > 4*8192 {
 		t.Errorf("the audit table grew by %d bytes after a prune and Compact while 2,500 of the 3,000 entries' room was free", grown)
+	}
+	// The new entries took most of that room.
+	if _, again, err := d.Compact(ctx); err != nil || again.FreePages*8192 > heap()/3 {
+		t.Errorf("Compact after 2,500 entries took the room reports %d pages free of a %d-byte heap, %v", again.FreePages, heap(), err)
 	}
 	res, err := d.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
 	if err != nil || !res.OK {

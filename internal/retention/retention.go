@@ -51,8 +51,9 @@ var (
 
 // CompactSize is the space a database's audit trail takes: on SQLite the
 // whole file's pages, the free ones among them, and bytes; on PostgreSQL
-// the audit table's pages (with its indexes), the pages with free space
-// a later write reuses, and bytes.
+// the audit table's pages and bytes (with its indexes) and, after
+// Compact, about how many pages' worth of the table no live entry takes
+// (reused by new entries).
 type CompactSize struct {
 	Pages, FreePages, Bytes int64
 }
