@@ -125,7 +125,7 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 	}
 	mark := hw.Mark()
 	var be *highwater.BehindError
-	err = highwater.Check(mark, head, func(seq int64) (string, error) { return d.AuditHashAt(ctx, seq) })
+	err = highwater.Check(mark, head, markHash(ctx, d, mark))
 	if err == nil {
 		fmt.Fprintf(e.stderr, "console audit accept-rollback: the database's chain (%s) contains this data directory's mark (%s): there is no rollback to accept\n", head, mark)
 		return 1

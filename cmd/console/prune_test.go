@@ -760,6 +760,9 @@ func TestAuditPruneLeavesAnotherReplicasMark(t *testing.T) {
 	if code, out, errs := r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--archive", t.TempDir(), "--as", "root"); code != 0 || !removedRE.MatchString(out) {
 		t.Fatalf("prune = %d %q %q", code, out, errs)
 	}
+	if code, _, errs := auditRun(t, "audit", "accept-rollback", "--as", "root", "--data", other, "--db", url); code != 1 || !strings.Contains(errs, "there is no rollback to accept") {
+		t.Errorf("accept-rollback with the mark's entry pruned = %d %q, want nothing to accept", code, errs)
+	}
 	eng, err := openExisting(ctx, other, url)
 	if err != nil {
 		t.Fatal(err)
