@@ -268,10 +268,13 @@ var _ = add("retention/a prune on one replica while another serves", func(t *tes
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	// The other replica writes and verifies until stopped (at most 30
+	// seconds).
 	var stop atomic.Bool
 	var writes, verifies atomic.Int64
+	until := time.Now().Add(30 * time.Second)
 	wg.Go(func() {
-		for i := 0; !stop.Load() && i < 200; i++ {
+		for i := 0; !stop.Load() && time.Now().Before(until); i++ {
 			c, _, err := b.q.Submit(ctx, payer, refund(uint32(1000+i), "n"))
 			if err == nil {
 				_, err = b.q.Approve(ctx, "bob", audit.ChannelCLI, c.ID, c.Digest)
@@ -284,7 +287,7 @@ var _ = add("retention/a prune on one replica while another serves", func(t *tes
 		}
 	})
 	wg.Go(func() {
-		for i := 0; !stop.Load() && i < 200; i++ {
+		for !stop.Load() && time.Now().Before(until) {
 			res, err := b.Retention.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{signer.PublicKey()}})
 			if err != nil || !res.OK {
 				t.Errorf("a verification on the other replica during the prune = %+v, %v", res, err)
@@ -293,22 +296,31 @@ var _ = add("retention/a prune on one replica while another serves", func(t *tes
 			verifies.Add(1)
 		}
 	})
-	// Let the other replica get going, then prune.
-	for deadline := time.Now().Add(10 * time.Second); writes.Load() < 3 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
+	// waitFor waits until n is at least want, the other replica failed, or
+	// ten seconds went by.
+	waitFor := func(n *atomic.Int64, want int64) {
+		for deadline := time.Now().Add(10 * time.Second); n.Load() < want && !t.Failed() && time.Now().Before(deadline); {
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
+	// Let the other replica get going, then prune; then let it write and
+	// verify some more.
+	waitFor(&writes, 3)
+	waitFor(&verifies, 1)
 	e, err := a.Retention.Prune(ctx, retention.Removal{FromSeq: 1, ToSeq: cp.Seq, By: "root", Signer: signer})
 	if err != nil {
+		stop.Store(true)
+		wg.Wait()
 		t.Fatal(err)
 	}
-	// And some more writes after it.
-	for after := writes.Load() + 3; writes.Load() < after && !t.Failed(); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	wroteBefore, verifiedBefore := writes.Load(), verifies.Load()
+	waitFor(&writes, wroteBefore+3)
+	waitFor(&verifies, verifiedBefore+2)
 	stop.Store(true)
 	wg.Wait()
-	if writes.Load() == 0 || verifies.Load() == 0 {
-		t.Fatalf("the other replica wrote %d times and verified %d times", writes.Load(), verifies.Load())
+	if writes.Load() < wroteBefore+3 || verifies.Load() < verifiedBefore+2 || wroteBefore == 0 || verifiedBefore == 0 {
+		t.Fatalf("the other replica wrote %d times and verified %d times before the prune's commit was seen, %d and %d in all",
+			wroteBefore, verifiedBefore, writes.Load(), verifies.Load())
 	}
 	if _, err := b.Retention.Checkpoint(ctx, signer); err != nil {
 		t.Fatal(err)
