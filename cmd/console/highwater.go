@@ -10,6 +10,7 @@ import (
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/highwater"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/retention"
 )
 
 // markPath is the data directory's high-water mark of the audit chain.
@@ -27,6 +28,35 @@ func chainHead(ctx context.Context, d *engine) (highwater.Mark, error) {
 	return highwater.Mark{Seq: seq, Head: head}, nil
 }
 
+// markHash reads the hash of the audit entry at seq for highwater.Check.
+// An entry a prune removed (before the oldest entry kept, which follows
+// a signed checkpoint at the last one removed) cannot be read back: for
+// the mark's own entry, the chain's head being at or past it is then all
+// that is checked. On PostgreSQL a prune run from one replica's host
+// cannot see the other replicas' marks, so a replica that wrote nothing
+// since before the horizon finds its mark's entry gone.
+func markHash(ctx context.Context, d *engine, mark highwater.Mark) func(seq int64) (string, error) {
+	return func(seq int64) (string, error) {
+		h, err := d.AuditHashAt(ctx, seq)
+		if err == nil || seq != mark.Seq {
+			return h, err
+		}
+		rs, ok := d.storage.(retention.Store)
+		if !ok {
+			return h, err
+		}
+		oldest, oerr := rs.OldestEntry(ctx)
+		if oerr != nil || oldest <= seq {
+			return h, err
+		}
+		cp, cerr := rs.CheckpointAtOrBefore(ctx, oldest-1)
+		if cerr != nil || cp.Seq != oldest-1 {
+			return h, err
+		}
+		return mark.Head, nil
+	}
+}
+
 // openMark opens the data directory's high-water mark, refuses a database
 // whose audit chain does not contain it, and has every commit from here on
 // advance it before the commit is acknowledged.
@@ -37,7 +67,7 @@ func openMark(ctx context.Context, data string, d *engine) (*highwater.File, err
 	}
 	head, err := chainHead(ctx, d)
 	if err == nil {
-		err = highwater.Check(hw.Mark(), head, func(seq int64) (string, error) { return d.AuditHashAt(ctx, seq) })
+		err = highwater.Check(hw.Mark(), head, markHash(ctx, d, hw.Mark()))
 	}
 	var be *highwater.BehindError
 	if errors.As(err, &be) {
@@ -95,7 +125,7 @@ func auditAcceptRollback(ctx context.Context, e *env, args []string) int {
 	}
 	mark := hw.Mark()
 	var be *highwater.BehindError
-	err = highwater.Check(mark, head, func(seq int64) (string, error) { return d.AuditHashAt(ctx, seq) })
+	err = highwater.Check(mark, head, markHash(ctx, d, mark))
 	if err == nil {
 		fmt.Fprintf(e.stderr, "console audit accept-rollback: the database's chain (%s) contains this data directory's mark (%s): there is no rollback to accept\n", head, mark)
 		return 1

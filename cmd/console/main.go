@@ -67,7 +67,7 @@ func commands() map[string]command {
 		"restore":    {"put a backup in place in a data directory, saying what its high-water mark will do", cmdRestore},
 		"audit":      {"audit verify|export|checkpoint|pack|prune|accept-rollback: the tamper-evident audit trail", cmdAudit},
 		"hold":       {"hold add|list|remove: legal holds that keep calls' audit entries from pruning (admin)", cmdHold},
-		"compact":    {"give a SQLite database's free pages back after audit prune (blocks writes)", cmdCompact},
+		"compact":    {"give the space back after audit prune (SQLite: VACUUM, blocks writes; PostgreSQL: VACUUM of the audit table, blocks nothing)", cmdCompact},
 	}
 }
 

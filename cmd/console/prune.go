@@ -17,16 +17,37 @@ import (
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/evidence"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/highwater"
+	"github.com/countersign/countersign/internal/retention"
 )
 
 // RetainFloor is the shortest retention any flag may ask for.
-const RetainFloor = 30 * 24 * time.Hour
+const RetainFloor = retention.Floor
 
-const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... [--max-entries N] --archive DIR --as ADMIN [--data DIR]
+// pruneStore is what a prune uses of either engine.
+type pruneStore interface {
+	retention.Store
+	AuditHead(ctx context.Context) (int64, string, error)
+}
+
+// openRetention opens the console's database, SQLite or PostgreSQL, with
+// its retention store.
+func openRetention(ctx context.Context, e *env, data, url string) (*engine, pruneStore, error) {
+	eng, err := openExisting(ctx, dataDir(e, data), databaseURL(e, url))
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, ok := eng.storage.(pruneStore)
+	if !ok {
+		eng.Close()
+		return nil, nil, errors.New("this database keeps no retention store")
+	}
+	return eng, rs, nil
+}
+
+const pruneUsage = `usage: console audit prune --retain DAYS [--keep TOOL=DAYS]... [--max-entries N] --archive DIR --as ADMIN [--data DIR] [--db URL] [--trusted-keys FILE]
 
 Removes the audit entries older than --retain (at least 30d) from the
 database, keeping every entry from the first of a call still open
@@ -37,15 +58,19 @@ writes an evidence pack of the entries it will remove to --archive,
 verifies it and syncs it; then, in one transaction, it appends a pruned
 entry (the range, its count, the last removed entry's hash, the archive's
 manifest digest, who, and a snapshot of the accounts, tokens and freezes)
-and deletes the entries. The removal ends at a signed checkpoint, so
-audit verify accepts the gap. SQLite only; it blocks no reader. Run
-console compact afterwards to give the space back.`
+and deletes the entries, and signs a checkpoint at the pruned entry. The
+removal ends at a signed checkpoint, so audit verify accepts the gap. It
+blocks no reader. On PostgreSQL one prune runs at a time whichever
+replica starts it, while every replica serves. Run console compact
+afterwards to give the space back.`
 
 func auditPrune(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("audit prune", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	withUsage(fs, e, pruneUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
+	trusted := fs.String("trusted-keys", "", "the cluster's trust file (console keys trust): the archive's checkpoints may be signed by its audit keys too, as each replica signs with its own (default $"+envTrustedKeys+")")
 	retainText := fs.String("retain", "", "keep entries younger than this: days (400d) or a duration (9600h); at least 30d")
 	archive := fs.String("archive", "", "directory to write the archive (an evidence pack) of the removed entries to")
 	as := fs.String("as", "", "the admin account pruning (required)")
@@ -76,30 +101,46 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	dir := dataDir(e, *data)
-	if databaseURL(e, "") != "" {
-		fmt.Fprintln(e.stderr, "console audit prune: pruning works on a SQLite console's data directory; with PostgreSQL, keep the trail and make evidence packs of each period (console audit pack)")
-		return 1
-	}
 	signer, err := audit.LoadKey(auditKeyPath(dir))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed. The archive is signed with the console's audit key: run it as the console's user\n", err)
 		return 1
+	}
+	trust := []string{signer.PublicKey()}
+	if path := trustedKeysPath(e, *trusted); path != "" {
+		b, err := os.ReadFile(path)
+		var ts *grant.TrustSet
+		if err == nil {
+			ts, err = grant.ParseTrust(b)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
+			return 1
+		}
+		for _, k := range ts.AuditKeys {
+			trust = append(trust, k.X)
+		}
 	}
 	keys, err := grant.OpenExistingKeyring(keysDir(dir), Issuer, time.Now)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
 		return 1
 	}
-	eng, err := openExisting(ctx, dir, "")
+	eng, d, err := openRetention(ctx, e, *data, *dbURL)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
 		return 1
 	}
 	defer eng.Close()
-	d, ok := eng.storage.(*db.DB)
-	if !ok {
-		fmt.Fprintln(e.stderr, "console audit prune: pruning works on SQLite only")
-		return 1
+	if eng.pg != nil {
+		// One prune at a time on the shared database, whichever replica's
+		// host runs it: a second would archive the same entries.
+		unlock, err := eng.pg.LockPrune(ctx)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
+			return 1
+		}
+		defer unlock()
 	}
 	accounts := account.NewService(eng.accounts, nil)
 	u, err := accounts.UserByName(ctx, *as)
@@ -122,7 +163,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	}
 	plan, err := planPrune(ctx, d, horizon, now, keep, *maxEntries)
 	if err == nil && plan.reason == "" {
-		err = keepMark(dir, d.Identity(), &plan)
+		err = keepMark(dir, eng.Identity(), &plan)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v\n", err)
@@ -149,13 +190,17 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	}
 	b, err := os.ReadFile(name)
 	if err == nil {
-		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: []string{signer.PublicKey()}})
+		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: trust})
 	}
 	if err == nil {
 		err = syncDir(*archive)
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed\n", name, err)
+		hint := ""
+		if strings.Contains(err.Error(), "not a trusted audit key") {
+			hint = ". With several replicas, each signs checkpoints with its own audit key: pass the cluster's trust file (--trusted-keys FILE, made by console keys trust)"
+		}
+		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed%s\n", name, err, hint)
 		return 1
 	}
 	manifest := sha256.Sum256(b)
@@ -166,15 +211,13 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed\n", err)
 		return 1
 	}
-	entry, err := d.Prune(ctx, plan.to, *as, map[string]any{"archive": filepath.Base(name), "archive_sha256": hex.EncodeToString(manifest[:]),
-		"retain_days": int64(retain / (24 * time.Hour)), "keep_days": keepDays(keep), "horizon": audit.FormatTime(horizon), "snapshot": snapshot})
+	// The checkpoint signed in the same transaction covers the pruned
+	// entry and its snapshot.
+	entry, err := d.Prune(ctx, retention.Removal{FromSeq: plan.from, ToSeq: plan.to, By: *as, Signer: signer,
+		Details: map[string]any{"archive": filepath.Base(name), "archive_sha256": hex.EncodeToString(manifest[:]),
+			"retain_days": int64(retain / (24 * time.Hour)), "keep_days": keepDays(keep), "horizon": audit.FormatTime(horizon), "snapshot": snapshot}})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console audit prune: %v; nothing was removed (the archive %s is kept)\n", err, name)
-		return 1
-	}
-	// The pruned entry and its snapshot are signed by the next checkpoint.
-	if _, err := d.Checkpoint(ctx, signer); err != nil {
-		fmt.Fprintf(e.stderr, "console audit prune: the entries were removed, but signing a checkpoint failed: %v; run console audit checkpoint\n", err)
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "removed entries %d to %d (%d) older than %s; archive %s (sha256 %s); pruned entry %d\n",
@@ -185,7 +228,11 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 	if plan.more {
 		fmt.Fprintf(e.stdout, "note: stopped at --max-entries %d; run it again to remove more\n", *maxEntries)
 	}
-	fmt.Fprintln(e.stdout, "run console compact --data DIR (while the console is stopped or quiet) to give the space back to the file system")
+	if eng.pg != nil {
+		fmt.Fprintln(e.stdout, "run console compact --data DIR --db URL to make the space reusable (VACUUM; it blocks no replica)")
+	} else {
+		fmt.Fprintln(e.stdout, "run console compact --data DIR (while the console is stopped or quiet) to give the space back to the file system")
+	}
 	return 0
 }
 
@@ -203,7 +250,7 @@ const DefaultPruneEntries = 100000
 // planPrune finds the entries to remove: from the oldest kept to the
 // newest signed checkpoint before both the first entry younger than
 // horizon and the first entry of any call still open.
-func planPrune(ctx context.Context, d *db.DB, horizon, now time.Time, keep map[string]time.Duration, maxEntries int64) (prunePlan, error) {
+func planPrune(ctx context.Context, d pruneStore, horizon, now time.Time, keep map[string]time.Duration, maxEntries int64) (prunePlan, error) {
 	var p prunePlan
 	oldest, err := d.OldestEntry(ctx)
 	if err != nil {
@@ -290,7 +337,7 @@ func keepMark(dir, identity string, p *prunePlan) error {
 // their registration entries (which may be among the entries removed),
 // the API tokens, the freezes, and the digest of the tools file last
 // loaded.
-func stateSnapshot(ctx context.Context, eng *engine, d *db.DB, accounts *account.Service) (map[string]any, error) {
+func stateSnapshot(ctx context.Context, eng *engine, d retention.Store, accounts *account.Service) (map[string]any, error) {
 	users, err := accounts.Users(ctx)
 	if err != nil {
 		return nil, err
@@ -374,18 +421,26 @@ func parseRetain(s string) (time.Duration, error) {
 	return d, nil
 }
 
-const compactUsage = `usage: console compact [--data DIR]
+const compactUsage = `usage: console compact [--data DIR] [--db URL]
 
-Rewrites a SQLite console's database without its free pages (VACUUM) and
-reports the pages and bytes before and after. It blocks every write while
-it runs (seconds per gigabyte): run it while the console is stopped or
-quiet, after console audit prune.`
+SQLite: rewrites the database without its free pages (VACUUM) and reports
+the pages and bytes before and after. It blocks every write while it runs
+(seconds per gigabyte): run it while the console is stopped or quiet,
+after console audit prune.
+
+PostgreSQL: runs VACUUM (ANALYZE) on the audit table, which makes the
+space of pruned entries reusable by new ones while every replica goes on
+serving, and reports the table's size before and after. Plain VACUUM
+gives back to the file system only empty pages at the table's end, so the
+size rarely falls; VACUUM FULL (run by hand, see docs/audit.md) shrinks
+the files but stops every replica's writes while it runs.`
 
 func cmdCompact(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	withUsage(fs, e, compactUsage)
 	data := fs.String("data", "", "data directory (default $COUNTERSIGN_DATA or ./countersign-data)")
+	dbURL := dbFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -393,21 +448,23 @@ func cmdCompact(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, compactUsage)
 		return 2
 	}
-	eng, err := openExisting(ctx, dataDir(e, *data), "")
+	eng, d, err := openRetention(ctx, e, *data, *dbURL)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console compact: %v\n", err)
 		return 1
 	}
 	defer eng.Close()
-	d, ok := eng.storage.(*db.DB)
-	if !ok {
-		fmt.Fprintln(e.stderr, "console compact: compaction is for a SQLite console; PostgreSQL reclaims space with its own VACUUM")
-		return 1
-	}
 	before, after, err := d.Compact(ctx)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console compact: %v\n", err)
 		return 1
+	}
+	if eng.pg != nil {
+		fmt.Fprintf(e.stdout, "vacuumed the audit table: %d pages (%d bytes) with its indexes before, %d pages (%d bytes) after; "+
+			"about %d pages free for new entries. Plain VACUUM makes the space of pruned entries reusable by new ones and gives back to the file system only empty pages at the table's end; "+
+			"VACUUM FULL audit would shrink the files but stops every replica's writes while it runs\n",
+			before.Pages, before.Bytes, after.Pages, after.Bytes, after.FreePages)
+		return 0
 	}
 	fmt.Fprintf(e.stdout, "compacted: %d pages (%d free) and %d bytes before; %d pages and %d bytes after; %d pages freed\n",
 		before.Pages, before.FreePages, before.Bytes, after.Pages, after.Bytes, before.Pages-after.Pages)
@@ -415,14 +472,14 @@ func cmdCompact(ctx context.Context, e *env, args []string) int {
 }
 
 const holdUsage = `usage:
-  console hold add (--tool TOOL | --actor ACTOR | --call ID) --reason TEXT --as ADMIN [--data DIR]
-  console hold list [--data DIR]
-  console hold remove ID --as ADMIN [--data DIR]
+  console hold add (--tool TOOL | --actor ACTOR | --call ID) --reason TEXT --as ADMIN [--data DIR] [--db URL]
+  console hold list [--data DIR] [--db URL]
+  console hold remove ID --as ADMIN [--data DIR] [--db URL]
 
 A legal hold keeps every audit entry of the calls it covers, and every
 later entry, from console audit prune: the calls of a tool, of an agent,
 or one call. Adding and removing one is for an admin and is audited
-(hold_added, hold_removed); a database keeps at most 1,000. SQLite only.`
+(hold_added, hold_removed); a database keeps at most 1,000.`
 
 func cmdHold(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "list" && args[0] != "remove") {
@@ -443,25 +500,17 @@ func cmdHold(ctx context.Context, e *env, args []string) int {
 	call := fs.String("call", "", "hold this call")
 	reason := fs.String("reason", "", "why (a case, a request), kept with the hold and in its audit entry")
 	as := fs.String("as", "", "the admin account (required to add or remove)")
+	dbURL := dbFlag(fs)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
 	}
-	if databaseURL(e, "") != "" {
-		fmt.Fprintln(e.stderr, "console hold: legal holds work on a SQLite console's data directory, as pruning does")
-		return 1
-	}
-	eng, err := openExisting(ctx, dataDir(e, *data), "")
+	eng, d, err := openRetention(ctx, e, *data, *dbURL)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "console hold: %v\n", err)
 		return 1
 	}
 	defer eng.Close()
-	d, ok := eng.storage.(*db.DB)
-	if !ok {
-		fmt.Fprintln(e.stderr, "console hold: legal holds work on SQLite only")
-		return 1
-	}
 	if sub == "list" {
 		holds, err := d.Holds(ctx)
 		if err != nil {

@@ -23,7 +23,7 @@ func conformanceStores(t *testing.T, path string) storetest.Stores {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
+	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(), Retention: d,
 		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, path) },
 		FillPush: func(t *testing.T, account string, n int) {
 			if _, err := d.sql.Exec(`WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?)

@@ -9,23 +9,20 @@ import (
 	"fmt"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/retention"
 )
 
 // MaxHolds bounds the legal holds a database keeps.
-const MaxHolds = 1000
+const MaxHolds = retention.MaxHolds
 
-// Hold is a legal hold: the audit entries of the calls of a tool, of an
-// actor, or of one call, which no prune removes.
-type Hold struct {
-	ID, Kind, Value, Reason, By string
-	CreatedAt                   int64 // milliseconds since the epoch
-}
+// Hold is a legal hold (retention.Hold).
+type Hold = retention.Hold
 
 // Hold errors.
 var (
-	ErrTooManyHolds = fmt.Errorf("db: there are already %d legal holds; remove one first", MaxHolds)
-	ErrHoldExists   = errors.New("db: that hold is there already")
-	ErrNoSuchHold   = errors.New("db: no such hold")
+	ErrTooManyHolds = retention.ErrTooManyHolds
+	ErrHoldExists   = retention.ErrHoldExists
+	ErrNoSuchHold   = retention.ErrNoSuchHold
 )
 
 // AddHold adds a legal hold, with its hold_added audit entry, by the

@@ -8,23 +8,26 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/retention"
 	"github.com/countersign/countersign/internal/store/sqlq"
 )
 
-// ErrNothingToPrune is a prune whose last entry is not after the oldest
-// entry kept.
-var ErrNothingToPrune = errors.New("db: no audit entry to prune before that point")
+// The errors of a prune (see retention.Store).
+var (
+	ErrNothingToPrune  = retention.ErrNothingToPrune
+	ErrPruneUnanchored = retention.ErrPruneUnanchored
+	ErrPruneMoved      = retention.ErrPruneMoved
+)
 
-// ErrPruneUnanchored is a prune whose last entry has no signed checkpoint:
-// a verifier could not tell the removal from entries cut out.
-var ErrPruneUnanchored = errors.New("db: no signed checkpoint at the last entry to prune")
+var _ retention.Store = (*DB)(nil)
 
-// Prune removes the oldest audit entries, up to and including toSeq, in
-// one transaction that first appends a pruned entry recording what it
-// removes (audit.PrunedDetails, with the other details given: the
-// archive's manifest digest, the state snapshot) by principal. A signed
-// checkpoint must stand at toSeq. It returns the pruned entry.
-func (d *DB) Prune(ctx context.Context, toSeq int64, principal string, details map[string]any) (*audit.Entry, error) {
+// Prune implements retention.Store: in one transaction, the pruned entry,
+// the delete (which the trigger allows only while the transaction holds
+// the permit row) and the checkpoint at the pruned entry.
+func (d *DB) Prune(ctx context.Context, r retention.Removal) (*audit.Entry, error) {
+	if r.Signer == nil {
+		return nil, errors.New("db: prune: no key to sign the checkpoint with")
+	}
 	var out *audit.Entry
 	err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := d.checkIdentity(ctx, tx); err != nil {
@@ -34,42 +37,54 @@ func (d *DB) Prune(ctx context.Context, toSeq int64, principal string, details m
 		if err := tx.QueryRowContext(ctx, `SELECT MIN(seq) FROM audit`).Scan(&from); err != nil {
 			return fmt.Errorf("db: prune: %w", err)
 		}
-		if !from.Valid || toSeq < from.Int64 || toSeq >= d.txHead.seq {
+		if !from.Valid || r.ToSeq < from.Int64 || r.ToSeq >= d.txHead.seq {
 			return ErrNothingToPrune
 		}
+		if from.Int64 != r.FromSeq {
+			return ErrPruneMoved
+		}
 		var last string
-		if err := tx.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, toSeq).Scan(&last); err != nil {
-			return fmt.Errorf("db: prune: entry %d: %w", toSeq, err)
+		if err := tx.QueryRowContext(ctx, `SELECT hash FROM audit WHERE seq = ?`, r.ToSeq).Scan(&last); err != nil {
+			return fmt.Errorf("db: prune: entry %d: %w", r.ToSeq, err)
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoints WHERE seq = ? AND head = ?`, toSeq, last).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoints WHERE seq = ? AND head = ?`, r.ToSeq, last).Scan(&n); err != nil {
 			return fmt.Errorf("db: prune: %w", err)
 		}
 		if n == 0 {
 			return ErrPruneUnanchored
 		}
-		pd := map[string]any{}
-		for k, v := range details {
-			pd[k] = v
-		}
-		pd["from_seq"], pd["to_seq"], pd["count"], pd["last_hash"] = from.Int64, toSeq, toSeq-from.Int64+1, last
-		e := &audit.Entry{Time: audit.FormatTime(d.now()), Kind: audit.KindPruned, Principal: principal, Channel: audit.ChannelCLI, Details: pd}
+		e := &audit.Entry{Time: audit.FormatTime(d.now()), Kind: audit.KindPruned, Principal: r.By, Channel: audit.ChannelCLI,
+			Details: prunedDetails(r, from.Int64, last)}
 		if err := d.appendAudit(ctx, tx, e); err != nil {
 			return err
 		}
-		for _, q := range []string{`INSERT INTO audit_prune_permit (id) VALUES (1)`, `DELETE FROM audit WHERE seq <= ?`, `DELETE FROM audit_prune_permit`} {
-			args := []any{}
-			if q == `DELETE FROM audit WHERE seq <= ?` {
-				args = append(args, toSeq)
-			}
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{{`INSERT INTO audit_prune_permit (id) VALUES (1)`, nil}, {`DELETE FROM audit WHERE seq <= ?`, []any{r.ToSeq}}, {`DELETE FROM audit_prune_permit`, nil}} {
+			if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
 				return fmt.Errorf("db: prune: %w", err)
 			}
+		}
+		if _, err := sqlq.SignCheckpoint(ctx, shared{tx}, r.Signer, d.now()); err != nil {
+			return fmt.Errorf("db: prune: sign the checkpoint: %w", err)
 		}
 		out = e
 		return nil
 	})
 	return out, err
+}
+
+// prunedDetails is the pruned entry's details: r's, with the range, its
+// count and the last removed entry's hash.
+func prunedDetails(r retention.Removal, from int64, last string) map[string]any {
+	pd := map[string]any{}
+	for k, v := range r.Details {
+		pd[k] = v
+	}
+	pd["from_seq"], pd["to_seq"], pd["count"], pd["last_hash"] = from, r.ToSeq, r.ToSeq-from+1, last
+	return pd
 }
 
 // Compact rewrites the database file without its free pages (VACUUM) and
@@ -89,9 +104,7 @@ func (d *DB) Compact(ctx context.Context) (before, after CompactSize, err error)
 
 // CompactSize is a database file's size: its pages, the free ones among
 // them, and bytes.
-type CompactSize struct {
-	Pages, FreePages, Bytes int64
-}
+type CompactSize = retention.CompactSize
 
 func (d *DB) size(ctx context.Context) (CompactSize, error) {
 	var s CompactSize

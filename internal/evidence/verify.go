@@ -208,6 +208,14 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	// Kept checkpoints after the section are for later periods (their
 	// signatures are checked below); those up to its end must match it.
 	opts := audit.VerifyOptions{TrustedKeys: []string{key}, Check: check}
+	// Checkpoints signed by another key the reader trusts (another
+	// replica's, listed in the cluster's trust file) are trusted too, as
+	// the Python verifier trusts them.
+	for _, cp := range c.checkpoints {
+		if trust.trusts(cp.PublicKey) && !slices.Contains(opts.TrustedKeys, cp.PublicKey) {
+			opts.TrustedKeys = append(opts.TrustedKeys, cp.PublicKey)
+		}
+	}
 	var later []audit.Checkpoint
 	for _, kc := range trust.Checkpoints {
 		if !slices.Contains(opts.TrustedKeys, kc.PublicKey) {

@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 // pool on the same database, as another replica would.
 func conformanceStores(t *testing.T, url string) storetest.Stores {
 	d := mustOpen(t, url)
-	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(),
+	return storetest.Stores{Queue: d.Store(), History: d.Store(), Accounts: d.Accounts(), Audit: d, Outbox: d.Outbox(), Push: d.Outbox(), Retention: d,
 		Reopen: func(t *testing.T) storetest.Stores { return conformanceStores(t, url) },
 		FillPush: func(t *testing.T, account string, n int) {
 			conn, err := pgx.Connect(context.Background(), url)

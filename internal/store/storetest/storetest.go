@@ -34,6 +34,7 @@ import (
 	"github.com/countersign/countersign/internal/canonical"
 	"github.com/countersign/countersign/internal/notify"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/retention"
 )
 
 // Stores are the views of one database that the domain uses.
@@ -54,6 +55,16 @@ type Stores struct {
 	// database, past the per-account bound, so that the console-wide
 	// bound can be reached without thousands of transactions.
 	FillPush func(t *testing.T, account string, n int)
+	// Retention prunes the audit trail and keeps its legal holds.
+	Retention RetentionStore
+}
+
+// RetentionStore is the store a prune uses: the retention reads and
+// writes, checkpoints, and verification against trusted keys.
+type RetentionStore interface {
+	retention.Store
+	Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error)
+	Verify(ctx context.Context, opts audit.VerifyOptions) (audit.VerifyResult, error)
 }
 
 // PushStore is the store of Web Push subscriptions: what the push channel
