@@ -28,9 +28,10 @@ import (
 // approves it in the web console (session cookie and CSRF token, as
 // cmd/loadgen does), and the agent redeems the grant. A flow that runs
 // more fails TestWholeFlowStatements: someone added a statement to the
-// hot path. Lower it when a statement goes. (31: the submission counts its
-// token's pending calls, the bound of calls one token keeps waiting.)
-const maxStatementsPerFlow = 31
+// hot path. Lower it when a statement goes. (The submission reads its
+// retry states, the newest call with its digest and its token's pending
+// calls by one statement, db's SubmitChecks.)
+const maxStatementsPerFlow = 29
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the

@@ -53,6 +53,20 @@ type storeTx struct {
 	stored map[string][]any
 	// retries holds the retry states this write has read (Retry).
 	retries map[retryKey]queue.RetryState
+	// checked holds a submission's checks read by one statement
+	// (SubmitChecks) until LatestByDigest and PendingBy ask for them.
+	checked *submitChecks
+}
+
+// submitChecks are the answers SubmitChecks read for one submission. Each
+// is handed out once, and none survives a write to the calls table.
+type submitChecks struct {
+	actor, digest, token string
+	limit                int
+	latest               int64 // the newest call's seq; 0 when there is none
+	pending              int
+	latestUsed           bool
+	pendingUsed          bool
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
@@ -204,7 +218,42 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 	return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
 }
 
+// SubmitChecks reads what a submission checks before it inserts its call
+// in one statement: the retry states of (actor, tool) and (actor, any
+// tool), the newest call of actor with that digest (LatestByDigest) and
+// how many calls token keeps pending, up to limit (PendingBy). The
+// answers are kept for those reads, which then run no statement of their
+// own; a write to the calls table forgets them.
+func (t *storeTx) SubmitChecks(actor, tool, digest, token string, limit int) error {
+	var count, anyCount, blocked, anyBlocked, latest sql.NullInt64
+	var pending int
+	err := t.tx.QueryRowContext(t.ctx, `SELECT
+		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?2), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?2),
+		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?3), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?3),
+		(SELECT seq FROM calls WHERE actor = ?1 AND digest = ?4 AND (submitted_by = ?5 OR status = 'denied') ORDER BY seq DESC LIMIT 1),
+		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL LIMIT ?6))`,
+		actor, tool, queue.AnyTool, digest, token, limit).Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
+	if err != nil {
+		return fmt.Errorf("db: read a submission's checks: %w", err)
+	}
+	if t.retries == nil {
+		t.retries = map[retryKey]queue.RetryState{}
+	}
+	// A pair without a row is the zero state.
+	t.retries[retryKey{actor, tool}] = queue.RetryState{Count: int(count.Int64), BlockedAt: fromMS(blocked)}
+	t.retries[retryKey{actor, queue.AnyTool}] = queue.RetryState{Count: int(anyCount.Int64), BlockedAt: fromMS(anyBlocked)}
+	t.checked = &submitChecks{actor: actor, digest: digest, token: token, limit: limit, latest: latest.Int64, pending: pending}
+	return nil
+}
+
 func (t *storeTx) LatestByDigest(actor, digest, token string) (*queue.Call, error) {
+	if k := t.checked; k != nil && !k.latestUsed && k.actor == actor && k.digest == digest && k.token == token {
+		k.latestUsed = true
+		if k.latest == 0 {
+			return nil, queue.ErrNotFound
+		}
+		return t.remember(loadCall(t.ctx, t.tx, `c.seq = ?`, k.latest))
+	}
 	// The call's seq first, then the call: SQLite prepares a statement
 	// with ORDER BY … LIMIT and bound values again at every execution
 	// (it may plan it anew for the values), which for every column of a
@@ -234,6 +283,7 @@ func (t *storeTx) remember(c *queue.Call, err error) (*queue.Call, error) {
 }
 
 func (t *storeTx) InsertCall(c *queue.Call) error {
+	t.checked = nil // the answers of SubmitChecks may change
 	args, err := canonical.Encode(c.Args)
 	if err != nil {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
@@ -304,6 +354,7 @@ func mutableValues(c *queue.Call) []any {
 // and the calls table has many (status, outcome and lease indexes for the
 // history's filters), so a full update costs several times a narrow one.
 func (t *storeTx) UpdateCall(c *queue.Call) error {
+	t.checked = nil // the answers of SubmitChecks may change
 	vals := mutableValues(c)
 	set := mutableColumns
 	args := vals
@@ -376,6 +427,10 @@ func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 // Nothing else changes the retries while the write runs: it holds the
 // write lock, and its write is its own.
 func (t *storeTx) PendingBy(token string, limit int) (int, error) {
+	if k := t.checked; k != nil && !k.pendingUsed && k.token == token && k.limit == limit {
+		k.pendingUsed = true
+		return k.pending, nil
+	}
 	var n int
 	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' AND plan_id IS NULL LIMIT ?)`,
 		token, limit).Scan(&n)
