@@ -30,8 +30,10 @@ import (
 // more fails TestWholeFlowStatements: someone added a statement to the
 // hot path. Lower it when a statement goes. (The submission reads its
 // retry states, the newest call with its digest and its token's pending
-// calls by one statement, db's SubmitChecks.)
-const maxStatementsPerFlow = 29
+// calls by one statement, db's SubmitChecks; the agent's token and the
+// operator's session are read from memory while no account, session or
+// token has been written, db's authcache.go.)
+const maxStatementsPerFlow = 24
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the
@@ -45,9 +47,10 @@ const (
 )
 
 // maxStatementsPerPage budgets the call's page an approver reads before
-// approving (its session, account, call, the freezes in force, read once
-// for the banner and the decision, and live counts).
-const maxStatementsPerPage = 6
+// approving (its call, the freezes in force, read once for the banner and
+// the decision, and the pending calls and their approvals for the link to
+// the next one; the session and its account come from memory).
+const maxStatementsPerPage = 4
 
 // wholeFlows starts a console on a real SQLite file with an operator
 // logged in and an agent's token, and returns flow, which runs one whole

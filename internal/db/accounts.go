@@ -81,14 +81,33 @@ func scanSession(r rowScanner) (account.Session, error) {
 	return s, nil
 }
 
-// Session finds a session, live or ended, with its user.
+// Session finds a session, live or ended, with its user: from memory
+// while no account, session or token has been written since it was read
+// (authcache.go), else from the database.
+func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
+	if s, ok := a.d.cached.sessions.get(a.d.auth, idHash); ok {
+		return cloneSession(s), nil
+	}
+	var tag uint64
+	keep := false
+	if a.d.auth != nil {
+		tag, keep = a.d.auth.quiet()
+	}
+	s, err := a.readSession(ctx, idHash)
+	if err == nil && keep {
+		a.d.cached.sessions.put(idHash, cloneSession(s), tag)
+	}
+	return s, err
+}
+
+// readSession reads a session and its user.
 //
 // The session and then its user are read by two statements: SQLite
 // prepares a statement that joins them again at every execution (it may
 // plan a join anew for the bound values), which costs more than a second
 // lookup, on the path of every request made with a session. The user is
 // read after the session, so it is never older than the session read.
-func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
+func (a Accounts) readSession(ctx context.Context, idHash string) (account.Session, error) {
 	var s account.Session
 	var user string
 	dest, done := sessionDest(&s)
@@ -145,8 +164,26 @@ func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]a
 	return out, nil
 }
 
-// TokenByHash finds a live token by its secret's hash.
+// TokenByHash finds a live token by its secret's hash: from memory while
+// no account, session or token has been written since it was read
+// (authcache.go), else from the database.
 func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
+	if t, ok := a.d.cached.tokens.get(a.d.auth, hash); ok {
+		return cloneToken(t), nil
+	}
+	var tag uint64
+	keep := false
+	if a.d.auth != nil {
+		tag, keep = a.d.auth.quiet()
+	}
+	t, err := a.readToken(ctx, hash)
+	if err == nil && keep {
+		a.d.cached.tokens.put(hash, cloneToken(t), tag)
+	}
+	return t, err
+}
+
+func (a Accounts) readToken(ctx context.Context, hash string) (account.Token, error) {
 	t, err := scanToken(a.d.sql.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_at IS NULL`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return account.Token{}, account.ErrTokenNotFound
