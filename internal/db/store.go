@@ -673,8 +673,8 @@ func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int
 	return all, before, nil
 }
 
-// PendingCalls lists pending calls, newest first, in two queries: the calls,
-// then the approvals of all of them.
+// PendingCalls lists pending calls, newest first, with their approvals,
+// in one statement.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	return s.pendingCalls(ctx, "", limit)
 }
@@ -685,38 +685,38 @@ func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*q
 }
 
 // pendingCalls lists pending calls of tool (every tool's when ""), newest
-// first, then the approvals of all pending calls.
+// first, each with its approvals (pendingApprovalsColumn).
 func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' AND plan_id IS NULL
-		AND (? = '' OR tool = ?) ORDER BY seq DESC LIMIT ?`, tool, tool, limit)
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+pendingApprovalsColumn+` FROM calls c
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (? = '' OR c.tool = ?) ORDER BY c.seq DESC LIMIT ?`, tool, tool, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}
+	defer rows.Close()
 	var calls []*queue.Call
-	byID := map[string]*queue.Call{}
 	for rows.Next() {
-		c, err := scanCall(rows)
+		var approvals string
+		c, err := scanCall(withExtra{rows, []any{&approvals}})
 		if err != nil {
-			rows.Close()
+			return nil, err
+		}
+		if err := addApprovals(c, approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
-		byID[c.ID] = c
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-	if len(calls) == 0 {
-		return calls, nil
-	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT a.`+strings.ReplaceAll(pendingApprovalColumns, ", ", ", a.")+` FROM approvals a
-		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY a.at, a.operator`)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
-	}
-	return calls, scanApprovals(arows, byID)
+	return calls, classify(rows.Err())
 }
+
+// pendingApprovalsColumn is what a listing of pending calls reads of each
+// call's approvals, as a JSON array in the order loadCall reads them:
+// pendingApprovalColumns (all but the passkey, which a single call's read
+// carries).
+const pendingApprovalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at,
+		'comment', a.comment, 'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page,
+		'presented_at', a.presented_at, 'for', a.behalf))
+	FROM (SELECT operator, channel, at, comment, method, digest, via, presented_page, presented_at, behalf FROM approvals
+		WHERE call_id = c.id ORDER BY at, operator) a)`
 
 // PendingPage lists one page of pending calls by deadline then id, read
 // through the pending index from the key on, then the approvals of that
