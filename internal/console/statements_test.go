@@ -30,10 +30,11 @@ import (
 // more fails TestWholeFlowStatements: someone added a statement to the
 // hot path. Lower it when a statement goes. (The submission reads its
 // retry states, the newest call with its digest and its token's pending
-// calls by one statement, db's SubmitChecks; the agent's token and the
-// operator's session are read from memory while no account, session or
-// token has been written, db's authcache.go.)
-const maxStatementsPerFlow = 24
+// calls by one statement, db's SubmitChecks; the agent's token, the
+// operator's session and the account the approval checks are read from
+// memory while no account, session or token has been written, db's
+// authcache.go.)
+const maxStatementsPerFlow = 23
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the

@@ -96,6 +96,7 @@ func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, 
 	s, err := a.readSession(ctx, idHash)
 	if err == nil && keep {
 		a.d.cached.sessions.put(idHash, cloneSession(s), tag)
+		a.d.cached.users.put(s.User.Name, cloneUser(s.User), tag)
 	}
 	return s, err
 }
@@ -232,7 +233,26 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 
 // The account half of storeTx: account.Tx.
 
-func (t *storeTx) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
+// User reads an account in the transaction: from memory while no account,
+// session or token has been written since it was read (authcache.go),
+// which no write can have begun while this transaction holds the write
+// lock unless it is this one's own.
+func (t *storeTx) User(name string) (account.User, error) {
+	d := t.db
+	if u, ok := d.cached.users.get(d.auth, name); ok {
+		return cloneUser(u), nil
+	}
+	var tag uint64
+	keep := false
+	if d.auth != nil {
+		tag, keep = d.auth.quiet()
+	}
+	u, err := userByName(t.ctx, t.tx, name)
+	if err == nil && keep {
+		d.cached.users.put(name, cloneUser(u), tag)
+	}
+	return u, err
+}
 
 func (t *storeTx) SetPassword(name, hash string, mustChange bool) error {
 	must := 0

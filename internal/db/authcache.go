@@ -40,7 +40,7 @@ import (
 // authTables are the tables whose rows the caches hold or depend on.
 var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true}
 
-// maxAuthCached bounds each cache (sessions, tokens); a full cache is
+// maxAuthCached bounds each cache (sessions, accounts, tokens); a full cache is
 // emptied and filled again.
 const maxAuthCached = 4096
 
@@ -149,17 +149,25 @@ func (c *authCache[T]) put(key string, v T, tag uint64) {
 	c.rows[key] = authCached[T]{v: v, tag: tag}
 }
 
-// authCaches are a DB's sessions (with their accounts) and live tokens.
+// authCaches are a DB's sessions (with their accounts), accounts by name
+// and live tokens.
 type authCaches struct {
 	sessions authCache[account.Session]
+	users    authCache[account.User]
 	tokens   authCache[account.Token]
 }
 
-// cloneSession and cloneToken copy what a caller could change in place.
+// cloneSession, cloneUser and cloneToken copy what a caller could change
+// in place.
 func cloneSession(s account.Session) account.Session {
-	s.User.Groups = slices.Clone(s.User.Groups)
-	s.User.Handle = slices.Clone(s.User.Handle)
+	s.User = cloneUser(s.User)
 	return s
+}
+
+func cloneUser(u account.User) account.User {
+	u.Groups = slices.Clone(u.Groups)
+	u.Handle = slices.Clone(u.Handle)
+	return u
 }
 
 func cloneToken(t account.Token) account.Token {

@@ -257,3 +257,48 @@ func childAuthWrite(role string) int {
 	time.Sleep(time.Minute)
 	return 1
 }
+
+// TestAuthCacheUserInTransaction: the account a write reads (the rule of
+// who may decide) comes from memory when nothing was written since, and
+// is read as the transaction sees it otherwise: disabled by another
+// handle, or by the transaction itself a statement before.
+func TestAuthCacheUserInTransaction(t *testing.T) {
+	d, other := openTwo(t)
+	authFixture(t, d)
+	ctx := context.Background()
+	userIn := func(change func(account.Tx) error) (u account.User, reads int64) {
+		t.Helper()
+		if err := d.Accounts().Update(ctx, func(tx account.Tx) error {
+			if change != nil {
+				if err := change(tx); err != nil {
+					return err
+				}
+			}
+			before := d.Statements()
+			var err error
+			u, err = tx.(*storeTx).User("olga")
+			reads = d.Statements() - before
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return u, reads
+	}
+	mustSession(t, d) // keeps olga's account
+	if u, n := userIn(nil); n != 0 || u.Disabled() {
+		t.Fatalf("the account read in a write after its session: %d statements, disabled %t; want 0, false", n, u.Disabled())
+	}
+	if err := other.Accounts().Update(ctx, func(tx account.Tx) error { return tx.DisableUser("olga", time.Now()) }); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := userIn(nil); !u.Disabled() {
+		t.Fatal("the account read in a write is enabled after another handle disabled it")
+	}
+	if _, err := other.SQL().Exec(`UPDATE users SET disabled_at = NULL WHERE name = 'olga'`); err != nil {
+		t.Fatal(err)
+	}
+	userIn(nil) // kept again, enabled
+	if u, _ := userIn(func(tx account.Tx) error { return tx.DisableUser("olga", time.Now()) }); !u.Disabled() {
+		t.Fatal("the account read after its own transaction disabled it is enabled")
+	}
+}
