@@ -48,11 +48,10 @@ const (
 )
 
 // maxStatementsPerPage budgets the call's page an approver reads before
-// approving (its call, the freezes in force, read once for the banner and
-// the decision, and the pending calls with their approvals, one statement,
-// for the link to the next one; the session and its account come from
-// memory).
-const maxStatementsPerPage = 3
+// approving (its call, and the pending calls with their approvals, one
+// statement, for the link to the next one; the session, its account and
+// the freezes in force come from memory).
+const maxStatementsPerPage = 2
 
 // wholeFlows starts a console on a real SQLite file with an operator
 // logged in and an agent's token, and returns flow, which runs one whole

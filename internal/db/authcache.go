@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // Sessions and API tokens in memory.
@@ -30,6 +31,9 @@ import (
 //     that count, and used while no write has begun since. A row read
 //     while such a write is under way is not kept.
 //
+// The freezes in force are kept the same way: every call's page shows
+// them, and they change as seldom.
+//
 // So a revocation, a disabled account or a role changed is seen by the
 // first request that starts after its commit, in every process, as a read
 // of the database would see it; the counters cost two atomic loads. A
@@ -37,8 +41,10 @@ import (
 // never ended: nothing is kept until every process has closed the
 // database and the next one to open it, alone, sets the counters level.
 
-// authTables are the tables whose rows the caches hold or depend on.
-var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true}
+// authTables are the tables whose rows the caches hold or depend on: the
+// accounts, sessions and tokens, and the freezes in force (read by every
+// call's page, written as seldom).
+var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true, "freezes": true}
 
 // maxAuthCached bounds each cache (sessions, accounts, tokens); a full cache is
 // emptied and filled again.
@@ -149,12 +155,13 @@ func (c *authCache[T]) put(key string, v T, tag uint64) {
 	c.rows[key] = authCached[T]{v: v, tag: tag}
 }
 
-// authCaches are a DB's sessions (with their accounts), accounts by name
-// and live tokens.
+// authCaches are a DB's sessions (with their accounts), accounts by name,
+// live tokens and the list of freezes in force (one entry, key "").
 type authCaches struct {
 	sessions authCache[account.Session]
 	users    authCache[account.User]
 	tokens   authCache[account.Token]
+	freezes  authCache[[]queue.Freeze]
 }
 
 // cloneSession, cloneUser and cloneToken copy what a caller could change

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/queue"
 )
 
 // Sessions and tokens kept in memory (authcache.go) must be refused by the
@@ -300,5 +301,44 @@ func TestAuthCacheUserInTransaction(t *testing.T) {
 	userIn(nil) // kept again, enabled
 	if u, _ := userIn(func(tx account.Tx) error { return tx.DisableUser("olga", time.Now()) }); !u.Disabled() {
 		t.Fatal("the account read after its own transaction disabled it is enabled")
+	}
+}
+
+// TestFreezesKeptUntilOneChanges: the freezes in force, listed by every
+// call's page, are read once while none changes; a freeze made or lifted
+// by another handle is listed by the next read.
+func TestFreezesKeptUntilOneChanges(t *testing.T) {
+	d, other := openTwo(t)
+	ctx := context.Background()
+	list := func() []queue.Freeze {
+		t.Helper()
+		fs, err := d.Store().Freezes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fs
+	}
+	if fs := list(); len(fs) != 0 {
+		t.Fatalf("freezes of a new database: %v", fs)
+	}
+	if n := readsOf(d, func() { list() }); n != 0 {
+		t.Fatalf("the freezes listed again ran %d statements, want 0", n)
+	}
+	if err := other.Store().Update(ctx, func(tx queue.Tx) error {
+		return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "olga", At: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fs := list(); len(fs) != 1 || fs[0].Tool != "payments.refund" {
+		t.Fatalf("freezes after another handle froze a tool: %+v", fs)
+	}
+	if err := other.Store().Update(ctx, func(tx queue.Tx) error {
+		_, err := tx.LiftFreezes("payments.refund", "", "olga", time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fs := list(); len(fs) != 0 {
+		t.Fatalf("freezes after another handle lifted the freeze: %+v", fs)
 	}
 }
