@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -91,7 +92,45 @@ func (c *Console) callPage(ec echo.Context) error {
 	}
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
 	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	c.shown.put(call)
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
+}
+
+// shownCalls keeps, by call id, the calls that call pages showed last, for
+// the approval that usually follows on the page: the approval hands it to
+// the queue as what it saw (queue.ApproveInput.Seen), a hint that lets the
+// grant be signed before the write lock, where it would otherwise read the
+// call again. A hint is never trusted (the decision's transaction checks
+// the call as stored), so one that is stale, or missing because another
+// replica showed the page, costs at most a signature or a read. Only what
+// the hint is read for is kept (not the envelope or the arguments).
+type shownCalls struct {
+	mu    sync.Mutex
+	calls map[string]*queue.Call
+}
+
+// maxShownCalls bounds the hints kept; a full set is emptied and filled
+// again.
+const maxShownCalls = 256
+
+func (s *shownCalls) put(c *queue.Call) {
+	hint := *c
+	hint.Envelope, hint.Args, hint.Rationale = nil, nil, ""
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls == nil || len(s.calls) >= maxShownCalls {
+		s.calls = make(map[string]*queue.Call)
+	}
+	s.calls[c.ID] = &hint
+}
+
+// take returns and forgets the call the last page of id showed, or nil.
+func (s *shownCalls) take(id string) *queue.Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls[id]
+	delete(s.calls, id)
+	return c
 }
 
 // navigation links a call page to the queue it was opened from and to the
@@ -162,9 +201,12 @@ func (c *Console) approve(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
 	form := ec.Request().PostForm
 	ctx := ec.Request().Context()
-	call, err := c.q.Call(ctx, id)
-	if err != nil {
-		return err
+	call := c.shown.take(id)
+	if call == nil {
+		var err error
+		if call, err = c.q.Call(ctx, id); err != nil {
+			return err
+		}
 	}
 	// What the tool asks to be typed, and the acknowledgement of a
 	// deception warning, are checked by the decision's transaction,

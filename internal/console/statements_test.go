@@ -33,8 +33,9 @@ import (
 // calls by one statement, db's SubmitChecks; the agent's token, the
 // operator's session and the account the approval checks are read from
 // memory while no account, session or token has been written, db's
-// authcache.go.)
-const maxStatementsPerFlow = 23
+// authcache.go; the approval takes the call its page showed as the hint it
+// signs the grant by, shownCalls.)
+const maxStatementsPerFlow = 22
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the
