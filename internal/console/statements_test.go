@@ -34,8 +34,9 @@ import (
 // operator's session and the account the approval checks are read from
 // memory while no account, session or token has been written, db's
 // authcache.go; the approval takes the call its page showed as the hint it
-// signs the grant by, shownCalls.)
-const maxStatementsPerFlow = 22
+// signs the grant by, shownCalls; a write's audit entries are one INSERT,
+// the approval's two with them.)
+const maxStatementsPerFlow = 21
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the

@@ -29,7 +29,7 @@ var _ account.Store = Accounts{}
 // check every write makes, and commits when fn returns nil.
 func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	return a.d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return fn(&storeTx{ctx: ctx, tx: tx, db: a.d})
+		return runTx(&storeTx{ctx: ctx, tx: tx, db: a.d}, fn)
 	})
 }
 

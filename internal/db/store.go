@@ -39,8 +39,16 @@ var (
 // rolled back alone when it fails.
 func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
 	return s.DB.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return fn(&storeTx{ctx: ctx, tx: tx, db: s.DB})
+		return runTx(&storeTx{ctx: ctx, tx: tx, db: s.DB}, fn)
 	})
+}
+
+// runTx runs fn in t, then writes the audit entries it appended.
+func runTx[T any](t *storeTx, fn func(T) error) error {
+	if err := fn(any(t).(T)); err != nil {
+		return err
+	}
+	return t.flushAudit()
 }
 
 // storeTx is one write transaction; it implements queue.Tx and account.Tx.
@@ -56,6 +64,9 @@ type storeTx struct {
 	// checked holds a submission's checks read by one statement
 	// (SubmitChecks) until LatestByDigest and PendingBy ask for them.
 	checked *submitChecks
+	// entries are the audit rows Append sealed and flushAudit has not
+	// written yet (auditColumns each).
+	entries []any
 }
 
 // submitChecks are the answers SubmitChecks read for one submission. Each
@@ -513,36 +524,84 @@ func (t *storeTx) AfterCommit(fn func()) {
 	t.db.txAfter = append(t.db.txAfter, fn)
 }
 
+// Append seals e onto the chain in this write; its row is written with
+// the write's other entries by one statement when the write's function
+// returns (flushAudit), in the same transaction: nothing in a write reads
+// the audit table back, and a write that fails is rolled back whole.
 func (t *storeTx) Append(e *audit.Entry) error {
-	return t.db.appendAudit(t.ctx, t.tx, e)
+	row, err := t.db.sealAudit(e)
+	if err != nil {
+		return err
+	}
+	t.entries = append(t.entries, row...)
+	return nil
 }
 
-// appendAudit seals e onto the chain inside tx. Because the entry is written
-// by the same transaction as the change it records, a crash leaves both or
-// neither.
+// flushAudit writes the audit rows the write appended.
+func (t *storeTx) flushAudit() error {
+	rows := t.entries
+	t.entries = nil
+	for len(rows) > 0 {
+		n := min(len(rows)/auditColumns, maxAuditRowsPerInsert)
+		if err := insertAudit(t.ctx, t.tx, rows[:n*auditColumns]); err != nil {
+			return err
+		}
+		rows = rows[n*auditColumns:]
+	}
+	return nil
+}
+
+// auditColumns are the values of one audit row; maxAuditRowsPerInsert
+// keeps one INSERT's values well under SQLite's limit of bound values.
+const (
+	auditColumns          = 9
+	maxAuditRowsPerInsert = 500
+)
+
+// insertAudit writes audit rows (auditColumns values each) by one
+// statement.
+func insertAudit(ctx context.Context, tx *sql.Tx, rows []any) error {
+	q := `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?)`
+	if n := len(rows) / auditColumns; n > 1 {
+		q += strings.Repeat(`,(?,?,?,?,?,?,?,?,?)`, n-1)
+	}
+	if _, err := tx.ExecContext(ctx, q, rows...); err != nil {
+		return fmt.Errorf("db: append audit entry: %w", err)
+	}
+	return nil
+}
+
+// appendAudit seals e onto the chain inside tx and writes it. Because the
+// entry is written by the same transaction as the change it records, a
+// crash leaves both or neither.
 func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
+	row, err := d.sealAudit(e)
+	if err != nil {
+		return err
+	}
+	return insertAudit(ctx, tx, row)
+}
+
+// sealAudit seals e onto the chain's head in the running write
+// transaction and returns its row's values.
+func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
 	// The chain's head in this transaction: read when the transaction
 	// began (readTxState, under the write lock, so nobody else appends
 	// until it commits), moved by each entry it appends, and put back by
 	// the writer when a savepoint is rolled back.
 	seq, prev := d.txHead.seq, d.txHead.hash
 	if err := e.Seal(seq, prev); err != nil {
-		return err
+		return nil, err
 	}
 	details, err := canonical.Encode(detailsOrEmpty(e.Details))
 	if err != nil {
-		return fmt.Errorf("db: encode audit details: %w", err)
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash)
-		VALUES (?,?,?,?,?,?,?,?,?)`, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash)
-	if err != nil {
-		return fmt.Errorf("db: append audit entry: %w", err)
+		return nil, fmt.Errorf("db: encode audit details: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {
 		d.mustAdvance()
 	}
-	return nil
+	return []any{e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash}, nil
 }
 
 func detailsOrEmpty(v any) any {
