@@ -31,8 +31,8 @@ import (
 //     that count, and used while no write has begun since. A row read
 //     while such a write is under way is not kept.
 //
-// The freezes in force are kept the same way: every call's page shows
-// them, and they change as seldom.
+// The freezes in force, and an account's passkeys, are kept the same way:
+// every call's page shows them, and they change as seldom.
 //
 // So a revocation, a disabled account or a role changed is seen by the
 // first request that starts after its commit, in every process, as a read
@@ -42,9 +42,9 @@ import (
 // database and the next one to open it, alone, sets the counters level.
 
 // authTables are the tables whose rows the caches hold or depend on: the
-// accounts, sessions and tokens, and the freezes in force (read by every
-// call's page, written as seldom).
-var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true, "freezes": true}
+// accounts, sessions and tokens, their passkeys, and the freezes in force
+// (read by every call's page, written as seldom).
+var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true, "freezes": true, "passkeys": true}
 
 // maxAuthCached bounds each cache (sessions, accounts, tokens); a full cache is
 // emptied and filled again.
@@ -162,6 +162,7 @@ type authCaches struct {
 	users    authCache[account.User]
 	tokens   authCache[account.Token]
 	freezes  authCache[[]queue.Freeze]
+	passkeys authCache[[]account.Passkey]
 }
 
 // cloneSession, cloneUser and cloneToken copy what a caller could change
@@ -175,6 +176,14 @@ func cloneUser(u account.User) account.User {
 	u.Groups = slices.Clone(u.Groups)
 	u.Handle = slices.Clone(u.Handle)
 	return u
+}
+
+func clonePasskeys(pks []account.Passkey) []account.Passkey {
+	out := slices.Clone(pks)
+	for i := range out {
+		out[i].ID, out[i].PublicKey, out[i].Record = slices.Clone(out[i].ID), slices.Clone(out[i].PublicKey), slices.Clone(out[i].Record)
+	}
+	return out
 }
 
 func cloneToken(t account.Token) account.Token {

@@ -342,3 +342,35 @@ func TestFreezesKeptUntilOneChanges(t *testing.T) {
 		t.Fatalf("freezes after another handle lifted the freeze: %+v", fs)
 	}
 }
+
+// TestPasskeysKeptUntilOneChanges: an account's passkeys, counted by every
+// call's page, are read once while none changes; a passkey registered by
+// another handle is listed by the next read.
+func TestPasskeysKeptUntilOneChanges(t *testing.T) {
+	d, other := openTwo(t)
+	authFixture(t, d)
+	ctx := context.Background()
+	count := func() int {
+		t.Helper()
+		pks, err := d.Accounts().Passkeys(ctx, "olga")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pks)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("passkeys of a new account: %d", n)
+	}
+	if n := readsOf(d, func() { count() }); n != 0 {
+		t.Fatalf("the passkeys listed again ran %d statements, want 0", n)
+	}
+	if err := other.Accounts().Update(ctx, func(tx account.Tx) error {
+		return tx.InsertPasskey(account.Passkey{ID: []byte{1, 2, 3}, User: "olga", Name: "key", PublicKey: []byte{4},
+			Record: []byte(`{}`), CreatedAt: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("passkeys after another handle registered one: %d, want 1", n)
+	}
+}
