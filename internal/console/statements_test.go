@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,4 +245,34 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// maxAllocationsPerFlow budgets the heap allocations of one whole flow in
+// this process: the server's and the test's HTTP clients' together (the
+// test reads the call's page as HTML, as a browser would), so that an
+// allocation added per request on the hot path shows. Lower it when
+// allocations go.
+const maxAllocationsPerFlow = 5440
+
+// TestWholeFlowAllocations counts the heap allocations of whole flows
+// (wholeFlows) and fails when a flow makes more than
+// maxAllocationsPerFlow.
+func TestWholeFlowAllocations(t *testing.T) {
+	_, flow, _ := wholeFlows(t)
+	for i := range 5 {
+		flow(i)
+	}
+	const flows = 40
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range flows {
+		flow(100 + i)
+	}
+	runtime.ReadMemStats(&after)
+	per := float64(after.Mallocs-before.Mallocs) / flows
+	t.Logf("%.0f allocations per flow", per)
+	if per > maxAllocationsPerFlow {
+		t.Errorf("a whole flow made %.0f heap allocations, more than %d: an allocation was added to the hot path", per, maxAllocationsPerFlow)
+	}
 }
