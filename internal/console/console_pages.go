@@ -81,17 +81,34 @@ func (c *Console) connectHelp(ec echo.Context, v *viewer) *templates.ConnectHelp
 }
 
 func (c *Console) callPage(ec echo.Context) error {
-	call, err := c.q.Call(ec.Request().Context(), ec.Param("id"))
-	if err != nil {
-		return err
+	ctx, v, id := ec.Request().Context(), viewerOf(ec), ec.Param("id")
+	// A person who decides is shown a link to the next pending call, for
+	// which the pending calls are read; a pending call's page takes its call
+	// from them (with its approvals, passkeys named, as the page shows
+	// them), and reads it only when it is not among them.
+	var pending []*queue.Call
+	var call *queue.Call
+	if v.user.Role.CanDecide() {
+		pending = c.pendingForNavigation(ctx)
+		for _, p := range pending {
+			if p.ID == id {
+				call = p
+				break
+			}
+		}
 	}
-	v := viewerOf(ec)
+	if call == nil {
+		var err error
+		if call, err = c.q.Call(ctx, id); err != nil {
+			return err
+		}
+	}
 	cv, err := c.callView(call, v, c.now())
 	if err != nil {
 		return err
 	}
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
-	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	c.navigationFrom(pending, &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
 	c.shown.put(call)
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
 }
@@ -136,14 +153,30 @@ func (s *shownCalls) take(id string) *queue.Call {
 // navigation links a call page to the queue it was opened from and to the
 // next pending call in that queue's order that the viewer may decide.
 func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
+	var calls []*queue.Call
+	if v.user.Role.CanDecide() {
+		calls = c.pendingForNavigation(ctx)
+	}
+	c.navigationFrom(calls, cv, v, id, qq)
+}
+
+// pendingForNavigation reads the pending calls the link to the next one
+// is chosen from; none when they cannot be read (the link is a
+// convenience; the page stands without it).
+func (c *Console) pendingForNavigation(ctx context.Context) []*queue.Call {
+	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return nil
+	}
+	return calls
+}
+
+// navigationFrom is navigation choosing from calls, the pending calls.
+func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
 	query := qq.values().Encode()
 	cv.QueueURL = withQuery("/", qq.values())
 	if !v.user.Role.CanDecide() {
 		return
-	}
-	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
-	if err != nil {
-		return // the link is a convenience; the page stands without it
 	}
 	now := c.now()
 	reg := c.q.Tools()

@@ -1,9 +1,11 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
@@ -57,5 +59,39 @@ func TestApprovalUsesThePagesCall(t *testing.T) {
 	}
 	if got := e.loadCall(third.ID); got.Status != queue.StatusDenied {
 		t.Errorf("call denied after its page was shown: status %s after an approval, want denied", got.Status)
+	}
+}
+
+// TestPendingCallPageFromTheQueue: a pending call's page, for a person who
+// decides, takes the call from the pending calls it reads for the link to
+// the next one (one statement for the page), and shows its approvals as a
+// read of the call alone does (an auditor's page reads it so): the
+// operator, the passkey's name.
+func TestPendingCallPageFromTheQueue(t *testing.T) {
+	e := newConsoleEnv(t)
+	e.addUser("olga", account.RoleOperator, "pw-olga-123")
+	e.addUser("aude", account.RoleAuditor, "pw-aude-123")
+	olga, aude := e.browser(), e.browser()
+	olga.login("olga", "pw-olga-123")
+	aude.login("aude", "pw-aude-123")
+	call := e.submit("agent:billing-bot", "payments-host", conRefundBody)
+	e.exec(`UPDATE calls SET approvals_required = 2 WHERE id = ?`, call.ID)
+	if err := e.db.Store().Update(context.Background(), func(tx queue.Tx) error {
+		return tx.AddApproval(call.ID, queue.Approval{Operator: "petra", Channel: audit.ChannelWeb, At: time.Now(),
+			Method: queue.MethodPasskey, Digest: call.Digest,
+			Passkey: &queue.ApprovalPasskey{CredentialID: []byte{7, 7}, Name: "petra's key", Evidence: []byte(`{}`)}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	olga.get("/calls/" + call.ID) // the session is kept from here on
+	before := e.db.Statements()
+	page := olga.get("/calls/" + call.ID)
+	if n := e.db.Statements() - before; page.status != http.StatusOK || n != 1 {
+		t.Errorf("a pending call's page for an operator: status %d, %d statements; want 200 and 1", page.status, n)
+	}
+	got := page.doc.Find(`[data-testid="approval-passkey"]`).Text()
+	want := aude.get("/calls/" + call.ID).doc.Find(`[data-testid="approval-passkey"]`).Text()
+	if got != "petra's key" || got != want {
+		t.Errorf("the approval's passkey on the operator's page %q, on the auditor's %q; want %q on both", got, want, "petra's key")
 	}
 }

@@ -51,10 +51,10 @@ const (
 )
 
 // maxStatementsPerPage budgets the call's page an approver reads before
-// approving (its call, and the pending calls with their approvals, one
-// statement, for the link to the next one; the session, its account and
-// the freezes in force come from memory).
-const maxStatementsPerPage = 2
+// approving: the pending calls with their approvals, one statement, for
+// the link to the next one, among which the page finds its call; the
+// session, its account and the freezes in force come from memory.
+const maxStatementsPerPage = 1
 
 // wholeFlows starts a console on a real SQLite file with an operator
 // logged in and an agent's token, and returns flow, which runs one whole
@@ -253,7 +253,7 @@ func processCPU() time.Duration {
 // allocation added to each request of the hot path shows (a flow is five
 // requests; the count repeats to the allocation from run to run). Lower
 // it when allocations go.
-const maxAllocationsPerFlow = 5420
+const maxAllocationsPerFlow = 5312
 
 // TestWholeFlowAllocations counts the heap allocations of whole flows
 // (wholeFlows) and fails when a flow makes more than

@@ -744,9 +744,10 @@ func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*q
 }
 
 // pendingCalls lists pending calls of tool (every tool's when ""), newest
-// first, each with its approvals (pendingApprovalsColumn).
+// first, each with its approvals as the history reads them (approvalsColumn:
+// all but a passkey's evidence, which a single call's read carries).
 func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+pendingApprovalsColumn+` FROM calls c
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
 		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (? = '' OR c.tool = ?) ORDER BY c.seq DESC LIMIT ?`, tool, tool, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
@@ -766,16 +767,6 @@ func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*que
 	}
 	return calls, classify(rows.Err())
 }
-
-// pendingApprovalsColumn is what a listing of pending calls reads of each
-// call's approvals, as a JSON array in the order loadCall reads them:
-// pendingApprovalColumns (all but the passkey, which a single call's read
-// carries).
-const pendingApprovalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at,
-		'comment', a.comment, 'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page,
-		'presented_at', a.presented_at, 'for', a.behalf))
-	FROM (SELECT operator, channel, at, comment, method, digest, via, presented_page, presented_at, behalf FROM approvals
-		WHERE call_id = c.id ORDER BY at, operator) a)`
 
 // PendingPage lists one page of pending calls by deadline then id, read
 // through the pending index from the key on, then the approvals of that
