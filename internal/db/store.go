@@ -89,31 +89,34 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 
 type rowScanner interface{ Scan(dest ...any) error }
 
+// callScan holds what scanCall reads besides the call's own fields: one
+// value, so that the columns Scan writes through pointers cost one
+// allocation, not one each (and apart from the call, which outlives it).
+type callScan struct {
+	args, status, notify, owners, approvers                                    string
+	ttl, created, decideBy, outcomeWithin                                      int64
+	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt         sql.NullInt64
+	acceptedAt, planIndex                                                      sql.NullInt64
+	deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
+	redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote        sql.NullString
+	evidence, submittedBy, counteredBy, counteredFrom, editedBy, planID        sql.NullString
+}
+
 func scanCall(r rowScanner) (*queue.Call, error) {
-	var c queue.Call
-	var args, status string
-	var ttl, created, decideBy, outcomeWithin int64
-	var decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
-	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
-	var notify, owners, approvers string
-	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence, submittedBy sql.NullString
-	var counteredBy, counteredFrom, editedBy sql.NullString
-	var acceptedAt sql.NullInt64
-	var planID sql.NullString
-	var planIndex sql.NullInt64
-	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
-		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
-		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
-		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy,
-		&counteredBy, &counteredFrom, &editedBy, &acceptedAt, &planID, &planIndex)
+	s, c := new(callScan), new(queue.Call)
+	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &s.args, &c.Rationale, &c.Envelope,
+		&c.Digest, &s.status, &c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel,
+		&s.denyReason, &s.token, &s.jti, &s.kid, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt, &c.ToolDigest, &s.notify,
+		&s.outcomeWithin, &s.redeemedBy, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
+		&s.evidence, &s.resolvedAt, &s.owners, &s.approvers, &c.RequirePasskey, &s.submittedBy,
+		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planID, &s.planIndex)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("db: scan call: %w", err)
 	}
-	v, err := canonical.ParseWith([]byte(args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
+	v, err := canonical.ParseWith([]byte(s.args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
 		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
 	}
@@ -122,36 +125,36 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
-	c.Notify = splitNames(notify)
-	if err := store.DecodePeople(&c, owners, approvers); err != nil {
+	c.Notify = splitNames(s.notify)
+	if err := store.DecodePeople(c, s.owners, s.approvers); err != nil {
 		return nil, err
 	}
-	c.Status = queue.Status(status)
-	c.GrantTTL = time.Duration(ttl) * time.Millisecond
-	c.CreatedAt = time.UnixMilli(created).UTC()
-	c.DecideBy = time.UnixMilli(decideBy).UTC()
-	c.DecidedAt = fromMS(decidedAt)
-	if deniedBy.Valid {
-		c.Denial = &queue.Denial{By: deniedBy.String, Channel: deniedChannel.String, Reason: denyReason.String, At: c.DecidedAt}
+	c.Status = queue.Status(s.status)
+	c.GrantTTL = time.Duration(s.ttl) * time.Millisecond
+	c.CreatedAt = time.UnixMilli(s.created).UTC()
+	c.DecideBy = time.UnixMilli(s.decideBy).UTC()
+	c.DecidedAt = fromMS(s.decidedAt)
+	if s.deniedBy.Valid {
+		c.Denial = &queue.Denial{By: s.deniedBy.String, Channel: s.deniedChannel.String, Reason: s.denyReason.String, At: c.DecidedAt}
 	}
-	c.Grant, c.GrantJTI, c.GrantKID = token.String, jti.String, kid.String
-	c.GrantExpiresAt = fromMS(grantExp)
-	c.RedeemedAt = fromMS(redeemedAt)
-	if outStatus.Valid {
-		c.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outcomeAt)}
+	c.Grant, c.GrantJTI, c.GrantKID = s.token.String, s.jti.String, s.kid.String
+	c.GrantExpiresAt = fromMS(s.grantExp)
+	c.RedeemedAt = fromMS(s.redeemedAt)
+	if s.outStatus.Valid {
+		c.Outcome = &queue.Outcome{Status: s.outStatus.String, Detail: s.outDetail.String, At: fromMS(s.outcomeAt)}
 	}
-	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
-	c.RedeemedBy = redeemedBy.String
-	c.SubmittedBy = submittedBy.String
-	c.CounteredBy, c.CounteredFrom, c.EditedBy = counteredBy.String, counteredFrom.String, editedBy.String
-	c.AcceptedAt = fromMS(acceptedAt)
-	c.PlanID, c.PlanIndex = planID.String, int(planIndex.Int64)
-	c.LeaseUntil = fromMS(leaseUntil)
-	if resolution.Valid {
-		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
-			Note: resolutionNote.String, Evidence: evidence.String, At: fromMS(resolvedAt)}
+	c.OutcomeWithin = time.Duration(s.outcomeWithin) * time.Millisecond
+	c.RedeemedBy = s.redeemedBy.String
+	c.SubmittedBy = s.submittedBy.String
+	c.CounteredBy, c.CounteredFrom, c.EditedBy = s.counteredBy.String, s.counteredFrom.String, s.editedBy.String
+	c.AcceptedAt = fromMS(s.acceptedAt)
+	c.PlanID, c.PlanIndex = s.planID.String, int(s.planIndex.Int64)
+	c.LeaseUntil = fromMS(s.leaseUntil)
+	if s.resolution.Valid {
+		c.Resolution = &queue.Resolution{Verdict: s.resolution.String, By: s.resolvedBy.String, Channel: s.resolvedChannel.String,
+			Note: s.resolutionNote.String, Evidence: s.evidence.String, At: fromMS(s.resolvedAt)}
 	}
-	return &c, nil
+	return c, nil
 }
 
 type querier interface {
