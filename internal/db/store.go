@@ -593,12 +593,23 @@ func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
 	// until it commits), moved by each entry it appends, and put back by
 	// the writer when a savepoint is rolled back.
 	seq, prev := d.txHead.seq, d.txHead.hash
-	if err := e.Seal(seq, prev); err != nil {
-		return nil, err
-	}
 	details, err := canonical.Encode(detailsOrEmpty(e.Details))
 	if err != nil {
 		return nil, fmt.Errorf("db: encode audit details: %w", err)
+	}
+	if _, raw := e.Details.(audit.RawDetails); raw {
+		if err := e.Seal(seq, prev); err != nil {
+			return nil, err
+		}
+	} else {
+		// The details are hashed as the text stored, as verifying reads
+		// them back: encoded once, not again inside the whole entry.
+		sealed := *e
+		sealed.Details = audit.RawDetails(details)
+		if err := sealed.Seal(seq, prev); err != nil {
+			return nil, err
+		}
+		e.Seq, e.PrevHash, e.Hash = sealed.Seq, sealed.PrevHash, sealed.Hash
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {
