@@ -58,7 +58,7 @@ type storeTx struct {
 	db  *DB
 	// stored holds, by call id, the mutable columns of each call as this
 	// transaction last read or wrote them.
-	stored map[string][]any
+	stored map[string]mutableRow
 	// retries holds the retry states this write has read (Retry).
 	retries map[retryKey]queue.RetryState
 	// checked holds a submission's checks read by one statement
@@ -289,7 +289,7 @@ func (t *storeTx) LatestByDigest(actor, digest, token string) (*queue.Call, erro
 func (t *storeTx) remember(c *queue.Call, err error) (*queue.Call, error) {
 	if err == nil {
 		if t.stored == nil {
-			t.stored = map[string][]any{}
+			t.stored = map[string]mutableRow{}
 		}
 		t.stored[c.ID] = mutableValues(c)
 	}
@@ -329,37 +329,55 @@ var mutableColumns = []string{"status", "decided_at", "denied_by", "denied_chann
 	"resolution", "resolved_by", "resolved_channel", "resolution_note", "resolution_evidence", "resolved_at",
 	"countered_by", "accepted_at"}
 
+// mutableValue is one value of mutableColumns, comparable with == and
+// boxed for the statement only when it is written (arg): a plain string,
+// or a nullable string or integer.
+type mutableValue struct {
+	kind  byte // 's' string, 'S' nullable string, 'I' nullable integer
+	valid bool
+	s     string
+	n     int64
+}
+
+func (v mutableValue) arg() any {
+	switch v.kind {
+	case 's':
+		return v.s
+	case 'S':
+		return sql.NullString{String: v.s, Valid: v.valid}
+	}
+	return sql.NullInt64{Int64: v.n, Valid: v.valid}
+}
+
+// mutableRow is a call's values of mutableColumns.
+type mutableRow [23]mutableValue
+
 // mutableValues are c's values of mutableColumns, as bound to the update.
-// Each is comparable with ==.
-func mutableValues(c *queue.Call) []any {
-	var deniedBy, deniedChannel, reason sql.NullString
-	if c.Denial != nil {
-		deniedBy = sql.NullString{String: c.Denial.By, Valid: true}
-		deniedChannel = sql.NullString{String: c.Denial.Channel, Valid: true}
-		reason = sql.NullString{String: c.Denial.Reason, Valid: true}
+func mutableValues(c *queue.Call) mutableRow {
+	str := func(s string, valid bool) mutableValue { return mutableValue{kind: 'S', s: s, valid: valid} }
+	opt := func(s string) mutableValue { return str(s, s != "") }
+	at := func(t time.Time) mutableValue {
+		n := nullMS(t)
+		return mutableValue{kind: 'I', n: n.Int64, valid: n.Valid}
 	}
-	var outStatus, outDetail sql.NullString
-	var outAt sql.NullInt64
-	if c.Outcome != nil {
-		outStatus = sql.NullString{String: c.Outcome.Status, Valid: true}
-		outDetail = sql.NullString{String: c.Outcome.Detail, Valid: true}
-		outAt = nullMS(c.Outcome.At)
+	var deniedBy, deniedChannel, reason mutableValue = str("", false), str("", false), str("", false)
+	if d := c.Denial; d != nil {
+		deniedBy, deniedChannel, reason = str(d.By, true), str(d.Channel, true), str(d.Reason, true)
 	}
-	nullStr := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-	var resolution, resolvedBy, resolvedChannel, note, evidence sql.NullString
-	var resolvedAt sql.NullInt64
+	outStatus, outDetail, outAt := str("", false), str("", false), at(time.Time{})
+	if o := c.Outcome; o != nil {
+		outStatus, outDetail, outAt = str(o.Status, true), str(o.Detail, true), at(o.At)
+	}
+	resolution, resolvedBy, resolvedChannel, note, evidence := str("", false), str("", false), str("", false), str("", false), str("", false)
+	resolvedAt := at(time.Time{})
 	if r := c.Resolution; r != nil {
-		resolution = sql.NullString{String: r.Verdict, Valid: true}
-		resolvedBy = sql.NullString{String: r.By, Valid: true}
-		resolvedChannel = sql.NullString{String: r.Channel, Valid: true}
-		note = sql.NullString{String: r.Note, Valid: true}
-		evidence = sql.NullString{String: r.Evidence, Valid: true}
-		resolvedAt = nullMS(r.At)
+		resolution, resolvedBy, resolvedChannel = str(r.Verdict, true), str(r.By, true), str(r.Channel, true)
+		note, evidence, resolvedAt = str(r.Note, true), str(r.Evidence, true), at(r.At)
 	}
-	return []any{string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
-		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
-		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt,
-		nullStr(c.CounteredBy), nullMS(c.AcceptedAt)}
+	return mutableRow{{kind: 's', s: string(c.Status), valid: true}, at(c.DecidedAt), deniedBy, deniedChannel, reason,
+		opt(c.Grant), opt(c.GrantJTI), opt(c.GrantKID), at(c.GrantExpiresAt), at(c.RedeemedAt), outStatus, outDetail, outAt,
+		opt(c.RedeemedBy), at(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt,
+		opt(c.CounteredBy), at(c.AcceptedAt)}
 }
 
 // UpdateCall writes the call's mutable columns. A call read by this
@@ -370,19 +388,17 @@ func mutableValues(c *queue.Call) []any {
 func (t *storeTx) UpdateCall(c *queue.Call) error {
 	t.checked = nil // the answers of SubmitChecks may change
 	vals := mutableValues(c)
-	set := mutableColumns
-	args := vals
-	if prev, ok := t.stored[c.ID]; ok {
-		set, args = nil, nil
-		for i, v := range vals {
-			if v != prev[i] {
-				set = append(set, mutableColumns[i])
-				args = append(args, v)
-			}
+	prev, known := t.stored[c.ID]
+	set := make([]string, 0, len(vals))
+	args := make([]any, 0, len(vals)+1)
+	for i, v := range vals {
+		if !known || v != prev[i] {
+			set = append(set, mutableColumns[i])
+			args = append(args, v.arg())
 		}
-		if len(set) == 0 {
-			return nil // the row is as this transaction read it
-		}
+	}
+	if len(set) == 0 {
+		return nil // the row is as this transaction read it
 	}
 	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET `+strings.Join(set, " = ?, ")+` = ? WHERE id = ?`, append(args, c.ID)...)
 	if err != nil {
