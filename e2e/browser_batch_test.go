@@ -94,6 +94,7 @@ func TestBrowserBatch(t *testing.T) {
 	}
 	op.checkMarked()
 	op.screenshot("batch-queue-1280")
+	accessible(t, op, "the queue with calls ticked for a batch")
 
 	op.do("open the review", waitShort, chromedp.Click(testID("batch-review")), chromedp.WaitVisible(testID("batch-decide")))
 	if n := eval[int](op, `document.querySelectorAll('[data-testid="batch-call"]').length`); n != 12 {
@@ -121,6 +122,7 @@ func TestBrowserBatch(t *testing.T) {
 			t.Errorf("the review page at %s px:\n  %s", w.name, strings.Join(problems, "\n  "))
 		}
 		op.screenshot("batch-review-" + w.name)
+		accessible(t, op, "the batch review at "+w.name)
 	}
 	op.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
 
@@ -136,6 +138,7 @@ func TestBrowserBatch(t *testing.T) {
 		t.Errorf("the deceptive call's reason: %q", why)
 	}
 	op.screenshot("batch-result-1280")
+	accessible(t, op, "the batch's result")
 	for _, c := range plain {
 		got, err := payments.Get(ctx, c.ID)
 		if err != nil {

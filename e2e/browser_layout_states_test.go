@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ const boxProblemsJS = `(() => {
 // history rows are cards that fit the window.
 func TestBrowserLayoutStates(t *testing.T) {
 	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Second)
 	defer cancel()
 	s := startServer(t, "")
 	alice := s.addUser("alice", "operator")
@@ -123,6 +124,54 @@ func TestBrowserLayoutStates(t *testing.T) {
 	}
 	_ = reviewURL
 
+	// A refund answered with an edit: the original reads countered.
+	countered := submit(t, ctx, payments, refund("INV-7300", 40000))
+	op.navigate(s.url + "/calls/" + countered.ID)
+	op.do("counter a refund", waitShort,
+		chromedp.WaitVisible(testID("counter-offer")),
+		chromedp.Click(chromedp.CSS(`[data-testid="counter-offer"] summary`)),
+		chromedp.WaitVisible(counterInput("counter-offer-form", "/amount_minor")),
+		chromedp.SetValue(counterInput("counter-offer-form", "/amount_minor"), "4000"),
+		chromedp.Click(chromedp.CSS(`[data-testid="counter-offer-form"] [data-testid="counter-review"]`)),
+		chromedp.WaitVisible(testID("counter-diff")),
+		chromedp.WaitEnabled(testID("counter-approve")), chromedp.Click(testID("counter-approve")),
+		chromedp.WaitVisible(testID("decision-notice")))
+	// A refund run with an outcome nobody knows: unresolved.
+	lost := submit(t, ctx, payments, refund("INV-7400", 700))
+	if controlDecide(t, s, "approve", lost.ID, "alice", lost.Digest) != 200 {
+		t.Fatal("approve the refund whose outcome is lost")
+	}
+	if got, err := payments.Wait(ctx, lost.ID); err != nil || got.Grant == "" {
+		t.Fatalf("wait for it: %+v %v", got, err)
+	} else if res, err := payments.Redeem(ctx, got.Grant, got.Spec()); err != nil || !res.Accepted {
+		t.Fatalf("redeem it: %+v %v", res, err)
+	}
+	if _, err := payments.ReportOutcome(ctx, lost.ID, client.OutcomeUnknown, "the payment provider timed out"); err != nil {
+		t.Fatal(err)
+	}
+	// Two plans of report reads: one waits, one approved in the browser.
+	reports := agent("agent:report-bot", "reports-host")
+	plan := func(name string) *client.Plan {
+		proposal := client.PlanProposal{Rationale: "Read the " + name + " reports for the quarterly summary.", Ordered: true}
+		for i := range 3 {
+			proposal.Items = append(proposal.Items, client.CallSpec{Tool: "reports.read", Target: fmt.Sprintf("report:%s-%02d", name, i+1),
+				Args: map[string]any{"period": fmt.Sprintf("2026-%02d", i+1), "format": "csv"}})
+		}
+		p, err := reports.SubmitPlan(ctx, proposal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waiting, approved := plan("sales"), plan("costs")
+	op.navigate(s.url + "/plans/" + approved.ID)
+	op.do("approve a plan", waitShort, chromedp.WaitEnabled(testID("plan-approve")), chromedp.Click(testID("plan-approve")),
+		chromedp.WaitVisible(testID("plan-message")))
+	// A later page of the queue, in either view: after the third call.
+	op.navigate(s.url + "/?layout=list")
+	after := eval[string](op, `(() => { const r = document.querySelectorAll('#queue-list article[data-call]')[2]; return r.dataset.deadline + "." + r.dataset.call; })()`)
+	anon := b.window(t, "anonymous")
+
 	states := []struct {
 		name string
 		tab  *tab
@@ -142,6 +191,20 @@ func TestBrowserLayoutStates(t *testing.T) {
 		{"history", op, "/history"},
 		{"timeline", op, "/history/calls/" + deploy.ID},
 		{"admin", ad, "/admin"},
+		{"cards, a later page", op, "/?after=" + after},
+		{"list view, a later page", op, "/?layout=list&after=" + after},
+		{"countered", op, "/calls/" + countered.ID},
+		{"unresolved", op, "/unresolved"},
+		{"unresolved call", op, "/calls/" + lost.ID},
+		{"plan waiting", op, "/plans/" + waiting.ID},
+		{"plan approved", op, "/plans/" + approved.ID},
+		{"plan item", op, "/calls/" + waiting.Items[0].ID},
+		{"account", op, "/account"},
+		{"password", op, "/account/password"},
+		{"tokens", op, "/account/tokens"},
+		{"deliveries", ad, "/admin/deliveries"},
+		{"MCP reviews", ad, "/admin/mcp"},
+		{"login", anon, "/login"},
 	}
 	for _, w := range boxWidths {
 		for _, st := range states {
@@ -186,6 +249,8 @@ func TestBrowserLayoutStates(t *testing.T) {
 	op.screenshot("call-bidi-preview-390")
 	op.navigate(s.url + "/")
 	op.screenshot("queue-needs-you-390")
+	op.navigate(s.url + "/?after=" + after)
+	op.screenshot("queue-cards-paged-390")
 	op.navigate(s.url + "/calls/" + deploy.ID)
 	op.screenshot("call-decided-two-approvers-390")
 	op.do("a laptop", waitShort, chromedp.EmulateViewport(1280, 900))
@@ -195,6 +260,11 @@ func TestBrowserLayoutStates(t *testing.T) {
 	op.screenshot("call-bidi-preview-1280")
 	op.navigate(s.url + "/")
 	op.screenshot("queue-needs-you-1280")
+	op.navigate(s.url + "/?after=" + after)
+	op.screenshot("queue-cards-paged-1280")
+	ad.do("a laptop", waitShort, chromedp.EmulateViewport(1280, 900))
+	ad.navigate(s.url + "/")
+	ad.screenshot("queue-needs-you-admin-1280")
 	op.navigate(s.url + "/history")
 	op.screenshot("history-1280")
 }

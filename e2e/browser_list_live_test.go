@@ -53,4 +53,5 @@ func TestBrowserListLivePages(t *testing.T) {
 	}
 	middle.checkMarked()
 	middle.screenshot("queue-list-new-rows-1280")
+	accessible(t, middle, "a middle page of the list told of new calls")
 }

@@ -54,6 +54,8 @@ func TestBrowserRefusedApproval(t *testing.T) {
 		t.Error("the re-shown page offers no denial")
 	}
 	op.screenshot("refused-frozen-1280")
+	accessible(t, op, "the refused approval re-shown at 1280")
 	op.do("a phone", waitShort, chromedp.EmulateViewport(390, 844))
 	op.screenshot("refused-frozen-390")
+	accessible(t, op, "the refused approval re-shown at 390")
 }

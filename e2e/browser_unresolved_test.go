@@ -67,6 +67,7 @@ func TestBrowserUnresolved(t *testing.T) {
 		t.Errorf("the executor's words on the card: %q", got)
 	}
 	op.screenshot("unresolved-card")
+	accessible(t, op, "the unresolved outcomes with a card")
 
 	// Resolved there: not executed, with a note and a link to the evidence.
 	form := card + ` [data-testid="resolve-form"] `
@@ -108,4 +109,5 @@ func TestBrowserUnresolved(t *testing.T) {
 		t.Errorf("evidence link %q", got)
 	}
 	op.screenshot("call-resolved")
+	accessible(t, op, "a resolved call")
 }

@@ -47,7 +47,8 @@ func (tb *tab) approveOpen() {
 // Chromium, then docs/agents.md's first step with the token the demo
 // prints, and fails on any step that does not work as written: the demo
 // starts and keeps its logins in DATA/demo-logins; alice logs in, opens a
-// call from the queue and approves it; a deploy needs two approvers, alice
+// call from the queue and approves it; the banner's allowance and plan
+// (waiting for review, one card on the queue) open; a deploy needs two approvers, alice
 // and then bob in another browser; every event is a line in
 // DATA/demo-webhooks.log; the admin finds demo/create_order awaiting review
 // under Admin › Tools and MCP reviews › MCP tools; and the export line
@@ -93,6 +94,36 @@ func TestNewcomerWalk(t *testing.T) {
 	if got := alice.liveText("allowance-giver"); !strings.HasPrefix(got, "alice at ") {
 		t.Errorf("the demo allowance's page says it was given by %q", got)
 	}
+	// "A plan waits for review beside it: one card at the top of the
+	// queue, its page in the banner."
+	var planPath string
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if _, rest, ok := strings.Cut(line, "A plan waiting for review: "); ok {
+			if i := strings.Index(rest, s.url+"/plans/"); i >= 0 {
+				planPath = strings.Fields(rest[i+len(s.url):])[0]
+			}
+		}
+	}
+	if planPath == "" {
+		t.Fatalf("the banner names no plan:\n%s", s.logs.String())
+	}
+	alice.openQueue(s.url)
+	planID := strings.TrimPrefix(planPath, "/plans/")
+	alice.do("the plan's card on the queue", waitShort, chromedp.WaitVisible(chromedp.CSS(`[data-testid="plan-card"][data-plan="`+planID+`"]`)))
+	alice.navigate(s.url + planPath)
+	if got := alice.liveText("plan-status"); got != "pending" {
+		t.Errorf("the demo plan reads %q, want pending", got)
+	}
+	if n := eval[int](alice, `document.querySelectorAll('[data-testid="plan-item"]').length`); n != 3 {
+		t.Errorf("the demo plan lists %d items, want 3", n)
+	}
+	alice.do("the plan's decision", waitShort, chromedp.WaitVisible(testID("plan-decide")))
+	for _, w := range sizes {
+		alice.do("set the window to "+w.name, waitShort, chromedp.EmulateViewport(w.width, w.height))
+		alice.screenshot("demo-plan-" + w.name)
+	}
+	alice.do("back to 1280", waitShort, chromedp.EmulateViewport(1280, 900))
+
 	// "log in as bob in another browser to give the deploy its second approval"
 	alice.openQueue(s.url)
 	deploy := eval[string](alice, `document.querySelector('article[data-tool="releases.deploy"]').dataset.call`)
@@ -129,6 +160,11 @@ func TestNewcomerWalk(t *testing.T) {
 	if !found {
 		t.Errorf("the MCP tools page lists %v, want create_order pending review", rows)
 	}
+	accessible(t, admin, "the MCP tools with one awaiting review")
+	admin.do("the definition under review", waitShort,
+		chromedp.Click(chromedp.CSS(`[data-testid="mcp-tool-row"][data-status="pending"] [data-testid="mcp-review-link"]`)),
+		chromedp.WaitVisible(testID("mcp-definition")))
+	accessible(t, admin, "an MCP tool's definition under review")
 
 	// docs/agents.md: paste the export line, then step 1.
 	checkReaderToken(t, s)

@@ -142,8 +142,12 @@ serve besides its own.`)
 	// A fresh demo shows an allowance from its start; a reused --data has
 	// its own already.
 	var allowance *queue.Allowance
+	var plan *queue.Plan
 	if made := len(logins) > 0 && !strings.HasPrefix(logins[0].password, "("); made {
-		if allowance, err = giveDemoAllowance(ctx, a, time.Now()); err != nil {
+		if allowance, err = giveDemoAllowance(ctx, a, time.Now()); err == nil {
+			plan, err = proposeDemoPlan(ctx, a)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return 0
 			}
@@ -177,6 +181,10 @@ serve besides its own.`)
 		if allowance != nil {
 			fmt.Fprintf(e.stdout, "\nAn allowance: alice approved refund %s and up to %d more like it (USD, invoices INV-10…, at most 1,000.00) for an hour: %s/allowances/%s; the demo agent's refunds inside it arrive approved.\n",
 				allowance.BaseCall, allowance.Uses, url, allowance.ID)
+		}
+		if plan != nil {
+			fmt.Fprintf(e.stdout, "\nA plan waiting for review: %s proposed %d report reads as one plan, one card at the top of the queue (Plans), decided as a whole on its page: %s/plans/%s\n",
+				plan.Actor, plan.Items, url, plan.ID)
 		}
 		if sinkLog != "" {
 			fmt.Fprintf(e.stdout, "\nNotifications: every event is posted to a webhook sink in this process; each delivery is a line in %s (watch it with tail -f), and Admin › Deliveries lists them.\n", sinkLog)

@@ -536,6 +536,11 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	err = srv.Serve(ctx, ln)
 	cancel()
 	wg.Wait()
+	if gw != nil {
+		// The outcomes of calls answered before the requests ended are
+		// written before the database closes.
+		gw.Drain()
+	}
 	return err
 }
 

@@ -1,10 +1,13 @@
 // Command loadgen drives a running Countersign console end to end and
-// reports what it measured: agents propose calls through the Go client,
+// reports what it measured: agents propose calls over the agent API,
 // logged-in operator sockets receive the live cards, approvers decide through
 // the real web endpoints (session and CSRF token included), and agents
-// long-poll and redeem. It also measures, in the same run, the floor: raw
-// SQLite commits per second with the console's settings on the same disk,
-// or, with --db, raw PostgreSQL commits per second on the same server.
+// long-poll and redeem. Agents and approvers speak HTTP/1.1 over a persistent
+// connection of their own (conn.go, agent.go), so that loadgen's share of the
+// cores it shares with the console stays small. It also measures, in the
+// same run, the floor: raw SQLite commits per second with the console's
+// settings on the same disk, or, with --db, raw PostgreSQL commits per
+// second on the same server.
 //
 // Given several addresses (replicas on one PostgreSQL database), it spreads
 // every step over them round-robin, as a load balancer would: a flow is
@@ -44,7 +47,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -446,17 +448,18 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	var approveN atomic.Int64
 	for i := 0; i < cfg.approvers; i++ {
 		apprWG.Add(1)
-		go func(s *webSession) {
+		go func(ap *approver) {
 			defer apprWG.Done()
+			defer ap.close()
 			for a := range toApprove {
 				// The session lives in the database: any replica takes it.
 				base := cfg.urls[int(approveN.Add(1))%len(cfg.urls)]
 				approvedAt.Store(a.id, time.Now())
-				if err := s.approve(ctx, base, a.id, a.digest); err != nil {
+				if err := ap.approve(base, a.id, a.digest); err != nil {
 					errs.add("approve:" + err.Error())
 				}
 			}
-		}(sessions[i%len(sessions)])
+		}(newApprover(ctx, sessions[i%len(sessions)]))
 	}
 
 	// Agents run complete flows.
@@ -490,22 +493,35 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 	start := time.Now()
 	for i := 0; i < cfg.agents; i++ {
 		agentWG.Add(1)
-		clients := make([]*client.Client, len(cfg.urls))
+		conns := make([]*agentConn, len(cfg.urls))
 		for j, u := range cfg.urls {
-			clients[j] = client.New(u, tokens[i])
+			if conns[j], err = newAgentConn(ctx, u, tokens[i]); err != nil {
+				return Report{}, err
+			}
+		}
+		// The Go client reports outcomes and heartbeats in the fault soak.
+		var reporter *client.Client
+		if fault != nil {
+			reporter = client.New(cfg.urls[0], tokens[i])
 		}
 		go func() {
 			defer agentWG.Done()
+			defer func() {
+				for _, c := range conns {
+					c.h.Close()
+				}
+			}()
+			var body []byte
 			for ctx.Err() == nil {
 				n := next.Add(1)
 				if n > int64(cfg.flows) {
 					break
 				}
 				// Round-robin: each step of a flow on the next replica.
-				rr := func(step int) *client.Client { return clients[(int(n)+step)%len(clients)] }
-				c := rr(0)
+				rr := func(step int) *agentConn { return conns[(int(n)+step)%len(conns)] }
 				t0 := time.Now()
-				call, err := c.Submit(ctx, weather(fmt.Sprintf("flow %s %d", run, n)))
+				body = submitBody(body[:0], "flow "+run+" "+strconv.FormatInt(n, 10))
+				call, err := rr(0).submit(body)
 				if err != nil {
 					errs.add("submit:" + errKind(err))
 					continue
@@ -517,7 +533,7 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 				case <-ctx.Done():
 					continue
 				}
-				done, err := rr(1).Wait(ctx, call.ID)
+				done, err := rr(1).wait(ctx, call.ID)
 				if err != nil {
 					errs.add("wait:" + errKind(err))
 					continue
@@ -530,19 +546,23 @@ func measure(ctx context.Context, cfg config) (Report, error) {
 					continue
 				}
 				t1 := time.Now()
-				res, err := rr(2).Redeem(ctx, done.Grant, done.Spec())
+				res, err := rr(2).redeem(done)
 				if err != nil {
 					errs.add("redeem:" + errKind(err))
 					continue
 				}
 				redeemLat.add(time.Since(t1))
-				if !res.Accepted {
+				if !res.accepted {
 					errs.add("redeem:" + res.Reason)
 					continue
 				}
 				flows.Add(1)
 				if fault != nil {
-					fault.executed(execCtx, c, n, done, res)
+					c := &client.Call{}
+					c.ID = call.ID
+					r := &client.Redemption{}
+					r.OutcomeWithin, r.LeaseUntil = res.OutcomeWithin, res.LeaseUntil
+					fault.executed(execCtx, reporter, n, c, r)
 				}
 			}
 		}()
@@ -651,6 +671,10 @@ func weather(city string) client.Proposal {
 }
 
 func errKind(err error) string {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code
+	}
 	if e, ok := client.AsError(err); ok {
 		return e.Code
 	}
@@ -761,13 +785,7 @@ func login(ctx context.Context, base, name, password string) (*webSession, error
 }
 
 func (s *webSession) get(ctx context.Context, path string) (string, error) {
-	return s.getFrom(ctx, s.base, path)
-}
-
-// getFrom reads a page from base, which may be another replica than the
-// one the session logged in on.
-func (s *webSession) getFrom(ctx context.Context, base, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -784,18 +802,12 @@ func (s *webSession) getFrom(ctx context.Context, base, path string) (string, er
 }
 
 func (s *webSession) post(ctx context.Context, path string, form url.Values) (int, error) {
-	return s.postTo(ctx, s.base, path, form)
-}
-
-// postTo posts a form to base, which may be another replica than the one
-// the session logged in on: cookies are per host, not per port.
-func (s *webSession) postTo(ctx context.Context, base, path string, form url.Values) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
+	req.Header.Set("Origin", s.base)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	res, err := s.client.Do(req)
 	if err != nil {
@@ -804,31 +816,6 @@ func (s *webSession) postTo(ctx context.Context, base, path string, form url.Val
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode, nil
-}
-
-// presentedField is the approve form's presentation token on a call's
-// page.
-var presentedField = regexp.MustCompile(`name="presented" value="([^"]*)"`)
-
-// approve approves as an operator does: the call's page is read, and its
-// approve form posted with the page's presentation token.
-func (s *webSession) approve(ctx context.Context, base, id, digest string) error {
-	page, err := s.getFrom(ctx, base, "/calls/"+id)
-	if err != nil {
-		return errors.New("call_page")
-	}
-	var shown string
-	if m := presentedField.FindStringSubmatch(page); m != nil {
-		shown = html.UnescapeString(m[1])
-	}
-	code, err := s.postTo(ctx, base, "/calls/"+id+"/approve", url.Values{"csrf": {s.csrf}, "digest": {digest}, "presented": {shown}})
-	if err != nil {
-		return errors.New("transport")
-	}
-	if code != http.StatusSeeOther {
-		return fmt.Errorf("status_%d", code)
-	}
-	return nil
 }
 
 func (s *webSession) dialWS(ctx context.Context, base string) (*websocket.Conn, error) {

@@ -151,7 +151,10 @@ func (s *shownCalls) take(id string) *queue.Call {
 }
 
 // navigation links a call page to the queue it was opened from and to the
-// next pending call in that queue's order that the viewer may decide.
+// next pending call in that queue's order that the viewer may decide: one
+// whose page would offer them Approve (queue.Standing, read with the
+// freezes and delegations the navigation's counts were last worked out
+// from, which the page's own counts just read or refreshed).
 func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
 	var calls []*queue.Call
 	if v.user.Role.CanDecide() {
@@ -180,10 +183,12 @@ func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v 
 	}
 	now := c.now()
 	reg := c.q.Tools()
+	read := c.needsNow(now, false)
+	delegators := read.delegatorsOf(v.user, now)
 	var cards []templates.Card
 	for _, call := range calls {
-		if call.ID == id || call.ProposedBy(v.user) || call.ApprovedBy(v.user.Name) || call.OwnedBy(v.user) != "" ||
-			!now.Before(call.DecideBy) {
+		if call.ID == id || !now.Before(call.DecideBy) ||
+			!queue.StandingOf(call, v.user, read.freezes, c.q.ToolChanged(call), delegators).MayApprove() {
 			continue
 		}
 		// Only what the filter and the order read: a whole card (its

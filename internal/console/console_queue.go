@@ -47,19 +47,19 @@ type queueQuery struct {
 	Warn   bool   // only calls with deceptive characters
 	Risk   string // only calls of tools declaring this risk
 	Effect string // only calls of tools declaring this effect
-	List   bool   // the list view: one line per call, a page at a time
-	After  string // the list view's page key: "" for the first page
-	// Upto, on a list page's socket only, is the key of the page's last
-	// row when a page follows it ("" on the last page): what the page
+	List   bool   // the list view: one line per call (else cards)
+	After  string // the page key: "" for the first page
+	// Upto, on a queue page's socket only, is the key of the page's last
+	// call when a page follows it ("" on the last page): what the page
 	// holds is (After, Upto].
 	Upto string
 }
 
-// listPageSize is how many calls one page of the list view reads and
-// shows.
-const listPageSize = 50
+// queuePageSize is how many calls one page of the queue reads and shows,
+// in either view.
+const queuePageSize = 50
 
-// pageKey reads the list view's page key, "MILLIS.ID"; the zero key (the
+// pageKey reads the queue's page key, "MILLIS.ID"; the zero key (the
 // first page) when it is absent or malformed.
 func pageKey(s string) queue.PageKey {
 	ms, id, ok := strings.Cut(s, ".")
@@ -101,14 +101,12 @@ func parseQueueQuery(q url.Values) queueQuery {
 	if e := get("effect"); slices.Contains(tools.Effects, e) {
 		qq.Effect = e
 	}
-	if get("layout") == "list" {
-		qq.List = true
-		if k := get("after"); pageKey(k).ID != "" {
-			qq.After = k
-		}
-		if k := get("upto"); pageKey(k).ID != "" {
-			qq.Upto = k
-		}
+	qq.List = get("layout") == "list"
+	if k := get("after"); pageKey(k).ID != "" {
+		qq.After = k
+	}
+	if k := get("upto"); pageKey(k).ID != "" {
+		qq.Upto = k
 	}
 	return qq
 }
@@ -129,23 +127,20 @@ func (qq queueQuery) values() url.Values {
 	}
 	if qq.List {
 		v.Set("layout", "list")
-		if qq.After != "" {
-			v.Set("after", qq.After)
-		}
+	}
+	if qq.After != "" {
+		v.Set("after", qq.After)
 	}
 	return v
 }
 
-// A list page takes a new call where the order by deadline puts it when
-// that is on the page: the first page takes the calls before its last row
-// (all of them when it is the only page), the last page the calls after
-// the row before it. A page in the middle takes none: the rows of the
-// pages after it would move, so it says how many calls arrived instead.
-// The cards view shows every call as it comes.
+// A queue page (cards or list) takes a new call where the order by
+// deadline puts it when that is on the page: the first page takes the
+// calls before its last one (all of them when it is the only page), the
+// last page the calls after the one before it. A page in the middle takes
+// none: the calls of the pages after it would move, so it says how many
+// calls arrived instead.
 func (qq queueQuery) takes(c *queue.Call) bool {
-	if !qq.List {
-		return true
-	}
 	key := queue.KeyOf(c)
 	first, last := qq.After == "", qq.Upto == ""
 	switch {

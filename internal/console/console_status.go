@@ -28,8 +28,8 @@ const statusPath = "/status/"
 // links.
 const statusSecret = "call-status-link"
 
-// statusRefresh is how often an open status page reloads itself while the
-// call can still change.
+// statusRefresh is how often an open status page reads its call again (in
+// place, without reloading) while the call can still change.
 const statusRefresh = 5 * time.Second
 
 // StatusLinks makes and checks the capability addresses of calls' status

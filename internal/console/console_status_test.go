@@ -67,7 +67,7 @@ func submitNote(t *testing.T, q *queue.Service, note, to string) *queue.Call {
 // call without a console login: tool, target, every bound argument with
 // its deceptive characters revealed exactly as the call page reveals them,
 // the number in its canonical form, the digest, the state and the
-// deadline; the page reloads itself while the call can change, offers no
+// deadline; the page follows the call (without reloading) while it can change, offers no
 // decision, links to no other call, and never shows the grant.
 func TestStatusPageWithoutLogin(t *testing.T) {
 	e, q, c := statusConsole(t)
@@ -107,8 +107,8 @@ func TestStatusPageWithoutLogin(t *testing.T) {
 	if dt, _ := page.find("countdown").Attr("datetime"); dt != c.DecideBy.UTC().Format(time.RFC3339) {
 		t.Errorf("deadline %q, want %s", dt, c.DecideBy.UTC().Format(time.RFC3339))
 	}
-	if !strings.Contains(page.body, `http-equiv="refresh"`) {
-		t.Error("a pending call's status page does not reload itself")
+	if !strings.Contains(page.body, `name="countersign-follow"`) {
+		t.Error("a pending call's status page is not followed")
 	}
 	if n := page.doc.Find("form, button[type=submit], nav").Length(); n != 0 {
 		t.Errorf("the status page has %d forms, submit buttons or navigation", n)
@@ -145,13 +145,13 @@ func TestStatusPageWithoutLogin(t *testing.T) {
 	if got := strings.TrimSpace(page.find("approval-by").Text()); page.find("approval").Length() != 1 || got != "alice" {
 		t.Errorf("approvals shown %d, by %q; want alice's, as the agent's API names her", page.find("approval").Length(), got)
 	}
-	if !strings.Contains(page.body, `http-equiv="refresh"`) {
-		t.Error("an approved call's status page does not reload itself")
+	if !strings.Contains(page.body, `name="countersign-follow"`) {
+		t.Error("an approved call's status page is not followed")
 	}
 }
 
 // TestStatusPageDenied: a denied call's page shows who denied it and why,
-// revealed, and stops reloading.
+// revealed, and is no longer followed.
 func TestStatusPageDenied(t *testing.T) {
 	e, q, c := statusConsole(t)
 	e.addUser("alice", account.RoleOperator, "pw-alice-correct horse")
@@ -165,8 +165,8 @@ func TestStatusPageDenied(t *testing.T) {
 	if got := page.find("deny-reason-shown").Text(); !strings.Contains(got, "not to that account[U+202E]") {
 		t.Errorf("reason %q", got)
 	}
-	if strings.Contains(page.body, `http-equiv="refresh"`) || page.find("status-decide-where").Length() != 0 {
-		t.Error("a denied call's page still reloads or says where to decide it")
+	if strings.Contains(page.body, `name="countersign-follow"`) || page.find("status-decide-where").Length() != 0 {
+		t.Error("a denied call's page is still followed or says where to decide it")
 	}
 }
 

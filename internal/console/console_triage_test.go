@@ -230,7 +230,7 @@ func TestCutText(t *testing.T) {
 func TestQueueListViewPages(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
-	const n = listPageSize + 5
+	const n = queuePageSize + 5
 	var ids []string
 	for i := 0; i < n; i++ {
 		c := e.submit(fmt.Sprintf("agent:bot-%d", i%5), "search-host",
@@ -245,10 +245,10 @@ func TestQueueListViewPages(t *testing.T) {
 		t.Fatal("the list view is not a list")
 	}
 	first := cardIDs(p)
-	if !slices.Equal(first, ids[:listPageSize]) {
-		t.Errorf("page 1 = %d calls %v, want the %d soonest deadlines in order", len(first), first, listPageSize)
+	if !slices.Equal(first, ids[:queuePageSize]) {
+		t.Errorf("page 1 = %d calls %v, want the %d soonest deadlines in order", len(first), first, queuePageSize)
 	}
-	if p.find("card-select").Length() != listPageSize {
+	if p.find("card-select").Length() != queuePageSize {
 		t.Errorf("%d selection boxes on page 1, want one a row", p.find("card-select").Length())
 	}
 	if p.find("approve").Length() != 0 {
@@ -259,8 +259,8 @@ func TestQueueListViewPages(t *testing.T) {
 		t.Fatalf("next page link %q", next)
 	}
 	p = b.get(next)
-	if got := cardIDs(p); !slices.Equal(got, ids[listPageSize:]) {
-		t.Errorf("page 2 = %v, want %v", got, ids[listPageSize:])
+	if got := cardIDs(p); !slices.Equal(got, ids[queuePageSize:]) {
+		t.Errorf("page 2 = %v, want %v", got, ids[queuePageSize:])
 	}
 	if p.find("next-page").Length() != 0 {
 		t.Error("the last page links to a next one")
@@ -278,7 +278,7 @@ func TestQueueListViewPages(t *testing.T) {
 func TestQueueListLivePlacement(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
-	for i := 0; i < 2*listPageSize+5; i++ { // deploys: decided within an hour
+	for i := 0; i < 2*queuePageSize+5; i++ { // deploys: decided within an hour
 		e.submit("agent:deployer", "deploy-host", deployBody(fmt.Sprintf("v1.%d.0", i)))
 		e.clock.Advance(time.Second)
 	}

@@ -23,10 +23,10 @@ import (
 	"github.com/countersign/countersign/web/templates"
 )
 
-// maxQueueCards bounds the queue page; the count beside the heading says
-// when there are more. maxQueueBlocks bounds the blocked pairs it shows,
-// so that neither the page nor a socket's first message grows with what an
-// agent can make.
+// maxQueueCards bounds the pending calls a call page's navigation reads
+// to find the next one to decide. maxQueueBlocks bounds the blocked pairs
+// the queue shows, so that neither the page nor a socket's first message
+// grows with what an agent can make.
 const (
 	maxQueueCards  = 500
 	maxQueueBlocks = 100
@@ -35,29 +35,19 @@ const (
 // queueView reads the pending calls the query lets through, in its
 // order, and the retry blocks.
 func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq queueQuery) (templates.QueueView, error) {
-	var calls []*queue.Call
-	var err error
-	next := ""
-	if qq.List {
-		// The list view reads one page by deadline, through the pending
-		// index from the page's key: the rows read are those shown.
-		if calls, err = c.q.PendingPage(ctx, pageKey(qq.After), listPageSize+1); err != nil {
-			return templates.QueueView{}, err
-		}
-		if len(calls) > listPageSize {
-			calls = calls[:listPageSize]
-			nq := qq
-			nq.After = pageKeyString(calls[len(calls)-1])
-			next = "/?" + nq.values().Encode()
-		}
-	} else if calls, err = c.q.PendingCalls(ctx, maxQueueCards); err != nil {
+	// Either view reads one page by deadline, through the pending index
+	// from the page's key: the rows read are those shown, however many
+	// calls wait.
+	calls, err := c.q.PendingPage(ctx, pageKey(qq.After), queuePageSize+1)
+	if err != nil {
 		return templates.QueueView{}, err
 	}
-	hidden := 0
-	if !qq.List && len(calls) == maxQueueCards {
-		// The cards view reads the newest maxQueueCards: it says how many
-		// more wait, and that the list pages through them all.
-		hidden = max(0, c.needs(v).Pending-len(calls))
+	next := ""
+	if len(calls) > queuePageSize {
+		calls = calls[:queuePageSize]
+		nq := qq
+		nq.After = pageKeyString(calls[len(calls)-1])
+		next = "/?" + nq.values().Encode()
 	}
 	blocks, err := c.q.Blocks(ctx)
 	if err != nil {
@@ -78,8 +68,12 @@ func (c *Console) queueView(ctx context.Context, v *viewer, now time.Time, qq qu
 	}
 	lq, cq := qq, qq
 	lq.List, lq.After, cq.List, cq.After = true, "", false, ""
-	qv.List, qv.NextPage, qv.CardsHidden = qq.List, next, hidden
+	qv.List, qv.NextPage, qv.Paged, qv.PageSize = qq.List, next, next != "" || qq.After != "", queuePageSize
 	qv.ListURL, qv.CardsURL = "/?"+lq.values().Encode(), "/?"+cq.values().Encode()
+	qv.FirstURL = qv.CardsURL
+	if qq.List {
+		qv.FirstURL = qv.ListURL
+	}
 	decide := v.user.Role.CanDecide()
 	for _, call := range calls {
 		card := c.cardView(call, decide, call.OwnedBy(v.user) != "", now)
@@ -335,24 +329,31 @@ func (c *Console) statusViewWith(call *queue.Call, v *viewer, now time.Time, fz 
 		s.RevokedBy, s.RevokeReason, s.RevokedAt = optText(call.Revoked.By), optText(call.Revoked.Reason), call.Revoked.At
 	}
 	if v.user.Role.CanDecide() {
+		// Whether the page offers Approve is the viewer's standing, the
+		// rule the navigation's "to decide" count follows too.
+		st := queue.StandingOf(call, v.user, fz, s.ToolChanged, nil)
 		s.CanDecide, s.CSRF = true, v.csrf
-		s.OwnCall = call.ProposedBy(v.user)
-		s.ApprovedByViewer = call.ApprovedBy(v.user.Name)
+		s.OwnCall = st.OwnCall
+		s.ApprovedByViewer = st.Approved
 		s.CanRevoke = call.Status == queue.StatusApproved && call.Revoked == nil && now.Before(call.GrantExpiresAt)
-		s.OwnedByViewer = reveal.String(call.OwnedBy(v.user))
-		s.ViewerMayApprove = call.Approvers.Allows(string(v.user.Role), v.user.Groups)
+		s.OwnedByViewer = reveal.String(st.Owner)
+		s.ViewerMayApprove = st.Allowed
 		if call.Status == queue.StatusPending {
 			s.ViewerPasskeys = c.viewerPasskeys(v)
 			s.Presented = c.q.Present(present.PageCall, v.user.Name, call)
-			if !s.ViewerMayApprove && !s.OwnCall && s.OwnedByViewer == "" {
-				s.ApproveFor = c.approveFor(call, v, now)
+			if !st.Allowed && !st.OwnCall && st.Owner == "" {
+				// Delegations are read only for a viewer whose own
+				// standing does not let them approve.
+				st = queue.StandingOf(call, v.user, fz, s.ToolChanged, c.delegators(v, now))
+				for _, name := range st.For {
+					s.ApproveFor = append(s.ApproveFor, templates.ForChoice{Name: name, Shown: reveal.Of(c.shownName(name))})
+				}
 			}
 		}
-	}
-	if call.Status == queue.StatusPending && s.CanDecide {
-		if f := queue.FreezeOf(fz, call.Tool, call.Actor); f != nil {
+		if f := st.Frozen; f != nil && call.Status == queue.StatusPending {
 			s.Frozen = &templates.FrozenView{Scope: f.Scope(), Reason: f.Reason, By: c.shownName(f.By), At: f.At}
 		}
+		s.Refusal = st.Refusal()
 	}
 	if call.Status == queue.StatusPending {
 		s.Warned = queue.Deceptive(call)
@@ -696,12 +697,11 @@ func isCurrencyCode(s string) bool {
 	return true
 }
 
-// approveFor lists the people on whose behalf v may approve call at now:
-// those with a delegation to v live now who are named in no approval of
-// it. It is read only for a viewer whose own standing does not let them
-// approve the call, so the ordinary page reads nothing more; the
-// decision checks the delegation, and the delegator's standing, again.
-func (c *Console) approveFor(call *queue.Call, v *viewer, now time.Time) []templates.ForChoice {
+// delegators lists the people with a delegation to v live at now. It is
+// read only for a viewer whose own standing does not let them approve a
+// call, so the ordinary page reads nothing more; the decision checks the
+// delegation, and the delegator's standing, again.
+func (c *Console) delegators(v *viewer, now time.Time) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ds, err := c.q.Delegations(ctx, queue.DelegationFilter{Person: v.user.Name, LiveAt: now, Limit: 2 * queue.MaxDelegationsPerPerson})
@@ -709,13 +709,11 @@ func (c *Console) approveFor(call *queue.Call, v *viewer, now time.Time) []templ
 		c.log.Warn("console: delegations of the viewer", slog.String("user", v.user.Name), slog.Any("error", err))
 		return nil
 	}
-	var out []templates.ForChoice
+	var out []string
 	for _, d := range ds {
-		if d.Delegate != v.user.Name || !d.LiveAt(now) || call.ApprovedBy(d.Delegator) ||
-			slices.ContainsFunc(out, func(f templates.ForChoice) bool { return f.Name == d.Delegator }) {
-			continue
+		if d.Delegate == v.user.Name && d.LiveAt(now) {
+			out = append(out, d.Delegator)
 		}
-		out = append(out, templates.ForChoice{Name: d.Delegator, Shown: reveal.Of(c.shownName(d.Delegator))})
 	}
 	return out
 }

@@ -82,10 +82,12 @@ func (c *Console) serveWS(ec echo.Context) error {
 // (counted again if anything changed since the page was read), then the
 // whole queue, or the call's status.
 func (c *Console) snapshot(cl *client) ([]byte, error) {
-	needs, err := renderBytes(templates.NeedsNav(*c.needsOf(cl.viewer, true), true))
+	counts := *c.needsOf(cl.viewer, true)
+	needs, err := renderBytes(templates.NeedsNav(counts, true))
 	if err != nil {
 		return nil, err
 	}
+	c.hub.sentNeeds(cl, counts)
 	page, err := c.snapshotPage(cl)
 	if err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func TestApprovedCallWhoseGrantExpired(t *testing.T) {
 // TestStatusPageSaysReissueBeforeTheGrantRunsOut: the status page of an
 // approved call tells the agent's user to re-issue the call before its
 // grant runs out, and once it ran out, that the call must be proposed
-// again; the page stops reloading itself, as nothing more can change.
+// again; the page is no longer followed, as nothing more can change.
 func TestStatusPageSaysReissueBeforeTheGrantRunsOut(t *testing.T) {
 	e := newConsoleEnv(t)
 	addRoleUsers(e)
@@ -79,8 +79,8 @@ func TestStatusPageSaysReissueBeforeTheGrantRunsOut(t *testing.T) {
 		!strings.Contains(got, approved.GrantExpiresAt.UTC().Format("15:04:05")) {
 		t.Errorf("a live grant's status page says %q", got)
 	}
-	if p.doc.Find(`meta[http-equiv="refresh"]`).Length() != 1 {
-		t.Error("the status page of a live grant does not reload itself")
+	if p.doc.Find(`meta[name="countersign-follow"]`).Length() != 1 {
+		t.Error("the status page of a live grant is not followed")
 	}
 	e.clock.Advance(approved.GrantExpiresAt.Sub(e.clock.Now()))
 	p = e.browser().get(e.c.links.Path(call.ID))
@@ -88,7 +88,7 @@ func TestStatusPageSaysReissueBeforeTheGrantRunsOut(t *testing.T) {
 		!strings.Contains(got, "propose it again") {
 		t.Errorf("an expired grant's status page says %q", got)
 	}
-	if p.doc.Find(`meta[http-equiv="refresh"]`).Length() != 0 {
-		t.Error("the status page of an expired grant still reloads itself")
+	if p.doc.Find(`meta[name="countersign-follow"]`).Length() != 0 {
+		t.Error("the status page of an expired grant is still followed")
 	}
 }

@@ -40,6 +40,10 @@ type client struct {
 	// pushed to the page.
 	queue queueQuery
 	view  string // viewUnresolved for the Unresolved page, else ""
+	// needs are the counts the page was last pushed (needsSent set once
+	// it was pushed any); only the hub's goroutine reads and writes them.
+	needs     templates.Needs
+	needsSent bool
 
 	// closeCode and closeText are set by the hub before it closes send, and
 	// read by the writer after it sees send closed.

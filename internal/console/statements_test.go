@@ -50,6 +50,20 @@ const (
 	maxMarksPerFlow   = 1
 )
 
+// maxSyncsPerConcurrentFlow budgets the syncs of whole flows run by eight
+// agents at once, each with its own operator: commits plus advances of the
+// high-water mark, per flow. One flow alone costs 4 (three commits, one
+// mark); at once, group commit shares commits between the agents' writes
+// and one advance of the mark covers the commits that run while a
+// redemption's waits (internal/db/writer.go), so a flow costs well under
+// that. A flow that stops sharing, or a sync added to it, fails
+// TestConcurrentFlowsShareSyncs.
+const maxSyncsPerConcurrentFlow = 2.5
+
+// markSync is how long TestConcurrentFlowsShareSyncs's stand-in for the
+// high-water mark's fdatasync takes.
+const markSync = 2 * time.Millisecond
+
 // maxStatementsPerPage budgets the call's page an approver reads before
 // approving: the pending calls with their approvals, one statement, for
 // the link to the next one, among which the page finds its call; the
@@ -253,7 +267,7 @@ func processCPU() time.Duration {
 // allocation added to each request of the hot path shows (a flow is five
 // requests; the count repeats to the allocation from run to run). Lower
 // it when allocations go.
-const maxAllocationsPerFlow = 4955
+const maxAllocationsPerFlow = 4963
 
 // TestWholeFlowAllocations counts the heap allocations of whole flows
 // (wholeFlows) and fails when a flow makes more than
@@ -275,5 +289,42 @@ func TestWholeFlowAllocations(t *testing.T) {
 	t.Logf("%.0f allocations per flow", per)
 	if per > maxAllocationsPerFlow {
 		t.Errorf("a whole flow made %.0f heap allocations, more than %d: an allocation was added to the hot path", per, maxAllocationsPerFlow)
+	}
+}
+
+// TestConcurrentFlowsShareSyncs runs whole flows for eight agents at once
+// through the real HTTP stack and a real SQLite file and counts, per flow,
+// the commits (each the WAL's fsync) and the advances of the high-water
+// mark (each one fdatasync): at most maxSyncsPerConcurrentFlow.
+func TestConcurrentFlowsShareSyncs(t *testing.T) {
+	e, flow, _ := wholeFlows(t)
+	for i := range 3 {
+		flow(i)
+	}
+	// The hook stands for the mark's fdatasync, and takes about as long as
+	// one on a disk (a sync on a file system in memory takes nothing, and
+	// then nothing has time to queue behind a commit).
+	var marks atomic.Int64
+	e.db.OnCommit(func(int64, string) error { marks.Add(1); time.Sleep(markSync); return nil })
+	defer e.db.OnCommit(nil)
+	const agents, each = 8, 12
+	commitsBefore, writesBefore := e.db.WriteCounts()
+	var wg sync.WaitGroup
+	for a := range agents {
+		wg.Go(func() {
+			for i := range each {
+				flow(1000 + a*each + i)
+			}
+		})
+	}
+	wg.Wait()
+	commitsAfter, writesAfter := e.db.WriteCounts()
+	const flows = agents * each
+	commits, marked := float64(commitsAfter-commitsBefore)/flows, float64(marks.Load())/flows
+	t.Logf("%d flows, %d at once: per flow %.2f commits (%.2f writes each), %.2f advances of the mark, %.2f syncs",
+		flows, agents, commits, float64(writesAfter-writesBefore)/float64(commitsAfter-commitsBefore), marked, commits+marked)
+	if commits+marked > maxSyncsPerConcurrentFlow {
+		t.Errorf("%d agents at once: %.2f syncs per flow (%.2f commits, %.2f advances of the mark), more than %.1f: "+
+			"the flows' writes no longer share their commits and marks, or a sync was added", agents, commits+marked, commits, marked, maxSyncsPerConcurrentFlow)
 	}
 }

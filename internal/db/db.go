@@ -55,6 +55,10 @@ type DB struct {
 	// what the transaction knows of the database as a whole (writer.go).
 	txHead  commitHead
 	txKnown txState
+	// reqAdvance is true once the running write made a change the
+	// high-water mark must cover (mustAdvance, highwater.MayWait):
+	// writeReq.mark.
+	reqAdvance bool
 	// txAfter collects what the running request asks to run after the
 	// commit (storeTx.AfterCommit).
 	txAfter []func()

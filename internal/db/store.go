@@ -762,6 +762,35 @@ func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int
 	return all, before, nil
 }
 
+// PendingGroups reads the pending calls (not plan items) grouped by what
+// queue.Standing reads of them, in one pass over the pending index: a
+// backlog of many calls from few agents and tools is a few rows.
+func (s Store) PendingGroups(ctx context.Context, due time.Time) ([]queue.PendingGroup, error) {
+	rows, err := s.sql.QueryContext(ctx, `SELECT tool, actor, tool_digest, owners, approvers, approvals_required,
+		COALESCE((SELECT json_group_array(json_object('operator', a.operator, 'for', a.behalf)) FROM approvals a WHERE a.call_id = c.id), '[]') AS names,
+		COUNT(*), COALESCE(SUM(CASE WHEN decide_by < ? THEN 1 ELSE 0 END), 0)
+		FROM calls c INDEXED BY calls_pending WHERE status = 'pending' AND plan_id IS NULL
+		GROUP BY tool, actor, tool_digest, owners, approvers, approvals_required, names`, ms(due))
+	if err != nil {
+		return nil, classify(fmt.Errorf("db: pending calls grouped: %w", err))
+	}
+	defer rows.Close()
+	var out []queue.PendingGroup
+	for rows.Next() {
+		var tool, actor, digest, owners, approvers, names string
+		var required, n, before int
+		if err := rows.Scan(&tool, &actor, &digest, &owners, &approvers, &required, &names, &n, &before); err != nil {
+			return nil, classify(fmt.Errorf("db: pending calls grouped: %w", err))
+		}
+		g, err := store.DecodePendingGroup(tool, actor, digest, owners, approvers, required, names, n, before)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, classify(rows.Err())
+}
+
 // PendingCalls lists pending calls, newest first, with their approvals,
 // in one statement.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {

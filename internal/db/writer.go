@@ -24,11 +24,22 @@ import (
 // panic is raised again in its own caller's goroutine, not in the
 // writer's). The
 // requests that succeeded are answered only after the shared COMMIT (and
-// the per-commit hook) returned, so an acknowledged write is durable, and
+// the advance of the high-water mark it needs, below) returned, so an
+// acknowledged write is durable, and
 // their after-commit functions run first, in the order they committed.
-// Requests that arrive while a commit is in flight wait for the next one:
-// under load many writes share one fsync; alone, a write is one
-// transaction as before.
+// Requests queued while the transaction runs its writes join it (up to
+// the batch's limit); those that arrive while a commit is in flight wait
+// for the next one: under load many writes share one fsync; alone, a
+// write is one transaction as before.
+//
+// The high-water mark (OnCommit) is advanced before a write that holds a
+// change it must cover is answered. When a commit holding such a write
+// ends with more requests queued, the writer runs them first, as up to
+// markShareCommits-1 further commits, and then advances the mark once,
+// with the newest head, for all of them: one sync of the mark for several
+// commits. Writes are answered in the order they committed: those before
+// the first write that waits for the mark are answered at its commit, all
+// after it (in its commit and the further ones) once the mark covers them.
 //
 // The writer is not a goroutine of its own: the token passes between the
 // goroutines that have a request queued, and the one that takes it runs
@@ -62,6 +73,9 @@ type writeReq struct {
 	fn    func(ctx context.Context, tx *sql.Tx) error
 	after []func() // run after the commit, in commit order
 	err   error
+	// mark is true when fn made a change the high-water mark must cover
+	// before it is acknowledged (mustAdvance).
+	mark bool
 	// panicked is what fn (or one of its after-commit functions) panicked
 	// with, re-raised in the caller's goroutine.
 	panicked *writePanic
@@ -144,7 +158,7 @@ func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 			select {
 			case <-r.done: // the last writer ran it
 			default:
-				d.runQueued()
+				d.runQueued(r)
 			}
 			<-d.writing
 		case <-ctx.Done():
@@ -170,11 +184,45 @@ func (d *DB) dequeue(r *writeReq) bool {
 	return false
 }
 
-// runQueued runs the oldest queued requests as one group commit. Called
-// by the holder of d.writing.
-func (d *DB) runQueued() {
+// runQueued runs the oldest queued requests as one group commit, and
+// then, while that commit's writes wait for the high-water mark and more
+// requests are queued, the next ones as further commits (up to
+// markShareCommits in all): one advance of the mark, one sync, then covers
+// all of them. Called by the holder of d.writing, on behalf of own (its
+// caller's write, nil for none): once own is answered, no further commit
+// runs on its caller's time.
+func (d *DB) runQueued(own *writeReq) {
+	var h heldWrites
+	for range markShareCommits {
+		if batch := d.takeQueued(d.batchLimit); len(batch) > 0 {
+			d.runBatch(batch, &h)
+		}
+		if !h.mark || !d.writesQueued() || own.answered() {
+			break
+		}
+	}
+	d.acknowledge(&h)
+}
+
+// answered reports whether r (nil for none) has been answered.
+func (r *writeReq) answered() bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// takeQueued takes the oldest queued requests, up to limit, and answers
+// at once those whose callers have gone.
+func (d *DB) takeQueued(limit int) []*writeReq {
 	d.qmu.Lock()
-	n := min(len(d.queue), d.batchLimit)
+	defer d.qmu.Unlock()
+	n := min(len(d.queue), limit)
 	batch := make([]*writeReq, 0, n)
 	for _, r := range d.queue[:n] {
 		if err := r.ctx.Err(); err != nil {
@@ -186,10 +234,64 @@ func (d *DB) runQueued() {
 		batch = append(batch, r)
 	}
 	d.queue = append(d.queue[:0], d.queue[n:]...)
-	d.qmu.Unlock()
-	if len(batch) > 0 {
-		d.runBatch(batch)
+	return batch
+}
+
+// writesQueued reports whether any request waits in the queue.
+func (d *DB) writesQueued() bool {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	return len(d.queue) > 0
+}
+
+// markShareCommits bounds how many commits one advance of the high-water
+// mark may cover: a write that must be covered waits for at most
+// markShareCommits-1 further commits before the mark is advanced and it is
+// acknowledged.
+const markShareCommits = 4
+
+// heldWrites is what the writer has committed and not yet acknowledged,
+// in commit order: writes are acknowledged in the order they committed,
+// and a write that must be covered by the high-water mark holds back
+// itself and every write committed after it, in its commit and the next
+// ones, until the mark covers them.
+type heldWrites struct {
+	reqs []*writeReq
+	// head is the chain's head after the newest commit that moved it.
+	head commitHead
+	// mark is true once a held write must be covered by the mark before
+	// it is acknowledged (writeReq.mark, with a commit hook set); reqs
+	// holds it and the writes committed after it.
+	mark bool
+}
+
+// acknowledge advances the high-water mark when a held commit must be
+// covered (once, with the newest head, which covers every commit before
+// it), then runs the held writes' after-commit functions and answers them,
+// in commit order.
+func (d *DB) acknowledge(h *heldWrites) {
+	if h.mark {
+		if err := d.onCommit(h.head.seq, h.head.hash); err != nil {
+			for _, r := range h.reqs {
+				finish(r, fmt.Errorf("db: committed, but not acknowledged: %w", err))
+			}
+			return
+		}
 	}
+	for _, r := range h.reqs {
+		r.runAfter()
+		finish(r, nil)
+	}
+}
+
+// join adds to batch, once its request i (the last) has run, the requests
+// queued while the transaction ran, up to d.batchLimit in all: they share
+// its commit rather than wait for it to end and pay a commit of their own.
+func (d *DB) join(batch []*writeReq, i int) []*writeReq {
+	if i < len(batch)-1 || len(batch) >= d.batchLimit {
+		return batch
+	}
+	return append(batch, d.takeQueued(d.batchLimit-len(batch))...)
 }
 
 // requeue puts requests that have not run back at the front of the queue.
@@ -207,9 +309,10 @@ func finish(r *writeReq, err error) {
 	close(r.done)
 }
 
-// runBatch runs batch in one transaction and answers every request in it.
-// Each write but the first runs in a savepoint of its own.
-func (d *DB) runBatch(batch []*writeReq) {
+// runBatch runs batch in one transaction. It answers the requests that
+// failed, and adds those that committed to h, to be answered by
+// acknowledge. Each write but the first runs in a savepoint of its own.
+func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 	failAll := func(rs []*writeReq, err error) {
 		for _, r := range rs {
 			finish(r, err)
@@ -235,7 +338,8 @@ func (d *DB) runBatch(batch []*writeReq) {
 		return
 	}
 	committed := batch[:0:0]
-	for i, r := range batch {
+	for i := 0; i < len(batch); i++ {
+		r := batch[i]
 		head := d.txHead
 		d.txAfter = nil
 		// The first write of a transaction runs without a savepoint: when
@@ -249,6 +353,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 				return
 			}
 		}
+		d.reqAdvance = false
 		err := r.run(tx)
 		if err != nil {
 			d.txHead = head
@@ -275,6 +380,7 @@ func (d *DB) runBatch(batch []*writeReq) {
 			}
 			// Its failure is final now: nothing of it is in the transaction.
 			finish(r, classify(err))
+			batch = d.join(batch, i)
 			continue
 		}
 		// A write that succeeded leaves its savepoint open, where a RELEASE
@@ -285,11 +391,12 @@ func (d *DB) runBatch(batch []*writeReq) {
 		// SAVEPOINT would begin a new transaction: the connection is asked
 		// whether it is still in one (no statement), and if not nothing of
 		// this write or of those before it is left.
+		batch = d.join(batch, i)
 		if i < len(batch)-1 && d.txEnded() {
 			d.broken(tx, append(committed, r), batch[i+1:], errTxEnded)
 			return
 		}
-		r.after = d.txAfter
+		r.after, r.mark = d.txAfter, d.reqAdvance
 		committed = append(committed, r)
 	}
 	d.txAfter = nil
@@ -308,18 +415,22 @@ func (d *DB) runBatch(batch []*writeReq) {
 	}
 	d.commits.Add(1)
 	d.writes.Add(int64(len(committed)))
-	// A commit whose changes may all wait (highwater.MayWait) is
-	// acknowledged without moving the mark; the next commit that moves it
-	// covers it too.
-	if d.onCommit != nil && d.txHead.seq != d.txKnown.base && d.txKnown.advance {
-		if err := d.onCommit(d.txHead.seq, d.txHead.hash); err != nil {
-			failAll(committed, fmt.Errorf("db: committed, but not acknowledged: %w", err))
-			return
-		}
+	// A write whose changes may all wait (highwater.MayWait) needs no
+	// advance of the mark before it is acknowledged; the next advance
+	// covers it too. It is answered now unless a write before it, in this
+	// commit or a held one, waits for the mark.
+	moved := d.txHead.seq != d.txKnown.base
+	if moved {
+		h.head = d.txHead
 	}
 	for _, r := range committed {
-		r.runAfter()
-		finish(r, nil)
+		if !h.mark && !(moved && r.mark && d.onCommit != nil) {
+			r.runAfter()
+			finish(r, nil)
+			continue
+		}
+		h.reqs = append(h.reqs, r)
+		h.mark = true
 	}
 }
 
@@ -345,18 +456,14 @@ type txState struct {
 	// unknown, and LastRollback reads it again.
 	lastRollback  sql.NullInt64
 	rollbackKnown bool
-	// advance is true once the transaction holds a change the high-water
-	// mark must cover before the commit is acknowledged
-	// (highwater.MayWait): the commit runs onCommit only then. A write
-	// rolled back to its savepoint leaves it set, which only costs a sync.
-	advance bool
 }
 
-// mustAdvance makes the running transaction's commit advance the
-// high-water mark before it is acknowledged, whatever its entries: it
-// holds a change whose loss could let something happen again (a use, a
-// consumed nonce, a revocation, a bound).
-func (d *DB) mustAdvance() { d.txKnown.advance = true }
+// mustAdvance makes the running write wait, once committed, for the
+// high-water mark to cover it before it is acknowledged, whatever its
+// entries: it holds a change whose loss could let something happen again
+// (a use, a consumed nonce, a revocation, a bound). A write rolled back to
+// its savepoint leaves nothing to cover.
+func (d *DB) mustAdvance() { d.reqAdvance = true }
 
 // readTxState checks, inside tx, that the file is still the database that
 // was opened (the checks of checkIdentity), and reads the audit chain's

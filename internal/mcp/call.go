@@ -359,11 +359,23 @@ func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t 
 		return toolError(StatusOutcomeUnknown, "The call ran, but the upstream's result could not be read; ask a person to check what happened.",
 			map[string]any{"call_id": c.ID})
 	}
-	status, detail := "succeeded", ""
 	if res.IsError {
-		status, detail = "failed", "the upstream answered with isError"
+		g.outcome(ctx, log, agent, c, queue.OutcomeFailed, "the upstream answered with isError")
+		return out
 	}
-	g.outcome(ctx, log, agent, c, status, detail)
+	// A call that succeeded is answered before its outcome is written: the
+	// gateway reports it as any executor does, after holding the result,
+	// and the agent does not wait for that commit. The redemption is
+	// already durable, so nothing can run twice; a crash before the write
+	// leaves the call redeemed without an outcome, which its lease then
+	// marks for people to resolve. A failed or unknown outcome is written
+	// before the answer, so that whatever the model does next about the
+	// failure meets it recorded.
+	g.pending.add()
+	go func() {
+		defer g.pending.done()
+		g.outcome(ctx, log, agent, c, queue.OutcomeSucceeded, "")
+	}()
 	return out
 }
 
@@ -376,6 +388,44 @@ func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c 
 	defer cancel()
 	if _, err := g.cfg.Queue.ReportOutcome(ctx, agent.principal(), c.ID, status, detail); err != nil {
 		log.Error("outcome not recorded", slog.String("status", status), slog.Any("error", err))
+	}
+}
+
+// Drain returns once every outcome still being written after its call was
+// answered is written: the console calls it after the last request ended,
+// before the database closes.
+func (g *Gateway) Drain() { g.pending.wait() }
+
+// writes counts the outcomes being written after their calls were
+// answered.
+type writes struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond
+}
+
+func (w *writes) add() {
+	w.mu.Lock()
+	w.n++
+	w.mu.Unlock()
+}
+
+func (w *writes) done() {
+	w.mu.Lock()
+	if w.n--; w.n == 0 && w.idle != nil {
+		w.idle.Broadcast()
+	}
+	w.mu.Unlock()
+}
+
+func (w *writes) wait() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.idle == nil {
+		w.idle = sync.NewCond(&w.mu)
+	}
+	for w.n > 0 {
+		w.idle.Wait()
 	}
 }
 

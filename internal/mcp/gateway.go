@@ -181,6 +181,8 @@ type Gateway struct {
 	local  map[*sdk.ServerSession]Agent          // sessions connected in this process (Connect)
 	watch  map[string]map[*sdk.ServerSession]int // call id → sessions told to follow it by URL elicitation
 	runCtx context.Context
+	// pending counts the outcomes of answered calls still being written.
+	pending writes
 
 	stopped context.Context // done once Run has returned: event streams end
 	stop    context.CancelFunc

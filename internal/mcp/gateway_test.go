@@ -188,6 +188,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 func (e *env) stop() {
 	e.stopRun()
 	<-e.runDone
+	e.gw.Drain()
 }
 
 // client connects an MCP client to /mcp/demo in this process.
@@ -283,6 +284,7 @@ func (e *env) callOf(id string) *queue.Call {
 
 func (e *env) lastCall() *queue.Call {
 	e.t.Helper()
+	e.gw.Drain() // the outcome of a call that succeeded is written after its answer
 	page, _, err := e.db.History(context.Background(), queue.HistoryFilter{Limit: 1})
 	if err != nil || len(page) == 0 {
 		e.t.Fatalf("History: %v %d", err, len(page))

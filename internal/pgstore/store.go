@@ -545,6 +545,38 @@ func (s Store) CountPending(ctx context.Context, due time.Time) (all, before int
 	return int(a), int(b), nil
 }
 
+// PendingGroups reads the pending calls (not plan items) grouped by what
+// queue.Standing reads of them: a backlog of many calls from few agents
+// and tools is a few rows.
+func (s Store) PendingGroups(ctx context.Context, due time.Time) ([]queue.PendingGroup, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tool, actor, tool_digest, owners, approvers, approvals_required, names,
+		COUNT(*), COUNT(*) FILTER (WHERE decide_by < $1)
+		FROM (SELECT c.tool, c.actor, c.tool_digest, c.owners, c.approvers, c.approvals_required, c.decide_by,
+			COALESCE((SELECT json_agg(json_build_object('operator', a.operator, 'for', a.behalf) ORDER BY a.operator)::text
+				FROM approvals a WHERE a.call_id = c.id), '[]') AS names
+			FROM calls c WHERE c.status = 'pending' AND c.plan_id IS NULL) p
+		GROUP BY tool, actor, tool_digest, owners, approvers, approvals_required, names`, ms(due))
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgstore: pending calls grouped: %w", err))
+	}
+	defer rows.Close()
+	var out []queue.PendingGroup
+	for rows.Next() {
+		var tool, actor, digest, owners, approvers, names string
+		var required int32
+		var n, before int64
+		if err := rows.Scan(&tool, &actor, &digest, &owners, &approvers, &required, &names, &n, &before); err != nil {
+			return nil, classify(fmt.Errorf("pgstore: pending calls grouped: %w", err))
+		}
+		g, err := store.DecodePendingGroup(tool, actor, digest, owners, approvers, int(required), names, int(n), int(before))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, classify(rows.Err())
+}
+
 // PendingCalls lists pending calls, newest first, with their approvals.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	return s.pendingCalls(ctx, "", limit)

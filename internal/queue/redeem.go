@@ -103,7 +103,7 @@ func (s *Service) RedeemCall(ctx context.Context, who Principal, token string, p
 	if len(problems) > 0 {
 		return nil, s.refuseInvalid(ctx, who, res.Claims, problems)
 	}
-	err := s.update(ctx, func(tx Tx, emit func(Event)) error { return s.redeemIn(tx, emit, who, res, out) })
+	err := s.update(ctx, func(tx Tx, emit func(Event)) error { return s.redeemIn(tx, emit, who, res, out, nil) })
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,9 @@ func (s *Service) verifyRedemption(who Principal, token string, p canonical.Prop
 // redeemIn runs the redemption verified as res inside tx, under the write
 // lock: the time again, the call's status, identity and grant, a rollback
 // or a freeze since, the nonce, and records what it decided in out.
-func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Result, out *Redemption) error {
+// written, when not nil, is a call tx itself wrote: when the grant is its
+// own, it is checked as the transaction left it rather than read back.
+func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Result, out *Redemption, written *Call) error {
 	var c *Call
 	if res.Reason == "" {
 		// Time again, now that the write lock is held.
@@ -151,7 +153,11 @@ func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Re
 	}
 	if res.Reason == "" {
 		var err error
-		c, err = tx.Call(res.Claims.CallID)
+		if written != nil && written.ID == res.Claims.CallID {
+			c = written
+		} else {
+			c, err = tx.Call(res.Claims.CallID)
+		}
 		switch {
 		case errors.Is(err, ErrNotFound):
 			res.Set(grant.StepStatus, false, grant.ReasonRevoked)

@@ -78,6 +78,10 @@ type Store interface {
 	// first, with their approvals: the filter is in the read, so a tool's
 	// older calls are found however many newer calls of other tools wait.
 	PendingCallsOf(ctx context.Context, tool string, limit int) ([]*Call, error)
+	// PendingGroups reads the pending calls (not plan items) grouped by
+	// what Standing reads of them (PendingGroup), with how many of each
+	// group have a decision deadline before due.
+	PendingGroups(ctx context.Context, due time.Time) ([]PendingGroup, error)
 }
 
 // Tx is what one transaction may do. Methods that find nothing return

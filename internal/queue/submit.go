@@ -38,11 +38,12 @@ func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical
 // approves the new call (a rule, an allowance) and mints its grant, the
 // grant is redeemed for who in that same transaction, with every check
 // RedeemCall makes (signature and claims, the call's validation, then time,
-// status, rollback, freeze and nonce under the write lock) and its audit
-// entry: one commit instead of two. The redemption is nil when the call
-// was not approved by its submission, was not new (an identical call
-// returned), or did not validate at redemption (RedeemCall then refuses it
-// with its problems); the caller redeems as before when it wants to.
+// status, rollback, freeze and nonce under the write lock, on the call as
+// the transaction wrote it) and its audit entry: one commit instead of two.
+// The redemption is nil when the call was not approved by its submission,
+// was not new (an identical call returned), or did not validate at
+// redemption (RedeemCall then refuses it with its problems); the caller
+// redeems as before when it wants to.
 func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, *Redemption, error) {
 	var out *Redemption
 	c, created, err := s.submit(ctx, who, nil, p, perr, func(tx Tx, emit func(Event), c *Call) error {
@@ -54,7 +55,7 @@ func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonica
 		if len(problems) > 0 {
 			return nil
 		}
-		if err := s.redeemIn(tx, emit, who, res, r); err != nil {
+		if err := s.redeemIn(tx, emit, who, res, r, c); err != nil {
 			return err
 		}
 		out = r

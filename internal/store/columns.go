@@ -155,3 +155,19 @@ func DecodeApprovals(callID, text string) ([]queue.Approval, error) {
 	}
 	return out, nil
 }
+
+// DecodePendingGroup makes a queue.PendingGroup of one row of an engine's
+// PendingGroups: the group's tool, actor, tool definition, owners and
+// approvers columns, the approvals its calls require, the names in their
+// approvals as DecodeApprovals reads them, and its counts.
+func DecodePendingGroup(tool, actor, toolDigest, owners, approvers string, required int, approvals string, count, due int) (queue.PendingGroup, error) {
+	c := &queue.Call{Tool: tool, Actor: actor, ToolDigest: toolDigest, Status: queue.StatusPending, ApprovalsRequired: required}
+	if err := DecodePeople(c, owners, approvers); err != nil {
+		return queue.PendingGroup{}, err
+	}
+	var err error
+	if c.Approvals, err = DecodeApprovals("a group of pending calls", approvals); err != nil {
+		return queue.PendingGroup{}, err
+	}
+	return queue.PendingGroup{Call: c, Count: count, Due: due}, nil
+}

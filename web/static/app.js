@@ -523,6 +523,39 @@
     el.textContent = text;
   }
 
+  // A page that follows something that can still change (a call's status
+  // page, <meta name="countersign-follow">) reads itself again every so
+  // many seconds and puts the new status ([data-follow]) in place of the
+  // old when where the call stands changed, without reloading: the
+  // reader's place and focus stay, and a polite live region says what
+  // changed. It stops once the answer no longer asks to be followed.
+  function followPage() {
+    var meta = document.querySelector('meta[name="countersign-follow"]');
+    var every = meta ? Number(meta.getAttribute("content")) * 1000 : 0;
+    if (!(every > 0) || !window.fetch || !window.DOMParser) return;
+    function again() { setTimeout(read, every); }
+    function read() {
+      fetch(location.href, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+        if (!r.ok) throw new Error("status " + r.status);
+        return r.text();
+      }).then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.querySelector("[data-follow]"), cur = document.querySelector("[data-follow]");
+        if (fresh && cur && fresh.getAttribute("data-follow") !== cur.getAttribute("data-follow")) {
+          var node = document.importNode(fresh, true);
+          cur.parentNode.replaceChild(node, cur);
+          localize(node);
+          tick();
+          var news = document.querySelector('[data-testid="follow-news"]');
+          var status = node.querySelector('[data-testid="status-value"]');
+          if (news && status) news.textContent = "The call is now " + status.textContent.trim() + ".";
+        }
+        if (doc.querySelector('meta[name="countersign-follow"]')) again();
+      }).catch(again);
+    }
+    again();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     readSkew();
     localize(document);
@@ -537,6 +570,7 @@
     document.addEventListener("submit", fillQuery, true);
     document.addEventListener("click", onCopy);
     collapseLong(document);
+    followPage();
     presence();
     scrollableTables();
     window.addEventListener("resize", scrollableTables);

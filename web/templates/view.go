@@ -68,8 +68,10 @@ type Page struct {
 	Freezes []FreezeBanner
 	// FreezesUnknown is set when they could not be read.
 	FreezesUnknown bool
-	// Refresh, when positive, reloads the page after that many seconds
-	// (a page without a socket that follows something that changes).
+	// Refresh, when positive, has the page read itself again every that
+	// many seconds and put its [data-follow] part in place when it changed
+	// (a page without a socket that follows something that changes; never
+	// a timed reload).
 	Refresh int
 	// Needs counts what waits for people, for a logged-in viewer.
 	Needs *Needs
@@ -352,11 +354,8 @@ type QueueView struct {
 	Blocks []Block
 	// BlocksHidden counts the blocks beyond what the page shows.
 	BlocksHidden int
-	// CardsHidden, on the cards view, counts the pending calls beyond the
-	// ones it read (as the navigation last counted them).
-	CardsHidden int
-	Message     string
-	Error       string
+	Message      string
+	Error        string
 	// Connect is set on a console that has no agent token yet: how to
 	// connect the first agent.
 	Connect *ConnectHelp
@@ -373,12 +372,16 @@ type QueueView struct {
 	Covered    []CoveredCard
 	CoveredMax int
 	CoveredFor string
-	// List is set for the list view: one line per call, a page at a time
-	// by deadline; NextPage is the address of the page after it ("" on
-	// the last), ListURL and CardsURL switch between the views.
-	List              bool
-	NextPage          string
-	ListURL, CardsURL string
+	// Either view shows one page of calls by deadline. List is set for
+	// the list view (one line per call), else cards; NextPage is the
+	// address of the page after it ("" on the last), Paged is set when
+	// the queue has more than one page, ListURL and CardsURL switch
+	// between the views, FirstURL is this view's first page.
+	List                        bool
+	NextPage                    string
+	Paged                       bool
+	PageSize                    int
+	ListURL, CardsURL, FirstURL string
 }
 
 // CoveredCard is a call an allowance approved as it arrived, on the
@@ -641,6 +644,10 @@ type StatusView struct {
 	// Frozen, when set, is the freeze that stops this pending call: no
 	// approval is offered while it lasts.
 	Frozen *FrozenView
+	// Refusal is why a decider is not offered Approve (queue.Standing's
+	// Refusal: complete, frozen, tool_changed, own_call, owner,
+	// not_approver, approved), "" when they are.
+	Refusal string
 
 	// Message explains a refused decision; Notice confirms a decision.
 	Message string
@@ -1154,4 +1161,14 @@ type PlanCard struct {
 	Ordered   bool
 	DecideBy  time.Time
 	Warned    bool
+}
+
+// followState names where a call stands, for a page that follows it: a
+// page replaces its status only when this changes.
+func followState(s StatusView) string {
+	out := s.Status + "/" + s.GrantState + "/" + s.Outcome + "/" + itoa(s.Received)
+	if s.Resolution != nil {
+		out += "/resolved"
+	}
+	return out
 }

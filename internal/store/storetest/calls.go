@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/tools"
 )
 
 var _ = add("calls/round trip", func(t *testing.T, s Stores) {
@@ -343,6 +344,79 @@ var _ = add("calls/count pending and due", func(t *testing.T, s Stores) {
 	}
 	if all != 4 || due != 2 {
 		t.Errorf("CountPending(deadline+3min) = %d, %d; want 4 pending, 2 due before", all, due)
+	}
+})
+
+// The pending calls are read grouped by what a person's standing toward
+// them depends on: calls alike in tool, actor, tool definition, owners,
+// approvers and approvals are one group, with how many are due before a
+// time; any difference in one of them (or in the approvals required) is
+// another group; decided calls are in none.
+var _ = add("calls/pending groups", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	if gs, err := s.Queue.PendingGroups(ctx, t0.Add(time.Hour)); err != nil || len(gs) != 0 {
+		t.Fatalf("PendingGroups of an empty store = %v, %v", gs, err)
+	}
+	mk := func(i int, edit func(c *queue.Call)) *queue.Call {
+		c := newCall("agent:a", "t.x", t0.Add(time.Duration(i)*time.Second))
+		c.ToolDigest, c.DecideBy = "def1", t0.Add(time.Duration(i+1)*time.Minute)
+		c.Approvers = tools.Approvers{Roles: []string{"operator"}, Groups: []string{"payments"}}
+		c.Owners = []string{"olga"}
+		if edit != nil {
+			edit(c)
+		}
+		insert(t, s, c)
+		return c
+	}
+	for i := range 3 {
+		mk(i, nil) // due at 1, 2 and 3 minutes
+	}
+	mk(3, func(c *queue.Call) { c.Actor = "agent:b" })
+	mk(4, func(c *queue.Call) { c.Owners = []string{"team:ops"} })
+	mk(5, func(c *queue.Call) { c.Approvers = tools.Approvers{Roles: []string{"admin"}} })
+	mk(6, func(c *queue.Call) { c.ToolDigest = "def2" })
+	mk(9, func(c *queue.Call) { c.ApprovalsRequired = 3 })
+	approved := mk(7, func(c *queue.Call) { c.ApprovalsRequired = 2 })
+	update(t, s, func(tx queue.Tx) error {
+		return tx.AddApproval(approved.ID, queue.Approval{Operator: "alice", Channel: "console", At: t0, For: "bob"})
+	})
+	decided := mk(8, nil)
+	update(t, s, func(tx queue.Tx) error {
+		decided.Status = queue.StatusDenied
+		return tx.UpdateCall(decided)
+	})
+	gs, err := s.Queue.PendingGroups(ctx, t0.Add(150*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 7 {
+		t.Fatalf("%d groups, want 7: %+v", len(gs), gs)
+	}
+	total := 0
+	for _, g := range gs {
+		c := g.Call
+		total += g.Count
+		if c.Status != queue.StatusPending || c.Tool != "t.x" {
+			t.Errorf("a group's call %+v", c)
+		}
+		switch {
+		case c.Actor == "agent:a" && c.ToolDigest == "def1" && len(c.Approvals) == 0 && slices.Equal(c.Owners, []string{"olga"}) && c.ApprovalsRequired == 1 &&
+			slices.Equal(c.Approvers.Roles, []string{"operator"}) && slices.Equal(c.Approvers.Groups, []string{"payments"}):
+			if g.Count != 3 || g.Due != 2 {
+				t.Errorf("the group of three: %d calls, %d due; want 3, 2", g.Count, g.Due)
+			}
+		case len(c.Approvals) == 1:
+			if a := c.Approvals[0]; a.Operator != "alice" || a.For != "bob" || c.ApprovalsRequired != 2 || g.Count != 1 {
+				t.Errorf("the approved call's group: %+v, %d calls", a, g.Count)
+			}
+		default:
+			if g.Count != 1 || g.Due != 0 {
+				t.Errorf("group %+v: %d calls, %d due; want 1, 0", c, g.Count, g.Due)
+			}
+		}
+	}
+	if total != 9 {
+		t.Errorf("the groups hold %d calls, want the 9 pending", total)
 	}
 })
 
