@@ -158,7 +158,10 @@ func (cfg *Config) defaults() {
 
 // Console serves the operators' browser pages and their WebSocket.
 type Console struct {
-	cfg      Config
+	cfg Config
+	// shown holds, for the approval that usually follows, what each call's
+	// page showed of its call (console_pages.go).
+	shown    shownCalls
 	pushes   *prometheus.CounterVec // live updates sent, and sockets dropped
 	accounts *account.Service
 	history  queue.History

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,18 +81,73 @@ func (c *Console) connectHelp(ec echo.Context, v *viewer) *templates.ConnectHelp
 }
 
 func (c *Console) callPage(ec echo.Context) error {
-	call, err := c.q.Call(ec.Request().Context(), ec.Param("id"))
-	if err != nil {
-		return err
+	ctx, v, id := ec.Request().Context(), viewerOf(ec), ec.Param("id")
+	// A person who decides is shown a link to the next pending call, for
+	// which the pending calls are read; a pending call's page takes its call
+	// from them (with its approvals, passkeys named, as the page shows
+	// them), and reads it only when it is not among them.
+	var pending []*queue.Call
+	var call *queue.Call
+	if v.user.Role.CanDecide() {
+		pending = c.pendingForNavigation(ctx)
+		for _, p := range pending {
+			if p.ID == id {
+				call = p
+				break
+			}
+		}
 	}
-	v := viewerOf(ec)
+	if call == nil {
+		var err error
+		if call, err = c.q.Call(ctx, id); err != nil {
+			return err
+		}
+	}
 	cv, err := c.callView(call, v, c.now())
 	if err != nil {
 		return err
 	}
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
-	c.navigation(ec.Request().Context(), &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	c.navigationFrom(pending, &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	c.shown.put(call)
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
+}
+
+// shownCalls keeps, by call id, the calls that call pages showed last, for
+// the approval that usually follows on the page: the approval hands it to
+// the queue as what it saw (queue.ApproveInput.Seen), a hint that lets the
+// grant be signed before the write lock, where it would otherwise read the
+// call again. A hint is never trusted (the decision's transaction checks
+// the call as stored), so one that is stale, or missing because another
+// replica showed the page, costs at most a signature or a read. Only what
+// the hint is read for is kept (not the envelope or the arguments).
+type shownCalls struct {
+	mu    sync.Mutex
+	calls map[string]*queue.Call
+}
+
+// maxShownCalls bounds the hints kept; a full set is emptied and filled
+// again.
+const maxShownCalls = 256
+
+func (s *shownCalls) put(c *queue.Call) {
+	hint := *c
+	hint.Envelope, hint.Args, hint.Rationale = nil, nil, ""
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls == nil || len(s.calls) >= maxShownCalls {
+		s.calls = make(map[string]*queue.Call)
+	}
+	s.calls[c.ID] = &hint
+}
+
+// take returns and forgets the call the last page of id showed, or nil.
+func (s *shownCalls) take(id string) *queue.Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls[id]
+	delete(s.calls, id)
+	return c
 }
 
 // navigation links a call page to the queue it was opened from and to the
@@ -100,14 +156,30 @@ func (c *Console) callPage(ec echo.Context) error {
 // freezes and delegations the navigation's counts were last worked out
 // from, which the page's own counts just read or refreshed).
 func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
+	var calls []*queue.Call
+	if v.user.Role.CanDecide() {
+		calls = c.pendingForNavigation(ctx)
+	}
+	c.navigationFrom(calls, cv, v, id, qq)
+}
+
+// pendingForNavigation reads the pending calls the link to the next one
+// is chosen from; none when they cannot be read (the link is a
+// convenience; the page stands without it).
+func (c *Console) pendingForNavigation(ctx context.Context) []*queue.Call {
+	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
+	if err != nil {
+		return nil
+	}
+	return calls
+}
+
+// navigationFrom is navigation choosing from calls, the pending calls.
+func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
 	query := qq.values().Encode()
 	cv.QueueURL = withQuery("/", qq.values())
 	if !v.user.Role.CanDecide() {
 		return
-	}
-	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
-	if err != nil {
-		return // the link is a convenience; the page stands without it
 	}
 	now := c.now()
 	reg := c.q.Tools()
@@ -167,9 +239,12 @@ func (c *Console) approve(ec echo.Context) error {
 	v, id := viewerOf(ec), ec.Param("id")
 	form := ec.Request().PostForm
 	ctx := ec.Request().Context()
-	call, err := c.q.Call(ctx, id)
-	if err != nil {
-		return err
+	call := c.shown.take(id)
+	if call == nil {
+		var err error
+		if call, err = c.q.Call(ctx, id); err != nil {
+			return err
+		}
 	}
 	// What the tool asks to be typed, and the acknowledgement of a
 	// deception warning, are checked by the decision's transaction,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,9 +29,15 @@ import (
 // approves it in the web console (session cookie and CSRF token, as
 // cmd/loadgen does), and the agent redeems the grant. A flow that runs
 // more fails TestWholeFlowStatements: someone added a statement to the
-// hot path. Lower it when a statement goes. (31: the submission counts its
-// token's pending calls, the bound of calls one token keeps waiting.)
-const maxStatementsPerFlow = 31
+// hot path. Lower it when a statement goes. (The submission reads its
+// retry states, the newest call with its digest and its token's pending
+// calls by one statement, db's SubmitChecks; the agent's token, the
+// operator's session and the account the approval checks are read from
+// memory while no account, session or token has been written, db's
+// authcache.go; the approval takes the call its page showed as the hint it
+// signs the grant by, shownCalls; a write's audit entries are one INSERT,
+// the approval's two with them.)
+const maxStatementsPerFlow = 21
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the
@@ -44,9 +51,10 @@ const (
 )
 
 // maxStatementsPerPage budgets the call's page an approver reads before
-// approving (its session, account, call, the freezes in force, read once
-// for the banner and the decision, and live counts).
-const maxStatementsPerPage = 6
+// approving: the pending calls with their approvals, one statement, for
+// the link to the next one, among which the page finds its call; the
+// session, its account and the freezes in force come from memory.
+const maxStatementsPerPage = 1
 
 // wholeFlows starts a console on a real SQLite file with an operator
 // logged in and an agent's token, and returns flow, which runs one whole
@@ -237,4 +245,35 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// maxAllocationsPerFlow budgets the heap allocations of one whole flow in
+// this process: the server's and the test's HTTP clients' together (the
+// test reads the call's page as HTML, as a browser would), so that an
+// allocation added to each request of the hot path shows (a flow is five
+// requests; the count repeats to the allocation from run to run). Lower
+// it when allocations go.
+const maxAllocationsPerFlow = 5312
+
+// TestWholeFlowAllocations counts the heap allocations of whole flows
+// (wholeFlows) and fails when a flow makes more than
+// maxAllocationsPerFlow.
+func TestWholeFlowAllocations(t *testing.T) {
+	_, flow, _ := wholeFlows(t)
+	for i := range 5 {
+		flow(i)
+	}
+	const flows = 40
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range flows {
+		flow(100 + i)
+	}
+	runtime.ReadMemStats(&after)
+	per := float64(after.Mallocs-before.Mallocs) / flows
+	t.Logf("%.0f allocations per flow", per)
+	if per > maxAllocationsPerFlow {
+		t.Errorf("a whole flow made %.0f heap allocations, more than %d: an allocation was added to the hot path", per, maxAllocationsPerFlow)
+	}
 }

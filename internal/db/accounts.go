@@ -29,7 +29,7 @@ var _ account.Store = Accounts{}
 // check every write makes, and commits when fn returns nil.
 func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
 	return a.d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return fn(&storeTx{ctx: ctx, tx: tx, db: a.d})
+		return runTx(&storeTx{ctx: ctx, tx: tx, db: a.d}, fn)
 	})
 }
 
@@ -81,14 +81,34 @@ func scanSession(r rowScanner) (account.Session, error) {
 	return s, nil
 }
 
-// Session finds a session, live or ended, with its user.
+// Session finds a session, live or ended, with its user: from memory
+// while no account, session or token has been written since it was read
+// (authcache.go), else from the database.
+func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
+	if s, ok := a.d.cached.sessions.get(a.d.auth, idHash); ok {
+		return cloneSession(s), nil
+	}
+	var tag uint64
+	keep := false
+	if a.d.auth != nil {
+		tag, keep = a.d.auth.quiet()
+	}
+	s, err := a.readSession(ctx, idHash)
+	if err == nil && keep {
+		a.d.cached.sessions.put(idHash, cloneSession(s), tag)
+		a.d.cached.users.put(s.User.Name, cloneUser(s.User), tag)
+	}
+	return s, err
+}
+
+// readSession reads a session and its user.
 //
 // The session and then its user are read by two statements: SQLite
 // prepares a statement that joins them again at every execution (it may
 // plan a join anew for the bound values), which costs more than a second
 // lookup, on the path of every request made with a session. The user is
 // read after the session, so it is never older than the session read.
-func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
+func (a Accounts) readSession(ctx context.Context, idHash string) (account.Session, error) {
 	var s account.Session
 	var user string
 	dest, done := sessionDest(&s)
@@ -145,8 +165,26 @@ func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]a
 	return out, nil
 }
 
-// TokenByHash finds a live token by its secret's hash.
+// TokenByHash finds a live token by its secret's hash: from memory while
+// no account, session or token has been written since it was read
+// (authcache.go), else from the database.
 func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
+	if t, ok := a.d.cached.tokens.get(a.d.auth, hash); ok {
+		return cloneToken(t), nil
+	}
+	var tag uint64
+	keep := false
+	if a.d.auth != nil {
+		tag, keep = a.d.auth.quiet()
+	}
+	t, err := a.readToken(ctx, hash)
+	if err == nil && keep {
+		a.d.cached.tokens.put(hash, cloneToken(t), tag)
+	}
+	return t, err
+}
+
+func (a Accounts) readToken(ctx context.Context, hash string) (account.Token, error) {
 	t, err := scanToken(a.d.sql.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_at IS NULL`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return account.Token{}, account.ErrTokenNotFound
@@ -195,7 +233,26 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 
 // The account half of storeTx: account.Tx.
 
-func (t *storeTx) User(name string) (account.User, error) { return userByName(t.ctx, t.tx, name) }
+// User reads an account in the transaction: from memory while no account,
+// session or token has been written since it was read (authcache.go),
+// which no write can have begun while this transaction holds the write
+// lock unless it is this one's own.
+func (t *storeTx) User(name string) (account.User, error) {
+	d := t.db
+	if u, ok := d.cached.users.get(d.auth, name); ok {
+		return cloneUser(u), nil
+	}
+	var tag uint64
+	keep := false
+	if d.auth != nil {
+		tag, keep = d.auth.quiet()
+	}
+	u, err := userByName(t.ctx, t.tx, name)
+	if err == nil && keep {
+		d.cached.users.put(name, cloneUser(u), tag)
+	}
+	return u, err
+}
 
 func (t *storeTx) SetPassword(name, hash string, mustChange bool) error {
 	must := 0

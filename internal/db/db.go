@@ -72,6 +72,11 @@ type DB struct {
 	onCommit func(seq int64, head string) error
 	// stmts counts the statements of every connection (statements.go).
 	stmts stmtCounter
+	// auth counts the writes to accounts, sessions and tokens of every
+	// process, and cached holds what was read of them (authcache.go); auth
+	// is nil when nothing may be kept.
+	auth   *authEpoch
+	cached authCaches
 }
 
 type commitHead struct {
@@ -133,22 +138,29 @@ func Open(path string) (*DB, error) {
 		f.Close()
 	}
 	d := &DB{path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
+	// Sessions and tokens are kept in memory while no process writes
+	// accounts, sessions or tokens (authcache.go); where the shared
+	// counters cannot be had, every request reads them.
+	d.auth, _ = openAuthEpoch(path)
 	// The driver sql.Open("sqlite3", …) would use, its connections
 	// counting their statements (statements.go).
-	sqldb := sql.OpenDB(connector{dsn: DSN(path), drv: &sqlite3.SQLiteDriver{}, stmts: &d.stmts})
+	sqldb := sql.OpenDB(connector{dsn: DSN(path), drv: &sqlite3.SQLiteDriver{}, stmts: &d.stmts, auth: d.auth})
 	d.sql = sqldb
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
 	if err := d.migrate(); err != nil {
 		sqldb.Close()
+		d.auth.close()
 		return nil, err
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		sqldb.Close()
+		d.auth.close()
 		return nil, fmt.Errorf("db: restrict %s: %w", path, err)
 	}
 	if err := d.loadIdentity(); err != nil {
 		sqldb.Close()
+		d.auth.close()
 		return nil, err
 	}
 	return d, nil
@@ -183,7 +195,9 @@ func (d *DB) CommitSeconds() float64 { return float64(d.commitNanos.Load()) / 1e
 // Close closes the database.
 func (d *DB) Close() error {
 	d.releaseWriter()
-	return d.sql.Close()
+	err := d.sql.Close()
+	d.auth.close() // after the connections, which count into it
+	return err
 }
 
 // Ping checks that the database answers and is still the one opened: a

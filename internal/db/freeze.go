@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/countersign/countersign/internal/queue"
@@ -119,8 +120,27 @@ func (t *storeTx) LiftFreezes(tool, actor, by string, at time.Time) ([]queue.Fre
 	return out, rows.Err()
 }
 
-// Freezes lists the freezes in force, oldest first.
+// Freezes lists the freezes in force, oldest first: from memory while no
+// freeze, account, session or token has been written since they were read
+// (authcache.go).
 func (s Store) Freezes(ctx context.Context) ([]queue.Freeze, error) {
+	d := s.DB
+	if fs, ok := d.cached.freezes.get(d.auth, ""); ok {
+		return slices.Clone(fs), nil
+	}
+	var tag uint64
+	keep := false
+	if d.auth != nil {
+		tag, keep = d.auth.quiet()
+	}
+	fs, err := s.readFreezes(ctx)
+	if err == nil && keep {
+		d.cached.freezes.put("", slices.Clone(fs), tag)
+	}
+	return fs, err
+}
+
+func (s Store) readFreezes(ctx context.Context) ([]queue.Freeze, error) {
 	rows, err := s.DB.sql.QueryContext(ctx, `SELECT `+freezeColumns+` FROM freezes WHERE lifted_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: list freezes: %w", err))

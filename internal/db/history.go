@@ -287,6 +287,9 @@ func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extr
 
 // addApprovals adds the approvals of approvalsColumn to c.
 func addApprovals(c *queue.Call, approvals string) error {
+	if approvals == "[]" {
+		return nil // most calls have none: nothing to decode
+	}
 	as, err := store.DecodeApprovals(c.ID, approvals)
 	c.Approvals = append(c.Approvals, as...)
 	return err

@@ -17,7 +17,20 @@ import (
 
 // Passkeys lists a user's passkeys, oldest first.
 func (a Accounts) Passkeys(ctx context.Context, user string) ([]account.Passkey, error) {
-	return sqlq.Passkeys(ctx, shared{a.d.sql}, user)
+	d := a.d
+	if pks, ok := d.cached.passkeys.get(d.auth, user); ok {
+		return clonePasskeys(pks), nil
+	}
+	var tag uint64
+	keep := false
+	if d.auth != nil {
+		tag, keep = d.auth.quiet()
+	}
+	pks, err := sqlq.Passkeys(ctx, shared{d.sql}, user)
+	if err == nil && keep {
+		d.cached.passkeys.put(user, clonePasskeys(pks), tag)
+	}
+	return pks, err
 }
 
 func (t *storeTx) Passkeys(user string) ([]account.Passkey, error) {

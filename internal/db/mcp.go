@@ -22,7 +22,7 @@ var _ catalog.Store = Catalog{}
 // check every write makes, and commits when fn returns nil.
 func (c Catalog) Update(ctx context.Context, fn func(catalog.Tx) error) error {
 	return c.d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return fn(&storeTx{ctx: ctx, tx: tx, db: c.d})
+		return runTx(&storeTx{ctx: ctx, tx: tx, db: c.d}, fn)
 	})
 }
 

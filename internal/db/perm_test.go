@@ -25,7 +25,7 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 	if _, _, err := accountsOf(d).CreateToken(context.Background(), "agent:a", "host", "", "test", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + authEpochSuffix} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)

@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childGroupLoop())
 	case "allowance-submit":
 		os.Exit(childAllowanceSubmit())
+	case "auth-revoke", "auth-write-killed":
+		os.Exit(childAuthWrite(role))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s %q\n", roleEnv, role)
 		os.Exit(2)

@@ -63,6 +63,9 @@ type connector struct {
 	dsn   string
 	drv   *sqlite3.SQLiteDriver
 	stmts *stmtCounter
+	// auth, when set, counts the writes to accounts, sessions and tokens
+	// (authcache.go).
+	auth *authEpoch
 }
 
 func (c connector) Connect(context.Context) (driver.Conn, error) {
@@ -70,7 +73,16 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{c: conn.(*sqlite3.SQLiteConn), stmts: c.stmts}, nil
+	cc := &countingConn{c: conn.(*sqlite3.SQLiteConn), stmts: c.stmts, auth: c.auth}
+	if cc.auth != nil {
+		cc.c.RegisterUpdateHook(func(_ int, _, table string, _ int64) {
+			if authTables[table] && !cc.authWrite {
+				cc.authWrite = true
+				cc.auth.begun.Add(1)
+			}
+		})
+	}
+	return cc, nil
 }
 
 func (c connector) Driver() driver.Driver { return c.drv }
@@ -84,6 +96,20 @@ type countingConn struct {
 	// committing is true while a transaction this connection began commits
 	// (countingTx.Commit), for guardCommits.
 	committing atomic.Bool
+	// auth counts the writes to accounts, sessions and tokens; authWrite
+	// is true from a statement's first change to one of their rows until
+	// the connection is out of that transaction (settle).
+	auth      *authEpoch
+	authWrite bool
+}
+
+// settle counts the end of a write to accounts, sessions or tokens once
+// the connection is out of its transaction, committed or rolled back.
+func (c *countingConn) settle() {
+	if c.authWrite && c.c.AutoCommit() {
+		c.authWrite = false
+		c.auth.ended.Add(1)
+	}
 }
 
 // guardCommits, on, makes the connection refuse every commit but that of
@@ -126,10 +152,17 @@ func (c *countingConn) PrepareContext(ctx context.Context, query string) (driver
 	if err != nil {
 		return nil, err
 	}
-	return &countingStmt{s: s.(*sqlite3.SQLiteStmt), query: query, stmts: c.stmts}, nil
+	return &countingStmt{s: s.(*sqlite3.SQLiteStmt), query: query, stmts: c.stmts, conn: c}, nil
 }
 
-func (c *countingConn) Close() error { return c.c.Close() }
+func (c *countingConn) Close() error {
+	err := c.c.Close() // a transaction still open is rolled back
+	if c.authWrite {
+		c.authWrite = false
+		c.auth.ended.Add(1)
+	}
+	return err
+}
 
 func (c *countingConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
@@ -146,12 +179,14 @@ func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 
 func (c *countingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	c.stmts.count(query)
+	defer c.settle()
 	return c.c.ExecContext(ctx, query, args)
 }
 
 func (c *countingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	c.stmts.count(query)
-	return c.stmts.countRows(c.c.QueryContext(ctx, query, args))
+	defer c.settle()
+	return c.countRows(c.c.QueryContext(ctx, query, args))
 }
 
 func (c *countingConn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
@@ -165,11 +200,13 @@ func (t countingTx) Commit() error {
 	t.conn.stmts.count("COMMIT")
 	t.conn.committing.Store(true)
 	defer t.conn.committing.Store(false)
+	defer t.conn.settle()
 	return t.tx.Commit()
 }
 
 func (t countingTx) Rollback() error {
 	t.conn.stmts.count("ROLLBACK")
+	defer t.conn.settle()
 	return t.tx.Rollback()
 }
 
@@ -178,6 +215,7 @@ type countingStmt struct {
 	s     *sqlite3.SQLiteStmt
 	query string
 	stmts *stmtCounter
+	conn  *countingConn
 }
 
 var (
@@ -190,37 +228,48 @@ func (s *countingStmt) NumInput() int { return s.s.NumInput() }
 
 func (s *countingStmt) Exec(args []driver.Value) (driver.Result, error) {
 	s.stmts.count(s.query)
+	defer s.conn.settle()
 	return s.s.Exec(args)
 }
 
 func (s *countingStmt) Query(args []driver.Value) (driver.Rows, error) {
 	s.stmts.count(s.query)
-	return s.stmts.countRows(s.s.Query(args))
+	return s.conn.countRows(s.s.Query(args))
 }
 
 func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	s.stmts.count(s.query)
+	defer s.conn.settle()
 	return s.s.ExecContext(ctx, args)
 }
 
 func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.stmts.count(s.query)
-	return s.stmts.countRows(s.s.QueryContext(ctx, args))
+	return s.conn.countRows(s.s.QueryContext(ctx, args))
 }
 
-// countRows wraps a query's rows so that each one read is counted.
-func (s *stmtCounter) countRows(r driver.Rows, err error) (driver.Rows, error) {
+// countRows wraps a query's rows so that each one read is counted, and
+// the connection settles when they are closed (a statement that writes
+// and returns rows ends its own transaction then).
+func (c *countingConn) countRows(r driver.Rows, err error) (driver.Rows, error) {
 	if err != nil {
 		return r, err
 	}
-	return &countingRows{Rows: r, n: &s.rows}, nil
+	return &countingRows{Rows: r, n: &c.stmts.rows, conn: c}, nil
 }
 
 // countingRows counts the rows read from a result: one atomic addition a
 // row. It passes on the column types SQLite's rows describe.
 type countingRows struct {
 	driver.Rows
-	n *atomic.Int64
+	n    *atomic.Int64
+	conn *countingConn
+}
+
+func (r *countingRows) Close() error {
+	err := r.Rows.Close()
+	r.conn.settle()
+	return err
 }
 
 var (

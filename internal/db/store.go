@@ -39,8 +39,16 @@ var (
 // rolled back alone when it fails.
 func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
 	return s.DB.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return fn(&storeTx{ctx: ctx, tx: tx, db: s.DB})
+		return runTx(&storeTx{ctx: ctx, tx: tx, db: s.DB}, fn)
 	})
+}
+
+// runTx runs fn in t, then writes the audit entries it appended.
+func runTx[T any](t *storeTx, fn func(T) error) error {
+	if err := fn(any(t).(T)); err != nil {
+		return err
+	}
+	return t.flushAudit()
 }
 
 // storeTx is one write transaction; it implements queue.Tx and account.Tx.
@@ -53,6 +61,23 @@ type storeTx struct {
 	stored map[string][]any
 	// retries holds the retry states this write has read (Retry).
 	retries map[retryKey]queue.RetryState
+	// checked holds a submission's checks read by one statement
+	// (SubmitChecks) until LatestByDigest and PendingBy ask for them.
+	checked *submitChecks
+	// entries are the audit rows Append sealed and flushAudit has not
+	// written yet (auditColumns each).
+	entries []any
+}
+
+// submitChecks are the answers SubmitChecks read for one submission. Each
+// is handed out once, and none survives a write to the calls table.
+type submitChecks struct {
+	actor, digest, token string
+	limit                int
+	latest               int64 // the newest call's seq; 0 when there is none
+	pending              int
+	latestUsed           bool
+	pendingUsed          bool
 }
 
 const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
@@ -204,7 +229,42 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 	return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
 }
 
+// SubmitChecks reads what a submission checks before it inserts its call
+// in one statement: the retry states of (actor, tool) and (actor, any
+// tool), the newest call of actor with that digest (LatestByDigest) and
+// how many calls token keeps pending, up to limit (PendingBy). The
+// answers are kept for those reads, which then run no statement of their
+// own; a write to the calls table forgets them.
+func (t *storeTx) SubmitChecks(actor, tool, digest, token string, limit int) error {
+	var count, anyCount, blocked, anyBlocked, latest sql.NullInt64
+	var pending int
+	err := t.tx.QueryRowContext(t.ctx, `SELECT
+		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?2), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?2),
+		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?3), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?3),
+		(SELECT seq FROM calls WHERE actor = ?1 AND digest = ?4 AND (submitted_by = ?5 OR status = 'denied') ORDER BY seq DESC LIMIT 1),
+		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL LIMIT ?6))`,
+		actor, tool, queue.AnyTool, digest, token, limit).Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
+	if err != nil {
+		return fmt.Errorf("db: read a submission's checks: %w", err)
+	}
+	if t.retries == nil {
+		t.retries = map[retryKey]queue.RetryState{}
+	}
+	// A pair without a row is the zero state.
+	t.retries[retryKey{actor, tool}] = queue.RetryState{Count: int(count.Int64), BlockedAt: fromMS(blocked)}
+	t.retries[retryKey{actor, queue.AnyTool}] = queue.RetryState{Count: int(anyCount.Int64), BlockedAt: fromMS(anyBlocked)}
+	t.checked = &submitChecks{actor: actor, digest: digest, token: token, limit: limit, latest: latest.Int64, pending: pending}
+	return nil
+}
+
 func (t *storeTx) LatestByDigest(actor, digest, token string) (*queue.Call, error) {
+	if k := t.checked; k != nil && !k.latestUsed && k.actor == actor && k.digest == digest && k.token == token {
+		k.latestUsed = true
+		if k.latest == 0 {
+			return nil, queue.ErrNotFound
+		}
+		return t.remember(loadCall(t.ctx, t.tx, `c.seq = ?`, k.latest))
+	}
 	// The call's seq first, then the call: SQLite prepares a statement
 	// with ORDER BY … LIMIT and bound values again at every execution
 	// (it may plan it anew for the values), which for every column of a
@@ -234,6 +294,7 @@ func (t *storeTx) remember(c *queue.Call, err error) (*queue.Call, error) {
 }
 
 func (t *storeTx) InsertCall(c *queue.Call) error {
+	t.checked = nil // the answers of SubmitChecks may change
 	args, err := canonical.Encode(c.Args)
 	if err != nil {
 		return fmt.Errorf("db: encode args of %s: %w", c.ID, err)
@@ -304,6 +365,7 @@ func mutableValues(c *queue.Call) []any {
 // and the calls table has many (status, outcome and lease indexes for the
 // history's filters), so a full update costs several times a narrow one.
 func (t *storeTx) UpdateCall(c *queue.Call) error {
+	t.checked = nil // the answers of SubmitChecks may change
 	vals := mutableValues(c)
 	set := mutableColumns
 	args := vals
@@ -376,6 +438,10 @@ func (t *storeTx) ConsumeNonce(jti, callID string, at time.Time) (bool, error) {
 // Nothing else changes the retries while the write runs: it holds the
 // write lock, and its write is its own.
 func (t *storeTx) PendingBy(token string, limit int) (int, error) {
+	if k := t.checked; k != nil && !k.pendingUsed && k.token == token && k.limit == limit {
+		k.pendingUsed = true
+		return k.pending, nil
+	}
 	var n int
 	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' AND plan_id IS NULL LIMIT ?)`,
 		token, limit).Scan(&n)
@@ -458,36 +524,84 @@ func (t *storeTx) AfterCommit(fn func()) {
 	t.db.txAfter = append(t.db.txAfter, fn)
 }
 
+// Append seals e onto the chain in this write; its row is written with
+// the write's other entries by one statement when the write's function
+// returns (flushAudit), in the same transaction: nothing in a write reads
+// the audit table back, and a write that fails is rolled back whole.
 func (t *storeTx) Append(e *audit.Entry) error {
-	return t.db.appendAudit(t.ctx, t.tx, e)
+	row, err := t.db.sealAudit(e)
+	if err != nil {
+		return err
+	}
+	t.entries = append(t.entries, row...)
+	return nil
 }
 
-// appendAudit seals e onto the chain inside tx. Because the entry is written
-// by the same transaction as the change it records, a crash leaves both or
-// neither.
+// flushAudit writes the audit rows the write appended.
+func (t *storeTx) flushAudit() error {
+	rows := t.entries
+	t.entries = nil
+	for len(rows) > 0 {
+		n := min(len(rows)/auditColumns, maxAuditRowsPerInsert)
+		if err := insertAudit(t.ctx, t.tx, rows[:n*auditColumns]); err != nil {
+			return err
+		}
+		rows = rows[n*auditColumns:]
+	}
+	return nil
+}
+
+// auditColumns are the values of one audit row; maxAuditRowsPerInsert
+// keeps one INSERT's values well under SQLite's limit of bound values.
+const (
+	auditColumns          = 9
+	maxAuditRowsPerInsert = 500
+)
+
+// insertAudit writes audit rows (auditColumns values each) by one
+// statement.
+func insertAudit(ctx context.Context, tx *sql.Tx, rows []any) error {
+	q := `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?)`
+	if n := len(rows) / auditColumns; n > 1 {
+		q += strings.Repeat(`,(?,?,?,?,?,?,?,?,?)`, n-1)
+	}
+	if _, err := tx.ExecContext(ctx, q, rows...); err != nil {
+		return fmt.Errorf("db: append audit entry: %w", err)
+	}
+	return nil
+}
+
+// appendAudit seals e onto the chain inside tx and writes it. Because the
+// entry is written by the same transaction as the change it records, a
+// crash leaves both or neither.
 func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
+	row, err := d.sealAudit(e)
+	if err != nil {
+		return err
+	}
+	return insertAudit(ctx, tx, row)
+}
+
+// sealAudit seals e onto the chain's head in the running write
+// transaction and returns its row's values.
+func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
 	// The chain's head in this transaction: read when the transaction
 	// began (readTxState, under the write lock, so nobody else appends
 	// until it commits), moved by each entry it appends, and put back by
 	// the writer when a savepoint is rolled back.
 	seq, prev := d.txHead.seq, d.txHead.hash
 	if err := e.Seal(seq, prev); err != nil {
-		return err
+		return nil, err
 	}
 	details, err := canonical.Encode(detailsOrEmpty(e.Details))
 	if err != nil {
-		return fmt.Errorf("db: encode audit details: %w", err)
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash)
-		VALUES (?,?,?,?,?,?,?,?,?)`, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash)
-	if err != nil {
-		return fmt.Errorf("db: append audit entry: %w", err)
+		return nil, fmt.Errorf("db: encode audit details: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {
 		d.mustAdvance()
 	}
-	return nil
+	return []any{e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash}, nil
 }
 
 func detailsOrEmpty(v any) any {
@@ -647,8 +761,8 @@ func (s Store) PendingGroups(ctx context.Context, due time.Time) ([]queue.Pendin
 	return out, classify(rows.Err())
 }
 
-// PendingCalls lists pending calls, newest first, in two queries: the calls,
-// then the approvals of all of them.
+// PendingCalls lists pending calls, newest first, with their approvals,
+// in one statement.
 func (s Store) PendingCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	return s.pendingCalls(ctx, "", limit)
 }
@@ -659,37 +773,28 @@ func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*q
 }
 
 // pendingCalls lists pending calls of tool (every tool's when ""), newest
-// first, then the approvals of all pending calls.
+// first, each with its approvals as the history reads them (approvalsColumn:
+// all but a passkey's evidence, which a single call's read carries).
 func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls WHERE status = 'pending' AND plan_id IS NULL
-		AND (? = '' OR tool = ?) ORDER BY seq DESC LIMIT ?`, tool, tool, limit)
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (? = '' OR c.tool = ?) ORDER BY c.seq DESC LIMIT ?`, tool, tool, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}
+	defer rows.Close()
 	var calls []*queue.Call
-	byID := map[string]*queue.Call{}
 	for rows.Next() {
-		c, err := scanCall(rows)
+		var approvals string
+		c, err := scanCall(withExtra{rows, []any{&approvals}})
 		if err != nil {
-			rows.Close()
+			return nil, err
+		}
+		if err := addApprovals(c, approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
-		byID[c.ID] = c
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-	if len(calls) == 0 {
-		return calls, nil
-	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT a.`+strings.ReplaceAll(pendingApprovalColumns, ", ", ", a.")+` FROM approvals a
-		JOIN calls c ON c.id = a.call_id WHERE c.status = 'pending' AND c.plan_id IS NULL ORDER BY a.at, a.operator`)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: approvals of pending calls: %w", err))
-	}
-	return calls, scanApprovals(arows, byID)
+	return calls, classify(rows.Err())
 }
 
 // PendingPage lists one page of pending calls by deadline then id, read

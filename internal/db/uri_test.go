@@ -30,7 +30,7 @@ func TestOddPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if n := e.Name(); n != name && n != name+"-wal" && n != name+"-shm" {
+		if n := e.Name(); n != name && n != name+"-wal" && n != name+"-shm" && n != name+authEpochSuffix {
 			t.Errorf("SQLite made %q beside %q", n, name)
 		}
 	}

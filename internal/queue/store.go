@@ -212,6 +212,15 @@ type Tx interface {
 	PendingPlansBy(token string, now time.Time, limit int) (int, error)
 }
 
+// submitChecker is a Tx that can read a submission's checks in one
+// statement: the retry states of (actor, tool) and (actor, AnyTool), the
+// newest call with that digest and the token's pending calls up to limit.
+// The Retry, LatestByDigest and PendingBy that follow return what it read
+// (as they would have read it) without reading again.
+type submitChecker interface {
+	SubmitChecks(actor, tool, digest, token string, limit int) error
+}
+
 // Rollback is an older database accepted on purpose: the data directory's
 // high-water mark (MarkSeq, MarkHead) was ahead of the database's chain
 // (DBSeq, DBHead). Every grant issued at or before AcceptedAt is refused at

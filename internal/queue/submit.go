@@ -155,6 +155,11 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 	var result *Call
 	created := false
 	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if sc, ok := tx.(submitChecker); ok {
+			if err := sc.SubmitChecks(who.Actor, p.Tool, c.Digest, who.TokenID, s.maxPending); err != nil {
+				return err
+			}
+		}
 		rs, err := tx.Retry(who.Actor, p.Tool)
 		if err != nil {
 			return err

@@ -1,0 +1,192 @@
+package db
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/queue"
+)
+
+// Sessions and API tokens in memory.
+//
+// Every request with a session reads its session and account, every
+// request with an API token reads its token: the same rows, again and
+// again, while they almost never change. A DB keeps what it read of them,
+// and answers from memory for as long as no account, session or token has
+// been written since, by this process or any other on the same database
+// file (the command line revokes a token while the console serves):
+//
+//   - Every connection of every process tells, through SQLite's update
+//     hook, when a statement changes a row of users, sessions or tokens.
+//     Its transaction then counts one more write begun in the data
+//     directory's shared counters (authEpoch, a file beside the database
+//     that every process maps into memory), and one more write ended once
+//     the connection is out of the transaction, committed or rolled back.
+//   - A row read when as many writes had ended as had begun is kept with
+//     that count, and used while no write has begun since. A row read
+//     while such a write is under way is not kept.
+//
+// The freezes in force, and an account's passkeys, are kept the same way:
+// every call's page shows them, and they change as seldom.
+//
+// So a revocation, a disabled account or a role changed is seen by the
+// first request that starts after its commit, in every process, as a read
+// of the database would see it; the counters cost two atomic loads. A
+// process killed inside such a transaction leaves its write begun and
+// never ended: nothing is kept until every process has closed the
+// database and the next one to open it, alone, sets the counters level.
+
+// authTables are the tables whose rows the caches hold or depend on: the
+// accounts, sessions and tokens, their passkeys, and the freezes in force
+// (read by every call's page, written as seldom).
+var authTables = map[string]bool{"users": true, "sessions": true, "tokens": true, "freezes": true, "passkeys": true}
+
+// maxAuthCached bounds each cache (sessions, accounts, tokens); a full cache is
+// emptied and filled again.
+const maxAuthCached = 4096
+
+// authEpoch is the pair of counters shared, through a memory-mapped file,
+// by every process that opens the database.
+type authEpoch struct {
+	f            *os.File
+	mem          []byte
+	begun, ended *atomic.Uint64
+}
+
+// authEpochSuffix names the counters' file after the database file.
+const authEpochSuffix = "-auth"
+
+// openAuthEpoch maps the counters' file of the database at dbPath,
+// creating it owner-only. It holds a shared lock on the file while open;
+// when it finds no other process holding one, it sets the counters level
+// (a write begun by a process that died never ends).
+func openAuthEpoch(dbPath string) (*authEpoch, error) {
+	f, err := os.OpenFile(dbPath+authEpochSuffix, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*authEpoch, error) {
+		f.Close()
+		return nil, fmt.Errorf("db: the shared counters of %s: %w", dbPath, err)
+	}
+	if fi, err := f.Stat(); err != nil {
+		return fail(err)
+	} else if fi.Size() < authEpochSize {
+		if err := f.Truncate(authEpochSize); err != nil {
+			return fail(err)
+		}
+	}
+	mem, err := mapShared(f, authEpochSize)
+	if err != nil {
+		return fail(err)
+	}
+	e := &authEpoch{f: f, mem: mem,
+		begun: (*atomic.Uint64)(unsafe.Pointer(&mem[0])), ended: (*atomic.Uint64)(unsafe.Pointer(&mem[8]))}
+	alone, err := lockShared(f)
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("db: lock the shared counters of %s: %w", dbPath, err)
+	}
+	if alone {
+		e.ended.Store(e.begun.Load())
+	}
+	return e, nil
+}
+
+// authEpochSize is the counters' file: two 8-byte counters, one page.
+const authEpochSize = 4096
+
+func (e *authEpoch) close() {
+	if e == nil {
+		return
+	}
+	unmapShared(e.mem)
+	e.f.Close()
+}
+
+// quiet returns how many writes have begun, and whether as many have
+// ended: a row read after quiet reported true may be kept with that count.
+func (e *authEpoch) quiet() (uint64, bool) {
+	b := e.begun.Load()
+	return b, e.ended.Load() == b
+}
+
+// authCache keeps rows of one kind by key, each with the count of writes
+// begun when it was read.
+type authCache[T any] struct {
+	mu   sync.Mutex
+	rows map[string]authCached[T]
+}
+
+type authCached[T any] struct {
+	v   T
+	tag uint64
+}
+
+// get returns the row kept for key, if no write has begun since it was
+// read.
+func (c *authCache[T]) get(e *authEpoch, key string) (T, bool) {
+	var zero T
+	if e == nil {
+		return zero, false
+	}
+	c.mu.Lock()
+	r, ok := c.rows[key]
+	c.mu.Unlock()
+	if !ok || e.begun.Load() != r.tag {
+		return zero, false
+	}
+	return r.v, true
+}
+
+// put keeps v for key with tag, the count quiet returned before v was
+// read.
+func (c *authCache[T]) put(key string, v T, tag uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rows == nil || len(c.rows) >= maxAuthCached {
+		c.rows = make(map[string]authCached[T])
+	}
+	c.rows[key] = authCached[T]{v: v, tag: tag}
+}
+
+// authCaches are a DB's sessions (with their accounts), accounts by name,
+// live tokens and the list of freezes in force (one entry, key "").
+type authCaches struct {
+	sessions authCache[account.Session]
+	users    authCache[account.User]
+	tokens   authCache[account.Token]
+	freezes  authCache[[]queue.Freeze]
+	passkeys authCache[[]account.Passkey]
+}
+
+// cloneSession, cloneUser and cloneToken copy what a caller could change
+// in place.
+func cloneSession(s account.Session) account.Session {
+	s.User = cloneUser(s.User)
+	return s
+}
+
+func cloneUser(u account.User) account.User {
+	u.Groups = slices.Clone(u.Groups)
+	u.Handle = slices.Clone(u.Handle)
+	return u
+}
+
+func clonePasskeys(pks []account.Passkey) []account.Passkey {
+	out := slices.Clone(pks)
+	for i := range out {
+		out[i].ID, out[i].PublicKey, out[i].Record = slices.Clone(out[i].ID), slices.Clone(out[i].PublicKey), slices.Clone(out[i].Record)
+	}
+	return out
+}
+
+func cloneToken(t account.Token) account.Token {
+	t.Owners = slices.Clone(t.Owners)
+	return t
+}
