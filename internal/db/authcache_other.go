@@ -9,7 +9,9 @@ import (
 
 // Without shared memory, nothing is kept: every request reads.
 
-func openCounters(string) (*os.File, error) { return nil, errors.New("no shared memory on this system") }
+func openCounters(string) (*os.File, error) {
+	return nil, errors.New("no shared memory on this system")
+}
 
 func fileKey(*os.File, string) (uint64, uint64, bool) { return 0, 0, false }
 
