@@ -60,6 +60,7 @@ type authEpoch struct {
 	// path is the counters' file, named after the database file's real
 	// path (symbolic links resolved), and dev and ino the file mapped.
 	path     string
+	pathz    []byte // path, NUL-terminated, for statKey
 	dev, ino uint64
 	// closed is set before the file is let go of (close).
 	closed atomic.Bool
@@ -102,7 +103,7 @@ func openAuthEpoch(dbPath string) (*authEpoch, error) {
 			return fail(err)
 		}
 	}
-	dev, ino, ok := fileKey(f, "")
+	dev, ino, ok := fileKey(f)
 	if !ok {
 		return fail(fmt.Errorf("cannot read its device and inode"))
 	}
@@ -110,7 +111,7 @@ func openAuthEpoch(dbPath string) (*authEpoch, error) {
 	if err != nil {
 		return fail(err)
 	}
-	e := &authEpoch{f: f, mem: mem, path: path, dev: dev, ino: ino,
+	e := &authEpoch{f: f, mem: mem, path: path, pathz: append([]byte(path), 0), dev: dev, ino: ino,
 		begun: (*atomic.Uint64)(unsafe.Pointer(&mem[0])), ended: (*atomic.Uint64)(unsafe.Pointer(&mem[8]))}
 	alone, err := lockShared(f)
 	if err != nil {
@@ -143,7 +144,7 @@ func (e *authEpoch) current() bool {
 	if e.closed.Load() {
 		return false
 	}
-	dev, ino, ok := fileKey(nil, e.path)
+	dev, ino, ok := e.statKey()
 	return ok && dev == e.dev && ino == e.ino
 }
 

@@ -37,17 +37,21 @@ func openCounters(path string) (*os.File, error) {
 	return f, nil
 }
 
-// fileKey is the device and inode of the file f, or of the file at path
-// (f nil); ok is false when there is none.
-func fileKey(f *os.File, path string) (dev, ino uint64, ok bool) {
+// fileKey is the device and inode of the file f; ok is false when they
+// cannot be read.
+func fileKey(f *os.File) (dev, ino uint64, ok bool) {
 	var st syscall.Stat_t
-	var err error
-	if f != nil {
-		err = syscall.Fstat(int(f.Fd()), &st)
-	} else {
-		err = syscall.Stat(path, &st)
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, 0, false
 	}
-	if err != nil {
+	return uint64(st.Dev), uint64(st.Ino), true
+}
+
+// statKey is the device and inode of the file at the counters' path now;
+// ok is false when there is none.
+func (e *authEpoch) statKey() (dev, ino uint64, ok bool) {
+	var st syscall.Stat_t
+	if !statAt(e.pathz, &st) {
 		return 0, 0, false
 	}
 	return uint64(st.Dev), uint64(st.Ino), true
