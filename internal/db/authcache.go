@@ -41,6 +41,19 @@ import (
 // process killed inside such a transaction leaves its write begun and
 // never ended: nothing is kept until every process has closed the
 // database and the next one to open it, alone, sets the counters level.
+//
+// What would let a write go uncounted fails closed instead:
+//
+//   - Open fails when the counters cannot be opened and mapped; they are
+//     named after the database's real path, so that every name of one
+//     file counts into one place.
+//   - A kept row is used only after a stat shows the counters file is
+//     still the one mapped (current): removed or replaced while the
+//     process runs, the process reads every row, and refuses its own
+//     writes to these tables (it would count them where nobody reads).
+//   - Triggers on the tables call countersign_auth_write, which only this
+//     package's connections define (connector.Connect): a connection that
+//     does not count has its write refused.
 
 // authTables are the tables whose rows the caches hold or depend on: the
 // accounts, sessions and tokens, their passkeys, and the freezes in force

@@ -74,7 +74,8 @@ type DB struct {
 	stmts stmtCounter
 	// auth counts the writes to accounts, sessions and tokens of every
 	// process, and cached holds what was read of them (authcache.go); auth
-	// is nil when nothing may be kept.
+	// is nil only where shared memory is not to be had (no unix), and then
+	// nothing is kept.
 	auth   *authEpoch
 	cached authCaches
 }
