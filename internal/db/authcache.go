@@ -99,7 +99,7 @@ func openAuthEpoch(dbPath string) (*authEpoch, error) {
 		return nil, fmt.Errorf("db: the shared counters of %s: %w", dbPath, err)
 	}
 	path := real + authEpochSuffix
-	f, err := openCounters(path)
+	f, err := openCounters(path, os.Getuid())
 	if err != nil {
 		return nil, fmt.Errorf("db: the shared counters %s: %w", path, err)
 	}

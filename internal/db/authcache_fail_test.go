@@ -136,8 +136,8 @@ func TestAuthCacheSymlinkedPath(t *testing.T) {
 }
 
 // TestCountersFileOwnerOnly: the counters file is made owner-only, one
-// others may write is made owner-only again, and a symbolic link in its
-// place is refused.
+// others may write is made owner-only again, one another user owns is
+// refused, and so is a symbolic link in its place.
 func TestCountersFileOwnerOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "countersign.db")
@@ -162,6 +162,14 @@ func TestCountersFileOwnerOnly(t *testing.T) {
 	d.Close()
 	if fi, err = os.Stat(path + authEpochSuffix); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("a world-writable counters file after Open: %v %v, want 0600", fi.Mode().Perm(), err)
+	}
+	// A file of another user's is refused (seen as that user would).
+	f, err := openCounters(path+authEpochSuffix, os.Getuid()+1)
+	if err == nil {
+		f.Close()
+		t.Fatal("a counters file of another user's was taken")
+	} else if !strings.Contains(err.Error(), "belongs to user") {
+		t.Fatalf("a counters file of another user's: %v", err)
 	}
 	os.Remove(path + authEpochSuffix)
 	other := filepath.Join(dir, "elsewhere")

@@ -13,8 +13,8 @@ import (
 // openCounters opens the counters' file at path, creating it owner-only,
 // never through a symbolic link. A file another user owns is refused (it
 // could count nothing, or count for someone else); one that others may
-// read or write is made owner-only.
-func openCounters(path string) (*os.File, error) {
+// read or write is made owner-only. uid is this process's user.
+func openCounters(path string, uid int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
@@ -24,9 +24,9 @@ func openCounters(path string) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
-	if int(st.Uid) != os.Getuid() {
+	if int(st.Uid) != uid {
 		f.Close()
-		return nil, fmt.Errorf("%s belongs to user %d, not to this process's user %d: remove it while no Countersign process runs", path, st.Uid, os.Getuid())
+		return nil, fmt.Errorf("it belongs to user %d, not to this process's user %d: run Countersign as the user that owns its data directory, or remove the file while no Countersign process runs", st.Uid, uid)
 	}
 	if st.Mode&0o077 != 0 {
 		if err := f.Chmod(0o600); err != nil {
