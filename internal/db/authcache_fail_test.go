@@ -235,3 +235,27 @@ func TestAuthCacheReadAfterClose(t *testing.T) {
 		t.Fatalf("counters after close read %d, want the zero page", b)
 	}
 }
+
+// TestAuthTablesHaveTheirTriggers: every table the caches depend on has
+// its three triggers in the schema the migrations leave. A migration that
+// rebuilds one of these tables (a new table copied and renamed) drops its
+// triggers: it must create them again.
+func TestAuthTablesHaveTheirTriggers(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for table := range authTables {
+		for _, op := range []string{"INSERT", "UPDATE", "DELETE"} {
+			var n int
+			if err := d.SQL().QueryRow(`SELECT COUNT(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?
+				AND sql LIKE '%AFTER ' || ? || ' ON%' AND sql LIKE '%` + authWriteFunc + `()%'`, table, op).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 {
+				t.Errorf("table %s has %d %s triggers calling %s, want 1", table, n, op, authWriteFunc)
+			}
+		}
+	}
+}
