@@ -250,7 +250,7 @@ func TestAuthTablesHaveTheirTriggers(t *testing.T) {
 		for _, op := range []string{"INSERT", "UPDATE", "DELETE"} {
 			var n int
 			if err := d.SQL().QueryRow(`SELECT COUNT(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?
-				AND sql LIKE '%AFTER ' || ? || ' ON%' AND sql LIKE '%` + authWriteFunc + `()%'`, table, op).Scan(&n); err != nil {
+				AND sql LIKE '%AFTER ' || ? || ' ON%' AND sql LIKE '%`+authWriteFunc+`()%'`, table, op).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			if n != 1 {
