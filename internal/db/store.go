@@ -58,7 +58,7 @@ type storeTx struct {
 	db  *DB
 	// stored holds, by call id, the mutable columns of each call as this
 	// transaction last read or wrote them.
-	stored map[string][]any
+	stored map[string]mutableRow
 	// retries holds the retry states this write has read (Retry).
 	retries map[retryKey]queue.RetryState
 	// checked holds a submission's checks read by one statement
@@ -89,31 +89,34 @@ const callColumns = `seq, id, actor, audience, tool, target, args, rationale, en
 
 type rowScanner interface{ Scan(dest ...any) error }
 
+// callScan holds what scanCall reads besides the call's own fields: one
+// value, so that the columns Scan writes through pointers cost one
+// allocation, not one each (and apart from the call, which outlives it).
+type callScan struct {
+	args, status, notify, owners, approvers                                    string
+	ttl, created, decideBy, outcomeWithin                                      int64
+	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt         sql.NullInt64
+	acceptedAt, planIndex                                                      sql.NullInt64
+	deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
+	redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote        sql.NullString
+	evidence, submittedBy, counteredBy, counteredFrom, editedBy, planID        sql.NullString
+}
+
 func scanCall(r rowScanner) (*queue.Call, error) {
-	var c queue.Call
-	var args, status string
-	var ttl, created, decideBy, outcomeWithin int64
-	var decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
-	var deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
-	var notify, owners, approvers string
-	var redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote, evidence, submittedBy sql.NullString
-	var counteredBy, counteredFrom, editedBy sql.NullString
-	var acceptedAt sql.NullInt64
-	var planID sql.NullString
-	var planIndex sql.NullInt64
-	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &args, &c.Rationale, &c.Envelope,
-		&c.Digest, &status, &c.ApprovalsRequired, &ttl, &created, &decideBy, &decidedAt, &deniedBy, &deniedChannel,
-		&denyReason, &token, &jti, &kid, &grantExp, &redeemedAt, &outStatus, &outDetail, &outcomeAt, &c.ToolDigest, &notify,
-		&outcomeWithin, &redeemedBy, &leaseUntil, &resolution, &resolvedBy, &resolvedChannel, &resolutionNote,
-		&evidence, &resolvedAt, &owners, &approvers, &c.RequirePasskey, &submittedBy,
-		&counteredBy, &counteredFrom, &editedBy, &acceptedAt, &planID, &planIndex)
+	s, c := new(callScan), new(queue.Call)
+	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &s.args, &c.Rationale, &c.Envelope,
+		&c.Digest, &s.status, &c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel,
+		&s.denyReason, &s.token, &s.jti, &s.kid, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt, &c.ToolDigest, &s.notify,
+		&s.outcomeWithin, &s.redeemedBy, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
+		&s.evidence, &s.resolvedAt, &s.owners, &s.approvers, &c.RequirePasskey, &s.submittedBy,
+		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planID, &s.planIndex)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("db: scan call: %w", err)
 	}
-	v, err := canonical.ParseWith([]byte(args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
+	v, err := canonical.ParseWith([]byte(s.args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
 		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
 	}
@@ -122,36 +125,36 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
-	c.Notify = splitNames(notify)
-	if err := store.DecodePeople(&c, owners, approvers); err != nil {
+	c.Notify = splitNames(s.notify)
+	if err := store.DecodePeople(c, s.owners, s.approvers); err != nil {
 		return nil, err
 	}
-	c.Status = queue.Status(status)
-	c.GrantTTL = time.Duration(ttl) * time.Millisecond
-	c.CreatedAt = time.UnixMilli(created).UTC()
-	c.DecideBy = time.UnixMilli(decideBy).UTC()
-	c.DecidedAt = fromMS(decidedAt)
-	if deniedBy.Valid {
-		c.Denial = &queue.Denial{By: deniedBy.String, Channel: deniedChannel.String, Reason: denyReason.String, At: c.DecidedAt}
+	c.Status = queue.Status(s.status)
+	c.GrantTTL = time.Duration(s.ttl) * time.Millisecond
+	c.CreatedAt = time.UnixMilli(s.created).UTC()
+	c.DecideBy = time.UnixMilli(s.decideBy).UTC()
+	c.DecidedAt = fromMS(s.decidedAt)
+	if s.deniedBy.Valid {
+		c.Denial = &queue.Denial{By: s.deniedBy.String, Channel: s.deniedChannel.String, Reason: s.denyReason.String, At: c.DecidedAt}
 	}
-	c.Grant, c.GrantJTI, c.GrantKID = token.String, jti.String, kid.String
-	c.GrantExpiresAt = fromMS(grantExp)
-	c.RedeemedAt = fromMS(redeemedAt)
-	if outStatus.Valid {
-		c.Outcome = &queue.Outcome{Status: outStatus.String, Detail: outDetail.String, At: fromMS(outcomeAt)}
+	c.Grant, c.GrantJTI, c.GrantKID = s.token.String, s.jti.String, s.kid.String
+	c.GrantExpiresAt = fromMS(s.grantExp)
+	c.RedeemedAt = fromMS(s.redeemedAt)
+	if s.outStatus.Valid {
+		c.Outcome = &queue.Outcome{Status: s.outStatus.String, Detail: s.outDetail.String, At: fromMS(s.outcomeAt)}
 	}
-	c.OutcomeWithin = time.Duration(outcomeWithin) * time.Millisecond
-	c.RedeemedBy = redeemedBy.String
-	c.SubmittedBy = submittedBy.String
-	c.CounteredBy, c.CounteredFrom, c.EditedBy = counteredBy.String, counteredFrom.String, editedBy.String
-	c.AcceptedAt = fromMS(acceptedAt)
-	c.PlanID, c.PlanIndex = planID.String, int(planIndex.Int64)
-	c.LeaseUntil = fromMS(leaseUntil)
-	if resolution.Valid {
-		c.Resolution = &queue.Resolution{Verdict: resolution.String, By: resolvedBy.String, Channel: resolvedChannel.String,
-			Note: resolutionNote.String, Evidence: evidence.String, At: fromMS(resolvedAt)}
+	c.OutcomeWithin = time.Duration(s.outcomeWithin) * time.Millisecond
+	c.RedeemedBy = s.redeemedBy.String
+	c.SubmittedBy = s.submittedBy.String
+	c.CounteredBy, c.CounteredFrom, c.EditedBy = s.counteredBy.String, s.counteredFrom.String, s.editedBy.String
+	c.AcceptedAt = fromMS(s.acceptedAt)
+	c.PlanID, c.PlanIndex = s.planID.String, int(s.planIndex.Int64)
+	c.LeaseUntil = fromMS(s.leaseUntil)
+	if s.resolution.Valid {
+		c.Resolution = &queue.Resolution{Verdict: s.resolution.String, By: s.resolvedBy.String, Channel: s.resolvedChannel.String,
+			Note: s.resolutionNote.String, Evidence: s.evidence.String, At: fromMS(s.resolvedAt)}
 	}
-	return &c, nil
+	return c, nil
 }
 
 type querier interface {
@@ -286,7 +289,7 @@ func (t *storeTx) LatestByDigest(actor, digest, token string) (*queue.Call, erro
 func (t *storeTx) remember(c *queue.Call, err error) (*queue.Call, error) {
 	if err == nil {
 		if t.stored == nil {
-			t.stored = map[string][]any{}
+			t.stored = map[string]mutableRow{}
 		}
 		t.stored[c.ID] = mutableValues(c)
 	}
@@ -326,37 +329,55 @@ var mutableColumns = []string{"status", "decided_at", "denied_by", "denied_chann
 	"resolution", "resolved_by", "resolved_channel", "resolution_note", "resolution_evidence", "resolved_at",
 	"countered_by", "accepted_at"}
 
+// mutableValue is one value of mutableColumns, comparable with == and
+// boxed for the statement only when it is written (arg): a plain string,
+// or a nullable string or integer.
+type mutableValue struct {
+	kind  byte // 's' string, 'S' nullable string, 'I' nullable integer
+	valid bool
+	s     string
+	n     int64
+}
+
+func (v mutableValue) arg() any {
+	switch v.kind {
+	case 's':
+		return v.s
+	case 'S':
+		return sql.NullString{String: v.s, Valid: v.valid}
+	}
+	return sql.NullInt64{Int64: v.n, Valid: v.valid}
+}
+
+// mutableRow is a call's values of mutableColumns.
+type mutableRow [23]mutableValue
+
 // mutableValues are c's values of mutableColumns, as bound to the update.
-// Each is comparable with ==.
-func mutableValues(c *queue.Call) []any {
-	var deniedBy, deniedChannel, reason sql.NullString
-	if c.Denial != nil {
-		deniedBy = sql.NullString{String: c.Denial.By, Valid: true}
-		deniedChannel = sql.NullString{String: c.Denial.Channel, Valid: true}
-		reason = sql.NullString{String: c.Denial.Reason, Valid: true}
+func mutableValues(c *queue.Call) mutableRow {
+	str := func(s string, valid bool) mutableValue { return mutableValue{kind: 'S', s: s, valid: valid} }
+	opt := func(s string) mutableValue { return str(s, s != "") }
+	at := func(t time.Time) mutableValue {
+		n := nullMS(t)
+		return mutableValue{kind: 'I', n: n.Int64, valid: n.Valid}
 	}
-	var outStatus, outDetail sql.NullString
-	var outAt sql.NullInt64
-	if c.Outcome != nil {
-		outStatus = sql.NullString{String: c.Outcome.Status, Valid: true}
-		outDetail = sql.NullString{String: c.Outcome.Detail, Valid: true}
-		outAt = nullMS(c.Outcome.At)
+	var deniedBy, deniedChannel, reason mutableValue = str("", false), str("", false), str("", false)
+	if d := c.Denial; d != nil {
+		deniedBy, deniedChannel, reason = str(d.By, true), str(d.Channel, true), str(d.Reason, true)
 	}
-	nullStr := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-	var resolution, resolvedBy, resolvedChannel, note, evidence sql.NullString
-	var resolvedAt sql.NullInt64
+	outStatus, outDetail, outAt := str("", false), str("", false), at(time.Time{})
+	if o := c.Outcome; o != nil {
+		outStatus, outDetail, outAt = str(o.Status, true), str(o.Detail, true), at(o.At)
+	}
+	resolution, resolvedBy, resolvedChannel, note, evidence := str("", false), str("", false), str("", false), str("", false), str("", false)
+	resolvedAt := at(time.Time{})
 	if r := c.Resolution; r != nil {
-		resolution = sql.NullString{String: r.Verdict, Valid: true}
-		resolvedBy = sql.NullString{String: r.By, Valid: true}
-		resolvedChannel = sql.NullString{String: r.Channel, Valid: true}
-		note = sql.NullString{String: r.Note, Valid: true}
-		evidence = sql.NullString{String: r.Evidence, Valid: true}
-		resolvedAt = nullMS(r.At)
+		resolution, resolvedBy, resolvedChannel = str(r.Verdict, true), str(r.By, true), str(r.Channel, true)
+		note, evidence, resolvedAt = str(r.Note, true), str(r.Evidence, true), at(r.At)
 	}
-	return []any{string(c.Status), nullMS(c.DecidedAt), deniedBy, deniedChannel, reason, nullStr(c.Grant), nullStr(c.GrantJTI),
-		nullStr(c.GrantKID), nullMS(c.GrantExpiresAt), nullMS(c.RedeemedAt), outStatus, outDetail, outAt,
-		nullStr(c.RedeemedBy), nullMS(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt,
-		nullStr(c.CounteredBy), nullMS(c.AcceptedAt)}
+	return mutableRow{{kind: 's', s: string(c.Status), valid: true}, at(c.DecidedAt), deniedBy, deniedChannel, reason,
+		opt(c.Grant), opt(c.GrantJTI), opt(c.GrantKID), at(c.GrantExpiresAt), at(c.RedeemedAt), outStatus, outDetail, outAt,
+		opt(c.RedeemedBy), at(c.LeaseUntil), resolution, resolvedBy, resolvedChannel, note, evidence, resolvedAt,
+		opt(c.CounteredBy), at(c.AcceptedAt)}
 }
 
 // UpdateCall writes the call's mutable columns. A call read by this
@@ -367,19 +388,17 @@ func mutableValues(c *queue.Call) []any {
 func (t *storeTx) UpdateCall(c *queue.Call) error {
 	t.checked = nil // the answers of SubmitChecks may change
 	vals := mutableValues(c)
-	set := mutableColumns
-	args := vals
-	if prev, ok := t.stored[c.ID]; ok {
-		set, args = nil, nil
-		for i, v := range vals {
-			if v != prev[i] {
-				set = append(set, mutableColumns[i])
-				args = append(args, v)
-			}
+	prev, known := t.stored[c.ID]
+	set := make([]string, 0, len(vals))
+	args := make([]any, 0, len(vals)+1)
+	for i, v := range vals {
+		if !known || v != prev[i] {
+			set = append(set, mutableColumns[i])
+			args = append(args, v.arg())
 		}
-		if len(set) == 0 {
-			return nil // the row is as this transaction read it
-		}
+	}
+	if len(set) == 0 {
+		return nil // the row is as this transaction read it
 	}
 	res, err := t.tx.ExecContext(t.ctx, `UPDATE calls SET `+strings.Join(set, " = ?, ")+` = ? WHERE id = ?`, append(args, c.ID)...)
 	if err != nil {
@@ -590,12 +609,23 @@ func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
 	// until it commits), moved by each entry it appends, and put back by
 	// the writer when a savepoint is rolled back.
 	seq, prev := d.txHead.seq, d.txHead.hash
-	if err := e.Seal(seq, prev); err != nil {
-		return nil, err
-	}
 	details, err := canonical.Encode(detailsOrEmpty(e.Details))
 	if err != nil {
 		return nil, fmt.Errorf("db: encode audit details: %w", err)
+	}
+	if _, raw := e.Details.(audit.RawDetails); raw {
+		if err := e.Seal(seq, prev); err != nil {
+			return nil, err
+		}
+	} else {
+		// The details are hashed as the text stored, as verifying reads
+		// them back: encoded once, not again inside the whole entry.
+		sealed := *e
+		sealed.Details = audit.RawDetails(details)
+		if err := sealed.Seal(seq, prev); err != nil {
+			return nil, err
+		}
+		e.Seq, e.PrevHash, e.Hash = sealed.Seq, sealed.PrevHash, sealed.Hash
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,67 @@ func TestSubmitChecksReadAsTheChecksDo(t *testing.T) {
 	}
 	if a := read(mine.Digest, token, tool, 10, true); a.Statements != 2 {
 		t.Errorf("a submission's checks finding a call ran %d statements, want 2", a.Statements)
+	}
+}
+
+// TestMutableColumnsMatchValues: every column UpdateCall may write has its
+// value in a call's mutable row, in the same order.
+func TestMutableColumnsMatchValues(t *testing.T) {
+	if len(mutableColumns) != len(mutableRow{}) {
+		t.Fatalf("%d mutable columns, %d values in a mutable row", len(mutableColumns), len(mutableRow{}))
+	}
+}
+
+// TestUpdateCallWritesWhatChanged: a call read by the transaction has only
+// the columns that changed written (each index on a named column is
+// rewritten); one not read has every mutable column written.
+func TestUpdateCallWritesWhatChanged(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "countersign.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	c, whole := groupCall("call_narrow"), groupCall("call_whole")
+	if err := d.Store().Update(ctx, func(tx queue.Tx) error {
+		if err := tx.InsertCall(c); err != nil {
+			return err
+		}
+		return tx.InsertCall(whole)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var updates []string
+	d.TraceStatements(func(q string) {
+		if strings.HasPrefix(q, "UPDATE calls") {
+			updates = append(updates, q)
+		}
+	})
+	defer d.TraceStatements(nil)
+	if err := d.Store().Update(ctx, func(tx queue.Tx) error {
+		got, err := tx.Call(c.ID)
+		if err != nil {
+			return err
+		}
+		got.Status, got.DecidedAt = queue.StatusDenied, time.Now()
+		got.Denial = &queue.Denial{By: "olga", Channel: "web", Reason: "no"}
+		return tx.UpdateCall(got)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := "UPDATE calls SET status = ?, decided_at = ?, denied_by = ?, denied_channel = ?, deny_reason = ? WHERE id = ?"
+	if len(updates) != 1 || updates[0] != want {
+		t.Errorf("update of a call read in the transaction: %q, want %q", updates, want)
+	}
+	updates = nil
+	whole.GrantKID = "k1"
+	if err := d.Store().Update(ctx, func(tx queue.Tx) error { return tx.UpdateCall(whole) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(updates) != 1 || strings.Count(updates[0], " = ?") != len(mutableColumns)+1 {
+		t.Errorf("update of a call not read: %q, want every mutable column", updates)
+	}
+	if got, err := d.Store().Call(ctx, whole.ID); err != nil || got.Status != whole.Status || got.GrantKID != "k1" || got.Denial != nil {
+		t.Errorf("after the full update: %+v, %v; want the call as written", got, err)
 	}
 }

@@ -416,10 +416,35 @@ func scriptOf(r rune) string {
 	return ""
 }
 
+// latinOnly is wordScripts of an ASCII word with letters.
+var latinOnly = []string{"Latin"}
+
+// asciiWord reports whether w is all ASCII, and whether it has letters.
+func asciiWord(w string) (ascii, letters bool) {
+	for i := 0; i < len(w); i++ {
+		b := w[i]
+		if b >= 0x80 {
+			return false, false
+		}
+		if (b|0x20) >= 'a' && (b|0x20) <= 'z' {
+			letters = true
+		}
+	}
+	return true, letters
+}
+
 // wordScripts lists the scripts of a word's letters in order of first use.
 // ASCII digits belong to no script, except beside another script's digits:
 // "1\u09E60" mixes a Bengali zero into an ASCII number.
 func wordScripts(w string) []string {
+	if ascii, letters := asciiWord(w); ascii {
+		// Most words: no script but Latin, nothing to allocate. The list
+		// is shared; callers only read it.
+		if letters {
+			return latinOnly
+		}
+		return nil
+	}
 	var out []string
 	asciiDigit, otherDigit := false, false
 	for _, r := range w {

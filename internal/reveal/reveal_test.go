@@ -127,3 +127,20 @@ func FuzzReveal(f *testing.F) {
 		}
 	})
 }
+
+// TestWordScriptsOfASCIIWords: an ASCII word's scripts are Latin when it
+// has letters and none otherwise, found without allocating; other words
+// are read rune by rune as before.
+func TestWordScriptsOfASCIIWords(t *testing.T) {
+	for w, want := range map[string][]string{
+		"refund": {"Latin"}, "a1-b2": {"Latin"}, "1234": nil, "": nil, "--": nil,
+		"pаypal": {"Latin", "Cyrillic"}, "১২3": {"ASCII digits", "Bengali"},
+	} {
+		if got := wordScripts(w); !slices.Equal(got, want) {
+			t.Errorf("wordScripts(%q) = %q, want %q", w, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { wordScripts("invoice") }); n != 0 {
+		t.Errorf("wordScripts of an ASCII word allocated %v times, want 0", n)
+	}
+}
