@@ -76,10 +76,10 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	var c *queue.Call
 	var redeemed *queue.Redemption
 	var err error
-	if g.upstreamConnected(t) {
-		// Counted from before the redemption until its outcome is written
-		// (forward), so that Drain waits for the forward it may lead to.
-		g.pending.add()
+	// Counted from before the redemption until its outcome is written
+	// (forward), so that Drain waits for the forward it may lead to; once
+	// Close has begun, nothing is redeemed.
+	if g.upstreamConnected(t) && g.pending.add() {
 		c, _, redeemed, err = g.cfg.Queue.SubmitAndRedeem(ctx, agent.principal(), p, perr)
 		if err != nil || redeemed == nil || !redeemed.Accepted {
 			g.pending.done()
@@ -297,8 +297,12 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
 	defer cancel()
 	// Counted from before the redemption until its outcome is written
-	// (forward), so that Drain waits for the forward.
-	g.pending.add()
+	// (forward), so that Drain waits for the forward; once Close has
+	// begun, nothing is redeemed.
+	if !g.pending.add() {
+		return toolError(StatusNotSent, fmt.Sprintf("Countersign is shutting down, so the approved call was not sent. It stays approved until %s: re-issue the identical call once Countersign answers again.",
+			c.GrantExpiresAt.UTC().Format(time.RFC3339)), map[string]any{"call_id": c.ID})
+	}
 	r, err := g.cfg.Queue.RedeemCall(ctx, agent.principal(), c.Grant, p)
 	if err != nil || !r.Accepted {
 		g.pending.done()
@@ -419,16 +423,40 @@ func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c 
 // waited for, up to ForwardTimeout and the outcome's write.
 func (g *Gateway) Drain() { g.pending.wait() }
 
-// writes counts the calls redeemed whose outcome is not written yet.
-type writes struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond
+// Close stops the gateway redeeming calls, then drains it: a request
+// still running after the HTTP server's shutdown gave up on it redeems
+// nothing (the call stays approved, and the agent is told to re-issue it),
+// so no call can run with the database closed under its outcome. The
+// console calls it after the HTTP server shut down, before the database
+// closes.
+func (g *Gateway) Close() {
+	g.pending.close()
+	g.pending.wait()
 }
 
-func (w *writes) add() {
+// writes counts the calls redeemed whose outcome is not written yet.
+type writes struct {
+	mu     sync.Mutex
+	n      int
+	idle   *sync.Cond
+	closed bool // no more are counted: add reports false
+}
+
+// add counts one more, unless close was called: then it reports false,
+// and the caller must not redeem.
+func (w *writes) add() bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
 	w.n++
+	return true
+}
+
+func (w *writes) close() {
+	w.mu.Lock()
+	w.closed = true
 	w.mu.Unlock()
 }
 

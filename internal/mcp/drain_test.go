@@ -89,3 +89,38 @@ func TestDrainWaitsForAForwardUnderWay(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseRedeemsNothingMore: once the console closes the gateway (its
+// HTTP server shut down), a request still running redeems nothing, so
+// nothing runs with the database about to close under its outcome: the
+// call is answered not_sent and stays approved, whether a rule approved
+// it at submission or a person after a hold; the upstream never sees it.
+func TestCloseRedeemsNothingMore(t *testing.T) {
+	e := newEnv(t, envOptions{trust: true, hold: 10 * time.Second, tools: rulesTools})
+	cs := e.client(nil, "")
+	if res := callRaw(t, cs, "add", `{"a":1,"b":1}`); res.IsError || text(res) != "2" {
+		t.Fatalf("a call before Close: %s", text(res))
+	}
+	ran := e.calls.Load()
+	e.gw.Close()
+	for _, args := range []string{`{"a":2,"b":3}`, `{"a":200,"b":3}`} {
+		if args == `{"a":200,"b":3}` {
+			// A person approves it while it is held.
+			for len(e.events) > 0 {
+				<-e.events
+			}
+			go e.approveNext(nil)
+		}
+		res := callRaw(t, cs, "add", args)
+		st := status(t, res)
+		if !res.IsError || st["status"] != mcp.StatusNotSent || !strings.Contains(text(res), "shutting down") {
+			t.Fatalf("%s after Close: %s %v", args, text(res), st)
+		}
+		if c := e.callOf(st["call_id"].(string)); c.Status != queue.StatusApproved {
+			t.Fatalf("%s after Close is %s, want approved", args, c.Status)
+		}
+	}
+	if n := e.calls.Load(); n != ran {
+		t.Fatalf("the upstream ran %d calls after Close", n-ran)
+	}
+}
