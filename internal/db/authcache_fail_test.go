@@ -111,27 +111,42 @@ func TestOpenFailsWithoutCounters(t *testing.T) {
 	mustToken(t, d)
 }
 
-// TestAuthCacheSymlinkedPath: a database opened through a symbolic link
-// counts into the counters of the file the link names.
+// TestAuthCacheSymlinkedPath: a database opened through a symbolic link,
+// to the file or to its directory, counts into the counters of the file
+// the link names.
 func TestAuthCacheSymlinkedPath(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "countersign.db")
-	d := openWithToken(t, path)
-	link := filepath.Join(t.TempDir(), "countersign.db")
-	if err := os.Symlink(path, link); err != nil {
-		t.Fatal(err)
-	}
-	cli, err := Open(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := revokeTokenA(cli); err != nil {
-		t.Fatal(err)
-	}
-	cli.Close()
-	wantTokenARevoked(t, d, "revoked through a symbolic link to the database")
-	if _, err := os.Lstat(link + authEpochSuffix); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("counters made beside the link: %v", err)
+	for _, to := range []string{"file", "directory"} {
+		t.Run(to, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "countersign.db")
+			d := openWithToken(t, path)
+			link := filepath.Join(t.TempDir(), "countersign.db")
+			if to == "file" {
+				if err := os.Symlink(path, link); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				linkDir := filepath.Join(t.TempDir(), "data")
+				if err := os.Symlink(dir, linkDir); err != nil {
+					t.Fatal(err)
+				}
+				link = filepath.Join(linkDir, "countersign.db")
+			}
+			cli, err := Open(link)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := revokeTokenA(cli); err != nil {
+				t.Fatal(err)
+			}
+			cli.Close()
+			wantTokenARevoked(t, d, "revoked through a symbolic link to the database's "+to)
+			if to == "file" {
+				if _, err := os.Lstat(link + authEpochSuffix); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("counters made beside the link: %v", err)
+				}
+			}
+		})
 	}
 }
 
