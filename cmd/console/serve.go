@@ -537,9 +537,9 @@ func (a *app) run(ctx context.Context, ln net.Listener, f serveFlags) error {
 	cancel()
 	wg.Wait()
 	if gw != nil {
-		// The outcomes of calls answered before the requests ended are
-		// written before the database closes.
-		gw.Drain()
+		// No call is redeemed from now on, and those redeemed are
+		// forwarded and their outcomes written before the database closes.
+		gw.Close()
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,19 @@ import (
 // process killed inside such a transaction leaves its write begun and
 // never ended: nothing is kept until every process has closed the
 // database and the next one to open it, alone, sets the counters level.
+//
+// What would let a write go uncounted fails closed instead:
+//
+//   - Open fails when the counters cannot be opened and mapped; they are
+//     named after the database's real path, so that every name of one
+//     file counts into one place.
+//   - A kept row is used only after a stat shows the counters file is
+//     still the one mapped (current): removed or replaced while the
+//     process runs, the process reads every row, and refuses its own
+//     writes to these tables (it would count them where nobody reads).
+//   - Triggers on the tables call countersign_auth_write, which only this
+//     package's connections define (connector.Connect): a connection that
+//     does not count has its write refused.
 
 // authTables are the tables whose rows the caches hold or depend on: the
 // accounts, sessions and tokens, their passkeys, and the freezes in force
@@ -56,6 +70,13 @@ type authEpoch struct {
 	f            *os.File
 	mem          []byte
 	begun, ended *atomic.Uint64
+	// path is the counters' file, named after the database file's real
+	// path (symbolic links resolved), and dev and ino the file mapped.
+	path     string
+	pathz    []byte // path, NUL-terminated, for statKey
+	dev, ino uint64
+	// closed is set before the file is let go of (close).
+	closed atomic.Bool
 }
 
 // authEpochSuffix names the counters' file after the database file.
@@ -65,32 +86,50 @@ const authEpochSuffix = "-auth"
 // creating it owner-only. It holds a shared lock on the file while open;
 // when it finds no other process holding one, it sets the counters level
 // (a write begun by a process that died never ends).
+//
+// The file is named after the database's real path, so that every name of
+// one database (a symbolic link to it, or to its directory) counts into
+// one file.
 func openAuthEpoch(dbPath string) (*authEpoch, error) {
-	f, err := os.OpenFile(dbPath+authEpochSuffix, os.O_RDWR|os.O_CREATE, 0o600)
+	real, err := filepath.EvalSymlinks(dbPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("db: the shared counters of %s: %w", dbPath, err)
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return nil, fmt.Errorf("db: the shared counters of %s: %w", dbPath, err)
+	}
+	path := real + authEpochSuffix
+	f, err := openCounters(path, os.Getuid())
+	if err != nil {
+		return nil, fmt.Errorf("db: the shared counters %s: %w", path, err)
 	}
 	fail := func(err error) (*authEpoch, error) {
 		f.Close()
-		return nil, fmt.Errorf("db: the shared counters of %s: %w", dbPath, err)
+		return nil, fmt.Errorf("db: the shared counters %s: %w", path, err)
 	}
 	if fi, err := f.Stat(); err != nil {
 		return fail(err)
+	} else if !fi.Mode().IsRegular() {
+		return fail(fmt.Errorf("not a regular file"))
 	} else if fi.Size() < authEpochSize {
 		if err := f.Truncate(authEpochSize); err != nil {
 			return fail(err)
 		}
 	}
+	dev, ino, ok := fileKey(f)
+	if !ok {
+		return fail(fmt.Errorf("cannot read its device and inode"))
+	}
 	mem, err := mapShared(f, authEpochSize)
 	if err != nil {
 		return fail(err)
 	}
-	e := &authEpoch{f: f, mem: mem,
+	e := &authEpoch{f: f, mem: mem, path: path, pathz: append([]byte(path), 0), dev: dev, ino: ino,
 		begun: (*atomic.Uint64)(unsafe.Pointer(&mem[0])), ended: (*atomic.Uint64)(unsafe.Pointer(&mem[8]))}
 	alone, err := lockShared(f)
 	if err != nil {
 		e.close()
-		return nil, fmt.Errorf("db: lock the shared counters of %s: %w", dbPath, err)
+		return nil, fmt.Errorf("db: lock the shared counters %s: %w", path, err)
 	}
 	if alone {
 		e.ended.Store(e.begun.Load())
@@ -102,16 +141,39 @@ func openAuthEpoch(dbPath string) (*authEpoch, error) {
 const authEpochSize = 4096
 
 func (e *authEpoch) close() {
-	if e == nil {
+	if e == nil || e.closed.Swap(true) {
 		return
 	}
 	unmapShared(e.mem)
 	e.f.Close()
 }
 
+// current reports whether the counters are still those every process
+// counts into: open, and the file mapped still the one at their path (not
+// removed, nor replaced by another that a process opened since). One
+// stat, against a statement's several microseconds; a row kept is used
+// only while it holds.
+func (e *authEpoch) current() bool {
+	if e.closed.Load() {
+		return false
+	}
+	dev, ino, ok := e.statKey()
+	return ok && dev == e.dev && ino == e.ino
+}
+
+// errCountersReplaced is why a write to accounts, sessions, tokens,
+// freezes or passkeys is refused by a process whose counters were removed
+// or replaced: other processes would never learn of it.
+func (e *authEpoch) errCountersReplaced() error {
+	return fmt.Errorf("db: the shared counters file %s was removed or replaced while this process ran, so other processes would not see this write; restart every Countersign process using this database", e.path)
+}
+
 // quiet returns how many writes have begun, and whether as many have
 // ended: a row read after quiet reported true may be kept with that count.
 func (e *authEpoch) quiet() (uint64, bool) {
+	if e.closed.Load() {
+		return 0, false
+	}
 	b := e.begun.Load()
 	return b, e.ended.Load() == b
 }
@@ -138,7 +200,7 @@ func (c *authCache[T]) get(e *authEpoch, key string) (T, bool) {
 	c.mu.Lock()
 	r, ok := c.rows[key]
 	c.mu.Unlock()
-	if !ok || e.begun.Load() != r.tag {
+	if !ok || e.closed.Load() || e.begun.Load() != r.tag || !e.current() {
 		return zero, false
 	}
 	return r.v, true

@@ -23,7 +23,7 @@ import (
 
 // authFixture is a token and a session of user olga in the database at
 // path, written through d.
-func authFixture(t *testing.T, d *DB) {
+func authFixture(t testing.TB, d *DB) {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if err := d.Accounts().Update(context.Background(), func(tx account.Tx) error {

@@ -78,7 +78,8 @@ type DB struct {
 	stmts stmtCounter
 	// auth counts the writes to accounts, sessions and tokens of every
 	// process, and cached holds what was read of them (authcache.go); auth
-	// is nil when nothing may be kept.
+	// is nil only where shared memory is not to be had (no unix), and then
+	// nothing is kept.
 	auth   *authEpoch
 	cached authCaches
 }
@@ -143,9 +144,16 @@ func Open(path string) (*DB, error) {
 	}
 	d := &DB{path: path, now: time.Now, writing: make(chan struct{}, 1), batchLimit: maxBatch}
 	// Sessions and tokens are kept in memory while no process writes
-	// accounts, sessions or tokens (authcache.go); where the shared
-	// counters cannot be had, every request reads them.
-	d.auth, _ = openAuthEpoch(path)
+	// accounts, sessions or tokens (authcache.go). A process that cannot
+	// count its writes into the shared counters must not write them
+	// unseen: Open fails.
+	if haveSharedCounters {
+		auth, err := openAuthEpoch(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w (every Countersign process using %s must map this file beside it: check that its directory is writable by this user, that the file belongs to this user, and that it is a plain file)", err, path)
+		}
+		d.auth = auth
+	}
 	// The driver sql.Open("sqlite3", …) would use, its connections
 	// counting their statements (statements.go).
 	sqldb := sql.OpenDB(connector{dsn: DSN(path), drv: &sqlite3.SQLiteDriver{}, stmts: &d.stmts, auth: d.auth})
@@ -211,6 +219,9 @@ func (d *DB) Close() error {
 func (d *DB) Ping(ctx context.Context) error {
 	if err := d.sameFile(); err != nil {
 		return err
+	}
+	if d.auth != nil && !d.auth.current() {
+		return d.auth.errCountersReplaced()
 	}
 	var id string
 	if err := d.sql.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'identity'`).Scan(&id); err != nil {

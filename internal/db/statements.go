@@ -74,6 +74,19 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	cc := &countingConn{c: conn.(*sqlite3.SQLiteConn), stmts: c.stmts, auth: c.auth}
+	// The triggers on the tables the caches depend on call this function
+	// (migration 240): a connection without it (the sqlite3 shell, a
+	// script, a binary that does not count) has its write refused, and a
+	// process whose counters were removed or replaced refuses its own.
+	if err := cc.c.RegisterFunc(authWriteFunc, func() (int64, error) {
+		if cc.auth != nil && !cc.auth.current() {
+			return 0, cc.auth.errCountersReplaced()
+		}
+		return 0, nil
+	}, false); err != nil {
+		cc.c.Close()
+		return nil, err
+	}
 	if cc.auth != nil {
 		cc.c.RegisterUpdateHook(func(_ int, _, table string, _ int64) {
 			if authTables[table] && !cc.authWrite {
@@ -86,6 +99,10 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 }
 
 func (c connector) Driver() driver.Driver { return c.drv }
+
+// authWriteFunc is the SQL function the triggers on users, sessions,
+// tokens, freezes and passkeys call on every row they change.
+const authWriteFunc = "countersign_auth_write"
 
 // countingConn is a SQLite connection that counts its statements. It
 // implements the interfaces of *sqlite3.SQLiteConn that database/sql uses,

@@ -76,8 +76,14 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	var c *queue.Call
 	var redeemed *queue.Redemption
 	var err error
-	if g.upstreamConnected(t) {
+	// Counted from before the redemption until its outcome is written
+	// (forward), so that Drain waits for the forward it may lead to; once
+	// Close has begun, nothing is redeemed.
+	if g.upstreamConnected(t) && g.pending.add() {
 		c, _, redeemed, err = g.cfg.Queue.SubmitAndRedeem(ctx, agent.principal(), p, perr)
+		if err != nil || redeemed == nil || !redeemed.Accepted {
+			g.pending.done()
+		}
 	} else {
 		c, _, err = g.cfg.Queue.SubmitProposal(ctx, agent.principal(), p, perr)
 	}
@@ -290,7 +296,17 @@ func (g *Gateway) redeemAndForward(ctx context.Context, log *slog.Logger, agent 
 	// From here on the call runs to its end whatever the client does.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ForwardTimeout)
 	defer cancel()
+	// Counted from before the redemption until its outcome is written
+	// (forward), so that Drain waits for the forward; once Close has
+	// begun, nothing is redeemed.
+	if !g.pending.add() {
+		return toolError(StatusNotSent, fmt.Sprintf("Countersign is shutting down, so the approved call was not sent. It stays approved until %s: re-issue the identical call once Countersign answers again.",
+			c.GrantExpiresAt.UTC().Format(time.RFC3339)), map[string]any{"call_id": c.ID})
+	}
 	r, err := g.cfg.Queue.RedeemCall(ctx, agent.principal(), c.Grant, p)
+	if err != nil || !r.Accepted {
+		g.pending.done()
+	}
 	if err != nil {
 		var pe *queue.ProposalError
 		if errors.As(err, &pe) {
@@ -322,8 +338,17 @@ func (g *Gateway) upstreamConnected(t *tools.Tool) bool {
 // forward sends a redeemed call to its upstream with exactly the canonical
 // argument bytes that were hashed, returns the upstream's result without
 // loss, and reports the outcome. ctx is the forward's own, which the
-// client's going away does not end.
+// client's going away does not end. It is called counted in g.pending
+// (from before the redemption) and ends the count once the outcome is
+// written: Drain waits for a forward under way, up to ForwardTimeout and
+// the outcome's write.
 func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t *tools.Tool, p canonical.Proposal, c *queue.Call) *sdk.CallToolResult {
+	handed := false
+	defer func() {
+		if !handed {
+			g.pending.done()
+		}
+	}()
 	name := t.Mirror.UpstreamName
 	u := g.upstreams[t.Mirror.Server]
 	args, err := canonical.Encode(p.Args)
@@ -371,7 +396,7 @@ func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t 
 	// marks for people to resolve. A failed or unknown outcome is written
 	// before the answer, so that whatever the model does next about the
 	// failure meets it recorded.
-	g.pending.add()
+	handed = true
 	go func() {
 		defer g.pending.done()
 		g.outcome(ctx, log, agent, c, queue.OutcomeSucceeded, "")
@@ -391,22 +416,47 @@ func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c 
 	}
 }
 
-// Drain returns once every outcome still being written after its call was
-// answered is written: the console calls it after the last request ended,
-// before the database closes.
+// Drain returns once every call redeemed has been forwarded and its outcome
+// written, those answered before their outcome included: the console calls
+// it after the HTTP server shut down, before the database closes. A
+// forward that outlived the shutdown (its upstream slow to answer) is
+// waited for, up to ForwardTimeout and the outcome's write.
 func (g *Gateway) Drain() { g.pending.wait() }
 
-// writes counts the outcomes being written after their calls were
-// answered.
-type writes struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond
+// Close stops the gateway redeeming calls, then drains it: a request
+// still running after the HTTP server's shutdown gave up on it redeems
+// nothing (the call stays approved, and the agent is told to re-issue it),
+// so no call can run with the database closed under its outcome. The
+// console calls it after the HTTP server shut down, before the database
+// closes.
+func (g *Gateway) Close() {
+	g.pending.close()
+	g.pending.wait()
 }
 
-func (w *writes) add() {
+// writes counts the calls redeemed whose outcome is not written yet.
+type writes struct {
+	mu     sync.Mutex
+	n      int
+	idle   *sync.Cond
+	closed bool // no more are counted: add reports false
+}
+
+// add counts one more, unless close was called: then it reports false,
+// and the caller must not redeem.
+func (w *writes) add() bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
 	w.n++
+	return true
+}
+
+func (w *writes) close() {
+	w.mu.Lock()
+	w.closed = true
 	w.mu.Unlock()
 }
 

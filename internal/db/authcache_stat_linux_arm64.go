@@ -1,0 +1,5 @@
+package db
+
+import "syscall"
+
+const sysFstatat = syscall.SYS_FSTATAT
