@@ -346,8 +346,12 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 	// ago, whatever the number of calls.
 	const round = 50
 	r.c.Set(time.Now().Add(-100*24*time.Hour - time.Duration(calls/round)*time.Hour))
+	t.Logf("load average %s at the start", loadAverage())
 	start := time.Now()
 	for done := 0; done < calls; done += round {
+		if done > 0 && done%100000 == 0 {
+			t.Logf("%d calls proposed and expired in %s (load average %s)", done, time.Since(start).Round(time.Second), loadAverage())
+		}
 		if done > 0 && done%1000 == 0 {
 			if _, err := r.d.Checkpoint(ctx, r.key); err != nil {
 				t.Fatal(err)
@@ -378,12 +382,33 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 	}
 	t.Logf("%d calls proposed and expired in %s", calls, time.Since(start).Round(time.Millisecond))
 	archive := t.TempDir()
+	if fi, err := os.Stat(dbPath(r.data)); err == nil {
+		t.Logf("database file %d bytes before the prune (load average %s)", fi.Size(), loadAverage())
+	}
 	// Runs of at most 13,000 entries, each ending at a checkpoint (the
-	// first at entry 12,001, after the tools file and 6,000 calls), until nothing is left to remove.
+	// first at entry 12,001, after the tools file and 6,000 calls), until
+	// nothing is left to remove. The whole trail is verified after each
+	// run up to 100,000 calls, and after every 20th run and the last one
+	// beyond (each verification reads all that is left).
 	removed, runs := 0, 0
+	var peak uint64
+	pruneStart := time.Now()
+	verify := func() {
+		t.Helper()
+		if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
+			t.Fatalf("verify after prune %d = %d\n%s", runs, code, out)
+		}
+	}
 	for {
 		start = time.Now()
-		code, out, errs := auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--max-entries", "13000", "--archive", archive, "--as", "root")
+		var (
+			code      int
+			out, errs string
+		)
+		heap := peakHeap(func() {
+			code, out, errs = auditRun(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--max-entries", "13000", "--archive", archive, "--as", "root")
+		})
+		peak = max(peak, heap)
 		if code != 0 {
 			t.Fatalf("prune %d = %d %q %q", runs+1, code, out, errs)
 		}
@@ -399,11 +424,14 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 		}
 		n, _ := strconv.Atoi(m[3])
 		removed, runs = removed+n, runs+1
-		t.Logf("%s in %s", m[0], time.Since(start).Round(time.Millisecond))
-		if code, out, _ := auditRun(t, "audit", "verify", "--data", r.data); code != 0 {
-			t.Fatalf("verify after prune %d = %d\n%s", runs, code, out)
+		t.Logf("%s in %s, peak heap %.1f MiB above the start", m[0], time.Since(start).Round(time.Millisecond), float64(heap)/(1<<20))
+		if calls <= 100000 || runs%20 == 0 {
+			verify()
 		}
 	}
+	verify()
+	t.Logf("removed entries: %d in %d runs in %s, the most heap a run took %.1f MiB (load average %s)",
+		removed, runs, time.Since(pruneStart).Round(time.Second), float64(peak)/(1<<20), loadAverage())
 	if removed != 2*calls+1 {
 		t.Errorf("removed %d entries in %d runs, want %d (and the tools file's)", removed, runs, 2*calls+1)
 	}
@@ -411,6 +439,7 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 	if len(packs) != runs || runs < 2 {
 		t.Fatalf("archive holds %v", packs)
 	}
+	start = time.Now()
 	for _, p := range packs {
 		if code, out := pyVerify(t, nil, p, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
 			t.Errorf("python verify of %s = %d\n%s", p, code, out)
@@ -419,7 +448,10 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 			t.Errorf("verify of %s = %d\n%s", p, code, out)
 		}
 	}
+	t.Logf("%d archives verified with both verifiers in %s", len(packs), time.Since(start).Round(time.Second))
+	start = time.Now()
 	code, out, _ := auditRun(t, "compact", "--data", r.data)
+	t.Logf("compacted in %s (load average %s)", time.Since(start).Round(time.Millisecond), loadAverage())
 	fm := regexp.MustCompile(`(\d+) pages freed`).FindStringSubmatch(out)
 	if code != 0 || fm == nil || fm[1] == "0" {
 		t.Errorf("compact = %d %q, want pages freed", code, out)
