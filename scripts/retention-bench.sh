@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 CALLS=${1:-1000000}
 COUNTERSIGN_TEST_ALL=1 COUNTERSIGN_RETENTION_CALLS=$CALLS \
 	go test -count=1 -v -timeout 12h -run '^TestAuditPruneTenThousandCalls$' ./cmd/console/ |
-	grep -E 'load average|calls proposed|database file|removed entries|archives verified|compacted|^(---|ok|FAIL)'
+	grep --line-buffered -E 'load average|calls proposed|database file|removed entries|archives verified|compacted|^(---|ok|FAIL)'
