@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/answer"
@@ -176,7 +177,7 @@ func (s *section) call(e *audit.Entry) (call, error) {
 		if err := details(e, &d); err != nil {
 			return c, err
 		}
-		c = call{tool: d.Tool, actor: e.Principal}
+		c = call{tool: d.Tool, actor: strings.Clone(e.Principal)}
 	} else {
 		// Forgotten, or proposed before the section: the store says
 		// whether this is the call's first entry in the section.

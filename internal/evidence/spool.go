@@ -7,6 +7,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"strings"
 )
 
 // spool is one large file of a pack (the chain, the lineage, the passkey
@@ -80,11 +81,14 @@ func (c *fifo[V]) get(k string) (V, bool) {
 	return v, ok
 }
 
+// put remembers v under a copy of k (an entry's call id shares the memory
+// of its whole line).
 func (c *fifo[V]) put(k string, v V) {
 	if _, ok := c.m[k]; ok {
 		c.m[k] = v
 		return
 	}
+	k = strings.Clone(k)
 	if len(c.order) < c.max {
 		c.order = append(c.order, k)
 	} else {

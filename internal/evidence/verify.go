@@ -483,7 +483,7 @@ func (c *chainCheck) check(e *audit.Entry) error {
 	if c.next != nil && c.next.CallID == e.CallID && (st == nil || st.claim == nil) {
 		if st == nil {
 			st = &callState{}
-			c.calls[e.CallID] = st
+			c.calls[strings.Clone(e.CallID)] = st
 		}
 		st.claim = c.next
 		c.checked++
@@ -504,7 +504,7 @@ func (c *chainCheck) check(e *audit.Entry) error {
 	case audit.KindApproved:
 		if st == nil {
 			st = &callState{}
-			c.calls[e.CallID] = st
+			c.calls[strings.Clone(e.CallID)] = st
 		}
 		st.approved = append(st.approved, d.Digest)
 	case audit.KindRedeemed:
