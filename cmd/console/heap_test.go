@@ -10,19 +10,20 @@ import (
 	"time"
 )
 
-// heapObjects is the runtime metric peakHeap samples: the bytes of heap
-// objects, live or not yet swept.
-const heapObjects = "/memory/classes/heap/objects:bytes"
+// heapLive is the runtime metric peakHeap samples: the bytes of the heap
+// objects the last collection found live.
+const heapLive = "/gc/heap/live:bytes"
 
-// peakHeap runs f and returns the most heap its objects took while it ran,
-// above what they took when it started (after a collection), sampled every
-// millisecond and once more at the end. The collector runs at GOGC=5
-// meanwhile, so that the peak is what f holds rather than garbage waiting
-// for a collection, whose amount follows the run's length.
+// peakHeap runs f and returns the most heap found live while it ran,
+// above what was live when it started: the metric after each collection,
+// sampled every millisecond and after a last collection at the end. The
+// collector runs at GOGC=5 meanwhile, so that collections come often and
+// the peak is what f holds; objects allocated while a collection marks,
+// whose amount follows the machine's load, are not counted.
 func peakHeap(f func()) uint64 {
 	defer debug.SetGCPercent(debug.SetGCPercent(5))
 	runtime.GC()
-	sample := []metrics.Sample{{Name: heapObjects}}
+	sample := []metrics.Sample{{Name: heapLive}}
 	read := func() uint64 {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64()
@@ -55,10 +56,10 @@ func peakHeap(f func()) uint64 {
 		}
 	}()
 	f()
-	note()
 	close(done)
 	wg.Wait()
-	return peak - base
+	note()
+	return peak - min(peak, base)
 }
 
 // loadAverage is the first three fields of /proc/loadavg ("" where there
