@@ -13,7 +13,8 @@ every file's SHA-256; every entry of the chain (canonical form, hash, links,
 the signed header, a signed checkpoint at both ends); every checkpoint; the
 passkey evidence of every approval signed with a passkey; that every redeemed
 digest equals a digest an approval of the call approved; and each call's
-lineage against the chain (docs/evidence.md).
+lineage against the chain (docs/evidence.md). It reads the pack in pieces, the
+lineage beside the chain, so its memory does not grow with the pack's length.
 
 Needs Python 3 and the `cryptography` package (Debian: python3-cryptography).
 Exit status: 0 when every check passes; 1 when the pack is damaged or signed
