@@ -1,14 +1,20 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/evidence"
+	"github.com/countersign/countersign/internal/grant"
 )
 
 // TestAuditPackLineageFollowsTheChain: lineage.jsonl holds one line per
@@ -100,4 +106,73 @@ func TestAuditPackLineageFollowsTheChain(t *testing.T) {
 func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// TestAuditPackForgettingCallsChangesNothing: a pass over the chain that
+// remembers one call at a time, and asks the store again for every call
+// it forgot, writes the same pack byte for byte as one that remembers
+// them all.
+func TestAuditPackForgettingCallsChangesNothing(t *testing.T) {
+	data, key := packRun(t)
+	makePack(t, data) // signs the checkpoint at the head, which both packs then share
+	ctx := context.Background()
+	d, err := openExisting(ctx, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys, err := grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	pack := func(recent int) []byte {
+		t.Helper()
+		var buf bytes.Buffer
+		res, err := evidence.Write(ctx, &buf, packSource{storage: d.storage, calls: d.queue}, evidence.Options{
+			Since: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC),
+			Signer: key, GrantKeys: keys.JWKS(), Verifiers: packVerifiers(), Now: now, TempDir: t.TempDir(), RecentCalls: recent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Signed.Seq != 0 || res.Calls < 3 {
+			t.Fatalf("pack = %+v, want several calls and no checkpoint signed", res)
+		}
+		return buf.Bytes()
+	}
+	all, one := untar(t, pack(0)), untar(t, pack(1))
+	// The chain's header says when it was exported, and the manifest
+	// holds the chain's SHA-256: the rest is compared whole.
+	for _, f := range []map[string][]byte{all, one} {
+		f[evidence.FileChain] = bytes.SplitN(f[evidence.FileChain], []byte("\n"), 2)[1]
+		delete(f, evidence.FileManifest)
+		delete(f, evidence.FileSignature)
+	}
+	if len(all) != len(one) {
+		t.Fatalf("the packs hold %d and %d files", len(all), len(one))
+	}
+	for name, b := range all {
+		if !bytes.Equal(one[name], b) {
+			t.Errorf("%s differs when the pass remembers one call:\n%s\nwant\n%s", name, one[name], b)
+		}
+	}
+}
+
+// untar returns the files of a tar archive.
+func untar(t *testing.T, b []byte) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files[h.Name], err = io.ReadAll(tr); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

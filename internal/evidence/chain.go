@@ -14,11 +14,11 @@ import (
 	"github.com/countersign/countersign/internal/queue"
 )
 
-// recentCalls is how many calls a pass over a chain remembers (their tool,
-// actor and whether an approval of them was seen); a call it forgot is
-// looked up in the store again. It bounds what writing a pack holds,
-// whatever the length of the chain.
-const recentCalls = 8192
+// DefaultRecentCalls is how many calls a pass over a chain remembers
+// (their tool, actor and whether an approval of them was seen); a call it
+// forgot is looked up in the store again. It bounds what writing a pack
+// holds, whatever the length of the chain.
+const DefaultRecentCalls = 8192
 
 // exportChain writes the run of entries between opt's times (starting no
 // later than fromSeq when above 0), widened to checkpoints, to sp; when
@@ -53,7 +53,7 @@ func exportChain(ctx context.Context, src Source, opt Options, fromSeq int64, sp
 
 // section is one pass over an exported chain section, entry by entry: it
 // writes the checkpoints, passkey and lineage files as it goes and counts
-// the summary. What it holds is bounded: the header, recentCalls calls,
+// the summary. What it holds is bounded: the header, opt.RecentCalls calls,
 // and the calls whose outcome is unresolved.
 type section struct {
 	ctx context.Context
@@ -76,8 +76,12 @@ type call struct{ tool, actor string }
 
 // readSection reads the chain section from r.
 func readSection(ctx context.Context, src Source, opt Options, r io.Reader, cps, keys, ev, lineage io.Writer) (*section, error) {
+	recent := opt.RecentCalls
+	if recent <= 0 {
+		recent = DefaultRecentCalls
+	}
 	s := &section{ctx: ctx, src: src, opt: opt, cps: cps, keys: keys, ev: ev, lineage: lineage,
-		calls: newFIFO[call](recentCalls), approved: newFIFO[bool](recentCalls), unresolved: map[string]bool{}}
+		calls: newFIFO[call](recent), approved: newFIFO[bool](recent), unresolved: map[string]bool{}}
 	xr := audit.NewExportReader(r)
 	for {
 		rec, err := xr.Next()

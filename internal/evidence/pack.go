@@ -85,6 +85,9 @@ type Options struct {
 	// TempDir is where the pack's large files are written before the
 	// archive is assembled ("" is the system's temporary directory).
 	TempDir string
+	// RecentCalls is how many calls a pass over the chain remembers (0 is
+	// DefaultRecentCalls); it asks the store again for a call it forgot.
+	RecentCalls int
 }
 
 // ErrEmpty is a pack asked for a time range that holds no entry.
@@ -144,7 +147,7 @@ type Result struct {
 // back entry by entry to write the other large files (each to its own
 // temporary file, its SHA-256 computed as it is written), then the archive
 // is assembled, manifest first. What it holds in memory is bounded (see
-// recentCalls), whatever the length of the range.
+// RecentCalls), whatever the length of the range.
 func Write(ctx context.Context, w io.Writer, src Source, opt Options) (Result, error) {
 	var res Result
 	if opt.Signer == nil {

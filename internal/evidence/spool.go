@@ -23,7 +23,7 @@ type spool struct {
 }
 
 func newSpool(dir, name string) (*spool, error) {
-	f, err := os.CreateTemp(dir, "spool-*")
+	f, err := os.CreateTemp(dir, strings.ReplaceAll(name, "/", "-")+"-*")
 	if err != nil {
 		return nil, err
 	}

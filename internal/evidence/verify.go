@@ -195,8 +195,8 @@ func Verify(r io.ReaderAt, size int64, trust Trust) (Report, error) {
 	return rep, nil
 }
 
-// section returns a reader of the pack's file name from its start (an
-// empty one when the pack has none).
+// open returns a reader of the pack's file name from its start (an empty
+// one when the pack has none).
 func open(files map[string]*io.SectionReader, name string) io.Reader {
 	sr, ok := files[name]
 	if !ok {
@@ -368,7 +368,9 @@ func chainHead(r io.Reader) (*audit.ExportHeader, []audit.Checkpoint, error) {
 	return h, cps, nil
 }
 
-// hashWriter is a SHA-256 that counts nothing else.
+// hashWriter is an io.Writer that keeps only the SHA-256 of what it is
+// given: a file the verifier derives from the chain, compared by digest
+// with the pack's.
 type hashWriter struct{ h hash.Hash }
 
 func (w hashWriter) Write(p []byte) (int, error) { return w.h.Write(p) }
