@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,9 +38,12 @@ type agedRun struct {
 	c    *testkit.Clock
 	// toolsDigest is the tools file's, recorded as entry 1.
 	toolsDigest string
-	// submit proposes one more call; finish runs n more to their end.
-	submit func() *queue.Call
-	finish func(n int)
+	// submit proposes one more call; submitMany proposes n more at once,
+	// so that the store's group commit writes them in a few transactions;
+	// finish runs n more to their end.
+	submit     func() *queue.Call
+	submitMany func(n int)
+	finish     func(n int)
 }
 
 func newAgedRun(t *testing.T, old, openOld, recent int) *agedRun {
@@ -78,14 +82,35 @@ func newAgedRun(t *testing.T, old, openOld, recent int) *agedRun {
 	}
 	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
 	n := 0
+	body := func(k int) []byte {
+		return []byte(`{"tool":"payments.refund","target":"invoice:INV-` + strconv.Itoa(k) + `","args":{"amount_minor":100,"currency":"EUR"}}`)
+	}
 	submit := func() *queue.Call {
 		t.Helper()
 		n++
-		c, _, err := q.Submit(ctx, payer, []byte(`{"tool":"payments.refund","target":"invoice:INV-`+strconv.Itoa(n)+`","args":{"amount_minor":100,"currency":"EUR"}}`))
+		c, _, err := q.Submit(ctx, payer, body(n))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
+	}
+	r.submitMany = func(count int) {
+		t.Helper()
+		errs := make(chan error, count)
+		var wg sync.WaitGroup
+		for k := n + 1; k <= n+count; k++ {
+			wg.Go(func() {
+				if _, _, err := q.Submit(ctx, payer, body(k)); err != nil {
+					errs <- err
+				}
+			})
+		}
+		n += count
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
 	}
 	for range openOld {
 		submit()
@@ -357,9 +382,7 @@ func TestAuditPruneTenThousandCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for range round {
-			r.submit()
-		}
+		r.submitMany(round)
 		r.c.Advance(time.Hour)
 		for expired := 0; expired < round; {
 			n, err := r.q.ExpireDue(ctx)
