@@ -2,7 +2,8 @@
 # Runs CALLS calls (default 1,000,000) proposed and expired 100 days ago
 # through console audit prune, in runs of at most 13,000 entries, each
 # archived in an evidence pack that both verifiers check, then compacts
-# the database. It prints how long each step took and the pages freed
+# the database. It prints how long each step took, the load average, the
+# heap of the first prune run and of every tenth, and the pages freed
 # (TestAuditPruneTenThousandCalls, which make test runs with 10,000).
 #
 #   scripts/retention-bench.sh [CALLS]
