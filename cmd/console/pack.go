@@ -133,6 +133,9 @@ func writePack(ctx context.Context, out string, src evidence.Source, opt evidenc
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if opt.TempDir == "" {
+		opt.TempDir = filepath.Dir(out)
+	}
 	res, err := evidence.Write(ctx, bw, src, opt)
 	if err == nil {
 		err = bw.Flush()
@@ -166,7 +169,12 @@ func verifyPack(e *env, name string, trust evidence.Trust) int {
 		return 1
 	}
 	defer f.Close()
-	rep, err := evidence.Verify(bufio.NewReaderSize(f, 1<<20), trust)
+	fi, err := f.Stat()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "console audit verify: %v\n", err)
+		return 1
+	}
+	rep, err := evidence.Verify(f, fi.Size(), trust)
 	if errors.Is(err, evidence.ErrUntrusted) {
 		fmt.Fprintf(e.stdout, "NOT VERIFIED: %s: %v. Nothing in it was checked further\n", name, err)
 		return 1

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -9,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,10 +188,7 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 			res.Chain.FromSeq, res.Chain.ToSeq, plan.from, plan.to)
 		return 1
 	}
-	b, err := os.ReadFile(name)
-	if err == nil {
-		_, err = evidence.Verify(bytes.NewReader(b), evidence.Trust{PublicKeys: trust})
-	}
+	manifest, err := verifyArchive(name, trust)
 	if err == nil {
 		err = syncDir(*archive)
 	}
@@ -203,7 +200,6 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "console audit prune: the archive %s does not verify: %v; nothing was removed%s\n", name, err, hint)
 		return 1
 	}
-	manifest := sha256.Sum256(b)
 
 	// Phase two: one transaction appends the pruned entry and deletes.
 	snapshot, err := stateSnapshot(ctx, eng, d, accounts)
@@ -234,6 +230,28 @@ func auditPrune(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "run console compact --data DIR (while the console is stopped or quiet) to give the space back to the file system")
 	}
 	return 0
+}
+
+// verifyArchive reads an archive back, verifies it against the audit key
+// and returns its SHA-256, reading it in pieces.
+func verifyArchive(name string, trust []string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := evidence.Verify(f, fi.Size(), evidence.Trust{PublicKeys: trust}); err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
 }
 
 // prunePlan is the run of entries a prune removes, or why none.

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,9 +47,12 @@ type agedRun struct {
 	c   *testkit.Clock
 	// toolsDigest is the tools file's, recorded as entry 1.
 	toolsDigest string
-	// submit proposes one more call; finish runs n more to their end.
-	submit func() *queue.Call
-	finish func(n int)
+	// submit proposes one more call; submitMany proposes n more at once,
+	// so that the store's group commit writes them in a few transactions;
+	// finish runs n more to their end.
+	submit     func() *queue.Call
+	submitMany func(n int)
+	finish     func(n int)
 }
 
 // agedStore is what the tests read and write of either engine.
@@ -162,14 +166,35 @@ func newAgedRunOn(t *testing.T, url string, old, openOld, recent int) *agedRun {
 	}
 	payer := queue.Principal{Actor: "agent:billing", Audience: "payments-host", TokenID: "tok1"}
 	n := 0
+	body := func(k int) []byte {
+		return []byte(`{"tool":"payments.refund","target":"invoice:INV-` + strconv.Itoa(k) + `","args":{"amount_minor":100,"currency":"EUR"}}`)
+	}
 	submit := func() *queue.Call {
 		t.Helper()
 		n++
-		c, _, err := q.Submit(ctx, payer, []byte(`{"tool":"payments.refund","target":"invoice:INV-`+strconv.Itoa(n)+`","args":{"amount_minor":100,"currency":"EUR"}}`))
+		c, _, err := q.Submit(ctx, payer, body(n))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
+	}
+	r.submitMany = func(count int) {
+		t.Helper()
+		errs := make(chan error, count)
+		var wg sync.WaitGroup
+		for k := n + 1; k <= n+count; k++ {
+			wg.Go(func() {
+				if _, _, err := q.Submit(ctx, payer, body(k)); err != nil {
+					errs <- err
+				}
+			})
+		}
+		n += count
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
 	}
 	for range openOld {
 		submit()
@@ -432,16 +457,18 @@ func pruneTenThousandCalls(t *testing.T, url string) {
 	// ago, whatever the number of calls.
 	const round = 50
 	r.c.Set(time.Now().Add(-100*24*time.Hour - time.Duration(calls/round)*time.Hour))
+	t.Logf("load average %s at the start", loadAverage())
 	start := time.Now()
 	for done := 0; done < calls; done += round {
+		if done > 0 && done%100000 == 0 {
+			t.Logf("%d calls proposed and expired in %s (load average %s)", done, time.Since(start).Round(time.Second), loadAverage())
+		}
 		if done > 0 && done%1000 == 0 {
 			if _, err := r.st.Checkpoint(ctx, r.key); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for range round {
-			r.submit()
-		}
+		r.submitMany(round)
 		r.c.Advance(time.Hour)
 		for expired := 0; expired < round; {
 			n, err := r.q.ExpireDue(ctx)
@@ -464,12 +491,41 @@ func pruneTenThousandCalls(t *testing.T, url string) {
 	}
 	t.Logf("%d calls proposed and expired in %s", calls, time.Since(start).Round(time.Millisecond))
 	archive := t.TempDir()
+	if fi, err := os.Stat(dbPath(r.data)); err == nil {
+		t.Logf("database file %d bytes before the prune (load average %s)", fi.Size(), loadAverage())
+	}
 	// Runs of at most 13,000 entries, each ending at a checkpoint (the
-	// first at entry 12,001, after the tools file and 6,000 calls), until nothing is left to remove.
+	// first at entry 12,001, after the tools file and 6,000 calls), until
+	// nothing is left to remove. The whole trail is verified after each
+	// run up to 100,000 calls, and after every 20th run and the last one
+	// beyond (each verification reads all that is left).
 	removed, runs := 0, 0
+	var peak uint64
+	pruneStart := time.Now()
+	verify := func() {
+		t.Helper()
+		if code, out, _ := r.run(t, "audit", "verify", "--data", r.data); code != 0 {
+			t.Fatalf("verify after prune %d = %d\n%s", runs, code, out)
+		}
+	}
 	for {
 		start = time.Now()
-		code, out, errs := r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--max-entries", "13000", "--archive", archive, "--as", "root")
+		var (
+			code      int
+			out, errs string
+		)
+		prune := func() {
+			code, out, errs = r.run(t, "audit", "prune", "--data", r.data, "--retain", "30d", "--max-entries", "13000", "--archive", archive, "--as", "root")
+		}
+		// The heap of the first run and of every tenth: measuring slows
+		// a run down (see peakHeap).
+		heap, measured := uint64(0), runs%10 == 0
+		if measured {
+			heap = peakHeap(prune)
+			peak = max(peak, heap)
+		} else {
+			prune()
+		}
 		if code != 0 {
 			t.Fatalf("prune %d = %d %q %q", runs+1, code, out, errs)
 		}
@@ -485,11 +541,18 @@ func pruneTenThousandCalls(t *testing.T, url string) {
 		}
 		n, _ := strconv.Atoi(m[3])
 		removed, runs = removed+n, runs+1
-		t.Logf("%s in %s", m[0], time.Since(start).Round(time.Millisecond))
-		if code, out, _ := r.run(t, "audit", "verify", "--data", r.data); code != 0 {
-			t.Fatalf("verify after prune %d = %d\n%s", runs, code, out)
+		if measured {
+			t.Logf("%s in %s, peak heap %.1f MiB above the start", m[0], time.Since(start).Round(time.Millisecond), float64(heap)/(1<<20))
+		} else {
+			t.Logf("%s in %s", m[0], time.Since(start).Round(time.Millisecond))
+		}
+		if calls <= 100000 || runs%20 == 0 {
+			verify()
 		}
 	}
+	verify()
+	t.Logf("removed entries: %d in %d runs in %s, the most heap a run took %.1f MiB (load average %s)",
+		removed, runs, time.Since(pruneStart).Round(time.Second), float64(peak)/(1<<20), loadAverage())
 	if removed != 2*calls+1 {
 		t.Errorf("removed %d entries in %d runs, want %d (and the tools file's)", removed, runs, 2*calls+1)
 	}
@@ -497,6 +560,7 @@ func pruneTenThousandCalls(t *testing.T, url string) {
 	if len(packs) != runs || runs < 2 {
 		t.Fatalf("archive holds %v", packs)
 	}
+	start = time.Now()
 	for _, p := range packs {
 		if code, out := pyVerify(t, nil, p, "--audit-key-fingerprint", fingerprintOf(r.key)); code != 0 {
 			t.Errorf("python verify of %s = %d\n%s", p, code, out)
@@ -505,8 +569,10 @@ func pruneTenThousandCalls(t *testing.T, url string) {
 			t.Errorf("verify of %s = %d\n%s", p, code, out)
 		}
 	}
+	t.Logf("%d archives verified with both verifiers in %s", len(packs), time.Since(start).Round(time.Second))
 	start = time.Now()
 	code, out, _ := r.run(t, "compact", "--data", r.data)
+	t.Logf("compacted in %s (load average %s)", time.Since(start).Round(time.Millisecond), loadAverage())
 	if url != "" {
 		// PostgreSQL's plain VACUUM makes the space reusable and gives
 		// back only empty pages at the table's end

@@ -69,7 +69,7 @@ func TestAdminEvidencePack(t *testing.T) {
 		!strings.Contains(resp.Header.Get("Content-Disposition"), "attachment") {
 		t.Fatalf("download = %d %q %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Disposition"), body)
 	}
-	rep, err := evidence.Verify(bytes.NewReader(body), evidence.Trust{Fingerprints: []string{evidence.Fingerprint(signer.PublicKey())}})
+	rep, err := evidence.Verify(bytes.NewReader(body), int64(len(body)), evidence.Trust{Fingerprints: []string{evidence.Fingerprint(signer.PublicKey())}})
 	if err != nil {
 		t.Fatalf("the downloaded pack does not verify: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"time"
 
@@ -81,6 +82,12 @@ type Options struct {
 	Verifiers map[string][]byte
 	// Now is the time the pack is made.
 	Now time.Time
+	// TempDir is where the pack's large files are written before the
+	// archive is assembled ("" is the system's temporary directory).
+	TempDir string
+	// RecentCalls is how many calls a pass over the chain remembers (0 is
+	// DefaultRecentCalls); it asks the store again for a call it forgot.
+	RecentCalls int
 }
 
 // ErrEmpty is a pack asked for a time range that holds no entry.
@@ -135,69 +142,86 @@ type Result struct {
 	Signed audit.Checkpoint
 }
 
-// Write makes a pack from src and writes it to w as a tar archive.
+// Write makes a pack from src and writes it to w as a tar archive. It
+// streams: the chain is exported to a temporary file in opt.TempDir, read
+// back entry by entry to write the other large files (each to its own
+// temporary file, its SHA-256 computed as it is written), then the archive
+// is assembled, manifest first. What it holds in memory is bounded (see
+// RecentCalls), whatever the length of the range.
 func Write(ctx context.Context, w io.Writer, src Source, opt Options) (Result, error) {
 	var res Result
 	if opt.Signer == nil {
 		return res, errors.New("evidence: a pack is signed with the audit key, and none was given")
 	}
-	chain, err := anchoredChain(ctx, src, opt, 0, &res)
+	dir, err := os.MkdirTemp(opt.TempDir, ".countersign-pack-*")
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("evidence: a directory for the pack's files: %w", err)
 	}
-	// A call redeemed in the range whose approvals precede the chain
-	// section: start the section at its first entry, so that every
-	// redeemed digest can be compared with an approved one.
-	first, err := earliestApproval(ctx, src, chain)
-	if err != nil {
-		return res, err
-	}
-	if first > 0 && first < chain.header.FromSeq {
-		if chain, err = anchoredChain(ctx, src, opt, first, &res); err != nil {
-			return res, err
-		}
-	}
-	files := map[string][]byte{FileChain: chain.raw}
-	res.Chain = ChainRange{FromSeq: chain.header.FromSeq, ToSeq: chain.header.ToSeq, Count: chain.header.Count, Head: chain.header.Head}
-
-	var cps bytes.Buffer
-	for _, c := range chain.checkpoints {
-		line, err := audit.AppendCheckpointLine(nil, c)
+	defer os.RemoveAll(dir)
+	spools := map[string]*spool{}
+	for _, name := range []string{FileChain, FileCheckpoints, FilePasskeys, FileEvidence, FileLineage} {
+		sp, err := newSpool(dir, name)
 		if err != nil {
 			return res, err
 		}
-		cps.Write(line)
+		defer sp.close()
+		spools[name] = sp
 	}
-	files[FileCheckpoints] = cps.Bytes()
+	var s *section
+	for fromSeq := int64(0); ; {
+		if err := exportChain(ctx, src, opt, fromSeq, spools[FileChain], &res); err != nil {
+			return res, err
+		}
+		for _, name := range []string{FileCheckpoints, FilePasskeys, FileEvidence, FileLineage} {
+			if err := spools[name].reset(); err != nil {
+				return res, err
+			}
+		}
+		chain, err := spools[FileChain].reader()
+		if err != nil {
+			return res, err
+		}
+		s, err = readSection(ctx, src, opt, chain, spools[FileCheckpoints], spools[FilePasskeys], spools[FileEvidence], spools[FileLineage])
+		if err != nil {
+			return res, err
+		}
+		if s.header.Count == 0 {
+			return res, ErrEmpty
+		}
+		// A call redeemed in the range whose approvals precede the chain
+		// section: start the section at its first entry, so that every
+		// redeemed digest can be compared with an approved one.
+		if fromSeq == 0 && s.first > 0 && s.first < s.header.FromSeq {
+			fromSeq = s.first
+			continue
+		}
+		break
+	}
+	h := s.header
+	res.Chain = ChainRange{FromSeq: h.FromSeq, ToSeq: h.ToSeq, Count: h.Count, Head: h.Head}
+	res.Summary, res.Calls = s.summary, s.lineageCalls
+
+	files := map[string][]byte{}
 	if files[FileAuditKey], err = jsonFile(AuditKey{KID: opt.Signer.KID(), PublicKey: opt.Signer.PublicKey(), Fingerprint: Fingerprint(opt.Signer.PublicKey())}); err != nil {
 		return res, err
 	}
 	files[FileGrantKeys] = opt.GrantKeys
-	if files[FilePasskeys], files[FileEvidence], err = passkeyFiles(chain.entries); err != nil {
-		return res, err
-	}
-
-	calls, err := callInfo(ctx, src, chain.entries)
-	if err != nil {
-		return res, err
-	}
-	res.Summary = summarize(chain.entries, calls, opt)
 	if files[FileSummary], err = jsonFile(res.Summary); err != nil {
-		return res, err
-	}
-	if files[FileLineage], res.Calls, err = lineageFile(ctx, src, res.Summary.callIDs, opt.Now); err != nil {
 		return res, err
 	}
 	for name, b := range opt.Verifiers {
 		files[VerifierDir+name] = b
 	}
-	files[FileReadme] = readme(res, chain.header, opt)
+	files[FileReadme] = readme(res, h, opt)
 
-	m := Manifest{Format: Format, Database: chain.header.Database, CreatedAt: audit.FormatTime(opt.Now), Since: timeText(opt.Since),
+	m := Manifest{Format: Format, Database: h.Database, CreatedAt: audit.FormatTime(opt.Now), Since: timeText(opt.Since),
 		Until: timeText(opt.Until), Tool: opt.Tool, Actor: opt.Actor, Chain: res.Chain}
 	for name, b := range files {
 		sum := sha256.Sum256(b)
 		m.Files = append(m.Files, FileSum{Name: name, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b))})
+	}
+	for name, sp := range spools {
+		m.Files = append(m.Files, FileSum{Name: name, SHA256: sp.sum(), Size: sp.n})
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
 	res.Manifest = m
@@ -210,7 +234,7 @@ func Write(ctx context.Context, w io.Writer, src Source, opt Options) (Result, e
 		return res, err
 	}
 	files[FileManifest], files[FileSignature] = manifest, sig
-	return res, writeTar(w, files, opt.Now)
+	return res, writeTar(w, files, spools, opt.Now)
 }
 
 // Sign signs a manifest's bytes with the audit key.
@@ -262,11 +286,14 @@ func jsonFile(v any) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// writeTar writes files as a tar archive: the README, the manifest and its
-// signature first, then the rest by name.
-func writeTar(w io.Writer, files map[string][]byte, now time.Time) error {
-	names := make([]string, 0, len(files))
+// writeTar writes files and spools as a tar archive: the README, the
+// manifest and its signature first, then the rest by name.
+func writeTar(w io.Writer, files map[string][]byte, spools map[string]*spool, now time.Time) error {
+	names := make([]string, 0, len(files)+len(spools))
 	for n := range files {
+		names = append(names, n)
+	}
+	for n := range spools {
 		names = append(names, n)
 	}
 	rank := map[string]int{FileReadme: 0, FileManifest: 1, FileSignature: 2}
@@ -283,11 +310,21 @@ func writeTar(w io.Writer, files map[string][]byte, now time.Time) error {
 	})
 	tw := tar.NewWriter(w)
 	for _, n := range names {
-		b := files[n]
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), ModTime: now.UTC().Truncate(time.Second), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		var r io.Reader
+		var size int64
+		if sp, ok := spools[n]; ok {
+			var err error
+			if r, err = sp.reader(); err != nil {
+				return err
+			}
+			size = sp.n
+		} else {
+			r, size = bytes.NewReader(files[n]), int64(len(files[n]))
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: size, ModTime: now.UTC().Truncate(time.Second), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
 			return err
 		}
-		if _, err := tw.Write(b); err != nil {
+		if _, err := io.Copy(tw, r); err != nil {
 			return err
 		}
 	}

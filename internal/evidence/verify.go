@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"path"
 	"slices"
@@ -97,26 +99,40 @@ type Report struct {
 	Notes []string
 }
 
-// Verify checks a pack read from r against what trust brings: the
-// manifest's signature and every file's SHA-256, the chain section (every
-// link, its signed header, its checkpoints at both ends and the outside
-// checkpoints), the passkey evidence of every approval, that every
-// redeemed digest equals an approved digest of its call, and the
+// MaxManifestBytes bounds MANIFEST.json, MANIFEST.sig and the other small
+// files a verifier reads whole (keys/audit.json).
+const MaxManifestBytes = 16 << 20
+
+// Verify checks a pack of size bytes read from r against what trust
+// brings: the manifest's signature and every file's SHA-256, the chain
+// section (every link, its signed header, its checkpoints at both ends and
+// the outside checkpoints), the passkey evidence of every approval, that
+// every redeemed digest equals an approved digest of its call, and the
 // lineage against the chain. The error is ErrUntrusted (wrapped) or a
 // *Damage.
-func Verify(r io.Reader, trust Trust) (Report, error) {
+//
+// It streams: each file is read in pieces, the chain and the lineage side
+// by side, and what it holds is bounded by the calls still open at a point
+// of the chain (see chainCheck), not by the length of the chain.
+func Verify(r io.ReaderAt, size int64, trust Trust) (Report, error) {
 	var rep Report
-	files, err := readTar(r)
+	files, err := indexTar(r, size)
 	if err != nil {
 		return rep, err
 	}
-	sigRaw, ok := files[FileSignature]
-	if !ok {
+	if _, ok := files[FileSignature]; !ok {
 		return rep, damaged(FileSignature, "missing: the pack is not signed")
 	}
-	manifestRaw, ok := files[FileManifest]
-	if !ok {
+	if _, ok := files[FileManifest]; !ok {
 		return rep, damaged(FileManifest, "missing")
+	}
+	sigRaw, err := readSmall(files, FileSignature)
+	if err != nil {
+		return rep, err
+	}
+	manifestRaw, err := readSmall(files, FileManifest)
+	if err != nil {
+		return rep, err
 	}
 	var sig Signature
 	if err := strict(sigRaw, &sig); err != nil {
@@ -141,77 +157,97 @@ func Verify(r io.Reader, trust Trust) (Report, error) {
 	if m.Format != Format {
 		return rep, damaged(FileManifest, "format %q, want %q", m.Format, Format)
 	}
-	listed := map[string]bool{}
+	sums := map[string]string{}
 	for _, f := range m.Files {
-		b, ok := files[f.Name]
+		sr, ok := files[f.Name]
 		if !ok {
 			return rep, damaged(f.Name, "listed in the manifest but not in the pack")
 		}
-		sum := sha256.Sum256(b)
-		if hex.EncodeToString(sum[:]) != f.SHA256 || int64(len(b)) != f.Size {
+		h := sha256.New()
+		n, err := io.Copy(h, io.NewSectionReader(sr, 0, sr.Size()))
+		if err != nil {
+			return rep, damaged(f.Name, "does not read: %v", err)
+		}
+		sum := hex.EncodeToString(h.Sum(nil))
+		if sum != f.SHA256 || n != f.Size {
 			return rep, damaged(f.Name, "its SHA-256 differs from the manifest's (the file was altered)")
 		}
-		listed[f.Name] = true
+		sums[f.Name] = sum
 	}
 	for name := range files {
-		if !listed[name] && name != FileManifest && name != FileSignature {
+		if _, listed := sums[name]; !listed && name != FileManifest && name != FileSignature {
 			return rep, damaged(name, "in the pack but not in the manifest (a file was added)")
 		}
 	}
 	rep.Files = len(m.Files)
 
 	var ak AuditKey
-	if err := strict(files[FileAuditKey], &ak); err != nil || ak.PublicKey != sig.PublicKey {
+	akRaw, err := readSmall(files, FileAuditKey)
+	if err != nil {
+		return rep, err
+	}
+	if err := strict(akRaw, &ak); err != nil || ak.PublicKey != sig.PublicKey {
 		return rep, damaged(FileAuditKey, "does not name the key that signed the manifest")
 	}
-	if err := verifyChain(files, trust, sig.PublicKey, &rep); err != nil {
+	if err := verifyChain(files, sums, trust, sig.PublicKey, &rep); err != nil {
 		return rep, err
 	}
 	return rep, nil
 }
 
-// verifyChain checks the chain section and what is derived from it.
-func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) error {
-	raw := files[FileChain]
-	pk := passkey.NewTrailChecker()
-	approved := map[string][]string{}
-	check := func(e *audit.Entry) error {
-		if err := pk.Check(e); err != nil {
-			return err
-		}
-		switch e.Kind {
-		case audit.KindApproved:
-			var d decision
-			if err := details(e, &d); err != nil {
-				return err
-			}
-			approved[e.CallID] = append(approved[e.CallID], d.Digest)
-		case audit.KindRedeemed:
-			var d decision
-			if err := details(e, &d); err != nil {
-				return err
-			}
-			if len(approved[e.CallID]) == 0 {
-				return errors.New("the call was redeemed, but no approval of it is in the chain section")
-			}
-			if !slices.Contains(approved[e.CallID], d.Digest) {
-				return fmt.Errorf("the redeemed digest %s is not a digest any approval of the call approved", d.Digest)
-			}
-			rep.Redeemed++
-		}
-		return nil
+// open returns a reader of the pack's file name from its start (an empty
+// one when the pack has none).
+func open(files map[string]*io.SectionReader, name string) io.Reader {
+	sr, ok := files[name]
+	if !ok {
+		return bytes.NewReader(nil)
 	}
-	c, err := readChain(raw)
+	return bufio.NewReaderSize(io.NewSectionReader(sr, 0, sr.Size()), 1<<16)
+}
+
+// readSmall reads a small file of the pack whole ("" when the pack has
+// none).
+func readSmall(files map[string]*io.SectionReader, name string) ([]byte, error) {
+	sr, ok := files[name]
+	if !ok {
+		return nil, nil
+	}
+	if sr.Size() > MaxManifestBytes {
+		return nil, damaged(name, "larger than %d bytes", MaxManifestBytes)
+	}
+	b, err := io.ReadAll(io.NewSectionReader(sr, 0, sr.Size()))
+	if err != nil {
+		return nil, damaged(name, "does not read: %v", err)
+	}
+	return b, nil
+}
+
+// emptySum is the SHA-256 of no bytes: that of a file the pack lacks.
+var emptySum = func() string { s := sha256.Sum256(nil); return hex.EncodeToString(s[:]) }()
+
+// sumOf is the SHA-256 of the pack's file name, as checked against the
+// manifest.
+func sumOf(sums map[string]string, name string) string {
+	if s, ok := sums[name]; ok {
+		return s
+	}
+	return emptySum
+}
+
+// verifyChain checks the chain section and what is derived from it.
+func verifyChain(files map[string]*io.SectionReader, sums map[string]string, trust Trust, key string, rep *Report) error {
+	h, cpList, err := chainHead(open(files, FileChain))
 	if err != nil {
 		return damaged(FileChain, "%v", err)
 	}
+	cc := newChainCheck(open(files, FileLineage))
 	// Kept checkpoints after the section are for later periods (their
 	// signatures are checked below); those up to its end must match it.
-	opts := audit.VerifyOptions{TrustedKeys: []string{key}, Check: check}
+	opts := audit.VerifyOptions{TrustedKeys: []string{key}, Check: cc.check}
 	// Checkpoints signed by another key the reader trusts (another
 	// replica's, listed in the cluster's trust file) are trusted too, as
 	// the Python verifier trusts them.
-	for _, cp := range c.checkpoints {
+	for _, cp := range cpList {
 		if trust.trusts(cp.PublicKey) && !slices.Contains(opts.TrustedKeys, cp.PublicKey) {
 			opts.TrustedKeys = append(opts.TrustedKeys, cp.PublicKey)
 		}
@@ -221,13 +257,13 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 		if !slices.Contains(opts.TrustedKeys, kc.PublicKey) {
 			opts.TrustedKeys = append(opts.TrustedKeys, kc.PublicKey)
 		}
-		if kc.Seq > c.header.ToSeq {
+		if kc.Seq > h.ToSeq {
 			later = append(later, kc)
 		} else {
 			opts.Checkpoints = append(opts.Checkpoints, kc)
 		}
 	}
-	r, err := audit.VerifyExport(bytes.NewReader(raw), opts)
+	r, err := audit.VerifyExport(open(files, FileChain), opts)
 	if err != nil {
 		var be *audit.BreakError
 		if errors.As(err, &be) {
@@ -238,7 +274,6 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	if r.Header == nil || !r.Header.Signed() {
 		return damaged(FileChain, "its header is not signed")
 	}
-	h := c.header
 	m := rep.Manifest
 	if (ChainRange{FromSeq: h.FromSeq, ToSeq: h.ToSeq, Count: h.Count, Head: h.Head}) != m.Chain {
 		return damaged(FileManifest, "its chain range differs from the chain's header")
@@ -247,7 +282,7 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 		return damaged(FileChain, "holds no entry")
 	}
 	at := map[int64]bool{}
-	for _, cp := range c.checkpoints {
+	for _, cp := range cpList {
 		at[cp.Seq] = true
 		if cp.Seq == h.FromSeq-1 && cp.Head == h.PrevHash {
 			// The oldest entry kept after a prune: the checkpoint at the
@@ -261,7 +296,7 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	if !at[h.ToSeq] {
 		return &Damage{File: FileChain, Seq: h.ToSeq, Reason: "the section does not end at a signed checkpoint (entries were cut from its end)"}
 	}
-	rep.Checkpoints = len(c.checkpoints)
+	rep.Checkpoints = len(cpList)
 	// A checkpoint kept outside, signed before the period's end, covers
 	// entries of the period: the section must reach it.
 	for _, kept := range later {
@@ -278,32 +313,34 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the checkpoint you gave at entry %d falls outside the section and was not compared", seq))
 	}
 
-	var cps bytes.Buffer
-	for _, cp := range c.checkpoints {
+	cps := sha256.New()
+	for _, cp := range cpList {
 		line, err := audit.AppendCheckpointLine(nil, cp)
 		if err != nil {
 			return err
 		}
 		cps.Write(line)
 	}
-	if !bytes.Equal(cps.Bytes(), files[FileCheckpoints]) {
+	if hex.EncodeToString(cps.Sum(nil)) != sumOf(sums, FileCheckpoints) {
 		return damaged(FileCheckpoints, "differs from the checkpoints in the chain")
 	}
-	keys, ev, err := passkeyFiles(c.entries)
-	if err != nil {
-		return damaged(FileChain, "%v", err)
-	}
-	if !bytes.Equal(keys, files[FilePasskeys]) {
+	if cc.keysErr != nil || cc.keys.sum() != sumOf(sums, FilePasskeys) {
 		return damaged(FilePasskeys, "differs from the passkey registrations in the chain")
 	}
-	if !bytes.Equal(ev, files[FileEvidence]) {
+	if cc.evErr != nil || cc.ev.sum() != sumOf(sums, FileEvidence) {
 		return damaged(FileEvidence, "differs from the passkey evidence the chain's approvals hold")
 	}
-	rep.Passkeys = pk.Verified
-	for _, seq := range pk.Unregistered {
+	rep.Passkeys = cc.pk.Verified
+	for _, seq := range cc.pk.Unregistered {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the passkey that signed entry %d was registered before the section: its signature verified, its key was not compared with its registration", seq))
 	}
-	n, err := checkLineage(files[FileLineage], c.entries)
+	rep.Redeemed = cc.redeemed
+	n, err := cc.finish()
+	if errors.Is(err, errOutOfOrder) {
+		// A pack whose lineage is sorted by call id, as packs were once
+		// written: checked with the chain's calls held in memory.
+		n, err = checkLineageInMemory(open(files, FileLineage), open(files, FileChain))
+	}
 	if err != nil {
 		return err
 	}
@@ -311,12 +348,250 @@ func verifyChain(files map[string][]byte, trust Trust, key string, rep *Report) 
 	return nil
 }
 
-// checkLineage compares each call's lineage with the chain: the proposed
-// digest with its submitted entry's, the redeemed digest with its
-// redeemed entry's, each approval's digest with the chain's approvals.
-func checkLineage(raw []byte, entries []*audit.Entry) (int, error) {
+// chainHead reads a chain's header and checkpoints, which come before its
+// entries.
+func chainHead(r io.Reader) (*audit.ExportHeader, []audit.Checkpoint, error) {
+	var h *audit.ExportHeader
+	var cps []audit.Checkpoint
+	xr := audit.NewExportReader(r)
+	for {
+		rec, err := xr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the chain: %w", err)
+		}
+		if rec.Header != nil {
+			h = rec.Header
+		} else if rec.Checkpoint != nil {
+			cps = append(cps, *rec.Checkpoint)
+		} else {
+			break
+		}
+	}
+	if h == nil {
+		return nil, nil, errors.New("the chain has no header")
+	}
+	return h, cps, nil
+}
+
+// hashWriter is an io.Writer that keeps only the SHA-256 of what it is
+// given: a file the verifier derives from the chain, compared by digest
+// with the pack's.
+type hashWriter struct{ h hash.Hash }
+
+func (w hashWriter) Write(p []byte) (int, error) { return w.h.Write(p) }
+func (w hashWriter) sum() string                 { return hex.EncodeToString(w.h.Sum(nil)) }
+
+// The kinds after which a call can be neither approved nor redeemed: its
+// status is final (a revoked grant is never redeemed).
+var finalKinds = map[string]bool{audit.KindDenied: true, audit.KindExpired: true, audit.KindCancelled: true,
+	audit.KindRedeemed: true, audit.KindCountered: true, audit.KindRevoked: true}
+
+// chainCheck is what a verifier checks entry by entry as the chain goes
+// by: the passkey trail, that each redeemed digest was approved, the
+// passkey files' lines, and each call's lineage line, read side by side
+// with the chain (lineage.jsonl is in the order of the calls' first
+// entries in the section). It holds, per call still open at that point of
+// the chain, the digests its approvals approved and its lineage line; a
+// call's state goes when its status is final.
+type chainCheck struct {
+	pk              *passkey.TrailChecker
+	keys, ev        hashWriter
+	keysErr, evErr  error
+	calls           map[string]*callState
+	lineage         *bufio.Reader
+	next            *lineageClaim
+	nextErr         error
+	lineNo, checked int
+	redeemed        int
+	lineageErr      error
+}
+
+// callState is what a verifier holds of a call still open.
+type callState struct {
+	approved []string
+	claim    *lineageClaim
+}
+
+// lineageClaim is one line of lineage.jsonl: what it says of its call.
+type lineageClaim struct {
+	line    int
+	CallID  string `json:"call_id"`
+	Digest  string `json:"digest"`
+	Lineage struct {
+		Proposed struct {
+			Digest string `json:"digest"`
+		} `json:"proposed"`
+		Decided []struct {
+			Digest  string `json:"digest"`
+			Verdict string `json:"verdict"`
+		} `json:"decided"`
+		Redeemed *struct {
+			Digest string `json:"digest"`
+		} `json:"redeemed"`
+	} `json:"lineage"`
+}
+
+func newChainCheck(lineage io.Reader) *chainCheck {
+	c := &chainCheck{pk: passkey.NewTrailChecker(), keys: hashWriter{sha256.New()}, ev: hashWriter{sha256.New()},
+		calls: map[string]*callState{}, lineage: bufio.NewReaderSize(lineage, 1<<16)}
+	c.advance()
+	return c
+}
+
+// advance reads the next lineage line (nil at the end).
+func (c *chainCheck) advance() {
+	c.next = nil
+	for c.nextErr == nil {
+		line, err := c.lineage.ReadBytes('\n')
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			return
+		}
+		c.lineNo++
+		if err != nil && !errors.Is(err, io.EOF) {
+			c.nextErr = damaged(FileLineage, "line %d does not read: %v", c.lineNo, err)
+			return
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		if len(line) == 0 {
+			continue
+		}
+		l := &lineageClaim{line: c.lineNo}
+		if err := json.Unmarshal(line, l); err != nil {
+			c.nextErr = damaged(FileLineage, "line %d does not read: %v", c.lineNo, err)
+			return
+		}
+		c.next = l
+		return
+	}
+}
+
+// bad records the first lineage line that differs from the chain; it is
+// reported after everything the chain itself says.
+func (c *chainCheck) bad(l *lineageClaim, what string) {
+	if c.lineageErr == nil {
+		c.lineageErr = damaged(FileLineage, "line %d (call %s): %s differs from the chain", l.line, l.CallID, what)
+	}
+}
+
+// check takes one entry whose hash verified.
+func (c *chainCheck) check(e *audit.Entry) error {
+	if err := c.pk.Check(e); err != nil {
+		return err
+	}
+	if c.keysErr == nil && c.evErr == nil {
+		if err := passkeyLines(e, c.keys, c.ev); err != nil {
+			c.keysErr, c.evErr = err, err
+		}
+	}
+	if e.CallID == "" {
+		return nil
+	}
+	st := c.calls[e.CallID]
+	if c.next != nil && c.next.CallID == e.CallID && (st == nil || st.claim == nil) {
+		if st == nil {
+			st = &callState{}
+			c.calls[strings.Clone(e.CallID)] = st
+		}
+		st.claim = c.next
+		c.checked++
+		c.advance()
+	}
+	var d decision
+	switch e.Kind {
+	case audit.KindSubmitted, audit.KindApproved, audit.KindRedeemed:
+		if err := details(e, &d); err != nil {
+			return err
+		}
+	}
+	switch e.Kind {
+	case audit.KindSubmitted:
+		if st != nil && st.claim != nil && (st.claim.Lineage.Proposed.Digest != d.Digest || st.claim.Digest != d.Digest) {
+			c.bad(st.claim, "the proposed digest")
+		}
+	case audit.KindApproved:
+		if st == nil {
+			st = &callState{}
+			c.calls[strings.Clone(e.CallID)] = st
+		}
+		st.approved = append(st.approved, d.Digest)
+	case audit.KindRedeemed:
+		if st == nil || len(st.approved) == 0 {
+			return errors.New("the call was redeemed, but no approval of it is in the chain section")
+		}
+		if !slices.Contains(st.approved, d.Digest) {
+			return fmt.Errorf("the redeemed digest %s is not a digest any approval of the call approved", d.Digest)
+		}
+		c.redeemed++
+		if st.claim != nil && (st.claim.Lineage.Redeemed == nil || st.claim.Lineage.Redeemed.Digest != d.Digest) {
+			c.bad(st.claim, "the redeemed digest")
+		}
+	}
+	if st != nil && finalKinds[e.Kind] {
+		c.settle(st)
+		delete(c.calls, e.CallID)
+	}
+	return nil
+}
+
+// settle checks a call's lineage line against every approval of it the
+// chain holds.
+func (c *chainCheck) settle(st *callState) {
+	if st.claim == nil || len(st.approved) == 0 {
+		return
+	}
+	for _, dec := range st.claim.Lineage.Decided {
+		if dec.Verdict == "approved" && !slices.Contains(st.approved, dec.Digest) {
+			c.bad(st.claim, "an approval's digest")
+			return
+		}
+	}
+}
+
+// finish settles the calls still open at the end of the chain and
+// returns how many lineage lines agreed with it.
+func (c *chainCheck) finish() (int, error) {
+	for _, st := range c.calls {
+		c.settle(st)
+	}
+	if c.lineageErr != nil {
+		return 0, c.lineageErr
+	}
+	if c.nextErr != nil {
+		return 0, c.nextErr
+	}
+	if c.next != nil {
+		return 0, errOutOfOrder
+	}
+	return c.checked, nil
+}
+
+// errOutOfOrder is a lineage file whose lines do not follow the chain: a
+// pack whose lineage is in the order of the call ids.
+var errOutOfOrder = errors.New("the lineage does not follow the chain")
+
+// checkLineageInMemory compares each call's lineage with the chain when
+// the lineage does not follow the chain's order: what the chain says of
+// every call is held in memory. The proposed digest must equal its
+// submitted entry's, the redeemed digest its redeemed entry's, each
+// approval's digest one of the chain's approvals of the call.
+func checkLineageInMemory(lineage, chain io.Reader) (int, error) {
 	submitted, redeemed, approved := map[string]string{}, map[string]string{}, map[string][]string{}
-	for _, e := range entries {
+	xr := audit.NewExportReader(chain)
+	for {
+		rec, err := xr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, damaged(FileChain, "%v", err)
+		}
+		e := rec.Entry
+		if e == nil {
+			continue
+		}
 		var d decision
 		switch e.Kind {
 		case audit.KindSubmitted, audit.KindRedeemed, audit.KindApproved:
@@ -335,32 +610,26 @@ func checkLineage(raw []byte, entries []*audit.Entry) (int, error) {
 			approved[e.CallID] = append(approved[e.CallID], d.Digest)
 		}
 	}
+	br := bufio.NewReaderSize(lineage, 1<<16)
 	n := 0
-	for i, line := range bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n")) {
+	for i := 1; ; i++ {
+		line, err := br.ReadBytes('\n')
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, damaged(FileLineage, "line %d does not read: %v", i, err)
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) == 0 {
 			continue
 		}
-		var l struct {
-			CallID  string `json:"call_id"`
-			Digest  string `json:"digest"`
-			Lineage struct {
-				Proposed struct {
-					Digest string `json:"digest"`
-				} `json:"proposed"`
-				Decided []struct {
-					Digest  string `json:"digest"`
-					Verdict string `json:"verdict"`
-				} `json:"decided"`
-				Redeemed *struct {
-					Digest string `json:"digest"`
-				} `json:"redeemed"`
-			} `json:"lineage"`
-		}
+		var l lineageClaim
 		if err := json.Unmarshal(line, &l); err != nil {
-			return 0, damaged(FileLineage, "line %d does not read: %v", i+1, err)
+			return 0, damaged(FileLineage, "line %d does not read: %v", i, err)
 		}
 		bad := func(what string) error {
-			return damaged(FileLineage, "line %d (call %s): %s differs from the chain", i+1, l.CallID, what)
+			return damaged(FileLineage, "line %d (call %s): %s differs from the chain", i, l.CallID, what)
 		}
 		if d, ok := submitted[l.CallID]; ok && (d != l.Lineage.Proposed.Digest || d != l.Digest) {
 			return 0, bad("the proposed digest")
@@ -387,11 +656,13 @@ func strict(b []byte, v any) error {
 	return d.Decode(v)
 }
 
-// readTar reads a pack's files: regular files with clean relative names,
-// each once.
-func readTar(r io.Reader) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	tr := tar.NewReader(io.LimitReader(r, MaxPackBytes))
+// indexTar finds a pack's files without reading them: regular files with
+// clean relative names, each once, and where each one's bytes are.
+func indexTar(r io.ReaderAt, size int64) (map[string]*io.SectionReader, error) {
+	files := map[string]*io.SectionReader{}
+	size = min(size, MaxPackBytes)
+	sr := io.NewSectionReader(r, 0, size)
+	tr := tar.NewReader(sr)
 	total := int64(0)
 	for {
 		h, err := tr.Next()
@@ -414,11 +685,15 @@ func readTar(r io.Reader) (map[string][]byte, error) {
 		if total > MaxPackBytes {
 			return nil, damaged("", "the pack is larger than %d bytes", int64(MaxPackBytes))
 		}
-		b, err := io.ReadAll(tr)
+		// The reader stands at the file's first byte.
+		at, err := sr.Seek(0, io.SeekCurrent)
 		if err != nil {
-			return nil, damaged(h.Name, "does not read: %v", err)
+			return nil, err
 		}
-		files[h.Name] = b
+		if at+h.Size > size {
+			return nil, damaged(h.Name, "does not read: the pack ends inside it")
+		}
+		files[h.Name] = io.NewSectionReader(r, at, h.Size)
 	}
 	return files, nil
 }
