@@ -232,16 +232,21 @@ func mustRead(t *testing.T, path string) string {
 // TestBackupUnderLoad: backups taken while agents submit calls keep the
 // writes' p99 within twice that of the same writers without a backup
 // running, in the same run, and refuse nothing. Phases with and without
-// backups alternate, so the machine's other load falls on both; a write
-// counts as "with" when it overlapped a backup in progress, and as
-// "without" when it ran in a phase without one. Writers submit at a steady
-// pace rather than as fast as they can, so the test measures what a backup
-// adds to a write, not how two cores are shared by a flood.
+// backups alternate; a write counts as "with" when it began in a phase
+// with backups and overlapped one, and as "without" when it ran in a phase
+// without one and overlapped none. Each phase with backups is compared
+// with the phases on either side of it, and the median of those ratios is
+// held to 2: the machine's other load comes in bursts (a test binary
+// starting beside this one), and a burst that falls on one phase moves
+// that phase's p99 alone, where a p99 pooled over the whole run would take
+// it as the backup's. Writers submit at a steady pace rather than as fast
+// as they can, so the test measures what a backup adds to a write, not how
+// two cores are shared by a flood.
 func TestBackupUnderLoad(t *testing.T) {
 	const (
 		writers = 2
-		phases  = 24 // alternating: without, with, without, ...
-		phase   = 250 * time.Millisecond
+		phases  = 21 // alternating: without, with, without, ..., without
+		phase   = 400 * time.Millisecond
 		// writeEvery paces each writer.
 		writeEvery = 2 * time.Millisecond
 	)
@@ -310,7 +315,7 @@ func TestBackupUnderLoad(t *testing.T) {
 			}
 		}
 	}()
-	var quiet []span // the phases without a backup
+	var spans []span // every phase, with backups in the odd ones
 	for i := range phases {
 		on := i%2 == 1
 		from := time.Now()
@@ -322,9 +327,7 @@ func TestBackupUnderLoad(t *testing.T) {
 			}
 		}
 		time.Sleep(phase)
-		if !on {
-			quiet = append(quiet, span{from, time.Now()})
-		}
+		spans = append(spans, span{from, time.Now()})
 	}
 	backingUp.Store(false)
 	close(wake)
@@ -341,34 +344,41 @@ func TestBackupUnderLoad(t *testing.T) {
 		}
 		return false
 	}
-	within := func(w span, in []span) bool {
-		for _, s := range in {
-			if !w.from.Before(s.from) && !s.to.Before(w.to) {
-				return true
-			}
-		}
-		return false
-	}
-	var with, without []time.Duration
+	// byPhase[i] holds the latencies of the writes that began in phase i
+	// and count for it: in a phase with backups those that overlapped one,
+	// in a phase without those that overlapped none.
+	byPhase := make([][]time.Duration, phases)
 	for _, w := range writes {
-		switch {
-		case overlaps(w, backups):
-			with = append(with, w.to.Sub(w.from))
-		case within(w, quiet):
-			without = append(without, w.to.Sub(w.from))
+		i := slices.IndexFunc(spans, func(s span) bool { return !w.from.Before(s.from) && w.from.Before(s.to) })
+		if i < 0 || overlaps(w, backups) != (i%2 == 1) {
+			continue
 		}
+		byPhase[i] = append(byPhase[i], w.to.Sub(w.from))
 	}
 	if len(backups) < phases/2 {
 		t.Fatalf("%d backups ran, want at least one a phase", len(backups))
 	}
-	if len(with) < 100 || len(without) < 100 {
-		t.Fatalf("writes measured: %d during a backup, %d without; want at least 100 of each", len(with), len(without))
+	p99 := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)*99/100]
 	}
-	p99 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)*99/100] }
-	pWith, pWithout := p99(with), p99(without)
-	t.Logf("%d backups; write p99 without a backup %v (%d writes), during one %v (%d writes)", len(backups), pWithout, len(without), pWith, len(with))
-	if pWith > 2*pWithout {
-		t.Errorf("write p99 during backups = %v, more than twice the %v without", pWith, pWithout)
+	var ratios []float64
+	var report strings.Builder
+	for i := 1; i < phases; i += 2 {
+		with, without := byPhase[i], slices.Concat(byPhase[i-1], byPhase[i+1])
+		if len(with) < 50 || len(without) < 100 {
+			t.Fatalf("phase %d: %d writes measured during backups and %d beside them; want at least 50 and 100", i, len(with), len(without))
+		}
+		r := float64(p99(with)) / float64(p99(without))
+		ratios = append(ratios, r)
+		fmt.Fprintf(&report, " %v/%v", p99(with).Round(10*time.Microsecond), p99(without).Round(10*time.Microsecond))
+	}
+	slices.Sort(ratios)
+	median := ratios[len(ratios)/2]
+	t.Logf("%d backups; write p99 during backups / beside them, phase by phase:%s; median ratio %.2f", len(backups), report.String(), median)
+	if median > 2 {
+		t.Errorf("write p99 during backups is %.2f times that beside them (median of %d phases), more than twice", median, len(ratios))
 	}
 }
 
