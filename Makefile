@@ -23,8 +23,11 @@ npm-deps: $(NPM_DIRS:%=%/node_modules/.package-lock.json)
 # detector. Nothing is skipped: a test whose tool is missing (Chromium,
 # PostgreSQL, strace, python3-cryptography, the npm packages) fails and says
 # how to install it (COUNTERSIGN_TEST_ALL=1, see internal/testkit.Need).
+# Then the allocation budget, counted without the race detector, which
+# makes allocations of its own.
 test: npm-deps
 	COUNTERSIGN_TEST_ALL=1 $(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -run '^TestWholeFlowAllocations$$' ./internal/console/
 
 # The packages whose short tests take longest (go test -short -json), named
 # first so that go test starts them first (it runs packages in the order
