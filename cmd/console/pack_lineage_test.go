@@ -176,3 +176,41 @@ func untar(t *testing.T, b []byte) map[string][]byte {
 		}
 	}
 }
+
+// TestAuditPackRefusedAboveWhatAVerifierReads: a pack larger than
+// Options.MaxBytes (by default what a verifier reads, MaxPackBytes) is
+// refused before a byte of it is written, and the size checked is never
+// below the archive's: a bound one byte under a written pack's size
+// refuses the same pack.
+func TestAuditPackRefusedAboveWhatAVerifierReads(t *testing.T) {
+	data, key := packRun(t)
+	ctx := context.Background()
+	d, err := openExisting(ctx, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys, err := grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	pack := func(max int64) ([]byte, error) {
+		var buf bytes.Buffer
+		_, err := evidence.Write(ctx, &buf, packSource{storage: d.storage, calls: d.queue}, evidence.Options{
+			Since: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC),
+			Signer: key, GrantKeys: keys.JWKS(), Verifiers: packVerifiers(), Now: now, TempDir: t.TempDir(), MaxBytes: max})
+		return buf.Bytes(), err
+	}
+	whole, err := pack(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pack(int64(len(whole)) - 1)
+	if !errors.Is(err, evidence.ErrTooLarge) || len(b) != 0 {
+		t.Fatalf("a pack of %d bytes with a bound of one byte less: %d bytes written, error %v; want nothing written and ErrTooLarge", len(whole), len(b), err)
+	}
+	if !strings.Contains(err.Error(), "--since") {
+		t.Errorf("the refusal %q does not say what to do", err)
+	}
+}

@@ -88,10 +88,17 @@ type Options struct {
 	// RecentCalls is how many calls a pass over the chain remembers (0 is
 	// DefaultRecentCalls); it asks the store again for a call it forgot.
 	RecentCalls int
+	// MaxBytes bounds the archive (0 is MaxPackBytes, what a verifier
+	// reads): a pack that would be larger is refused before a byte of it
+	// is written, rather than written and then refused by every verifier.
+	MaxBytes int64
 }
 
 // ErrEmpty is a pack asked for a time range that holds no entry.
 var ErrEmpty = errors.New("evidence: no audit entry in that time range")
+
+// ErrTooLarge is a pack larger than a verifier reads (Options.MaxBytes).
+var ErrTooLarge = errors.New("evidence: the pack would be larger than a verifier reads")
 
 // Manifest is MANIFEST.json: what the pack is about and the SHA-256 of
 // every other file but MANIFEST.sig.
@@ -234,7 +241,30 @@ func Write(ctx context.Context, w io.Writer, src Source, opt Options) (Result, e
 		return res, err
 	}
 	files[FileManifest], files[FileSignature] = manifest, sig
+	limit := opt.MaxBytes
+	if limit <= 0 {
+		limit = MaxPackBytes
+	}
+	if size := tarSize(files, spools); size > limit {
+		return res, fmt.Errorf("%w: %d bytes, more than %d: make packs of shorter time ranges (--since, --until)", ErrTooLarge, size, limit)
+	}
 	return res, writeTar(w, files, spools, opt.Now)
+}
+
+// tarSize is at least the size writeTar gives files and spools: each
+// member's content rounded up to tar's 512-byte blocks, with its header
+// and a PAX record (counted as three blocks; the names are short), and
+// the two blocks that end the archive.
+func tarSize(files map[string][]byte, spools map[string]*spool) int64 {
+	member := func(n int64) int64 { return 3*512 + (n+511)/512*512 }
+	size := int64(2 * 512)
+	for _, b := range files {
+		size += member(int64(len(b)))
+	}
+	for _, sp := range spools {
+		size += member(sp.n)
+	}
+	return size
 }
 
 // Sign signs a manifest's bytes with the audit key.
