@@ -51,4 +51,16 @@ func TestNeedsPushedOnDelegation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wsReadNeeds(t, conn, counts(1, 1))
+
+	// Ending every delegation of a person (as disabling an account does)
+	// is pushed the same way.
+	if _, err := e.q.GiveDelegation(context.Background(), queue.DelegationInput{By: "adele", Channel: audit.ChannelWeb,
+		Delegator: "adele", Delegate: "olivia", Until: e.clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	wsReadNeeds(t, conn, counts(2, 1))
+	if n, err := e.q.EndDelegationsOf(context.Background(), "adele", "adele", audit.ChannelCLI, queue.DelegationEndedDisabled); err != nil || n != 1 {
+		t.Fatalf("EndDelegationsOf = %d, %v", n, err)
+	}
+	wsReadNeeds(t, conn, counts(1, 1))
 }
