@@ -83,13 +83,15 @@ func (c *Console) connectHelp(ec echo.Context, v *viewer) *templates.ConnectHelp
 func (c *Console) callPage(ec echo.Context) error {
 	ctx, v, id := ec.Request().Context(), viewerOf(ec), ec.Param("id")
 	// A person who decides is shown a link to the next pending call, for
-	// which the pending calls are read; a pending call's page takes its call
-	// from them (with its approvals, passkeys named, as the page shows
-	// them), and reads it only when it is not among them.
+	// which the queue's first page is read; a pending call's page takes its
+	// call from it (with its approvals, passkeys named, as the page shows
+	// them), and reads it only when it is not there.
 	var pending []*queue.Call
 	var call *queue.Call
 	if v.user.Role.CanDecide() {
-		pending = c.pendingForNavigation(ctx)
+		if page, err := c.q.PendingPage(ctx, queue.PageKey{}, queuePageSize); err == nil {
+			pending = append([]*queue.Call{}, page...) // read, though empty
+		}
 		for _, p := range pending {
 			if p.ID == id {
 				call = p
@@ -108,7 +110,7 @@ func (c *Console) callPage(ec echo.Context) error {
 		return err
 	}
 	cv.Status.Notice = notices[ec.QueryParam("notice")]
-	c.navigationFrom(pending, &cv, v, call.ID, parseQueueQuery(ec.QueryParams()))
+	c.navigation(ctx, &cv, v, call.ID, parseQueueQuery(ec.QueryParams()), pending)
 	c.shown.put(call)
 	return c.render(ec, http.StatusOK, templates.CallPage(cv))
 }
@@ -151,36 +153,63 @@ func (s *shownCalls) take(id string) *queue.Call {
 }
 
 // navigation links a call page to the queue it was opened from and to the
-// next pending call in that queue's order that the viewer may decide: one
-// whose page would offer them Approve (queue.Standing, read with the
-// freezes and delegations the navigation's counts were last worked out
-// from, which the page's own counts just read or refreshed).
-func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
-	var calls []*queue.Call
-	if v.user.Role.CanDecide() {
-		calls = c.pendingForNavigation(ctx)
-	}
-	c.navigationFrom(calls, cv, v, id, qq)
-}
-
-// pendingForNavigation reads the pending calls the link to the next one
-// is chosen from; none when they cannot be read (the link is a
-// convenience; the page stands without it).
-func (c *Console) pendingForNavigation(ctx context.Context) []*queue.Call {
-	calls, err := c.q.PendingCalls(ctx, maxQueueCards)
-	if err != nil {
-		return nil
-	}
-	return calls
-}
-
-// navigationFrom is navigation choosing from calls, the pending calls.
-func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v *viewer, id string, qq queueQuery) {
-	query := qq.values().Encode()
+// next pending call that the viewer may decide: one whose page would
+// offer them Approve (queue.Standing, read with the freezes and
+// delegations the navigation's counts were last worked out from, which
+// the page's own counts just read or refreshed), and that the queue's
+// filter lets through. It reads the queue as the queue page does, one
+// keyset page by deadline at a time, and stops at the first page that
+// holds such a call, the link going to the first of them in the queue's
+// order; after maxNavigationPages pages it gives up, so that its read
+// does not grow with the queue. first is the queue's first page when the
+// caller read it already, nil to read it here.
+func (c *Console) navigation(ctx context.Context, cv *templates.CallView, v *viewer, id string, qq queueQuery, first []*queue.Call) {
 	cv.QueueURL = withQuery("/", qq.values())
 	if !v.user.Role.CanDecide() {
 		return
 	}
+	next := c.nextToDecide(ctx, v, id, qq, first)
+	if next == "" {
+		return
+	}
+	cv.NextURL = "/calls/" + url.PathEscape(next)
+	if query := qq.values().Encode(); query != "" {
+		cv.NextURL += "?" + query
+	}
+}
+
+// maxNavigationPages bounds the queue pages a call page's navigation
+// reads to find the next call to decide: maxQueueCards calls at most.
+const maxNavigationPages = maxQueueCards / queuePageSize
+
+// nextToDecide is the id of the call navigation links to, "" for none or
+// when the queue cannot be read (the link is a convenience; the page
+// stands without it).
+func (c *Console) nextToDecide(ctx context.Context, v *viewer, id string, qq queueQuery, first []*queue.Call) string {
+	key := queue.PageKey{}
+	for i := range maxNavigationPages {
+		calls := first
+		if i > 0 || calls == nil {
+			var err error
+			if calls, err = c.q.PendingPage(ctx, key, queuePageSize); err != nil {
+				return ""
+			}
+		}
+		if cards := c.decidable(calls, v, id, qq); len(cards) > 0 {
+			sortCards(cards, qq.Sort)
+			return cards[0].ID
+		}
+		if len(calls) < queuePageSize {
+			return ""
+		}
+		key = queue.KeyOf(calls[len(calls)-1])
+	}
+	return ""
+}
+
+// decidable is the calls, but id, that v may decide and qq lets through,
+// as much of a card as the queue's order reads.
+func (c *Console) decidable(calls []*queue.Call, v *viewer, id string, qq queueQuery) []templates.Card {
 	now := c.now()
 	reg := c.q.Tools()
 	read := c.needsNow(now, false)
@@ -193,8 +222,7 @@ func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v 
 		}
 		// Only what the filter and the order read: a whole card (its
 		// envelope hashed and parsed, its summary) is built only when the
-		// filter asks for calls that warn of deception. The queue holds up
-		// to maxQueueCards calls, and every call page reads them all.
+		// filter asks for calls that warn of deception.
 		deceptive := false
 		if qq.Warn {
 			deceptive = c.cardView(call, true, false, now).Deceptive
@@ -206,14 +234,7 @@ func (c *Console) navigationFrom(calls []*queue.Call, cv *templates.CallView, v 
 		card.Risk, _ = riskOf(reg, call.Tool)
 		cards = append(cards, card)
 	}
-	if len(cards) == 0 {
-		return
-	}
-	sortCards(cards, qq.Sort)
-	cv.NextURL = "/calls/" + url.PathEscape(cards[0].ID)
-	if query != "" {
-		cv.NextURL += "?" + query
-	}
+	return cards
 }
 
 // afterDecision is where a decision sends the browser: the call's page
@@ -332,7 +353,7 @@ func (c *Console) refused(ec echo.Context, id string, err error, form url.Values
 	cv.Status.Refused = ae.Code
 	cv.Status.Reason, cv.Status.Comment = form.Get("reason"), form.Get("comment")
 	v, _ := url.ParseQuery(form.Get("q"))
-	c.navigation(ec.Request().Context(), &cv, viewerOf(ec), id, parseQueueQuery(v))
+	c.navigation(ec.Request().Context(), &cv, viewerOf(ec), id, parseQueueQuery(v), nil)
 	return c.render(ec, status, templates.CallPage(cv))
 }
 

@@ -24,7 +24,7 @@ import (
 )
 
 // maxQueueCards bounds the pending calls a call page's navigation reads
-// to find the next one to decide. maxQueueBlocks bounds the blocked pairs
+// to find the next one to decide (maxNavigationPages queue pages). maxQueueBlocks bounds the blocked pairs
 // the queue shows, so that neither the page nor a socket's first message
 // grows with what an agent can make.
 const (

@@ -828,71 +828,33 @@ func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*que
 }
 
 // PendingPage lists one page of pending calls by deadline then id, read
-// through the pending index from the key on, then the approvals of that
-// page's calls only.
+// through the pending index from the key on, each with its approvals as
+// the history reads them (approvalsColumn), in one statement.
 func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) ([]*queue.Call, error) {
 	from := int64(math.MinInt64)
 	if after.ID != "" {
 		from = ms(after.DecideBy)
 	}
-	rows, err := s.sql.QueryContext(ctx, `SELECT `+callColumns+` FROM calls INDEXED BY calls_pending
-		WHERE status = 'pending' AND plan_id IS NULL AND decide_by >= ? AND (decide_by > ? OR id > ?) ORDER BY decide_by, id LIMIT ?`,
+	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c INDEXED BY calls_pending
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND c.decide_by >= ? AND (c.decide_by > ? OR c.id > ?) ORDER BY c.decide_by, c.id LIMIT ?`,
 		from, from, after.ID, limit)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: a page of pending calls: %w", err))
 	}
+	defer rows.Close()
 	var calls []*queue.Call
-	byID := map[string]*queue.Call{}
-	var ids []any
 	for rows.Next() {
-		c, err := scanCall(rows)
+		var approvals string
+		c, err := scanCall(withExtra{rows, []any{&approvals}})
 		if err != nil {
-			rows.Close()
+			return nil, err
+		}
+		if err := addApprovals(c, approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
-		byID[c.ID] = c
-		ids = append(ids, c.ID)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(calls) == 0 {
-		return calls, classify(err)
-	}
-	arows, err := s.sql.QueryContext(ctx, `SELECT `+pendingApprovalColumns+` FROM approvals
-		WHERE call_id IN (?`+strings.Repeat(",?", len(ids)-1)+`) ORDER BY at, operator`, ids...)
-	if err != nil {
-		return nil, classify(fmt.Errorf("db: approvals of a page of pending calls: %w", err))
-	}
-	return calls, scanApprovals(arows, byID)
-}
-
-// pendingApprovalColumns are what a listing of pending calls reads of
-// their approvals: all but a passkey's evidence, which a single call's
-// read carries.
-const pendingApprovalColumns = `call_id, operator, channel, at, comment, behalf, method, digest, via, presented_page, presented_at`
-
-// scanApprovals adds the approvals rows holds (pendingApprovalColumns) to
-// the calls of byID they belong to, and closes rows.
-func scanApprovals(rows *sql.Rows, byID map[string]*queue.Call) error {
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var a queue.Approval
-		var at int64
-		var page sql.NullString
-		var shownAt sql.NullInt64
-		if err := rows.Scan(&id, &a.Operator, &a.Channel, &at, &a.Comment, &a.For, &a.Method, &a.Digest, &a.Via, &page, &shownAt); err != nil {
-			return fmt.Errorf("db: scan approval: %w", err)
-		}
-		a.At = time.UnixMilli(at).UTC()
-		if page.Valid && shownAt.Valid {
-			a.Presented = &queue.Presented{Page: page.String, At: time.UnixMilli(shownAt.Int64).UTC()}
-		}
-		if c, ok := byID[id]; ok {
-			c.Approvals = append(c.Approvals, a)
-		}
-	}
-	return classify(rows.Err())
+	return calls, classify(rows.Err())
 }
 
 // Blocks lists (actor, tool) pairs blocked by the retry cap.

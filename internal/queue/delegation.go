@@ -169,6 +169,7 @@ func (s *Service) GiveDelegation(ctx context.Context, in DelegationInput) (*Dele
 			"delegation": d.ID, "delegator": d.Delegator, "delegate": d.Delegate, "until": formatTime(d.Until)})); err != nil {
 			return err
 		}
+		emit(delegationEvent(KindDelegationGiven, d))
 		out = d
 		return nil
 	})
@@ -211,6 +212,7 @@ func (s *Service) EndDelegation(ctx context.Context, by, channel, id string) (*D
 			"delegation": d.ID, "delegator": d.Delegator, "delegate": d.Delegate, "reason": d.EndReason})); err != nil {
 			return err
 		}
+		emit(delegationEvent(KindDelegationEnded, d))
 		out = d
 		return nil
 	})
@@ -244,6 +246,9 @@ func (s *Service) EndDelegationsOf(ctx context.Context, person, by, channel, rea
 				"delegation": d.ID, "delegator": d.Delegator, "delegate": d.Delegate, "reason": reason})); err != nil {
 				return err
 			}
+			ended := *d
+			ended.EndedAt, ended.EndReason, ended.EndedBy = now, reason, by
+			emit(delegationEvent(KindDelegationEnded, &ended))
 		}
 		return nil
 	})
@@ -259,6 +264,13 @@ func (s *Service) DisableAccount(ctx context.Context, accounts *account.Service,
 		return 0, err
 	}
 	return s.EndDelegationsOf(ctx, person, by, channel, DelegationEndedDisabled)
+}
+
+// delegationEvent is the event of a delegation's change: a copy of d, so
+// that subscribers never share the caller's.
+func delegationEvent(kind string, d *Delegation) Event {
+	c := *d
+	return Event{Kind: kind, Delegation: &c}
 }
 
 // DelegationFilter selects delegations: those Person gave or received

@@ -127,6 +127,9 @@ func (s *Service) endForgottenPlansAndDelegations(ctx context.Context, admin, ch
 				"rollback": true})); err != nil {
 				return err
 			}
+			ended := *d
+			ended.EndedAt, ended.EndReason, ended.EndedBy = now, DelegationEndedRollback, admin
+			emit(delegationEvent(KindDelegationEnded, &ended))
 			out.Delegations = append(out.Delegations, d.ID)
 		}
 		return nil

@@ -58,6 +58,10 @@ type Event struct {
 	Plan *Plan
 	// Items are the plan's items, on a plan's changes.
 	Items []*Call
+	// Delegation is set for KindDelegationGiven and KindDelegationEnded:
+	// the delegation after the change. Its delegate's standing changed,
+	// so what people may decide did too.
+	Delegation *Delegation
 	// Remote marks a change another server committed to the shared store
 	// (a replica), published here by Apply: waiters wake and pages update
 	// as for a local change, but it was not made here (metrics count only
