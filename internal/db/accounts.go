@@ -85,20 +85,9 @@ func scanSession(r rowScanner) (account.Session, error) {
 // while no account, session or token has been written since it was read
 // (authcache.go), else from the database.
 func (a Accounts) Session(ctx context.Context, idHash string) (account.Session, error) {
-	if s, ok := a.d.cached.sessions.get(a.d.auth, idHash); ok {
-		return cloneSession(s), nil
-	}
-	var tag uint64
-	keep := false
-	if a.d.auth != nil {
-		tag, keep = a.d.auth.quiet()
-	}
-	s, err := a.readSession(ctx, idHash)
-	if err == nil && keep {
-		a.d.cached.sessions.put(idHash, cloneSession(s), tag)
-		a.d.cached.users.put(s.User.Name, cloneUser(s.User), tag)
-	}
-	return s, err
+	return a.d.cached.sessions.through(a.d.auth, idHash, cloneSession,
+		func() (account.Session, error) { return a.readSession(ctx, idHash) },
+		func(s account.Session, tag uint64) { a.d.cached.users.put(s.User.Name, cloneUser(s.User), tag) })
 }
 
 // readSession reads a session and its user.
@@ -169,19 +158,8 @@ func (a Accounts) Sessions(ctx context.Context, idHashes []string) (map[string]a
 // no account, session or token has been written since it was read
 // (authcache.go), else from the database.
 func (a Accounts) TokenByHash(ctx context.Context, hash string) (account.Token, error) {
-	if t, ok := a.d.cached.tokens.get(a.d.auth, hash); ok {
-		return cloneToken(t), nil
-	}
-	var tag uint64
-	keep := false
-	if a.d.auth != nil {
-		tag, keep = a.d.auth.quiet()
-	}
-	t, err := a.readToken(ctx, hash)
-	if err == nil && keep {
-		a.d.cached.tokens.put(hash, cloneToken(t), tag)
-	}
-	return t, err
+	return a.d.cached.tokens.through(a.d.auth, hash, cloneToken,
+		func() (account.Token, error) { return a.readToken(ctx, hash) }, nil)
 }
 
 func (a Accounts) readToken(ctx context.Context, hash string) (account.Token, error) {
@@ -238,20 +216,8 @@ func (a Accounts) Tokens(ctx context.Context) ([]account.Token, error) {
 // which no write can have begun while this transaction holds the write
 // lock unless it is this one's own.
 func (t *storeTx) User(name string) (account.User, error) {
-	d := t.db
-	if u, ok := d.cached.users.get(d.auth, name); ok {
-		return cloneUser(u), nil
-	}
-	var tag uint64
-	keep := false
-	if d.auth != nil {
-		tag, keep = d.auth.quiet()
-	}
-	u, err := userByName(t.ctx, t.tx, name)
-	if err == nil && keep {
-		d.cached.users.put(name, cloneUser(u), tag)
-	}
-	return u, err
+	return t.db.cached.users.through(t.db.auth, name, cloneUser,
+		func() (account.User, error) { return userByName(t.ctx, t.tx, name) }, nil)
 }
 
 func (t *storeTx) SetPassword(name, hash string, mustChange bool) error {

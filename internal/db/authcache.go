@@ -206,6 +206,30 @@ func (c *authCache[T]) get(e *authEpoch, key string) (T, bool) {
 	return r.v, true
 }
 
+// through answers key from memory while what was kept holds, else reads
+// it with read and keeps a copy when no write to the cached tables was
+// under way as it was read; then kept, when given, is told of the row and
+// its count, to keep what the row brings with it. clone copies what a
+// caller could change in place, on the way in and on the way out.
+func (c *authCache[T]) through(e *authEpoch, key string, clone func(T) T, read func() (T, error), kept func(v T, tag uint64)) (T, error) {
+	if v, ok := c.get(e, key); ok {
+		return clone(v), nil
+	}
+	var tag uint64
+	keep := false
+	if e != nil {
+		tag, keep = e.quiet()
+	}
+	v, err := read()
+	if err == nil && keep {
+		c.put(key, clone(v), tag)
+		if kept != nil {
+			kept(v, tag)
+		}
+	}
+	return v, err
+}
+
 // put keeps v for key with tag, the count quiet returned before v was
 // read.
 func (c *authCache[T]) put(key string, v T, tag uint64) {

@@ -124,20 +124,8 @@ func (t *storeTx) LiftFreezes(tool, actor, by string, at time.Time) ([]queue.Fre
 // freeze, account, session or token has been written since they were read
 // (authcache.go).
 func (s Store) Freezes(ctx context.Context) ([]queue.Freeze, error) {
-	d := s.DB
-	if fs, ok := d.cached.freezes.get(d.auth, ""); ok {
-		return slices.Clone(fs), nil
-	}
-	var tag uint64
-	keep := false
-	if d.auth != nil {
-		tag, keep = d.auth.quiet()
-	}
-	fs, err := s.readFreezes(ctx)
-	if err == nil && keep {
-		d.cached.freezes.put("", slices.Clone(fs), tag)
-	}
-	return fs, err
+	return s.DB.cached.freezes.through(s.DB.auth, "", slices.Clone,
+		func() ([]queue.Freeze, error) { return s.readFreezes(ctx) }, nil)
 }
 
 func (s Store) readFreezes(ctx context.Context) ([]queue.Freeze, error) {

@@ -17,20 +17,8 @@ import (
 
 // Passkeys lists a user's passkeys, oldest first.
 func (a Accounts) Passkeys(ctx context.Context, user string) ([]account.Passkey, error) {
-	d := a.d
-	if pks, ok := d.cached.passkeys.get(d.auth, user); ok {
-		return clonePasskeys(pks), nil
-	}
-	var tag uint64
-	keep := false
-	if d.auth != nil {
-		tag, keep = d.auth.quiet()
-	}
-	pks, err := sqlq.Passkeys(ctx, shared{d.sql}, user)
-	if err == nil && keep {
-		d.cached.passkeys.put(user, clonePasskeys(pks), tag)
-	}
-	return pks, err
+	return a.d.cached.passkeys.through(a.d.auth, user, clonePasskeys,
+		func() ([]account.Passkey, error) { return sqlq.Passkeys(ctx, shared{a.d.sql}, user) }, nil)
 }
 
 func (t *storeTx) Passkeys(user string) ([]account.Passkey, error) {
