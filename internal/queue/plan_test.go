@@ -492,9 +492,25 @@ func TestAcceptedRollbackEndsPlansAndDelegations(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What the console pushes from: the delegation's end as an event, with
+	// the rollback as its reason and the admin who accepted it.
+	events := make(chan queue.Delegation, 4)
+	e.q.Subscribe(func(ev queue.Event) {
+		if ev.Kind == queue.KindDelegationEnded && ev.Delegation != nil {
+			events <- *ev.Delegation
+		}
+	})
 	ended, err := e.q.AcceptRollback(ctx, "dana", audit.ChannelCLI, queue.Rollback{MarkSeq: 1, MarkHead: "h", DBSeq: 1, DBHead: "h"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.ID != d.ID || ev.EndReason != queue.DelegationEndedRollback || ev.EndedBy != "dana" || ev.EndedAt.IsZero() {
+			t.Errorf("delegation_ended event = %+v; want %s ended by dana for the rollback", ev, d.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no delegation_ended event for the delegation the rollback ended")
 	}
 	if len(ended.Plans) != 1 || ended.Plans[0] != approved.ID || len(ended.Delegations) != 1 || ended.Delegations[0] != d.ID {
 		t.Fatalf("ended = %+v; want plan %s and delegation %s", ended, approved.ID, d.ID)
