@@ -28,7 +28,7 @@ var _ account.Store = Accounts{}
 // Update runs fn in one BEGIN IMMEDIATE transaction, after the identity
 // check every write makes, and commits when fn returns nil.
 func (a Accounts) Update(ctx context.Context, fn func(account.Tx) error) error {
-	return a.d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return a.d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		return runTx(&storeTx{ctx: ctx, tx: tx, db: a.d}, fn)
 	})
 }
@@ -422,5 +422,5 @@ func (t *storeTx) InsertSecret(name string, value []byte) error {
 // own, for changes recorded outside the queue and the accounts (key
 // rotation).
 func (d *DB) AppendAudit(ctx context.Context, e *audit.Entry) error {
-	return d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return d.appendAudit(ctx, tx, e) })
+	return d.update(ctx, func(ctx context.Context, tx *writeTx) error { return d.appendAudit(ctx, tx, e) })
 }

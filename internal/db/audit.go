@@ -76,7 +76,7 @@ func (d *DB) AuditHead(ctx context.Context) (int64, string, error) {
 // written in one write transaction. An empty trail is audit.ErrNoCheckpoint.
 func (d *DB) Checkpoint(ctx context.Context, signer *audit.Signer) (audit.Checkpoint, error) {
 	var out audit.Checkpoint
-	err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		if err := d.checkIdentity(ctx, tx); err != nil {
 			return err
 		}

@@ -353,7 +353,7 @@ func fileID(path string) (uint64, uint64, error) {
 
 // checkIdentity fails closed when the file on disk is not the database that
 // was opened: removed, replaced by another file, or holding another identity.
-func (d *DB) checkIdentity(ctx context.Context, tx *sql.Tx) error {
+func (d *DB) checkIdentity(ctx context.Context, tx *writeTx) error {
 	if err := d.sameFile(); err != nil {
 		return err
 	}

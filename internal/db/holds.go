@@ -33,7 +33,7 @@ func (d *DB) AddHold(ctx context.Context, kind, value, reason, by string) (Hold,
 		return Hold{}, err
 	}
 	h := Hold{ID: "hold_" + hex.EncodeToString(b[:]), Kind: kind, Value: value, Reason: reason, By: by, CreatedAt: ms(d.now())}
-	err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM retention_holds`).Scan(&n); err != nil {
 			return fmt.Errorf("db: count holds: %w", err)
@@ -59,7 +59,7 @@ func (d *DB) AddHold(ctx context.Context, kind, value, reason, by string) (Hold,
 
 // RemoveHold removes a legal hold, with its hold_removed audit entry.
 func (d *DB) RemoveHold(ctx context.Context, id, by string) error {
-	return d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var kind, value string
 		err := tx.QueryRowContext(ctx, `SELECT kind, value FROM retention_holds WHERE id = ?`, id).Scan(&kind, &value)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -2,7 +2,6 @@ package db
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -240,7 +239,7 @@ func TestWriterAnsweredRunsNoFurtherCommit(t *testing.T) {
 	}
 	d.lockWriter()
 	own := &writeReq{ctx: context.Background(), done: make(chan struct{}),
-		fn: func(ctx context.Context, tx *sql.Tx) error {
+		fn: func(ctx context.Context, tx *writeTx) error {
 			return entry("call_own", audit.KindSubmitted)(&storeTx{ctx: ctx, tx: tx, db: d})
 		}}
 	d.queue = append(d.queue, own)

@@ -2,7 +2,6 @@ package db
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/countersign/countersign/internal/mcp/catalog"
@@ -21,7 +20,7 @@ var _ catalog.Store = Catalog{}
 // Update runs fn in one BEGIN IMMEDIATE transaction, after the identity
 // check every write makes, and commits when fn returns nil.
 func (c Catalog) Update(ctx context.Context, fn func(catalog.Tx) error) error {
-	return c.d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return c.d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		return runTx(&storeTx{ctx: ctx, tx: tx, db: c.d}, fn)
 	})
 }

@@ -18,7 +18,7 @@ func (t *storeTx) Enqueue(ns []queue.Notice) error {
 	return enqueue(t.ctx, t.tx, ns)
 }
 
-func enqueue(ctx context.Context, tx *sql.Tx, ns []queue.Notice) error {
+func enqueue(ctx context.Context, tx *writeTx, ns []queue.Notice) error {
 	for _, n := range ns {
 		wp := 0
 		if n.WhilePending {
@@ -89,7 +89,7 @@ const unblocked = `(o.call_id = '' OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p
 
 // Claim implements notify.Outbox.
 func (o Outbox) Claim(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) (claimed, skipped []notify.Delivery, err error) {
-	err = o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		claimed, skipped = nil, nil
 		rows, err := tx.QueryContext(ctx, `UPDATE outbox SET state = 'skipped', lease_owner = '', lease_until = 0
 			WHERE seq IN (SELECT o.seq FROM outbox o INDEXED BY outbox_conditional JOIN calls c ON c.id = o.call_id
@@ -123,7 +123,7 @@ func (o Outbox) Claim(ctx context.Context, owner string, now time.Time, lease ti
 
 // Finish implements notify.Outbox.
 func (o Outbox) Finish(ctx context.Context, owner string, r notify.Result) error {
-	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var res sql.Result
 		var err error
 		switch {
@@ -208,7 +208,7 @@ func (o Outbox) Deliveries(ctx context.Context, q notify.Query) ([]notify.Delive
 
 // Retry implements notify.Outbox.
 func (o Outbox) Retry(ctx context.Context, seq int64, now time.Time, by string) error {
-	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var state, eventID, kind, channel, callID string
 		var leaseUntil int64
 		err := tx.QueryRowContext(ctx, `SELECT state, lease_until, event_id, kind, channel, call_id FROM outbox WHERE seq = ?`,
@@ -242,7 +242,7 @@ func (o Outbox) Prune(ctx context.Context, before time.Time) (int, error) {
 	total := 0
 	for {
 		var n int64
-		err := o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		err := o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox
 				WHERE state != 'pending' AND MAX(at, COALESCE(last_attempt_at, 0)) < ? LIMIT ?)`, ms(before), pruneBatch)
 			if err != nil {
@@ -286,7 +286,7 @@ func (o Outbox) PushSubscriptions(ctx context.Context) ([]notify.Subscription, e
 // a new one beyond an account's or the console's bound is
 // ErrTooManyPushSubscriptions or ErrPushSubscriptionsFull.
 func (o Outbox) SavePushSubscription(ctx context.Context, s notify.Subscription) error {
-	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var holder string
 		err := tx.QueryRowContext(ctx, `SELECT account FROM push_subscriptions WHERE endpoint = ?`, s.Endpoint).Scan(&holder)
 		switch {
@@ -333,7 +333,7 @@ func (o Outbox) DeleteAccountPushSubscription(ctx context.Context, account, endp
 }
 
 func (o Outbox) deletePush(ctx context.Context, query string, now time.Time, by string, args ...any) error {
-	return o.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return o.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		var holder string
 		err := tx.QueryRowContext(ctx, query, args...).Scan(&holder)
 		if errors.Is(err, sql.ErrNoRows) {

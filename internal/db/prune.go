@@ -29,7 +29,7 @@ func (d *DB) Prune(ctx context.Context, r retention.Removal) (*audit.Entry, erro
 		return nil, errors.New("db: prune: no key to sign the checkpoint with")
 	}
 	var out *audit.Entry
-	err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := d.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		if err := d.checkIdentity(ctx, tx); err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ var (
 // be shared with other writes (group commit): fn's changes are its own,
 // rolled back alone when it fails.
 func (s Store) Update(ctx context.Context, fn func(queue.Tx) error) error {
-	return s.DB.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.DB.update(ctx, func(ctx context.Context, tx *writeTx) error {
 		return runTx(&storeTx{ctx: ctx, tx: tx, db: s.DB}, fn)
 	})
 }
@@ -54,7 +54,7 @@ func runTx[T any](t *storeTx, fn func(T) error) error {
 // storeTx is one write transaction; it implements queue.Tx and account.Tx.
 type storeTx struct {
 	ctx context.Context
-	tx  *sql.Tx
+	tx  *writeTx
 	db  *DB
 	// stored holds, by call id, the mutable columns of each call as this
 	// transaction last read or wrote them.
@@ -579,7 +579,7 @@ const (
 
 // insertAudit writes audit rows (auditColumns values each) by one
 // statement.
-func insertAudit(ctx context.Context, tx *sql.Tx, rows []any) error {
+func insertAudit(ctx context.Context, tx *writeTx, rows []any) error {
 	q := `INSERT INTO audit (seq, time, kind, call_id, principal, channel, details, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?)`
 	if n := len(rows) / auditColumns; n > 1 {
 		q += strings.Repeat(`,(?,?,?,?,?,?,?,?,?)`, n-1)
@@ -593,7 +593,7 @@ func insertAudit(ctx context.Context, tx *sql.Tx, rows []any) error {
 // appendAudit seals e onto the chain inside tx and writes it. Because the
 // entry is written by the same transaction as the change it records, a
 // crash leaves both or neither.
-func (d *DB) appendAudit(ctx context.Context, tx *sql.Tx, e *audit.Entry) error {
+func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error {
 	row, err := d.sealAudit(e)
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ type endedWrite struct {
 // rollbackByConflict makes SQLite roll back the whole transaction: a
 // constraint violated by INSERT OR ROLLBACK.
 func rollbackByConflict(tx queue.Tx) error {
-	_, err := tx.(*storeTx).tx.Exec(`INSERT OR ROLLBACK INTO meta (key, value) VALUES ('identity', 'x')`)
+	_, err := tx.(*storeTx).tx.ExecContext(context.Background(), `INSERT OR ROLLBACK INTO meta (key, value) VALUES ('identity', 'x')`)
 	return err
 }
 

@@ -84,7 +84,9 @@ func TestTxStateErrKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	tx, err := d.SQL().BeginTx(context.Background(), nil)
+	d.lockWriter()
+	defer d.unlockWriter()
+	tx, err := d.beginWrite(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

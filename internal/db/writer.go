@@ -70,7 +70,7 @@ const writerCheckpointPages = 4000
 // writeReq is one write waiting for, or in, a group commit.
 type writeReq struct {
 	ctx   context.Context
-	fn    func(ctx context.Context, tx *sql.Tx) error
+	fn    func(ctx context.Context, tx *writeTx) error
 	after []func() // run after the commit, in commit order
 	err   error
 	// mark is true when fn made a change the high-water mark must cover
@@ -110,7 +110,7 @@ func (r *writeReq) outcome() error {
 }
 
 // run runs r's function in tx, turning a panic into errPanicked.
-func (r *writeReq) run(tx *sql.Tx) (err error) {
+func (r *writeReq) run(tx *writeTx) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.panicked = &writePanic{value: v, stack: debug.Stack()}
@@ -142,7 +142,7 @@ func (r *writeReq) runAfter() {
 // alone when it returns an error. A caller whose context ends while its
 // write waits gets ctx.Err() and nothing is written; once its write runs,
 // it runs to its end.
-func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (d *DB) update(ctx context.Context, fn func(ctx context.Context, tx *writeTx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("db: begin: %w", err)
 	}
@@ -470,7 +470,7 @@ func (d *DB) mustAdvance() { d.reqAdvance = true }
 // head, whether any freeze is in force and when the latest rollback was
 // accepted, into d.txHead and d.txKnown: one statement per transaction where a
 // statement of each approval, redemption and audit entry read them before.
-func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
+func (d *DB) readTxState(ctx context.Context, tx *writeTx) error {
 	if err := d.sameFile(); err != nil {
 		return err
 	}
@@ -501,7 +501,7 @@ func (d *DB) readTxState(ctx context.Context, tx *sql.Tx) error {
 // any other statement error is ErrReplaced only when the identity cannot
 // be read alone, or differs (checkIdentity): a file that holds no
 // Countersign database has no meta table.
-func (d *DB) txStateErr(ctx context.Context, tx *sql.Tx, err error) error {
+func (d *DB) txStateErr(ctx context.Context, tx *writeTx, err error) error {
 	err = fmt.Errorf("db: read the transaction's state: %w", err)
 	if ctx.Err() != nil {
 		// The caller gave up; that says nothing about the file.
@@ -541,7 +541,7 @@ func (d *DB) txEnded() bool {
 // error, a full disk, an interrupted statement): the requests that ran in
 // it are lost and answered with the error; those that had not run yet go
 // back to the front of the queue for the next writer.
-func (d *DB) broken(tx *sql.Tx, ran, notRun []*writeReq, err error) {
+func (d *DB) broken(tx *writeTx, ran, notRun []*writeReq, err error) {
 	d.txAfter = nil
 	if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 		d.discardWriter()
@@ -600,9 +600,9 @@ func guardWriter(conn *sql.Conn, on bool) error {
 
 // beginWrite begins a write transaction on the writer connection, taking a
 // connection from the pool when there is none yet or when the last one was
-// discarded (database/sql discards a connection whose transaction was
-// rolled back by a cancelled context). Called by the writer.
-func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
+// discarded (discardWriter, or a connection database/sql found bad).
+// Called by the writer.
+func (d *DB) beginWrite(ctx context.Context) (*writeTx, error) {
 	for attempt := 0; ; attempt++ {
 		if d.writer == nil {
 			// Waiting for a pooled connection is bounded; the transaction
@@ -650,7 +650,7 @@ func (d *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
 			}
 			d.writer = conn
 		}
-		tx, err := d.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE via _txlock
+		tx, err := beginOn(d.writer) // BEGIN IMMEDIATE via _txlock
 		if err == nil {
 			return tx, nil
 		}

@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -200,7 +199,7 @@ func TestGroupCommitLostTransaction(t *testing.T) {
 		if err := submitLike(tx, "call_lost_ender"); err != nil {
 			return err
 		}
-		_, err := tx.(*storeTx).tx.Exec(`ROLLBACK`)
+		_, err := tx.(*storeTx).tx.ExecContext(context.Background(), `ROLLBACK`)
 		return err
 	}
 	errs := inOneBatch(t, d, write("call_lost_1"), write("call_lost_2"), ender, write("call_after_1"), write("call_after_2"))
@@ -468,7 +467,7 @@ func TestGroupCommitMixedStores(t *testing.T) {
 	})
 	queued(t, d, 2)
 	wg.Go(func() {
-		errs[2] = d.update(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		errs[2] = d.update(context.Background(), func(ctx context.Context, tx *writeTx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('identity', 'twice')`) // primary key
 			return err
 		})
@@ -616,7 +615,7 @@ func TestKilledGroupCommit(t *testing.T) {
 func TestWriterJournalsInMemory(t *testing.T) {
 	d := openTestDB(t)
 	ctx := context.Background()
-	if err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return nil }); err != nil {
+	if err := d.update(ctx, func(ctx context.Context, tx *writeTx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var store int
@@ -643,7 +642,7 @@ func TestWriterJournalsInMemory(t *testing.T) {
 func TestWriterCheckpointsSeldom(t *testing.T) {
 	d := openTestDB(t)
 	ctx := context.Background()
-	if err := d.update(ctx, func(ctx context.Context, tx *sql.Tx) error { return nil }); err != nil {
+	if err := d.update(ctx, func(ctx context.Context, tx *writeTx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var pages int
