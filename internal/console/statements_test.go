@@ -232,6 +232,38 @@ func TestWholeFlowStatements(t *testing.T) {
 	}
 }
 
+// maxCompilesPerFlow budgets what SQLite compiles in a whole flow once the
+// connections have compiled each of its statements (db.Compiles: SELECTs,
+// subqueries included, INSERTs and updated columns). A statement stays
+// compiled on its connection; one that SQLite compiles again at every
+// execution (a bound LIMIT, a column compared with a bare ? where the plan
+// reads the value: db's limitClause and SubmitChecks) costs a parse and a
+// plan each time, several times its own execution for the call page's
+// read and the submission's checks, and adds at least one per flow. The
+// few a connection opened during the flows compiles once stay under it.
+const maxCompilesPerFlow = 0.5
+
+// TestWholeFlowCompilesNothing counts what SQLite compiles in whole flows
+// (wholeFlows), its call page included, after each connection has
+// compiled the flow's statements once.
+func TestWholeFlowCompilesNothing(t *testing.T) {
+	e, flow, _ := wholeFlows(t)
+	e.db.CountCompiles()
+	for i := range 10 {
+		flow(i)
+	}
+	const flows = 20
+	before := e.db.Compiles()
+	for i := range flows {
+		flow(100 + i)
+	}
+	per := float64(e.db.Compiles()-before) / flows
+	t.Logf("%.2f compiled per flow (%d before the counted flows)", per, before)
+	if per > maxCompilesPerFlow {
+		t.Errorf("SQLite compiled %.2f SELECTs, INSERTs or updated columns per flow, more than %.1f: a statement of the flow is compiled at every execution", per, maxCompilesPerFlow)
+	}
+}
+
 // BenchmarkWholeFlow runs whole flows one at a time (wholeFlows) and
 // reports the process's CPU time and the statements per flow: the server's
 // and the test's HTTP clients' CPU together, without the load generator's

@@ -1,11 +1,13 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +37,15 @@ var qualified = func() string {
 	return strings.Join(cols, ", ")
 }()
 
-// approvalsColumn is every approval of the row's call as a JSON array, in
-// the order loadCall reads them.
+// approvalsColumn is every approval of the row's call as a JSON array,
+// unsorted: addApprovals and scanExportRow put them in the order loadCall
+// does (sortApprovals). Sorted by ORDER BY, each row's subquery opened a
+// sorter of its own (the primary key is (call_id, operator)), for a call
+// with no approvals too.
 const approvalsColumn = `(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
 		'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
 		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name, 'for', a.behalf))
-	FROM (SELECT operator, channel, at, comment, method, digest, via, presented_page, presented_at, passkey_id, passkey_name, behalf FROM approvals WHERE call_id = c.id ORDER BY at, operator) a)`
+	FROM approvals a WHERE a.call_id = c.id)`
 
 // estimateCap bounds the rows counted to estimate how selective a filter
 // is: enough to tell a rare value from a common one, cheap to count.
@@ -292,7 +297,19 @@ func addApprovals(c *queue.Call, approvals string) error {
 	}
 	as, err := store.DecodeApprovals(c.ID, approvals)
 	c.Approvals = append(c.Approvals, as...)
+	sortApprovals(c.Approvals)
 	return err
+}
+
+// sortApprovals puts a call's approvals in the order they were given,
+// then by operator: the order every read of a call hands them out in.
+// Sorted here, not by ORDER BY: the approvals' primary key is (call_id,
+// operator), so SQLite would sort each call's approvals in a sorter of its
+// own, which costs more than the few approvals a call has.
+func sortApprovals(as []queue.Approval) {
+	slices.SortFunc(as, func(a, b queue.Approval) int {
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Operator, b.Operator))
+	})
 }
 
 // History returns one page of calls matching f, newest first, and the
@@ -305,8 +322,7 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 	}
 	query := q.sql(qualified + ", " + approvalsColumn)
 	if !q.deciders {
-		query += ` LIMIT ?`
-		q.args = append(q.args, limit+1)
+		query += limitClause(limit + 1)
 	}
 	rows, err := d.sql.QueryContext(ctx, query, q.args...)
 	if err != nil {
@@ -435,5 +451,6 @@ func scanExportRow(rows *sql.Rows) (*queue.ExportRow, error) {
 	if r.Approvals, err = store.DecodeApprovals(r.ID, approvals); err != nil {
 		return nil, err
 	}
+	sortApprovals(r.Approvals)
 	return &r, nil
 }

@@ -27,6 +27,10 @@ type stmtCounter struct {
 	n     atomic.Int64
 	rows  atomic.Int64 // rows handed to readers (countingRows)
 	trace atomic.Pointer[func(query string)]
+	// compiling is set by CountCompiles; compiles counts what the
+	// connections opened since compiled (see Compiles).
+	compiling atomic.Bool
+	compiles  atomic.Int64
 }
 
 func (s *stmtCounter) count(query string) {
@@ -58,6 +62,31 @@ func (d *DB) TraceStatements(fn func(query string)) {
 	d.stmts.trace.Store(&fn)
 }
 
+// CountCompiles makes the connections opened from now on count what SQLite
+// compiles (Compiles), and closes the idle connections and the writer's, so
+// that every connection opened later counts. For tests and diagnosis: it
+// costs a call into Go for each table and column a statement names each
+// time one is compiled. Call it while no statement runs.
+//
+// A statement stays compiled between executions on its connection
+// (_stmt_cache_size), unless SQLite marks it to be compiled again when a
+// value is bound: a bound LIMIT, or a column compared with a bare ? in a
+// query SQLite plans by that value (limitClause, SubmitChecks). Such a
+// statement is compiled at every execution, which Compiles shows.
+func (d *DB) CountCompiles() {
+	d.stmts.compiling.Store(true)
+	d.releaseWriter()
+	d.sql.SetMaxIdleConns(0)
+	d.sql.SetMaxIdleConns(8)
+}
+
+// Compiles returns how many SELECTs (subqueries included), INSERTs, DELETEs
+// and updated columns SQLite compiled on the connections opened since
+// CountCompiles: what its authorizer is asked about them as it compiles a
+// statement, the first time on a connection or again. The transactions'
+// own BEGIN, COMMIT, ROLLBACK and SAVEPOINT statements are not counted.
+func (d *DB) Compiles() int64 { return d.stmts.compiles.Load() }
+
 // connector opens SQLite connections that count their statements.
 type connector struct {
 	dsn   string
@@ -86,6 +115,15 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 	}, false); err != nil {
 		cc.c.Close()
 		return nil, err
+	}
+	if c.stmts.compiling.Load() {
+		cc.c.RegisterAuthorizer(func(op int, _, _, _ string) int {
+			switch op {
+			case sqlite3.SQLITE_SELECT, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_DELETE, sqlite3.SQLITE_UPDATE:
+				c.stmts.compiles.Add(1)
+			}
+			return sqlite3.SQLITE_OK
+		})
 	}
 	if cc.auth != nil {
 		cc.c.RegisterUpdateHook(func(_ int, _, table string, _ int64) {

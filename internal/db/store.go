@@ -1,14 +1,13 @@
 package db
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -165,15 +164,16 @@ type querier interface {
 
 // callReadColumns are a call's columns under alias c (qualified), then
 // its approvals as one JSON array (as the history's pages read them, with
-// each passkey's evidence, unsorted), then its grant's revocation: what
+// each passkey's evidence, unsorted), then its grant's revocation, looked
+// up for an approved call only (a revocation is read for no other): what
 // loadCall reads with one statement.
 var callReadColumns = qualified + `,
 	(SELECT json_group_array(json_object('operator', a.operator, 'channel', a.channel, 'at', a.at, 'comment', a.comment,
 		'method', a.method, 'digest', a.digest, 'via', a.via, 'presented_page', a.presented_page, 'presented_at', a.presented_at,
 		'passkey_id', CASE WHEN a.passkey_id IS NULL THEN NULL ELSE hex(a.passkey_id) END, 'passkey_name', a.passkey_name,
 		'evidence', a.evidence, 'for', a.behalf)) FROM approvals a WHERE a.call_id = c.id),
-	(SELECT json_object('jti', r.jti, 'by', r.revoked_by, 'channel', r.channel, 'reason', r.reason, 'at', r.revoked_at)
-		FROM grant_revocations r WHERE r.call_id = c.id)`
+	CASE WHEN c.status = 'approved' THEN (SELECT json_object('jti', r.jti, 'by', r.revoked_by, 'channel', r.channel, 'reason', r.reason, 'at', r.revoked_at)
+		FROM grant_revocations r WHERE r.call_id = c.id) END`
 
 // loadCall reads one call, its approvals and its grant's revocation with
 // one statement, where it took two or three (the call, its approvals,
@@ -195,15 +195,9 @@ func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue
 	if err != nil {
 		return nil, err
 	}
-	if err := addApprovals(c, approvals); err != nil {
+	if err := addApprovals(c, approvals); err != nil { // sorted, sortApprovals
 		return nil, err
 	}
-	// Sorted here, not by ORDER BY: the primary key is (call_id,
-	// operator), so SQLite would sort in a temporary b-tree, which inside a
-	// write transaction costs tens of microseconds.
-	slices.SortFunc(c.Approvals, func(a, b queue.Approval) int {
-		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Operator, b.Operator))
-	})
 	// A revocation is set on an approved call only, as it always was.
 	if revocation.Valid && c.Status == queue.StatusApproved {
 		var r struct {
@@ -238,15 +232,24 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 // how many calls token keeps pending, up to limit (PendingBy). The
 // answers are kept for those reads, which then run no statement of their
 // own; a write to the calls table forgets them.
+//
+// The statement stays prepared between submissions: its values are bound
+// where SQLite's planner does not read them. Planning a subquery with ORDER
+// BY or OR (the newest call) that compares a column with a bare ?, SQLite
+// looks at the value bound (is it 0 or 1?) and marks the statement to be
+// prepared again whenever the binding changes, which go-sqlite3's clearing
+// of the bindings before every execution always counts as; +?1 is the same
+// value as ?1, the index is still used, and the plan no longer depends on
+// it. Likewise its limit is written, not bound (limitClause).
 func (t *storeTx) SubmitChecks(actor, tool, digest, token string, limit int) error {
 	var count, anyCount, blocked, anyBlocked, latest sql.NullInt64
 	var pending int
 	err := t.tx.QueryRowContext(t.ctx, `SELECT
 		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?2), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?2),
 		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?3), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?3),
-		(SELECT seq FROM calls WHERE actor = ?1 AND digest = ?4 AND (submitted_by = ?5 OR status = 'denied') ORDER BY seq DESC LIMIT 1),
-		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL LIMIT ?6))`,
-		actor, tool, queue.AnyTool, digest, token, limit).Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
+		(SELECT seq FROM calls WHERE actor = +?1 AND digest = +?4 AND (submitted_by = +?5 OR status = 'denied') ORDER BY seq DESC LIMIT 1),
+		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL`+limitClause(limit)+`))`,
+		actor, tool, queue.AnyTool, digest, token).Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
 	if err != nil {
 		return fmt.Errorf("db: read a submission's checks: %w", err)
 	}
@@ -462,8 +465,8 @@ func (t *storeTx) PendingBy(token string, limit int) (int, error) {
 		return k.pending, nil
 	}
 	var n int
-	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' AND plan_id IS NULL LIMIT ?)`,
-		token, limit).Scan(&n)
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ? AND status = 'pending' AND plan_id IS NULL`+
+		limitClause(limit)+`)`, token).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("db: count the pending calls of a token: %w", err)
 	}
@@ -652,8 +655,8 @@ func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 // planner prefers the (status, created) index and reads every pending call.
 func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls INDEXED BY calls_pending
-		WHERE status = 'pending' AND plan_id IS NULL AND decide_by <= ? ORDER BY decide_by LIMIT ?`,
-		ms(now), limit)
+		WHERE status = 'pending' AND plan_id IS NULL AND decide_by <= ? ORDER BY decide_by`+limitClause(limit),
+		ms(now))
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: due calls: %w", err))
 	}
@@ -681,8 +684,8 @@ func (s Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 // DueLeases lists redeemed calls with no outcome whose lease has lapsed.
 func (s Store) DueLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	rows, err := s.sql.QueryContext(ctx, `SELECT id FROM calls INDEXED BY calls_lease
-		WHERE status = 'redeemed' AND outcome_status IS NULL AND lease_until <= ? ORDER BY lease_until LIMIT ?`,
-		ms(now), limit)
+		WHERE status = 'redeemed' AND outcome_status IS NULL AND lease_until <= ? ORDER BY lease_until`+limitClause(limit),
+		ms(now))
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: due leases: %w", err))
 	}
@@ -720,7 +723,7 @@ func unresolvedWhere(p string) string {
 // with their approvals.
 func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, error) {
 	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c INDEXED BY calls_unresolved
-		WHERE `+unresolvedWhere("c.")+` ORDER BY c.outcome_at, c.seq LIMIT ?`, limit)
+		WHERE `+unresolvedWhere("c.")+` ORDER BY c.outcome_at, c.seq`+limitClause(limit))
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: unresolved calls: %w", err))
 	}
@@ -807,7 +810,7 @@ func (s Store) PendingCallsOf(ctx context.Context, tool string, limit int) ([]*q
 // all but a passkey's evidence, which a single call's read carries).
 func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*queue.Call, error) {
 	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c
-		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (? = '' OR c.tool = ?) ORDER BY c.seq DESC LIMIT ?`, tool, tool, limit)
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND (? = '' OR c.tool = ?) ORDER BY c.seq DESC`+limitClause(limit), tool, tool)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: pending calls: %w", err))
 	}
@@ -836,8 +839,8 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 		from = ms(after.DecideBy)
 	}
 	rows, err := s.sql.QueryContext(ctx, `SELECT `+qualified+`, `+approvalsColumn+` FROM calls c INDEXED BY calls_pending
-		WHERE c.status = 'pending' AND c.plan_id IS NULL AND c.decide_by >= ? AND (c.decide_by > ? OR c.id > ?) ORDER BY c.decide_by, c.id LIMIT ?`,
-		from, from, after.ID, limit)
+		WHERE c.status = 'pending' AND c.plan_id IS NULL AND c.decide_by >= ? AND (c.decide_by > ? OR c.id > ?) ORDER BY c.decide_by, c.id`+limitClause(limit),
+		from, from, after.ID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("db: a page of pending calls: %w", err))
 	}
@@ -883,4 +886,18 @@ func splitNames(s string) []string {
 		return nil
 	}
 	return strings.Split(s, ",")
+}
+
+// limitClause is " LIMIT n", the limit written into the statement rather
+// than bound. SQLite plans a statement by the value bound to its LIMIT and
+// marks it to be prepared again whenever another value is bound; and
+// go-sqlite3 clears a statement's bindings before binding its next values
+// (and when it returns it to its cache), which counts as another value.
+// So a statement with LIMIT ? was parsed and planned anew at every
+// execution, the pending calls' statement with its approvals (the call
+// page's read) costing several times its own execution. A statement is
+// kept prepared per text (the connection's statement cache), so a limit
+// should be one of a few values (a page size, a configured cap).
+func limitClause(n int) string {
+	return " LIMIT " + strconv.Itoa(n)
 }
