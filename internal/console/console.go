@@ -23,6 +23,7 @@ import (
 	"github.com/countersign/countersign/internal/mcp/catalog"
 	"github.com/countersign/countersign/internal/passkey"
 	"github.com/countersign/countersign/internal/queue"
+	"github.com/countersign/countersign/internal/server"
 	"github.com/countersign/countersign/internal/sso"
 	"github.com/countersign/countersign/web/static"
 	"github.com/countersign/countersign/web/templates"
@@ -367,20 +368,22 @@ func (c *Console) Routes(e *echo.Echo) {
 
 	// Middleware is attached per route: a Group with an empty prefix would
 	// also claim every unknown path.
-	e.GET("/", c.queuePage, c.requireSession)
-	e.GET("/calls/:id", c.callPage, c.requireSession)
+	// (server.Chain composes a route's middleware once, where echo would
+	// at every request.)
+	e.GET("/", server.Chain(c.queuePage, c.requireSession))
+	e.GET("/calls/:id", server.Chain(c.callPage, c.requireSession))
 	// A call's status page needs no login: its link is the credential.
 	e.GET(statusPath+":id/:token", c.statusPage)
-	e.GET("/ws", c.serveWS, c.requireSession)
-	e.GET("/admin", c.adminPage, c.requireSession, c.requireAdmin)
-	e.GET("/account", c.accountPage, c.requireSession)
-	e.GET(passwordPath, c.passwordPage, c.requireSession)
+	e.GET("/ws", server.Chain(c.serveWS, c.requireSession))
+	e.GET("/admin", server.Chain(c.adminPage, c.requireSession, c.requireAdmin))
+	e.GET("/account", server.Chain(c.accountPage, c.requireSession))
+	e.GET(passwordPath, server.Chain(c.passwordPage, c.requireSession))
 	c.routesHistory(e.Group(historyPath, c.requireSession))
 	c.routesNotify(e)
 	c.routesMCP(e)
 
 	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
-		e.POST(path, h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...)
+		e.POST(path, server.Chain(h, append([]echo.MiddlewareFunc{c.requireSession, c.requireCSRF}, m...)...))
 	}
 	post("/logout", c.logout)
 	post(passwordPath, c.changePassword)

@@ -137,21 +137,24 @@ func (k *Key) Check(token, page, viewer string, items []Item, now time.Time, max
 // mac is the HMAC of one presentation. Every field is written with its
 // length first, so that no two presentations share the bytes hashed.
 func (k *Key) mac(page, viewer string, ms int64, items []Item) []byte {
-	m := hmac.New(sha256.New, k.secret)
+	// The fields are gathered and hashed with one Write: each Write of a
+	// field would copy it to the heap (the hash is an interface).
+	b := make([]byte, 0, 8*6+64+len(page)+len(viewer)+len(items)*(16+64))
 	field := func(s string) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		m.Write(n[:])
-		m.Write([]byte(s))
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
 	}
 	field("countersign/v1/presented")
 	field(page)
 	field(viewer)
-	field(strconv.FormatInt(ms, 10))
+	var n [20]byte
+	field(string(strconv.AppendInt(n[:0], ms, 10)))
 	for _, it := range sorted(items) {
 		field(it.CallID)
 		field(it.Digest)
 	}
+	m := hmac.New(sha256.New, k.secret)
+	m.Write(b)
 	return m.Sum(nil)
 }
 

@@ -210,9 +210,9 @@ func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Re
 		}
 	}
 	out.Checks, out.Reason = res.Checks, res.Reason
-	details := map[string]any{"checks": checksDetail(res.Checks)}
+	checks := checksDetail(res.Checks)
 	if res.Reason != "" {
-		details["reason"] = res.Reason
+		details := map[string]any{"checks": checks, "reason": res.Reason}
 		if res.Claims != nil {
 			details["jti"] = res.Claims.JTI
 		}
@@ -234,13 +234,12 @@ func (s *Service) redeemIn(tx Tx, emit func(Event), who Principal, res *grant.Re
 	if err := tx.UpdateCall(c); err != nil {
 		return err
 	}
-	details["jti"] = res.Claims.JTI
 	// What was redeemed: the digest recomputed from the call the
-	// executor presented (equal to the grant's, or it was refused).
-	details["digest"] = res.Digest
-	details["token"] = who.TokenID
-	details["lease_until"] = formatTime(c.LeaseUntil)
-	if err := tx.Append(s.entry(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+	// executor presented (equal to the grant's, or it was refused). The
+	// members in canonical order, as a map of them would be encoded.
+	if err := tx.Append(s.entryOf(audit.KindRedeemed, c, who.Actor, audit.ChannelAPI, canonical.Object{
+		{Name: "checks", Value: checks}, {Name: "digest", Value: res.Digest}, {Name: "jti", Value: res.Claims.JTI},
+		{Name: "lease_until", Value: formatTime(c.LeaseUntil)}, {Name: "token", Value: who.TokenID}})); err != nil {
 		return err
 	}
 	out.Accepted = true
@@ -280,14 +279,20 @@ func nilIfEmpty(c *Call) *Call {
 	return c
 }
 
+// checksDetail is how an audit entry records a redemption's checks: for
+// each, an object of its name and whether it passed (null when it did not
+// run). The objects' members are carved from one slice.
 func checksDetail(checks []grant.Check) []any {
 	out := make([]any, len(checks))
+	members := make([]canonical.Member, 2*len(checks))
 	for i, c := range checks {
 		var ok any
 		if c.OK != nil {
 			ok = *c.OK
 		}
-		out[i] = map[string]any{"name": c.Name, "ok": ok}
+		m := members[2*i : 2*i+2 : 2*i+2]
+		m[0], m[1] = canonical.Member{Name: "name", Value: c.Name}, canonical.Member{Name: "ok", Value: ok}
+		out[i] = canonical.Object(m)
 	}
 	return out
 }

@@ -317,12 +317,18 @@ func (r refused) Error() string { return r.err.Error() }
 func commitAnd(err error) error { return refused{err} }
 
 func (s *Service) entry(kind string, c *Call, principal, channel string, details map[string]any) *audit.Entry {
+	if details == nil {
+		details = map[string]any{}
+	}
+	return s.entryOf(kind, c, principal, channel, details)
+}
+
+// entryOf is entry with details of any type canonical.Encode takes (an
+// Object whose members are written in order, say).
+func (s *Service) entryOf(kind string, c *Call, principal, channel string, details any) *audit.Entry {
 	id := ""
 	if c != nil {
 		id = c.ID
-	}
-	if details == nil {
-		details = map[string]any{}
 	}
 	return &audit.Entry{Time: audit.FormatTime(s.now()), Kind: kind, CallID: id,
 		Principal: principal, Channel: channel, Details: details}

@@ -176,6 +176,19 @@ func String(s string) string {
 
 // reveal splits s into text, escapes and mixed-script words.
 func reveal(s string) Text {
+	if printableASCII(s) {
+		// Nothing to escape, and no word can mix scripts or look like
+		// another: the text as it is, with no warning.
+		if s == "" {
+			return Text{}
+		}
+		return Text{Segs: []Seg{{Kind: SegText, S: s}}}
+	}
+	return revealAll(s)
+}
+
+// revealAll is reveal for any text.
+func revealAll(s string) Text {
 	var t Text
 	found := map[string]bool{}
 	var plain strings.Builder
@@ -246,6 +259,17 @@ func reveal(s string) Text {
 		}
 	}
 	return t
+}
+
+// printableASCII reports whether s holds only the characters from space
+// to '~'.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // appendWords appends plain text, marking each word whose letters come

@@ -1,6 +1,8 @@
 package reveal
 
 import (
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -142,5 +144,33 @@ func TestWordScriptsOfASCIIWords(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { wordScripts("invoice") }); n != 0 {
 		t.Errorf("wordScripts of an ASCII word allocated %v times, want 0", n)
+	}
+}
+
+// TestPrintableASCIIAsTheGeneralPath: text of printable ASCII alone is
+// revealed as the general path reveals it (one segment of text, no
+// warning), with one allocation, the segment's slice.
+func TestPrintableASCIIAsTheGeneralPath(t *testing.T) {
+	var every []byte
+	for c := byte(' '); c <= '~'; c++ {
+		every = append(every, c)
+	}
+	texts := []string{"", " ", "flow 12", "weather:forecast", "INV-10042 refund 12.50 USD", string(every),
+		"paypal.com", "  two  spaces  ", "a1-b2_c3", "\x7f", "tab\there", "line\nbreak", "pаypal"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, r.IntN(40))
+		for i := range b {
+			b[i] = every[r.IntN(len(every))]
+		}
+		texts = append(texts, string(b))
+	}
+	for _, s := range texts {
+		if got, want := reveal(s), revealAll(s); !reflect.DeepEqual(got, want) {
+			t.Fatalf("reveal(%q) = %+v, want %+v", s, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { reveal("INV-10042 refund 12.50 USD") }); n > 1 {
+		t.Errorf("revealing printable ASCII allocated %v times, want at most 1", n)
 	}
 }

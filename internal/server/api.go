@@ -34,20 +34,27 @@ func (s *Server) routesAPI(e *echo.Echo) {
 	e.GET("/api/v1/openapi.yaml", s.openAPI)
 	s.routesAudit(e)
 
-	api := e.Group("/api/v1", s.bearer)
-	api.POST("/calls", s.submit)
-	api.GET("/calls/:id", s.getCall)
-	api.DELETE("/calls/:id", s.cancelCall)
-	api.POST("/calls/:id/accept", s.acceptCounter)
-	api.POST("/calls/:id/outcome", s.outcome)
-	api.POST("/calls/:id/heartbeat", s.heartbeat)
-	api.POST("/redeem", s.redeem)
+	// The group answers the paths under /api/v1 that no route takes,
+	// after the token's check; each route has the check composed once.
+	e.Group("/api/v1", s.bearer)
+	api := func(method, path string, h echo.HandlerFunc) { e.Add(method, "/api/v1"+path, Chain(h, s.bearer)) }
+	api(http.MethodPost, "/calls", s.submit)
+	api(http.MethodGet, "/calls/:id", s.getCall)
+	api(http.MethodDelete, "/calls/:id", s.cancelCall)
+	api(http.MethodPost, "/calls/:id/accept", s.acceptCounter)
+	api(http.MethodPost, "/calls/:id/outcome", s.outcome)
+	api(http.MethodPost, "/calls/:id/heartbeat", s.heartbeat)
+	api(http.MethodPost, "/redeem", s.redeem)
 	s.routesOperator(e)
-	api.POST("/plans", s.submitPlan)
-	api.GET("/plans/:id", s.getPlan)
-	api.POST("/plans/:id/cancel", s.cancelPlan)
-	api.POST("/plans/:id/items/:n/grant", s.mintPlanItem)
+	api(http.MethodPost, "/plans", s.submitPlan)
+	api(http.MethodGet, "/plans/:id", s.getPlan)
+	api(http.MethodPost, "/plans/:id/cancel", s.cancelPlan)
+	api(http.MethodPost, "/plans/:id/items/:n/grant", s.mintPlanItem)
 }
+
+// noStore is the Cache-Control of every authenticated API response, one
+// slice shared by them all (a response adding to it copies it).
+var noStore = []string{"no-store"}
 
 // handleError is the server's one error handler. API and unknown paths get
 // the JSON error shape; console pages get an HTML page. Only 5xx is logged
@@ -80,7 +87,7 @@ func (s *Server) bearer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		// Responses to an authenticated request may carry a grant: nothing
 		// on the way may keep them.
-		c.Response().Header().Set("Cache-Control", "no-store")
+		c.Response().Header()["Cache-Control"] = noStore
 		scheme, secret, _ := strings.Cut(strings.TrimSpace(c.Request().Header.Get("Authorization")), " ")
 		secret = strings.TrimSpace(secret)
 		if !strings.EqualFold(scheme, "Bearer") || secret == "" {

@@ -98,11 +98,15 @@ type Config struct {
 
 // Server is Countersign's HTTP front end.
 type Server struct {
-	cfg     Config
-	hosts   map[string]bool // allowed Host names and host:port pairs, lower case; nil checks nothing
-	hsts    bool            // the public URL is https
-	csp     string          // the Content-Security-Policy header
+	cfg   Config
+	hosts map[string]bool // allowed Host names and host:port pairs, lower case; nil checks nothing
+	hsts  bool            // the public URL is https
+	csp   string          // the Content-Security-Policy header
+	// headers are the security headers every response carries, each value
+	// a slice of one, shared by every response (securityHeaders).
+	headers []securityHeader
 	echo    *echo.Echo
+	handler http.Handler // echo, HEAD answered as GET (headAsGet)
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
@@ -196,21 +200,19 @@ func New(cfg Config) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
-	e.Pre(headAsGet)
-	e.Use(middleware.RequestID())
-	if cfg.Tracer != nil {
-		e.Use(traced(cfg.Tracer))
-	}
-	e.Use(s.accessLog())
-	e.Use(middleware.Recover())
-	e.Use(s.refuseLargeBodies)
 	s.csp = contentSecurityPolicy(nil)
 	if err := s.allowHosts(cfg); err != nil {
 		return nil, err
 	}
-	e.Use(s.securityHeaders)
-	e.Use(s.checkHost)
+	s.headers = securityHeaders(s.hsts, s.csp)
+	chain := []echo.MiddlewareFunc{middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: newRequestIDs().next})}
+	if cfg.Tracer != nil {
+		chain = append(chain, traced(cfg.Tracer))
+	}
+	chain = append(chain, s.accessLog(), middleware.Recover(), s.refuseLargeBodies, s.securityHeaders, s.checkHost)
+	e.Use(composed(chain...))
 	s.echo = e
+	s.handler = headAsGet(e)
 
 	s.routesAPI(e)
 	if cfg.MCP != nil {
@@ -270,6 +272,7 @@ type Pages interface {
 func (s *Server) Mount(p Pages) {
 	s.pages = p
 	s.csp = contentSecurityPolicy(p.FormTargets())
+	s.headers = securityHeaders(s.hsts, s.csp)
 	p.Routes(s.echo)
 }
 
@@ -286,7 +289,7 @@ func (s *Server) logPath(p string) string {
 func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }
 
 // Handler returns the server's http.Handler.
-func (s *Server) Handler() http.Handler { return s.echo }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve serves on ln until ctx ends, then drains: in-flight requests
 // finish, and Serve returns once the listener is closed and requests are
@@ -294,7 +297,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // by its owner (queue.Service.Run ends with its context).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           s.echo,
+		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      queue.MaxWait + 15*time.Second,
@@ -322,23 +325,41 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
+// composed is the server's middleware as one echo middleware, composed
+// once: echo applies each middleware it is given to every request, which
+// makes a closure per middleware per request. The chain ends in the
+// handler the router found for the request (the next that echo passes
+// in, which is always the context's handler).
+func composed(chain ...echo.MiddlewareFunc) echo.MiddlewareFunc {
+	h := Chain(func(c echo.Context) error { return c.Handler()(c) }, chain...)
+	return func(echo.HandlerFunc) echo.HandlerFunc { return h }
+}
+
+// Chain is h behind middleware m (the first outermost), composed once: a
+// route given its middleware through echo gets a closure per middleware
+// at every request.
+func Chain(h echo.HandlerFunc, m ...echo.MiddlewareFunc) echo.HandlerFunc {
+	for i := len(m) - 1; i >= 0; i-- {
+		h = m[i](h)
+	}
+	return h
+}
+
 // headAsGet answers HEAD wherever GET is answered: the request is routed
 // and handled as a GET whose body is thrown away, and it is a HEAD again
 // before net/http writes the response's header (no body is written, so
 // the header goes out when the handler is done), so the answer is a HEAD
 // answer with GET's status and headers.
-func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
+func headAsGet(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodHead {
-			return next(c)
+			next.ServeHTTP(w, r)
+			return
 		}
 		r.Method = http.MethodGet
 		defer func() { r.Method = http.MethodHead }()
-		res := c.Response()
-		res.Writer = headWriter{res.Writer}
-		return next(c)
-	}
+		next.ServeHTTP(headWriter{w}, r)
+	})
 }
 
 // headWriter drops a response's body; flushing is put off to the end, so
@@ -484,20 +505,40 @@ func (s *Server) refuseLargeBodies(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// securityHeader is one header every response carries.
+type securityHeader struct {
+	name  string // in canonical form
+	value []string
+}
+
+// securityHeaders are the headers every response carries, and HSTS when
+// the public URL is https. Each value is a slice of one with no room to
+// grow (a literal of one), so that a response adding a value to it
+// (Header.Add) copies it rather than writing into the slice the others
+// share.
+func securityHeaders(hsts bool, csp string) []securityHeader {
+	h := []securityHeader{
+		{"Content-Security-Policy", []string{csp}},
+		{"X-Content-Type-Options", []string{"nosniff"}},
+		{"Referrer-Policy", []string{"no-referrer"}},
+		{"Cross-Origin-Opener-Policy", []string{"same-origin"}},
+		{"Cross-Origin-Resource-Policy", []string{"same-origin"}},
+		{"X-Frame-Options", []string{"DENY"}},
+	}
+	if hsts {
+		h = append(h, securityHeader{"Strict-Transport-Security", []string{"max-age=31536000"}})
+	}
+	return h
+}
+
 // securityHeaders sets the headers every response carries, error pages
-// included, and HSTS when the public URL is https.
+// included.
 func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
-		if s.hsts {
-			h.Set("Strict-Transport-Security", "max-age=31536000")
+		for _, sh := range s.headers {
+			h[sh.name] = sh.value
 		}
-		h.Set("Content-Security-Policy", s.csp)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		h.Set("Cross-Origin-Resource-Policy", "same-origin")
-		h.Set("X-Frame-Options", "DENY")
 		return next(c)
 	}
 }
