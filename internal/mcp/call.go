@@ -80,7 +80,13 @@ func (g *Gateway) call(ctx context.Context, server string, req *sdk.CallToolRequ
 	// (forward), so that Drain waits for the forward it may lead to; once
 	// Close has begun, nothing is redeemed.
 	if g.upstreamConnected(t) && g.pending.add() {
-		c, _, redeemed, err = g.cfg.Queue.SubmitAndRedeem(ctx, agent.principal(), p, perr)
+		// The outcomes of the calls answered before this one are written
+		// in its transaction: one commit per call while calls follow
+		// each other.
+		held := g.held.take()
+		var wrote bool
+		c, _, redeemed, wrote, err = g.cfg.Queue.SubmitAndRedeem(ctx, agent.principal(), p, perr, held)
+		g.settleHeld(held, wrote)
 		if err != nil || redeemed == nil || !redeemed.Accepted {
 			g.pending.done()
 		}
@@ -397,11 +403,90 @@ func (g *Gateway) forward(ctx context.Context, log *slog.Logger, agent Agent, t 
 	// before the answer, so that whatever the model does next about the
 	// failure meets it recorded.
 	handed = true
-	go func() {
-		defer g.pending.done()
-		g.outcome(ctx, log, agent, c, queue.OutcomeSucceeded, "")
-	}()
+	g.holdOutcome(queue.HeldOutcome{Who: agent.principal(), CallID: c.ID, Status: queue.OutcomeSucceeded, At: g.cfg.Queue.Now()})
 	return out
+}
+
+// heldOutcomes are the outcomes of calls answered before their outcome was
+// written, each still counted in the gateway's pending writes. The next
+// call submitted with its redemption writes them in its own transaction;
+// what no call took within OutcomeDelay is written in a transaction of its
+// own, and Drain writes them at once.
+type heldOutcomes struct {
+	mu       sync.Mutex
+	list     []queue.HeldOutcome
+	timer    *time.Timer // set while the list is not empty
+	draining int         // Drain calls under way: nothing waits
+}
+
+// take empties the list, for a transaction that writes what it held.
+func (h *heldOutcomes) take() []queue.HeldOutcome {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.list
+	h.list = nil
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	return out
+}
+
+// holdOutcome keeps the outcome of a call that was answered, to be written
+// with the next call (or after OutcomeDelay, or by Drain). A call that
+// succeeded is answered before its outcome is written: the gateway reports
+// it as any executor does, after holding the result, and the agent does
+// not wait for that commit. The redemption is already durable, so nothing
+// can run twice; a crash before the write leaves the call redeemed without
+// an outcome, which its lease then marks for people to resolve.
+func (g *Gateway) holdOutcome(o queue.HeldOutcome) {
+	g.putHeld([]queue.HeldOutcome{o})
+}
+
+// putHeld adds outcomes to the held list and makes sure they are written.
+func (g *Gateway) putHeld(os []queue.HeldOutcome) {
+	h := &g.held
+	h.mu.Lock()
+	h.list = append(h.list, os...)
+	now := h.draining > 0
+	if !now && h.timer == nil {
+		h.timer = time.AfterFunc(g.cfg.OutcomeDelay, g.writeHeld)
+	}
+	h.mu.Unlock()
+	if now {
+		go g.writeHeld()
+	}
+}
+
+// settleHeld ends the count of held outcomes a submission wrote, or holds
+// them again when it did not.
+func (g *Gateway) settleHeld(held []queue.HeldOutcome, wrote bool) {
+	if len(held) == 0 {
+		return
+	}
+	if !wrote {
+		g.putHeld(held)
+		return
+	}
+	for range held {
+		g.pending.done()
+	}
+}
+
+// writeHeld writes the held outcomes in one transaction of their own.
+func (g *Gateway) writeHeld() {
+	held := g.held.take()
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outcomeWriteTimeout)
+	defer cancel()
+	if err := g.cfg.Queue.ReportOutcomes(ctx, held); err != nil {
+		g.log.Error("outcomes not recorded", slog.Int("calls", len(held)), slog.String("call", held[0].CallID), slog.Any("error", err))
+	}
+	for range held {
+		g.pending.done()
+	}
 }
 
 // outcome records what became of a forwarded call. It has a time of its
@@ -421,7 +506,18 @@ func (g *Gateway) outcome(ctx context.Context, log *slog.Logger, agent Agent, c 
 // it after the HTTP server shut down, before the database closes. A
 // forward that outlived the shutdown (its upstream slow to answer) is
 // waited for, up to ForwardTimeout and the outcome's write.
-func (g *Gateway) Drain() { g.pending.wait() }
+func (g *Gateway) Drain() {
+	g.held.mu.Lock()
+	g.held.draining++
+	g.held.mu.Unlock()
+	defer func() {
+		g.held.mu.Lock()
+		g.held.draining--
+		g.held.mu.Unlock()
+	}()
+	g.writeHeld()
+	g.pending.wait()
+}
 
 // Close stops the gateway redeeming calls, then drains it: a request
 // still running after the HTTP server's shutdown gave up on it redeems
@@ -431,7 +527,7 @@ func (g *Gateway) Drain() { g.pending.wait() }
 // closes.
 func (g *Gateway) Close() {
 	g.pending.close()
-	g.pending.wait()
+	g.Drain()
 }
 
 // writes counts the calls redeemed whose outcome is not written yet.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -150,23 +151,82 @@ func (t *httpTap) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
-	resp, err := t.base.RoundTrip(req)
-	if err != nil || len(id) == 0 || resp.StatusCode != http.StatusOK {
+	if len(id) == 0 {
+		return t.base.RoundTrip(req)
+	}
+	// The request is cancelled with its caller's context until its
+	// response is read; after that, not at once: the caller returns as
+	// soon as it has the response, while the SDK still reads the rest of
+	// the stream (the end of an SSE answer), and a request cancelled
+	// before its body ends takes its connection down with it, so that the
+	// next call would dial the upstream again. The rest gets drainGrace.
+	inner := req.Context()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(inner))
+	stop := context.AfterFunc(inner, cancel)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		if err != nil {
+			stop()
+			cancel()
+		} else {
+			resp.Body = &endBody{ReadCloser: resp.Body, end: func() { stop(); cancel() }}
+		}
 		return resp, err
 	}
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	resp.Body = &tapBody{ReadCloser: resp.Body, cp: cp, id: id, sse: sse}
+	// Both run on the goroutine that reads the body (and closes it).
+	var grace *time.Timer
+	resp.Body = &tapBody{ReadCloser: resp.Body, cp: cp, id: id, sse: sse,
+		answered: func() {
+			if stop() {
+				grace = time.AfterFunc(drainGrace, cancel)
+			}
+		},
+		end: func() {
+			stop()
+			if grace != nil {
+				grace.Stop()
+			}
+			cancel()
+		}}
 	return resp, nil
 }
 
-// tapBody watches the bytes the SDK reads for the response to id.
+// drainGrace bounds how long the rest of an upstream's answer may take
+// once the response to the call was read from it.
+const drainGrace = 5 * time.Second
+
+// endBody runs end once the body is closed.
+type endBody struct {
+	io.ReadCloser
+	end  func()
+	once sync.Once
+}
+
+func (b *endBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.end)
+	return err
+}
+
+// tapBody watches the bytes the SDK reads for the response to id. It
+// calls answered once it has seen it, and end when it is closed.
 type tapBody struct {
 	io.ReadCloser
-	cp   *capture
-	id   json.RawMessage
-	sse  bool
-	buf  bytes.Buffer
-	done bool
+	cp       *capture
+	id       json.RawMessage
+	sse      bool
+	buf      bytes.Buffer
+	done     bool
+	answered func()
+	end      func()
+	once     sync.Once
+}
+
+func (b *tapBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.end)
+	return err
 }
 
 func (b *tapBody) Read(p []byte) (int, error) {
@@ -221,4 +281,5 @@ func (b *tapBody) match(payload []byte) {
 	b.cp.put(m.Result)
 	b.done = true
 	b.buf = bytes.Buffer{}
+	b.answered()
 }

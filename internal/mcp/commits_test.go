@@ -35,6 +35,13 @@ const maxMarksPerApprovedCall = 1
 // it back) and the outcome's.
 const maxStatementsPerApprovedCall = 21
 
+// maxStatementsPerCallInARow is the SQL statements of each of several
+// tools/calls a rule approves, made one after the other: the submission's
+// transaction, which also writes the outcome of the call before it (its
+// read of that call and the update; the outcome's audit entry joins the
+// transaction's one INSERT).
+const maxStatementsPerCallInARow = 12
+
 // countCommits runs call and returns the store's commits and the commits
 // that advanced the high-water mark (the commit hook) while it ran.
 func countCommits(t *testing.T, e *env, call func()) (commits, marks int64) {
@@ -260,4 +267,45 @@ func TestApprovedCallIsAnsweredBeforeItsOutcomeCommits(t *testing.T) {
 	}
 	close(release)
 	wantWholeTrail(t, e, e.lastCall())
+}
+
+// TestRuleApprovedCallsInARowCommitOnceEach: tools/calls a rule approves,
+// made one after the other, cost one commit each, which advances the
+// high-water mark: each call's transaction also writes the outcome of the
+// call answered before it; the last outcome is written by Drain. Every
+// call keeps its whole trail.
+func TestRuleApprovedCallsInARowCommitOnceEach(t *testing.T) {
+	const calls = 8
+	// The outcomes wait for the next call however slow the machine.
+	e := newEnv(t, envOptions{trust: true, hold: 200 * time.Millisecond, tools: rulesTools, outcomeDelay: time.Hour})
+	cs := e.client(nil, "")
+	if res := callRaw(t, cs, "add", `{"a":1,"b":1}`); res.IsError || text(res) != "2" {
+		t.Fatalf("the first call: %s", text(res))
+	}
+	var statements int64
+	commits, marks := countCommits(t, e, func() {
+		before := e.db.Statements()
+		for i := range calls {
+			if res := callRaw(t, cs, "add", fmt.Sprintf(`{"a":%d,"b":3}`, i)); res.IsError || text(res) != strconv.Itoa(i+3) {
+				t.Fatalf("call %d: %s %v", i, text(res), res.StructuredContent)
+			}
+		}
+		statements = e.db.Statements() - before
+	})
+	t.Logf("%d calls in a row: %d commits, %d advancing the mark, %d statements", calls, commits, marks, statements)
+	if commits > calls+1 || marks > calls {
+		t.Errorf("%d rule-approved tools/calls in a row made %d commits (%d advancing the mark), want at most %d (%d): one each, and the last outcome's",
+			calls, commits, marks, calls+1, calls)
+	}
+	if statements > calls*maxStatementsPerCallInARow {
+		t.Errorf("%d rule-approved tools/calls in a row ran %d statements (%.1f each), want at most %d each",
+			calls, statements, float64(statements)/calls, maxStatementsPerCallInARow)
+	}
+	page, _, err := e.db.History(context.Background(), queue.HistoryFilter{Limit: calls + 1})
+	if err != nil || len(page) != calls+1 {
+		t.Fatalf("History: %d calls, %v", len(page), err)
+	}
+	for _, c := range page {
+		wantWholeTrail(t, e, c)
+	}
 }

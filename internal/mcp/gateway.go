@@ -36,6 +36,9 @@ const (
 	// DefaultSessionTimeout closes a client's session after this long
 	// without a request.
 	DefaultSessionTimeout = 30 * time.Minute
+	// DefaultOutcomeDelay is how long an answered call's outcome waits to
+	// be written with the next call.
+	DefaultOutcomeDelay = 100 * time.Millisecond
 	// MaxHold bounds --hold: a request held longer is given up by clients.
 	MaxHold = 55 * time.Second
 	// DefaultMaxHoldsPerToken is how many tools/calls one agent token may
@@ -100,6 +103,10 @@ type GatewayConfig struct {
 	ForwardTimeout time.Duration
 	// SessionTimeout closes idle client sessions (DefaultSessionTimeout).
 	SessionTimeout time.Duration
+	// OutcomeDelay is how long the outcome of a call answered before its
+	// outcome was written waits for the next call's transaction to carry
+	// it, before it is written on its own (DefaultOutcomeDelay).
+	OutcomeDelay time.Duration
 	// Waits counts the requests one agent token holds open waiting for a
 	// decision: pass the agent API's count (--max-waits-per-token), so
 	// that held tools/calls and long-polls share one cap. Nil counts the
@@ -183,6 +190,8 @@ type Gateway struct {
 	runCtx context.Context
 	// pending counts the outcomes of answered calls still being written.
 	pending writes
+	// held are the outcomes of answered calls not written yet.
+	held heldOutcomes
 
 	stopped context.Context // done once Run has returned: event streams end
 	stop    context.CancelFunc
@@ -207,6 +216,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.OutcomeDelay <= 0 {
+		cfg.OutcomeDelay = DefaultOutcomeDelay
 	}
 	if cfg.MaxHoldsPerToken <= 0 {
 		cfg.MaxHoldsPerToken = DefaultMaxHoldsPerToken

@@ -100,6 +100,8 @@ type envOptions struct {
 	maxSessions int
 	// sessionTimeout is the gateway's SessionTimeout (0: its default).
 	sessionTimeout time.Duration
+	// outcomeDelay is the gateway's OutcomeDelay (0: its default).
+	outcomeDelay time.Duration
 	// publicNames gives the gateway the accounts' PublicNames (else its
 	// default).
 	publicNames bool
@@ -159,7 +161,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	}
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{PublicNames: names, Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
-		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout,
+		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout, OutcomeDelay: o.outcomeDelay,
 		StatusURL: statusURL, Waits: o.waits,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dial},
 		Authenticate: authenticate})

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -220,45 +221,98 @@ func (s *Service) ReportOutcome(ctx context.Context, who Principal, id, status, 
 	}
 	var out *Call
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
-		c, err := tx.Call(id)
-		if err != nil {
-			return err
-		}
-		if !c.reachableBy(who) {
-			return ErrNotFound
-		}
-		if c.Status != StatusRedeemed {
-			return ErrNotRedeemed
-		}
-		// Only the executor that redeemed the grant says what happened
-		// (calls redeemed before redemptions were recorded excepted).
-		if c.RedeemedBy != "" && c.RedeemedBy != who.TokenID {
-			return ErrNotLeaseHolder
-		}
-		details := map[string]any{"status": status, "detail": detail}
-		if c.Outcome != nil {
-			if c.Outcome.Status != OutcomeLeaseExpired {
-				return ErrOutcomeReported
-			}
-			details["replaces"] = OutcomeLeaseExpired
-		} else if !s.now().Before(c.LeaseUntil) {
-			details["late"] = true
-		}
-		if who.TokenID != "" {
-			details["token"] = who.TokenID
-		}
-		c.Outcome = &Outcome{Status: status, Detail: detail, At: s.now()}
-		if err := tx.UpdateCall(c); err != nil {
-			return err
-		}
-		if err := tx.Append(s.entry(audit.KindOutcome, c, who.Actor, audit.ChannelAPI, details)); err != nil {
-			return err
-		}
-		emit(Event{Kind: audit.KindOutcome, Call: c})
+		c, err := s.reportIn(tx, emit, who, id, status, detail, s.now())
 		out = c
-		return nil
+		return err
 	})
 	return out, err
+}
+
+// reportIn records, in tx, the outcome an executor reported at at: the
+// checks and the writes of ReportOutcome. A refusal (ErrNotFound,
+// ErrNotRedeemed, ErrNotLeaseHolder, ErrOutcomeReported) writes nothing.
+func (s *Service) reportIn(tx Tx, emit func(Event), who Principal, id, status, detail string, at time.Time) (*Call, error) {
+	c, err := tx.Call(id)
+	if err != nil {
+		return nil, err
+	}
+	if !c.reachableBy(who) {
+		return nil, ErrNotFound
+	}
+	if c.Status != StatusRedeemed {
+		return nil, ErrNotRedeemed
+	}
+	// Only the executor that redeemed the grant says what happened
+	// (calls redeemed before redemptions were recorded excepted).
+	if c.RedeemedBy != "" && c.RedeemedBy != who.TokenID {
+		return nil, ErrNotLeaseHolder
+	}
+	details := map[string]any{"status": status, "detail": detail}
+	if c.Outcome != nil {
+		if c.Outcome.Status != OutcomeLeaseExpired {
+			return nil, ErrOutcomeReported
+		}
+		details["replaces"] = OutcomeLeaseExpired
+	} else if !at.Before(c.LeaseUntil) {
+		details["late"] = true
+	}
+	if who.TokenID != "" {
+		details["token"] = who.TokenID
+	}
+	c.Outcome = &Outcome{Status: status, Detail: detail, At: at}
+	if err := tx.UpdateCall(c); err != nil {
+		return nil, err
+	}
+	if err := tx.Append(s.entry(audit.KindOutcome, c, who.Actor, audit.ChannelAPI, details)); err != nil {
+		return nil, err
+	}
+	emit(Event{Kind: audit.KindOutcome, Call: c})
+	return c, nil
+}
+
+// A HeldOutcome is an outcome an executor in this process learned and
+// holds to write in a later transaction (ReportOutcomes, SubmitAndRedeem):
+// the MCP gateway answers a call that succeeded before its outcome is
+// written, and writes it with the next call it submits.
+type HeldOutcome struct {
+	Who    Principal
+	CallID string
+	Status string
+	Detail string
+	// At is when the executor learned the outcome: the outcome's time.
+	At time.Time
+}
+
+// writeHeld writes held outcomes in tx. One that a check refuses (another
+// outcome was reported, or a person resolved the call meanwhile) is
+// skipped, having written nothing; any other error fails the transaction.
+func (s *Service) writeHeld(tx Tx, emit func(Event), held []HeldOutcome) error {
+	for _, h := range held {
+		switch {
+		case h.Status != OutcomeSucceeded && h.Status != OutcomeFailed && h.Status != OutcomeUnknown:
+			return ErrInvalidOutcome
+		case len(h.Detail) > MaxReasonBytes:
+			return fmt.Errorf("queue: the outcome of %s: detail is %d bytes; at most %d are kept", h.CallID, len(h.Detail), MaxReasonBytes)
+		}
+		_, err := s.reportIn(tx, emit, h.Who, h.CallID, h.Status, h.Detail, h.At)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotRedeemed), errors.Is(err, ErrNotLeaseHolder), errors.Is(err, ErrOutcomeReported):
+			s.log.Warn("held outcome not recorded", slog.String("call", h.CallID), slog.String("status", h.Status), slog.Any("error", err))
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// ReportOutcomes writes held outcomes in one transaction, each checked as
+// ReportOutcome checks it; one a check refuses is skipped and logged.
+func (s *Service) ReportOutcomes(ctx context.Context, held []HeldOutcome) error {
+	if len(held) == 0 {
+		return nil
+	}
+	return s.update(ctx, func(tx Tx, emit func(Event)) error { return s.writeHeld(tx, emit, held) })
 }
 
 // Resolve records what operator found out about a call whose outcome is

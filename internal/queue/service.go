@@ -180,6 +180,9 @@ func NewService(cfg Config) *Service {
 // Tools returns the registry the service validates against.
 func (s *Service) Tools() *tools.Registry { return s.tools }
 
+// Now is the service's clock: the time it stamps on what it records.
+func (s *Service) Now() time.Time { return s.now() }
+
 // Policy returns the compiled rules, nil when there are none.
 func (s *Service) Policy() *policy.Policy { return s.policy }
 

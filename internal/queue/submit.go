@@ -19,7 +19,7 @@ import (
 // envelope from the same actor is still pending or approved).
 func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call, bool, error) {
 	p, perr := canonical.ParseProposal(body)
-	return s.submit(ctx, who, body, p, perr, nil)
+	return s.submit(ctx, who, body, p, perr, nil, nil)
 }
 
 // SubmitProposal is Submit of a proposal that the caller parsed strictly
@@ -30,7 +30,7 @@ func (s *Service) Submit(ctx context.Context, who Principal, body []byte) (*Call
 // the rejection is recorded and counted against (actor, tool) exactly as
 // Submit's. Everything after parsing is Submit's.
 func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, error) {
-	return s.submit(ctx, who, nil, p, perr, nil)
+	return s.submit(ctx, who, nil, p, perr, nil, nil)
 }
 
 // SubmitAndRedeem is SubmitProposal for a caller that is also the call's
@@ -44,9 +44,28 @@ func (s *Service) SubmitProposal(ctx context.Context, who Principal, p canonical
 // was not new (an identical call returned), or did not validate at
 // redemption (RedeemCall then refuses it with its problems); the caller
 // redeems as before when it wants to.
-func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonical.Proposal, perr error) (*Call, bool, *Redemption, error) {
+//
+// held are outcomes the caller learned of calls it redeemed before: they
+// are written first in the same transaction (writeHeld), so that a caller
+// making call after call commits once per call. heldWritten reports
+// whether they were committed; when it is false (the submission was
+// refused before its transaction, or its transaction failed), none was,
+// and the caller still holds them.
+func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonical.Proposal, perr error, held []HeldOutcome) (
+	c *Call, created bool, r *Redemption, heldWritten bool, err error) {
 	var out *Redemption
-	c, created, err := s.submit(ctx, who, nil, p, perr, func(tx Tx, emit func(Event), c *Call) error {
+	var before func(tx Tx, emit func(Event)) error
+	if len(held) > 0 {
+		before = func(tx Tx, emit func(Event)) error {
+			heldWritten = false
+			if err := s.writeHeld(tx, emit, held); err != nil {
+				return err
+			}
+			tx.AfterCommit(func() { heldWritten = true })
+			return nil
+		}
+	}
+	c, created, err = s.submit(ctx, who, nil, p, perr, before, func(tx Tx, emit func(Event), c *Call) error {
 		out = nil
 		if c.Status != StatusApproved || c.Grant == "" {
 			return nil
@@ -62,7 +81,7 @@ func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonica
 		return nil
 	})
 	if err != nil || out == nil {
-		return c, created, nil, err
+		return c, created, nil, heldWritten, err
 	}
 	if out.Accepted {
 		c = out.Call
@@ -70,14 +89,15 @@ func (s *Service) SubmitAndRedeem(ctx context.Context, who Principal, p canonica
 			s.kickLeases()
 		}
 	}
-	return c, created, out, nil
+	return c, created, out, heldWritten, nil
 }
 
-// submit stores a proposal (Submit). then, when set, runs last in the
-// transaction that stores a new call, with the call as the transaction
-// leaves it.
+// submit stores a proposal (Submit). before, when set, runs first in the
+// submission's transaction (not in a refusal's made without one); then,
+// when set, runs last in the transaction that stores a new call, with the
+// call as the transaction leaves it.
 func (s *Service) submit(ctx context.Context, who Principal, body []byte, p canonical.Proposal, perr error,
-	then func(tx Tx, emit func(Event), c *Call) error) (*Call, bool, error) {
+	before func(tx Tx, emit func(Event)) error, then func(tx Tx, emit func(Event), c *Call) error) (*Call, bool, error) {
 	var t *tools.Tool
 	var problems canonical.Problems
 	var kind ProposalKind
@@ -155,6 +175,11 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 	var result *Call
 	created := false
 	err = s.update(ctx, func(tx Tx, emit func(Event)) error {
+		if before != nil {
+			if err := before(tx, emit); err != nil {
+				return err
+			}
+		}
 		if sc, ok := tx.(submitChecker); ok {
 			if err := sc.SubmitChecks(who.Actor, p.Tool, c.Digest, who.TokenID, s.maxPending); err != nil {
 				return err

@@ -29,7 +29,7 @@ func TestSubmitAndRedeem(t *testing.T) {
 	ctx := context.Background()
 	who := queue.Principal{Actor: "agent:billing", Audience: "payments-host"}
 	commits0, _ := e.db.WriteCounts()
-	c, created, r, err := e.q.SubmitAndRedeem(ctx, who, refundProposal(t, "100"), nil)
+	c, created, r, _, err := e.q.SubmitAndRedeem(ctx, who, refundProposal(t, "100"), nil, nil)
 	if err != nil || !created || r == nil || !r.Accepted {
 		t.Fatalf("SubmitAndRedeem = %+v, %v, %+v, %v", c, created, r, err)
 	}
@@ -59,7 +59,7 @@ func TestSubmitAndRedeem(t *testing.T) {
 	wg.Wait()
 
 	// Waiting for people: submitted, nothing redeemed.
-	c, created, r, err = e.q.SubmitAndRedeem(ctx, who, refundProposal(t, "200000"), nil)
+	c, created, r, _, err = e.q.SubmitAndRedeem(ctx, who, refundProposal(t, "200000"), nil, nil)
 	if err != nil || !created || r != nil || c.Status != queue.StatusPending {
 		t.Fatalf("a call for people = %+v, %v, %+v, %v", c, created, r, err)
 	}
