@@ -33,6 +33,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"github.com/countersign/countersign/internal/db/walvfs"
 	"github.com/countersign/countersign/internal/store"
 )
 
@@ -116,9 +117,16 @@ func DSN(path string) string {
 // starts an escape, so a path holding them would otherwise make SQLite
 // open another file than the one Open created and checks; a leading "//"
 // would be read as an authority.
+//
+// Every connection opens its files through the walvfs VFS, which writes a
+// commit's WAL frames in one write rather than two per frame (the
+// package's documentation says why that keeps SQLite's guarantees).
 func fileURI(path string, q url.Values) string {
 	if strings.HasPrefix(path, "//") {
 		path = filepath.Clean(path)
+	}
+	if vfs := walvfs.Name(); vfs != "" {
+		q.Set("vfs", vfs)
 	}
 	return "file:" + uriEscaper.Replace(path) + "?" + q.Encode()
 }
