@@ -368,11 +368,17 @@ func TestBackupUnderLoad(t *testing.T) {
 	for i := 1; i < phases; i += 2 {
 		with, without := byPhase[i], slices.Concat(byPhase[i-1], byPhase[i+1])
 		if len(with) < 50 || len(without) < 100 {
-			t.Fatalf("phase %d: %d writes measured during backups and %d beside them; want at least 50 and 100", i, len(with), len(without))
+			// A phase the machine's other work stalled measures too few
+			// writes for a p99: it is left out, and reported.
+			fmt.Fprintf(&report, " (phase %d: %d/%d writes, left out)", i, len(with), len(without))
+			continue
 		}
 		r := float64(p99(with)) / float64(p99(without))
 		ratios = append(ratios, r)
 		fmt.Fprintf(&report, " %v/%v", p99(with).Round(10*time.Microsecond), p99(without).Round(10*time.Microsecond))
+	}
+	if len(ratios) < (phases/2+1)/2 {
+		t.Fatalf("only %d of %d phases with backups measured at least 50 writes during them and 100 beside them:%s", len(ratios), phases/2, report.String())
 	}
 	slices.Sort(ratios)
 	median := ratios[len(ratios)/2]
