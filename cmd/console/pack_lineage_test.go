@@ -116,15 +116,7 @@ func TestAuditPackForgettingCallsChangesNothing(t *testing.T) {
 	data, key := packRun(t)
 	makePack(t, data) // signs the checkpoint at the head, which both packs then share
 	ctx := context.Background()
-	d, err := openExisting(ctx, data, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	keys, err := grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, keys := openPacked(t, ctx, data)
 	now := time.Now().UTC()
 	pack := func(recent int) []byte {
 		t.Helper()
@@ -185,15 +177,7 @@ func untar(t *testing.T, b []byte) map[string][]byte {
 func TestAuditPackRefusedAboveWhatAVerifierReads(t *testing.T) {
 	data, key := packRun(t)
 	ctx := context.Background()
-	d, err := openExisting(ctx, data, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	keys, err := grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, keys := openPacked(t, ctx, data)
 	now := time.Now().UTC()
 	pack := func(max int64) ([]byte, error) {
 		var buf bytes.Buffer
@@ -213,4 +197,20 @@ func TestAuditPackRefusedAboveWhatAVerifierReads(t *testing.T) {
 	if !strings.Contains(err.Error(), "--since") {
 		t.Errorf("the refusal %q does not say what to do", err)
 	}
+}
+
+// openPacked opens the store and the keyring of the data directory a
+// pack is written from, closing the store when the test ends.
+func openPacked(t *testing.T, ctx context.Context, data string) (*engine, *grant.Keyring) {
+	t.Helper()
+	d, err := openExisting(ctx, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	keys, err := grant.OpenExistingKeyring(keysDir(data), Issuer, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, keys
 }
