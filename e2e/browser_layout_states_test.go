@@ -62,7 +62,21 @@ func TestBrowserLayoutStates(t *testing.T) {
 	requireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Second)
 	defer cancel()
-	s := startServer(t, "")
+	// The examples and a tool whose grants live one second, so that an
+	// approved call whose grant ran out is on the pages every run.
+	tools := toolsWith(t, `
+  cache.flush:
+    description: Flush a cache
+    audience: cache-host
+    target: '^cache:[a-z-]+$'
+    grant_ttl: 1s
+    args:
+      type: object
+      additionalProperties: false
+      properties: {}
+`)
+	data := t.TempDir()
+	s := startProcess(t, data, "serve", "--addr", "127.0.0.1:0", "--data", data, "--tools", tools, "--log-level", "warn")
 	alice := s.addUser("alice", "operator")
 	s.addUser("bob", "operator")
 	admin := s.addUser("root", "admin")
@@ -90,6 +104,17 @@ func TestBrowserLayoutStates(t *testing.T) {
 	}
 	if _, err := deploys.ReportOutcome(ctx, deploy.ID, client.OutcomeSucceeded, "deployed to 5% then 100%; error rate unchanged at 0.02%"); err != nil {
 		t.Fatal(err)
+	}
+	// An approved flush nobody redeemed: its grant runs out.
+	flusher := agent("agent:ops-bot", "cache-host")
+	flush := submit(t, ctx, flusher, client.Proposal{Tool: "cache.flush", Target: "cache:sessions-eu-west", Args: map[string]any{}})
+	if controlDecide(t, s, "approve", flush.ID, "alice", flush.Digest) != 200 {
+		t.Fatal("alice approves the flush")
+	}
+	if got, err := flusher.Wait(ctx, flush.ID); err != nil || got.GrantExpiresAt.IsZero() {
+		t.Fatalf("wait for the flush: %+v %v", got, err)
+	} else {
+		time.Sleep(time.Until(got.GrantExpiresAt.Add(time.Second)))
 	}
 	// A file deletion under a freeze.
 	frozen := submit(t, ctx, files, client.Proposal{Tool: "files.delete", Target: "file:/srv/shared/exports/q2-customers.csv",
@@ -171,6 +196,10 @@ func TestBrowserLayoutStates(t *testing.T) {
 	op.navigate(s.url + "/?layout=list")
 	after := eval[string](op, `(() => { const r = document.querySelectorAll('#queue-list article[data-call]')[2]; return r.dataset.deadline + "." + r.dataset.call; })()`)
 	anon := b.window(t, "anonymous")
+	op.navigate(s.url + "/calls/" + flush.ID)
+	if got := eval[string](op, `document.querySelector('[data-testid="status-value"]').textContent`); got != "approved — grant expired unredeemed" {
+		t.Fatalf("the flush's page reads %q, want its grant expired", got)
+	}
 
 	states := []struct {
 		name string
@@ -188,6 +217,7 @@ func TestBrowserLayoutStates(t *testing.T) {
 		{"batch review", op, "/batch?id=" + ids.deploy + "&id=" + ids.mail},
 		{"allowances", op, "/allowances"},
 		{"allowance", op, allowancePath},
+		{"grant expired unredeemed", op, "/calls/" + flush.ID},
 		{"history", op, "/history"},
 		{"timeline", op, "/history/calls/" + deploy.ID},
 		{"admin", ad, "/admin"},

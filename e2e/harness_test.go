@@ -54,6 +54,21 @@ func toolsFile(tb testing.TB) string {
 	return p
 }
 
+// toolsWith is the example catalogue with more tools appended (YAML
+// indented as entries under its "tools:" map).
+func toolsWith(tb testing.TB, more string) string {
+	tb.Helper()
+	base, err := os.ReadFile(toolsFile(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(tb.TempDir(), "tools.yaml")
+	if err := os.WriteFile(p, append(append(base, '\n'), more...), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 // runConsole runs one console command to completion and returns its stdout.
 func runConsole(tb testing.TB, stdin string, args ...string) (string, int) {
 	tb.Helper()

@@ -223,6 +223,24 @@ func TestHistoryPageByRole(t *testing.T) {
 				if !slices.Equal(deciders, wantDeciders) {
 					t.Errorf("%s: deciders %q, want %q", h.call.ID, deciders, wantDeciders)
 				}
+				// Each decision reads as words: "approved by bob by click",
+				// "denied by olivia (web)".
+				var decisions []string
+				row.Find(`[data-testid="row-decision"]`).Each(func(_ int, s *goquery.Selection) {
+					decisions = append(decisions, strings.Join(strings.Fields(s.Text()), " "))
+				})
+				for _, d := range h.deciders {
+					verb, how := "approved", "("+d[1]+")"
+					if h.status == "denied" {
+						verb = "denied"
+					}
+					if verb == "approved" && d[1] == "web" {
+						how = "by click"
+					}
+					if want := verb + " by " + d[0] + " " + how; !slices.Contains(decisions, want) {
+						t.Errorf("%s: the decisions read %q, want %q among them", h.call.ID, decisions, want)
+					}
+				}
 				href, ok := row.Find(`a[href*="` + h.call.ID + `"]`).Attr("href")
 				if !ok {
 					t.Fatalf("%s: no link to the call in its row", h.call.ID)
