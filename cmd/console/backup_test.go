@@ -236,7 +236,8 @@ func mustRead(t *testing.T, path string) string {
 // with backups and overlapped one, and as "without" when it ran in a phase
 // without one and overlapped none. Each phase with backups is compared
 // with the phases on either side of it, and the median of those ratios is
-// held to 2: the machine's other load comes in bursts (a test binary
+// held to twice the median spread between those neighbouring phases
+// themselves (at least 2): the machine's other load comes in bursts (a test binary
 // starting beside this one), and a burst that falls on one phase moves
 // that phase's p99 alone, where a p99 pooled over the whole run would take
 // it as the backup's. Writers submit at a steady pace rather than as fast
@@ -363,7 +364,7 @@ func TestBackupUnderLoad(t *testing.T) {
 		slices.Sort(d)
 		return d[len(d)*99/100]
 	}
-	var ratios []float64
+	var ratios, spreads []float64
 	var report strings.Builder
 	for i := 1; i < phases; i += 2 {
 		with, without := byPhase[i], slices.Concat(byPhase[i-1], byPhase[i+1])
@@ -376,15 +377,33 @@ func TestBackupUnderLoad(t *testing.T) {
 		r := float64(p99(with)) / float64(p99(without))
 		ratios = append(ratios, r)
 		fmt.Fprintf(&report, " %v/%v", p99(with).Round(10*time.Microsecond), p99(without).Round(10*time.Microsecond))
+		// The machine's own spread: the two phases without backups on
+		// either side of this one, the larger p99 over the smaller.
+		if before, after := byPhase[i-1], byPhase[i+1]; len(before) >= 50 && len(after) >= 50 {
+			a, b := float64(p99(before)), float64(p99(after))
+			spreads = append(spreads, max(a, b)/min(a, b))
+		}
 	}
 	if len(ratios) < (phases/2+1)/2 {
 		t.Fatalf("only %d of %d phases with backups measured at least 50 writes during them and 100 beside them:%s", len(ratios), phases/2, report.String())
 	}
 	slices.Sort(ratios)
 	median := ratios[len(ratios)/2]
-	t.Logf("%d backups; write p99 during backups / beside them, phase by phase:%s; median ratio %.2f", len(backups), report.String(), median)
-	if median > 2 {
-		t.Errorf("write p99 during backups is %.2f times that beside them (median of %d phases), more than twice", median, len(ratios))
+	// On a quiet machine two phases without backups differ little and the
+	// limit is 2; when the machine's other work makes them differ by a
+	// factor s (the median of those spreads), the limit is 2s: what a
+	// backup adds must stand out from what the machine does by itself. A
+	// backup that held writers up (a lock across steps, a sync per step)
+	// multiplies the p99 by ten or more.
+	spread := 1.0
+	if len(spreads) > 0 {
+		slices.Sort(spreads)
+		spread = max(1, spreads[len(spreads)/2])
+	}
+	limit := 2 * spread
+	t.Logf("%d backups; write p99 during backups / beside them, phase by phase:%s; median ratio %.2f; the machine's own spread between phases %.2f, limit %.2f", len(backups), report.String(), median, spread, limit)
+	if median > limit {
+		t.Errorf("write p99 during backups is %.2f times that beside them (median of %d phases), more than %.2f (twice the machine's own spread between phases without backups, %.2f)", median, len(ratios), limit, spread)
 	}
 }
 
