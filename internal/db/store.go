@@ -551,11 +551,14 @@ func (t *storeTx) AfterCommit(fn func()) {
 // returns (flushAudit), in the same transaction: nothing in a write reads
 // the audit table back, and a write that fails is rolled back whole.
 func (t *storeTx) Append(e *audit.Entry) error {
-	row, err := t.db.sealAudit(e)
+	if t.entries == nil {
+		t.entries = make([]any, 0, 2*auditColumns) // an approval appends two
+	}
+	rows, err := t.db.sealAudit(t.entries, e)
 	if err != nil {
 		return err
 	}
-	t.entries = append(t.entries, row...)
+	t.entries = rows
 	return nil
 }
 
@@ -597,7 +600,7 @@ func insertAudit(ctx context.Context, tx *writeTx, rows []any) error {
 // entry is written by the same transaction as the change it records, a
 // crash leaves both or neither.
 func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error {
-	row, err := d.sealAudit(e)
+	row, err := d.sealAudit(make([]any, 0, auditColumns), e)
 	if err != nil {
 		return err
 	}
@@ -605,43 +608,23 @@ func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error
 }
 
 // sealAudit seals e onto the chain's head in the running write
-// transaction and returns its row's values.
-func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
+// transaction and appends its row's values to dst.
+func (d *DB) sealAudit(dst []any, e *audit.Entry) ([]any, error) {
 	// The chain's head in this transaction: read when the transaction
 	// began (readTxState, under the write lock, so nobody else appends
 	// until it commits), moved by each entry it appends, and put back by
-	// the writer when a savepoint is rolled back.
-	seq, prev := d.txHead.seq, d.txHead.hash
-	details, err := canonical.Encode(detailsOrEmpty(e.Details))
+	// the writer when a savepoint is rolled back. The details are hashed
+	// as the text stored, as verifying reads them back: encoded once, in
+	// place in the hashed body.
+	details, err := e.SealText(d.txHead.seq, d.txHead.hash)
 	if err != nil {
-		return nil, fmt.Errorf("db: encode audit details: %w", err)
-	}
-	if _, raw := e.Details.(audit.RawDetails); raw {
-		if err := e.Seal(seq, prev); err != nil {
-			return nil, err
-		}
-	} else {
-		// The details are hashed as the text stored, as verifying reads
-		// them back: encoded once, not again inside the whole entry.
-		sealed := *e
-		sealed.Details = audit.RawDetails(details)
-		if err := sealed.Seal(seq, prev); err != nil {
-			return nil, err
-		}
-		e.Seq, e.PrevHash, e.Hash = sealed.Seq, sealed.PrevHash, sealed.Hash
+		return nil, fmt.Errorf("db: seal audit entry: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {
 		d.mustAdvance()
 	}
-	return []any{e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash}, nil
-}
-
-func detailsOrEmpty(v any) any {
-	if v == nil {
-		return canonical.Object{}
-	}
-	return v
+	return append(dst, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, details, e.PrevHash, e.Hash), nil
 }
 
 // Call reads one call.
