@@ -29,13 +29,7 @@ type historyQuery struct {
 }
 
 // qualified is callColumns with every column prefixed by "c.".
-var qualified = func() string {
-	cols := strings.Split(callColumns, ",")
-	for i, c := range cols {
-		cols[i] = "c." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}()
+var qualified = callColumnsOf("c.")
 
 // approvalsColumn is every approval of the row's call as a JSON array,
 // unsorted: addApprovals and scanExportRow put them in the order loadCall

@@ -79,12 +79,83 @@ type submitChecks struct {
 	pendingUsed          bool
 }
 
-const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
+// callColumns are the columns scanCall reads; qualified (history.go) is
+// the same under the table alias c.
+var callColumns = callColumnsOf("")
+
+// callColumnsOf lists the columns scanCall reads, each prefixed by p (a
+// table alias and its dot, or ""): the call's short text columns packed
+// into one value first (packedColumns), then the others.
+func callColumnsOf(p string) string {
+	text := func(col string) string {
+		switch col {
+		case "submitted_by", "grant_jti", "grant_kid", "redeemed_by", "plan_id":
+			return `COALESCE(` + p + col + `, '')`
+		}
+		return p + col
+	}
+	var b strings.Builder
+	// The lengths in bytes, then the texts: "3,5,…:abcde…".
+	for i, col := range packedColumns {
+		if i > 0 {
+			b.WriteString(` || ',' || `)
+		}
+		b.WriteString(`octet_length(` + text(col) + `)`)
+	}
+	b.WriteString(` || ':'`)
+	for _, col := range packedColumns {
+		b.WriteString(` || ` + text(col))
+	}
+	for _, col := range strings.Split(unpackedColumns, ",") {
+		b.WriteString(", " + p + strings.TrimSpace(col))
+	}
+	return b.String()
+}
+
+// packedColumns are a call's text columns read as one value: each text
+// column costs the driver a Go string and an interface box per row, so a
+// call's dozen short texts cost two allocations instead of two dozen, the
+// fields being parts of one string (unpack). Those that may be NULL are
+// read as "", as the call holds them. The long texts (arguments,
+// rationale, envelope) stay apart, so that a call's id kept after the
+// call (a page's hint, an event) keeps only short texts alive with it.
+var packedColumns = []string{"id", "actor", "audience", "tool", "target", "digest", "status", "tool_digest", "notify",
+	"owners", "approvers", "submitted_by", "grant_jti", "grant_kid", "redeemed_by", "plan_id"}
+
+// unpackedColumns are the columns read one by one after packedColumns.
+const unpackedColumns = `seq, args, rationale, envelope,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
-	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
-	countered_by, countered_from, edited_by, accepted_at, plan_id, plan_index`
+	grant_token, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at,
+	outcome_within_ms, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
+	resolution_evidence, resolved_at, require_passkey,
+	countered_by, countered_from, edited_by, accepted_at, plan_index`
+
+// unpack splits text packed as callColumnsOf packs it into dst, in
+// order: each is a part of text, not a copy.
+func unpack(text string, dst ...*string) error {
+	lengths, rest, ok := strings.Cut(text, ":")
+	for i, d := range dst {
+		if !ok {
+			break
+		}
+		var n string
+		if i < len(dst)-1 {
+			n, lengths, ok = strings.Cut(lengths, ",")
+		} else {
+			n, lengths = lengths, ""
+		}
+		size, err := strconv.Atoi(n)
+		if err != nil || size < 0 || size > len(rest) {
+			ok = false
+			break
+		}
+		*d, rest = rest[:size], rest[size:]
+	}
+	if !ok || lengths != "" || rest != "" {
+		return fmt.Errorf("db: a call's packed columns do not read as %d texts", len(dst))
+	}
+	return nil
+}
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -92,28 +163,32 @@ type rowScanner interface{ Scan(dest ...any) error }
 // value, so that the columns Scan writes through pointers cost one
 // allocation, not one each (and apart from the call, which outlives it).
 type callScan struct {
-	args, status, notify, owners, approvers                                    string
-	ttl, created, decideBy, outcomeWithin                                      int64
-	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt         sql.NullInt64
-	acceptedAt, planIndex                                                      sql.NullInt64
-	deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
-	redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote        sql.NullString
-	evidence, submittedBy, counteredBy, counteredFrom, editedBy, planID        sql.NullString
+	packed, args, status, notify, owners, approvers                    string
+	ttl, created, decideBy, outcomeWithin                              int64
+	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
+	acceptedAt, planIndex                                              sql.NullInt64
+	deniedBy, deniedChannel, denyReason, token, outStatus, outDetail   sql.NullString
+	resolution, resolvedBy, resolvedChannel, resolutionNote            sql.NullString
+	evidence, counteredBy, counteredFrom, editedBy                     sql.NullString
 }
 
 func scanCall(r rowScanner) (*queue.Call, error) {
 	s, c := new(callScan), new(queue.Call)
-	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &s.args, &c.Rationale, &c.Envelope,
-		&c.Digest, &s.status, &c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel,
-		&s.denyReason, &s.token, &s.jti, &s.kid, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt, &c.ToolDigest, &s.notify,
-		&s.outcomeWithin, &s.redeemedBy, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
-		&s.evidence, &s.resolvedAt, &s.owners, &s.approvers, &c.RequirePasskey, &s.submittedBy,
-		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planID, &s.planIndex)
+	err := r.Scan(&s.packed, &c.Seq, &s.args, &c.Rationale, &c.Envelope,
+		&c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel, &s.denyReason,
+		&s.token, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt,
+		&s.outcomeWithin, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
+		&s.evidence, &s.resolvedAt, &c.RequirePasskey,
+		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planIndex)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, queue.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("db: scan call: %w", err)
+	}
+	if err := unpack(s.packed, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &c.Digest, &s.status, &c.ToolDigest, &s.notify,
+		&s.owners, &s.approvers, &c.SubmittedBy, &c.GrantJTI, &c.GrantKID, &c.RedeemedBy, &c.PlanID); err != nil {
+		return nil, err
 	}
 	v, err := canonical.ParseWith([]byte(s.args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
@@ -136,18 +211,16 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	if s.deniedBy.Valid {
 		c.Denial = &queue.Denial{By: s.deniedBy.String, Channel: s.deniedChannel.String, Reason: s.denyReason.String, At: c.DecidedAt}
 	}
-	c.Grant, c.GrantJTI, c.GrantKID = s.token.String, s.jti.String, s.kid.String
+	c.Grant = s.token.String
 	c.GrantExpiresAt = fromMS(s.grantExp)
 	c.RedeemedAt = fromMS(s.redeemedAt)
 	if s.outStatus.Valid {
 		c.Outcome = &queue.Outcome{Status: s.outStatus.String, Detail: s.outDetail.String, At: fromMS(s.outcomeAt)}
 	}
 	c.OutcomeWithin = time.Duration(s.outcomeWithin) * time.Millisecond
-	c.RedeemedBy = s.redeemedBy.String
-	c.SubmittedBy = s.submittedBy.String
 	c.CounteredBy, c.CounteredFrom, c.EditedBy = s.counteredBy.String, s.counteredFrom.String, s.editedBy.String
 	c.AcceptedAt = fromMS(s.acceptedAt)
-	c.PlanID, c.PlanIndex = s.planID.String, int(s.planIndex.Int64)
+	c.PlanIndex = int(s.planIndex.Int64)
 	c.LeaseUntil = fromMS(s.leaseUntil)
 	if s.resolution.Valid {
 		c.Resolution = &queue.Resolution{Verdict: s.resolution.String, By: s.resolvedBy.String, Channel: s.resolvedChannel.String,
