@@ -170,38 +170,52 @@ type callScan struct {
 	deniedBy, deniedChannel, denyReason, token, outStatus, outDetail   sql.NullString
 	resolution, resolvedBy, resolvedChannel, resolutionNote            sql.NullString
 	evidence, counteredBy, counteredFrom, editedBy                     sql.NullString
+	// approvals and revocation are the columns read after the call's,
+	// when the statement has them (scanCallWith).
+	approvals  string
+	revocation sql.NullString
 }
 
+// scanCall reads a row of callColumns.
 func scanCall(r rowScanner) (*queue.Call, error) {
+	c, _, err := scanCallWith(r, 0)
+	return c, err
+}
+
+// scanCallWith reads a row of callColumns followed by extra columns (0,
+// 1 or 2): the call's approvals (approvalsColumn), then its grant's
+// revocation (callReadColumns), returned in the callScan.
+func scanCallWith(r rowScanner, extra int) (*queue.Call, *callScan, error) {
 	s, c := new(callScan), new(queue.Call)
-	err := r.Scan(&s.packed, &c.Seq, &s.args, &c.Rationale, &c.Envelope,
+	dest := []any{&s.packed, &c.Seq, &s.args, &c.Rationale, &c.Envelope,
 		&c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel, &s.denyReason,
 		&s.token, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt,
 		&s.outcomeWithin, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
 		&s.evidence, &s.resolvedAt, &c.RequirePasskey,
-		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planIndex)
+		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planIndex, &s.approvals, &s.revocation}
+	err := r.Scan(dest[:len(dest)-2+extra]...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, queue.ErrNotFound
+		return nil, nil, queue.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("db: scan call: %w", err)
+		return nil, nil, fmt.Errorf("db: scan call: %w", err)
 	}
 	if err := unpack(s.packed, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &c.Digest, &s.status, &c.ToolDigest, &s.notify,
 		&s.owners, &s.approvers, &c.SubmittedBy, &c.GrantJTI, &c.GrantKID, &c.RedeemedBy, &c.PlanID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	v, err := canonical.ParseWith([]byte(s.args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
-		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
+		return nil, nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
 	}
 	obj, ok := v.(canonical.Object)
 	if !ok {
-		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
+		return nil, nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
 	c.Notify = splitNames(s.notify)
 	if err := store.DecodePeople(c, s.owners, s.approvers); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.Status = queue.Status(s.status)
 	c.GrantTTL = time.Duration(s.ttl) * time.Millisecond
@@ -226,7 +240,7 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 		c.Resolution = &queue.Resolution{Verdict: s.resolution.String, By: s.resolvedBy.String, Channel: s.resolvedChannel.String,
 			Note: s.resolutionNote.String, Evidence: s.evidence.String, At: fromMS(s.resolvedAt)}
 	}
-	return c, nil
+	return c, s, nil
 }
 
 type querier interface {
@@ -261,16 +275,14 @@ var callReadColumns = qualified + `,
 // fresh prepare costs, every time), where the call alone takes 12 µs and
 // the subqueries add 5 µs, about what the approvals' own statement cost.
 func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
-	var approvals string
-	var revocation sql.NullString
-	c, err := scanCall(withExtra{q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...),
-		[]any{&approvals, &revocation}})
+	c, s, err := scanCallWith(q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...), 2)
 	if err != nil {
 		return nil, err
 	}
-	if err := addApprovals(c, approvals); err != nil { // sorted, sortApprovals
+	if err := addApprovals(c, s.approvals); err != nil { // sorted, sortApprovals
 		return nil, err
 	}
+	revocation := s.revocation
 	// A revocation is set on an approved call only, as it always was.
 	if revocation.Valid && c.Status == queue.StatusApproved {
 		var r struct {
@@ -804,12 +816,11 @@ func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, e
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
@@ -891,12 +902,11 @@ func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*que
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
@@ -921,12 +931,11 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
