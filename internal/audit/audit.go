@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/countersign/countersign/internal/canonical"
@@ -123,45 +124,30 @@ func (r RawDetails) MarshalJSON() ([]byte, error) { return r, nil }
 // Body returns the canonical bytes of the entry without its hash: the bytes
 // that are hashed.
 func (e *Entry) Body() ([]byte, error) {
-	if raw, ok := e.Details.(RawDetails); ok {
-		return e.appendBody(nil, raw)
-	}
-	details := e.Details
-	if details == nil {
-		details = canonical.Object{}
-	}
-	o := map[string]any{
-		"seq":       int64(e.Seq),
-		"time":      e.Time,
-		"kind":      e.Kind,
-		"call_id":   e.CallID,
-		"principal": e.Principal,
-		"channel":   e.Channel,
-		"details":   details,
-		"prev_hash": e.PrevHash,
-	}
-	b, err := canonical.Encode(o)
-	if err != nil {
-		return nil, fault("encode entry %d: %w", e.Seq, err)
-	}
-	return b, nil
-}
-
-// appendBody writes the canonical body (the hashed bytes) around details
-// that are already canonical JSON text.
-func (e *Entry) appendBody(dst []byte, details []byte) ([]byte, error) {
-	return e.appendObject(dst, details, false)
+	raw, _ := e.Details.(RawDetails)
+	body, _, _, err := e.appendDetailed(nil, raw, e.Details, false)
+	return body, err
 }
 
 // appendObject writes the entry as one canonical JSON object, members in
 // RFC 8785 order: call_id, channel, details, [hash,] kind, prev_hash,
 // principal, seq, time. The hashed body and the export line share it, so
-// the two can never disagree on the encoding.
+// the two can never disagree on the encoding. details is canonical JSON
+// text.
 func (e *Entry) appendObject(dst []byte, details []byte, withHash bool) ([]byte, error) {
-	var err error
+	dst, _, _, err := e.appendDetailed(dst, details, nil, withHash)
+	return dst, err
+}
+
+// appendDetailed is appendObject with the details as text (raw, when not
+// nil) or as a value encoded in place (value; nil is the empty object),
+// and returns where in dst the details' text lies.
+func (e *Entry) appendDetailed(dst []byte, raw []byte, value any, withHash bool) (out []byte, from, to int, err error) {
 	str := func(name, v string) {
 		if err == nil {
-			dst = append(dst, `,"`+name+`":`...)
+			dst = append(dst, ',', '"')
+			dst = append(dst, name...)
+			dst = append(dst, '"', ':')
 			dst, err = canonical.AppendString(dst, v)
 		}
 	}
@@ -169,7 +155,16 @@ func (e *Entry) appendObject(dst []byte, details []byte, withHash bool) ([]byte,
 	dst, err = canonical.AppendString(dst, e.CallID)
 	str("channel", e.Channel)
 	dst = append(dst, `,"details":`...)
-	dst = append(dst, details...)
+	from = len(dst)
+	switch {
+	case raw != nil:
+		dst = append(dst, raw...)
+	case value == nil:
+		dst = append(dst, '{', '}')
+	case err == nil:
+		dst, err = canonical.Append(dst, value)
+	}
+	to = len(dst)
 	if withHash {
 		str("hash", e.Hash)
 	}
@@ -177,14 +172,17 @@ func (e *Entry) appendObject(dst []byte, details []byte, withHash bool) ([]byte,
 	str("prev_hash", e.PrevHash)
 	str("principal", e.Principal)
 	if err == nil {
+		if e.Seq > canonical.MaxInt || e.Seq < -canonical.MaxInt {
+			err = fault("encode entry %d: the sequence number is outside ±%d", e.Seq, int64(canonical.MaxInt))
+		}
 		dst = append(dst, `,"seq":`...)
-		dst, err = canonical.Append(dst, e.Seq)
+		dst = strconv.AppendInt(dst, e.Seq, 10)
 	}
 	str("time", e.Time)
 	if err != nil {
-		return nil, fault("encode entry %d: %w", e.Seq, err)
+		return nil, 0, 0, fault("encode entry %d: %w", e.Seq, err)
 	}
-	return append(dst, '}'), nil
+	return append(dst, '}'), from, to, nil
 }
 
 // Limits on stored details, generous beside the largest proposal.
@@ -216,34 +214,93 @@ func ParseDetails(text []byte) (any, error) {
 
 // ComputeHash returns the hash the entry should carry given its PrevHash.
 func (e *Entry) ComputeHash() (string, error) {
-	prev, err := hex.DecodeString(e.PrevHash)
-	if err != nil || len(prev) != sha256.Size {
-		return "", fault("entry %d: prev_hash is not 64 hex digits", e.Seq)
+	raw, _ := e.Details.(RawDetails)
+	h, _, err := e.hash(raw, e.Details, false)
+	return h, err
+}
+
+// hash returns the entry's hash given its PrevHash, and with text the
+// text of its details as hashed: raw when not nil, else value encoded
+// canonically (nil is the empty object). The previous hash's bytes and the body are
+// written into one buffer sized for them, hashed at once.
+func (e *Entry) hash(raw []byte, value any, text bool) (hash, details string, err error) {
+	size := sha256.Size + len(`{"call_id":"","channel":"","details":,"kind":"","prev_hash":"","principal":"","seq":,"time":""}`) + 20 +
+		len(e.CallID) + len(e.Channel) + len(raw) + len(e.Kind) + len(e.PrevHash) + len(e.Principal) + len(e.Time)
+	if raw == nil {
+		size += 256 // the details, encoded in place
 	}
-	body, err := e.Body()
+	buf, ok := appendUnhex(make([]byte, 0, size), e.PrevHash)
+	if !ok || len(buf) != sha256.Size {
+		return "", "", fault("entry %d: prev_hash is not 64 hex digits", e.Seq)
+	}
+	buf, from, to, err := e.appendDetailed(buf, raw, value, false)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	h := sha256.New()
-	h.Write(prev)
-	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	sum := sha256.Sum256(buf)
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	if text {
+		details = string(buf[from:to])
+	}
+	return string(digits[:]), details, nil
+}
+
+// appendUnhex appends the bytes that the hex digits s spell (lowercase or
+// uppercase, as hex.DecodeString reads them); false when s is not hex.
+func appendUnhex(dst []byte, s string) ([]byte, bool) {
+	if len(s)%2 != 0 {
+		return dst, false
+	}
+	for i := 0; i < len(s); i += 2 {
+		hi, ok1 := unhex(s[i])
+		lo, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return dst, false
+		}
+		dst = append(dst, hi<<4|lo)
+	}
+	return dst, true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // Seal numbers the entry after (prevSeq, prevHash) and sets its PrevHash and
 // Hash. An empty prevHash means the entry is the first.
 func (e *Entry) Seal(prevSeq int64, prevHash string) error {
+	_, err := e.seal(prevSeq, prevHash, false)
+	return err
+}
+
+// SealText is Seal, and returns the entry's details as the canonical JSON
+// text that was hashed: what a store writes (RawDetails as they are).
+func (e *Entry) SealText(prevSeq int64, prevHash string) (details string, err error) {
+	return e.seal(prevSeq, prevHash, true)
+}
+
+func (e *Entry) seal(prevSeq int64, prevHash string, text bool) (details string, err error) {
 	if prevHash == "" {
 		prevHash = GenesisHash
 	}
 	e.Seq = prevSeq + 1
 	e.PrevHash = prevHash
-	h, err := e.ComputeHash()
+	raw, _ := e.Details.(RawDetails)
+	h, details, err := e.hash(raw, e.Details, text)
 	if err != nil {
-		return err
+		return "", err
 	}
 	e.Hash = h
-	return nil
+	return details, nil
 }
 
 // ErrBroken reports where a chain stops verifying.

@@ -29,13 +29,7 @@ type historyQuery struct {
 }
 
 // qualified is callColumns with every column prefixed by "c.".
-var qualified = func() string {
-	cols := strings.Split(callColumns, ",")
-	for i, c := range cols {
-		cols[i] = "c." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}()
+var qualified = callColumnsOf("c.")
 
 // approvalsColumn is every approval of the row's call as a JSON array,
 // unsorted: addApprovals and scanExportRow put them in the order loadCall
@@ -282,14 +276,6 @@ func (q *historyQuery) sql(columns string) string {
 	return s + ` ORDER BY ` + q.order
 }
 
-// withExtra scans a row's call columns followed by extra destinations.
-type withExtra struct {
-	r     rowScanner
-	extra []any
-}
-
-func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
-
 // addApprovals adds the approvals of approvalsColumn to c.
 func addApprovals(c *queue.Call, approvals string) error {
 	if approvals == "[]" {
@@ -331,8 +317,7 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, cs, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -341,7 +326,7 @@ func (d *DB) History(ctx context.Context, f queue.HistoryFilter) ([]*queue.Call,
 		if n := len(calls); n > 0 && calls[n-1].Seq == c.Seq {
 			continue
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, cs.approvals); err != nil {
 			return nil, 0, err
 		}
 		calls = append(calls, c)

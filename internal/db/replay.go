@@ -20,13 +20,12 @@ func (d *DB) ReplayCalls(ctx context.Context, since time.Time, fn func(*queue.Ca
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var approvals string
-			c, err := scanCall(withExtra{r: rows, extra: []any{&approvals}})
+			c, s, err := scanCallWith(rows, 1)
 			if err != nil {
 				return err
 			}
-			if approvals != "[]" {
-				if err := addApprovals(c, approvals); err != nil {
+			if s.approvals != "[]" {
+				if err := addApprovals(c, s.approvals); err != nil {
 					return err
 				}
 			}

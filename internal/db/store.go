@@ -79,12 +79,83 @@ type submitChecks struct {
 	pendingUsed          bool
 }
 
-const callColumns = `seq, id, actor, audience, tool, target, args, rationale, envelope, digest, status,
+// callColumns are the columns scanCall reads; qualified (history.go) is
+// the same under the table alias c.
+var callColumns = callColumnsOf("")
+
+// callColumnsOf lists the columns scanCall reads, each prefixed by p (a
+// table alias and its dot, or ""): the call's short text columns packed
+// into one value first (packedColumns), then the others.
+func callColumnsOf(p string) string {
+	text := func(col string) string {
+		switch col {
+		case "submitted_by", "grant_jti", "grant_kid", "redeemed_by", "plan_id":
+			return `COALESCE(` + p + col + `, '')`
+		}
+		return p + col
+	}
+	var b strings.Builder
+	// The lengths in bytes, then the texts: "3,5,…:abcde…".
+	for i, col := range packedColumns {
+		if i > 0 {
+			b.WriteString(` || ',' || `)
+		}
+		b.WriteString(`octet_length(` + text(col) + `)`)
+	}
+	b.WriteString(` || ':'`)
+	for _, col := range packedColumns {
+		b.WriteString(` || ` + text(col))
+	}
+	for _, col := range strings.Split(unpackedColumns, ",") {
+		b.WriteString(", " + p + strings.TrimSpace(col))
+	}
+	return b.String()
+}
+
+// packedColumns are a call's text columns read as one value: each text
+// column costs the driver a Go string and an interface box per row, so a
+// call's dozen short texts cost two allocations instead of two dozen, the
+// fields being parts of one string (unpack). Those that may be NULL are
+// read as "", as the call holds them. The long texts (arguments,
+// rationale, envelope) stay apart, so that a call's id kept after the
+// call (a page's hint, an event) keeps only short texts alive with it.
+var packedColumns = []string{"id", "actor", "audience", "tool", "target", "digest", "status", "tool_digest", "notify",
+	"owners", "approvers", "submitted_by", "grant_jti", "grant_kid", "redeemed_by", "plan_id"}
+
+// unpackedColumns are the columns read one by one after packedColumns.
+const unpackedColumns = `seq, args, rationale, envelope,
 	approvals_required, grant_ttl_ms, created_at, decide_by, decided_at, denied_by, denied_channel, deny_reason,
-	grant_token, grant_jti, grant_kid, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at, tool_digest, notify,
-	outcome_within_ms, redeemed_by, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
-	resolution_evidence, resolved_at, owners, approvers, require_passkey, submitted_by,
-	countered_by, countered_from, edited_by, accepted_at, plan_id, plan_index`
+	grant_token, grant_expires_at, redeemed_at, outcome_status, outcome_detail, outcome_at,
+	outcome_within_ms, lease_until, resolution, resolved_by, resolved_channel, resolution_note,
+	resolution_evidence, resolved_at, require_passkey,
+	countered_by, countered_from, edited_by, accepted_at, plan_index`
+
+// unpack splits text packed as callColumnsOf packs it into dst, in
+// order: each is a part of text, not a copy.
+func unpack(text string, dst ...*string) error {
+	lengths, rest, ok := strings.Cut(text, ":")
+	for i, d := range dst {
+		if !ok {
+			break
+		}
+		var n string
+		if i < len(dst)-1 {
+			n, lengths, ok = strings.Cut(lengths, ",")
+		} else {
+			n, lengths = lengths, ""
+		}
+		size, err := strconv.Atoi(n)
+		if err != nil || size < 0 || size > len(rest) {
+			ok = false
+			break
+		}
+		*d, rest = rest[:size], rest[size:]
+	}
+	if !ok || lengths != "" || rest != "" {
+		return fmt.Errorf("db: a call's packed columns do not read as %d texts", len(dst))
+	}
+	return nil
+}
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -92,41 +163,59 @@ type rowScanner interface{ Scan(dest ...any) error }
 // value, so that the columns Scan writes through pointers cost one
 // allocation, not one each (and apart from the call, which outlives it).
 type callScan struct {
-	args, status, notify, owners, approvers                                    string
-	ttl, created, decideBy, outcomeWithin                                      int64
-	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt         sql.NullInt64
-	acceptedAt, planIndex                                                      sql.NullInt64
-	deniedBy, deniedChannel, denyReason, token, jti, kid, outStatus, outDetail sql.NullString
-	redeemedBy, resolution, resolvedBy, resolvedChannel, resolutionNote        sql.NullString
-	evidence, submittedBy, counteredBy, counteredFrom, editedBy, planID        sql.NullString
+	packed, args, status, notify, owners, approvers                    string
+	ttl, created, decideBy, outcomeWithin                              int64
+	decidedAt, grantExp, redeemedAt, outcomeAt, leaseUntil, resolvedAt sql.NullInt64
+	acceptedAt, planIndex                                              sql.NullInt64
+	deniedBy, deniedChannel, denyReason, token, outStatus, outDetail   sql.NullString
+	resolution, resolvedBy, resolvedChannel, resolutionNote            sql.NullString
+	evidence, counteredBy, counteredFrom, editedBy                     sql.NullString
+	// approvals and revocation are the columns read after the call's,
+	// when the statement has them (scanCallWith).
+	approvals  string
+	revocation sql.NullString
 }
 
+// scanCall reads a row of callColumns.
 func scanCall(r rowScanner) (*queue.Call, error) {
+	c, _, err := scanCallWith(r, 0)
+	return c, err
+}
+
+// scanCallWith reads a row of callColumns followed by extra columns (0,
+// 1 or 2): the call's approvals (approvalsColumn), then its grant's
+// revocation (callReadColumns), returned in the callScan.
+func scanCallWith(r rowScanner, extra int) (*queue.Call, *callScan, error) {
 	s, c := new(callScan), new(queue.Call)
-	err := r.Scan(&c.Seq, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &s.args, &c.Rationale, &c.Envelope,
-		&c.Digest, &s.status, &c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel,
-		&s.denyReason, &s.token, &s.jti, &s.kid, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt, &c.ToolDigest, &s.notify,
-		&s.outcomeWithin, &s.redeemedBy, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
-		&s.evidence, &s.resolvedAt, &s.owners, &s.approvers, &c.RequirePasskey, &s.submittedBy,
-		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planID, &s.planIndex)
+	dest := []any{&s.packed, &c.Seq, &s.args, &c.Rationale, &c.Envelope,
+		&c.ApprovalsRequired, &s.ttl, &s.created, &s.decideBy, &s.decidedAt, &s.deniedBy, &s.deniedChannel, &s.denyReason,
+		&s.token, &s.grantExp, &s.redeemedAt, &s.outStatus, &s.outDetail, &s.outcomeAt,
+		&s.outcomeWithin, &s.leaseUntil, &s.resolution, &s.resolvedBy, &s.resolvedChannel, &s.resolutionNote,
+		&s.evidence, &s.resolvedAt, &c.RequirePasskey,
+		&s.counteredBy, &s.counteredFrom, &s.editedBy, &s.acceptedAt, &s.planIndex, &s.approvals, &s.revocation}
+	err := r.Scan(dest[:len(dest)-2+extra]...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, queue.ErrNotFound
+		return nil, nil, queue.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("db: scan call: %w", err)
+		return nil, nil, fmt.Errorf("db: scan call: %w", err)
+	}
+	if err := unpack(s.packed, &c.ID, &c.Actor, &c.Audience, &c.Tool, &c.Target, &c.Digest, &s.status, &c.ToolDigest, &s.notify,
+		&s.owners, &s.approvers, &c.SubmittedBy, &c.GrantJTI, &c.GrantKID, &c.RedeemedBy, &c.PlanID); err != nil {
+		return nil, nil, err
 	}
 	v, err := canonical.ParseWith([]byte(s.args), canonical.Options{Numbers: canonical.NumbersFor(c.Tool)})
 	if err != nil {
-		return nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
+		return nil, nil, fmt.Errorf("db: call %s: stored args do not parse: %w", c.ID, err)
 	}
 	obj, ok := v.(canonical.Object)
 	if !ok {
-		return nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
+		return nil, nil, fmt.Errorf("db: call %s: stored args are not an object", c.ID)
 	}
 	c.Args = obj
 	c.Notify = splitNames(s.notify)
 	if err := store.DecodePeople(c, s.owners, s.approvers); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.Status = queue.Status(s.status)
 	c.GrantTTL = time.Duration(s.ttl) * time.Millisecond
@@ -136,24 +225,22 @@ func scanCall(r rowScanner) (*queue.Call, error) {
 	if s.deniedBy.Valid {
 		c.Denial = &queue.Denial{By: s.deniedBy.String, Channel: s.deniedChannel.String, Reason: s.denyReason.String, At: c.DecidedAt}
 	}
-	c.Grant, c.GrantJTI, c.GrantKID = s.token.String, s.jti.String, s.kid.String
+	c.Grant = s.token.String
 	c.GrantExpiresAt = fromMS(s.grantExp)
 	c.RedeemedAt = fromMS(s.redeemedAt)
 	if s.outStatus.Valid {
 		c.Outcome = &queue.Outcome{Status: s.outStatus.String, Detail: s.outDetail.String, At: fromMS(s.outcomeAt)}
 	}
 	c.OutcomeWithin = time.Duration(s.outcomeWithin) * time.Millisecond
-	c.RedeemedBy = s.redeemedBy.String
-	c.SubmittedBy = s.submittedBy.String
 	c.CounteredBy, c.CounteredFrom, c.EditedBy = s.counteredBy.String, s.counteredFrom.String, s.editedBy.String
 	c.AcceptedAt = fromMS(s.acceptedAt)
-	c.PlanID, c.PlanIndex = s.planID.String, int(s.planIndex.Int64)
+	c.PlanIndex = int(s.planIndex.Int64)
 	c.LeaseUntil = fromMS(s.leaseUntil)
 	if s.resolution.Valid {
 		c.Resolution = &queue.Resolution{Verdict: s.resolution.String, By: s.resolvedBy.String, Channel: s.resolvedChannel.String,
 			Note: s.resolutionNote.String, Evidence: s.evidence.String, At: fromMS(s.resolvedAt)}
 	}
-	return c, nil
+	return c, s, nil
 }
 
 type querier interface {
@@ -188,16 +275,14 @@ var callReadColumns = qualified + `,
 // fresh prepare costs, every time), where the call alone takes 12 µs and
 // the subqueries add 5 µs, about what the approvals' own statement cost.
 func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
-	var approvals string
-	var revocation sql.NullString
-	c, err := scanCall(withExtra{q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...),
-		[]any{&approvals, &revocation}})
+	c, s, err := scanCallWith(q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...), 2)
 	if err != nil {
 		return nil, err
 	}
-	if err := addApprovals(c, approvals); err != nil { // sorted, sortApprovals
+	if err := addApprovals(c, s.approvals); err != nil { // sorted, sortApprovals
 		return nil, err
 	}
+	revocation := s.revocation
 	// A revocation is set on an approved call only, as it always was.
 	if revocation.Valid && c.Status == queue.StatusApproved {
 		var r struct {
@@ -551,11 +636,14 @@ func (t *storeTx) AfterCommit(fn func()) {
 // returns (flushAudit), in the same transaction: nothing in a write reads
 // the audit table back, and a write that fails is rolled back whole.
 func (t *storeTx) Append(e *audit.Entry) error {
-	row, err := t.db.sealAudit(e)
+	if t.entries == nil {
+		t.entries = make([]any, 0, 2*auditColumns) // an approval appends two
+	}
+	rows, err := t.db.sealAudit(t.entries, e)
 	if err != nil {
 		return err
 	}
-	t.entries = append(t.entries, row...)
+	t.entries = rows
 	return nil
 }
 
@@ -597,7 +685,7 @@ func insertAudit(ctx context.Context, tx *writeTx, rows []any) error {
 // entry is written by the same transaction as the change it records, a
 // crash leaves both or neither.
 func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error {
-	row, err := d.sealAudit(e)
+	row, err := d.sealAudit(make([]any, 0, auditColumns), e)
 	if err != nil {
 		return err
 	}
@@ -605,49 +693,47 @@ func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error
 }
 
 // sealAudit seals e onto the chain's head in the running write
-// transaction and returns its row's values.
-func (d *DB) sealAudit(e *audit.Entry) ([]any, error) {
+// transaction and appends its row's values to dst.
+func (d *DB) sealAudit(dst []any, e *audit.Entry) ([]any, error) {
 	// The chain's head in this transaction: read when the transaction
 	// began (readTxState, under the write lock, so nobody else appends
 	// until it commits), moved by each entry it appends, and put back by
-	// the writer when a savepoint is rolled back.
-	seq, prev := d.txHead.seq, d.txHead.hash
-	details, err := canonical.Encode(detailsOrEmpty(e.Details))
+	// the writer when a savepoint is rolled back. The details are hashed
+	// as the text stored, as verifying reads them back: encoded once, in
+	// place in the hashed body.
+	details, err := e.SealText(d.txHead.seq, d.txHead.hash)
 	if err != nil {
-		return nil, fmt.Errorf("db: encode audit details: %w", err)
-	}
-	if _, raw := e.Details.(audit.RawDetails); raw {
-		if err := e.Seal(seq, prev); err != nil {
-			return nil, err
-		}
-	} else {
-		// The details are hashed as the text stored, as verifying reads
-		// them back: encoded once, not again inside the whole entry.
-		sealed := *e
-		sealed.Details = audit.RawDetails(details)
-		if err := sealed.Seal(seq, prev); err != nil {
-			return nil, err
-		}
-		e.Seq, e.PrevHash, e.Hash = sealed.Seq, sealed.PrevHash, sealed.Hash
+		return nil, fmt.Errorf("db: seal audit entry: %w", err)
 	}
 	d.txHead = commitHead{seq: e.Seq, hash: e.Hash}
 	if !highwater.MayWait(e) {
 		d.mustAdvance()
 	}
-	return []any{e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, string(details), e.PrevHash, e.Hash}, nil
-}
-
-func detailsOrEmpty(v any) any {
-	if v == nil {
-		return canonical.Object{}
-	}
-	return v
+	return append(dst, e.Seq, e.Time, e.Kind, e.CallID, e.Principal, e.Channel, details, e.PrevHash, e.Hash), nil
 }
 
 // Call reads one call.
 func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 	c, err := loadCall(ctx, s.sql, `c.id = ?`, id)
 	return c, classify(err)
+}
+
+// CallHead reads what a long-poll checks before it waits: the call's
+// status and whose it is, three columns where Call reads some fifty and
+// parses the arguments.
+func (s Store) CallHead(ctx context.Context, id string) (queue.CallHead, error) {
+	var h struct {
+		status, actor string
+		by            sql.NullString
+	}
+	err := s.sql.QueryRowContext(ctx, `SELECT status, actor, submitted_by FROM calls WHERE id = ?`, id).Scan(&h.status, &h.actor, &h.by)
+	if errors.Is(err, sql.ErrNoRows) {
+		return queue.CallHead{}, queue.ErrNotFound
+	}
+	if err != nil {
+		return queue.CallHead{}, classify(fmt.Errorf("db: read the head of call %s: %w", id, err))
+	}
+	return queue.CallHead{Status: queue.Status(h.status), Actor: h.actor, SubmittedBy: h.by.String}, nil
 }
 
 // DueCalls lists pending calls whose deadline has passed. The deadline
@@ -730,12 +816,11 @@ func (s Store) UnresolvedCalls(ctx context.Context, limit int) ([]*queue.Call, e
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
@@ -817,12 +902,11 @@ func (s Store) pendingCalls(ctx context.Context, tool string, limit int) ([]*que
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)
@@ -847,12 +931,11 @@ func (s Store) PendingPage(ctx context.Context, after queue.PageKey, limit int) 
 	defer rows.Close()
 	var calls []*queue.Call
 	for rows.Next() {
-		var approvals string
-		c, err := scanCall(withExtra{rows, []any{&approvals}})
+		c, s, err := scanCallWith(rows, 1)
 		if err != nil {
 			return nil, err
 		}
-		if err := addApprovals(c, approvals); err != nil {
+		if err := addApprovals(c, s.approvals); err != nil {
 			return nil, err
 		}
 		calls = append(calls, c)

@@ -474,22 +474,24 @@ func (d *DB) readTxState(ctx context.Context, tx *writeTx) error {
 	if err := d.sameFile(); err != nil {
 		return err
 	}
-	var id sql.NullString
-	var seq sql.NullInt64
-	var hash sql.NullString
-	var st txState
+	// One value for Scan's destinations: one allocation, not one each.
+	r := new(struct {
+		id, hash sql.NullString
+		seq      sql.NullInt64
+		st       txState
+	})
 	err := tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity'),
 		(SELECT seq FROM audit ORDER BY seq DESC LIMIT 1), (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1),
 		EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
-		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&id, &seq, &hash, &st.mayBeFrozen, &st.lastRollback)
+		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&r.id, &r.seq, &r.hash, &r.st.mayBeFrozen, &r.st.lastRollback)
 	if err != nil {
 		return d.txStateErr(ctx, tx, err)
 	}
-	if !id.Valid || id.String != d.identity {
+	if !r.id.Valid || r.id.String != d.identity {
 		return ErrReplaced
 	}
-	st.base, st.rollbackKnown = seq.Int64, true
-	d.txKnown, d.txHead = st, commitHead{seq: seq.Int64, hash: hash.String}
+	r.st.base, r.st.rollbackKnown = r.seq.Int64, true
+	d.txKnown, d.txHead = r.st, commitHead{seq: r.seq.Int64, hash: r.hash.String}
 	return nil
 }
 

@@ -85,9 +85,11 @@ func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Dur
 	}
 	ch, done := s.waiters.add(id)
 	defer done()
-	c, err := s.Get(ctx, who, id)
-	if err != nil || c.Status != StatusPending || d <= 0 {
-		return c, err
+	if !s.waitsFor(ctx, who, id, d) {
+		c, err := s.Get(ctx, who, id)
+		if err != nil || c.Status != StatusPending || d <= 0 {
+			return c, err
+		}
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -106,6 +108,38 @@ func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Dur
 		}
 		return s.Get(context.WithoutCancel(ctx), who, id)
 	}
+}
+
+// CallHead is what a long-poll checks of a call before it waits: its
+// status and whose it is.
+type CallHead struct {
+	Status      Status
+	Actor       string
+	SubmittedBy string
+}
+
+// headReader is a Store that reads a call's head alone.
+type headReader interface {
+	CallHead(ctx context.Context, id string) (CallHead, error)
+}
+
+// waitsFor reports whether a long-poll of d for call id may wait without
+// reading the whole call: the store reads its head alone, and the call is
+// who's and pending. Any other answer (decided, another token's, not
+// found, an error) is false, and the caller reads the call as Get does,
+// which answers it. The waiter is registered before the head is read, as
+// before the whole call was, so a decision after the read wakes it.
+func (s *Service) waitsFor(ctx context.Context, who Principal, id string, d time.Duration) bool {
+	h, ok := s.store.(headReader)
+	if !ok || d <= 0 {
+		return false
+	}
+	head, err := h.CallHead(ctx, id)
+	if err != nil || head.Status != StatusPending {
+		return false
+	}
+	c := Call{Actor: head.Actor, SubmittedBy: head.SubmittedBy}
+	return c.SubmittedByToken(who)
 }
 
 // Waiting returns how many long-polls are open.

@@ -16,8 +16,8 @@ import (
 // EncodeNames encodes a list of names (a user's groups, a token's owners)
 // as a JSON array, [] for none.
 func EncodeNames(names []string) (string, error) {
-	if names == nil {
-		names = []string{}
+	if len(names) == 0 {
+		return "[]", nil
 	}
 	b, err := json.Marshal(names)
 	if err != nil {
@@ -28,6 +28,9 @@ func EncodeNames(names []string) (string, error) {
 
 // DecodeNames decodes what EncodeNames wrote; none is nil.
 func DecodeNames(text string) ([]string, error) {
+	if text == "[]" {
+		return nil, nil // most lists are empty: nothing to decode
+	}
 	var names []string
 	if err := json.Unmarshal([]byte(text), &names); err != nil {
 		return nil, fmt.Errorf("store: decode names: %w", err)
@@ -80,6 +83,10 @@ func DecodePeople(c *queue.Call, owners, approvers string) error {
 	var err error
 	if c.Owners, err = DecodeNames(owners); err != nil {
 		return fmt.Errorf("store: owners of %s: %w", c.ID, err)
+	}
+	if approvers == "{}" { // what EncodePeople writes for none: nothing to decode
+		c.Approvers.Roles, c.Approvers.Groups, c.Reached = nil, nil, 0
+		return nil
 	}
 	var a approversJSON
 	if err := json.Unmarshal([]byte(approvers), &a); err != nil {

@@ -61,3 +61,29 @@ func TestColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestNoPeopleDecodeWithoutAllocating: a call with no owners and no
+// approvers (most calls) encodes and decodes its people without
+// allocating, as json.Marshal and json.Unmarshal would encode and decode
+// them; each of a flow's reads of its call decodes them.
+func TestNoPeopleDecodeWithoutAllocating(t *testing.T) {
+	var c queue.Call
+	owners, approvers, err := EncodePeople(&c)
+	if err != nil || owners != "[]" || approvers != "{}" {
+		t.Fatalf("EncodePeople = %q, %q, %v", owners, approvers, err)
+	}
+	n := testing.AllocsPerRun(50, func() {
+		if o, a, _ := EncodePeople(&c); o != "[]" || a != "{}" {
+			t.Fatal("encoded people changed")
+		}
+		if err := DecodePeople(&c, "[]", "{}"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("encoding and decoding no people made %.0f allocations, want 0", n)
+	}
+	if c.Owners != nil || !c.Approvers.Empty() || c.Escalate != nil || c.Reached != 0 {
+		t.Errorf("decoded %+v %+v, want none", c.Owners, c.Approvers)
+	}
+}
