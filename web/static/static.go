@@ -26,6 +26,7 @@ const Prefix = "/static/"
 type asset struct {
 	name   string // file name, e.g. app.css
 	hashed string // name with the content hash, e.g. app.3f2a9c1b0d4e.css
+	url    string // Prefix and hashed, made once: every page links its assets
 	body   []byte
 	ctype  string
 }
@@ -49,6 +50,7 @@ func load() (map[string]*asset, map[string]*asset) {
 		ext := path.Ext(e.Name())
 		a := &asset{name: e.Name(), body: body, ctype: mime.TypeByExtension(ext),
 			hashed: strings.TrimSuffix(e.Name(), ext) + "." + hex.EncodeToString(sum[:6]) + ext}
+		a.url = Prefix + a.hashed
 		if a.ctype == "" {
 			a.ctype = "application/octet-stream"
 		}
@@ -64,7 +66,7 @@ func URL(name string) string {
 	if !ok {
 		panic("static: no asset " + name)
 	}
-	return Prefix + a.hashed
+	return a.url
 }
 
 // Handler serves the assets under Prefix. Hashed names are cached for a
