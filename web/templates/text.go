@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"time"
 )
 
 // T renders agent text: ordinary characters as text, deceptive ones as
@@ -76,3 +77,93 @@ func writeEscaped(w io.Writer, s string) error {
 
 // space is one space between elements, as `{ " " }` writes it.
 const space = str(" ")
+
+// When shows a time for people: in UTC as rendered, and in the viewer's
+// own time zone once app.js has read the datetime attribute, with the UTC
+// time on hover; "—" for the zero time. It writes
+//
+//	<time datetime="2006-01-02T15:04:05Z" data-local title="2006-01-02 15:04:05 UTC">2006-01-02 15:04:05 UTC</time>
+//
+// formatting into a buffer on the stack, where a templ component would
+// format three strings and copy them twice more.
+type When time.Time
+
+// Render writes the time element.
+func (t When) Render(_ context.Context, w io.Writer) error {
+	tt := time.Time(t)
+	if tt.IsZero() {
+		_, err := io.WriteString(w, "—")
+		return err
+	}
+	tt = tt.UTC()
+	var buf [160]byte
+	b := append(buf[:0], `<time datetime="`...)
+	b = tt.AppendFormat(b, time.RFC3339)
+	b = append(b, `" data-local title="`...)
+	b = tt.AppendFormat(b, whenLayout)
+	b = append(b, `">`...)
+	b = tt.AppendFormat(b, whenLayout)
+	b = append(b, `</time>`...)
+	_, err := w.Write(b)
+	return err
+}
+
+// whenLayout is how when formats a time.
+const whenLayout = "2006-01-02 15:04:05 UTC"
+
+// StatusPill is a call's status as people read it:
+//
+//	<span class="status-pill STATUS[ wraps]"[ data-testid="TESTID"]>LABEL</span>
+//
+// A label longer than the status word (StatusLabel) may wrap; a status
+// word may not. testID "" leaves data-testid out.
+func StatusPill(status, grantState, testID string) statusPill {
+	return statusPill{status: status, grantState: grantState, testID: testID}
+}
+
+type statusPill struct{ status, grantState, testID string }
+
+// Render writes the pill, its class as templ's class list writes
+// `class={ "status-pill", status, templ.KV("wraps", …) }`: in order, each
+// name once.
+func (p statusPill) Render(_ context.Context, w io.Writer) error {
+	label := StatusLabel(p.status, p.grantState)
+	if _, err := io.WriteString(w, `<span class="status-pill`); err != nil {
+		return err
+	}
+	if p.status != "status-pill" {
+		if _, err := io.WriteString(w, " "); err != nil {
+			return err
+		}
+		if err := writeEscaped(w, p.status); err != nil {
+			return err
+		}
+	}
+	if label != p.status && p.status != "wraps" {
+		if _, err := io.WriteString(w, " wraps"); err != nil {
+			return err
+		}
+	}
+	if _, err := io.WriteString(w, `"`); err != nil {
+		return err
+	}
+	if p.testID != "" {
+		if _, err := io.WriteString(w, ` data-testid="`); err != nil {
+			return err
+		}
+		if err := writeEscaped(w, p.testID); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, `"`); err != nil {
+			return err
+		}
+	}
+	if _, err := io.WriteString(w, `>`); err != nil {
+		return err
+	}
+	if err := writeEscaped(w, label); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, `</span>`)
+	return err
+}
