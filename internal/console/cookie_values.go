@@ -44,6 +44,15 @@ func (cookieJSON) Deserialize(src []byte, dst any) error {
 	if !ok {
 		return fmt.Errorf("console cookie: cannot read into %T", dst)
 	}
+	if pairs, n, ok := flatObject(src); ok {
+		if *values == nil {
+			*values = make(map[any]any, n)
+		}
+		for _, kv := range pairs[:n] {
+			(*values)[cookieKey(kv[0])] = string(kv[1])
+		}
+		return nil
+	}
 	var in map[string]string
 	if err := json.Unmarshal(src, &in); err != nil {
 		return fmt.Errorf("console cookie: %w", err)
@@ -55,4 +64,74 @@ func (cookieJSON) Deserialize(src []byte, dst any) error {
 		(*values)[k] = v
 	}
 	return nil
+}
+
+// maxFlatPairs is how many members flatObject reads; the console's cookie
+// holds one or two.
+const maxFlatPairs = 4
+
+// flatObject reads src as what Serialize writes for the console's values
+// (ids, a time): a JSON object of at most maxFlatPairs strings of
+// printable ASCII without escapes, as slices of src. ok is false for
+// anything else, which encoding/json reads instead: the cookie is read on
+// every request, and encoding/json spends a dozen allocations on its
+// reflection where this spends one per value.
+func flatObject(src []byte) (pairs [maxFlatPairs][2][]byte, n int, ok bool) {
+	if len(src) < 2 || src[0] != '{' || src[len(src)-1] != '}' {
+		return pairs, 0, false
+	}
+	rest := src[1 : len(src)-1]
+	if len(rest) == 0 {
+		return pairs, 0, true
+	}
+	for n < maxFlatPairs {
+		k, r, kok := flatString(rest)
+		if !kok || len(r) == 0 || r[0] != ':' {
+			return pairs, 0, false
+		}
+		v, r, vok := flatString(r[1:])
+		if !vok {
+			return pairs, 0, false
+		}
+		pairs[n] = [2][]byte{k, v}
+		n++
+		if len(r) == 0 {
+			return pairs, n, true
+		}
+		if r[0] != ',' {
+			return pairs, 0, false
+		}
+		rest = r[1:]
+	}
+	return pairs, 0, false
+}
+
+// flatString reads a JSON string of printable ASCII without escapes at
+// the start of b: its contents and what follows it.
+func flatString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// cookieKey is k as a map key, the console's own keys without allocating.
+func cookieKey(k []byte) any {
+	switch string(k) {
+	case cookieSID:
+		return cookieSID
+	case cookieAuthAt:
+		return cookieAuthAt
+	case cookiePre:
+		return cookiePre
+	}
+	return string(k)
 }

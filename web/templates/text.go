@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/a-h/templ"
 )
 
 // T renders agent text: ordinary characters as text, deceptive ones as
@@ -167,3 +169,30 @@ func (p statusPill) Render(_ context.Context, w io.Writer) error {
 	_, err := io.WriteString(w, `</span>`)
 	return err
 }
+
+// prerendered is markup that a component rendered once, at start, from
+// constants alone (no argument, nothing from a request), written as is on
+// every page where rendering the component again would allocate for each
+// of its attribute values.
+type prerendered string
+
+// prerender renders c, which must depend on nothing but constants.
+func prerender(c templ.Component) prerendered {
+	var b strings.Builder
+	if err := c.Render(context.Background(), &b); err != nil {
+		panic("templates: prerender: " + err.Error())
+	}
+	return prerendered(b.String())
+}
+
+// Render writes the markup.
+func (p prerendered) Render(_ context.Context, w io.Writer) error {
+	_, err := io.WriteString(w, string(p))
+	return err
+}
+
+// headMeta and headAssets open every page's head.
+var (
+	headMeta   = prerender(headMetaTags())
+	headAssets = prerender(headAssetTags())
+)
