@@ -571,7 +571,7 @@ func shellQuote(s string) string {
 }
 
 func groupsOfFour(s string) []string {
-	var out []string
+	out := make([]string, 0, (len(s)+3)/4)
 	for len(s) > 4 {
 		out = append(out, s[:4])
 		s = s[4:]

@@ -196,3 +196,55 @@ var (
 	headMeta   = prerender(headMetaTags())
 	headAssets = prerender(headAssetTags())
 )
+
+// countdown is the time left until at, which app.js counts down:
+//
+//	<time data-countdown datetime="2006-01-02T15:04:05Z"[ title="decide by 2006-01-02 15:04:05 UTC"][ data-testid="TESTID"]>5 min 12 s left</time>
+//
+// title adds the deadline on hover ("decide by …"); testID "" leaves
+// data-testid out. The text reads as left(now, at).
+func countdown(now, at time.Time, title bool, testID string) countdownTag {
+	return countdownTag{now: now, at: at, title: title, testID: testID}
+}
+
+type countdownTag struct {
+	now, at time.Time
+	title   bool
+	testID  string
+}
+
+// Render writes the time element, formatted into a buffer on the stack.
+func (c countdownTag) Render(_ context.Context, w io.Writer) error {
+	at := c.at.UTC()
+	var buf [192]byte
+	b := append(buf[:0], `<time data-countdown datetime="`...)
+	b = at.AppendFormat(b, time.RFC3339)
+	b = append(b, '"')
+	if c.title {
+		b = append(b, ` title="decide by `...)
+		b = appendWhen(b, c.at)
+		b = append(b, '"')
+	}
+	if c.testID != "" {
+		b = append(b, ` data-testid="`...)
+		b = append(b, templ.EscapeString(c.testID)...)
+		b = append(b, '"')
+	}
+	b = append(b, '>')
+	if d := c.at.Sub(c.now); d <= 0 {
+		b = append(b, "deadline passed"...)
+	} else {
+		b = append(appendSpan(b, d), " left"...)
+	}
+	b = append(b, `</time>`...)
+	_, err := w.Write(b)
+	return err
+}
+
+// appendWhen appends when(t).
+func appendWhen(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "—"...)
+	}
+	return t.UTC().AppendFormat(b, whenLayout)
+}

@@ -62,6 +62,9 @@ func TestLeavesRenderWithoutAllocating(t *testing.T) {
 		{"str", 0, func() error { return str(`a "quoted" & <tagged> word`).Render(ctx, w) }},
 		{"space", 0, func() error { return space.Render(ctx, w) }},
 		{"When", 1, func() error { return When(at).Render(ctx, w) }},
+		{"countdown", 1, func() error {
+			return countdown(at, at.Add(312*time.Second), true, "countdown").Render(ctx, w)
+		}},
 		{"StatusPill", 0, func() error {
 			return StatusPill("approved", "expired", "status-value").Render(ctx, w)
 		}},
@@ -84,8 +87,8 @@ type discard struct{}
 func (*discard) Write(p []byte) (int, error)       { return len(p), nil }
 func (*discard) WriteString(s string) (int, error) { return len(s), nil }
 
-// TestLeavesRenderAsBefore checks the markup of When and StatusPill, which
-// were templ components, byte for byte.
+// TestLeavesRenderAsBefore checks the markup of When, countdown and
+// StatusPill, which were templ components, byte for byte.
 func TestLeavesRenderAsBefore(t *testing.T) {
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.FixedZone("X", 3600))
 	for _, tc := range []struct {
@@ -96,6 +99,11 @@ func TestLeavesRenderAsBefore(t *testing.T) {
 	}{
 		{When(at), `<time datetime="2026-03-04T04:06:07Z" data-local title="2026-03-04 04:06:07 UTC">2026-03-04 04:06:07 UTC</time>`},
 		{When(time.Time{}), `—`},
+		{countdown(at, at.Add(312*time.Second), true, ""),
+			`<time data-countdown datetime="2026-03-04T04:11:19Z" title="decide by 2026-03-04 04:11:19 UTC">5 min 12 s left</time>`},
+		{countdown(at, at.Add(50*time.Hour), false, "countdown"),
+			`<time data-countdown datetime="2026-03-06T06:06:07Z" data-testid="countdown">2 days left</time>`},
+		{countdown(at, at.Add(-time.Second), false, ""), `<time data-countdown datetime="2026-03-04T04:06:06Z">deadline passed</time>`},
 		{StatusPill("pending", "", ""), `<span class="status-pill pending">pending</span>`},
 		{StatusPill("approved", "expired", "status-value"), `<span class="status-pill approved wraps" data-testid="status-value">approved — grant expired unredeemed</span>`},
 		{StatusPill("", "", ""), `<span class="status-pill ">` + `</span>`},

@@ -810,16 +810,22 @@ func left(now, t time.Time) string {
 	return span(d) + " left"
 }
 
-func span(d time.Duration) string {
+func span(d time.Duration) string { return string(appendSpan(make([]byte, 0, 24), d)) }
+
+// appendSpan appends how long d is, as people read it: "42 s", "3 min 5 s",
+// "5 h 12 min", "3 days".
+func appendSpan(b []byte, d time.Duration) []byte {
 	switch {
 	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + " s"
+		return append(strconv.AppendInt(b, int64(d/time.Second), 10), " s"...)
 	case d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + " min " + strconv.Itoa(int(d%time.Minute/time.Second)) + " s"
+		b = append(strconv.AppendInt(b, int64(d/time.Minute), 10), " min "...)
+		return append(strconv.AppendInt(b, int64(d%time.Minute/time.Second), 10), " s"...)
 	case d < 48*time.Hour:
-		return strconv.Itoa(int(d/time.Hour)) + " h " + strconv.Itoa(int(d%time.Hour/time.Minute)) + " min"
+		b = append(strconv.AppendInt(b, int64(d/time.Hour), 10), " h "...)
+		return append(strconv.AppendInt(b, int64(d%time.Hour/time.Minute), 10), " min"...)
 	}
-	return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+	return append(strconv.AppendInt(b, int64(d/(24*time.Hour)), 10), " days"...)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
