@@ -86,9 +86,9 @@ func TestDemoStopsCleanly(t *testing.T) {
 				t.Errorf("demo-logins lacks %s:\n%s", name, b)
 			}
 		}
-		if !strings.Contains(s.logs.String(), dir+"/demo-logins") {
-			t.Errorf("the banner does not say where the logins are kept:\n%s", s.logs.String())
-		}
+		eventually(t, 30*time.Second, "the banner saying the logins are kept in "+dir+"/demo-logins", func() bool {
+			return strings.Contains(s.logs.String(), dir+"/demo-logins")
+		})
 	})
 }
 

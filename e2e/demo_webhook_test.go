@@ -37,9 +37,11 @@ func TestDemoWebhookSink(t *testing.T) {
 	s := startProcess(t, data, "demo", "--addr", "127.0.0.1:0", "--data", data, "--no-agent")
 	url, token := demoExport(t, s)
 	logPath := filepath.Join(data, "demo-webhooks.log")
-	if !strings.Contains(s.logs.String(), "each delivery is a line in "+logPath) {
-		t.Errorf("the banner does not name %s:\n%s", logPath, s.logs.String())
-	}
+	// The banner is printed a line at a time: the sink's line may come
+	// after the export line.
+	eventually(t, 30*time.Second, "the banner naming "+logPath, func() bool {
+		return strings.Contains(s.logs.String(), "each delivery is a line in "+logPath)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	agent := client.New(url, token)
