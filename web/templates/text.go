@@ -102,9 +102,9 @@ func (t When) Render(_ context.Context, w io.Writer) error {
 	b := append(buf[:0], `<time datetime="`...)
 	b = tt.AppendFormat(b, time.RFC3339)
 	b = append(b, `" data-local title="`...)
-	b = tt.AppendFormat(b, whenLayout)
+	b = appendWhen(b, tt)
 	b = append(b, `">`...)
-	b = tt.AppendFormat(b, whenLayout)
+	b = appendWhen(b, tt)
 	b = append(b, `</time>`...)
 	_, err := w.Write(b)
 	return err
