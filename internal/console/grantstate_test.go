@@ -41,6 +41,9 @@ func TestApprovedCallWhoseGrantExpired(t *testing.T) {
 		if got := p.find("status-value").Text(); got != want {
 			t.Errorf("%s: the call page's status reads %q, want %q", when, got, want)
 		}
+		if got := strings.Join(strings.Fields(p.find("status-first").Text()), " "); !strings.HasPrefix(got, "Status: "+want+" · ") {
+			t.Errorf("%s: the call page's status line reads %q, want it to start %q", when, got, "Status: "+want+" · ")
+		}
 		if got := p.find("grant-expires").Prev().Text(); got != label {
 			t.Errorf("%s: the grant's expiry is labelled %q, want %q", when, got, label)
 		}
