@@ -36,8 +36,10 @@ import (
 // memory while no account, session or token has been written, db's
 // authcache.go; the approval takes the call its page showed as the hint it
 // signs the grant by, shownCalls; a write's audit entries are one INSERT,
-// the approval's two with them.)
-const maxStatementsPerFlow = 21
+// the approval's two with them; each write transaction's state, the
+// database's identity and the audit chain's head, rides on its first
+// read, the call or the submission's checks, db's withTxState.)
+const maxStatementsPerFlow = 18
 
 // maxCommitsPerFlow and maxMarksPerFlow budget a whole flow's syncs: each
 // commit pays the WAL's fsync (synchronous=FULL), each advance of the

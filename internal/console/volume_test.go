@@ -123,11 +123,11 @@ func tenThousandView(t *testing.T, path string, shortEnv, longEnv *consoleEnv, s
 		e     *consoleEnv
 		tab   context.Context
 		paint []float64
-		rows  int64 // rows read by the last load
+		rows  int64 // rows read by the load that read fewest (-1: none yet)
 		dom   int   // elements of the last load
 		shown int   // calls of the last load
 	}
-	qs := []*queueUnderTest{{name: "100", e: shortEnv, tab: shortTab}, {name: "10000", e: longEnv, tab: longTab}}
+	qs := []*queueUnderTest{{name: "100", e: shortEnv, tab: shortTab, rows: -1}, {name: "10000", e: longEnv, tab: longTab, rows: -1}}
 	load := func(q *queueUnderTest) {
 		t.Helper()
 		lctx, lcancel := context.WithTimeout(q.tab, 30*time.Second)
@@ -145,7 +145,14 @@ func tenThousandView(t *testing.T, path string, shortEnv, longEnv *consoleEnv, s
 		); err != nil {
 			t.Fatalf("load the %s queue: %v", q.name, err)
 		}
-		q.rows, q.dom, q.shown = q.e.db.RowsRead()-before, dom, shown
+		// The fewest rows any load read: a background job of the console
+		// (a sweep) that reads while one load runs adds its rows to that
+		// load only, where a read that grows with the queue grows in
+		// every load.
+		if n := q.e.db.RowsRead() - before; q.rows < 0 || n < q.rows {
+			q.rows = n
+		}
+		q.dom, q.shown = dom, shown
 		q.paint = append(q.paint, paint)
 	}
 	// One load each to warm the caches, then alternate, each queue first
@@ -172,7 +179,7 @@ func tenThousandView(t *testing.T, path string, shortEnv, longEnv *consoleEnv, s
 	}
 	ps, pl := median(short.paint), median(long.paint)
 	t.Logf("%s: first contentful paint, median of %d: %.0f ms for 100 pending, %.0f ms for 10,000 (%v, %v)", path, rounds, ps, pl, short.paint, long.paint)
-	t.Logf("%s: rows read: %d and %d; elements: %d and %d; calls shown: %d and %d", path, short.rows, long.rows, short.dom, long.dom, short.shown, long.shown)
+	t.Logf("%s: fewest rows read by a load: %d and %d; elements: %d and %d; calls shown: %d and %d", path, short.rows, long.rows, short.dom, long.dom, short.shown, long.shown)
 	if long.shown != queuePageSize || short.shown != queuePageSize {
 		t.Errorf("calls shown: %d of 10,000 and %d of 100, want one page (%d) each", long.shown, short.shown, queuePageSize)
 	}

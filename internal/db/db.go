@@ -56,6 +56,9 @@ type DB struct {
 	// what the transaction knows of the database as a whole (writer.go).
 	txHead  commitHead
 	txKnown txState
+	// txStateRead is true once a statement of the running write
+	// transaction has read txHead and txKnown (needTxState).
+	txStateRead bool
 	// reqAdvance is true once the running write made a change the
 	// high-water mark must cover (mustAdvance, highwater.MayWait):
 	// writeReq.mark.

@@ -25,13 +25,16 @@ func scanFreeze(r rowScanner) (queue.Freeze, error) {
 
 func (t *storeTx) Frozen(tool, actor string) (*queue.Freeze, error) {
 	// Almost always no freeze is in force: the probe of the partial index
-	// that the transaction's first statement made says so (readTxState),
+	// that the transaction's state holds says so (needTxState),
 	// where matching the freezes (IN lists are temporary tables in SQLite)
 	// costs 20-40 µs inside a write transaction, on every approval and
 	// redemption. The probe holds for the whole transaction: it was made
 	// under the write lock, so a freeze committed elsewhere commits before
 	// it or after this transaction; one inserted by this transaction sets
 	// mayBeFrozen (InsertFreeze).
+	if err := t.db.needTxState(t.ctx, t.tx); err != nil {
+		return nil, err
+	}
 	if !t.db.txKnown.mayBeFrozen {
 		return nil, queue.ErrNotFound
 	}
@@ -90,7 +93,10 @@ func (t *storeTx) strings(out *[]string, query string, args ...any) error {
 }
 
 func (t *storeTx) InsertFreeze(f *queue.Freeze) error {
-	t.db.mustAdvance()              // the high-water mark covers it before it is acknowledged
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
+	if err := t.db.needTxState(t.ctx, t.tx); err != nil {
+		return err
+	}
 	t.db.txKnown.mayBeFrozen = true // before the insert: a failed one may still have written
 	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO freezes (tool, actor, reason, created_by, created_at) VALUES (?,?,?,?,?)`,
 		f.Tool, f.Actor, f.Reason, f.By, ms(f.At))

@@ -33,6 +33,9 @@ func (d *DB) Prune(ctx context.Context, r retention.Removal) (*audit.Entry, erro
 		if err := d.checkIdentity(ctx, tx); err != nil {
 			return err
 		}
+		if err := d.needTxState(ctx, tx); err != nil {
+			return err
+		}
 		var from sql.NullInt64
 		if err := tx.QueryRowContext(ctx, `SELECT MIN(seq) FROM audit`).Scan(&from); err != nil {
 			return fmt.Errorf("db: prune: %w", err)

@@ -11,7 +11,10 @@ import (
 )
 
 func (t *storeTx) InsertRollback(r queue.Rollback) error {
-	t.db.mustAdvance()                 // the high-water mark covers it before it is acknowledged
+	t.db.mustAdvance() // the high-water mark covers it before it is acknowledged
+	if err := t.db.needTxState(t.ctx, t.tx); err != nil {
+		return err
+	}
 	t.db.txKnown.rollbackKnown = false // LastRollback reads it again
 	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO rollbacks (accepted_at, accepted_by, mark_seq, mark_head, db_seq, db_head)
 		VALUES (?,?,?,?,?,?)`, ms(r.AcceptedAt), r.AcceptedBy, r.MarkSeq, r.MarkHead, r.DBSeq, r.DBHead)
@@ -22,8 +25,11 @@ func (t *storeTx) InsertRollback(r queue.Rollback) error {
 }
 
 func (t *storeTx) LastRollback() (time.Time, error) {
-	// As the transaction's first statement read it (readTxState), under
-	// the write lock, unless the transaction has inserted a rollback since.
+	// As the transaction's state read it (needTxState), under the write
+	// lock, unless the transaction has inserted a rollback since.
+	if err := t.db.needTxState(t.ctx, t.tx); err != nil {
+		return time.Time{}, err
+	}
 	if t.db.txKnown.rollbackKnown {
 		return fromMS(t.db.txKnown.lastRollback), nil
 	}

@@ -275,7 +275,12 @@ var callReadColumns = qualified + `,
 // fresh prepare costs, every time), where the call alone takes 12 µs and
 // the subqueries add 5 µs, about what the approvals' own statement cost.
 func loadCall(ctx context.Context, q querier, where string, args ...any) (*queue.Call, error) {
-	c, s, err := scanCallWith(q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...), 2)
+	return scanLoadedCall(q.QueryRowContext(ctx, `SELECT `+callReadColumns+` FROM calls c WHERE `+where, args...))
+}
+
+// scanLoadedCall reads a row of callReadColumns.
+func scanLoadedCall(r rowScanner) (*queue.Call, error) {
+	c, s, err := scanCallWith(r, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +313,25 @@ func (t *storeTx) InsertRevocation(r queue.Revocation) error {
 }
 
 func (t *storeTx) Call(id string) (*queue.Call, error) {
-	return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
+	if t.db.txStateRead {
+		return t.remember(loadCall(t.ctx, t.tx, `c.id = ?`, id))
+	}
+	// The transaction's first read of a call carries its state
+	// (withTxState): an approval or a redemption then begins with one
+	// statement, not two.
+	var c *queue.Call
+	err := t.db.withTxState(t.ctx, t.tx, `SELECT `+txStateColumns+`, `+callReadColumns+` FROM calls c WHERE c.id = ?`, []any{id},
+		func(r rowScanner) (err error) {
+			c, err = scanLoadedCall(r)
+			return err
+		})
+	if errors.Is(err, queue.ErrNotFound) {
+		// Not found here, or not here because the file is another one.
+		if err := t.db.needTxState(t.ctx, t.tx); err != nil {
+			return nil, err
+		}
+	}
+	return t.remember(c, err)
 }
 
 // SubmitChecks reads what a submission checks before it inserts its call
@@ -329,12 +352,23 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 func (t *storeTx) SubmitChecks(actor, tool, digest, token string, limit int) error {
 	var count, anyCount, blocked, anyBlocked, latest sql.NullInt64
 	var pending int
-	err := t.tx.QueryRowContext(t.ctx, `SELECT
+	query := `
 		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?2), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?2),
 		(SELECT count FROM retries WHERE actor = ?1 AND tool = ?3), (SELECT blocked_at FROM retries WHERE actor = ?1 AND tool = ?3),
 		(SELECT seq FROM calls WHERE actor = +?1 AND digest = +?4 AND (submitted_by = +?5 OR status = 'denied') ORDER BY seq DESC LIMIT 1),
-		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL`+limitClause(limit)+`))`,
-		actor, tool, queue.AnyTool, digest, token).Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
+		(SELECT count(*) FROM (SELECT 1 FROM calls WHERE submitted_by = ?5 AND status = 'pending' AND plan_id IS NULL` + limitClause(limit) + `))`
+	args := []any{actor, tool, queue.AnyTool, digest, token}
+	scan := func(r rowScanner) error {
+		return r.Scan(&count, &blocked, &anyCount, &anyBlocked, &latest, &pending)
+	}
+	var err error
+	if t.db.txStateRead {
+		err = scan(t.tx.QueryRowContext(t.ctx, `SELECT`+query, args...))
+	} else {
+		// A submission's transaction begins with its checks: they carry
+		// the transaction's state (withTxState).
+		err = t.db.withTxState(t.ctx, t.tx, `SELECT `+txStateColumns+`,`+query, args, scan)
+	}
 	if err != nil {
 		return fmt.Errorf("db: read a submission's checks: %w", err)
 	}
@@ -639,7 +673,7 @@ func (t *storeTx) Append(e *audit.Entry) error {
 	if t.entries == nil {
 		t.entries = make([]any, 0, 2*auditColumns) // an approval appends two
 	}
-	rows, err := t.db.sealAudit(t.entries, e)
+	rows, err := t.db.sealAudit(t.ctx, t.tx, t.entries, e)
 	if err != nil {
 		return err
 	}
@@ -685,7 +719,7 @@ func insertAudit(ctx context.Context, tx *writeTx, rows []any) error {
 // entry is written by the same transaction as the change it records, a
 // crash leaves both or neither.
 func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error {
-	row, err := d.sealAudit(make([]any, 0, auditColumns), e)
+	row, err := d.sealAudit(ctx, tx, make([]any, 0, auditColumns), e)
 	if err != nil {
 		return err
 	}
@@ -694,13 +728,16 @@ func (d *DB) appendAudit(ctx context.Context, tx *writeTx, e *audit.Entry) error
 
 // sealAudit seals e onto the chain's head in the running write
 // transaction and appends its row's values to dst.
-func (d *DB) sealAudit(dst []any, e *audit.Entry) ([]any, error) {
-	// The chain's head in this transaction: read when the transaction
-	// began (readTxState, under the write lock, so nobody else appends
-	// until it commits), moved by each entry it appends, and put back by
-	// the writer when a savepoint is rolled back. The details are hashed
-	// as the text stored, as verifying reads them back: encoded once, in
-	// place in the hashed body.
+func (d *DB) sealAudit(ctx context.Context, tx *writeTx, dst []any, e *audit.Entry) ([]any, error) {
+	// The chain's head in this transaction: read by the transaction's
+	// first statement that needed it (needTxState, under the write lock,
+	// so nobody else appends until it commits), moved by each entry it
+	// appends, and put back by the writer when a savepoint is rolled back.
+	// The details are hashed as the text stored, as verifying reads them
+	// back: encoded once, in place in the hashed body.
+	if err := d.needTxState(ctx, tx); err != nil {
+		return nil, err
+	}
 	details, err := e.SealText(d.txHead.seq, d.txHead.hash)
 	if err != nil {
 		return nil, fmt.Errorf("db: seal audit entry: %w", err)

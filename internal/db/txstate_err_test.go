@@ -10,6 +10,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/store"
 )
@@ -40,35 +41,62 @@ func TestTxStateReadErrorIsNotReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { d.Close() })
-			write := func() error {
-				return d.Store().Update(ctx, func(tx queue.Tx) error {
+			if err := d.Store().Update(ctx, func(tx queue.Tx) error { return submitLike(tx, "call_s") }); err != nil {
+				t.Fatal(err)
+			}
+			// The state is read by a statement of its own before a freeze,
+			// and with the first read of a call or a submission's checks.
+			writes := map[string]func(queue.Tx) error{
+				"freeze": func(tx queue.Tx) error {
 					return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "root", At: time.Now()})
-				})
+				},
+				"call": func(tx queue.Tx) error {
+					c, err := tx.Call("call_s")
+					if err != nil {
+						return err
+					}
+					return tx.Append(&audit.Entry{Time: audit.FormatTime(time.Now()), Kind: audit.KindOutcome, CallID: c.ID,
+						Principal: "agent:a", Channel: audit.ChannelAPI})
+				},
+				"missing call": func(tx queue.Tx) error {
+					_, err := tx.Call("call_missing")
+					if errors.Is(err, queue.ErrNotFound) {
+						return nil
+					}
+					return err
+				},
+				"submission checks": func(tx queue.Tx) error {
+					return tx.(*storeTx).SubmitChecks("agent:a", "payments.refund", "sha256:x", "tok", 10)
+				},
 			}
-			if err := write(); err != nil {
-				t.Fatalf("write before: %v", err)
-			}
-			if _, err := d.SQL().ExecContext(ctx, tt.break_); err != nil {
-				t.Fatal(err)
-			}
-			err = write()
-			if err == nil {
-				t.Fatal("write succeeded; want it to fail closed")
-			}
-			if got := errors.Is(err, store.ErrReplaced); got != tt.replaced {
-				t.Errorf("write error %q: errors.Is(ErrReplaced) = %t, want %t", err, got, tt.replaced)
-			}
-			if !strings.Contains(err.Error(), tt.mention) {
-				t.Errorf("write error %q does not mention %q", err, tt.mention)
-			}
-			if tt.heal == "" {
-				return
-			}
-			if _, err := d.SQL().ExecContext(ctx, tt.heal); err != nil {
-				t.Fatal(err)
-			}
-			if err := write(); err != nil {
-				t.Errorf("write after the statement works again: %v", err)
+			for name, w := range writes {
+				write := func() error { return d.Store().Update(ctx, w) }
+				if err := write(); err != nil {
+					t.Fatalf("%s: write before: %v", name, err)
+				}
+				if _, err := d.SQL().ExecContext(ctx, tt.break_); err != nil {
+					t.Fatal(err)
+				}
+				err = write()
+				if err == nil {
+					t.Fatalf("%s: write succeeded; want it to fail closed", name)
+				}
+				if got := errors.Is(err, store.ErrReplaced); got != tt.replaced {
+					t.Errorf("%s: write error %q: errors.Is(ErrReplaced) = %t, want %t", name, err, got, tt.replaced)
+				}
+				if !strings.Contains(err.Error(), tt.mention) {
+					t.Errorf("%s: write error %q does not mention %q", name, err, tt.mention)
+				}
+				heal := tt.heal
+				if heal == "" {
+					heal = `INSERT INTO meta (key, value) VALUES ('identity', '` + d.identity + `')`
+				}
+				if _, err := d.SQL().ExecContext(ctx, heal); err != nil {
+					t.Fatal(err)
+				}
+				if err := write(); err != nil {
+					t.Errorf("%s: write after the statement works again: %v", name, err)
+				}
 			}
 		})
 	}

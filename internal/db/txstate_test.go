@@ -15,8 +15,9 @@ import (
 )
 
 // What a write transaction knows of the database as a whole is read once,
-// by its first statement (readTxState): the tests below check that it is
-// never stale, neither after another handle committed (it is read again by
+// by the first of its statements that needs it (needTxState), or with its
+// first read of a call or a submission's checks: the tests below check
+// that it is never stale, neither after another handle committed (it is read again by
 // every transaction) nor after a write of the same group commit changed it.
 
 func openTwo(t *testing.T) (*DB, *DB) {
@@ -118,6 +119,56 @@ func TestTxStateFreezeInTheSameCommit(t *testing.T) {
 	}
 	if afterFailed != nil {
 		t.Errorf("the freeze of a write that failed stops a later one: %+v", afterFailed)
+	}
+}
+
+// TestTxStateReadByAWriteThatFails: the state is read by the statement of
+// a write that needs it first, which may come after that write's own
+// changes. When such a write fails and is rolled back to its savepoint,
+// what its statement read goes with it: here the write lifts the only
+// freeze, reads the state (no freeze in force, within the write), and
+// fails; the write after it must find the freeze in force again.
+func TestTxStateReadByAWriteThatFails(t *testing.T) {
+	d := openTestDB(t)
+	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error {
+		return tx.InsertFreeze(&queue.Freeze{Tool: "payments.refund", Reason: "incident", By: "root", At: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("refused")
+	var within, after *queue.Freeze
+	check := func(out **queue.Freeze) func(queue.Tx) error {
+		return func(tx queue.Tx) error {
+			f, err := tx.Frozen("payments.refund", "agent:a")
+			if errors.Is(err, queue.ErrNotFound) {
+				return nil
+			}
+			*out = f
+			return err
+		}
+	}
+	errs := inOneBatch(t, d,
+		// The first write reads no state.
+		func(tx queue.Tx) error { return tx.SetRetry("agent:a", "payments.refund", queue.RetryState{Count: 1}) },
+		func(tx queue.Tx) error {
+			if lifted, err := tx.LiftFreezes("payments.refund", "", "root", time.Now()); err != nil || len(lifted) != 1 {
+				t.Errorf("lift = %v, %v; want the freeze", lifted, err)
+			}
+			if err := check(&within)(tx); err != nil {
+				return err
+			}
+			return failed
+		},
+		check(&after),
+	)
+	if errs[0] != nil || !errors.Is(errs[1], failed) || errs[2] != nil {
+		t.Fatalf("writes = %v, want the second one refused", errs)
+	}
+	if within != nil {
+		t.Errorf("frozen within the write that lifted the freeze: %+v", within)
+	}
+	if after == nil || after.Reason != "incident" {
+		t.Errorf("after the lifting write failed: %+v, want the freeze in force", after)
 	}
 }
 
@@ -256,16 +307,31 @@ func TestWriteStatements(t *testing.T) {
 	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return submitLike(tx, "call_y") }); err != nil {
 		t.Fatal(err)
 	}
-	count("a call", 4, func(tx queue.Tx) error {
+	// The transaction's first read of a call carries its state.
+	count("a call", 3, func(tx queue.Tx) error {
 		_, err := tx.Call("call_y")
 		return err
+	})
+	count("a call read after a freeze check", 4, func(tx queue.Tx) error {
+		if _, err := tx.Frozen("payments.refund", "agent:a"); !errors.Is(err, queue.ErrNotFound) {
+			return err
+		}
+		_, err := tx.Call("call_y")
+		return err
+	})
+	count("a missing call", 4, func(tx queue.Tx) error {
+		if _, err := tx.Call("call_none"); !errors.Is(err, queue.ErrNotFound) {
+			t.Errorf("missing call: %v", err)
+		}
+		return nil
 	})
 }
 
 // TestGroupCommitStatements: a group commit of three writes runs BEGIN,
-// the transaction's first statement, a SAVEPOINT before each write but the
-// first, the writes' own statements and COMMIT: no RELEASE (COMMIT ends
-// the savepoints still open).
+// the statement that reads the transaction's state (once, when the first
+// write appends its entry), a SAVEPOINT before each write but the first,
+// the writes' own statements and COMMIT: no RELEASE (COMMIT ends the
+// savepoints still open).
 func TestGroupCommitStatements(t *testing.T) {
 	d := openTestDB(t)
 	if err := d.Store().Update(context.Background(), func(tx queue.Tx) error { return nil }); err != nil {
@@ -288,7 +354,7 @@ func TestGroupCommitStatements(t *testing.T) {
 		}
 	}
 	d.TraceStatements(nil)
-	want := []string{"BEGIN", "SELECT", "INSERT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "COMMIT"}
+	want := []string{"BEGIN", "INSERT", "SELECT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "COMMIT"}
 	if !slices.Equal(got, want) {
 		t.Errorf("statements = %q, want %q", got, want)
 	}

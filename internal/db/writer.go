@@ -329,18 +329,18 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 		return
 	}
 	defer tx.Rollback()
-	// Every write first checks that the file is still the database that
-	// was opened, inside the transaction, so no write lands in a database
-	// that replaced it; the same statement reads what the transaction's
-	// writes need of the database as a whole (txState).
-	if err := d.readTxState(ctx, tx); err != nil {
-		failAll(batch, err)
-		return
-	}
+	// The transaction checks that the file is still the database that was
+	// opened, and reads what its writes need of the database as a whole
+	// (txState), by one statement: the first of its writes' statements
+	// that can carry it (a read of a call, a submission's checks), or one
+	// of its own when a write needs the state first (needTxState), and at
+	// the latest before COMMIT, so no write commits in a database that
+	// replaced it.
+	d.txStateRead = false
 	committed := batch[:0:0]
 	for i := 0; i < len(batch); i++ {
 		r := batch[i]
-		head := d.txHead
+		head, stateRead := d.txHead, d.txStateRead
 		d.txAfter = nil
 		// The first write of a transaction runs without a savepoint: when
 		// it fails, the transaction holds nothing else, so it is rolled
@@ -356,7 +356,9 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 		d.reqAdvance = false
 		err := r.run(tx)
 		if err != nil {
-			d.txHead = head
+			// A state read while this write ran may hold what the write
+			// did before it failed (a freeze lifted, say): read it again.
+			d.txHead, d.txStateRead = head, stateRead
 			if !savepoint {
 				if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 					d.discardWriter()
@@ -403,6 +405,10 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 	if len(committed) == 0 {
 		return // every request failed and was rolled back; the deferred Rollback ends the transaction
 	}
+	if err := d.needTxState(ctx, tx); err != nil {
+		failAll(committed, err)
+		return
+	}
 	commitStart := time.Now()
 	err = tx.Commit()
 	d.commitNanos.Add(int64(time.Since(commitStart)))
@@ -435,7 +441,7 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 }
 
 // txState is what the running write transaction knows of the database as
-// a whole, read by one statement before its first write runs (readTxState)
+// a whole, read by one statement of the transaction (needTxState)
 // instead of by a statement of each write that needs it. It stays true for
 // the whole transaction because the transaction holds SQLite's write lock
 // from its BEGIN IMMEDIATE: no other connection, in this process or
@@ -465,6 +471,38 @@ type txState struct {
 // its savepoint leaves nothing to cover.
 func (d *DB) mustAdvance() { d.reqAdvance = true }
 
+// txStateColumns are what readTxState reads, as columns of one row: the
+// database's identity, the audit chain's head (sequence number and hash),
+// whether any freeze is in force and when the latest rollback was
+// accepted. A statement that reads one row may carry them before its own
+// columns (withTxState).
+const txStateColumns = `(SELECT value FROM meta WHERE key = 'identity'),
+	(SELECT seq FROM audit ORDER BY seq DESC LIMIT 1), (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1),
+	EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
+	(SELECT MAX(accepted_at) FROM rollbacks)`
+
+// txStateRow receives txStateColumns.
+type txStateRow struct {
+	id, hash sql.NullString
+	seq      sql.NullInt64
+	st       txState
+}
+
+// dest lists r's fields in the order of txStateColumns.
+func (r *txStateRow) dest() []any {
+	return []any{&r.id, &r.seq, &r.hash, &r.st.mayBeFrozen, &r.st.lastRollback}
+}
+
+// needTxState reads the running transaction's state (readTxState) unless
+// one of its statements has read it already. Everything that uses
+// d.txHead or d.txKnown calls it first.
+func (d *DB) needTxState(ctx context.Context, tx *writeTx) error {
+	if d.txStateRead {
+		return nil
+	}
+	return d.readTxState(ctx, tx)
+}
+
 // readTxState checks, inside tx, that the file is still the database that
 // was opened (the checks of checkIdentity), and reads the audit chain's
 // head, whether any freeze is in force and when the latest rollback was
@@ -474,25 +512,66 @@ func (d *DB) readTxState(ctx context.Context, tx *writeTx) error {
 	if err := d.sameFile(); err != nil {
 		return err
 	}
-	// One value for Scan's destinations: one allocation, not one each.
-	r := new(struct {
-		id, hash sql.NullString
-		seq      sql.NullInt64
-		st       txState
-	})
-	err := tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'identity'),
-		(SELECT seq FROM audit ORDER BY seq DESC LIMIT 1), (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1),
-		EXISTS (SELECT 1 FROM freezes INDEXED BY freezes_active WHERE lifted_at IS NULL),
-		(SELECT MAX(accepted_at) FROM rollbacks)`).Scan(&r.id, &r.seq, &r.hash, &r.st.mayBeFrozen, &r.st.lastRollback)
-	if err != nil {
+	r := new(txStateRow)
+	if err := tx.QueryRowContext(ctx, `SELECT `+txStateColumns).Scan(r.dest()...); err != nil {
 		return d.txStateErr(ctx, tx, err)
 	}
+	return d.setTxState(r)
+}
+
+// withTxState runs query (a SELECT of one row whose columns begin with
+// txStateColumns) in tx, scanning the state into the transaction's and
+// the rest of the row through scan. Before the statement it checks the
+// file as readTxState does; when the statement fails, its error is
+// txStateErr's (ErrReplaced for a file that is not the database opened).
+// A query that finds no row leaves the state unread, and scan gets
+// sql.ErrNoRows.
+func (d *DB) withTxState(ctx context.Context, tx *writeTx, query string, args []any, scan func(rowScanner) error) error {
+	if err := d.sameFile(); err != nil {
+		return err
+	}
+	r := new(txStateRow)
+	err := scan(prefixed{tx.QueryRowContext(ctx, query, args...), r.dest()})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return err
+	case errors.Is(err, errScan):
+		return d.txStateErr(ctx, tx, err)
+	case err != nil:
+		return err
+	}
+	return d.setTxState(r)
+}
+
+// setTxState takes the state r read as the transaction's, or fails with
+// ErrReplaced when the identity read is not the database's.
+func (d *DB) setTxState(r *txStateRow) error {
 	if !r.id.Valid || r.id.String != d.identity {
 		return ErrReplaced
 	}
 	r.st.base, r.st.rollbackKnown = r.seq.Int64, true
 	d.txKnown, d.txHead = r.st, commitHead{seq: r.seq.Int64, hash: r.hash.String}
+	d.txStateRead = true
 	return nil
+}
+
+// prefixed is a row whose first columns go to pre, the rest to the
+// destinations Scan is given.
+type prefixed struct {
+	row rowScanner
+	pre []any
+}
+
+// errScan marks the error of the statement a prefixed row ran, as
+// opposed to what its caller made of the row.
+var errScan = errors.New("the statement failed")
+
+func (p prefixed) Scan(dest ...any) error {
+	err := p.row.Scan(append(p.pre, dest...)...)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %w", errScan, err)
+	}
+	return err
 }
 
 // txStateErr is the error of a write transaction whose first statement

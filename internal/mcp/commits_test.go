@@ -33,14 +33,14 @@ const maxMarksPerApprovedCall = 1
 // rule approves, BEGIN and COMMIT included: the submission's transaction
 // (which checks the redemption on the call as it wrote it, without reading
 // it back) and the outcome's.
-const maxStatementsPerApprovedCall = 21
+const maxStatementsPerApprovedCall = 14
 
 // maxStatementsPerCallInARow is the SQL statements of each of several
 // tools/calls a rule approves, made one after the other: the submission's
 // transaction, which also writes the outcome of the call before it (its
 // read of that call and the update; the outcome's audit entry joins the
 // transaction's one INSERT).
-const maxStatementsPerCallInARow = 12
+const maxStatementsPerCallInARow = 11
 
 // countCommits runs call and returns the store's commits and the commits
 // that advanced the high-water mark (the commit hook) while it ran.
