@@ -458,6 +458,25 @@ func (s Store) Call(ctx context.Context, id string) (*queue.Call, error) {
 	return loadCall(ctx, s.pool, `id = $1`, id)
 }
 
+// CallHead reads what a long-poll checks before it waits: the call's
+// status and whose it is, three columns where Call reads every column
+// and parses the arguments.
+func (s Store) CallHead(ctx context.Context, id string) (queue.CallHead, error) {
+	var h queue.CallHead
+	var by *string
+	err := s.pool.QueryRow(ctx, `SELECT status, actor, submitted_by FROM calls WHERE id = $1`, id).Scan(&h.Status, &h.Actor, &by)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return queue.CallHead{}, queue.ErrNotFound
+	}
+	if err != nil {
+		return queue.CallHead{}, classify(fmt.Errorf("pgstore: read the head of call %s: %w", id, err))
+	}
+	if by != nil {
+		h.SubmittedBy = *by
+	}
+	return h, nil
+}
+
 // DueCalls lists pending calls whose deadline has passed.
 func (s Store) DueCalls(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id FROM calls WHERE status = 'pending' AND plan_id IS NULL AND decide_by <= $1 ORDER BY decide_by LIMIT $2`,

@@ -51,6 +51,46 @@ var _ = add("calls/round trip", func(t *testing.T, s Stores) {
 	}
 })
 
+// A long-poll reads a call's head (its status and whose it is) before it
+// waits, instead of the whole call: every store reads it, and it agrees
+// with the call as Call reads it, in every status.
+var _ = add("calls/the head of a call", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	h, ok := s.Queue.(interface {
+		CallHead(ctx context.Context, id string) (queue.CallHead, error)
+	})
+	if !ok {
+		t.Fatalf("%T reads no call head: a long-poll would read the whole call before it waits", s.Queue)
+	}
+	pending, decided, untokened := newCall("agent:a", "payments.refund", t0), newCall("agent:b", "payments.refund", t0.Add(time.Second)),
+		newCall("agent:a", "payments.refund", t0.Add(2*time.Second))
+	pending.SubmittedBy, decided.SubmittedBy = "tok_a", "tok_b"
+	insert(t, s, pending, decided, untokened)
+	update(t, s, func(tx queue.Tx) error {
+		c, err := tx.Call(decided.ID)
+		if err != nil {
+			return err
+		}
+		c.Status, c.DecidedAt = queue.StatusDenied, t0.Add(3*time.Second)
+		c.Denial = &queue.Denial{By: "olga", Channel: audit.ChannelWeb, Reason: "no", At: c.DecidedAt}
+		return tx.UpdateCall(c)
+	})
+	for _, id := range []string{pending.ID, decided.ID, untokened.ID} {
+		c, err := s.Queue.Call(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.CallHead(ctx, id)
+		want := queue.CallHead{Status: c.Status, Actor: c.Actor, SubmittedBy: c.SubmittedBy}
+		if err != nil || got != want {
+			t.Errorf("CallHead(%s) = %+v, %v; want %+v", id, got, err, want)
+		}
+	}
+	if _, err := h.CallHead(ctx, "call_missing"); !errors.Is(err, queue.ErrNotFound) {
+		t.Errorf("CallHead of an unknown id: %v, want queue.ErrNotFound", err)
+	}
+})
+
 // The identical-envelope lookup finds only the calls the asking token
 // submitted, and any denied call of the actor (the memory of a denial is
 // the actor's): a call stored without a token is found by no token.
