@@ -22,16 +22,18 @@ import (
 // counts every fsync, fdatasync and pwrite64 of the process's threads while
 // the flows run. A tracepoint counter does not stop the process as strace
 // does, so the group commits under count are the same as without it. The
-// WAL's frames are the pwrite64 calls of a page's size on the process's
-// descriptors of the -wal file (SQLite writes a frame as its 24-byte header,
-// then the page).
+// WAL's writes are the pwrite64 calls of at least 512 bytes on the
+// process's descriptors of the -wal file: one per frame where SQLite
+// writes each frame itself (its 24-byte header, then the page), one per
+// commit where the console gathers them (internal/db/walvfs), which then
+// counts the frames itself (countersign_store_wal_frames_total).
 
 // syscallCounts is what perf counted in the server while the flows ran.
 type syscallCounts struct {
 	Fsync     float64 `json:"fsync"`
 	Fdatasync float64 `json:"fdatasync"`
 	Pwrite    float64 `json:"pwrite64"`
-	WALFrames float64 `json:"wal_frames"`
+	WALWrites float64 `json:"wal_writes"`
 }
 
 // Syncs is every sync counted.
@@ -128,7 +130,7 @@ func parsePerfStat(b []byte) (syscallCounts, error) {
 			if pwrites == 0 {
 				c.Pwrite = v
 			} else {
-				c.WALFrames = v
+				c.WALWrites = v
 			}
 			pwrites++
 		}

@@ -14,7 +14,7 @@ func TestParsePerfStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := syscallCounts{Fsync: 1258, Fdatasync: 1200, Pwrite: 37443, WALFrames: 18001}
+	want := syscallCounts{Fsync: 1258, Fdatasync: 1200, Pwrite: 37443, WALWrites: 18001}
 	if c != want || c.Syncs() != 2458 {
 		t.Fatalf("parsed %+v, want %+v", c, want)
 	}

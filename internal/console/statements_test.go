@@ -208,23 +208,27 @@ func TestWholeFlowStatements(t *testing.T) {
 		}
 		mu.Unlock()
 	}
-	// The server exports the count (cmd/loadgen reads it per flow).
-	low := e.db.Statements()
+	// The server exports the counts (cmd/loadgen reads them per flow): the
+	// statements, and the frames its commits appended to the WAL.
+	low, lowFrames := e.db.Statements(), e.db.WALFrames()
 	res, err := http.Get(e.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	high := e.db.Statements()
-	var exported float64
+	high, highFrames := e.db.Statements(), e.db.WALFrames()
+	exported := map[string]float64{}
 	for line := range strings.Lines(string(raw)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "countersign_store_statements_total "); ok {
-			exported, _ = strconv.ParseFloat(v, 64)
+		if name, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(name, "countersign_store_") {
+			exported[name], _ = strconv.ParseFloat(v, 64)
 		}
 	}
-	if exported < float64(low) || exported > float64(high) {
-		t.Errorf("countersign_store_statements_total = %v, want between %d and %d", exported, low, high)
+	if n := exported["countersign_store_statements_total"]; n < float64(low) || n > float64(high) {
+		t.Errorf("countersign_store_statements_total = %v, want between %d and %d", n, low, high)
+	}
+	if n := exported["countersign_store_wal_frames_total"]; n < float64(lowFrames) || n > float64(highFrames) || n == 0 {
+		t.Errorf("countersign_store_wal_frames_total = %v, want between %d and %d, and some", n, lowFrames, highFrames)
 	}
 	if perPage > maxStatementsPerPage {
 		t.Errorf("the call's page ran %.2f SQL statements, more than %d", perPage, maxStatementsPerPage)

@@ -210,6 +210,12 @@ func (d *DB) WriteCounts() (commits, writes int64) {
 	return d.commits.Load(), d.writes.Load()
 }
 
+// WALFrames is how many frames (pages) this process has appended to
+// SQLite's write-ahead logs, counted by the VFS every connection opens its
+// files through (walvfs): a console opens one database, so they are its
+// commits' pages. Zero where the VFS is not used.
+func (d *DB) WALFrames() int64 { return walvfs.Frames() }
+
 // CommitSeconds is the time this handle's commits have spent in COMMIT,
 // the sync to disk included: divided by the commits, the mean commit
 // latency.

@@ -142,6 +142,11 @@ func newMetrics(q *queue.Service, waits *TokenWaits, live Live, writes WriteCoun
 			Help: "SQL statements run by this process's database connections, reads and writes, BEGIN and COMMIT included (SQLite)."},
 			func() float64 { return float64(st.Statements()) }))
 	}
+	if fc, ok := writes.(FrameCounter); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "countersign_store_wal_frames_total",
+			Help: "Pages this process appended to SQLite's write-ahead log, one frame each: what its commits' syncs write (SQLite)."},
+			func() float64 { return float64(fc.WALFrames()) }))
+	}
 	if live != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "countersign_live_listener_connected",
 			Help: "1 while the listener for other replicas' changes is connected to PostgreSQL, else 0."}, func() float64 {
@@ -166,6 +171,13 @@ type WriteCounter interface {
 // CommitTimer is the time the store's commits took (db.DB, pgstore.DB).
 type CommitTimer interface {
 	CommitSeconds() float64
+}
+
+// FrameCounter counts the frames the store's commits appended to the
+// write-ahead log (db.DB); the server exports the count when the
+// WriteCounter is one.
+type FrameCounter interface {
+	WALFrames() int64
 }
 
 // StatementCounter counts the SQL statements the store has run (db.DB);

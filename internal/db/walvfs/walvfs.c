@@ -46,12 +46,18 @@ static sqlite3_vfs *baseVfs;
 static sqlite3_vfs gatherVfs;
 static const sqlite3_io_methods walMethods;
 
-// Process-wide counts, for tests and measurements.
-static sqlite3_int64 writesReceived, writesIssued;
+// Process-wide counts, for tests and measurements: the writes SQLite asked
+// for, those made, and the frames appended (a frame's header written other
+// than right after a read of it, which rewrites a checksum in place).
+static sqlite3_int64 writesReceived, writesIssued, framesAppended;
 
 void countersign_walvfs_counts(sqlite3_int64 *received, sqlite3_int64 *issued) {
 	*received = __atomic_load_n(&writesReceived, __ATOMIC_RELAXED);
 	*issued = __atomic_load_n(&writesIssued, __ATOMIC_RELAXED);
+}
+
+sqlite3_int64 countersign_walvfs_frames(void) {
+	return __atomic_load_n(&framesAppended, __ATOMIC_RELAXED);
 }
 
 static int issue(walFile *p, const void *data, int amt, sqlite3_int64 off) {
@@ -108,6 +114,7 @@ static int walWrite(sqlite3_file *f, const void *data, int amt, sqlite3_int64 of
 	sqlite3_int64 lastRead = p->lastRead;
 	p->lastRead = -1;
 	int rc;
+	if (amt == FRAME_HEADER && off != lastRead) __atomic_fetch_add(&framesAppended, 1, __ATOMIC_RELAXED);
 	// A frame's header appended to the log. A header written right after a
 	// read of its frame is a checksum rewritten in place (walRewriteChecksums):
 	// it has no page to wait for, so it goes through.

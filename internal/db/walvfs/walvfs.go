@@ -41,3 +41,9 @@ func Counts() (received, issued int64) {
 	C.countersign_walvfs_counts(&r, &i)
 	return int64(r), int64(i)
 }
+
+// Frames returns how many frames SQLite has appended to WAL files opened
+// through the VFS in this process: each is one page written at a commit
+// (or at a transaction's spill), whether or not the VFS gathered it with
+// others into one write.
+func Frames() int64 { return int64(C.countersign_walvfs_frames()) }

@@ -85,4 +85,8 @@ int countersign_walvfs_register(const char *name, const char *base);
 // VFS to make to WAL files, and how many it has made to them.
 void countersign_walvfs_counts(sqlite3_int64 *received, sqlite3_int64 *issued);
 
+// countersign_walvfs_frames returns how many frames SQLite has appended to
+// WAL files opened through the VFS in this process.
+sqlite3_int64 countersign_walvfs_frames(void);
+
 #endif

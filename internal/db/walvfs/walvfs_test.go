@@ -126,12 +126,16 @@ func TestFramesWrittenOncePerCommit(t *testing.T) {
 		{"many pages", 60, 2000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := walSize(t, path)
+			before, counted := walSize(t, path), walvfs.Frames()
 			received, issued := insertRows(t, d, next, tc.rows, tc.size)
 			next += tc.rows
 			frames := (walSize(t, path) - before) / (pageSize + 24)
 			if frames < 1 || received != 2*frames {
 				t.Fatalf("%d frames appended, %d writes asked for: want two per frame", frames, received)
+			}
+			// What the console exports as countersign_store_wal_frames_total.
+			if n := walvfs.Frames() - counted; n != frames {
+				t.Errorf("Frames counted %d, the log grew by %d frames", n, frames)
 			}
 			// One write per commit, or per 128 KiB of frames: the largest
 			// write the unix VFS makes in one call.
