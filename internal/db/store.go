@@ -331,7 +331,10 @@ func (t *storeTx) Call(id string) (*queue.Call, error) {
 			return nil, err
 		}
 	}
-	return t.remember(c, err)
+	if err != nil {
+		return nil, err // nothing of a row another database may hold
+	}
+	return t.remember(c, nil)
 }
 
 // SubmitChecks reads what a submission checks before it inserts its call

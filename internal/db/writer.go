@@ -355,6 +355,15 @@ func (d *DB) runBatch(batch []*writeReq, h *heldWrites) {
 		}
 		d.reqAdvance = false
 		err := r.run(tx)
+		if err != nil && !d.txStateRead {
+			// The write failed before anything of it checked the file: an
+			// answer read from another database (not found, a conflict)
+			// is none, ErrReplaced is the write's error, as it was when
+			// the check ran before every write.
+			if serr := d.readTxState(ctx, tx); errors.Is(serr, ErrReplaced) {
+				err = serr
+			}
+		}
 		if err != nil {
 			// A state read while this write ran may hold what the write
 			// did before it failed (a freeze lifted, say): read it again.
