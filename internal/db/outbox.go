@@ -112,6 +112,9 @@ func (o Outbox) Claim(ctx context.Context, owner string, now time.Time, lease ti
 		claimed, err = scanDeliveries(rows)
 		return err
 	})
+	if err != nil {
+		return nil, nil, err // nothing claimed: the rows may be another database's
+	}
 	sort.Slice(claimed, func(i, j int) bool {
 		if !claimed[i].DueAt.Equal(claimed[j].DueAt) {
 			return claimed[i].DueAt.Before(claimed[j].DueAt)

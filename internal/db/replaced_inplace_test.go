@@ -16,11 +16,22 @@ import (
 // would: the file keeps its inode (sameFile passes), and only the
 // identity row tells the two databases apart. It returns the other
 // database, with one call, call_other, submitted and audited.
-func replaceInPlace(t *testing.T, d *DB) {
+func replaceInPlace(t *testing.T, d *DB) { t.Helper(); replaceInPlaceWith(t, d, nil) }
+
+// replaceInPlaceWith is replaceInPlace, with what fill writes into the
+// other database first.
+func replaceInPlaceWith(t *testing.T, d *DB, fill func(tx queue.Tx) error) {
 	t.Helper()
 	ctx := context.Background()
 	other := openTestDB(t)
-	if err := other.Store().Update(ctx, func(tx queue.Tx) error { return submitLike(tx, "call_other") }); err != nil {
+	if err := other.Store().Update(ctx, func(tx queue.Tx) error {
+		if fill != nil {
+			if err := fill(tx); err != nil {
+				return err
+			}
+		}
+		return submitLike(tx, "call_other")
+	}); err != nil {
 		t.Fatal(err)
 	}
 	dst, err := d.SQL().Conn(ctx)
@@ -216,4 +227,24 @@ func TestTxStateReadByAFailedWriteIsReadAgain(t *testing.T) {
 
 func setRetryNoState(tx queue.Tx) error {
 	return tx.SetRetry("agent:a", "payments.refund", queue.RetryState{Count: 1})
+}
+
+// TestReplacedInPlaceClaimReturnsNoDeliveries: a claim of the outbox's
+// due notices reads no transaction state; on a database restored in place
+// it fails at COMMIT with ErrReplaced, and must not hand back the other
+// database's notices with that error (the dispatcher checks the error
+// first today; nothing should depend on that).
+func TestReplacedInPlaceClaimReturnsNoDeliveries(t *testing.T) {
+	d := openTestDB(t)
+	now := time.Now()
+	replaceInPlaceWith(t, d, func(tx queue.Tx) error {
+		return tx.Enqueue([]queue.Notice{{EventID: "evt_other", Kind: "call.submitted", Channel: "hook", Body: []byte(`{}`), At: now, DueAt: now}})
+	})
+	claimed, _, err := d.Outbox().Claim(context.Background(), "me", now.Add(time.Second), time.Minute, 10)
+	if !errors.Is(err, store.ErrReplaced) {
+		t.Fatalf("Claim: %v, want store.ErrReplaced", err)
+	}
+	if len(claimed) != 0 {
+		t.Errorf("Claim returned %d deliveries of the other database (first %q) with ErrReplaced; want none", len(claimed), claimed[0].EventID)
+	}
 }
