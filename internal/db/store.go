@@ -30,9 +30,10 @@ var (
 	_ audit.Trail   = (*DB)(nil)
 )
 
-// Update runs fn in a BEGIN IMMEDIATE transaction, after checking that the
-// database is still the one opened (store.ErrReplaced otherwise), and
-// commits when fn returns nil. The commit has happened when Update returns
+// Update runs fn in a BEGIN IMMEDIATE transaction, checking inside it that
+// the database is still the one opened (store.ErrReplaced otherwise, as
+// queue.Store says; the check rides on fn's first read of a call or a
+// submission's checks, see withTxState), and commits when fn returns nil. The commit has happened when Update returns
 // nil, and what fn registered with AfterCommit has run. The transaction may
 // be shared with other writes (group commit): fn's changes are its own,
 // rolled back alone when it fails.

@@ -133,9 +133,11 @@ func (r *writeReq) runAfter() {
 	}
 }
 
-// update runs fn in a write transaction, after checking that the database
-// is still the one opened (ErrReplaced otherwise), and returns when what fn
-// wrote is committed, or with the error that kept it from being. fn may
+// update runs fn in a write transaction, checking inside it that the
+// database is still the one opened (ErrReplaced otherwise: before COMMIT,
+// and when fn fails before anything read the transaction's state), and
+// returns when what fn wrote is committed, or with the error that kept it
+// from being. fn may
 // share the transaction with other writes (see Group commit above): it
 // must do its work through the ctx and tx it is given, which do not end
 // when the caller's context does, and its changes are its own, rolled back

@@ -10,10 +10,13 @@ import (
 
 // Store is the persistence the queue needs. Update runs fn inside one write
 // transaction (SQLite BEGIN IMMEDIATE): either everything fn did, audit
-// entries included, is committed, or nothing is. Before fn runs, Update
-// checks inside the transaction that the database is still the one the
-// store opened, and fails with store.ErrReplaced when it is not, so no
-// write of any kind lands in a database that replaced it.
+// entries included, is committed, or nothing is. Update checks inside the
+// transaction that the database is still the one the store opened, before
+// it commits and whatever fn returned, and fails with store.ErrReplaced
+// when it is not: no write of any kind lands in a database that replaced
+// it, and no write answers with what it read there (not found, a
+// conflict). What fn did meanwhile stays inside the transaction, which is
+// rolled back.
 type Store interface {
 	Update(ctx context.Context, fn func(Tx) error) error
 	// Call reads one call outside any write transaction.
