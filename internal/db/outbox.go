@@ -254,9 +254,12 @@ func (o Outbox) Prune(ctx context.Context, before time.Time) (int, error) {
 			n, _ = res.RowsAffected()
 			return nil
 		})
+		if err != nil {
+			return total, err // this batch's deletes were rolled back
+		}
 		total += int(n)
-		if err != nil || n < int64(pruneBatch) {
-			return total, err
+		if n < int64(pruneBatch) {
+			return total, nil
 		}
 	}
 }

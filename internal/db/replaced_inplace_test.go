@@ -248,3 +248,26 @@ func TestReplacedInPlaceClaimReturnsNoDeliveries(t *testing.T) {
 		t.Errorf("Claim returned %d deliveries of the other database (first %q) with ErrReplaced; want none", len(claimed), claimed[0].EventID)
 	}
 }
+
+// TestReplacedInPlacePruneCountsNothing: a prune of the outbox on a
+// database restored in place deletes the other database's old notices in
+// a transaction that fails at COMMIT with ErrReplaced, and so counts none
+// of them as pruned.
+func TestReplacedInPlacePruneCountsNothing(t *testing.T) {
+	d := openTestDB(t)
+	now := time.Now()
+	replaceInPlaceWith(t, d, func(tx queue.Tx) error {
+		return tx.Enqueue([]queue.Notice{{EventID: "evt_other", Kind: "call.submitted", Channel: "hook", Body: []byte(`{}`), At: now, DueAt: now}})
+	})
+	// Delivered long ago, in the file as it now is.
+	if _, err := d.SQL().Exec(`UPDATE outbox SET state = 'delivered', at = 1, last_attempt_at = 1`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := d.Outbox().Prune(context.Background(), now)
+	if !errors.Is(err, store.ErrReplaced) {
+		t.Fatalf("Prune: %d, %v; want store.ErrReplaced", n, err)
+	}
+	if n != 0 {
+		t.Errorf("Prune counted %d notices pruned in a transaction that was rolled back; want 0", n)
+	}
+}

@@ -828,7 +828,10 @@ func (s *Service) MintPlanItem(ctx context.Context, who Principal, id string, n 
 		out = c
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err // nothing of a transaction that did not commit
+	}
+	return out, nil
 }
 
 // WaitPlan returns plan id as PlanFor does, waiting up to d (at most
