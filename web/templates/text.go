@@ -130,44 +130,46 @@ type statusPill struct{ status, grantState, testID string }
 // name once.
 func (p statusPill) Render(_ context.Context, w io.Writer) error {
 	label := StatusLabel(p.status, p.grantState)
-	if _, err := io.WriteString(w, `<span class="status-pill`); err != nil {
-		return err
-	}
+	sw := seqWriter{w: w}
+	sw.raw(`<span class="status-pill`)
 	if p.status != "status-pill" {
-		if _, err := io.WriteString(w, " "); err != nil {
-			return err
-		}
-		if err := writeEscaped(w, p.status); err != nil {
-			return err
-		}
+		sw.raw(" ")
+		sw.text(p.status)
 	}
 	if label != p.status && p.status != "wraps" {
-		if _, err := io.WriteString(w, " wraps"); err != nil {
-			return err
-		}
+		sw.raw(" wraps")
 	}
-	if _, err := io.WriteString(w, `"`); err != nil {
-		return err
-	}
+	sw.raw(`"`)
 	if p.testID != "" {
-		if _, err := io.WriteString(w, ` data-testid="`); err != nil {
-			return err
-		}
-		if err := writeEscaped(w, p.testID); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(w, `"`); err != nil {
-			return err
-		}
+		sw.raw(` data-testid="`)
+		sw.text(p.testID)
+		sw.raw(`"`)
 	}
-	if _, err := io.WriteString(w, `>`); err != nil {
-		return err
+	sw.raw(`>`)
+	sw.text(label)
+	sw.raw(`</span>`)
+	return sw.err
+}
+
+// seqWriter writes one piece after another to w until a write fails, and
+// keeps that error: markup written in pieces, checked once.
+type seqWriter struct {
+	w   io.Writer
+	err error
+}
+
+// raw writes s as it is.
+func (s *seqWriter) raw(v string) {
+	if s.err == nil {
+		_, s.err = io.WriteString(s.w, v)
 	}
-	if err := writeEscaped(w, label); err != nil {
-		return err
+}
+
+// text writes v escaped (writeEscaped).
+func (s *seqWriter) text(v string) {
+	if s.err == nil {
+		s.err = writeEscaped(s.w, v)
 	}
-	_, err := io.WriteString(w, `</span>`)
-	return err
 }
 
 // prerendered is markup that a component rendered once, at start, from
