@@ -520,14 +520,7 @@ func (d *DB) needTxState(ctx context.Context, tx *writeTx) error {
 // accepted, into d.txHead and d.txKnown: one statement per transaction where a
 // statement of each approval, redemption and audit entry read them before.
 func (d *DB) readTxState(ctx context.Context, tx *writeTx) error {
-	if err := d.sameFile(); err != nil {
-		return err
-	}
-	r := new(txStateRow)
-	if err := tx.QueryRowContext(ctx, `SELECT `+txStateColumns).Scan(r.dest()...); err != nil {
-		return d.txStateErr(ctx, tx, err)
-	}
-	return d.setTxState(r)
+	return d.withTxState(ctx, tx, `SELECT `+txStateColumns, nil, func(r rowScanner) error { return r.Scan() })
 }
 
 // withTxState runs query (a SELECT of one row whose columns begin with
@@ -585,14 +578,14 @@ func (p prefixed) Scan(dest ...any) error {
 	return err
 }
 
-// txStateErr is the error of a write transaction whose first statement
-// (readTxState) failed with err. The write fails closed either way, but
-// only a database that is not the one opened reads as ErrReplaced: a
-// cancelled context keeps its error, a storage failure (an I/O error,
-// SQLITE_BUSY, a corrupt page) is ErrUnavailable as classify makes it, and
-// any other statement error is ErrReplaced only when the identity cannot
-// be read alone, or differs (checkIdentity): a file that holds no
-// Countersign database has no meta table.
+// txStateErr is the error of a write transaction whose statement reading
+// its state (readTxState, withTxState) failed with err. The write fails
+// closed either way, but only a database that is not the one opened reads
+// as ErrReplaced: a cancelled context keeps its error, a storage failure
+// (an I/O error, SQLITE_BUSY, a corrupt page) is ErrUnavailable as
+// classify makes it, and any other statement error is ErrReplaced only
+// when the identity cannot be read alone, or differs (checkIdentity): a
+// file that holds no Countersign database has no meta table.
 func (d *DB) txStateErr(ctx context.Context, tx *writeTx, err error) error {
 	err = fmt.Errorf("db: read the transaction's state: %w", err)
 	if ctx.Err() != nil {
