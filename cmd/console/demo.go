@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -337,7 +336,7 @@ type demoProposal struct {
 var demoScript = []demoProposal{
 	{"payments-host", func(n int) client.Proposal {
 		return client.Proposal{Tool: "payments.refund", Target: fmt.Sprintf("invoice:INV-%d", 1040+n),
-			Args: map[string]any{"amount_minor": 500 + mrand.IntN(200000), "currency": []string{"USD", "EUR", "JPY"}[n%3],
+			Args: map[string]any{"amount_minor": demoRefundAmounts[n%len(demoRefundAmounts)], "currency": "USD",
 				"reason_code": "duplicate", "notes": "Customer was charged twice; see ticket T-" + fmt.Sprint(7000+n)},
 			Rationale: "The customer's card statement shows two identical charges on the same day."}
 	}},
@@ -369,6 +368,11 @@ var demoScript = []demoProposal{
 			Args: map[string]any{"reason": "Export older than the 90-day retention", "backup": true}}
 	}},
 }
+
+// demoRefundAmounts are the demo agent's refunds in turn. The first is
+// above the demo allowance's 1,000.00, so the queue a newcomer opens always
+// holds a refund to approve; the next two arrive approved by the allowance.
+var demoRefundAmounts = []int{148000, 2750, 64900, 199000, 1299}
 
 // demoPendingCap is how many undecided calls the demo agent lets wait at
 // once: a queue a newcomer can read, not one that grows while they do.

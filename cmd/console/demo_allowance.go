@@ -17,6 +17,9 @@ const demoAllowanceBody = `{"tool":"payments.refund","target":"invoice:INV-1000"
 	`"args":{"amount_minor":1500,"currency":"USD","reason_code":"duplicate"},` +
 	`"rationale":"The demo's example allowance: alice approved this refund and up to ten more like it."}`
 
+// demoAllowanceMax is the demo allowance's largest refund, in cents.
+const demoAllowanceMax = 100000
+
 // giveDemoAllowance proposes a refund as the demo's billing agent and has
 // alice approve it with an allowance, as the refund page's "Approve this
 // and more like it" does, so the demo shows an allowance from its start.
@@ -33,7 +36,7 @@ func giveDemoAllowance(ctx context.Context, a *app, now time.Time) (*queue.Allow
 	if err != nil {
 		return nil, err
 	}
-	max := int64(100000)
+	max := int64(demoAllowanceMax)
 	ch := scope.Choices{Uses: 10, Until: now.Add(time.Hour), TargetPrefix: "invoice:INV-10",
 		Members: map[string]scope.Member{"/amount_minor": {Max: &max}}}
 	sc, err := scope.Materialise(base, t, ch, now)
