@@ -83,6 +83,11 @@ type Config struct {
 	// SendBuffer is how many messages may wait for one socket before it is
 	// dropped as too slow (default 64).
 	SendBuffer int
+	// MaxSocketsPerAccount bounds the sockets one account keeps open, over
+	// all its sessions and tabs (default 64); MaxSockets bounds them in
+	// all (default 4096). Each socket costs the hub's time on every change.
+	MaxSocketsPerAccount int
+	MaxSockets           int
 	// MCPEndpoints are the paths of the MCP endpoints agents may connect
 	// to (e.g. /mcp/github), named in the help of a console that has no
 	// agent token yet.
@@ -149,6 +154,12 @@ func (cfg *Config) defaults() {
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = 64
 	}
+	if cfg.MaxSocketsPerAccount <= 0 {
+		cfg.MaxSocketsPerAccount = 64
+	}
+	if cfg.MaxSockets <= 0 {
+		cfg.MaxSockets = 4096
+	}
 	if cfg.LocalLogin == "" {
 		cfg.LocalLogin = LocalAll
 	}
@@ -189,7 +200,9 @@ type Console struct {
 
 	links *StatusLinks // the status pages' capability links
 
-	hub *hub
+	hub     *hub
+	sockets *slots // the sockets open, per account and in all
+	packs   *slots // the evidence packs being made
 	// needsCounts is what needs people, counted for every page's
 	// navigation (needs.go).
 	needsCounts *needsCounts
@@ -271,6 +284,8 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "countersign_live_pushes_total",
 		Help: "Live updates sent to console sockets, and clients dropped for falling behind."}, []string{"result"})
+	c.sockets = newSlots(cfg.MaxSocketsPerAccount, cfg.MaxSockets)
+	c.packs = newSlots(maxPacksPerAccount, maxPacks)
 	c.hub = newHub(hubDeps{fragment: c.fragmentFor, presence: cfg.Presence, pushes: c.pushes, log: c.log, now: c.now, stop: c.stop})
 	c.chain = audit.NewWatcher(c.trail, c.now, c.log)
 	c.q.Subscribe(c.hub.publish)

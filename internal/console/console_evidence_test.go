@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,59 @@ func TestAdminEvidencePack(t *testing.T) {
 	op.login("ann", "pw-ann-1")
 	if p := op.post("/admin/evidence-pack", url.Values{"csrf": {op.csrf()}, "since": {day}, "until": {day}}); p.status != http.StatusForbidden {
 		t.Errorf("an operator's evidence pack = %d, want 403", p.status)
+	}
+}
+
+// One evidence pack is made at a time: while one is being made, the same
+// admin and another are each told why and what to do, nothing else runs;
+// the pack is spooled to a temporary file, removed once it is sent.
+func TestEvidencePacksOneAtATime(t *testing.T) {
+	spool := t.TempDir()
+	t.Setenv("TMPDIR", spool)
+	inside, release := make(chan struct{}, 8), make(chan struct{})
+	e := newConsoleEnvWith(t, func(ec *envConfig) {
+		ec.Console.EvidencePack = func(ctx context.Context, w io.Writer, since, until time.Time, tool, actor string) error {
+			inside <- struct{}{}
+			<-release
+			_, err := w.Write([]byte("a pack"))
+			return err
+		}
+	})
+	e.addUser("root", account.RoleAdmin, "pw-root-1")
+	e.addUser("rita", account.RoleAdmin, "pw-rita-1")
+	root, rita := e.browser(), e.browser()
+	root.login("root", "pw-root-1")
+	rita.login("rita", "pw-rita-1")
+	day := e.clock.Now().UTC().Format(time.DateOnly)
+	ask := func(b *consoleBrowser) *htmlPage {
+		return b.post("/admin/evidence-pack", url.Values{"csrf": {b.csrf()}, "since": {day}, "until": {day}})
+	}
+	first := make(chan *htmlPage, 1)
+	go func() { first <- ask(root) }()
+	<-inside
+	for _, tt := range []struct {
+		who  *consoleBrowser
+		want string
+	}{{root, "still being made"}, {rita, "another administrator"}} {
+		p := ask(tt.who)
+		if p.status != http.StatusTooManyRequests || !strings.Contains(p.find("admin-error").Text(), tt.want) {
+			t.Errorf("a pack while one is made = %d %q, want 429 saying %q", p.status, p.find("admin-error").Text(), tt.want)
+		}
+	}
+	if len(inside) != 0 {
+		t.Errorf("%d more packs were started while one was being made", len(inside))
+	}
+	if files, _ := os.ReadDir(spool); len(files) != 1 {
+		t.Errorf("the pack being made is spooled to %d files in TMPDIR, want 1", len(files))
+	}
+	close(release)
+	if p := <-first; p.status != http.StatusOK || p.body != "a pack" {
+		t.Errorf("the first pack = %d %q", p.status, p.body)
+	}
+	if files, _ := os.ReadDir(spool); len(files) != 0 {
+		t.Errorf("the sent pack's spool is left in TMPDIR: %v", files)
+	}
+	if p := ask(rita); p.status != http.StatusOK {
+		t.Errorf("a pack after the first was sent = %d", p.status)
 	}
 }

@@ -31,8 +31,10 @@ const (
 	// historyPath is where the history pages live.
 	historyPath = "/history"
 	// maxExports bounds the exports streaming at once: each reads the
-	// whole trail or every matching call.
-	maxExports = 2
+	// whole trail or every matching call. One account streams one at a
+	// time, so that nobody holds them all.
+	maxExports           = 2
+	maxExportsPerAccount = 1
 	// exportWriteWindow is how long one write of an export may take: the
 	// deadline moves on with every write, so an export may run for as long
 	// as the client keeps reading.
@@ -51,11 +53,11 @@ var (
 type historyPages struct {
 	c       *Console
 	chain   *audit.Watcher
-	exports chan struct{} // one token per export streaming
+	exports *slots // the exports streaming, per account and in all
 }
 
 func newHistoryPages(c *Console) *historyPages {
-	return &historyPages{c: c, chain: c.chain, exports: make(chan struct{}, maxExports)}
+	return &historyPages{c: c, chain: c.chain, exports: newSlots(maxExportsPerAccount, maxExports)}
 }
 
 // routesHistory serves the history under auth, a group at /history whose
@@ -534,7 +536,7 @@ func (h *historyPages) exportCalls(format string) echo.HandlerFunc {
 		}
 		f := hq.filter
 		f.After, f.Limit, f.At = 0, 0, h.c.now()
-		release, err := h.acquireExport()
+		release, err := h.acquireExport(ec)
 		if err != nil {
 			return err
 		}
@@ -551,7 +553,7 @@ func (h *historyPages) exportAudit(ec echo.Context) error {
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "bad_filter", "%s", err.Error())
 	}
-	release, err := h.acquireExport()
+	release, err := h.acquireExport(ec)
 	if err != nil {
 		return err
 	}
@@ -562,14 +564,18 @@ func (h *historyPages) exportAudit(ec echo.Context) error {
 	return w.finish(err, h.c.log)
 }
 
-func (h *historyPages) acquireExport() (func(), error) {
-	select {
-	case h.exports <- struct{}{}:
-		return func() { <-h.exports }, nil
-	default:
+// acquireExport holds an export's place for the viewer until release.
+func (h *historyPages) acquireExport(ec echo.Context) (release func(), err error) {
+	release, err = h.exports.take(viewerOf(ec).user.Name)
+	switch {
+	case errors.Is(err, errOwnerSlotsFull):
+		return nil, problem.New(http.StatusTooManyRequests, "exports_busy",
+			"one of your exports is still downloading; try again when it has finished")
+	case err != nil:
 		return nil, problem.New(http.StatusTooManyRequests, "exports_busy",
 			"%d exports are already running; try again when one has finished", maxExports)
 	}
+	return release, nil
 }
 
 // attachment writes an export as a download. The headers are sent with

@@ -815,11 +815,17 @@ func (w *exportRecorder) Write(p []byte) (int, error) {
 func (w *exportRecorder) Flush() { w.flushes++ }
 
 // runExport calls an export handler directly with a recording writer.
+// asViewer makes ec a request of the logged-in account name.
+func asViewer(ec echo.Context, name string) echo.Context {
+	ec.Set(viewerKey, &viewer{user: account.User{Name: name}})
+	return ec
+}
+
 func runExport(t *testing.T, e *consoleEnv, h echo.HandlerFunc, target string) *exportRecorder {
 	t.Helper()
 	w := newExportRecorder()
 	req := httptest.NewRequest(http.MethodGet, target, nil)
-	ec := echo.New().NewContext(req, w)
+	ec := asViewer(echo.New().NewContext(req, w), "aude")
 	if err := h(ec); err != nil {
 		t.Fatalf("GET %s: %v", target, err)
 	}
@@ -912,24 +918,31 @@ func TestHistoryExportsStream(t *testing.T) {
 			t.Errorf("status %d, %d bytes, Content-Disposition %q", w.status, w.body.Len(), w.firstHeader.Get("Content-Disposition"))
 		}
 	})
-	t.Run("exports at once are bounded", func(t *testing.T) {
-		var releases []func()
-		for range maxExports {
-			r, err := h.acquireExport()
-			if err != nil {
-				t.Fatal(err)
+	t.Run("exports at once are bounded, per account and in all", func(t *testing.T) {
+		refused := func(name, want string) {
+			t.Helper()
+			req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
+			w := newExportRecorder()
+			err := h.exportAudit(asViewer(echo.New().NewContext(req, w), name))
+			if ae := server.ErrorOf(err); ae.Status != http.StatusTooManyRequests || ae.Code != "exports_busy" ||
+				!strings.Contains(ae.Message, want) || w.status != 0 {
+				t.Errorf("%s's export beyond the bound: %v (%+v), %d bytes written", name, err, ae, w.body.Len())
 			}
-			releases = append(releases, r)
 		}
-		req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
-		w := newExportRecorder()
-		err := h.exportAudit(echo.New().NewContext(req, w))
-		if ae := server.ErrorOf(err); ae.Status != http.StatusTooManyRequests || w.status != 0 {
-			t.Errorf("export beyond the bound: %v, %d bytes written", err, w.body.Len())
+		hold := func(name string) func() {
+			t.Helper()
+			r, err := h.acquireExport(asViewer(echo.New().NewContext(httptest.NewRequest(http.MethodGet, "/", nil), newExportRecorder()), name))
+			if err != nil {
+				t.Fatalf("%s's first export: %v", name, err)
+			}
+			return r
 		}
-		for _, r := range releases {
-			r()
-		}
+		aude := hold("aude")
+		refused("aude", "one of your exports")
+		olivia := hold("olivia") // another account is not held back by aude's
+		refused("adam", fmt.Sprintf("%d exports", maxExports))
+		aude()
+		olivia()
 		if w := runExport(t, e, h.exportAudit, "/history/export/audit.jsonl"); w.status != http.StatusOK {
 			t.Errorf("export after the others finished = %d", w.status)
 		}
@@ -938,7 +951,7 @@ func TestHistoryExportsStream(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/history/export/audit.jsonl", nil)
 		ctx, cancel := context.WithCancel(req.Context())
 		w := &cancelAfterWrites{exportRecorder: newExportRecorder(), after: 2, cancel: cancel}
-		ec := echo.New().NewContext(req.WithContext(ctx), w)
+		ec := asViewer(echo.New().NewContext(req.WithContext(ctx), w), "aude")
 		defer func() {
 			if r := recover(); r != http.ErrAbortHandler {
 				t.Errorf("recovered %v, want http.ErrAbortHandler", r)

@@ -27,16 +27,22 @@ func fanoutLatencies(tb testing.TB, n, changes int) (fromSubmit, fromCommit []ti
 		default:
 		}
 	})
-	e.addUser("olivia", "operator", rolePassword)
-	b := e.browser()
-	b.login("olivia", rolePassword)
+	// An account keeps at most 64 sockets open: fifty pages per account.
+	var browsers []*consoleBrowser
+	for k := range (n + 49) / 50 {
+		name := fmt.Sprintf("olivia%d", k)
+		e.addUser(name, "operator", rolePassword)
+		b := e.browser()
+		b.login(name, rolePassword)
+		browsers = append(browsers, b)
+	}
 	type arrival struct {
 		id string
 		at time.Time
 	}
 	arrivals := make(chan arrival, n*4)
-	for range n {
-		conn, _ := b.mustDial("/ws")
+	for i := range n {
+		conn, _ := browsers[i/50].mustDial("/ws")
 		go func() {
 			for {
 				conn.SetReadDeadline(time.Now().Add(30 * time.Second))

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -38,6 +39,15 @@ func (c *Console) serveWS(ec echo.Context) error {
 			return err
 		}
 	}
+	release, err := c.sockets.take(v.user.Name)
+	switch {
+	case errors.Is(err, errOwnerSlotsFull):
+		return problem.New(http.StatusTooManyRequests, "too_many_sockets",
+			"this account has %d console pages open with live updates; close some tabs, then reload this page", c.cfg.MaxSocketsPerAccount)
+	case err != nil:
+		return problem.New(http.StatusServiceUnavailable, "unavailable",
+			"the console has as many pages open with live updates as it serves; reload this page in a minute")
+	}
 	up := websocket.Upgrader{
 		ReadBufferSize: 1024, WriteBufferSize: 8192, HandshakeTimeout: 10 * time.Second,
 		CheckOrigin: func(r *http.Request) bool { return c.allowedOrigin(r, r.Header.Get("Origin")) },
@@ -45,6 +55,7 @@ func (c *Console) serveWS(ec echo.Context) error {
 	c.connMu.Lock()
 	if c.closing {
 		c.connMu.Unlock()
+		release()
 		return problem.New(http.StatusServiceUnavailable, "unavailable", "the console is restarting; retry in a few seconds")
 	}
 	c.wg.Add(2)
@@ -52,9 +63,11 @@ func (c *Console) serveWS(ec echo.Context) error {
 	conn, err := up.Upgrade(ec.Response(), r, nil)
 	if err != nil {
 		c.wg.Add(-2)
+		release()
 		return nil // the upgrader has answered
 	}
-	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), full: make(chan struct{}, 1), viewer: v, callID: callID, view: view}
+	cl := &client{conn: conn, send: make(chan []byte, c.cfg.SendBuffer), full: make(chan struct{}, 1), viewer: v, callID: callID, view: view,
+		release: release}
 	if callID == "" && view == "" {
 		cl.queue = parseQueueQuery(ec.QueryParams())
 	}
@@ -63,6 +76,7 @@ func (c *Console) serveWS(ec echo.Context) error {
 			time.Now().Add(time.Second))
 		conn.Close()
 		c.wg.Add(-2)
+		release()
 		return nil
 	}
 	// The snapshot is read after the client is registered, so no change
@@ -278,6 +292,7 @@ const maxReusedBatch = 256 << 10
 // and the pong deadline, and discards what pages send.
 func (c *Console) readPump(cl *client) {
 	defer c.wg.Done()
+	defer cl.release()
 	defer c.hub.remove(cl)
 	conn := cl.conn
 	wait := 2 * c.cfg.PingInterval

@@ -35,7 +35,10 @@ type client struct {
 	// hold is the write pump's timer for its hold (writeBatch).
 	hold   *time.Timer
 	viewer *viewer
-	callID string // the call page it shows, or "" for the queue page
+	// release frees its place among the sockets open (Console.sockets)
+	// when its read pump ends.
+	release func()
+	callID  string // the call page it shows, or "" for the queue page
 	// queue is a queue page's filter: only the calls it lets through are
 	// pushed to the page.
 	queue queueQuery
