@@ -34,11 +34,11 @@ func TestUserPasswd(t *testing.T) {
 	d, svc := open()
 	now := time.Now()
 	for _, id := range []string{"a1", "a2"} {
-		if err := svc.CreateSession(ctx, id, "alice", "csrf", now); err != nil {
+		if _, err := svc.CreateSession(ctx, id, "alice", "csrf", now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := svc.CreateSession(ctx, "r1", "root", "csrf", now); err != nil {
+	if _, err := svc.CreateSession(ctx, "r1", "root", "csrf", now); err != nil {
 		t.Fatal(err)
 	}
 	err := d.Accounts().Update(ctx, func(tx account.Tx) error {

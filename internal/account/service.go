@@ -100,15 +100,23 @@ func (s *Service) DisableUser(ctx context.Context, name, by, channel string) err
 	})
 }
 
-// CreateSession records a new password login of user.
-func (s *Service) CreateSession(ctx context.Context, idHash, user, csrf string, now time.Time) error {
-	return s.store.Update(ctx, func(tx Tx) error {
-		if err := tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, Method: MethodPassword,
+// CreateSession records a new password login of user. It returns the id
+// hashes of the sessions it ended to keep the account within
+// MaxSessionsPerAccount, whose open pages the caller closes as a logout's.
+func (s *Service) CreateSession(ctx context.Context, idHash, user, csrf string, now time.Time) ([]string, error) {
+	var ended []string
+	err := s.store.Update(ctx, func(tx Tx) error {
+		var err error
+		if ended, err = tx.InsertSession(Session{IDHash: idHash, User: User{Name: user}, CSRF: csrf, Method: MethodPassword,
 			CreatedAt: now, LastSeen: now}); err != nil {
 			return err
 		}
 		return tx.RecordLogin(user, now)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return ended, nil
 }
 
 // Session finds a session, ended or not, with its user.

@@ -138,22 +138,24 @@ func checkShadow(tx Tx, name, self string) error {
 // audited. A login whose groups map to no role opens no session, ends the
 // account's live sessions and leaves it without a role (ErrNoRole); a
 // disabled account, a name that would shadow another account's, or a
-// reserved name is refused with nothing stored.
-func (s *Service) LoginOIDC(ctx context.Context, l OIDCLogin, sess NewSession) (User, error) {
+// reserved name is refused with nothing stored. It also returns the id
+// hashes of the sessions it ended to keep the account within
+// MaxSessionsPerAccount, whose open pages the caller closes as a logout's.
+func (s *Service) LoginOIDC(ctx context.Context, l OIDCLogin, sess NewSession) (User, []string, error) {
 	if err := CheckPrincipal(l.Principal); err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
 	if l.Issuer == "" || l.Subject == "" {
-		return User{}, ErrBadPrincipal
+		return User{}, nil, ErrBadPrincipal
 	}
 	if l.Role != "" {
 		if _, err := ParseRole(string(l.Role)); err != nil {
-			return User{}, err
+			return User{}, nil, err
 		}
 	}
 	short, err := shortName(l.PreferredUsername)
 	if err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
 	groups := slices.Clone(l.Groups)
 	if groups == nil {
@@ -161,9 +163,10 @@ func (s *Service) LoginOIDC(ctx context.Context, l OIDCLogin, sess NewSession) (
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	var out User
+	var ended []string
 	var refusal error
 	err = s.store.Update(ctx, func(tx Tx) error {
-		out, refusal = User{}, nil
+		out, ended, refusal = User{}, nil, nil
 		prev, err := tx.UserByIdentity(l.Issuer, l.Subject)
 		found := err == nil
 		if err != nil && !errors.Is(err, ErrUserNotFound) {
@@ -235,7 +238,7 @@ func (s *Service) LoginOIDC(ctx context.Context, l OIDCLogin, sess NewSession) (
 				return err
 			}
 		}
-		if err := tx.InsertSession(Session{IDHash: sess.IDHash, User: User{Name: u.Name}, CSRF: sess.CSRF,
+		if ended, err = tx.InsertSession(Session{IDHash: sess.IDHash, User: User{Name: u.Name}, CSRF: sess.CSRF,
 			Method: MethodOIDC, IDToken: sess.IDToken, CreatedAt: now, LastSeen: now}); err != nil {
 			return err
 		}
@@ -243,12 +246,12 @@ func (s *Service) LoginOIDC(ctx context.Context, l OIDCLogin, sess NewSession) (
 		return nil
 	})
 	if err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
 	if refusal != nil {
-		return User{}, refusal
+		return User{}, nil, refusal
 	}
-	return out, nil
+	return out, ended, nil
 }
 
 // userChanges names the shown fields a login changed.

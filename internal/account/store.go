@@ -74,8 +74,11 @@ type Tx interface {
 	// many it ended.
 	RevokeUserSessions(user, reason string, at time.Time) (int64, error)
 
-	// InsertSession stores a new session of s.User.Name.
-	InsertSession(s Session) error
+	// InsertSession stores a new session of s.User.Name, first ending (at
+	// s.CreatedAt, for SessionLimitReason) that account's oldest live
+	// sessions beyond the newest MaxSessionsPerAccount-1, and returns the
+	// id hashes of the sessions it ended.
+	InsertSession(s Session) (ended []string, err error)
 	// RecordLogin records that user logged in at at (the admin page's
 	// "Last login"); a single-sign-on login records it with the account's
 	// update.

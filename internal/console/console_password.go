@@ -109,8 +109,12 @@ func (c *Console) changePassword(ec echo.Context) error {
 	}
 	c.hub.endUser(v.user.Name)
 	sid, csrf := newID(), newID()
-	if err := c.accounts.CreateSession(ctx, hashID(sid), v.user.Name, csrf, c.now()); err != nil {
+	overLimit, err := c.accounts.CreateSession(ctx, hashID(sid), v.user.Name, csrf, c.now())
+	if err != nil {
 		return err
+	}
+	if len(overLimit) > 0 {
+		c.hub.endSessions(overLimit...)
 	}
 	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
 		return err

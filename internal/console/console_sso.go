@@ -98,7 +98,7 @@ func (c *Console) ssoCallback(ec echo.Context) error {
 	if id.HasRole {
 		login.Role = id.Role
 	}
-	u, err := c.accounts.LoginOIDC(r.Context(), login, account.NewSession{IDHash: hashID(sid), CSRF: csrf, IDToken: id.IDToken})
+	u, ended, err := c.accounts.LoginOIDC(r.Context(), login, account.NewSession{IDHash: hashID(sid), CSRF: csrf, IDToken: id.IDToken})
 	var shadow *account.ShadowError
 	switch {
 	case errors.Is(err, account.ErrNoRole):
@@ -117,6 +117,9 @@ func (c *Console) ssoCallback(ec echo.Context) error {
 		return c.renderLogin(ec, http.StatusForbidden, "", "Sign-in refused: "+reveal.String(server.ErrorOf(err).Message))
 	case err != nil:
 		return err
+	}
+	if len(ended) > 0 {
+		c.hub.endSessions(ended...)
 	}
 	values := map[any]any{cookieSID: sid}
 	if !id.AuthTime.IsZero() {

@@ -464,8 +464,12 @@ func (c *Console) login(ec echo.Context) error {
 			"Local accounts may log in here only as administrators (for emergencies); sign in with "+c.cfg.SSOName+".")
 	}
 	sid, csrf := newID(), newID()
-	if err := c.accounts.CreateSession(ctx, hashID(sid), user.Name, csrf, now); err != nil {
+	ended, err := c.accounts.CreateSession(ctx, hashID(sid), user.Name, csrf, now)
+	if err != nil {
 		return err
+	}
+	if len(ended) > 0 {
+		c.hub.endSessions(ended...)
 	}
 	if err := c.setCookie(ec, map[any]any{cookieSID: sid}, c.cfg.AbsoluteTimeout); err != nil {
 		return err

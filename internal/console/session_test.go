@@ -197,6 +197,38 @@ func TestLogoutEndsSessionAndSocket(t *testing.T) {
 	}
 }
 
+// A login beyond account.MaxSessionsPerAccount ends the account's oldest
+// session as a logout does: its socket on this console closes at once (the
+// sweep that would find it later is an hour away here), its cookie stops
+// working, and the account's other sessions go on.
+func TestLoginBeyondTheSessionBoundEndsTheOldest(t *testing.T) {
+	e := newConsoleEnv(t, func(c *Config) { c.SweepInterval = time.Hour })
+	addRoleUsers(e)
+	login := func() *consoleBrowser {
+		e.clock.Advance(time.Second) // each login later than the one before
+		b := e.browser()
+		b.login("olivia", rolePassword)
+		return b
+	}
+	oldest := login()
+	conn, _ := oldest.mustDial("/ws")
+	next := login()
+	for range account.MaxSessionsPerAccount - 2 {
+		login()
+	}
+	if p := oldest.get("/"); p.status != http.StatusOK {
+		t.Fatalf("the oldest of %d sessions: GET / = %d, want 200", account.MaxSessionsPerAccount, p.status)
+	}
+	login()
+	expectSessionEnded(t, conn)
+	if p := oldest.get("/"); p.status != http.StatusSeeOther {
+		t.Errorf("the ended session: GET / = %d, want 303 to login", p.status)
+	}
+	if p := next.get("/"); p.status != http.StatusOK {
+		t.Errorf("the next oldest session: GET / = %d, want 200", p.status)
+	}
+}
+
 func isTimeout(err error) bool {
 	ne, ok := err.(interface{ Timeout() bool })
 	return ok && ne.Timeout()

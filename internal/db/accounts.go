@@ -338,16 +338,8 @@ func (t *storeTx) RevokeUserSessions(user, reason string, at time.Time) (int64, 
 	return n, nil
 }
 
-func (t *storeTx) InsertSession(s account.Session) error {
-	method := s.Method
-	if method == "" {
-		method = account.MethodPassword
-	}
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen, method, id_token)
-		VALUES (?,?,?,?,?,?,?)`, s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen), method, s.IDToken); err != nil {
-		return fmt.Errorf("db: insert session: %w", err)
-	}
-	return nil
+func (t *storeTx) InsertSession(s account.Session) ([]string, error) {
+	return sqlq.InsertSession(t.ctx, shared{t.tx}, s)
 }
 
 func (t *storeTx) RecordLogin(user string, at time.Time) error {

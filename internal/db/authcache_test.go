@@ -30,7 +30,7 @@ func authFixture(t testing.TB, d *DB) {
 		if err := tx.InsertUser(account.User{Name: "olga", Role: account.RoleOperator, CreatedAt: now}); err != nil {
 			return err
 		}
-		if err := tx.InsertSession(account.Session{IDHash: "sess-olga", User: account.User{Name: "olga"}, CSRF: "c",
+		if _, err := tx.InsertSession(account.Session{IDHash: "sess-olga", User: account.User{Name: "olga"}, CSRF: "c",
 			CreatedAt: now, LastSeen: now}); err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (f *ssoFixture) login(t *testing.T, l account.OIDCLogin) (account.User, str
 	t.Helper()
 	f.ids++
 	id := strings.Repeat("s", 10) + string(rune('a'+f.ids%26)) + l.Subject + f.clock.Now().String()
-	u, err := f.svc.LoginOIDC(context.Background(), l, account.NewSession{IDHash: id, CSRF: "c", IDToken: "tok-" + l.Subject})
+	u, _, err := f.svc.LoginOIDC(context.Background(), l, account.NewSession{IDHash: id, CSRF: "c", IDToken: "tok-" + l.Subject})
 	return u, id, err
 }
 

@@ -99,7 +99,7 @@ func TestDisableUserRevokesSessions(t *testing.T) {
 		}
 	}
 	for _, s := range []struct{ id, user string }{{"a1", "alice"}, {"a2", "alice"}, {"b1", "bob"}} {
-		if err := accountsOf(d).CreateSession(ctx, s.id, s.user, "csrf-"+s.id, now); err != nil {
+		if _, err := accountsOf(d).CreateSession(ctx, s.id, s.user, "csrf-"+s.id, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,13 +145,13 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := accountsOf(d).AddUser(ctx, "carol", account.RoleAuditor, testHash, "admin", audit.ChannelCLI); err != nil {
 		t.Fatal(err)
 	}
-	if err := accountsOf(d).CreateSession(ctx, "h1", "carol", "tok", now); err != nil {
+	if _, err := accountsOf(d).CreateSession(ctx, "h1", "carol", "tok", now); err != nil {
 		t.Fatal(err)
 	}
-	if err := accountsOf(d).CreateSession(ctx, "h1", "carol", "tok", now); err == nil {
+	if _, err := accountsOf(d).CreateSession(ctx, "h1", "carol", "tok", now); err == nil {
 		t.Error("a second session with the same id was accepted")
 	}
-	if err := accountsOf(d).CreateSession(ctx, "h2", "nobody", "tok", now); err == nil {
+	if _, err := accountsOf(d).CreateSession(ctx, "h2", "nobody", "tok", now); err == nil {
 		t.Error("a session for an unknown user was accepted")
 	}
 	if err := accountsOf(d).TouchSession(ctx, "h1", now.Add(5*time.Minute)); err != nil {
@@ -203,7 +203,7 @@ func TestSessionsManyIDs(t *testing.T) {
 	for i := range 450 {
 		id := strings.Repeat("x", i%5) + time.Duration(i).String()
 		ids = append(ids, id)
-		if err := accountsOf(d).CreateSession(ctx, id, "dave", "t", now); err != nil {
+		if _, err := accountsOf(d).CreateSession(ctx, id, "dave", "t", now); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -606,7 +606,7 @@ func TestDeniedBySingleSignOnOperator(t *testing.T) {
 	}{{true, "sam"}, {false, account.UnnamedSSO}} {
 		t.Run(tc.want, func(t *testing.T) {
 			e := newEnv(t, envOptions{trust: true, publicNames: tc.publicNames})
-			if _, err := account.NewService(e.db.Accounts(), nil).LoginOIDC(context.Background(), account.OIDCLogin{Principal: principal,
+			if _, _, err := account.NewService(e.db.Accounts(), nil).LoginOIDC(context.Background(), account.OIDCLogin{Principal: principal,
 				Issuer: "https://idp.example.com", Subject: "00u-sam", PreferredUsername: "sam", Role: account.RoleOperator},
 				account.NewSession{IDHash: "sess-sam", CSRF: "csrf-sam"}); err != nil {
 				t.Fatal(err)

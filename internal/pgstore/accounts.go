@@ -229,16 +229,8 @@ func (t *txn) RevokeUserSessions(user, reason string, at time.Time) (int64, erro
 	return tag.RowsAffected(), nil
 }
 
-func (t *txn) InsertSession(s account.Session) error {
-	method := s.Method
-	if method == "" {
-		method = account.MethodPassword
-	}
-	if _, err := t.tx.Exec(t.ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen, method, id_token)
-		VALUES ($1,$2,$3,$4,$5,$6,$7)`, s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen), method, s.IDToken); err != nil {
-		return fmt.Errorf("pgstore: insert session: %w", err)
-	}
-	return nil
+func (t *txn) InsertSession(s account.Session) ([]string, error) {
+	return sqlq.InsertSession(t.ctx, shared{t.tx}, s)
 }
 
 func (t *txn) RecordLogin(user string, at time.Time) error {

@@ -437,7 +437,7 @@ func TestOwnersNamedByWhatTheyAreCalled(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.rename {
-				if _, err := accounts.LoginOIDC(ctx, account.OIDCLogin{Principal: owen, Issuer: "https://idp.example.com",
+				if _, _, err := accounts.LoginOIDC(ctx, account.OIDCLogin{Principal: owen, Issuer: "https://idp.example.com",
 					Subject: "00u-owen", PreferredUsername: "owen.smith", Role: account.RoleAdmin},
 					account.NewSession{IDHash: "sess-owen", CSRF: "csrf-owen"}); err != nil {
 					t.Fatal(err)

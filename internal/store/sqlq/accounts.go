@@ -118,3 +118,40 @@ func Users(ctx context.Context, q Querier, where string, args ...any) ([]account
 	}
 	return out, nil
 }
+
+// InsertSession stores a new session of s.User.Name, first ending (at
+// s.CreatedAt, as a logout does) that account's oldest live sessions beyond
+// the newest account.MaxSessionsPerAccount-1, and returns the id hashes of
+// those it ended.
+func InsertSession(ctx context.Context, q Querier, s account.Session) ([]string, error) {
+	rows, err := q.Query(ctx, `UPDATE sessions SET revoked_at = ?, revoke_reason = ?
+		WHERE user_name = ? AND revoked_at IS NULL AND id_hash NOT IN (SELECT id_hash FROM sessions
+			WHERE user_name = ? AND revoked_at IS NULL ORDER BY created_at DESC, id_hash DESC LIMIT ?)
+		RETURNING id_hash`,
+		ms(s.CreatedAt), account.SessionLimitReason, s.User.Name, s.User.Name, account.MaxSessionsPerAccount-1)
+	if err != nil {
+		return nil, fmt.Errorf("store: end the oldest sessions of %s: %w", s.User.Name, err)
+	}
+	defer rows.Close()
+	var ended []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: end the oldest sessions of %s: %w", s.User.Name, err)
+		}
+		ended = append(ended, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: end the oldest sessions of %s: %w", s.User.Name, err)
+	}
+	rows.Close()
+	method := s.Method
+	if method == "" {
+		method = account.MethodPassword
+	}
+	if _, err := q.Exec(ctx, `INSERT INTO sessions (id_hash, user_name, csrf, created_at, last_seen, method, id_token)
+		VALUES (?,?,?,?,?,?,?)`, s.IDHash, s.User.Name, s.CSRF, ms(s.CreatedAt), ms(s.LastSeen), method, s.IDToken); err != nil {
+		return nil, fmt.Errorf("store: insert session: %w", err)
+	}
+	return ended, nil
+}

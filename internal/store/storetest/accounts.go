@@ -20,6 +20,19 @@ func accountUpdate(t *testing.T, s Stores, fn func(tx account.Tx) error) {
 	}
 }
 
+// insertSession stores sess and returns the id hashes of the sessions it
+// ended.
+func insertSession(t *testing.T, s Stores, sess account.Session) []string {
+	t.Helper()
+	var ended []string
+	accountUpdate(t, s, func(tx account.Tx) error {
+		var err error
+		ended, err = tx.InsertSession(sess)
+		return err
+	})
+	return ended
+}
+
 func addUser(t *testing.T, s Stores, name string, role account.Role) account.User {
 	t.Helper()
 	u := account.User{Name: name, Role: role, PasswordHash: passwordHash, Kind: account.KindLocal, CreatedAt: t0}
@@ -33,9 +46,7 @@ var _ = add("accounts/set password", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	addUser(t, s, "alice", account.RoleOperator)
 	const other = "$argon2id$v=19$m=64,t=1,p=1$b3RoZXJzYWx0b3RoZXI$0N6TpYgHaAKN1dFqWZq7N0N6TpYgHaAKN1dFqWZq7N0"
-	accountUpdate(t, s, func(tx account.Tx) error {
-		return tx.InsertSession(account.Session{IDHash: "s1", User: account.User{Name: "alice"}, CSRF: "c", Method: account.MethodPassword, CreatedAt: t0, LastSeen: t0})
-	})
+	insertSession(t, s, account.Session{IDHash: "s1", User: account.User{Name: "alice"}, CSRF: "c", Method: account.MethodPassword, CreatedAt: t0, LastSeen: t0})
 	for _, must := range []bool{true, false, true} {
 		accountUpdate(t, s, func(tx account.Tx) error { return tx.SetPassword("alice", other, must) })
 		got, err := s.Accounts.User(ctx, "alice")
@@ -103,7 +114,7 @@ var _ = add("accounts/sessions", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	alice := addUser(t, s, "alice", account.RoleOperator)
 	sess := account.Session{IDHash: "h1", User: alice, CSRF: "csrf", Method: account.MethodPassword, CreatedAt: t0, LastSeen: t0}
-	accountUpdate(t, s, func(tx account.Tx) error { return tx.InsertSession(sess) })
+	insertSession(t, s, sess)
 	if got, err := s.Accounts.Session(ctx, "h1"); err != nil || !reflect.DeepEqual(got, sess) {
 		t.Errorf("Session = %+v, %v; want %+v", got, err, sess)
 	}
@@ -111,7 +122,8 @@ var _ = add("accounts/sessions", func(t *testing.T, s Stores) {
 		t.Errorf("Session of an unknown id: %v, want account.ErrSessionNotFound", err)
 	}
 	err := s.Accounts.Update(ctx, func(tx account.Tx) error {
-		return tx.InsertSession(account.Session{IDHash: "h2", User: account.User{Name: "nobody"}, CreatedAt: t0, LastSeen: t0})
+		_, err := tx.InsertSession(account.Session{IDHash: "h2", User: account.User{Name: "nobody"}, CreatedAt: t0, LastSeen: t0})
+		return err
 	})
 	if err == nil {
 		t.Error("InsertSession of an unknown user succeeded")
@@ -133,9 +145,7 @@ var _ = add("accounts/sessions", func(t *testing.T, s Stores) {
 	}
 	// Disabling ends the user's live sessions, and only those.
 	for i := range 3 {
-		accountUpdate(t, s, func(tx account.Tx) error {
-			return tx.InsertSession(account.Session{IDHash: fmt.Sprint("live", i), User: alice, CreatedAt: t0, LastSeen: t0})
-		})
+		insertSession(t, s, account.Session{IDHash: fmt.Sprint("live", i), User: alice, CreatedAt: t0, LastSeen: t0})
 	}
 	var ended int64
 	accountUpdate(t, s, func(tx account.Tx) error {
@@ -160,6 +170,55 @@ var _ = add("accounts/sessions", func(t *testing.T, s Stores) {
 	}
 })
 
+// A login beyond account.MaxSessionsPerAccount ends that account's oldest
+// live sessions, in its own transaction, and no other account's.
+var _ = add("accounts/sessions are bounded per account, the oldest ended", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	alice, bob := addUser(t, s, "alice", account.RoleOperator), addUser(t, s, "bob", account.RoleOperator)
+	for i := range 3 {
+		insertSession(t, s, account.Session{IDHash: fmt.Sprint("bob", i), User: bob, CreatedAt: t0, LastSeen: t0})
+	}
+	const logins = 2*account.MaxSessionsPerAccount + 1
+	endedAt := map[string]time.Time{}
+	for i := range logins {
+		at := t0.Add(time.Duration(i) * time.Second)
+		id := fmt.Sprintf("alice%02d", i)
+		for _, e := range insertSession(t, s, account.Session{IDHash: id, User: alice, CreatedAt: at, LastSeen: at}) {
+			if _, ok := endedAt[e]; ok || e == id {
+				t.Errorf("login %s ended %s again", id, e)
+			}
+			endedAt[e] = at
+		}
+	}
+	if len(endedAt) != logins-account.MaxSessionsPerAccount {
+		t.Errorf("logins ended %d sessions, want %d", len(endedAt), logins-account.MaxSessionsPerAccount)
+	}
+	for i := range logins {
+		id := fmt.Sprintf("alice%02d", i)
+		got, err := s.Accounts.Session(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= logins-account.MaxSessionsPerAccount {
+			if got.Revoked() {
+				t.Errorf("session %s (one of the newest %d) ended: %+v", id, account.MaxSessionsPerAccount, got)
+			}
+			continue
+		}
+		// The oldest is ended by the login that makes one too many.
+		want := t0.Add(time.Duration(i+account.MaxSessionsPerAccount) * time.Second)
+		if !got.Revoked() || got.RevokeReason != account.SessionLimitReason || !got.RevokedAt.Equal(want) || !endedAt[id].Equal(want) {
+			t.Errorf("session %s = revoked at %v for %q (returned at %v); want ended at %v for %q",
+				id, got.RevokedAt, got.RevokeReason, endedAt[id], want, account.SessionLimitReason)
+		}
+	}
+	for i := range 3 {
+		if got, _ := s.Accounts.Session(ctx, fmt.Sprint("bob", i)); got.Revoked() {
+			t.Errorf("bob's session %d ended by alice's logins: %+v", i, got)
+		}
+	}
+})
+
 var _ = add("accounts/many sessions at once", func(t *testing.T, s Stores) {
 	ctx := context.Background()
 	dave := addUser(t, s, "dave", account.RoleOperator)
@@ -168,7 +227,7 @@ var _ = add("accounts/many sessions at once", func(t *testing.T, s Stores) {
 		for i := range 450 {
 			id := fmt.Sprintf("s%03d", i)
 			want = append(want, id)
-			if err := tx.InsertSession(account.Session{IDHash: id, User: dave, CreatedAt: t0, LastSeen: t0}); err != nil {
+			if _, err := tx.InsertSession(account.Session{IDHash: id, User: dave, CreatedAt: t0, LastSeen: t0}); err != nil {
 				return err
 			}
 		}
@@ -248,7 +307,7 @@ var _ = add("accounts/a password login is recorded as the account's last login",
 	addUser(t, s, "bob", account.RoleOperator)
 	a := account.NewService(s.Accounts, func() time.Time { return t0 })
 	at := t0.Add(90 * time.Minute)
-	if err := a.CreateSession(ctx, "h-alice", "alice", "csrf", at); err != nil {
+	if _, err := a.CreateSession(ctx, "h-alice", "alice", "csrf", at); err != nil {
 		t.Fatal(err)
 	}
 	users, err := a.Users(ctx)

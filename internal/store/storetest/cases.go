@@ -384,7 +384,7 @@ var _ = add("service/accounts, sessions, tokens and secrets across handles", fun
 		t.Fatalf("Users = %+v %v, want Bob then alice (byte order)", users, err)
 	}
 	now := w.clock.Now()
-	if err := h.a.CreateSession(ctx, "s1", "alice", "csrf1", now); err != nil {
+	if _, err := h.a.CreateSession(ctx, "s1", "alice", "csrf1", now); err != nil {
 		t.Fatal(err)
 	}
 	// A session made on one handle is read on another, as replicas do.
