@@ -264,6 +264,8 @@ var sentinels = []struct {
 	{queue.ErrSelfDelegation, http.StatusBadRequest, "self_delegation", "a delegation goes to another person; choose someone else, or approve as yourself", ""},
 	{queue.ErrMutualDelegation, http.StatusConflict, "mutual_delegation",
 		"that person delegates to you now; a delegation cannot go both ways. End theirs first, or choose someone else", ""},
+	{queue.ErrDelegationExists, http.StatusConflict, "delegation_exists",
+		"that delegation is live already; to change when it ends, end it on the account page and give it again", ""},
 	{queue.ErrDelegationWindow, http.StatusBadRequest, "delegation_window",
 		"choose when the delegation ends: after now and at most 14 days from now", ""},
 	{queue.ErrTooManyDelegations, http.StatusTooManyRequests, "too_many_delegations",

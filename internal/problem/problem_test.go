@@ -59,7 +59,8 @@ var examples = map[string]error{
 	"queue.ErrMayNotRevoke": queue.ErrMayNotRevoke, "queue.ErrAllowanceEnded": queue.ErrAllowanceEnded,
 	"queue.AllowanceEndedError":   &queue.AllowanceEndedError{ID: "alw_1", Reason: queue.EndRevoked},
 	"queue.ErrDelegationNotFound": queue.ErrDelegationNotFound, "queue.ErrSelfDelegation": queue.ErrSelfDelegation,
-	"queue.ErrMutualDelegation": queue.ErrMutualDelegation, "queue.ErrDelegationWindow": queue.ErrDelegationWindow,
+	"queue.ErrMutualDelegation": queue.ErrMutualDelegation, "queue.ErrDelegationExists": queue.ErrDelegationExists,
+	"queue.ErrDelegationWindow":   queue.ErrDelegationWindow,
 	"queue.ErrTooManyDelegations": queue.ErrTooManyDelegations, "queue.ErrMayNotDelegate": queue.ErrMayNotDelegate,
 	"queue.ErrNotDelegated": queue.ErrNotDelegated, "queue.ErrDelegationOutlived": queue.ErrDelegationOutlived,
 

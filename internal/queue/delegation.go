@@ -58,6 +58,10 @@ var (
 	// ErrMutualDelegation is a delegation back to someone who delegates to
 	// the delegator now.
 	ErrMutualDelegation = errors.New("queue: the delegate delegates to the delegator already; no mutual delegation")
+	// ErrDelegationExists is a second live delegation from the same
+	// delegator to the same delegate: it would pass nothing more, and
+	// would take more of both people's MaxDelegationsPerPerson.
+	ErrDelegationExists = errors.New("queue: the delegator delegates to the delegate already")
 	// ErrDelegationWindow is an until that is not in the future or is
 	// more than MaxDelegationFor away.
 	ErrDelegationWindow = fmt.Errorf("queue: a delegation ends in the future and lasts at most %s", MaxDelegationFor)
@@ -109,8 +113,9 @@ type DelegationInput struct {
 // GiveDelegation gives a delegation, in one transaction, and audits it
 // (delegation_given). Both people are enabled accounts that decide and
 // two different people; the window ends in the future, at most
-// MaxDelegationFor away; no live delegation goes the other way; and
-// neither person has MaxDelegationsPerPerson live ones already.
+// MaxDelegationFor away; no live delegation goes the other way or the
+// same way; and neither person has MaxDelegationsPerPerson live ones
+// already.
 func (s *Service) GiveDelegation(ctx context.Context, in DelegationInput) (*Delegation, error) {
 	var out *Delegation
 	err := s.update(ctx, func(tx Tx, emit func(Event)) error {
@@ -145,6 +150,11 @@ func (s *Service) GiveDelegation(ctx context.Context, in DelegationInput) (*Dele
 		}
 		if _, err := tx.LiveDelegation(to.Name, from.Name, now); err == nil {
 			return ErrMutualDelegation
+		} else if !errors.Is(err, ErrDelegationNotFound) {
+			return err
+		}
+		if _, err := tx.LiveDelegation(from.Name, to.Name, now); err == nil {
+			return ErrDelegationExists
 		} else if !errors.Is(err, ErrDelegationNotFound) {
 			return err
 		}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 )
@@ -287,6 +289,49 @@ func TestGiveDelegationRules(t *testing.T) {
 	}
 	if err := give("alice", "alice", "olga", day); err != nil {
 		t.Errorf("alice's third after one ended: %v", err)
+	}
+}
+
+// TestDelegationGivenOnce: a delegator delegates to one delegate once at a
+// time, whoever gives it, so one giver takes at most one of the delegate's
+// MaxDelegationsPerPerson. Distinct givers may fill a delegate's share,
+// each with one of their own; the delegate ends what they do not want, and
+// gives their own again.
+func TestDelegationGivenOnce(t *testing.T) {
+	e := newTeamEnv(t)
+	ctx := context.Background()
+	give := func(by, from, to string) (*queue.Delegation, error) {
+		return e.q.GiveDelegation(ctx, queue.DelegationInput{By: by, Channel: audit.ChannelWeb, Delegator: from, Delegate: to,
+			Until: e.clock.Now().Add(time.Hour)})
+	}
+	first := MustDelegate(t, e, "alice", "bob")
+	for _, by := range []string{"alice", "root"} {
+		_, err := give(by, "alice", "bob")
+		if !errors.Is(err, queue.ErrDelegationExists) {
+			t.Errorf("alice to bob again, by %s = %v, want ErrDelegationExists", by, err)
+		}
+		if p := problem.Of(err); p.Status != http.StatusConflict || p.Code != "delegation_exists" {
+			t.Errorf("alice to bob again answers %d %s, want 409 delegation_exists", p.Status, p.Code)
+		}
+	}
+	// bob holds one of his three: two more givers fill his share.
+	fromCarol := MustDelegate(t, e, "carol", "bob")
+	MustDelegate(t, e, "dave", "bob")
+	if _, err := give("bob", "bob", "sam"); !errors.Is(err, queue.ErrTooManyDelegations) {
+		t.Errorf("bob's own with three received = %v, want ErrTooManyDelegations", err)
+	}
+	if _, err := e.q.EndDelegation(ctx, "bob", audit.ChannelWeb, fromCarol.ID); err != nil {
+		t.Fatalf("bob ends carol's: %v", err)
+	}
+	if _, err := give("bob", "bob", "sam"); err != nil {
+		t.Errorf("bob's own after ending one he received: %v", err)
+	}
+	// Once ended, the same pair may be given again.
+	if _, err := e.q.EndDelegation(ctx, "alice", audit.ChannelWeb, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := give("alice", "alice", "bob"); err != nil {
+		t.Errorf("alice to bob after the first ended: %v", err)
 	}
 }
 
