@@ -98,6 +98,8 @@ type envOptions struct {
 	forward time.Duration
 	// maxSessions is the gateway's MaxSessionsPerToken (0: its default).
 	maxSessions int
+	// maxStreams is the gateway's MaxStreams (0: its default).
+	maxStreams int
 	// sessionTimeout is the gateway's SessionTimeout (0: its default).
 	sessionTimeout time.Duration
 	// outcomeDelay is the gateway's OutcomeDelay (0: its default).
@@ -161,7 +163,7 @@ func newEnvWith(t testing.TB, o envOptions, authenticate func(context.Context, s
 	}
 	e.gw, err = mcp.NewGateway(mcp.GatewayConfig{PublicNames: names, Queue: e.q, Catalog: e.cat, Logger: log, Hold: o.hold,
 		ProgressEvery: 20 * time.Millisecond, PublicURL: "https://approvals.example.com", MaxHoldsPerToken: o.maxHolds, ForwardTimeout: o.forward,
-		MaxSessionsPerToken: o.maxSessions, SessionTimeout: o.sessionTimeout, OutcomeDelay: o.outcomeDelay,
+		MaxSessionsPerToken: o.maxSessions, MaxStreams: o.maxStreams, SessionTimeout: o.sessionTimeout, OutcomeDelay: o.outcomeDelay,
 		StatusURL: statusURL, Waits: o.waits,
 		Dial:         map[string]func(context.Context) (sdk.Transport, error){"demo": dial},
 		Authenticate: authenticate})

@@ -77,6 +77,43 @@ func TestHTTPStreamsPerTokenAreCapped(t *testing.T) {
 	cs.Close()
 }
 
+// TestHTTPStreamsInAllAreCapped: the console keeps at most MaxStreams event
+// streams open, every token's together; one more is refused with
+// too_many_streams naming the console's bound, whichever token asks, even
+// one under its own bound, and a closed stream gives its place back.
+func TestHTTPStreamsInAllAreCapped(t *testing.T) {
+	e, url := httpEnv(t, envOptions{trust: true, maxSessions: 2, maxStreams: 2})
+	var open []*sdk.ClientSession
+	for _, token := range []string{deskToken, deskTwo} {
+		cs, err := listening(url, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		open = append(open, cs)
+	}
+	waitFor(t, "a stream of each token counted", func() bool {
+		return e.gw.StreamsOf(desk.TokenID) == 1 && e.gw.StreamsOf("tok_two") == 1
+	})
+	for _, token := range []string{deskToken, deskTwo} {
+		resp, body := stream(t, http.MethodPost, url, token)
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"code":"`+mcp.StatusTooManyStreams+`"`) ||
+			!strings.Contains(body, `"max_streams":2`) || !strings.Contains(body, "all agents together") {
+			t.Fatalf("a second stream of %s with the console full: %d %s", token, resp.StatusCode, body)
+		}
+	}
+	if a, b := e.gw.StreamsOf(desk.TokenID), e.gw.StreamsOf("tok_two"); a != 1 || b != 1 {
+		t.Fatalf("streams counted after the refusals: %d and %d, want 1 and 1", a, b)
+	}
+	open[1].Close()
+	waitFor(t, "the closed stream's place given back", func() bool { return e.gw.StreamsOf("tok_two") == 0 })
+	cs, err := listening(url, deskToken)
+	if err != nil {
+		t.Fatalf("a stream in the freed place: %v", err)
+	}
+	cs.Close()
+}
+
 // TestHTTPIdleStreamsClose: a stream that carries nothing for the idle
 // limit is closed, and its place given back.
 func TestHTTPIdleStreamsClose(t *testing.T) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -332,6 +334,44 @@ func TestDelegationGivenOnce(t *testing.T) {
 	}
 	if _, err := give("alice", "alice", "bob"); err != nil {
 		t.Errorf("alice to bob after the first ended: %v", err)
+	}
+}
+
+// TestDelegationsLiveInAll: the console keeps at most MaxDelegationsLive
+// live delegations, every person's together; one more is refused even
+// between two people with none of their own, and an ended one makes room.
+func TestDelegationsLiveInAll(t *testing.T) {
+	e := newTeamEnv(t)
+	ctx := context.Background()
+	now := e.clock.Now()
+	// Others' delegations, written straight to the store: the bound in all
+	// is reached by many people, never by a few.
+	err := e.store.Update(ctx, func(tx queue.Tx) error {
+		for i := range queue.MaxDelegationsLive - 1 {
+			if err := tx.InsertDelegation(&queue.Delegation{ID: fmt.Sprintf("dlg_other%04d", i), Delegator: fmt.Sprint("giver", i),
+				Delegate: fmt.Sprint("taker", i), GivenBy: fmt.Sprint("giver", i), GivenAt: now, Until: now.Add(time.Hour)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := MustDelegate(t, e, "alice", "bob")
+	give := func() error {
+		_, err := e.q.GiveDelegation(ctx, queue.DelegationInput{By: "carol", Channel: audit.ChannelWeb, Delegator: "carol",
+			Delegate: "dave", Until: now.Add(time.Hour)})
+		return err
+	}
+	if err := give(); !errors.Is(err, queue.ErrTooManyDelegations) || !strings.Contains(err.Error(), "in all") {
+		t.Fatalf("carol to dave with %d live = %v, want ErrTooManyDelegations in all", queue.MaxDelegationsLive, err)
+	}
+	if _, err := e.q.EndDelegation(ctx, "alice", audit.ChannelWeb, last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := give(); err != nil {
+		t.Errorf("carol to dave after one ended: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/account"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/oneshot"
 	"github.com/countersign/countersign/internal/oneshot/oneshottest"
 )
@@ -169,4 +170,34 @@ var _ = add("accounts/oneshots", func(t *testing.T, s Stores) {
 		// nothing else.
 		return account.NewService(s.Accounts, now).Oneshots(fmt.Sprint("k", oneshotKinds.Add(1)), max)
 	})
+})
+
+// An account holds at most account.MaxPasskeys passkeys: one more is
+// refused with nothing stored, and another account's are not counted.
+var _ = add("accounts/passkeys are bounded per account", func(t *testing.T, s Stores) {
+	ctx := context.Background()
+	a := account.NewService(s.Accounts, func() time.Time { return t0 })
+	addUser(t, s, "alice", account.RoleOperator)
+	addUser(t, s, "bob", account.RoleOperator)
+	key := func(user string, i int) account.Passkey {
+		return account.Passkey{ID: []byte(fmt.Sprintf("%s-%d", user, i)), User: user, Name: fmt.Sprint("key ", i),
+			PublicKey: []byte{0xa5, byte(i)}, Record: []byte(`{}`), CreatedAt: t0}
+	}
+	if err := a.AddPasskey(ctx, key("bob", 0), audit.ChannelWeb); err != nil {
+		t.Fatal(err)
+	}
+	for i := range account.MaxPasskeys {
+		if err := a.AddPasskey(ctx, key("alice", i), audit.ChannelWeb); err != nil {
+			t.Fatalf("alice's passkey %d: %v", i+1, err)
+		}
+	}
+	if err := a.AddPasskey(ctx, key("alice", account.MaxPasskeys), audit.ChannelWeb); !errors.Is(err, account.ErrTooManyPasskeys) {
+		t.Errorf("alice's passkey %d = %v, want account.ErrTooManyPasskeys", account.MaxPasskeys+1, err)
+	}
+	if got, err := s.Accounts.Passkeys(ctx, "alice"); err != nil || len(got) != account.MaxPasskeys {
+		t.Errorf("alice's passkeys = %d, %v; want %d", len(got), err, account.MaxPasskeys)
+	}
+	if err := a.AddPasskey(ctx, key("bob", 1), audit.ChannelWeb); err != nil {
+		t.Errorf("bob's second passkey: %v", err)
+	}
 })
