@@ -628,12 +628,15 @@ func (e *ProposalError) Error() string {
 
 // DeniedError is ErrPreviouslyDenied with the operator's reason.
 type DeniedError struct {
-	CallID string
+	CallID string // empty when another token submitted the denied call
 	Reason string
 	At     time.Time
 }
 
 func (e *DeniedError) Error() string {
+	if e.CallID == "" {
+		return fmt.Sprintf("queue: the same call was denied at %s: %s", e.At.Format(time.RFC3339), e.Reason)
+	}
 	return fmt.Sprintf("queue: the same call (%s) was denied at %s: %s", e.CallID, e.At.Format(time.RFC3339), e.Reason)
 }
 

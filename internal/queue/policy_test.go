@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/db"
 	"github.com/countersign/countersign/internal/grant"
 	"github.com/countersign/countersign/internal/policy"
+	"github.com/countersign/countersign/internal/problem"
 	"github.com/countersign/countersign/internal/queue"
 	"github.com/countersign/countersign/internal/testkit"
 	"github.com/countersign/countersign/internal/testkit/sqlitekit"
@@ -198,6 +199,43 @@ func TestRuleDenies(t *testing.T) {
 	var de *queue.DeniedError
 	if !errors.As(err, &de) || de.Reason != pd.Reason || de.CallID != c.ID {
 		t.Fatalf("resubmission: %v, want previously_denied with the rule's reason", err)
+	}
+}
+
+// TestPreviouslyDeniedNamesTheCallToItsTokenOnly: a denied call is
+// remembered for its actor, so another token of the same actor is refused
+// the same call as well, but only the token that submitted it is told
+// which call it was (invariant 20).
+func TestPreviouslyDeniedNamesTheCallToItsTokenOnly(t *testing.T) {
+	e := newPolicyEnv(t, rulesFile)
+	mine := queue.Principal{Actor: agent.Actor, Audience: agent.Audience, TokenID: "tok_mine"}
+	other := queue.Principal{Actor: agent.Actor, Audience: agent.Audience, TokenID: "tok_other"}
+	_, err := e.submit(t, mine, 100, "JPY")
+	var pd *queue.PolicyDeniedError
+	if !errors.As(err, &pd) {
+		t.Fatalf("Submit: %v, want a PolicyDeniedError", err)
+	}
+	e.clock.Advance(time.Minute)
+	for _, tc := range []struct {
+		name   string
+		who    queue.Principal
+		callID string
+	}{
+		{"the submitting token", mine, pd.CallID},
+		{"another token of the actor", other, ""},
+	} {
+		_, err := e.submit(t, tc.who, 100, "JPY")
+		var de *queue.DeniedError
+		if !errors.As(err, &de) || de.Reason != pd.Reason || de.CallID != tc.callID {
+			t.Errorf("%s: %v, want previously_denied naming call %q", tc.name, err, tc.callID)
+			continue
+		}
+		if p := problem.Of(err); p.Code != "previously_denied" || p.CallID != tc.callID {
+			t.Errorf("%s answers %s with call_id %q, want previously_denied with %q", tc.name, p.Code, p.CallID, tc.callID)
+		}
+		if tc.callID == "" && strings.Contains(err.Error(), pd.CallID) {
+			t.Errorf("%s: %q names the call", tc.name, err)
+		}
 	}
 }
 

@@ -229,7 +229,14 @@ func (s *Service) submit(ctx context.Context, who Principal, body []byte, p cano
 			if err := s.countRefusal(tx, who.Actor, p.Tool, emit); err != nil {
 				return err
 			}
-			return commitAnd(&DeniedError{CallID: prev.ID, Reason: reason, At: prev.DecidedAt})
+			// The denied call is named only to the token that submitted it
+			// (invariant 20): another token of the actor learns that the
+			// call was denied, and why, but not which call it was.
+			denied := &DeniedError{Reason: reason, At: prev.DecidedAt}
+			if prev.SubmittedBy == who.TokenID {
+				denied.CallID = prev.ID
+			}
+			return commitAnd(denied)
 		}
 		// A token keeps a bounded number of calls waiting: an agent that
 		// proposes valid calls without end fills neither the queue nor the
