@@ -81,12 +81,12 @@ const (
 // MaxSessionsPerAccount is how many live console sessions one account may
 // hold. A login beyond it ends the account's oldest live session (as a
 // logout does, for SessionLimitReason), so that one password or provider
-// login repeated without end keeps a bounded number of rows, and the
-// person who logs in is never refused.
+// login repeated without end keeps a bounded number of sessions live, and
+// the person who logs in is never refused.
 const MaxSessionsPerAccount = 20
 
-// SessionLimitReason is the revoke reason of a session ended because its
-// account logged in MaxSessionsPerAccount more times since.
+// SessionLimitReason is the revoke reason of a session ended to keep its
+// account within MaxSessionsPerAccount live sessions.
 const SessionLimitReason = "session_limit"
 
 // Session is a console login, found by the hash of the random id its cookie
