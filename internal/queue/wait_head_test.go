@@ -16,10 +16,16 @@ import (
 )
 
 // readCounter is the database's store counting its reads of whole calls
-// outside a write.
+// outside a write, and the heads it has read.
 type readCounter struct {
 	db.Store
-	calls atomic.Int64
+	calls, heads atomic.Int64
+}
+
+func (s *readCounter) CallHead(ctx context.Context, id string) (queue.CallHead, error) {
+	h, err := s.Store.CallHead(ctx, id)
+	s.heads.Add(1)
+	return h, err
 }
 
 func (s *readCounter) Call(ctx context.Context, id string) (*queue.Call, error) {
@@ -51,7 +57,9 @@ func TestLongPollReadsTheHeadOfAPendingCall(t *testing.T) {
 		}
 		waited <- got
 	}()
-	for e.q.Waiting() < 1 {
+	// The long-poll is registered before it reads the head: approving
+	// before the head was read would answer it from a decided call.
+	for st.heads.Load() < 1 {
 		time.Sleep(100 * time.Microsecond)
 	}
 	// The approval takes the call as submitted for its hint (as the
