@@ -205,7 +205,6 @@ func (w *waiters) add(id string) (<-chan *Call, func()) {
 	}
 	set[ch] = struct{}{}
 	w.mu.Unlock()
-	w.n.Add(1)
 	return ch, func() {
 		w.mu.Lock()
 		delete(set, ch)
@@ -213,8 +212,14 @@ func (w *waiters) add(id string) (<-chan *Call, func()) {
 			delete(w.m, id)
 		}
 		w.mu.Unlock()
-		w.n.Add(-1)
 	}
+}
+
+// waiting counts a long-poll that has read its call pending and waits for
+// a decision, until the returned function is called.
+func (w *waiters) waiting() func() {
+	w.n.Add(1)
+	return func() { w.n.Add(-1) }
 }
 
 // wake hands c, a committed snapshot that nobody else modifies, to every

@@ -91,6 +91,7 @@ func (s *Service) Wait(ctx context.Context, who Principal, id string, d time.Dur
 			return c, err
 		}
 	}
+	defer s.waiters.waiting()()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
@@ -142,7 +143,8 @@ func (s *Service) waitsFor(ctx context.Context, who Principal, id string, d time
 	return c.SubmittedByToken(who)
 }
 
-// Waiting returns how many long-polls are open.
+// Waiting returns how many long-polls have read their call pending and
+// wait for a decision.
 func (s *Service) Waiting() int64 { return s.waiters.count() }
 
 // Shutdown releases every open long-poll with the call's current state and
