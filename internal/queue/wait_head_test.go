@@ -93,3 +93,49 @@ func TestLongPollReadsTheHeadOfAPendingCall(t *testing.T) {
 		t.Errorf("Wait 0 = %v, %v: want the pending call", got, err)
 	}
 }
+
+// headGate is the database's store whose head reads say they began on
+// reached and wait for open.
+type headGate struct {
+	db.Store
+	reached, open chan struct{}
+}
+
+func (s *headGate) CallHead(ctx context.Context, id string) (queue.CallHead, error) {
+	s.reached <- struct{}{}
+	<-s.open
+	return s.Store.CallHead(ctx, id)
+}
+
+// TestWaitingCountsLongPollsThatReadTheirCall: Waiting counts a long-poll
+// once it has read its call pending, not while the read is under way, so
+// a decision made after Waiting counts it is delivered by the wake.
+func TestWaitingCountsLongPollsThatReadTheirCall(t *testing.T) {
+	gate := &headGate{reached: make(chan struct{}, 1), open: make(chan struct{})}
+	k := sqlitekit.NewQueue(t, sqlitekit.WithConfig(func(cfg *queue.Config) {
+		gate.Store = cfg.Store.(db.Store)
+		cfg.Store = gate
+	}))
+	e := &env{clock: k.Clock, db: k.DB, q: k.Service}
+	c := submitRefund(t, e)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.q.Wait(ctx, agent, c.ID, time.Minute)
+	}()
+	<-gate.reached // registered, and reading the head
+	if n := e.q.Waiting(); n != 0 {
+		t.Errorf("Waiting = %d while the long-poll's read is under way, want 0", n)
+	}
+	close(gate.open)
+	for e.q.Waiting() < 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	cancel()
+	<-done
+	if n := e.q.Waiting(); n != 0 {
+		t.Errorf("Waiting = %d after the long-poll ended, want 0", n)
+	}
+}
